@@ -1,0 +1,88 @@
+package ports
+
+import (
+	"context"
+	"errors"
+)
+
+// Errors the Generator reports; adapters map them with errors.Is (for example to HTTP statuses).
+var (
+	// ErrInvalidRequest wraps every problem with the request itself (bad parameter, empty prompt…).
+	ErrInvalidRequest = errors.New("invalid request")
+	// ErrUnknownModel means the request named a model this server does not serve.
+	ErrUnknownModel = errors.New("unknown model")
+	// ErrBusy means the request queue is full; retry later.
+	ErrBusy = errors.New("server busy")
+	// ErrNotReady means the model is still loading.
+	ErrNotReady = errors.New("model not ready")
+)
+
+// GenerateRequest is one completion request, already translated from the wire format.
+type GenerateRequest struct {
+	// Model is the requested model name; empty means the default.
+	Model string
+	// Exactly one of Prompt (raw completion) and Messages (chat) is set.
+	Prompt   string
+	Messages []ChatMessage
+	Chat     ChatOptions
+	// MaxTokens bounds the generated tokens; 0 means up to the context length.
+	MaxTokens int
+	Sampling  SamplingParams
+	// Seed makes sampling reproducible; nil means a fresh seed.
+	Seed *uint64
+	// Stop strings end generation when they appear in the output (not included in it).
+	Stop []string
+	// BlockSize overrides the speculative block size (0: the server default; 1: no speculation).
+	BlockSize int
+}
+
+// GenerateEvent is one streamed piece of output.
+type GenerateEvent struct {
+	// Content is newly final answer text; Reasoning is newly final text inside <think>…</think>.
+	Content   string
+	Reasoning string
+}
+
+// SpecUsage is the speculative-decoding account of one request.
+type SpecUsage struct {
+	// Rounds is the number of draft–verify rounds.
+	Rounds int `json:"rounds"`
+	// Drafted is the number of draft tokens proposed (sum of block size − 1 over rounds).
+	Drafted int `json:"draft_tokens"`
+	// Accepted is the number of draft tokens accepted.
+	Accepted int `json:"accepted_tokens"`
+	// Tau is the mean number of tokens committed per round (accepted + 1), the DFlash acceptance length.
+	Tau float64 `json:"tau"`
+	// AcceptedPerPosition[i] counts rounds whose draft slot i+1 was accepted.
+	AcceptedPerPosition []int `json:"accepted_per_position,omitempty"`
+}
+
+// GenerateResult is the account of a finished request.
+type GenerateResult struct {
+	Model            string
+	PromptTokens     int
+	CompletionTokens int
+	// FinishReason is "stop" (stop token or string) or "length" (max tokens or context).
+	FinishReason string
+	Spec         SpecUsage
+	// Content and Reasoning hold the whole output (also when streamed).
+	Content   string
+	Reasoning string
+}
+
+// ModelCard describes a served model.
+type ModelCard struct {
+	ID      string
+	Created int64
+	OwnedBy string
+}
+
+// Generator is the inbound port the HTTP adapter calls. Implementations are safe for concurrent use.
+type Generator interface {
+	// Models lists the served models.
+	Models() []ModelCard
+	// Generate runs one request. When emit is non-nil each piece of output is passed to it as soon as it is
+	// final; an error from emit stops generation and is returned. Cancelling ctx stops generation within one
+	// decoding round.
+	Generate(ctx context.Context, req GenerateRequest, emit func(GenerateEvent) error) (GenerateResult, error)
+}

@@ -1,0 +1,25 @@
+package ports
+
+// Tokenizer converts between text and token ids. Implementations are safe for concurrent use.
+type Tokenizer interface {
+	// Encode tokenizes text with the tokenizer's default handling of special tokens (added tokens written in
+	// the text are recognised, as Hugging Face's Tokenizer.encode does).
+	Encode(text string) ([]Token, error)
+	// Decode turns ids into text; skipSpecial drops special tokens. Ids outside the vocabulary are an error.
+	Decode(ids []Token, skipSpecial bool) (string, error)
+	// NewStreamDecoder returns an incremental decoder for one stream of ids.
+	NewStreamDecoder(skipSpecial bool) StreamDecoder
+	// TokenID returns the id of a token's exact string form, for example "<|im_end|>".
+	TokenID(token string) (Token, bool)
+	// VocabSize returns the number of ids (base vocabulary plus added tokens).
+	VocabSize() int
+}
+
+// StreamDecoder turns a stream of ids into text pieces without ever emitting a partial UTF-8 character and
+// without losing bytes. Not safe for concurrent use.
+type StreamDecoder interface {
+	// Push adds one id and returns the text that became complete (possibly empty).
+	Push(id Token) (string, error)
+	// Flush returns whatever is still held back (incomplete bytes become U+FFFD, as Hugging Face does).
+	Flush() string
+}
