@@ -1,0 +1,116 @@
+// Package speculative is the decoding loop of higgs: prefill, then rounds of draft → verify → accept →
+// roll back → commit → emit, for plain autoregressive decoding (block size 1) and DFlash block drafts.
+// It is pure Go over the ports: time comes from a ports.Clock, randomness from a ports.Rand, and it never logs
+// (it returns Stats for the caller to log).
+package speculative
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/higgs-go/higgs/ports"
+)
+
+// RollbackMode says how recurrent layers are brought back to the committed position after a partial accept.
+// Attention-only models always roll back by KV truncation, whatever the mode.
+type RollbackMode int
+
+const (
+	// RollbackAuto lets a small cost model choose per round between tape replay and snapshot + recompute
+	// from measured timings (tape replay needs the session to implement ports.TapeReplayer).
+	RollbackAuto RollbackMode = iota
+	// RollbackReplay forces tape replay; Generate fails with an error wrapping errors.ErrUnsupported when the
+	// session cannot replay.
+	RollbackReplay
+	// RollbackRecompute forces snapshot + restore + re-forward of the committed tokens (the correctness
+	// oracle).
+	RollbackRecompute
+)
+
+func (m RollbackMode) String() string {
+	switch m {
+	case RollbackAuto:
+		return "auto"
+	case RollbackReplay:
+		return "replay"
+	case RollbackRecompute:
+		return "recompute"
+	}
+	return fmt.Sprintf("RollbackMode(%d)", int(m))
+}
+
+// PolicyConfig tunes the adaptive depth policy (Config.Adaptive). The zero value means the defaults.
+type PolicyConfig struct {
+	// ProbeEvery is the number of rounds between probes of a block size other than the current choice
+	// (default 16). Probing keeps the estimates fresh so the policy recovers after a regime change.
+	ProbeEvery int
+	// Decay is the weight of the newest observation in the exponential moving averages, in (0, 1]
+	// (default 0.2).
+	Decay float64
+}
+
+// Config is the per-generation decoding configuration.
+type Config struct {
+	// BlockSize is the verify block size, anchor included: 1 means plain autoregressive decoding; 2 or more
+	// means DFlash blocks (at most the drafter's BlockSize; Generate checks it against the drafter).
+	BlockSize int
+	// Adaptive lets the depth policy choose each round's block size (≤ BlockSize), falling back to plain
+	// decoding when speculation does not pay.
+	Adaptive bool
+	// Policy tunes the adaptive policy; ignored unless Adaptive.
+	Policy PolicyConfig
+	// MaxTokens, when > 0, bounds the number of generated tokens (prompt excluded).
+	MaxTokens int
+	// ContextLength, when > 0, is the target's context length: prompt plus generated tokens never exceed it,
+	// so the session is never asked to hold more positions. Generation then ends with FinishLength.
+	ContextLength int
+	// StopTokens are stop ids; a stop token is emitted (included in Result.Tokens) and ends generation.
+	StopTokens []ports.Token
+	// Sampling are the target's sampling parameters; Temperature 0 means greedy.
+	Sampling ports.SamplingParams
+	// Rollback chooses how recurrent state is rolled back after a partial accept.
+	Rollback RollbackMode
+	// LayerKinds, when non-nil, are the target's layer kinds (ports.ModelInfo.LayerKinds). Without them the
+	// decoder asks the session: a Snapshot failing with errors.ErrUnsupported means attention-only.
+	LayerKinds []ports.LayerKind
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.BlockSize < 1 {
+		errs = append(errs, fmt.Errorf("block size %d must be ≥ 1", c.BlockSize))
+	}
+	if c.MaxTokens < 0 {
+		errs = append(errs, fmt.Errorf("max tokens %d must be ≥ 0", c.MaxTokens))
+	}
+	if c.ContextLength < 0 {
+		errs = append(errs, fmt.Errorf("context length %d must be ≥ 0", c.ContextLength))
+	}
+	if c.MaxTokens == 0 && c.ContextLength == 0 {
+		errs = append(errs, errors.New("unbounded generation: set max tokens or context length"))
+	}
+	for i, s := range c.StopTokens {
+		if s < 0 {
+			errs = append(errs, fmt.Errorf("stop token %d: id %d must be ≥ 0", i, s))
+		}
+	}
+	if err := c.Sampling.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("sampling: %w", err))
+	}
+	if c.Rollback < RollbackAuto || c.Rollback > RollbackRecompute {
+		errs = append(errs, fmt.Errorf("unknown rollback mode %d", int(c.Rollback)))
+	}
+	if c.Policy.ProbeEvery < 0 {
+		errs = append(errs, fmt.Errorf("policy probe interval %d must be ≥ 0", c.Policy.ProbeEvery))
+	}
+	if c.Policy.Decay < 0 || c.Policy.Decay > 1 || c.Policy.Decay != c.Policy.Decay {
+		errs = append(errs, fmt.Errorf("policy decay %v out of range [0, 1]", c.Policy.Decay))
+	}
+	for i, k := range c.LayerKinds {
+		if k != ports.LayerAttention && k != ports.LayerRecurrent {
+			errs = append(errs, fmt.Errorf("layer %d: unknown kind %d", i, int(k)))
+		}
+	}
+	return errors.Join(errs...)
+}
