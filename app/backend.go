@@ -3,23 +3,112 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"strings"
+
+	"github.com/rs/zerolog"
 
 	"github.com/higgs-go/higgs/ports"
 )
 
-// ErrNoBackend is returned while no model backend is built into this binary.
-var ErrNoBackend = errors.New("no model backend is available in this build yet")
+// Backends understood by ModelConfig.Backend.
+const (
+	BackendCPU  = "cpu"
+	BackendMLX  = "mlx"
+	BackendAuto = "auto"
+)
+
+// NoDraftName as ModelConfig.Draft turns speculation off.
+const NoDraftName = "none"
+
+// Bundled demo model directories, used when ModelConfig.Model is empty. They are resolved relative to the
+// working directory first, then to the directory holding the running executable and its parent (so
+// `go run ./cmd/...` from the repository root and `bin/higgsd` both find them).
+const (
+	DemoTargetDir  = "models/demo/target"
+	DemoDrafterDir = "models/demo/drafter"
+)
+
+// ErrMLXUnavailable is wrapped by LoadModels when the MLX backend is requested but not built in. It wraps
+// errors.ErrUnsupported.
+var ErrMLXUnavailable = fmt.Errorf("MLX backend not available in this build: %w", errors.ErrUnsupported)
 
 // ModelConfig names the model and drafter to load and the backend to run them on.
 type ModelConfig struct {
-	Model   string
-	Draft   string
+	// Model is a target directory or a Hugging Face hub id found in the local hub cache; "" means the bundled
+	// demo model DemoTargetDir.
+	Model string
+	// Draft is a DFlash drafter directory or hub id. "" with Model "" means the bundled demo drafter
+	// DemoDrafterDir; "" with a named Model means no drafter; NoDraftName ("none") means no drafter.
+	Draft string
+	// NoDraft turns speculation off whatever Draft says.
+	NoDraft bool
+	// Backend is "cpu", "mlx" or "auto" ("" means "cpu"). While no MLX backend is built in, "mlx" is an
+	// error wrapping ErrMLXUnavailable and "auto" falls back to "cpu" with a log line saying why.
 	Backend string
+	// Threads is the CPU worker count; 0 means GOMAXPROCS.
+	Threads int
 }
 
-// ProvideTarget loads the target model named by cfg.
+// Validate reports every problem with the configuration at once.
+func (c ModelConfig) Validate() error {
+	var errs []error
+	switch c.Backend {
+	case "", BackendCPU, BackendMLX, BackendAuto:
+	default:
+		errs = append(errs, fmt.Errorf("unknown backend %q (want cpu, mlx or auto)", c.Backend))
+	}
+	if c.Threads < 0 {
+		errs = append(errs, fmt.Errorf("threads %d must be ≥ 0", c.Threads))
+	}
+	if strings.TrimSpace(c.Model) != c.Model {
+		errs = append(errs, fmt.Errorf("model %q has surrounding spaces", c.Model))
+	}
+	return errors.Join(errs...)
+}
+
+// wantsDrafter reports whether a drafter should be loaded and which name to resolve.
+func (c ModelConfig) drafterName() (string, bool) {
+	if c.NoDraft || c.Draft == NoDraftName {
+		return "", false
+	}
+	if c.Draft != "" {
+		return c.Draft, true
+	}
+	if c.Model == "" {
+		return DemoDrafterDir, true
+	}
+	return "", false
+}
+
+// Models is a loaded target with its optional drafter, tokenizer and chat template.
+type Models struct {
+	Target ports.Target
+	// Drafter is nil when speculation is off.
+	Drafter ports.Drafter
+	// Tokenizer is nil when the model directory has no tokenizer.json (token-id-only use).
+	Tokenizer ports.Tokenizer
+	// Template is nil when the model has no chat template.
+	Template ports.ChatTemplate
+	// EOS are the stop ids from generation_config.json, else config.json.
+	EOS []ports.Token
+	// Name is the served model id (the directory's base name or the hub id).
+	Name string
+	// Backend is the backend actually used ("cpu" after an "auto" fallback).
+	Backend string
+	// Close releases the models' memory (memory-mapped weights). It is safe to call more than once.
+	Close func() error
+}
+
+// ProvideTarget loads the target model named by cfg (no drafter). It exists for mains that only need a
+// target; prefer LoadModels, which also returns Close.
 func ProvideTarget(cfg ModelConfig) (ports.Target, error) {
-	return nil, fmt.Errorf("load %q on backend %q: %w", cfg.Model, cfg.Backend, ErrNoBackend)
+	cfg.NoDraft = true
+	m, err := LoadModels(context.Background(), cfg, zerolog.Nop(), nil)
+	if err != nil {
+		return nil, err
+	}
+	return m.Target, nil
 }
