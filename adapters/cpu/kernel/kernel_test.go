@@ -1,0 +1,277 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func randVec(r *rand.Rand, n int, scale float32) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = (r.Float32()*2 - 1) * scale
+	}
+	return v
+}
+
+// quantFixture builds a random quantized [out,in] matrix and its exact dequantized float64 copy.
+func quantFixture(r *rand.Rand, out, in, bits, group int) (Quant, []float64) {
+	ng := in / group
+	q := Quant{Bits: bits, Group: group, Codes: make([]uint32, out*in*bits/32),
+		Scales: make([]float32, out*ng), Biases: make([]float32, out*ng)}
+	deq := make([]float64, out*in)
+	codes := make([]uint8, in)
+	for o := range out {
+		for j := range codes {
+			codes[j] = uint8(r.IntN(1 << bits))
+		}
+		PackCodes(q.Codes[o*in*bits/32:(o+1)*in*bits/32], codes, bits)
+		for g := range ng {
+			q.Scales[o*ng+g] = (r.Float32() + 0.1) / float32(int(1)<<bits)
+			q.Biases[o*ng+g] = -r.Float32() * 0.5
+		}
+		for j := range in {
+			deq[o*in+j] = float64(q.Scales[o*ng+j/group])*float64(codes[j]) + float64(q.Biases[o*ng+j/group])
+		}
+	}
+	return q, deq
+}
+
+// naive is the float64 reference product; it also returns Σ|x||w| per element for relative tolerances.
+func naive(w []float64, x []float32, rows, out, in int) (y, mag []float64) {
+	y, mag = make([]float64, rows*out), make([]float64, rows*out)
+	for r := range rows {
+		for o := range out {
+			for j := range in {
+				y[r*out+o] += float64(x[r*in+j]) * w[o*in+j]
+				mag[r*out+o] += math.Abs(float64(x[r*in+j]) * w[o*in+j])
+			}
+		}
+	}
+	return y, mag
+}
+
+func TestPackUnpackRoundTrip(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
+		in := 128
+		codes := make([]uint8, in)
+		for j := range codes {
+			codes[j] = uint8(r.IntN(1 << bits))
+		}
+		words := make([]uint32, in*bits/32)
+		PackCodes(words, codes, bits)
+		got := make([]float32, in)
+		UnpackCodes(got, words, bits, in)
+		for j := range in {
+			require.Equal(t, float32(codes[j]), got[j], "bits %d code %d", bits, j)
+		}
+	}
+	// A hand-checked 4-bit word: code j%8 sits at bits 4·(j%8).
+	got := make([]float32, 8)
+	UnpackCodes(got, []uint32{0x76543210}, 4, 8)
+	assert.Equal(t, []float32{0, 1, 2, 3, 4, 5, 6, 7}, got)
+}
+
+func TestLinearMatchesFloat64Reference(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	const out, in = 37, 256
+	x := randVec(r, 16*in, 1)
+	w32 := randVec(r, out*in, 0.5)
+	w64 := make([]float64, len(w32))
+	bf := make([]uint16, len(w32))
+	bf64 := make([]float64, len(w32))
+	for i, v := range w32 {
+		w64[i] = float64(v)
+		bf[i] = F32ToBF16(v)
+		bf64[i] = float64(BF16ToF32(bf[i]))
+	}
+	type tc struct {
+		name string
+		lin  func() (*Linear, error)
+		ref  []float64
+	}
+	cases := []tc{
+		{"f32", func() (*Linear, error) { return NewF32(out, in, w32) }, w64},
+		{"bf16", func() (*Linear, error) { return NewBF16(out, in, bf) }, bf64},
+	}
+	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
+		for _, g := range []int{32, 64, 128} {
+			q, deq := quantFixture(r, out, in, bits, g)
+			cases = append(cases, tc{fmt.Sprintf("q%d-g%d", bits, g), func() (*Linear, error) { return NewQuant(out, in, q) }, deq})
+		}
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			l, err := c.lin()
+			require.NoError(t, err)
+			for _, rows := range []int{1, 3, 16} {
+				want, mag := naive(c.ref, x, rows, out, in)
+				got := make([]float32, rows*out)
+				l.Forward(got, x, rows)
+				for i := range got {
+					assert.InDelta(t, want[i], float64(got[i]), 1e-5*mag[i]+1e-7, "rows %d elem %d", rows, i)
+				}
+			}
+			// Row() dequantizes exactly what the product uses.
+			row := make([]float32, in)
+			l.Row(row, 5)
+			for j := range in {
+				assert.InDelta(t, c.ref[5*in+j], float64(row[j]), 1e-6*math.Abs(c.ref[5*in+j])+1e-7)
+			}
+		})
+	}
+}
+
+// Bit-identity: one block call equals row-by-row calls, for every worker count.
+func TestLinearDeterministic(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	const out, in, rows = 301, 512, 16
+	x := randVec(r, rows*in, 1)
+	q, _ := quantFixture(r, out, in, 4, 64)
+	bf := make([]uint16, out*in)
+	for i, v := range randVec(r, out*in, 1) {
+		bf[i] = F32ToBF16(v)
+	}
+	lf, err := NewF32(out, in, randVec(r, out*in, 1))
+	require.NoError(t, err)
+	lb, err := NewBF16(out, in, bf)
+	require.NoError(t, err)
+	lq, err := NewQuant(out, in, q)
+	require.NoError(t, err)
+	for _, l := range []*Linear{lf, lb, lq} {
+		l.Pool = NewPool(1)
+		ref := make([]float32, rows*out)
+		l.Forward(ref, x, rows)
+		for _, threads := range []int{2, 3, 4, 7} {
+			l.Pool = NewPool(threads)
+			got := make([]float32, rows*out)
+			l.Forward(got, x, rows)
+			assertBits(t, ref, got, "%v threads %d", l.Format(), threads)
+			for row := range rows {
+				one := make([]float32, out)
+				l.Forward(one, x[row*in:(row+1)*in], 1)
+				assertBits(t, ref[row*out:(row+1)*out], one, "%v row %d alone", l.Format(), row)
+			}
+		}
+	}
+}
+
+func assertBits(t *testing.T, want, got []float32, msg string, args ...any) {
+	t.Helper()
+	require.Equal(t, len(want), len(got))
+	for i := range want {
+		if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+			t.Fatalf("%s: element %d differs: %v vs %v", fmt.Sprintf(msg, args...), i, want[i], got[i])
+		}
+	}
+}
+
+func TestLinearRowsView(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 8))
+	const out, in = 8, 64
+	q, _ := quantFixture(r, out, in, 3, 32)
+	l, err := NewQuant(out, in, q)
+	require.NoError(t, err)
+	v, err := l.Rows(2, 5)
+	require.NoError(t, err)
+	a, b := make([]float32, in), make([]float32, in)
+	l.Row(a, 3)
+	v.Row(b, 1)
+	assert.Equal(t, a, b)
+	_, err = l.Rows(4, 9)
+	assert.Error(t, err)
+}
+
+func TestConstructorsRejectBadShapes(t *testing.T) {
+	_, err := NewF32(2, 3, make([]float32, 5))
+	assert.Error(t, err)
+	_, err = NewBF16(2, 3, make([]uint16, 7))
+	assert.Error(t, err)
+	_, err = NewQuant(2, 64, Quant{Bits: 7, Group: 64})
+	assert.Error(t, err)
+	_, err = NewQuant(2, 64, Quant{Bits: 4, Group: 64, Codes: make([]uint32, 3), Scales: make([]float32, 2), Biases: make([]float32, 2)})
+	assert.Error(t, err)
+}
+
+func TestNormsAndActivations(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	x := randVec(r, 3*16, 2)
+	w := randVec(r, 16, 1)
+	got := make([]float32, len(x))
+	RMSNorm(got, x, w, 1e-6)
+	for row := range 3 {
+		var ss float64
+		for _, v := range x[row*16 : (row+1)*16] {
+			ss += float64(v) * float64(v)
+		}
+		inv := 1 / math.Sqrt(ss/16+1e-6)
+		for j := range 16 {
+			assert.InDelta(t, float64(w[j])*float64(x[row*16+j])*inv, float64(got[row*16+j]), 1e-5)
+		}
+	}
+	assert.InDelta(t, math.Log1p(math.Exp(3)), float64(Softplus(3)), 1e-6)
+	assert.InDelta(t, 100.0, float64(Softplus(100)), 1e-6)
+	assert.InDelta(t, 0.0, float64(Softplus(-100)), 1e-6)
+	assert.InDelta(t, 2/(1+math.Exp(-2)), float64(SiLU(2)), 1e-6)
+
+	s := []float32{1, 2, 3, 3}
+	Softmax(s)
+	var sum float64
+	for _, v := range s {
+		sum += float64(v)
+	}
+	assert.InDelta(t, 1, sum, 1e-6)
+	assert.Equal(t, s[2], s[3])
+	assert.Equal(t, 2, Argmax([]float32{1, 2, 5, 5, float32(math.NaN())}))
+	assert.Equal(t, -1, Argmax(nil))
+
+	v := []float32{3, 4}
+	L2Normalize(v, 0, 2)
+	assert.InDeltaSlice(t, []float64{1.2, 1.6}, []float64{float64(v[0]), float64(v[1])}, 1e-6)
+}
+
+func TestRopePartial(t *testing.T) {
+	const d, rdims, pos = 8, 4, 7
+	rp := NewRope(rdims, 10000)
+	x := []float32{1, 2, 3, 4, 5, 6, 7, 8}
+	cos, sin := make([]float32, rdims/2), make([]float32, rdims/2)
+	rp.Table(cos, sin, pos)
+	got := append([]float32(nil), x...)
+	rp.Apply(got, cos, sin)
+	for i := range rdims / 2 {
+		th := float64(pos) * math.Pow(10000, -float64(2*i)/rdims)
+		a, b := float64(x[i]), float64(x[i+rdims/2])
+		assert.InDelta(t, a*math.Cos(th)-b*math.Sin(th), float64(got[i]), 1e-5)
+		assert.InDelta(t, b*math.Cos(th)+a*math.Sin(th), float64(got[i+rdims/2]), 1e-5)
+	}
+	assert.Equal(t, x[rdims:], got[rdims:d], "dims past r pass through")
+}
+
+func TestBF16Rounding(t *testing.T) {
+	assert.Equal(t, uint16(0x3f80), F32ToBF16(1))
+	// 1 + 2^-8 is exactly halfway between two bf16 values: ties to even (down to 1).
+	assert.Equal(t, uint16(0x3f80), F32ToBF16(1+1.0/256))
+	assert.Equal(t, uint16(0x3f82), F32ToBF16(1+3.0/256))
+	assert.True(t, math.IsNaN(float64(BF16ToF32(F32ToBF16(float32(math.NaN()))))))
+}
+
+func TestPoolCoversRange(t *testing.T) {
+	for _, threads := range []int{1, 2, 5} {
+		for _, n := range []int{0, 1, 7, 100} {
+			seen := make([]int32, n)
+			NewPool(threads).For(n, 1, func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					seen[i]++
+				}
+			})
+			for i := range seen {
+				require.Equal(t, int32(1), seen[i])
+			}
+		}
+	}
+}

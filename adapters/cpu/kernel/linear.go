@@ -1,0 +1,246 @@
+package kernel
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/viterin/vek/vek32"
+)
+
+// Format says how a Linear stores its weight.
+type Format int
+
+const (
+	// FormatF32 stores float32 weights.
+	FormatF32 Format = iota + 1
+	// FormatBF16 stores raw bfloat16 bits, widened one row at a time.
+	FormatBF16
+	// FormatQuant stores MLX affine codes, scales and biases, used packed.
+	FormatQuant
+)
+
+func (f Format) String() string {
+	switch f {
+	case FormatF32:
+		return "f32"
+	case FormatBF16:
+		return "bf16"
+	case FormatQuant:
+		return "affine"
+	}
+	return "unknown"
+}
+
+// Linear is a weight matrix W [Out, In] applied as y = x·Wᵀ. The weight memory is borrowed (it may be a
+// read-only mmap); a Linear is immutable after construction and safe for concurrent use.
+type Linear struct {
+	Out, In int
+	// Pool runs Forward; nil means serial.
+	Pool *Pool
+	f32  []float32
+	bf16 []uint16
+	q    *Quant
+}
+
+// NewF32 wraps a row-major float32 weight [out, in].
+func NewF32(out, in int, w []float32) (*Linear, error) {
+	if out <= 0 || in <= 0 || len(w) != out*in {
+		return nil, fmt.Errorf("f32 linear [%d,%d]: %d values", out, in, len(w))
+	}
+	return &Linear{Out: out, In: in, f32: w}, nil
+}
+
+// NewBF16 wraps a row-major bfloat16 weight [out, in] (raw bits).
+func NewBF16(out, in int, w []uint16) (*Linear, error) {
+	if out <= 0 || in <= 0 || len(w) != out*in {
+		return nil, fmt.Errorf("bf16 linear [%d,%d]: %d values", out, in, len(w))
+	}
+	return &Linear{Out: out, In: in, bf16: w}, nil
+}
+
+// NewQuant wraps an MLX affine-quantized weight of logical shape [out, in].
+func NewQuant(out, in int, q Quant) (*Linear, error) {
+	if err := ValidQuant(q.Bits, q.Group); err != nil {
+		return nil, err
+	}
+	if out <= 0 || in <= 0 || in%q.Group != 0 {
+		return nil, fmt.Errorf("quantized linear [%d,%d]: in is not a multiple of group size %d", out, in, q.Group)
+	}
+	if len(q.Codes) != out*q.wordsPerRow(in) {
+		return nil, fmt.Errorf("quantized linear [%d,%d] %d-bit: %d code words, want %d", out, in, q.Bits, len(q.Codes), out*q.wordsPerRow(in))
+	}
+	ng := out * in / q.Group
+	if len(q.Scales) != ng || len(q.Biases) != ng {
+		return nil, fmt.Errorf("quantized linear [%d,%d] group %d: %d scales and %d biases, want %d", out, in, q.Group, len(q.Scales), len(q.Biases), ng)
+	}
+	qq := q
+	return &Linear{Out: out, In: in, q: &qq}, nil
+}
+
+// Format reports the weight storage.
+func (l *Linear) Format() Format {
+	switch {
+	case l.f32 != nil:
+		return FormatF32
+	case l.bf16 != nil:
+		return FormatBF16
+	}
+	return FormatQuant
+}
+
+// Quant returns the quantized storage, or nil.
+func (l *Linear) Quant() *Quant { return l.q }
+
+// Bytes is the size of the weight storage (for bandwidth figures).
+func (l *Linear) Bytes() int {
+	switch l.Format() {
+	case FormatF32:
+		return 4 * len(l.f32)
+	case FormatBF16:
+		return 2 * len(l.bf16)
+	}
+	return 4*len(l.q.Codes) + 4*len(l.q.Scales) + 4*len(l.q.Biases)
+}
+
+// Rows returns a view of weight rows [lo, hi) (used to split fused projections and stacked experts).
+func (l *Linear) Rows(lo, hi int) (*Linear, error) {
+	if lo < 0 || hi > l.Out || lo >= hi {
+		return nil, fmt.Errorf("row range [%d,%d) outside [0,%d)", lo, hi, l.Out)
+	}
+	v := &Linear{Out: hi - lo, In: l.In, Pool: l.Pool}
+	switch l.Format() {
+	case FormatF32:
+		v.f32 = l.f32[lo*l.In : hi*l.In]
+	case FormatBF16:
+		v.bf16 = l.bf16[lo*l.In : hi*l.In]
+	default:
+		wpr, ng := l.q.wordsPerRow(l.In), l.In/l.q.Group
+		q := *l.q
+		q.Codes = q.Codes[lo*wpr : hi*wpr]
+		q.Scales = q.Scales[lo*ng : hi*ng]
+		q.Biases = q.Biases[lo*ng : hi*ng]
+		v.q = &q
+	}
+	return v, nil
+}
+
+// Row writes weight row r, dequantized/widened to float32, into dst[:In] (embedding lookup).
+func (l *Linear) Row(dst []float32, r int) {
+	dst = dst[:l.In]
+	switch l.Format() {
+	case FormatF32:
+		copy(dst, l.f32[r*l.In:(r+1)*l.In])
+	case FormatBF16:
+		WidenBF16(dst, l.bf16[r*l.In:(r+1)*l.In])
+	default:
+		q := l.q
+		wpr, ng := q.wordsPerRow(l.In), l.In/q.Group
+		UnpackCodes(dst, q.Codes[r*wpr:(r+1)*wpr], q.Bits, l.In)
+		for g := range ng {
+			s, b := q.Scales[r*ng+g], q.Biases[r*ng+g]
+			seg := dst[g*q.Group : (g+1)*q.Group]
+			for j, c := range seg {
+				seg[j] = float32(s*c) + b
+			}
+		}
+	}
+}
+
+// Dot is vek32.Dot that accepts empty vectors. Its reduction order depends only on len(a).
+func Dot(a, b []float32) float32 {
+	if len(a) == 0 {
+		return 0
+	}
+	return vek32.Dot(a, b[:len(a)])
+}
+
+var scratchPool = sync.Pool{New: func() any { return new([]float32) }}
+
+func getScratch(n int) *[]float32 {
+	p := scratchPool.Get().(*[]float32)
+	if cap(*p) < n {
+		*p = make([]float32, n)
+	}
+	*p = (*p)[:n]
+	return p
+}
+
+// Forward computes dst[r·Out+o] = Σ_j x[r·In+j]·W[o,j] for r < rows. Each element is one fixed-order dot
+// product, independent of rows and of the worker count. It panics when dst or x is too short (a caller bug).
+func (l *Linear) Forward(dst, x []float32, rows int) {
+	if rows <= 0 {
+		return
+	}
+	if len(x) < rows*l.In || len(dst) < rows*l.Out {
+		panic(fmt.Sprintf("kernel: Linear[%d,%d].Forward with %d rows: len(x)=%d len(dst)=%d", l.Out, l.In, rows, len(x), len(dst)))
+	}
+	grain := max(1, 32768/(l.In*rows))
+	in, out := l.In, l.Out
+	switch l.Format() {
+	case FormatF32:
+		l.Pool.For(out, grain, func(lo, hi int) {
+			for o := lo; o < hi; o++ {
+				w := l.f32[o*in : (o+1)*in]
+				for r := range rows {
+					dst[r*out+o] = vek32.Dot(x[r*in:(r+1)*in], w)
+				}
+			}
+		})
+	case FormatBF16:
+		l.Pool.For(out, grain, func(lo, hi int) {
+			sp := getScratch(in)
+			w := *sp
+			for o := lo; o < hi; o++ {
+				WidenBF16(w, l.bf16[o*in:(o+1)*in])
+				for r := range rows {
+					dst[r*out+o] = vek32.Dot(x[r*in:(r+1)*in], w)
+				}
+			}
+			scratchPool.Put(sp)
+		})
+	default:
+		l.forwardQuant(dst, x, rows)
+	}
+}
+
+// forwardQuant uses y_r = Σ_g (s_rg·Σ_{j∈g} q_rj x_j + b_rg·Σ_{j∈g} x_j), unpacking one row of codes at a time.
+func (l *Linear) forwardQuant(dst, x []float32, rows int) {
+	q := l.q
+	in, out, gs := l.In, l.Out, q.Group
+	ng := in / gs
+	wpr := q.wordsPerRow(in)
+	// Group sums of x: computed once per call, in a fixed order per row, so they do not depend on rows.
+	xsp := getScratch(rows * ng)
+	xs := *xsp
+	for r := range rows {
+		xr := x[r*in : (r+1)*in]
+		for g := range ng {
+			var s float32
+			for _, v := range xr[g*gs : (g+1)*gs] {
+				s += v
+			}
+			xs[r*ng+g] = s
+		}
+	}
+	grain := max(1, 32768/(in*rows))
+	l.Pool.For(out, grain, func(lo, hi int) {
+		sp := getScratch(in)
+		codes := *sp
+		for o := lo; o < hi; o++ {
+			UnpackCodes(codes, q.Codes[o*wpr:(o+1)*wpr], q.Bits, in)
+			sc, bi := q.Scales[o*ng:(o+1)*ng], q.Biases[o*ng:(o+1)*ng]
+			for r := range rows {
+				xr := x[r*in : (r+1)*in]
+				xsr := xs[r*ng : (r+1)*ng]
+				var acc float32
+				for g := range ng {
+					d := vek32.Dot(codes[g*gs:(g+1)*gs], xr[g*gs:(g+1)*gs])
+					acc += float32(sc[g]*d) + float32(bi[g]*xsr[g])
+				}
+				dst[r*out+o] = acc
+			}
+		}
+		scratchPool.Put(sp)
+	})
+	scratchPool.Put(xsp)
+}

@@ -1,0 +1,166 @@
+package kernel
+
+import (
+	"math"
+
+	"github.com/viterin/vek/vek32"
+)
+
+// RMSNorm normalises each of the len(x)/len(w) rows of x over its last axis and multiplies by w:
+// dst = w ⊙ x/sqrt(mean(x²)+eps). dst may alias x. Zero-centred (1+w) weights are folded at load time.
+func RMSNorm(dst, x, w []float32, eps float32) {
+	n := len(w)
+	for r := 0; r+n <= len(x); r += n {
+		xr, dr := x[r:r+n], dst[r:r+n]
+		inv := rmsInv(xr, eps)
+		for j, v := range xr {
+			dr[j] = w[j] * float32(v*inv)
+		}
+	}
+}
+
+func rmsInv(x []float32, eps float32) float32 {
+	ss := Dot(x, x)
+	return float32(1 / math.Sqrt(float64(ss/float32(len(x))+eps)))
+}
+
+// GatedRMSNorm is the Gated DeltaNet output norm per row of width len(w): dst = w ⊙ x̂ ⊙ silu(z).
+// dst may alias x.
+func GatedRMSNorm(dst, x, z, w []float32, eps float32) {
+	n := len(w)
+	for r := 0; r+n <= len(x); r += n {
+		xr, zr, dr := x[r:r+n], z[r:r+n], dst[r:r+n]
+		inv := rmsInv(xr, eps)
+		for j, v := range xr {
+			dr[j] = float32(w[j]*float32(v*inv)) * SiLU(zr[j])
+		}
+	}
+}
+
+// L2Normalize scales x in place to x/sqrt(‖x‖²+eps), then by scale.
+func L2Normalize(x []float32, eps, scale float32) {
+	inv := float32(1 / math.Sqrt(float64(Dot(x, x)+eps)))
+	for j, v := range x {
+		x[j] = float32(v*inv) * scale
+	}
+}
+
+// Sigmoid is the logistic function, evaluated in float64 and rounded once.
+func Sigmoid(x float32) float32 { return float32(1 / (1 + math.Exp(-float64(x)))) }
+
+// SiLU is x·σ(x), evaluated in float64 and rounded once.
+func SiLU(x float32) float32 {
+	v := float64(x)
+	return float32(v / (1 + math.Exp(-v)))
+}
+
+// Softplus is the stable max(x,0)+log1p(exp(−|x|)).
+func Softplus(x float32) float32 {
+	v := float64(x)
+	return float32(math.Max(v, 0) + math.Log1p(math.Exp(-math.Abs(v))))
+}
+
+// Softmax replaces x by softmax(x) in float32 with max subtraction; the sum runs in index order.
+func Softmax(x []float32) {
+	if len(x) == 0 {
+		return
+	}
+	m := x[0]
+	for _, v := range x[1:] {
+		if v > m {
+			m = v
+		}
+	}
+	var s float32
+	for j, v := range x {
+		e := float32(math.Exp(float64(v - m)))
+		x[j] = e
+		s += e
+	}
+	inv := 1 / s
+	for j := range x {
+		x[j] *= inv
+	}
+}
+
+// SwiGLU writes silu(gate) ⊙ up into dst (dst may alias gate or up).
+func SwiGLU(dst, gate, up []float32) {
+	for j, g := range gate[:len(dst)] {
+		dst[j] = SiLU(g) * up[j]
+	}
+}
+
+// Add sets dst[j] += x[j] (one rounding per element).
+func Add(dst, x []float32) {
+	if len(dst) == 0 {
+		return
+	}
+	vek32.Add_Inplace(dst, x[:len(dst)])
+}
+
+// Scale sets x[j] *= a (one rounding per element).
+func Scale(x []float32, a float32) {
+	if len(x) == 0 {
+		return
+	}
+	vek32.MulNumber_Inplace(x, a)
+}
+
+// AddScaled sets dst[j] += a·x[j] with the product rounded before the add (never fused), using tmp (len(dst))
+// as scratch.
+func AddScaled(dst, x, tmp []float32, a float32) {
+	if len(dst) == 0 {
+		return
+	}
+	tmp = tmp[:len(dst)]
+	vek32.MulNumber_Into(tmp, x[:len(dst)], a)
+	vek32.Add_Inplace(dst, tmp)
+}
+
+// Rope holds the inverse frequencies of NeoX rotate-half RoPE over the first Dims dims of a head.
+type Rope struct {
+	Dims    int
+	invFreq []float64
+}
+
+// NewRope returns RoPE over r rotary dims (even) with the given base: θ_i = base^(−2i/r).
+func NewRope(r int, base float64) *Rope {
+	f := make([]float64, r/2)
+	for i := range f {
+		f[i] = 1 / math.Pow(base, float64(2*i)/float64(r))
+	}
+	return &Rope{Dims: r, invFreq: f}
+}
+
+// Table fills cos/sin (each Dims/2) for absolute position pos; angles in float64, rounded once.
+func (r *Rope) Table(cos, sin []float32, pos int) {
+	for i, f := range r.invFreq {
+		a := float64(pos) * f
+		cos[i] = float32(math.Cos(a))
+		sin[i] = float32(math.Sin(a))
+	}
+}
+
+// Apply rotates the first Dims dims of one head vector x with a table from Table; the rest pass through.
+func (r *Rope) Apply(x, cos, sin []float32) {
+	h := r.Dims / 2
+	for i := range h {
+		a, b := x[i], x[i+h]
+		x[i] = float32(a*cos[i]) - float32(b*sin[i])
+		x[i+h] = float32(b*cos[i]) + float32(a*sin[i])
+	}
+}
+
+// Argmax returns the index of the largest value, the lowest index on ties; NaN never wins. −1 for empty x.
+func Argmax(x []float32) int {
+	best := -1
+	for j, v := range x {
+		if v != v {
+			continue
+		}
+		if best < 0 || v > x[best] {
+			best = j
+		}
+	}
+	return best
+}

@@ -1,0 +1,96 @@
+package kernel
+
+import "fmt"
+
+// Quant is an MLX affine-quantized [Out, In] matrix: per row a little-endian bit stream of Bits-bit codes
+// (Codes, In·Bits/32 words per row) and per group of Group columns a scale and a bias, so that
+// W[r,j] = Scales[r, j/Group]·q + Biases[r, j/Group].
+type Quant struct {
+	Bits, Group int
+	Codes       []uint32
+	Scales      []float32
+	Biases      []float32
+}
+
+// ValidQuant reports whether (bits, group) is a supported MLX affine format.
+func ValidQuant(bits, group int) error {
+	switch bits {
+	case 2, 3, 4, 5, 6, 8:
+	default:
+		return fmt.Errorf("quantization bits %d not supported (want 2, 3, 4, 5, 6 or 8)", bits)
+	}
+	switch group {
+	case 32, 64, 128:
+	default:
+		return fmt.Errorf("quantization group size %d not supported (want 32, 64 or 128)", group)
+	}
+	return nil
+}
+
+// wordsPerRow is the number of uint32 code words in one row of in columns.
+func (q *Quant) wordsPerRow(in int) int { return in * q.Bits / 32 }
+
+// UnpackCodes writes the in codes of one packed row as exact float32 integers into dst[:in].
+func UnpackCodes(dst []float32, words []uint32, bits, in int) {
+	dst = dst[:in]
+	switch bits {
+	case 4:
+		for w, v := range words[:in/8] {
+			d := dst[w*8 : w*8+8 : w*8+8]
+			d[0] = float32(v & 15)
+			d[1] = float32(v >> 4 & 15)
+			d[2] = float32(v >> 8 & 15)
+			d[3] = float32(v >> 12 & 15)
+			d[4] = float32(v >> 16 & 15)
+			d[5] = float32(v >> 20 & 15)
+			d[6] = float32(v >> 24 & 15)
+			d[7] = float32(v >> 28)
+		}
+	case 8:
+		for w, v := range words[:in/4] {
+			d := dst[w*4 : w*4+4 : w*4+4]
+			d[0] = float32(v & 255)
+			d[1] = float32(v >> 8 & 255)
+			d[2] = float32(v >> 16 & 255)
+			d[3] = float32(v >> 24)
+		}
+	case 2:
+		for w, v := range words[:in/16] {
+			d := dst[w*16 : w*16+16 : w*16+16]
+			for k := range 16 {
+				d[k] = float32(v >> (2 * k) & 3)
+			}
+		}
+	default:
+		// 3, 5 and 6 bits: codes straddle word boundaries; read through a 64-bit window.
+		mask := uint64(1)<<bits - 1
+		var acc uint64
+		have := 0
+		wi := 0
+		for j := range dst {
+			if have < bits {
+				acc |= uint64(words[wi]) << have
+				wi++
+				have += 32
+			}
+			dst[j] = float32(acc & mask)
+			acc >>= bits
+			have -= bits
+		}
+	}
+}
+
+// PackCodes packs codes (each < 2^bits) of one row into dst[:len(codes)·bits/32] as the little-endian bit stream
+// MLX uses. len(codes) must be a multiple of 32.
+func PackCodes(dst []uint32, codes []uint8, bits int) {
+	n := len(codes) * bits / 32
+	clear(dst[:n])
+	for j, c := range codes {
+		bit := j * bits
+		w, s := bit/32, bit%32
+		dst[w] |= uint32(c) << s
+		if s+bits > 32 {
+			dst[w+1] |= uint32(c) >> (32 - s)
+		}
+	}
+}
