@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/higgs-go/higgs/ports"
 )
@@ -31,8 +33,8 @@ func New(cfg Config, clock ports.Clock, rnd ports.Rand) (*Decoder, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("speculative config: %w", err)
 	}
-	cfg.StopTokens = append([]ports.Token(nil), cfg.StopTokens...)
-	cfg.LayerKinds = append([]ports.LayerKind(nil), cfg.LayerKinds...)
+	cfg.StopTokens = slices.Clone(cfg.StopTokens)
+	cfg.LayerKinds = slices.Clone(cfg.LayerKinds)
 	return &Decoder{cfg: cfg, clock: clock, rnd: rnd}, nil
 }
 
@@ -41,8 +43,353 @@ func New(cfg Config, clock ports.Clock, rnd ports.Rand) (*Decoder, error) {
 // round's committed tokens (already committed to the session) in order; an emit error stops generation and
 // is returned wrapped. ctx is checked once per round; on cancellation Generate returns ctx.Err() (wrapped)
 // plus the partial Result with FinishCancelled. draft must be empty (Len 0); the caller keeps ownership of
-// sess and draft and closes them.
+// sess and draft and closes them. On any other error the partial Result is returned too, and the session
+// state is unspecified (close it).
 func (d *Decoder) Generate(ctx context.Context, sess ports.Session, draft ports.DraftSession,
 	prompt []ports.Token, emit func([]ports.Token) error) (Result, error) {
-	return Result{}, errors.New("speculative: Generate is being implemented")
+	g, err := d.start(sess, draft, prompt, emit)
+	if err != nil {
+		return Result{}, err
+	}
+	err = g.run(ctx)
+	g.res.Tokens = g.seq[len(prompt):]
+	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		g.res.Finish = FinishCancelled
+	}
+	return g.res, err
+}
+
+// generation is the state of one Generate call. Invariants between rounds: sess.Len() == len(seq)-1 (every
+// token but the newest, the anchor, is in the target caches); draft.Len() == dlen ≤ sess.Len(); pending
+// holds the taps of positions dlen..sess.Len()-1 not yet given to the drafter.
+type generation struct {
+	d       *Decoder
+	cfg     Config
+	sess    ports.Session
+	draft   ports.DraftSession
+	emit    func([]ports.Token) error
+	seq     []ports.Token // prompt + generated
+	prompt  int
+	budget  int // maximum number of generated tokens
+	maxBS   int
+	dlen    int
+	pending []pendingTaps
+	rb      *rollbacker
+	policy  *depthPolicy
+	stop    map[ports.Token]bool
+	res     Result
+}
+
+type pendingTaps struct {
+	taps     ports.Taps
+	detached bool
+}
+
+func (d *Decoder) start(sess ports.Session, draft ports.DraftSession, prompt []ports.Token,
+	emit func([]ports.Token) error) (*generation, error) {
+	cfg := d.cfg
+	var errs []error
+	if sess == nil {
+		return nil, errors.New("generate: nil session")
+	}
+	if len(prompt) == 0 {
+		errs = append(errs, errors.New("empty prompt"))
+	}
+	if n := sess.Len(); n != 0 {
+		errs = append(errs, fmt.Errorf("session holds %d positions, want an empty session", n))
+	}
+	if draft != nil && draft.Len() != 0 {
+		errs = append(errs, fmt.Errorf("draft session holds %d positions, want an empty session", draft.Len()))
+	}
+	if emit == nil {
+		errs = append(errs, errors.New("nil emit function"))
+	}
+	budget := cfg.MaxTokens
+	if cfg.ContextLength > 0 {
+		room := cfg.ContextLength - len(prompt)
+		if room <= 0 {
+			errs = append(errs, fmt.Errorf("prompt of %d tokens leaves no room in context length %d: %w",
+				len(prompt), cfg.ContextLength, ports.ErrContextFull))
+		}
+		if budget == 0 || room < budget {
+			budget = room
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	g := &generation{
+		d: d, cfg: cfg, sess: sess, draft: draft, emit: emit,
+		seq: slices.Clone(prompt), prompt: len(prompt), budget: budget, maxBS: 1,
+		stop: make(map[ports.Token]bool, len(cfg.StopTokens)),
+	}
+	for _, s := range cfg.StopTokens {
+		g.stop[s] = true
+	}
+	if draft != nil {
+		g.maxBS = cfg.BlockSize
+	}
+	if cfg.Adaptive {
+		g.policy = newDepthPolicy(g.maxBS, cfg.Policy)
+	}
+	rb, err := newRollbacker(cfg, sess)
+	if err != nil {
+		return nil, fmt.Errorf("generate: %w", err)
+	}
+	g.rb = rb
+	g.res.Stats.PromptTokens = len(prompt)
+	return g, nil
+}
+
+func (g *generation) sampling() *ports.SamplingParams {
+	if g.cfg.Sampling.Greedy() {
+		return nil
+	}
+	s := g.cfg.Sampling
+	return &s
+}
+
+// run prefills, then decodes round by round until a finish reason or an error.
+func (g *generation) run(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("generate: %w", err)
+	}
+	clock := g.d.clock
+	t0 := clock.Now()
+	fr, err := g.sess.Forward(ctx, g.seq, ports.ForwardOptions{Rows: 1, Taps: g.draft != nil, Sampling: g.sampling()})
+	if err != nil {
+		return fmt.Errorf("prefill %d tokens: %w", g.prompt, err)
+	}
+	if n := g.sess.Len(); n != g.prompt {
+		return fmt.Errorf("prefill: session holds %d positions, want %d", n, g.prompt)
+	}
+	if g.draft != nil {
+		if rowsOf(fr.Taps) != g.prompt {
+			return fmt.Errorf("prefill returned taps for %d positions, want %d", rowsOf(fr.Taps), g.prompt)
+		}
+		g.pending = append(g.pending, pendingTaps{taps: fr.Taps})
+	}
+	first, err := sampleFirst(fr, g.cfg.Sampling.Greedy(), g.d.rnd)
+	if err != nil {
+		return fmt.Errorf("first token: %w", err)
+	}
+	g.seq = append(g.seq, first)
+	g.res.Stats.PrefillTime = clock.Now().Sub(t0)
+	if err := g.emit(g.seq[g.prompt:]); err != nil {
+		g.res.Finish = FinishCancelled
+		return fmt.Errorf("emit: %w", err)
+	}
+	if g.stop[first] {
+		g.res.Finish = FinishStop
+		return nil
+	}
+	if g.generated() >= g.budget {
+		g.res.Finish = FinishLength
+		return nil
+	}
+	decodeStart := clock.Now()
+	defer func() { g.res.Stats.DecodeTime = clock.Now().Sub(decodeStart) }()
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("generate: %w", err)
+		}
+		done, err := g.round(ctx)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+func (g *generation) generated() int { return len(g.seq) - g.prompt }
+
+// round runs one draft → verify → accept → roll back → commit → emit cycle. It reports whether generation
+// finished.
+func (g *generation) round(ctx context.Context) (bool, error) {
+	clock := g.d.clock
+	remaining := g.budget - g.generated()
+	limit := min(g.maxBS, remaining+1)
+	bs, why := limit, reasonFixed
+	switch {
+	case g.policy != nil:
+		bs, why = g.policy.choose(limit)
+	case limit < g.maxBS:
+		why = reasonLength
+	}
+	preLen := g.sess.Len()
+	anchor := g.seq[len(g.seq)-1]
+	rs := RoundStats{BlockSize: bs, Policy: why}
+
+	// Draft.
+	var prop ports.Proposal
+	var policyDraft time.Duration
+	if bs > 1 {
+		t0 := clock.Now()
+		var err error
+		var lastCall time.Duration
+		prop, lastCall, err = g.draftBlock(ctx, anchor, bs)
+		if err != nil {
+			return false, err
+		}
+		rs.DraftTime = clock.Now().Sub(t0)
+		policyDraft = lastCall
+	}
+	block := append([]ports.Token{anchor}, prop.Tokens...)
+	rs.Block = block
+
+	// Verify (after a snapshot when the rollback plan needs one).
+	t0 := clock.Now()
+	plan, _, err := g.rb.prepare(g.sess, bs, clock)
+	if err != nil {
+		return false, err
+	}
+	g.detachPending()
+	fr, err := g.sess.Forward(ctx, block, ports.ForwardOptions{
+		Taps: g.draft != nil, RecordTape: plan.recordTape, Sampling: g.sampling()})
+	if err != nil {
+		return false, fmt.Errorf("verify block of %d: %w", bs, err)
+	}
+	rs.VerifyTime = clock.Now().Sub(t0)
+
+	// Accept.
+	var a int
+	var next ports.Token
+	if g.cfg.Sampling.Greedy() {
+		a, next, err = acceptGreedy(prop.Tokens, fr.Greedy)
+	} else {
+		a, next, err = acceptSampled(prop.Tokens, prop.Dists, fr.Dists, g.d.rnd)
+	}
+	if err != nil {
+		return false, fmt.Errorf("verify block of %d: %w", bs, err)
+	}
+	rs.Accepted = a
+	chunk := append(slices.Clone(prop.Tokens[:a]), next)
+	finish := FinishReason("")
+	if i := slices.IndexFunc(chunk, func(t ports.Token) bool { return g.stop[t] }); i >= 0 {
+		chunk, finish = chunk[:i+1], FinishStop
+	}
+	if len(chunk) >= remaining {
+		chunk = chunk[:remaining]
+		if finish == "" {
+			finish = FinishLength
+		}
+	}
+	n := len(chunk)
+	rs.Committed = n
+
+	// Roll back to the committed positions: anchor + the first n-1 chunk tokens.
+	t0 = clock.Now()
+	kind, taps, err := g.rb.apply(ctx, g.sess, plan, fr, block, preLen, n, g.draft != nil)
+	if err != nil {
+		return false, err
+	}
+	rs.RollbackTime = clock.Now().Sub(t0)
+	rs.Rollback = kind
+	g.rb.observe(kind, rs.RollbackTime)
+	if got := g.sess.Len(); got != preLen+n {
+		return false, fmt.Errorf("after rollback the session holds %d positions, want %d", got, preLen+n)
+	}
+	if taps != nil {
+		g.pending = append(g.pending, pendingTaps{taps: taps})
+	}
+
+	// Commit, then emit.
+	g.seq = append(g.seq, chunk...)
+	g.res.Stats.Rounds = append(g.res.Stats.Rounds, rs)
+	if g.policy != nil {
+		// The policy sees only the final Draft call: catching up context after plain rounds is a cost of
+		// having fallen back, not of this block size.
+		g.policy.observe(bs, a, policyDraft, rs.VerifyTime, rs.RollbackTime)
+	}
+	if err := g.emit(chunk); err != nil {
+		g.res.Finish = FinishCancelled
+		return false, fmt.Errorf("emit: %w", err)
+	}
+	if finish != "" {
+		g.res.Finish = finish
+		return true, nil
+	}
+	return false, nil
+}
+
+// draftBlock feeds the pending taps to the drafter and drafts bs-1 tokens after anchor. Pending taps of
+// earlier rounds (plain-decoding rounds of the adaptive policy) are fed first by context-only Draft calls
+// with bs = 1. It returns the proposal and the duration of the final Draft call.
+func (g *generation) draftBlock(ctx context.Context, anchor ports.Token, bs int) (ports.Proposal, time.Duration, error) {
+	if g.draft.Len() != g.dlen {
+		if err := g.cropDraft(); err != nil {
+			return ports.Proposal{}, 0, err
+		}
+	}
+	for len(g.pending) > 1 {
+		p := g.pending[0]
+		at := g.dlen + p.taps.Rows()
+		if _, err := g.draftCall(ctx, g.seq[at], p.taps, 1); err != nil {
+			return ports.Proposal{}, 0, err
+		}
+		g.pending = g.pending[1:]
+	}
+	var newCtx ports.Taps
+	if len(g.pending) == 1 {
+		newCtx = g.pending[0].taps
+	}
+	t0 := g.d.clock.Now()
+	prop, err := g.draftCall(ctx, anchor, newCtx, bs)
+	if err != nil {
+		return ports.Proposal{}, 0, err
+	}
+	g.pending = g.pending[:0]
+	dt := g.d.clock.Now().Sub(t0)
+	if len(prop.Tokens) != bs-1 {
+		return ports.Proposal{}, 0, fmt.Errorf("drafter proposed %d tokens for a block of %d, want %d", len(prop.Tokens), bs, bs-1)
+	}
+	if prop.Dists != nil && len(prop.Dists) != bs-1 {
+		return ports.Proposal{}, 0, fmt.Errorf("drafter returned %d distributions for %d tokens", len(prop.Dists), bs-1)
+	}
+	return prop, dt, nil
+}
+
+// draftCall runs one Draft and restores the drafter invariant Len() == anchor position.
+func (g *generation) draftCall(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int) (ports.Proposal, error) {
+	want := g.dlen + rowsOf(newCtx)
+	prop, err := g.draft.Draft(ctx, anchor, newCtx, bs)
+	if err != nil {
+		// Leave the drafter at a known length for whoever inspects it after the error.
+		_ = g.cropDraft()
+		return ports.Proposal{}, fmt.Errorf("draft block of %d at position %d: %w", bs, want, err)
+	}
+	got := g.draft.Len()
+	switch {
+	case got > want:
+		if err := g.draft.Crop(want); err != nil {
+			return ports.Proposal{}, fmt.Errorf("crop drafter from %d to %d: %w", got, want, err)
+		}
+	case got < want:
+		return ports.Proposal{}, fmt.Errorf("drafter holds %d positions after drafting, want %d", got, want)
+	}
+	g.dlen = want
+	return prop, nil
+}
+
+// cropDraft brings the drafter back to the length the decoder believes it has, when it holds more.
+func (g *generation) cropDraft() error {
+	got := g.draft.Len()
+	if got == g.dlen {
+		return nil
+	}
+	if got < g.dlen {
+		return fmt.Errorf("drafter holds %d positions, want %d", got, g.dlen)
+	}
+	if err := g.draft.Crop(g.dlen); err != nil {
+		return fmt.Errorf("crop drafter from %d to %d: %w", got, g.dlen, err)
+	}
+	return nil
+}
+
+// detachPending copies pending taps that would otherwise be invalidated by the next Forward.
+func (g *generation) detachPending() {
+	for i := range g.pending {
+		if !g.pending[i].detached {
+			g.pending[i] = pendingTaps{taps: g.pending[i].taps.Detach(), detached: true}
+		}
+	}
 }

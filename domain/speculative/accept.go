@@ -1,0 +1,121 @@
+package speculative
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/higgs-go/higgs/ports"
+)
+
+// maxResidualTries bounds the rejection sampler of the general residual max(0, p−q). Its expected number of
+// tries, given that the residual is needed at all, is 1/Σ max(0, p−q); reaching this bound means p and q
+// agree to within about 1e-6 in total variation while the draft was still rejected, which a sane pair of
+// distributions practically never produces.
+const maxResidualTries = 1 << 20
+
+// acceptGreedy applies the greedy rule of MODEL-REFERENCE §6.3: greedy[i] is the target's argmax after block
+// slot i, so draft i+1 is accepted while drafts[i] == greedy[i]. It returns the number of accepted drafts and
+// the bonus/correction token greedy[accepted]. greedy must hold exactly len(drafts)+1 tokens.
+func acceptGreedy(drafts, greedy []ports.Token) (int, ports.Token, error) {
+	if len(greedy) != len(drafts)+1 {
+		return 0, ports.NoToken, fmt.Errorf("accept: %d target tokens for %d drafts, want %d",
+			len(greedy), len(drafts), len(drafts)+1)
+	}
+	a := 0
+	for a < len(drafts) && drafts[a] == greedy[a] {
+		a++
+	}
+	return a, greedy[a], nil
+}
+
+// acceptSampled applies lossless speculative sampling (MODEL-REFERENCE §6.3). ps[i] is the target
+// distribution after block slot i (len(drafts)+1 of them); qs[i], when qs is non-nil, is the distribution
+// drafts[i] was drawn from, and nil qs means point-mass drafts. Draft i is accepted with probability
+// min(1, p(d)/q(d)); on the first rejection the correction is drawn from the residual ∝ max(0, p−q); if every
+// draft is accepted the bonus is drawn from the last p. All randomness comes from rnd.
+func acceptSampled(drafts []ports.Token, qs, ps []ports.Distribution, rnd ports.Rand) (int, ports.Token, error) {
+	if len(ps) != len(drafts)+1 {
+		return 0, ports.NoToken, fmt.Errorf("accept: %d target distributions for %d drafts, want %d",
+			len(ps), len(drafts), len(drafts)+1)
+	}
+	if qs != nil && len(qs) != len(drafts) {
+		return 0, ports.NoToken, fmt.Errorf("accept: %d draft distributions for %d drafts", len(qs), len(drafts))
+	}
+	for i, d := range drafts {
+		p := ps[i]
+		if p == nil || (qs != nil && qs[i] == nil) {
+			return 0, ports.NoToken, fmt.Errorf("accept: nil distribution at slot %d", i)
+		}
+		q := 1.0
+		if qs != nil {
+			q = qs[i].Prob(d)
+			if !(q > 0) {
+				return 0, ports.NoToken, fmt.Errorf("accept: draft token %d at slot %d has probability %v under its own distribution", d, i+1, q)
+			}
+		}
+		if rnd.Float64() < min(1, p.Prob(d)/q) {
+			continue
+		}
+		var y ports.Token
+		var err error
+		if qs == nil {
+			// Point-mass draft: the residual max(0, p−δ_d) is p with d removed, renormalised.
+			y = p.Sample(rnd.Float64(), d)
+		} else {
+			y, err = sampleResidual(p, qs[i], rnd)
+			if err != nil {
+				return 0, ports.NoToken, fmt.Errorf("accept: slot %d: %w", i+1, err)
+			}
+		}
+		if y == ports.NoToken {
+			return 0, ports.NoToken, fmt.Errorf("accept: slot %d: residual distribution has no mass", i+1)
+		}
+		return i, y, nil
+	}
+	last := ps[len(drafts)]
+	if last == nil {
+		return 0, ports.NoToken, fmt.Errorf("accept: nil distribution at slot %d", len(drafts))
+	}
+	y := last.Sample(rnd.Float64(), ports.NoToken)
+	if y == ports.NoToken {
+		return 0, ports.NoToken, errors.New("accept: target distribution has no mass")
+	}
+	return len(drafts), y, nil
+}
+
+// sampleResidual draws from r ∝ max(0, p−q) knowing p and q only through Prob and Sample: propose y ~ p and
+// keep it with probability max(0, p(y)−q(y))/p(y), which is ≤ 1, so this is exact rejection sampling.
+func sampleResidual(p, q ports.Distribution, rnd ports.Rand) (ports.Token, error) {
+	for range maxResidualTries {
+		y := p.Sample(rnd.Float64(), ports.NoToken)
+		if y == ports.NoToken {
+			return ports.NoToken, errors.New("target distribution has no mass")
+		}
+		py := p.Prob(y)
+		if !(py > 0) {
+			continue
+		}
+		if rnd.Float64() < 1-q.Prob(y)/py {
+			return y, nil
+		}
+	}
+	return ports.NoToken, fmt.Errorf("residual sampling gave up after %d tries (target and draft distributions nearly equal)", maxResidualTries)
+}
+
+// sampleFirst picks the first token from the prefill's last row.
+func sampleFirst(fr ports.ForwardResult, greedy bool, rnd ports.Rand) (ports.Token, error) {
+	if greedy {
+		if len(fr.Greedy) != 1 {
+			return ports.NoToken, fmt.Errorf("prefill returned %d greedy rows, want 1", len(fr.Greedy))
+		}
+		return fr.Greedy[0], nil
+	}
+	if len(fr.Dists) != 1 || fr.Dists[0] == nil {
+		return ports.NoToken, fmt.Errorf("prefill returned %d distributions, want 1", len(fr.Dists))
+	}
+	y := fr.Dists[0].Sample(rnd.Float64(), ports.NoToken)
+	if y == ports.NoToken {
+		return ports.NoToken, errors.New("prefill distribution has no mass")
+	}
+	return y, nil
+}
