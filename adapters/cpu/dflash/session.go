@@ -1,0 +1,252 @@
+package dflash
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// contextChunk bounds how many context rows are projected at once, so a long prompt never needs a
+// rows × taps·H scratch matrix.
+const contextChunk = 128
+
+// Session is one sequence's drafter state: per layer the K/V of the committed context positions (RoPE'd at
+// their absolute positions). It is not safe for concurrent use.
+type Session struct {
+	d      *Drafter
+	n      int         // committed context positions cached
+	k, v   [][]float32 // per layer: n·Hkv·d values
+	closed bool
+
+	// scratch, grown on demand
+	c, h, q, kb, vb, att, x, tmp, g, u, logits, scores []float32
+	cos, sin                                           []float32
+}
+
+var _ ports.DraftSession = (*Session)(nil)
+
+// Len returns the number of committed context positions cached.
+func (s *Session) Len() int { return s.n }
+
+// Crop truncates the context cache to n positions.
+func (s *Session) Crop(n int) error {
+	if s.closed {
+		return errors.New("dflash: session is closed")
+	}
+	if n < 0 || n > s.n {
+		return fmt.Errorf("dflash: crop to %d outside 0..%d", n, s.n)
+	}
+	kvw := s.d.arch.NumKVHeads * s.d.arch.HeadDim
+	for i := range s.k {
+		s.k[i] = s.k[i][:n*kvw]
+		s.v[i] = s.v[i][:n*kvw]
+	}
+	s.n = n
+	return nil
+}
+
+// Close releases the session's caches.
+func (s *Session) Close() error {
+	s.closed = true
+	s.k, s.v = nil, nil
+	return nil
+}
+
+func grow(b []float32, n int) []float32 {
+	if cap(b) < n {
+		return make([]float32, n)
+	}
+	return b[:n]
+}
+
+// Draft appends newCtx's rows to the context cache, then drafts bs−1 tokens for the block [anchor, mask…]
+// at positions Len()..Len()+bs−1.
+func (s *Session) Draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int) (ports.Proposal, error) {
+	if s.closed {
+		return ports.Proposal{}, errors.New("dflash: session is closed")
+	}
+	a := &s.d.arch
+	if bs < 2 || bs > a.BlockSize {
+		return ports.Proposal{}, fmt.Errorf("dflash: block size %d outside 2..%d", bs, a.BlockSize)
+	}
+	if anchor < 0 || int(anchor) >= s.d.vocab {
+		return ports.Proposal{}, fmt.Errorf("dflash: anchor token %d outside the vocabulary of %d", anchor, s.d.vocab)
+	}
+	if err := ctx.Err(); err != nil {
+		return ports.Proposal{}, err
+	}
+	if newCtx != nil && newCtx.Rows() > 0 {
+		ft, ok := newCtx.(FloatTaps)
+		if !ok {
+			return ports.Proposal{}, fmt.Errorf("dflash: context taps of type %T are not CPU float32 taps", newCtx)
+		}
+		data, rows, width := ft.Float32()
+		if want := len(a.TapLayers) * a.HiddenSize; width != want {
+			return ports.Proposal{}, fmt.Errorf("dflash: context taps are %d wide, want %d (%d taps × hidden %d)", width, want, len(a.TapLayers), a.HiddenSize)
+		}
+		if len(data) < rows*width {
+			return ports.Proposal{}, fmt.Errorf("dflash: context taps hold %d values for %d rows of %d", len(data), rows, width)
+		}
+		for lo := 0; lo < rows; lo += contextChunk {
+			hi := min(rows, lo+contextChunk)
+			s.appendContext(data[lo*width:hi*width], hi-lo)
+		}
+	}
+	toks, err := s.draftBlock(anchor, bs)
+	if err != nil {
+		return ports.Proposal{}, err
+	}
+	return ports.Proposal{Tokens: toks}, nil
+}
+
+// appendContext projects m context rows (c = hidden_norm(fc(f))) and appends every layer's RoPE'd, k-normed
+// K and V at positions Len()..Len()+m−1. Context rows skip input_layernorm (MODEL-REFERENCE §5.2).
+func (s *Session) appendContext(f []float32, m int) {
+	d := s.d
+	a := &d.arch
+	H, hd := a.HiddenSize, a.HeadDim
+	kvw := a.NumKVHeads * hd
+	s.c = grow(s.c, m*H)
+	d.fc.Forward(s.c, f, m)
+	kernel.RMSNorm(s.c, s.c, d.hidNorm, d.eps)
+	s.kb = grow(s.kb, m*kvw)
+	s.vb = grow(s.vb, m*kvw)
+	for li := range d.layers {
+		l := &d.layers[li]
+		l.k.Forward(s.kb, s.c, m)
+		l.v.Forward(s.vb, s.c, m)
+		kernel.RMSNorm(s.kb, s.kb, l.kNorm, d.eps)
+		s.ropeRows(s.kb, m, a.NumKVHeads, s.n)
+		s.k[li] = append(s.k[li], s.kb...)
+		s.v[li] = append(s.v[li], s.vb...)
+	}
+	s.n += m
+}
+
+// ropeRows rotates rows×heads head vectors of x, row r at absolute position pos0+r.
+func (s *Session) ropeRows(x []float32, rows, heads, pos0 int) {
+	hd := s.d.arch.HeadDim
+	s.cos = grow(s.cos, hd/2)
+	s.sin = grow(s.sin, hd/2)
+	for r := range rows {
+		s.d.rope.Table(s.cos, s.sin, pos0+r)
+		for h := range heads {
+			off := (r*heads + h) * hd
+			s.d.rope.Apply(x[off:off+hd], s.cos, s.sin)
+		}
+	}
+}
+
+// draftBlock runs the noise block through the layers and returns the argmax tokens of slots 1..bs−1.
+func (s *Session) draftBlock(anchor ports.Token, bs int) ([]ports.Token, error) {
+	d := s.d
+	a := &d.arch
+	H, hd := a.HiddenSize, a.HeadDim
+	qw, kvw := a.NumHeads*hd, a.NumKVHeads*hd
+	I := a.IntermediateSize
+	block := make([]ports.Token, bs)
+	block[0] = anchor
+	for i := 1; i < bs; i++ {
+		block[i] = a.MaskToken
+	}
+	s.x = grow(s.x, bs*H)
+	if err := d.target.EmbedTokens(s.x, block); err != nil {
+		return nil, fmt.Errorf("dflash: embed block: %w", err)
+	}
+	s.h = grow(s.h, bs*H)
+	s.q = grow(s.q, bs*qw)
+	s.kb = grow(s.kb, bs*kvw)
+	s.vb = grow(s.vb, bs*kvw)
+	s.att = grow(s.att, bs*qw)
+	s.tmp = grow(s.tmp, bs*H)
+	s.g = grow(s.g, bs*I)
+	s.u = grow(s.u, bs*I)
+	for li := range d.layers {
+		l := &d.layers[li]
+		kernel.RMSNorm(s.h, s.x, l.inNorm, d.eps)
+		l.q.Forward(s.q, s.h, bs)
+		l.k.Forward(s.kb, s.h, bs)
+		l.v.Forward(s.vb, s.h, bs)
+		kernel.RMSNorm(s.q, s.q, l.qNorm, d.eps)
+		kernel.RMSNorm(s.kb, s.kb, l.kNorm, d.eps)
+		s.ropeRows(s.q, bs, a.NumHeads, s.n)
+		s.ropeRows(s.kb, bs, a.NumKVHeads, s.n)
+		s.attend(li, bs)
+		l.o.Forward(s.tmp, s.att, bs)
+		kernel.Add(s.x, s.tmp)
+		kernel.RMSNorm(s.h, s.x, l.postNorm, d.eps)
+		l.gate.Forward(s.g, s.h, bs)
+		l.up.Forward(s.u, s.h, bs)
+		kernel.SwiGLU(s.g, s.g, s.u)
+		l.down.Forward(s.tmp, s.g, bs)
+		kernel.Add(s.x, s.tmp)
+	}
+	rows := bs - 1
+	kernel.RMSNorm(s.h[:rows*H], s.x[H:bs*H], d.norm, d.eps)
+	s.logits = grow(s.logits, rows*d.vocab)
+	if err := d.target.LMHead(s.logits, s.h[:rows*H], rows); err != nil {
+		return nil, fmt.Errorf("dflash: lm head: %w", err)
+	}
+	out := make([]ports.Token, rows)
+	for r := range rows {
+		out[r] = ports.Token(kernel.Argmax(s.logits[r*d.vocab : (r+1)*d.vocab]))
+	}
+	return out, nil
+}
+
+// attend computes, for every block query, softmax attention over [visible cached context keys ; all block
+// keys] with no causal mask, writing s.att. Heads are split across the pool; each head's output is computed by
+// one goroutine in index order, so results do not depend on the worker count.
+func (s *Session) attend(li, bs int) {
+	d := s.d
+	a := &d.arch
+	hd := a.HeadDim
+	nq, nkv := a.NumHeads, a.NumKVHeads
+	group := nq / nkv
+	kc, vc := s.k[li], s.v[li]
+	n := s.n
+	window := d.layers[li].window
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	d.pool.For(nq, 1, func(lo, hi int) {
+		scores := make([]float32, n+bs)
+		for h := lo; h < hi; h++ {
+			g := h / group
+			for i := range bs {
+				qv := s.q[(i*nq+h)*hd : (i*nq+h+1)*hd]
+				// Sliding layers see context keys at positions p' with p−p' < W (query at p = n+i).
+				first := 0
+				if window > 0 {
+					first = max(0, n+i-window+1)
+				}
+				sc := scores[:0]
+				for j := first; j < n; j++ {
+					sc = append(sc, kernel.Dot(qv, kc[(j*nkv+g)*hd:(j*nkv+g+1)*hd])*scale)
+				}
+				for j := range bs {
+					sc = append(sc, kernel.Dot(qv, s.kb[(j*nkv+g)*hd:(j*nkv+g+1)*hd])*scale)
+				}
+				kernel.Softmax(sc)
+				out := s.att[(i*nq+h)*hd : (i*nq+h+1)*hd]
+				clear(out)
+				nctx := n - first
+				for j, p := range sc {
+					var vv []float32
+					if j < nctx {
+						jj := first + j
+						vv = vc[(jj*nkv+g)*hd : (jj*nkv+g+1)*hd]
+					} else {
+						jj := j - nctx
+						vv = s.vb[(jj*nkv+g)*hd : (jj*nkv+g+1)*hd]
+					}
+					for t := range out {
+						out[t] += p * vv[t]
+					}
+				}
+			}
+		}
+	})
+}
