@@ -1,0 +1,346 @@
+package hfmodel
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+)
+
+// DrafterArchitecture is the architectures entry of a DFlash drafter config.
+const DrafterArchitecture = "DFlashDraftModel"
+
+// ErrNoTapLayers is wrapped when a drafter config gives no target_layer_ids and deriving them was not
+// allowed (MODEL-REFERENCE §1.3 [CHOICE]: the fallback formula is wrong for most published checkpoints).
+var ErrNoTapLayers = errors.New("drafter config has no target_layer_ids")
+
+// Drafter layer types (DrafterConfig.LayerTypes).
+const (
+	DrafterFullAttention    = "full_attention"
+	DrafterSlidingAttention = "sliding_attention"
+)
+
+// DrafterConfig is a DFlash drafter's config.json, resolved and validated. The drafter is a plain Qwen3
+// attention stack; it has no embedding or lm_head of its own (the target's are used).
+type DrafterConfig struct {
+	HiddenSize, IntermediateSize, NumHiddenLayers, NumAttentionHeads, NumKeyValueHeads, HeadDim int
+	VocabSize, MaxPositionEmbeddings                                                            int
+	RMSNormEps, RopeTheta                                                                       float64
+	// RopeType is always "default" after parsing: rope_scaling / rope_parameters of any other type (YaRN,
+	// linear, dynamic, ...) are refused with ErrUnsupported.
+	RopeType string
+
+	// BlockSize is the number of tokens per draft block including the anchor (top-level block_size or
+	// dflash_config.block_size).
+	BlockSize int
+	// NumTargetLayers is the training-time target layer count (informational, 0 when absent; may disagree with
+	// the real target, see §1.3).
+	NumTargetLayers int
+	// TargetLayerIDs are the tapped target layers in order (dflash_config.target_layer_ids, or top-level);
+	// empty when the config gives none — see ResolveTapLayers.
+	TargetLayerIDs []int
+	// MaskTokenID is the mask token fed for the not-yet-drafted positions (required).
+	MaskTokenID int32
+	// LayerTypes has one DrafterFullAttention / DrafterSlidingAttention entry per drafter layer (all full when
+	// the config has no layer_types).
+	LayerTypes []string
+	// SlidingWindow is the window of sliding layers (0 when no layer slides).
+	SlidingWindow int
+
+	Quantization *Quantization
+
+	// AllowDerivedTapLayers, set by the caller (never by parsing), lets ResolveTapLayers fall back to the
+	// reference formula when the config has no target_layer_ids.
+	AllowDerivedTapLayers bool
+}
+
+// LoadDrafterConfig reads dir/config.json with ParseDrafterConfig.
+func LoadDrafterConfig(dir string) (*DrafterConfig, error) {
+	path := filepath.Join(dir, ConfigFile)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load drafter config: %w", err)
+	}
+	d, err := ParseDrafterConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return d, nil
+}
+
+// ParseDrafterConfig parses and validates a DFlash drafter config.json (old layout: top-level block_size and
+// rope_theta; new layout: dflash_config.block_size, rope_parameters, layer_types + sliding_window). When a
+// value is given in both places the two must agree. Every problem is reported (errors.Join).
+func ParseDrafterConfig(data []byte) (*DrafterConfig, error) {
+	top, err := parseObject(data)
+	if err != nil {
+		return nil, fmt.Errorf("%w: drafter config.json: %v", ErrInvalidConfig, err)
+	}
+	r := &reader{scopes: []scope{{"", top}}}
+	if arch := r.strings("architectures"); !slices.Contains(arch, DrafterArchitecture) {
+		return nil, fmt.Errorf("%w: architectures %q does not contain %s: not a DFlash drafter", ErrInvalidConfig, arch, DrafterArchitecture)
+	}
+	if mt := r.str("model_type", ModelQwen3); mt != ModelQwen3 {
+		r.unsupported("drafter model_type %q (DFlash drafters are qwen3 stacks)", mt)
+	}
+	dc, dwhere := r.obj("dflash_config")
+	dr := &reader{scopes: []scope{{dwhere, dc}}}
+
+	d := &DrafterConfig{RopeType: "default"}
+	d.HiddenSize = r.int("hidden_size", 0)
+	d.IntermediateSize = r.int("intermediate_size", 0)
+	d.NumHiddenLayers = r.int("num_hidden_layers", 0)
+	d.NumAttentionHeads = r.int("num_attention_heads", 0)
+	d.NumKeyValueHeads = r.int("num_key_value_heads", d.NumAttentionHeads)
+	defHead := 0
+	if d.NumAttentionHeads > 0 {
+		defHead = d.HiddenSize / d.NumAttentionHeads
+	}
+	d.HeadDim = r.int("head_dim", defHead)
+	d.VocabSize = r.int("vocab_size", 0)
+	d.MaxPositionEmbeddings = r.int("max_position_embeddings", 0)
+	d.RMSNormEps = r.float("rms_norm_eps", 1e-6)
+	if r.bool("attention_bias", false) {
+		r.unsupported("attention_bias true for a drafter")
+	}
+	if act := r.str("hidden_act", "silu"); act != "silu" {
+		r.unsupported("hidden_act %q (only silu)", act)
+	}
+
+	params, pwhere := r.obj("rope_parameters")
+	pr := &reader{scopes: []scope{{pwhere, params}}}
+	d.RopeTheta = r.float("rope_theta", 0)
+	if pt := pr.float("rope_theta", 0); pt != 0 {
+		if d.RopeTheta != 0 && d.RopeTheta != pt {
+			r.addErr("rope_theta %v and %s.rope_theta %v disagree", d.RopeTheta, pwhere, pt)
+		}
+		d.RopeTheta = pt
+	}
+	if d.RopeTheta == 0 && !r.has("rope_theta") && !pr.has("rope_theta") {
+		d.RopeTheta = 10000
+	}
+	if f := pr.float("partial_rotary_factor", 1); f != 1 {
+		r.unsupported("%s.partial_rotary_factor %v for a drafter (drafters rotate the whole head)", pwhere, f)
+	}
+	checkRopeType(r, pr, pwhere)
+	scaling, swhere := r.obj("rope_scaling")
+	checkRopeType(r, &reader{scopes: []scope{{swhere, scaling}}}, swhere)
+
+	d.BlockSize = agreeInt(r, dr, "block_size", dwhere)
+	d.NumTargetLayers = agreeInt(r, dr, "num_target_layers", dwhere)
+	d.TargetLayerIDs = agreeInts(r, dr, "target_layer_ids", dwhere)
+	mask := -1
+	if dr.has("mask_token_id") || r.has("mask_token_id") {
+		mask = agreeInt(r, dr, "mask_token_id", dwhere)
+	}
+	d.MaskTokenID = int32(max(min(mask, math.MaxInt32), -1))
+
+	readDrafterLayers(r, d)
+	d.Quantization = readQuantization(r, top)
+
+	errs := append(append(r.errs, dr.errs...), pr.errs...)
+	errs = append(errs, d.validate(mask)...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// agreeInt reads key from dflash_config and the top level; both present must agree.
+func agreeInt(r, dr *reader, key, dwhere string) int {
+	a, hasA := dr.int(key, 0), dr.has(key)
+	b, hasB := r.int(key, 0), r.has(key)
+	switch {
+	case hasA && hasB && a != b:
+		r.addErr("%s.%s %d and top-level %s %d disagree", dwhere, key, a, key, b)
+		return a
+	case hasA:
+		return a
+	}
+	return b
+}
+
+func agreeInts(r, dr *reader, key, dwhere string) []int {
+	a, hasA := dr.ints(key)
+	b, hasB := r.ints(key)
+	switch {
+	case hasA && hasB && !slices.Equal(a, b):
+		r.addErr("%s.%s %v and top-level %s %v disagree", dwhere, key, a, key, b)
+		return a
+	case hasA:
+		return a
+	}
+	return b
+}
+
+func readDrafterLayers(r *reader, d *DrafterConfig) {
+	types := r.strings("layer_types")
+	window := r.int("sliding_window", 0)
+	useSliding := r.bool("use_sliding_window", false)
+	if types == nil {
+		if useSliding {
+			r.unsupported("use_sliding_window true without layer_types (the max_window_layers rule is not implemented)")
+		}
+		types = make([]string, max(d.NumHiddenLayers, 0))
+		for i := range types {
+			types[i] = DrafterFullAttention
+		}
+	}
+	if len(types) != d.NumHiddenLayers {
+		r.addErr("layer_types has %d entries for %d layers", len(types), d.NumHiddenLayers)
+	}
+	sliding := false
+	for i, t := range types {
+		switch t {
+		case DrafterFullAttention:
+		case DrafterSlidingAttention:
+			sliding = true
+		default:
+			r.unsupported("layer_types[%d] %q (want full_attention or sliding_attention)", i, t)
+		}
+	}
+	if sliding {
+		if window <= 0 {
+			r.addErr("layer_types has sliding_attention layers but sliding_window is %d", window)
+		}
+		d.SlidingWindow = window
+	}
+	d.LayerTypes = types
+}
+
+func (d *DrafterConfig) validate(mask int) []error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	positive := func(name string, v int) {
+		if v <= 0 {
+			bad("%s must be positive (got %d)", name, v)
+		}
+	}
+	positive("hidden_size", d.HiddenSize)
+	positive("intermediate_size", d.IntermediateSize)
+	positive("num_hidden_layers", d.NumHiddenLayers)
+	positive("num_attention_heads", d.NumAttentionHeads)
+	positive("num_key_value_heads", d.NumKeyValueHeads)
+	positive("head_dim", d.HeadDim)
+	positive("vocab_size", d.VocabSize)
+	positive("max_position_embeddings", d.MaxPositionEmbeddings)
+	if d.NumAttentionHeads > 0 && d.NumKeyValueHeads > 0 && d.NumAttentionHeads%d.NumKeyValueHeads != 0 {
+		bad("num_attention_heads %d is not a multiple of num_key_value_heads %d", d.NumAttentionHeads, d.NumKeyValueHeads)
+	}
+	if d.HeadDim%2 != 0 {
+		bad("head_dim %d must be even for RoPE", d.HeadDim)
+	}
+	if !(d.RMSNormEps > 0) {
+		bad("rms_norm_eps must be positive (got %v)", d.RMSNormEps)
+	}
+	if !(d.RopeTheta > 0) {
+		bad("rope_theta must be positive (got %v)", d.RopeTheta)
+	}
+	if d.BlockSize < 2 {
+		bad("block_size %d: a draft block needs the anchor and at least one drafted token (top-level block_size or dflash_config.block_size)", d.BlockSize)
+	}
+	if d.NumTargetLayers < 0 {
+		bad("num_target_layers must not be negative (got %d)", d.NumTargetLayers)
+	}
+	if mask < 0 {
+		bad("mask_token_id is missing or negative (dflash_config.mask_token_id); it differs between drafter revisions and must be given")
+	} else if mask > math.MaxInt32 {
+		bad("mask_token_id %d out of range", mask)
+	}
+	seen := map[int]bool{}
+	for _, id := range d.TargetLayerIDs {
+		if id < 0 {
+			bad("target_layer_ids entry %d is negative", id)
+		}
+		if seen[id] {
+			bad("target_layer_ids lists layer %d twice", id)
+		}
+		seen[id] = true
+	}
+	return errs
+}
+
+// ResolveTapLayers returns the target layers whose outputs feed the drafter, in order.
+//
+// Explicit target_layer_ids win (derived == false): each must be in [0, targetLayers) and distinct; a
+// num_target_layers that disagrees with targetLayers is tolerated (it is training-time information). Without
+// explicit ids the result is an error wrapping ErrNoTapLayers unless AllowDerivedTapLayers is set; then the
+// ids come from DeriveTapLayers(NumHiddenLayers, N) with N = num_target_layers when given, else targetLayers
+// (derived == true), and still must fit the target.
+func (d *DrafterConfig) ResolveTapLayers(targetLayers int) (ids []int, derived bool, err error) {
+	if targetLayers <= 0 {
+		return nil, false, fmt.Errorf("%w: target has %d layers", ErrInvalidConfig, targetLayers)
+	}
+	ids = slices.Clone(d.TargetLayerIDs)
+	if len(ids) == 0 {
+		if !d.AllowDerivedTapLayers {
+			return nil, false, fmt.Errorf("%w: refusing to guess the tap layers (the reference fallback is wrong for most published drafters); give dflash_config.target_layer_ids or allow derivation explicitly", ErrNoTapLayers)
+		}
+		n := d.NumTargetLayers
+		if n == 0 {
+			n = targetLayers
+		}
+		ids, err = DeriveTapLayers(d.NumHiddenLayers, n)
+		if err != nil {
+			return nil, false, err
+		}
+		derived = true
+	}
+	var errs []error
+	seen := map[int]bool{}
+	for _, id := range ids {
+		if id < 0 || id >= targetLayers {
+			errs = append(errs, fmt.Errorf("%w: tap layer %d is outside the target's %d layers", ErrInvalidConfig, id, targetLayers))
+		}
+		if seen[id] {
+			errs = append(errs, fmt.Errorf("%w: tap layer %d listed twice", ErrInvalidConfig, id))
+		}
+		seen[id] = true
+	}
+	if len(errs) > 0 {
+		return nil, derived, errors.Join(errs...)
+	}
+	return ids, derived, nil
+}
+
+// DeriveTapLayers is the reference fallback (MODEL-REFERENCE §1.3) for drafters without target_layer_ids:
+// with n drafter layers and N target layers, [N/2] when n == 1, else round(1 + i·(N−4)/(n−1)) for i in
+// 0..n−1 with Python's round-half-to-even. For Qwen3-4B (n=5, N=36) it gives [1 9 17 25 33].
+func DeriveTapLayers(numDraftLayers, numTargetLayers int) ([]int, error) {
+	if numDraftLayers <= 0 || numTargetLayers <= 0 {
+		return nil, fmt.Errorf("%w: cannot derive tap layers for %d drafter layers and %d target layers", ErrInvalidConfig, numDraftLayers, numTargetLayers)
+	}
+	if numDraftLayers == 1 {
+		return []int{numTargetLayers / 2}, nil
+	}
+	if numTargetLayers < 5 {
+		return nil, fmt.Errorf("%w: the tap-layer formula needs at least 5 target layers, have %d", ErrInvalidConfig, numTargetLayers)
+	}
+	ids := make([]int, numDraftLayers)
+	span := float64(numTargetLayers - 4)
+	for i := range ids {
+		ids[i] = int(math.RoundToEven(1 + float64(i)*span/float64(numDraftLayers-1)))
+	}
+	return ids, nil
+}
+
+// ValidateAgainst checks the drafter fits the target and reports every mismatch: hidden sizes must match (the
+// drafter reads the target's hidden states and embeddings), tap layers must resolve inside the target, and
+// the mask token must have an embedding row in the target's vocabulary.
+func (d *DrafterConfig) ValidateAgainst(t *TextConfig) error {
+	var errs []error
+	if d.HiddenSize != t.HiddenSize {
+		errs = append(errs, fmt.Errorf("%w: drafter hidden_size %d differs from the target's %d", ErrInvalidConfig, d.HiddenSize, t.HiddenSize))
+	}
+	if _, _, err := d.ResolveTapLayers(t.NumHiddenLayers); err != nil {
+		errs = append(errs, fmt.Errorf("drafter tap layers: %w", err))
+	}
+	if d.MaskTokenID < 0 || int(d.MaskTokenID) >= t.VocabSize {
+		errs = append(errs, fmt.Errorf("%w: drafter mask_token_id %d is outside the target's vocabulary (%d)", ErrInvalidConfig, d.MaskTokenID, t.VocabSize))
+	}
+	return errors.Join(errs...)
+}
