@@ -179,7 +179,6 @@ func (r *ref) logits(f []float64, m int, anchor ports.Token, bs int) [][]float64
 	return out
 }
 
-
 func newTestDrafter(t *testing.T, seed uint64, a Arch, threads int) (*Drafter, *fakeTarget, string) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	ft := newFakeTarget(rng, 64, a.HiddenSize, 4)

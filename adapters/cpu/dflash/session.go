@@ -64,14 +64,15 @@ func grow(b []float32, n int) []float32 {
 }
 
 // Draft appends newCtx's rows to the context cache, then drafts bs−1 tokens for the block [anchor, mask…]
-// at positions Len()..Len()+bs−1.
+// at positions Len()..Len()+bs−1. bs = 1 only appends the context.
 func (s *Session) Draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int) (ports.Proposal, error) {
 	if s.closed {
 		return ports.Proposal{}, errors.New("dflash: session is closed")
 	}
 	a := &s.d.arch
-	if bs < 2 || bs > a.BlockSize {
-		return ports.Proposal{}, fmt.Errorf("dflash: block size %d outside 2..%d", bs, a.BlockSize)
+	// bs = 1 only appends context (the decoder feeds queued context that way); it drafts nothing.
+	if bs < 1 || bs > a.BlockSize {
+		return ports.Proposal{}, fmt.Errorf("dflash: block size %d outside 1..%d", bs, a.BlockSize)
 	}
 	if anchor < 0 || int(anchor) >= s.d.vocab {
 		return ports.Proposal{}, fmt.Errorf("dflash: anchor token %d outside the vocabulary of %d", anchor, s.d.vocab)
@@ -95,6 +96,9 @@ func (s *Session) Draft(ctx context.Context, anchor ports.Token, newCtx ports.Ta
 			hi := min(rows, lo+contextChunk)
 			s.appendContext(data[lo*width:hi*width], hi-lo)
 		}
+	}
+	if bs == 1 {
+		return ports.Proposal{Tokens: []ports.Token{}}, nil
 	}
 	toks, err := s.draftBlock(anchor, bs)
 	if err != nil {

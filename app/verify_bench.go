@@ -1,0 +1,200 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/higgs-go/higgs/ports"
+)
+
+// BenchOptions configure `higgs-verify bench`.
+type BenchOptions struct {
+	Prompts   [][]ports.Token
+	MaxTokens int // generated tokens per run (default 128)
+	// Repeats is the number of measured passes over the prompts (default 3); Warmup passes run first and are
+	// discarded (default 1).
+	Repeats, Warmup int
+	// BlockSize is the DFlash block size of "spec" (0: the drafter's block_size); Adaptive runs "spec" under
+	// the domain's adaptive depth policy.
+	BlockSize int
+	Adaptive  bool
+	// Sweep lists extra fixed block sizes measured beside "spec"; when set, the adaptive policy is measured
+	// too (as "adaptive").
+	Sweep   []int
+	StopIDs []ports.Token
+	NoEOS   bool
+}
+
+// BenchAR is the autoregressive figure.
+type BenchAR struct {
+	TokensPerS float64 `json:"tokens_per_s"`
+	MsPerToken float64 `json:"ms_per_token"`
+	Runs       int     `json:"runs"`
+	Tokens     int     `json:"tokens"`
+}
+
+// BenchSpec is a speculative figure.
+type BenchSpec struct {
+	TokensPerS       float64 `json:"tokens_per_s"`
+	Tau              float64 `json:"tau"`
+	DraftMsPerRound  float64 `json:"draft_ms_per_round"`
+	VerifyMsPerRound float64 `json:"verify_ms_per_round"`
+	RollbackMsPerRnd float64 `json:"rollback_ms_per_round"`
+	MsPerToken       float64 `json:"ms_per_token"`
+	BlockSize        int     `json:"block_size"`
+	Adaptive         bool    `json:"adaptive"`
+	Rounds           int     `json:"rounds"`
+	Runs             int     `json:"runs"`
+	Tokens           int     `json:"tokens"`
+	Speedup          float64 `json:"speedup"`
+}
+
+// BenchResult is the JSON object `higgs-verify bench --json` prints. Throughput is decode throughput (the
+// tokens after the first, which comes from the prefill, over the decode time), the median over runs.
+type BenchResult struct {
+	Model     string      `json:"model"`
+	Backend   string      `json:"backend"`
+	AR        BenchAR     `json:"ar"`
+	Spec      BenchSpec   `json:"spec"`
+	Speedup   float64     `json:"speedup"`
+	Adaptive  *BenchSpec  `json:"adaptive,omitempty"`
+	Sweep     []BenchSpec `json:"sweep,omitempty"`
+	Prompts   int         `json:"prompts"`
+	MaxTokens int         `json:"max_tokens"`
+	Repeats   int         `json:"repeats"`
+	Warmup    int         `json:"warmup"`
+}
+
+type benchAcc struct {
+	tps                           []float64
+	draft, verify, rollback       []float64
+	rounds, committed, tokens, in int
+}
+
+func (a *benchAcc) spec(bs int, adaptive bool) BenchSpec {
+	s := BenchSpec{TokensPerS: median(a.tps), DraftMsPerRound: median(a.draft), VerifyMsPerRound: median(a.verify),
+		RollbackMsPerRnd: median(a.rollback), BlockSize: bs, Adaptive: adaptive, Rounds: a.rounds, Runs: len(a.tps),
+		Tokens: a.tokens}
+	if a.rounds > 0 {
+		s.Tau = float64(a.committed) / float64(a.rounds)
+	}
+	if s.TokensPerS > 0 {
+		s.MsPerToken = 1000 / s.TokensPerS
+	}
+	return s
+}
+
+func median(x []float64) float64 {
+	if len(x) == 0 {
+		return 0
+	}
+	s := slices.Clone(x)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// Bench decodes the same prompts autoregressively and speculatively, interleaved run by run, after warm-up
+// passes, and reports medians.
+func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) {
+	if o.MaxTokens == 0 {
+		o.MaxTokens = 128
+	}
+	if o.Repeats == 0 {
+		o.Repeats = 3
+	}
+	if o.Warmup < 0 || o.Repeats < 0 {
+		return BenchResult{}, fmt.Errorf("%w: negative repeats or warm-up", ErrBadInput)
+	}
+	res := BenchResult{Model: m.Name, Backend: m.Backend, Prompts: len(o.Prompts), MaxTokens: o.MaxTokens,
+		Repeats: o.Repeats, Warmup: o.Warmup}
+	if m.Drafter == nil {
+		return res, fmt.Errorf("%w: bench needs a drafter (--draft DIR)", ErrBadInput)
+	}
+	if len(o.Prompts) == 0 {
+		return res, fmt.Errorf("%w: no prompts", ErrBadInput)
+	}
+	type variant struct {
+		bs       int
+		adaptive bool
+		acc      benchAcc
+	}
+	bs := o.BlockSize
+	if bs == 0 {
+		bs = m.Drafter.BlockSize()
+	}
+	variants := []*variant{{bs: 1}, {bs: bs, adaptive: o.Adaptive}}
+	if len(o.Sweep) > 0 {
+		if !o.Adaptive {
+			variants = append(variants, &variant{bs: m.Drafter.BlockSize(), adaptive: true})
+		}
+		for _, b := range o.Sweep {
+			if b < 2 || b > m.Drafter.BlockSize() {
+				return res, fmt.Errorf("%w: sweep block size %d outside 2..%d", ErrBadInput, b, m.Drafter.BlockSize())
+			}
+			variants = append(variants, &variant{bs: b})
+		}
+	}
+	for pass := range o.Warmup + o.Repeats {
+		for _, p := range o.Prompts {
+			for _, v := range variants {
+				g := GenerateOptions{Prompt: p, MaxTokens: o.MaxTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS,
+					Speculative: v.bs > 1, BlockSize: v.bs, Adaptive: v.adaptive}
+				r, _, err := runDecoder(ctx, m, g)
+				if err != nil {
+					return res, err
+				}
+				if pass < o.Warmup {
+					continue
+				}
+				st := r.Stats
+				n := len(r.Tokens) - 1
+				if n <= 0 || st.DecodeTime <= 0 {
+					continue
+				}
+				a := &v.acc
+				a.tps = append(a.tps, float64(n)/st.DecodeTime.Seconds())
+				a.tokens += len(r.Tokens)
+				if k := st.NumRounds(); k > 0 && v.bs > 1 {
+					var dr, vr, rb float64
+					for _, rs := range st.Rounds {
+						dr += ms(rs.DraftTime)
+						vr += ms(rs.VerifyTime)
+						rb += ms(rs.RollbackTime)
+						a.committed += rs.Accepted + 1
+					}
+					a.rounds += k
+					a.draft = append(a.draft, dr/float64(k))
+					a.verify = append(a.verify, vr/float64(k))
+					a.rollback = append(a.rollback, rb/float64(k))
+				}
+			}
+		}
+	}
+	ar := variants[0].acc
+	res.AR = BenchAR{TokensPerS: median(ar.tps), Runs: len(ar.tps), Tokens: ar.tokens}
+	if res.AR.TokensPerS > 0 {
+		res.AR.MsPerToken = 1000 / res.AR.TokensPerS
+	}
+	speed := func(s BenchSpec) BenchSpec {
+		if res.AR.TokensPerS > 0 {
+			s.Speedup = s.TokensPerS / res.AR.TokensPerS
+		}
+		return s
+	}
+	res.Spec = speed(variants[1].acc.spec(variants[1].bs, variants[1].adaptive))
+	res.Speedup = res.Spec.Speedup
+	rest := variants[2:]
+	if len(o.Sweep) > 0 && !o.Adaptive {
+		a := speed(rest[0].acc.spec(rest[0].bs, true))
+		res.Adaptive = &a
+		rest = rest[1:]
+	}
+	for _, v := range rest {
+		res.Sweep = append(res.Sweep, speed(v.acc.spec(v.bs, false)))
+	}
+	return res, nil
+}
