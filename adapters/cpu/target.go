@@ -1,0 +1,182 @@
+// Package cpu is the deterministic pure-Go reference backend: it loads Qwen3, Qwen3-Next and Qwen3.5 targets
+// (f32, bf16 or MLX affine-quantized safetensors) and runs them with sessions that support KV trimming,
+// recurrent snapshots and bit-exact innovation-tape replay (MODEL-REFERENCE §3–§4).
+//
+// Everything is computed in float32 with kernels whose per-element reduction order depends on no batch size
+// and no worker count, so a verified block gives the same bits as token-by-token decoding and results do not
+// change with GOMAXPROCS. The Gated DeltaNet recurrence is always sequential (prefill too).
+package cpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/rs/zerolog"
+
+	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/adapters/hfmodel"
+	"github.com/higgs-go/higgs/adapters/safetensors"
+	"github.com/higgs-go/higgs/ports"
+)
+
+var _ ports.Target = (*Target)(nil)
+
+// LoadOptions tunes Load.
+type LoadOptions struct {
+	// Threads is the number of worker goroutines (≤ 0: GOMAXPROCS). Results do not depend on it.
+	Threads int
+	// ContextLength caps the session length below max_position_embeddings (0: the config's value).
+	ContextLength int
+	// ForceSeparateGDNProjections is accepted for symmetry with other backends: this backend never fuses the
+	// Qwen3.5 in_proj_b / in_proj_a projections, so it changes nothing here.
+	ForceSeparateGDNProjections bool
+	// Logger receives load-time information; the zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// Target is a loaded model. It is safe for concurrent use; sessions are not.
+type Target struct {
+	m     *model
+	cfg   *hfmodel.TextConfig
+	info  ports.ModelInfo
+	store *safetensors.Store
+	zc    bool
+}
+
+// Load reads a model directory (config.json, generation_config.json, safetensors) and builds the target. Any
+// tensor the model does not use (other than vision-tower and MTP weights) and any missing tensor is an error
+// naming it.
+func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cfg, err := hfmodel.LoadConfig(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	gen, err := hfmodel.LoadGenerationConfig(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	a, err := archFromConfig(cfg, opts.ContextLength)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	st, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	t, err := build(st, cfg, a, opts)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("load %s: %w", dir, err), st.Close())
+	}
+	t.info.Name = filepath.Clean(dir)
+	t.info.EOSTokens = mergeEOS(gen.EOSTokenIDs, cfg.EOSTokenIDs)
+	opts.Logger.Info().Str("dir", dir).Str("model_type", cfg.ModelType).Int("layers", a.Layers).
+		Int("threads", t.m.pool.Threads()).Bool("zero_centred_norms", t.zeroCentred()).Msg("cpu target loaded")
+	return t, nil
+}
+
+func build(st *safetensors.Store, cfg *hfmodel.TextConfig, a arch, opts LoadOptions) (*Target, error) {
+	l, err := newLoader(st, cfg)
+	if err != nil {
+		return nil, err
+	}
+	m, err := l.load(&a)
+	if err != nil {
+		return nil, err
+	}
+	if un := st.Unused(); len(un) > 0 {
+		return nil, fmt.Errorf("unexpected tensors in checkpoint (%d): %v", len(un), head(un, 20))
+	}
+	m.pool = kernel.NewPool(opts.Threads)
+	m.setPool()
+	t := newTarget(m, cfg)
+	t.store = st
+	t.zc = l.zeroCN
+	return t, nil
+}
+
+func newTarget(m *model, cfg *hfmodel.TextConfig) *Target {
+	return &Target{m: m, cfg: cfg, info: ports.ModelInfo{
+		Architecture: cfg.ModelType, VocabSize: m.arch.Vocab, HiddenSize: m.arch.Hidden,
+		ContextLength: m.arch.ContextLength, LayerKinds: append([]ports.LayerKind(nil), m.arch.Kinds...),
+	}}
+}
+
+func head(s []string, n int) []string {
+	if len(s) > n {
+		return append(s[:n:n], fmt.Sprintf("… and %d more", len(s)-n))
+	}
+	return s
+}
+
+func mergeEOS(lists ...[]int32) []ports.Token {
+	var out []ports.Token
+	seen := map[int32]bool{}
+	for _, l := range lists {
+		for _, id := range l {
+			if !seen[id] {
+				seen[id] = true
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}
+
+// Info describes the model (see ports.Target).
+func (t *Target) Info() ports.ModelInfo { return t.info }
+
+// NewSession opens an empty session tapping tapLayers (each in [0, layers)).
+func (t *Target) NewSession(ctx context.Context, tapLayers []int) (ports.Session, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s, err := newSession(t.m, tapLayers)
+	if err != nil {
+		return nil, fmt.Errorf("cpu new session: %w", err)
+	}
+	return s, nil
+}
+
+// Config returns the parsed config (shared; do not modify).
+func (t *Target) Config() *hfmodel.TextConfig { return t.cfg }
+
+// Pool returns the worker pool the target runs on, for a drafter to share.
+func (t *Target) Pool() *kernel.Pool { return t.m.pool }
+
+// Threads returns the number of workers.
+func (t *Target) Threads() int { return t.m.pool.Threads() }
+
+// EmbedTokens writes the embedding rows (H each, dequantized when quantized) of tokens into dst. Ids outside
+// the vocabulary are an error.
+func (t *Target) EmbedTokens(dst []float32, tokens []ports.Token) error {
+	return t.m.embedTokens(dst, tokens)
+}
+
+// LMHead computes logits [rows, V] from hidden [rows, H] with the target's output head (the embedding when
+// tied). No final norm is applied: the caller applies its own.
+func (t *Target) LMHead(dst []float32, hidden []float32, rows int) error {
+	a := &t.m.arch
+	if rows < 0 || len(hidden) < rows*a.Hidden || len(dst) < rows*a.Vocab {
+		return fmt.Errorf("cpu lm head: %d rows need %d hidden and %d logit values, got %d and %d",
+			rows, rows*a.Hidden, rows*a.Vocab, len(hidden), len(dst))
+	}
+	t.m.lmHead.Forward(dst, hidden, rows)
+	return nil
+}
+
+// Close releases the checkpoint mapping. Sessions and tensors of the target must not be used afterwards.
+func (t *Target) Close() error {
+	if t.store == nil {
+		return nil
+	}
+	err := t.store.Close()
+	t.store = nil
+	return err
+}
+
+func (t *Target) zeroCentred() bool { return t.zc }
