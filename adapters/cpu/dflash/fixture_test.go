@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -114,33 +115,67 @@ func drafterShapes(a Arch) map[string][]int {
 	return shapes
 }
 
-// writeDrafter writes config.json (block_size at top level, or under dflash_config when nested) and
-// model.safetensors with random weights; it returns the directory.
-func writeDrafter(t testing.TB, rng *rand.Rand, a Arch, prefix string, nested bool, dtype safetensors.DType) string {
-	t.Helper()
-	dir := t.TempDir()
+// genWeights returns random weights for a, keyed by canonical name.
+func genWeights(rng *rand.Rand, a Arch) (map[string][]float32, map[string][]int) {
 	shapes := drafterShapes(a)
-	var ts []safetensors.Tensor
+	vals := map[string][]float32{}
 	for _, name := range sortedKeys(shapes) {
 		sh := shapes[name]
 		n := 1
 		for _, x := range sh {
 			n *= x
 		}
-		var vals []float32
 		if len(sh) == 1 {
-			vals = make([]float32, n)
-			for i := range vals {
-				vals[i] = float32(1 + 0.1*rng.NormFloat64())
+			v := make([]float32, n)
+			for i := range v {
+				v[i] = float32(1 + 0.1*rng.NormFloat64())
 			}
+			vals[name] = v
 		} else {
-			vals = randVec(rng, n, 1/math.Sqrt(float64(sh[1])))
+			vals[name] = randVec(rng, n, 1/math.Sqrt(float64(sh[1])))
 		}
-		tt, err := safetensors.FromFloat32(prefix+name, dtype, sh, vals)
+	}
+	return vals, shapes
+}
+
+// writeWeights writes model.safetensors under dir: 1-D tensors in dtype, 2-D ones in dtype or, with spec,
+// MLX affine-quantized (then vals is replaced by the dequantized values so a float copy can be compared).
+func writeWeights(t testing.TB, dir string, vals map[string][]float32, shapes map[string][]int, prefix string,
+	dtype safetensors.DType, spec *quant.Spec) {
+	t.Helper()
+	var ts []safetensors.Tensor
+	for _, name := range sortedKeys(shapes) {
+		sh, v := shapes[name], vals[name]
+		if spec != nil && len(sh) == 2 {
+			packed, sc, bi, err := quant.Pack(v, sh[0], sh[1], *spec)
+			require.NoError(t, err)
+			deq := make([]float32, len(v))
+			require.NoError(t, quant.Dequantize(deq, packed, sc, bi, sh[0], sh[1], *spec))
+			vals[name] = deq
+			base := prefix + name[:len(name)-len(".weight")]
+			wt, err := safetensors.FromUint32(base+".weight", []int{sh[0], sh[1] * spec.Bits / 32}, packed)
+			require.NoError(t, err)
+			st, err := safetensors.FromFloat32(base+".scales", safetensors.F32, []int{sh[0], sh[1] / spec.GroupSize}, sc)
+			require.NoError(t, err)
+			bt, err := safetensors.FromFloat32(base+".biases", safetensors.F32, []int{sh[0], sh[1] / spec.GroupSize}, bi)
+			require.NoError(t, err)
+			ts = append(ts, wt, st, bt)
+			continue
+		}
+		tt, err := safetensors.FromFloat32(prefix+name, dtype, sh, v)
 		require.NoError(t, err)
 		ts = append(ts, tt)
 	}
 	require.NoError(t, safetensors.Write(filepath.Join(dir, "model.safetensors"), ts, nil))
+}
+
+// writeDrafter writes config.json (block_size at top level, or under dflash_config when nested) and
+// model.safetensors with random weights; it returns the directory.
+func writeDrafter(t testing.TB, rng *rand.Rand, a Arch, prefix string, nested bool, dtype safetensors.DType) string {
+	t.Helper()
+	dir := t.TempDir()
+	vals, shapes := genWeights(rng, a)
+	writeWeights(t, dir, vals, shapes, prefix, dtype, nil)
 	writeConfig(t, dir, a, nested)
 	return dir
 }

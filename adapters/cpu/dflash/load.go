@@ -1,20 +1,107 @@
 package dflash
 
 import (
+	"context"
+	"errors"
 	"fmt"
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/safetensors"
+	"github.com/higgs-go/higgs/ports"
 )
 
-// loadWeights maps dir's safetensors and builds a drafter of architecture a bound to target.
-func loadWeights(dir string, a Arch, target Target, pool *kernel.Pool) (*Drafter, error) {
+// Options tune Load.
+type Options struct {
+	// Pool runs the drafter's kernels; share the target's pool so both use the same workers. nil means a new
+	// pool of Threads workers.
+	Pool *kernel.Pool
+	// Threads sizes the pool when Pool is nil; 0 means GOMAXPROCS.
+	Threads int
+	// TapLayers, when non-nil, overrides the config's target_layer_ids (for drafters published without them).
+	TapLayers []int
+	// AllowDerivedTapLayers lets a drafter without target_layer_ids use the reference formula of
+	// MODEL-REFERENCE §1.3 (round-half-to-even); by default such a drafter is refused, because the formula is
+	// wrong for most published checkpoints.
+	AllowDerivedTapLayers bool
+}
+
+// Load reads a DFlash drafter from dir (config.json in either published layout + safetensors weights, float or
+// MLX-quantized, with or without a `model.` prefix) and binds it to target. Every incompatibility with the
+// target (hidden size, tap layers, mask id, vocabulary) and every missing, misshapen or unexpected tensor is
+// refused here, before any generation.
+func Load(ctx context.Context, dir string, target Target, opts Options) (*Drafter, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	cfg, err := hfmodel.LoadDrafterConfig(dir)
+	if err != nil {
+		return nil, fmt.Errorf("drafter %s: %w", dir, err)
+	}
+	if opts.TapLayers != nil {
+		cfg.TargetLayerIDs = append([]int(nil), opts.TapLayers...)
+	}
+	cfg.AllowDerivedTapLayers = opts.AllowDerivedTapLayers
+	a, err := ArchFromConfig(cfg, target.Info())
+	if err != nil {
+		return nil, fmt.Errorf("drafter %s: %w", dir, err)
+	}
+	pool := opts.Pool
+	if pool == nil {
+		pool = kernel.NewPool(opts.Threads)
+	}
+	d, err := loadWeights(dir, a, target, pool, cfg.Quantization)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// ArchFromConfig resolves a parsed drafter config against the target it will draft for: the tap layers (per
+// DrafterConfig.ResolveTapLayers: explicit ids win and an informational num_target_layers that disagrees with
+// the target is tolerated) and every compatibility check of Arch.CheckTarget.
+func ArchFromConfig(cfg *hfmodel.DrafterConfig, info ports.ModelInfo) (Arch, error) {
+	a := Arch{HiddenSize: cfg.HiddenSize, NumLayers: cfg.NumHiddenLayers, NumHeads: cfg.NumAttentionHeads,
+		NumKVHeads: cfg.NumKeyValueHeads, HeadDim: cfg.HeadDim, IntermediateSize: cfg.IntermediateSize,
+		RMSNormEps: cfg.RMSNormEps, RopeTheta: cfg.RopeTheta, BlockSize: cfg.BlockSize,
+		MaskToken: cfg.MaskTokenID, HasMaskToken: cfg.MaskTokenID >= 0, VocabSize: cfg.VocabSize,
+		NumTargetLayers: cfg.NumTargetLayers, RopeScalingType: cfg.RopeType}
+	if a.RopeScalingType == "default" {
+		a.RopeScalingType = ""
+	}
+	for _, t := range cfg.LayerTypes {
+		w := 0
+		if t == hfmodel.DrafterSlidingAttention {
+			w = cfg.SlidingWindow
+		}
+		a.SlidingWindows = append(a.SlidingWindows, w)
+	}
+	taps, _, err := cfg.ResolveTapLayers(len(info.LayerKinds))
+	a.TapLayers = taps
+	if err != nil {
+		// Still report the other problems at once.
+		return a, errors.Join(err, a.CheckTarget(info))
+	}
+	if err := errors.Join(a.Validate(), a.CheckTarget(info)); err != nil {
+		return a, err
+	}
+	return a, nil
+}
+
+// loadWeights maps dir's safetensors and builds a drafter of architecture a bound to target. q, when non-nil,
+// is the config's quantization, cross-checked against the bits and group size the tensor shapes imply.
+func loadWeights(dir string, a Arch, target Target, pool *kernel.Pool, q *hfmodel.Quantization) (*Drafter, error) {
 	st, err := safetensors.OpenDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("drafter weights: %w", err)
 	}
 	ws, err := newWeightSet(st, pool)
 	if err == nil {
+		ws.quant = q
 		var d *Drafter
 		if d, err = build(a, ws, target, pool); err == nil {
 			d.closeFns = append(d.closeFns, st.Close)

@@ -183,7 +183,7 @@ func newTestDrafter(t *testing.T, seed uint64, a Arch, threads int) (*Drafter, *
 	rng := rand.New(rand.NewPCG(seed, 1))
 	ft := newFakeTarget(rng, 64, a.HiddenSize, 4)
 	dir := writeDrafter(t, rng, a, "", false, safetensors.F32)
-	d, err := loadWeights(dir, a, ft, kernel.NewPool(threads))
+	d, err := loadWeights(dir, a, ft, kernel.NewPool(threads), nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = d.Close() })
 	return d, ft, dir

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 )
 
@@ -18,6 +19,7 @@ type weightSet struct {
 	st    *safetensors.Store
 	names map[string]string // canonical → stored name
 	pool  *kernel.Pool
+	quant *hfmodel.Quantization // config's quantization block, nil when absent
 }
 
 func newWeightSet(st *safetensors.Store, pool *kernel.Pool) (*weightSet, error) {
@@ -133,6 +135,9 @@ func (w *weightSet) quantLinear(name string, wt *safetensors.Tensor, out, in int
 	}
 	if q.Biases, err = bi.Float32(); err != nil {
 		return nil, err
+	}
+	if spec, ok := w.quant.For(name); w.quant != nil && ok && (spec.Bits != q.Bits || spec.GroupSize != q.Group) {
+		return nil, fmt.Errorf("quantized %q in %s: shapes imply %d-bit/g%d but config.json says %s", name, wt.File, q.Bits, q.Group, spec)
 	}
 	l, err := kernel.NewQuant(out, in, q)
 	if err != nil {
