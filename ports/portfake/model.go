@@ -31,6 +31,9 @@ type Config struct {
 	Layers []ports.LayerKind
 	// Tape makes sessions implement ports.TapeReplayer (the session type is then *TapeSession).
 	Tape bool
+	// DropTapes makes Forward ignore RecordTape even when Tape is set, like a backend that implements
+	// ReplayTape but cannot record every block.
+	DropTapes bool
 	// Seed selects one of many toy models.
 	Seed uint64
 	// Sharpness scales the logits (default 4): larger means more peaked distributions.

@@ -146,7 +146,7 @@ func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.
 	}
 	var res ports.ForwardResult
 	var tape *Tape
-	if opts.RecordTape && s.m.cfg.Tape && len(s.rec) > 0 {
+	if opts.RecordTape && s.m.cfg.Tape && !s.m.cfg.DropTapes && len(s.rec) > 0 {
 		tape = &Tape{owner: s, serial: s.serial, pos0: s.n, tokens: slices.Clone(tokens)}
 		for _, r := range s.rec {
 			tape.h0 = append(tape.h0, r.h)
