@@ -72,33 +72,40 @@ func (s *Session) hasRecurrent() bool {
 
 // Forward runs tokens at positions Len()..Len()+len(tokens)−1 (see ports.Session).
 func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, error) {
+	res, _, err := s.forward(ctx, tokens, opts)
+	return res, err
+}
+
+// forward is Forward that also returns the logits of the returned rows ([rows, V]).
+func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, []float32, error) {
+	fail := func(err error) (ports.ForwardResult, []float32, error) { return ports.ForwardResult{}, nil, err }
 	if s.closed {
-		return ports.ForwardResult{}, errClosed
+		return fail(errClosed)
 	}
 	if err := ctx.Err(); err != nil {
-		return ports.ForwardResult{}, fmt.Errorf("cpu forward: %w", err)
+		return fail(fmt.Errorf("cpu forward: %w", err))
 	}
 	m := s.m
 	a := &m.arch
 	T := len(tokens)
 	switch {
 	case T == 0:
-		return ports.ForwardResult{}, errors.New("cpu forward: no tokens")
+		return fail(errors.New("cpu forward: no tokens"))
 	case opts.Rows < 0:
-		return ports.ForwardResult{}, fmt.Errorf("cpu forward: rows %d is negative", opts.Rows)
+		return fail(fmt.Errorf("cpu forward: rows %d is negative", opts.Rows))
 	case s.n+T > a.ContextLength:
-		return ports.ForwardResult{}, fmt.Errorf("cpu forward: %d held + %d new > %d: %w", s.n, T, a.ContextLength, ports.ErrContextFull)
+		return fail(fmt.Errorf("cpu forward: %d held + %d new > %d: %w", s.n, T, a.ContextLength, ports.ErrContextFull))
 	case s.hasRecurrent() && s.rec != s.n:
-		return ports.ForwardResult{}, fmt.Errorf("cpu forward: recurrent state is at position %d but the KV caches at %d (finish the rollback with Restore or ReplayTape)", s.rec, s.n)
+		return fail(fmt.Errorf("cpu forward: recurrent state is at position %d but the KV caches at %d (finish the rollback with Restore or ReplayTape)", s.rec, s.n))
 	}
 	if opts.Sampling != nil {
 		if err := opts.Sampling.Validate(); err != nil {
-			return ports.ForwardResult{}, fmt.Errorf("cpu forward: %w", err)
+			return fail(fmt.Errorf("cpu forward: %w", err))
 		}
 	}
 	x := make([]float32, T*a.Hidden)
 	if err := m.embedTokens(x, tokens); err != nil {
-		return ports.ForwardResult{}, fmt.Errorf("cpu forward: %w", err)
+		return fail(fmt.Errorf("cpu forward: %w", err))
 	}
 	s.gen++
 	s.replay = false
@@ -116,7 +123,7 @@ func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.
 	out := make([]float32, T*H)
 	for i := range m.layers {
 		if err := ctx.Err(); err != nil {
-			return ports.ForwardResult{}, fmt.Errorf("cpu forward: layer %d: %w", i, err)
+			return fail(fmt.Errorf("cpu forward: layer %d: %w", i, err))
 		}
 		ly := &m.layers[i]
 		kernel.RMSNorm(h, x, ly.inNorm, a.Eps)
@@ -163,7 +170,7 @@ func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.
 		if opts.Sampling != nil {
 			d, err := sampling.New(row, *opts.Sampling)
 			if err != nil {
-				return ports.ForwardResult{}, fmt.Errorf("cpu forward: position %d: %w", s.n-rows+r, err)
+				return fail(fmt.Errorf("cpu forward: position %d: %w", s.n-rows+r, err))
 			}
 			res.Dists = append(res.Dists, d)
 		}
@@ -175,7 +182,7 @@ func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.
 		s.lastTap = tape
 		res.Tape = tape
 	}
-	return res, nil
+	return res, logits, nil
 }
 
 // TrimKV truncates every attention cache to n positions and sets Len to n.
