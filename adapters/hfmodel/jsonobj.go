@@ -207,6 +207,10 @@ func decodeTokenIDs(v json.RawMessage) ([]int32, error) {
 // decodeInt accepts JSON integers, and floats with an integral value (some exporters write 1e6 or 4096.0).
 func decodeInt(v json.RawMessage) (int, error) {
 	var n json.Number
+	// json.Number also accepts a quoted number; a config that writes "2560" is malformed, so refuse strings.
+	if t := bytes.TrimSpace(v); len(t) > 0 && t[0] == '"' {
+		return 0, fmt.Errorf("want an integer, got %s", short(v))
+	}
 	if err := json.Unmarshal(v, &n); err != nil {
 		return 0, fmt.Errorf("want an integer, got %s", short(v))
 	}
