@@ -4,17 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
 	"github.com/rs/zerolog"
+
+	"github.com/higgs-go/higgs/adapters/chattemplate"
+	"github.com/higgs-go/higgs/adapters/cpu"
+	"github.com/higgs-go/higgs/adapters/cpu/dflash"
+	"github.com/higgs-go/higgs/adapters/hfmodel"
+	"github.com/higgs-go/higgs/adapters/tokenizer"
 )
 
-// LoadModels resolves cfg's model and drafter names, picks the backend and loads everything before any
-// generation. progress, when non-nil, is called with bytes done and total while weights are read.
+// LoadModels resolves cfg's model and drafter names (local directories or Hugging Face ids in the local hub
+// cache; nothing is downloaded), picks the backend and loads the target, the drafter (checked against the
+// target), the tokenizer and chat template when the model directory has them, and the EOS ids — everything
+// before any generation. progress, when non-nil, is called with (done, total) loading steps.
 func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progress func(done, total int64)) (*Models, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("model config: %w", err)
+	}
+	if progress == nil {
+		progress = func(int64, int64) {}
 	}
 	backend, err := chooseBackend(cfg.Backend, log)
 	if err != nil {
@@ -30,9 +42,60 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 			return nil, err
 		}
 	}
-	_ = ctx
-	_ = progress
-	return nil, fmt.Errorf("load %s (drafter %q) on %s: the CPU backend is not wired yet", targetDir, draftDir, backend+"/"+name)
+	const steps = 3
+	progress(0, steps)
+	target, err := cpu.Load(ctx, targetDir, cpu.LoadOptions{Threads: cfg.Threads, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	progress(1, steps)
+	m := &Models{Target: target, Name: name, Backend: backend, EOS: target.Info().EOSTokens}
+	closers := []func() error{target.Close}
+	m.Close = func() error {
+		var errs []error
+		for i := len(closers) - 1; i >= 0; i-- {
+			errs = append(errs, closers[i]())
+		}
+		closers = nil
+		return errors.Join(errs...)
+	}
+	fail := func(err error) (*Models, error) {
+		return nil, errors.Join(err, m.Close())
+	}
+	if draftDir != "" {
+		d, err := dflash.Load(ctx, draftDir, target, dflash.Options{Pool: target.Pool()})
+		if err != nil {
+			return fail(err)
+		}
+		closers = append(closers, d.Close)
+		m.Drafter = d
+		log.Info().Str("dir", draftDir).Int("block_size", d.BlockSize()).Ints("taps", d.TapLayers()).Msg("drafter loaded")
+	}
+	progress(2, steps)
+	if hasFile(targetDir, "tokenizer.json") || hasFile(targetDir, "tokenizer.json.gz") {
+		tok, err := tokenizer.Load(targetDir)
+		if err != nil {
+			return fail(err)
+		}
+		m.Tokenizer = tok
+		tmpl, err := chattemplate.Load(targetDir)
+		switch {
+		case errors.Is(err, chattemplate.ErrNoTemplate):
+		case err != nil:
+			return fail(err)
+		default:
+			m.Template = tmpl
+		}
+	}
+	progress(3, steps)
+	log.Info().Str("model", name).Str("dir", targetDir).Str("backend", backend).Bool("drafter", m.Drafter != nil).
+		Bool("tokenizer", m.Tokenizer != nil).Bool("chat_template", m.Template != nil).Msg("models loaded")
+	return m, nil
+}
+
+func hasFile(dir, name string) bool {
+	fi, err := os.Stat(filepath.Join(dir, name))
+	return err == nil && !fi.IsDir()
 }
 
 // chooseBackend maps the configured backend to one built into this binary.
@@ -49,7 +112,8 @@ func chooseBackend(b string, log zerolog.Logger) (string, error) {
 	return "", fmt.Errorf("unknown backend %q (want cpu, mlx or auto)", b)
 }
 
-// resolveTarget returns the target directory and the served name.
+// resolveTarget returns the target directory and the served name (the directory's base name, the hub id, or
+// "demo").
 func resolveTarget(model string) (dir, name string, err error) {
 	if model == "" {
 		dir, err := findDemo(DemoTargetDir)
@@ -58,9 +122,9 @@ func resolveTarget(model string) (dir, name string, err error) {
 		}
 		return dir, "demo", nil
 	}
-	dir, err = resolveDir(model)
+	dir, err = hfmodel.Resolve(model)
 	if err != nil {
-		return "", "", fmt.Errorf("model %q: %w", model, err)
+		return "", "", fmt.Errorf("model: %w", err)
 	}
 	if fi, serr := os.Stat(model); serr == nil && fi.IsDir() {
 		return dir, filepath.Base(filepath.Clean(model)), nil
@@ -70,40 +134,32 @@ func resolveTarget(model string) (dir, name string, err error) {
 
 func resolveDrafter(name string, demo bool) (string, error) {
 	if demo {
-		return findDemo(name)
+		dir, err := findDemo(name)
+		if err != nil {
+			return "", fmt.Errorf("demo drafter: %w", err)
+		}
+		return dir, nil
 	}
-	dir, err := resolveDir(name)
+	dir, err := hfmodel.Resolve(name)
 	if err != nil {
-		return "", fmt.Errorf("drafter %q: %w", name, err)
+		return "", fmt.Errorf("drafter: %w", err)
 	}
 	return dir, nil
 }
 
-// resolveDir accepts a local directory holding config.json.
-func resolveDir(name string) (string, error) {
-	fi, err := os.Stat(name)
-	if err != nil {
-		return "", fmt.Errorf("not a local directory: %w", err)
-	}
-	if !fi.IsDir() {
-		return "", errors.New("not a directory")
-	}
-	return name, nil
-}
-
-// findDemo looks for a bundled demo directory relative to the working directory, then next to the executable.
+// findDemo looks for a bundled demo directory (holding config.json) relative to the working directory, then
+// next to the executable and one level up (bin/ in the repository).
 func findDemo(rel string) (string, error) {
-	var tried []string
 	cands := []string{rel}
 	if exe, err := os.Executable(); err == nil {
 		d := filepath.Dir(exe)
 		cands = append(cands, filepath.Join(d, rel), filepath.Join(d, "..", rel))
 	}
 	for _, c := range cands {
-		tried = append(tried, c)
 		if fi, err := os.Stat(filepath.Join(c, "config.json")); err == nil && !fi.IsDir() {
 			return c, nil
 		}
 	}
-	return "", fmt.Errorf("no model named and the bundled demo model %s is absent (looked in %v); pass --model DIR", rel, tried)
+	return "", fmt.Errorf("no model named and the bundled demo model %s is absent (looked in %v): %w; pass --model DIR",
+		rel, cands, fs.ErrNotExist)
 }

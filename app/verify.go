@@ -213,7 +213,7 @@ func runDecoder(ctx context.Context, m *Models, o GenerateOptions) (speculative.
 		return speculative.Result{}, 0, fmt.Errorf("open target session: %w", err)
 	}
 	defer sess.Close()
-	res, err := dec.Generate(ctx, sess, ds, o.Prompt, nil)
+	res, err := dec.Generate(ctx, sess, ds, o.Prompt, func([]ports.Token) error { return nil })
 	if err != nil {
 		return res, bs, fmt.Errorf("generate: %w", err)
 	}

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/higgs-go/higgs/adapters/cpu"
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/ports"
 )
+
+// The CPU target lends its embedding and LM head.
+var _ Target = (*cpu.Target)(nil)
 
 // Options tune Load.
 type Options struct {

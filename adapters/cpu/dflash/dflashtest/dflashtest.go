@@ -1,0 +1,307 @@
+// Package dflashtest writes tiny random checkpoints — a dense Qwen3 or hybrid Qwen3-Next target and a DFlash
+// drafter for it — in the Hugging Face / DFlash authors' layouts, for tests of the drafter, the verify use
+// cases and the higgs-verify command. The weights are random (so drafts are mostly rejected); they exercise
+// shapes, bookkeeping and numerics, not acceptance quality.
+package dflashtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+
+	"github.com/higgs-go/higgs/adapters/quant"
+	"github.com/higgs-go/higgs/adapters/safetensors"
+)
+
+// Target dimensions (every Linear input is a multiple of 32 so 32-group quantization applies).
+const (
+	Hidden = 64
+	heads  = 4
+	kvHead = 2
+	headD  = 16
+	inter  = 64
+	linKH  = 2
+	linVH  = 4
+	linKD  = 16
+	linVD  = 16
+	convK  = 4
+)
+
+// TargetSpec describes a tiny random target.
+type TargetSpec struct {
+	// Family is "qwen3" (dense) or "qwen3_next" (hybrid: Gated DeltaNet layers with a full-attention layer
+	// every second layer).
+	Family string
+	Seed   uint64
+	Layers int // default 4
+	Vocab  int // default 64
+	// Context is max_position_embeddings (default 512).
+	Context int
+	// EOS, when non-empty, is written to generation_config.json.
+	EOS []int32
+	// EmbedScale sharpens the logits (default 4).
+	EmbedScale float32
+}
+
+// DrafterSpec describes a tiny random drafter for a target with hidden size Hidden.
+type DrafterSpec struct {
+	Seed      uint64
+	Layers    int // default 2
+	BlockSize int // default 16
+	Taps      []int
+	// NumTargetLayers is the informational training-time target depth (0: omitted).
+	NumTargetLayers int
+	Mask            int32
+	Vocab           int // vocab_size in config.json (default 64)
+	// Nested writes the newer layout (dflash_config.block_size, rope_parameters); otherwise the older one.
+	Nested bool
+	// Prefix is prepended to every tensor name ("" or "model.").
+	Prefix string
+	// Quant, when non-nil, stores every Linear MLX affine-quantized.
+	Quant *quant.Spec
+	// BF16 stores float weights as BF16.
+	BF16 bool
+	// RopeTheta defaults to 10000.
+	RopeTheta float64
+}
+
+type writer struct {
+	rng    *rand.Rand
+	ts     []safetensors.Tensor
+	prefix string
+	quant  *quant.Spec
+	dtype  safetensors.DType
+	err    error
+}
+
+func (w *writer) mat(out, in int, scale float32) []float32 {
+	v := make([]float32, out*in)
+	s := scale * float32(1.5/math.Sqrt(float64(in)))
+	for i := range v {
+		v[i] = (w.rng.Float32()*2 - 1) * s
+	}
+	return v
+}
+
+func (w *writer) vec(n int, lo, hi float32) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = lo + w.rng.Float32()*(hi-lo)
+	}
+	return v
+}
+
+func (w *writer) add(t safetensors.Tensor, err error) {
+	if err != nil && w.err == nil {
+		w.err = err
+	}
+	w.ts = append(w.ts, t)
+}
+
+func (w *writer) raw(name string, shape []int, v []float32) {
+	w.add(safetensors.FromFloat32(w.prefix+name, safetensors.F32, shape, v))
+}
+
+func (w *writer) linear(base string, out, in int, v []float32) {
+	if w.quant != nil {
+		packed, sc, bi, err := quant.Pack(v, out, in, *w.quant)
+		if err != nil {
+			w.err = fmt.Errorf("%s: %w", base, err)
+			return
+		}
+		w.add(safetensors.FromUint32(w.prefix+base+".weight", []int{out, in * w.quant.Bits / 32}, packed))
+		w.add(safetensors.FromFloat32(w.prefix+base+".scales", safetensors.BF16, []int{out, in / w.quant.GroupSize}, sc))
+		w.add(safetensors.FromFloat32(w.prefix+base+".biases", safetensors.BF16, []int{out, in / w.quant.GroupSize}, bi))
+		return
+	}
+	w.add(safetensors.FromFloat32(w.prefix+base+".weight", w.dtype, []int{out, in}, v))
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
+func (s *TargetSpec) defaults() {
+	if s.Layers == 0 {
+		s.Layers = 4
+	}
+	if s.Vocab == 0 {
+		s.Vocab = 64
+	}
+	if s.Context == 0 {
+		s.Context = 512
+	}
+	if s.EmbedScale == 0 {
+		s.EmbedScale = 4
+	}
+}
+
+// LayerTypes returns the target's layer types.
+func (s TargetSpec) LayerTypes() []string {
+	s.defaults()
+	out := make([]string, s.Layers)
+	for i := range out {
+		if s.Family == "qwen3" || (i+1)%2 == 0 {
+			out[i] = "full_attention"
+		} else {
+			out[i] = "linear_attention"
+		}
+	}
+	return out
+}
+
+// WriteTarget writes config.json, generation_config.json (when EOS is set) and model.safetensors into dir.
+func WriteTarget(dir string, s TargetSpec) error {
+	s.defaults()
+	if s.Family != "qwen3" && s.Family != "qwen3_next" {
+		return fmt.Errorf("dflashtest: family %q (want qwen3 or qwen3_next)", s.Family)
+	}
+	hybrid := s.Family == "qwen3_next"
+	cfg := map[string]any{
+		"architectures": []string{"Qwen3ForCausalLM"}, "model_type": s.Family, "hidden_size": Hidden,
+		"intermediate_size": inter, "num_hidden_layers": s.Layers, "num_attention_heads": heads,
+		"num_key_value_heads": kvHead, "head_dim": headD, "vocab_size": s.Vocab,
+		"max_position_embeddings": s.Context, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
+		"tie_word_embeddings": false,
+	}
+	if hybrid {
+		cfg["architectures"] = []string{"Qwen3NextForCausalLM"}
+		cfg["layer_types"] = s.LayerTypes()
+		cfg["full_attention_interval"] = 2
+		cfg["partial_rotary_factor"] = 0.5
+		cfg["linear_num_key_heads"], cfg["linear_num_value_heads"] = linKH, linVH
+		cfg["linear_key_head_dim"], cfg["linear_value_head_dim"], cfg["linear_conv_kernel_dim"] = linKD, linVD, convK
+	}
+	if err := writeJSON(filepath.Join(dir, "config.json"), cfg); err != nil {
+		return err
+	}
+	if len(s.EOS) > 0 {
+		if err := writeJSON(filepath.Join(dir, "generation_config.json"), map[string]any{"eos_token_id": s.EOS}); err != nil {
+			return err
+		}
+	}
+	w := &writer{rng: rand.New(rand.NewPCG(s.Seed, 77)), prefix: "model.", dtype: safetensors.F32}
+	norm := func(name string, n int) {
+		// Qwen3-Next norms are zero-centred (applied as 1+w); Qwen3's are plain.
+		if hybrid {
+			w.raw(name, []int{n}, w.vec(n, -0.2, 0.2))
+		} else {
+			w.raw(name, []int{n}, w.vec(n, 0.8, 1.2))
+		}
+	}
+	w.linear("embed_tokens", s.Vocab, Hidden, w.mat(s.Vocab, Hidden, s.EmbedScale))
+	norm("norm.weight", Hidden)
+	C := 2*linKH*linKD + linVH*linVD
+	Dv := linVH * linVD
+	for i, kind := range s.LayerTypes() {
+		p := fmt.Sprintf("layers.%d.", i)
+		norm(p+"input_layernorm.weight", Hidden)
+		norm(p+"post_attention_layernorm.weight", Hidden)
+		if kind == "full_attention" {
+			qOut := heads * headD
+			if hybrid {
+				qOut *= 2 // query and output gate, per head
+			}
+			w.linear(p+"self_attn.q_proj", qOut, Hidden, w.mat(qOut, Hidden, 1))
+			w.linear(p+"self_attn.k_proj", kvHead*headD, Hidden, w.mat(kvHead*headD, Hidden, 1))
+			w.linear(p+"self_attn.v_proj", kvHead*headD, Hidden, w.mat(kvHead*headD, Hidden, 1))
+			w.linear(p+"self_attn.o_proj", Hidden, heads*headD, w.mat(Hidden, heads*headD, 1))
+			norm(p+"self_attn.q_norm.weight", headD)
+			norm(p+"self_attn.k_norm.weight", headD)
+		} else {
+			q := p + "linear_attn."
+			w.linear(q+"in_proj_qkvz", C+Dv, Hidden, w.mat(C+Dv, Hidden, 1))
+			w.linear(q+"in_proj_ba", 2*linVH, Hidden, w.mat(2*linVH, Hidden, 1))
+			w.raw(q+"conv1d.weight", []int{C, 1, convK}, w.vec(C*convK, -0.6, 0.6))
+			w.raw(q+"A_log", []int{linVH}, w.vec(linVH, -1, 1.5))
+			w.raw(q+"dt_bias", []int{linVH}, w.vec(linVH, -0.5, 1.5))
+			w.raw(q+"norm.weight", []int{linVD}, w.vec(linVD, 0.8, 1.2))
+			w.linear(q+"out_proj", Hidden, Dv, w.mat(Hidden, Dv, 1))
+		}
+		w.linear(p+"mlp.gate_proj", inter, Hidden, w.mat(inter, Hidden, 1))
+		w.linear(p+"mlp.up_proj", inter, Hidden, w.mat(inter, Hidden, 1))
+		w.linear(p+"mlp.down_proj", Hidden, inter, w.mat(Hidden, inter, 1))
+	}
+	w.prefix = ""
+	w.linear("lm_head", s.Vocab, Hidden, w.mat(s.Vocab, Hidden, 1))
+	if w.err != nil {
+		return w.err
+	}
+	return safetensors.Write(filepath.Join(dir, "model.safetensors"), w.ts, nil)
+}
+
+// WriteDrafter writes a drafter's config.json and model.safetensors into dir.
+func WriteDrafter(dir string, s DrafterSpec) error {
+	if s.Layers == 0 {
+		s.Layers = 2
+	}
+	if s.BlockSize == 0 {
+		s.BlockSize = 16
+	}
+	if s.Vocab == 0 {
+		s.Vocab = 64
+	}
+	if s.RopeTheta == 0 {
+		s.RopeTheta = 10000
+	}
+	if len(s.Taps) == 0 {
+		return fmt.Errorf("dflashtest: a drafter needs tap layers")
+	}
+	dc := map[string]any{"target_layer_ids": s.Taps, "mask_token_id": s.Mask}
+	cfg := map[string]any{
+		"architectures": []string{"DFlashDraftModel"}, "model_type": "qwen3", "hidden_size": Hidden,
+		"intermediate_size": inter, "num_hidden_layers": s.Layers, "num_attention_heads": heads,
+		"num_key_value_heads": kvHead, "head_dim": headD, "vocab_size": s.Vocab, "rms_norm_eps": 1e-6,
+		"max_position_embeddings": 4096, "tie_word_embeddings": false, "dflash_config": dc,
+	}
+	if s.NumTargetLayers > 0 {
+		cfg["num_target_layers"] = s.NumTargetLayers
+	}
+	if s.Nested {
+		dc["block_size"] = s.BlockSize
+		cfg["rope_parameters"] = map[string]any{"rope_theta": s.RopeTheta, "rope_type": "default"}
+	} else {
+		cfg["block_size"] = s.BlockSize
+		cfg["rope_theta"] = s.RopeTheta
+		cfg["rope_scaling"] = nil
+	}
+	if s.Quant != nil {
+		cfg["quantization"] = map[string]any{"bits": s.Quant.Bits, "group_size": s.Quant.GroupSize}
+	}
+	if err := writeJSON(filepath.Join(dir, "config.json"), cfg); err != nil {
+		return err
+	}
+	w := &writer{rng: rand.New(rand.NewPCG(s.Seed, 78)), prefix: s.Prefix, quant: s.Quant, dtype: safetensors.F32}
+	if s.BF16 {
+		w.dtype = safetensors.BF16
+	}
+	norm := func(name string, n int) { w.raw(name, []int{n}, w.vec(n, 0.8, 1.2)) }
+	w.linear("fc", Hidden, len(s.Taps)*Hidden, w.mat(Hidden, len(s.Taps)*Hidden, 1))
+	norm("hidden_norm.weight", Hidden)
+	norm("norm.weight", Hidden)
+	for i := range s.Layers {
+		p := fmt.Sprintf("layers.%d.", i)
+		norm(p+"input_layernorm.weight", Hidden)
+		norm(p+"post_attention_layernorm.weight", Hidden)
+		w.linear(p+"self_attn.q_proj", heads*headD, Hidden, w.mat(heads*headD, Hidden, 1))
+		w.linear(p+"self_attn.k_proj", kvHead*headD, Hidden, w.mat(kvHead*headD, Hidden, 1))
+		w.linear(p+"self_attn.v_proj", kvHead*headD, Hidden, w.mat(kvHead*headD, Hidden, 1))
+		w.linear(p+"self_attn.o_proj", Hidden, heads*headD, w.mat(Hidden, heads*headD, 1))
+		norm(p+"self_attn.q_norm.weight", headD)
+		norm(p+"self_attn.k_norm.weight", headD)
+		w.linear(p+"mlp.gate_proj", inter, Hidden, w.mat(inter, Hidden, 1))
+		w.linear(p+"mlp.up_proj", inter, Hidden, w.mat(inter, Hidden, 1))
+		w.linear(p+"mlp.down_proj", Hidden, inter, w.mat(Hidden, inter, 1))
+	}
+	if w.err != nil {
+		return w.err
+	}
+	return safetensors.Write(filepath.Join(dir, "model.safetensors"), w.ts, nil)
+}
