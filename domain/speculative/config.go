@@ -44,8 +44,8 @@ type PolicyConfig struct {
 	// ProbeEvery is the number of rounds between probes of a block size other than the current choice
 	// (default 16). Probing keeps the estimates fresh so the policy recovers after a regime change.
 	ProbeEvery int
-	// Decay is the weight of the newest observation in the exponential moving averages, in (0, 1]
-	// (default 0.2).
+	// Decay is the weight of the newest round time in the per-block-size moving averages, in (0, 1]
+	// (default 0.2); acceptance counts forget by a factor 1−Decay/2 per round.
 	Decay float64
 }
 

@@ -17,6 +17,8 @@ const (
 	defaultDecay      = 0.2
 	// priorAcceptance is the per-slot conditional acceptance assumed before any observation.
 	priorAcceptance = 0.5
+	// slowWeight is the pseudo-count pulling a slot's recent-window estimate towards its long-run one.
+	slowWeight = 0.5
 )
 
 // depthPolicy is the adaptive depth controller: a pure state machine fed with measured round costs per
@@ -24,16 +26,23 @@ const (
 //
 //	E[committed tokens | bs] / E[round time | bs],   E[committed | bs] = 1 + Σ_{k<bs} Π_{j≤k} r_j
 //
-// where r_j is the moving-average probability that draft slot j is accepted given slot j−1 was, and the
-// round time (draft + verify + rollback) of an unmeasured size is interpolated from measured ones. Block 1
-// is plain decoding (no draft call). Every probeEvery rounds it measures a size it is not using so that it
-// recovers from regime changes.
+// where r_j is the estimated probability that draft slot j is accepted given slot j−1 was, and the round time
+// (draft + verify + rollback) of an unmeasured size is interpolated from measured ones. Block 1 is plain
+// decoding (no draft call). Every probeEvery rounds it measures a size it is not using so that it recovers
+// from regime changes.
+//
+// r_j blends two estimators: recent-window counts (passes and tests of slot j, both multiplied by
+// 1−decay/2 every round, tested or not) shrunk towards a long-run moving average updated only when the slot
+// is tested (weight decay). A slot tested only by rare probes thus forgets its old regime between probes, so
+// one probe in a new regime moves the estimate most of the way, while a slot that is no longer tested (just
+// past the chosen block) keeps its long-run value instead of drifting back to an optimistic prior. Slots
+// never tested inherit the estimate of the slot before them (the first one a prior of 0.5).
 type depthPolicy struct {
 	maxBS      int
 	probeEvery int
 	decay      float64
 
-	accept []ema // accept[j-1]: P(slot j accepted | slot j-1 accepted)
+	slots  []slotStat // slots[j-1]: acceptance statistics of draft slot j
 	cost   []ema // cost[bs-1]: round time in nanoseconds at block size bs
 	rounds int
 	probes int
@@ -47,7 +56,7 @@ func newDepthPolicy(maxBS int, cfg PolicyConfig) *depthPolicy {
 	if p.decay == 0 {
 		p.decay = defaultDecay
 	}
-	p.accept = make([]ema, max(maxBS-1, 0))
+	p.slots = make([]slotStat, max(maxBS-1, 0))
 	p.cost = make([]ema, maxBS)
 	return p
 }
@@ -110,14 +119,24 @@ func (p *depthPolicy) best() int {
 	return bestBS
 }
 
-// acceptance returns the estimate for draft slot j (1-based); unobserved slots inherit the previous one.
+// slotStat holds one draft slot's acceptance statistics.
+type slotStat struct {
+	pass, tests float64 // recent-window counts (forgetting per round)
+	slow        ema     // long-run rate (moving average per test)
+}
+
+// acceptance returns the estimate of r_j for draft slot j (1-based).
 func (p *depthPolicy) acceptance(j int) float64 {
-	for k := j; k >= 1; k-- {
-		if p.accept[k-1].ok {
-			return p.accept[k-1].v
+	r := priorAcceptance
+	for k := 1; k <= j; k++ {
+		s := p.slots[k-1]
+		base := r
+		if s.slow.ok {
+			base = s.slow.v
 		}
+		r = (s.pass + slowWeight*base) / (s.tests + slowWeight)
 	}
-	return priorAcceptance
+	return r
 }
 
 // costOf returns the measured round time of bs, or one interpolated (linearly between the nearest measured
@@ -170,7 +189,16 @@ func (p *depthPolicy) observe(bs, accepted int, draft, verify, rollback time.Dur
 	}
 	p.rounds++
 	p.cost[bs-1].addWeighted(float64(draft+verify+rollback), p.decay)
+	keep := 1 - p.decay/2
+	for j := range p.slots {
+		p.slots[j].pass *= keep
+		p.slots[j].tests *= keep
+	}
 	for j := 1; j <= min(accepted+1, bs-1); j++ {
-		p.accept[j-1].addWeighted(b2f(j <= accepted), p.decay)
+		s := &p.slots[j-1]
+		x := b2f(j <= accepted)
+		s.tests++
+		s.pass += x
+		s.slow.addWeighted(x, p.decay)
 	}
 }

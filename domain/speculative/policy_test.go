@@ -1,0 +1,221 @@
+package speculative
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/ports"
+	"github.com/higgs-go/higgs/ports/portfake"
+)
+
+// simRound is one simulated round.
+type simRound struct {
+	bs     int
+	reason string
+}
+
+// simulate drives the policy with a cost curve and a per-slot acceptance probability (which may change
+// with the round number), sampling acceptance from a fixed seed.
+func simulate(p *depthPolicy, rounds int, cost func(bs int) time.Duration, accept func(round, slot int) float64) []simRound {
+	rng := rand.New(rand.NewPCG(1, 2))
+	out := make([]simRound, 0, rounds)
+	for i := range rounds {
+		bs, why := p.choose(p.maxBS)
+		if bs < 1 || bs > p.maxBS {
+			panic("policy chose an impossible block size")
+		}
+		a := 0
+		for a < bs-1 && rng.Float64() < accept(i, a+1) {
+			a++
+		}
+		// Split the cost between draft and verify to exercise both inputs.
+		c := cost(bs)
+		p.observe(bs, a, c/10, c-c/10, 0)
+		out = append(out, simRound{bs, why})
+	}
+	return out
+}
+
+func countReasons(rs []simRound) map[string]int {
+	m := map[string]int{}
+	for _, r := range rs {
+		m[r.reason]++
+	}
+	return m
+}
+
+func TestPolicyCheapVerifyHighAcceptancePicksLargeBlocks(t *testing.T) {
+	p := newDepthPolicy(16, PolicyConfig{})
+	cost := func(bs int) time.Duration { return 10*time.Millisecond + time.Duration(bs)*200*time.Microsecond }
+	rs := simulate(p, 400, cost, func(int, int) float64 { return 0.9 })
+	assert.Equal(t, simRound{16, reasonExplore}, rs[0])
+	assert.Equal(t, simRound{1, reasonExplore}, rs[1])
+	large := 0
+	for _, r := range rs[100:] {
+		if r.reason == reasonBest && r.bs >= 12 {
+			large++
+		}
+	}
+	assert.Greater(t, large, 250, "mostly large blocks: %v", countReasons(rs))
+	assert.Zero(t, countReasons(rs[100:])[reasonFallbackAR])
+}
+
+func TestPolicyExpensiveVerifyLowAcceptanceFallsBackAndProbes(t *testing.T) {
+	p := newDepthPolicy(16, PolicyConfig{ProbeEvery: 10})
+	cost := func(bs int) time.Duration { return time.Duration(bs) * 10 * time.Millisecond }
+	rs := simulate(p, 300, cost, func(int, int) float64 { return 0.3 })
+	reasons := countReasons(rs[50:])
+	assert.Greater(t, reasons[reasonFallbackAR], 200, "mostly plain decoding: %v", reasons)
+	for i, r := range rs[50:] {
+		if r.reason == reasonFallbackAR {
+			assert.Equal(t, 1, r.bs)
+		}
+		if r.reason == reasonProbe {
+			assert.Equal(t, 16, r.bs, "in fallback the probe is the largest block (round %d)", i+50)
+		}
+	}
+	// Deterministic probing: exactly every ProbeEvery rounds.
+	for i, r := range rs {
+		if i >= 2 {
+			assert.Equal(t, i%10 == 0, r.reason == reasonProbe, "round %d: %v", i, r)
+		}
+	}
+}
+
+func TestPolicyRecoversAfterRegimeChange(t *testing.T) {
+	p := newDepthPolicy(16, PolicyConfig{ProbeEvery: 8})
+	cost := func(bs int) time.Duration { return 10*time.Millisecond + time.Duration(bs)*time.Millisecond }
+	const change = 300
+	rs := simulate(p, 600, cost, func(round, _ int) float64 {
+		if round < change {
+			return 0.05
+		}
+		return 0.95
+	})
+	before := countReasons(rs[100:change])
+	assert.Greater(t, before[reasonFallbackAR], 150, "bad drafts: plain decoding %v", before)
+	recovered := -1
+	for i := change; i < len(rs); i++ {
+		if rs[i].reason == reasonBest && rs[i].bs >= 8 {
+			recovered = i
+			break
+		}
+	}
+	require.NotEqual(t, -1, recovered, "never recovered")
+	assert.LessOrEqual(t, recovered-change, 2*8, "speculates again within two probe intervals")
+	// The throughput curve is flat near its optimum (bs 10..16 within 7 %), so any of those is right.
+	after := 0
+	for _, r := range rs[change+50:] {
+		if r.bs >= 10 {
+			after++
+		}
+	}
+	assert.Greater(t, after, 200, "of 250 rounds")
+}
+
+func TestPolicyPicksAnalyticOptimum(t *testing.T) {
+	// Exactly 5 drafts accepted every round: E[committed | bs] = min(bs, 6); cost 10+bs ms, so the
+	// throughput min(bs,6)/(10+bs) peaks at bs = 6.
+	p := newDepthPolicy(16, PolicyConfig{ProbeEvery: 1000})
+	cost := func(bs int) time.Duration { return time.Duration(10+bs) * time.Millisecond }
+	rs := simulate(p, 200, cost, func(_, slot int) float64 {
+		if slot <= 5 {
+			return 1
+		}
+		return 0
+	})
+	for _, r := range rs[50:] {
+		assert.Equal(t, simRound{6, reasonBest}, r)
+	}
+}
+
+func TestPolicyModerateRegimePicksMiddleBlock(t *testing.T) {
+	// Acceptance 0.7, cost 10+2·bs: the optimum is bs 4 (rates 0.137, 0.141, 0.139 at 3, 4, 5).
+	p := newDepthPolicy(16, PolicyConfig{})
+	cost := func(bs int) time.Duration { return time.Duration(10+2*bs) * time.Millisecond }
+	rs := simulate(p, 600, cost, func(int, int) float64 { return 0.7 })
+	mid := 0
+	for _, r := range rs[100:] {
+		if r.reason == reasonBest && r.bs >= 3 && r.bs <= 6 {
+			mid++
+		}
+	}
+	assert.Greater(t, mid, 350, "%v", countReasons(rs))
+}
+
+func TestPolicyRespectsLimit(t *testing.T) {
+	p := newDepthPolicy(8, PolicyConfig{})
+	bs, why := p.choose(3)
+	assert.Equal(t, 3, bs)
+	assert.Equal(t, reasonLength, why)
+	one := newDepthPolicy(1, PolicyConfig{})
+	bs, why = one.choose(1)
+	assert.Equal(t, 1, bs)
+	assert.Equal(t, reasonFixed, why)
+	one.observe(5, 3, 1, 1, 1) // out of range: ignored, no panic
+}
+
+func TestAdaptiveGeneration(t *testing.T) {
+	prompt := testPrompt(6, 32)
+	tests := []struct {
+		name       string
+		verify     func(n int) time.Duration
+		propose    func(m *portfake.Model) portfake.Proposer
+		wantLarge  bool
+		wantNoSpec bool
+	}{
+		{"cheap verify perfect drafts", func(n int) time.Duration { return time.Duration(1000+n) * time.Microsecond },
+			func(m *portfake.Model) portfake.Proposer { return portfake.Perfect(m) }, true, false},
+		{"dear verify random drafts", func(n int) time.Duration { return time.Duration(n) * time.Millisecond },
+			func(*portfake.Model) portfake.Proposer { return portfake.RandomTokens(32, 5) }, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clock := portfake.NewClock(0)
+			cfg := portfake.Config{Tape: true, Clock: clock, ForwardCost: tt.verify}
+			m := portfake.MustNew(cfg)
+			r := newRig(t, cfg, tt.propose(m), portfake.DrafterConfig{BlockSize: 8, Clock: clock,
+				DraftCost: func(int) time.Duration { return 100 * time.Microsecond }})
+			dec, err := New(Config{BlockSize: 8, Adaptive: true, MaxTokens: 300, Policy: PolicyConfig{ProbeEvery: 10}}, clock, nil)
+			require.NoError(t, err)
+			seq := append([]ports.Token(nil), prompt...)
+			res, err := dec.Generate(t.Context(), r.sess, r.draft, prompt, func(c []ports.Token) error {
+				seq = append(seq, c...)
+				r.requireCommitted(t, seq)
+				return nil
+			})
+			require.NoError(t, err)
+			assert.Equal(t, oracle(t, m, prompt, 300), res.Tokens)
+			spec, large, fallback := 0, 0, 0
+			for _, rs := range res.Stats.Rounds {
+				if rs.BlockSize > 1 {
+					spec++
+				}
+				if rs.BlockSize >= 6 {
+					large++
+				}
+				if rs.Policy == reasonFallbackAR {
+					fallback++
+				}
+			}
+			drafting := 0
+			for _, c := range r.draft.Calls() {
+				if c.BS > 1 {
+					drafting++
+				}
+			}
+			assert.Equal(t, spec, drafting, "plain rounds make no drafting call")
+			if tt.wantLarge {
+				assert.Greater(t, large, len(res.Stats.Rounds)*3/4)
+			}
+			if tt.wantNoSpec {
+				assert.Greater(t, fallback, len(res.Stats.Rounds)*3/4)
+				assert.Positive(t, spec, "probes still speculate now and then")
+			}
+		})
+	}
+}

@@ -1,0 +1,84 @@
+package speculative
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/ports"
+	"github.com/higgs-go/higgs/ports/portfake"
+)
+
+func TestStatsTotals(t *testing.T) {
+	s := Stats{Rounds: []RoundStats{
+		{BlockSize: 4, Accepted: 3, Committed: 4},
+		{BlockSize: 4, Accepted: 1, Committed: 2},
+		{BlockSize: 1, Accepted: 0, Committed: 1},
+		{BlockSize: 3, Accepted: 0, Committed: 1},
+	}}
+	assert.Equal(t, 4, s.NumRounds())
+	assert.Equal(t, 3+3+0+2, s.Drafted())
+	assert.Equal(t, 4, s.Accepted())
+	assert.InDelta(t, 1.0, s.MeanAccepted(), 1e-12)
+	assert.InDelta(t, 2.0, s.Tau(), 1e-12)
+	assert.Equal(t, []int{2, 1, 1}, s.AcceptedPerPosition())
+	u := s.SpecUsage()
+	assert.Equal(t, ports.SpecUsage{Rounds: 4, Drafted: 8, Accepted: 4, Tau: 2, AcceptedPerPosition: []int{2, 1, 1}}, u)
+
+	var empty Stats
+	assert.Zero(t, empty.Tau())
+	assert.Zero(t, empty.MeanAccepted())
+	assert.Empty(t, empty.AcceptedPerPosition())
+}
+
+func TestStatsFromGeneration(t *testing.T) {
+	prompt := testPrompt(6, 32)
+	m := portfake.MustNew(hybrid)
+	r := newRig(t, hybrid, portfake.MatchThenDiverge(m, 2), portfake.DrafterConfig{})
+	res, err := r.generate(t, t.Context(), Config{BlockSize: 5, MaxTokens: 31}, nil, prompt)
+	require.NoError(t, err)
+	// Every round accepts exactly 2 drafts and commits 3 tokens: 30 tokens after the first in 10 rounds; the
+	// last one has only 3 tokens left, so its block shrinks to 4.
+	require.Len(t, res.Stats.Rounds, 10)
+	assert.InDelta(t, 3.0, res.Stats.Tau(), 1e-12)
+	assert.Equal(t, []int{10, 10, 0, 0}, res.Stats.AcceptedPerPosition())
+	assert.Equal(t, 9*4+3, res.Stats.Drafted())
+	assert.Equal(t, len(prompt), res.Stats.PromptTokens)
+	assert.Positive(t, res.Stats.PrefillTime)
+	assert.Positive(t, res.Stats.DecodeTime)
+	assert.Equal(t, reasonLength, res.Stats.Rounds[9].Policy)
+	for _, rs := range res.Stats.Rounds[:9] {
+		assert.Equal(t, reasonFixed, rs.Policy)
+		assert.Positive(t, rs.DraftTime)
+		assert.Positive(t, rs.VerifyTime)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	require.NoError(t, Config{BlockSize: 1, MaxTokens: 1}.Validate())
+	require.NoError(t, Config{BlockSize: 16, ContextLength: 10, Adaptive: true, Sampling: ports.SamplingParams{Temperature: 0.7, TopP: 0.9}}.Validate())
+	err := Config{
+		BlockSize: 0, MaxTokens: -1, ContextLength: -2, StopTokens: []ports.Token{-3},
+		Sampling: ports.SamplingParams{Temperature: -1}, Rollback: RollbackMode(9),
+		Policy: PolicyConfig{ProbeEvery: -1, Decay: 2}, LayerKinds: []ports.LayerKind{7},
+	}.Validate()
+	require.Error(t, err)
+	for _, want := range []string{"block size 0", "max tokens -1", "context length -2", "stop token 0", "temperature",
+		"rollback mode 9", "probe interval -1", "decay 2", "layer 0"} {
+		assert.ErrorContains(t, err, want)
+	}
+	assert.ErrorContains(t, Config{BlockSize: 2}.Validate(), "unbounded generation")
+
+	_, err = New(Config{BlockSize: 2, MaxTokens: 3, Sampling: ports.SamplingParams{Temperature: 1}}, portfake.NewClock(1), nil)
+	assert.ErrorContains(t, err, "random source")
+	_, err = New(Config{BlockSize: 2, MaxTokens: 3}, nil, nil)
+	assert.ErrorContains(t, err, "nil clock")
+}
+
+func TestRollbackModeString(t *testing.T) {
+	assert.Equal(t, "auto", RollbackAuto.String())
+	assert.Equal(t, "replay", RollbackReplay.String())
+	assert.Equal(t, "recompute", RollbackRecompute.String())
+	assert.Equal(t, "RollbackMode(7)", RollbackMode(7).String())
+}
