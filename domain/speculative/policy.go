@@ -43,7 +43,7 @@ type depthPolicy struct {
 	decay      float64
 
 	slots  []slotStat // slots[j-1]: acceptance statistics of draft slot j
-	cost   []ema // cost[bs-1]: round time in nanoseconds at block size bs
+	cost   []ema      // cost[bs-1]: round time in nanoseconds at block size bs
 	rounds int
 	probes int
 }
