@@ -330,8 +330,16 @@ func checkRopeType(r, sr *reader, where string) {
 	sr.errs = nil
 }
 
+// maxLayers bounds num_hidden_layers before anything is sized by it: real models have at most a few hundred,
+// and a corrupt value must not make us allocate or loop over billions of layers.
+const maxLayers = 4096
+
 func readLayers(r *reader, c *TextConfig) {
 	n := c.NumHiddenLayers
+	if n > maxLayers {
+		r.addErr("num_hidden_layers %d exceeds the sanity limit %d", n, maxLayers)
+		c.NumHiddenLayers, n = 0, 0
+	}
 	types := r.strings("layer_types")
 	if c.ModelType == ModelQwen3 {
 		for i, t := range types {

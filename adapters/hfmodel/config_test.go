@@ -345,6 +345,7 @@ func TestParseConfigRejects(t *testing.T) {
 		{"fractional int", "qwen3-4b.json", map[string]any{"num_hidden_layers": 3.5}, false, []string{"num_hidden_layers"}},
 		{"negative vocab", "qwen3-4b.json", map[string]any{"vocab_size": -1}, false, []string{"vocab_size"}},
 		{"missing intermediate for dense", "qwen3.5-4b.json", map[string]any{"text_config.intermediate_size": nil}, false, []string{"intermediate_size"}},
+		{"absurd layer count", "qwen3-4b.json", map[string]any{"num_hidden_layers": 2147483647}, false, []string{"sanity limit"}},
 		{"text_config not object", "qwen3.5-4b.json", map[string]any{"text_config": 3}, false, []string{"text_config"}},
 	}
 	for _, tc := range tests {

@@ -92,6 +92,10 @@ func ParseDrafterConfig(data []byte) (*DrafterConfig, error) {
 	d.HiddenSize = r.int("hidden_size", 0)
 	d.IntermediateSize = r.int("intermediate_size", 0)
 	d.NumHiddenLayers = r.int("num_hidden_layers", 0)
+	if d.NumHiddenLayers > maxLayers {
+		r.addErr("num_hidden_layers %d exceeds the sanity limit %d", d.NumHiddenLayers, maxLayers)
+		d.NumHiddenLayers = 0
+	}
 	d.NumAttentionHeads = r.int("num_attention_heads", 0)
 	d.NumKeyValueHeads = r.int("num_key_value_heads", d.NumAttentionHeads)
 	defHead := 0
@@ -311,7 +315,7 @@ func (d *DrafterConfig) ResolveTapLayers(targetLayers int) (ids []int, derived b
 // with n drafter layers and N target layers, [N/2] when n == 1, else round(1 + i·(N−4)/(n−1)) for i in
 // 0..n−1 with Python's round-half-to-even. For Qwen3-4B (n=5, N=36) it gives [1 9 17 25 33].
 func DeriveTapLayers(numDraftLayers, numTargetLayers int) ([]int, error) {
-	if numDraftLayers <= 0 || numTargetLayers <= 0 {
+	if numDraftLayers <= 0 || numTargetLayers <= 0 || numDraftLayers > maxLayers || numTargetLayers > maxLayers {
 		return nil, fmt.Errorf("%w: cannot derive tap layers for %d drafter layers and %d target layers", ErrInvalidConfig, numDraftLayers, numTargetLayers)
 	}
 	if numDraftLayers == 1 {

@@ -1,0 +1,261 @@
+package hfmodel
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseDrafterLayouts(t *testing.T) {
+	t.Run("old layout", func(t *testing.T) {
+		d, err := ParseDrafterConfig(readTestdata(t, "dflash-qwen3-4b-b16.json"))
+		require.NoError(t, err)
+		assert.Equal(t, 16, d.BlockSize, "top-level block_size")
+		assert.Equal(t, 1e6, d.RopeTheta)
+		assert.Equal(t, []int{1, 9, 17, 25, 33}, d.TargetLayerIDs)
+		assert.Equal(t, int32(151669), d.MaskTokenID)
+		assert.Equal(t, 36, d.NumTargetLayers)
+		assert.Equal(t, 5, d.NumHiddenLayers)
+		assert.Equal(t, 128, d.HeadDim)
+		assert.Equal(t, "default", d.RopeType)
+		assert.Equal(t, 0, d.SlidingWindow)
+		assert.Len(t, d.LayerTypes, 5)
+		assert.Nil(t, d.Quantization)
+		checkGolden(t, "dflash-qwen3-4b-b16.json", d)
+
+		target, err := ParseConfig(readTestdata(t, "qwen3-4b.json"))
+		require.NoError(t, err)
+		require.NoError(t, d.ValidateAgainst(target))
+		ids, derived, err := d.ResolveTapLayers(target.NumHiddenLayers)
+		require.NoError(t, err)
+		assert.False(t, derived)
+		assert.Equal(t, []int{1, 9, 17, 25, 33}, ids)
+	})
+	t.Run("new layout", func(t *testing.T) {
+		d, err := ParseDrafterConfig(readTestdata(t, "dflash-qwen3.6-35b-a3b.json"))
+		require.NoError(t, err)
+		assert.Equal(t, 16, d.BlockSize, "dflash_config.block_size")
+		assert.Equal(t, 1e7, d.RopeTheta, "rope_parameters.rope_theta")
+		assert.Equal(t, []int{1, 6, 11, 16, 22, 27, 32, 37}, d.TargetLayerIDs)
+		assert.Equal(t, int32(248070), d.MaskTokenID)
+		assert.Equal(t, 41, d.NumTargetLayers)
+		assert.Equal(t, 4096, d.SlidingWindow)
+		assert.Equal(t, DrafterSlidingAttention, d.LayerTypes[0])
+		assert.Equal(t, DrafterFullAttention, d.LayerTypes[3])
+		checkGolden(t, "dflash-qwen3.6-35b-a3b.json", d)
+
+		// Qwen3.5-35B-A3B-shaped target: 40 layers, hidden 2048; num_target_layers 41 is tolerated.
+		target, err := ParseConfig(readTestdata(t, "qwen3.5-35b-a3b.json"))
+		require.NoError(t, err)
+		require.NoError(t, d.ValidateAgainst(target))
+
+		// The wrong target: every mismatch is reported at once.
+		small, err := ParseConfig(readTestdata(t, "qwen3-4b.json"))
+		require.NoError(t, err)
+		err = d.ValidateAgainst(small)
+		require.ErrorIs(t, err, ErrInvalidConfig)
+		assert.Contains(t, err.Error(), "hidden_size 2048 differs from the target's 2560")
+		assert.Contains(t, err.Error(), "tap layer 37 is outside the target's 36 layers")
+		assert.Contains(t, err.Error(), "mask_token_id 248070 is outside the target's vocabulary (151936)")
+	})
+}
+
+func TestParseDrafterVariants(t *testing.T) {
+	tests := []struct {
+		name  string
+		edits map[string]any
+		check func(t *testing.T, d *DrafterConfig)
+	}{
+		{"top-level ids and mask", map[string]any{"dflash_config": nil, "target_layer_ids": []int{2, 4}, "mask_token_id": 7},
+			func(t *testing.T, d *DrafterConfig) {
+				assert.Equal(t, []int{2, 4}, d.TargetLayerIDs)
+				assert.Equal(t, int32(7), d.MaskTokenID)
+			}},
+		{"both places agree", map[string]any{"dflash_config.block_size": 16, "mask_token_id": 151669}, nil},
+		{"no ids", map[string]any{"dflash_config.target_layer_ids": nil},
+			func(t *testing.T, d *DrafterConfig) {
+				assert.Empty(t, d.TargetLayerIDs)
+				_, _, err := d.ResolveTapLayers(36)
+				require.ErrorIs(t, err, ErrNoTapLayers)
+				d.AllowDerivedTapLayers = true
+				ids, derived, err := d.ResolveTapLayers(36)
+				require.NoError(t, err)
+				assert.True(t, derived)
+				assert.Equal(t, []int{1, 9, 17, 25, 33}, ids)
+			}},
+		{"no layer_types", map[string]any{"layer_types": nil},
+			func(t *testing.T, d *DrafterConfig) {
+				assert.Equal(t, []string{"full_attention", "full_attention", "full_attention", "full_attention", "full_attention"}, d.LayerTypes)
+			}},
+		{"rope_scaling default", map[string]any{"rope_scaling": map[string]any{"rope_type": "default"}}, nil},
+		{"quantized drafter", map[string]any{"quantization": map[string]any{"group_size": 64, "bits": 4}},
+			func(t *testing.T, d *DrafterConfig) {
+				require.NotNil(t, d.Quantization)
+				assert.Equal(t, 4, d.Quantization.Default.Bits)
+			}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := ParseDrafterConfig(patch(t, "dflash-qwen3-4b-b16.json", tc.edits))
+			require.NoError(t, err)
+			if tc.check != nil {
+				tc.check(t, d)
+			}
+		})
+	}
+}
+
+func TestParseDrafterRejects(t *testing.T) {
+	tests := []struct {
+		name        string
+		file        string
+		edits       map[string]any
+		unsupported bool
+		want        []string
+	}{
+		{"not a drafter", "qwen3-4b.json", nil, false, []string{"DFlashDraftModel"}},
+		{"no architectures", "dflash-qwen3-4b-b16.json", map[string]any{"architectures": nil}, false, []string{"DFlashDraftModel"}},
+		{"yarn", "dflash-qwen3-4b-b16.json", map[string]any{"rope_scaling": map[string]any{"rope_type": "yarn", "factor": 4}}, true, []string{"yarn"}},
+		{"yarn in rope_parameters", "dflash-qwen3.6-35b-a3b.json", map[string]any{"rope_parameters": map[string]any{"rope_type": "yarn", "rope_theta": 1e7}}, true, []string{"yarn"}},
+		{"block size disagree", "dflash-qwen3-4b-b16.json", map[string]any{"dflash_config.block_size": 8}, false, []string{"block_size"}},
+		{"block size missing", "dflash-qwen3-4b-b16.json", map[string]any{"block_size": nil}, false, []string{"block_size"}},
+		{"block size 1", "dflash-qwen3-4b-b16.json", map[string]any{"block_size": 1}, false, []string{"block_size 1"}},
+		{"ids disagree", "dflash-qwen3-4b-b16.json", map[string]any{"target_layer_ids": []int{1, 2}}, false, []string{"target_layer_ids"}},
+		{"duplicate ids", "dflash-qwen3-4b-b16.json", map[string]any{"dflash_config.target_layer_ids": []int{1, 1}}, false, []string{"twice"}},
+		{"negative id", "dflash-qwen3-4b-b16.json", map[string]any{"dflash_config.target_layer_ids": []int{-1}}, false, []string{"negative"}},
+		{"mask missing", "dflash-qwen3-4b-b16.json", map[string]any{"dflash_config.mask_token_id": nil}, false, []string{"mask_token_id"}},
+		{"mask disagree", "dflash-qwen3-4b-b16.json", map[string]any{"mask_token_id": 5}, false, []string{"mask_token_id"}},
+		{"sliding without window", "dflash-qwen3.6-35b-a3b.json", map[string]any{"sliding_window": nil}, false, []string{"sliding_window"}},
+		{"unknown layer type", "dflash-qwen3-4b-b16.json", map[string]any{"layer_types": []string{"full_attention", "chunked_attention", "full_attention", "full_attention", "full_attention"}}, true, []string{"chunked_attention"}},
+		{"layer types length", "dflash-qwen3-4b-b16.json", map[string]any{"layer_types": []string{"full_attention"}}, false, []string{"1 entries for 5 layers"}},
+		{"use_sliding_window without layer_types", "dflash-qwen3-4b-b16.json", map[string]any{"layer_types": nil, "use_sliding_window": true}, true, []string{"use_sliding_window"}},
+		{"model_type", "dflash-qwen3-4b-b16.json", map[string]any{"model_type": "llama"}, true, []string{"llama"}},
+		{"attention bias", "dflash-qwen3-4b-b16.json", map[string]any{"attention_bias": true}, true, []string{"attention_bias"}},
+		{"partial rotary", "dflash-qwen3.6-35b-a3b.json", map[string]any{"rope_parameters": map[string]any{"rope_theta": 1e7, "partial_rotary_factor": 0.5}}, true, []string{"partial_rotary_factor"}},
+		{"heads", "dflash-qwen3-4b-b16.json", map[string]any{"num_key_value_heads": 3}, false, []string{"num_key_value_heads 3"}},
+		{"rope theta disagree", "dflash-qwen3.6-35b-a3b.json", map[string]any{"rope_theta": 1e6}, false, []string{"rope_theta"}},
+		{"dflash_config not object", "dflash-qwen3-4b-b16.json", map[string]any{"dflash_config": []int{1}}, false, []string{"dflash_config"}},
+		{"absurd layer count", "dflash-qwen3-4b-b16.json", map[string]any{"num_hidden_layers": 1 << 30}, false, []string{"sanity limit"}},
+		{"many at once", "dflash-qwen3-4b-b16.json", map[string]any{"hidden_size": 0, "vocab_size": nil, "block_size": nil}, false, []string{"hidden_size", "vocab_size", "block_size"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseDrafterConfig(patch(t, tc.file, tc.edits))
+			require.Error(t, err)
+			if tc.unsupported {
+				assert.ErrorIs(t, err, ErrUnsupported)
+			} else {
+				assert.ErrorIs(t, err, ErrInvalidConfig)
+			}
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+func TestResolveTapLayers(t *testing.T) {
+	d := &DrafterConfig{NumHiddenLayers: 5, TargetLayerIDs: []int{1, 9, 17, 25, 33}, NumTargetLayers: 99}
+	ids, derived, err := d.ResolveTapLayers(34)
+	require.NoError(t, err, "num_target_layers disagreeing is tolerated")
+	assert.False(t, derived)
+	assert.Equal(t, []int{1, 9, 17, 25, 33}, ids)
+	ids[0] = 100
+	assert.Equal(t, 1, d.TargetLayerIDs[0], "returned slice is a copy")
+
+	_, _, err = d.ResolveTapLayers(33)
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), "tap layer 33")
+	_, _, err = d.ResolveTapLayers(0)
+	require.Error(t, err)
+
+	dup := &DrafterConfig{TargetLayerIDs: []int{3, 3}}
+	_, _, err = dup.ResolveTapLayers(10)
+	require.ErrorIs(t, err, ErrInvalidConfig)
+
+	none := &DrafterConfig{NumHiddenLayers: 8, NumTargetLayers: 40, AllowDerivedTapLayers: true}
+	ids, derived, err = none.ResolveTapLayers(40)
+	require.NoError(t, err)
+	assert.True(t, derived)
+	assert.Equal(t, []int{1, 6, 11, 16, 22, 27, 32, 37}, ids, "matches the published 8-tap list")
+
+	// Derivation uses num_target_layers but the ids must still fit the real target.
+	mismatch := &DrafterConfig{NumHiddenLayers: 5, NumTargetLayers: 48, AllowDerivedTapLayers: true}
+	_, _, err = mismatch.ResolveTapLayers(36)
+	require.ErrorIs(t, err, ErrInvalidConfig)
+}
+
+func TestDeriveTapLayers(t *testing.T) {
+	tests := []struct {
+		n, N int
+		want []int
+	}{
+		{5, 36, []int{1, 9, 17, 25, 33}},  // Qwen3-4B-DFlash-b16
+		{5, 40, []int{1, 10, 19, 28, 37}}, // Qwen3.6-35B-A3B old drafter
+		{1, 36, []int{18}},
+		{2, 36, []int{1, 33}},
+		// 1 + i·(28−4)/(7−1) = 1,5,9,...: integral; 1 + i·(30−4)/4 = 1, 7.5→8, 14, 20.5→20, 27: half-to-even.
+		{5, 30, []int{1, 8, 14, 20, 27}},
+	}
+	for _, tc := range tests {
+		got, err := DeriveTapLayers(tc.n, tc.N)
+		require.NoError(t, err)
+		assert.Equal(t, tc.want, got, "n=%d N=%d", tc.n, tc.N)
+	}
+	for _, bad := range [][2]int{{0, 36}, {5, 0}, {3, 4}, {1 << 30, 36}} {
+		_, err := DeriveTapLayers(bad[0], bad[1])
+		require.ErrorIs(t, err, ErrInvalidConfig)
+	}
+}
+
+func TestLoadDrafterConfig(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, ConfigFile), readTestdata(t, "dflash-qwen3-4b-b16.json"), 0o644))
+	d, err := LoadDrafterConfig(dir)
+	require.NoError(t, err)
+	assert.Equal(t, 16, d.BlockSize)
+	_, err = LoadDrafterConfig(t.TempDir())
+	require.ErrorIs(t, err, os.ErrNotExist)
+	_, err = ParseDrafterConfig([]byte("{"))
+	require.ErrorIs(t, err, ErrInvalidConfig)
+}
+
+func TestGenerationConfig(t *testing.T) {
+	g, err := LoadGenerationConfig(t.TempDir())
+	require.NoError(t, err, "missing file is not an error")
+	assert.Equal(t, &GenerationConfig{}, g)
+
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, GenerationConfigFile), []byte(`{
+  "bos_token_id": 151643, "do_sample": true, "eos_token_id": [151645, 151643], "pad_token_id": 151643,
+  "temperature": 0.6, "top_k": 20, "top_p": 0.95, "transformers_version": "4.51.0"}`), 0o644))
+	g, err = LoadGenerationConfig(dir)
+	require.NoError(t, err)
+	assert.Equal(t, []int32{151645, 151643}, g.EOSTokenIDs)
+	require.NotNil(t, g.BOSTokenID)
+	assert.Equal(t, int32(151643), *g.BOSTokenID)
+	require.NotNil(t, g.DoSample)
+	assert.True(t, *g.DoSample)
+	require.NotNil(t, g.Temperature)
+	assert.Equal(t, 0.6, *g.Temperature)
+	require.NotNil(t, g.TopK)
+	assert.Equal(t, 20, *g.TopK)
+	assert.Nil(t, g.MinP)
+	assert.Nil(t, g.RepetitionPenalty)
+
+	g, err = ParseGenerationConfig([]byte(`{"eos_token_id": 2}`))
+	require.NoError(t, err)
+	assert.Equal(t, []int32{2}, g.EOSTokenIDs)
+
+	for _, bad := range []string{`{"eos_token_id": "x"}`, `{"temperature": "hot"}`, `{"bos_token_id": [1, 2]}`, `[]`, `{"eos_token_id": -3}`} {
+		_, err := ParseGenerationConfig([]byte(bad))
+		require.ErrorIs(t, err, ErrInvalidConfig, bad)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, GenerationConfigFile), []byte(`{`), 0o644))
+	_, err = LoadGenerationConfig(dir)
+	require.ErrorIs(t, err, ErrInvalidConfig)
+	assert.Contains(t, err.Error(), GenerationConfigFile)
+}
