@@ -30,36 +30,52 @@ func ValidQuant(bits, group int) error {
 // wordsPerRow is the number of uint32 code words in one row of in columns.
 func (q *Quant) wordsPerRow(in int) int { return in * q.Bits / 32 }
 
+// Byte → codes lookup tables: one table read replaces a shift, a mask and an int→float conversion per code.
+var (
+	lut2 [256][4]float32
+	lut4 [256][2]float32
+	lut8 [256]float32
+)
+
+func init() {
+	for b := range 256 {
+		lut2[b] = [4]float32{float32(b & 3), float32(b >> 2 & 3), float32(b >> 4 & 3), float32(b >> 6)}
+		lut4[b] = [2]float32{float32(b & 15), float32(b >> 4)}
+		lut8[b] = float32(b)
+	}
+}
+
 // UnpackCodes writes the in codes of one packed row as exact float32 integers into dst[:in].
 func UnpackCodes(dst []float32, words []uint32, bits, in int) {
 	dst = dst[:in]
 	switch bits {
 	case 4:
 		for w, v := range words[:in/8] {
-			d := dst[w*8 : w*8+8 : w*8+8]
-			d[0] = float32(v & 15)
-			d[1] = float32(v >> 4 & 15)
-			d[2] = float32(v >> 8 & 15)
-			d[3] = float32(v >> 12 & 15)
-			d[4] = float32(v >> 16 & 15)
-			d[5] = float32(v >> 20 & 15)
-			d[6] = float32(v >> 24 & 15)
-			d[7] = float32(v >> 28)
+			d := (*[8]float32)(dst[w*8 : w*8+8])
+			p := lut4[v&255]
+			d[0], d[1] = p[0], p[1]
+			p = lut4[v>>8&255]
+			d[2], d[3] = p[0], p[1]
+			p = lut4[v>>16&255]
+			d[4], d[5] = p[0], p[1]
+			p = lut4[v>>24]
+			d[6], d[7] = p[0], p[1]
 		}
 	case 8:
 		for w, v := range words[:in/4] {
-			d := dst[w*4 : w*4+4 : w*4+4]
-			d[0] = float32(v & 255)
-			d[1] = float32(v >> 8 & 255)
-			d[2] = float32(v >> 16 & 255)
-			d[3] = float32(v >> 24)
+			d := (*[4]float32)(dst[w*4 : w*4+4])
+			d[0] = lut8[v&255]
+			d[1] = lut8[v>>8&255]
+			d[2] = lut8[v>>16&255]
+			d[3] = lut8[v>>24]
 		}
 	case 2:
 		for w, v := range words[:in/16] {
-			d := dst[w*16 : w*16+16 : w*16+16]
-			for k := range 16 {
-				d[k] = float32(v >> (2 * k) & 3)
-			}
+			d := (*[16]float32)(dst[w*16 : w*16+16])
+			*(*[4]float32)(d[0:4]) = lut2[v&255]
+			*(*[4]float32)(d[4:8]) = lut2[v>>8&255]
+			*(*[4]float32)(d[8:12]) = lut2[v>>16&255]
+			*(*[4]float32)(d[12:16]) = lut2[v>>24]
 		}
 	default:
 		// 3, 5 and 6 bits: codes straddle word boundaries; read through a 64-bit window.
