@@ -219,10 +219,15 @@ type Snapshot struct {
 // Position returns the session length the snapshot was taken at.
 func (p *Snapshot) Position() int { return p.pos }
 
-// Snapshot copies the recurrent state (see ports.Session).
+// Snapshot copies the recurrent state (see ports.Session). A model without recurrent layers has nothing to
+// snapshot: the error wraps errors.ErrUnsupported, which the speculative decoder reads as "roll back by TrimKV
+// alone".
 func (s *Session) Snapshot() (ports.RecurrentSnapshot, error) {
 	if s.closed {
 		return nil, errClosed
+	}
+	if !s.hasRecurrent() {
+		return nil, fmt.Errorf("cpu: snapshot: model has no recurrent layers: %w", errors.ErrUnsupported)
 	}
 	p := &Snapshot{sess: s, pos: s.rec, conv: make([][]float32, len(s.gdn)), ssm: make([][]float32, len(s.gdn))}
 	for i, g := range s.gdn {

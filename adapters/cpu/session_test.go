@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -353,6 +354,9 @@ func TestForwardOutputs(t *testing.T) {
 	dd, _, _ := det.(*Taps).Float32()
 	full, _, _ := taps.(*Taps).Float32()
 	assert.Equal(t, full, dd)
+
+	_, err = s.Snapshot()
+	assert.ErrorIs(t, err, errors.ErrUnsupported, "attention-only models have no recurrent state")
 
 	info := tg.Info()
 	assert.Equal(t, fxV, info.VocabSize)
