@@ -1,0 +1,151 @@
+// Package domain_test holds the import-boundary test of the hexagonal layout: the domain depends only on
+// the standard library and ports, and ports only on the standard library.
+package domain_test
+
+import (
+	"fmt"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/higgs-go/higgs"
+
+// rule says which imports the files of one tree may have.
+type rule struct {
+	tree string   // directory relative to the module root
+	skip []string // subtrees with their own rule
+	// allowed reports whether a non-standard-library import is allowed (standard library imports always
+	// are); test says whether the importing file is a _test.go file.
+	allowed func(path string, test bool) bool
+}
+
+func within(path, tree string) bool { return path == tree || strings.HasPrefix(path, tree+"/") }
+
+func testOnly(path string) bool {
+	return within(path, "github.com/stretchr/testify") || within(path, module+"/ports/portfake") ||
+		within(path, module+"/ports/porttest")
+}
+
+var rules = []rule{
+	{tree: "domain", allowed: func(p string, test bool) bool {
+		return p == module+"/ports" || within(p, module+"/domain") || (test && testOnly(p))
+	}},
+	{tree: "ports", skip: []string{"ports/portfake", "ports/porttest"}, allowed: func(p string, test bool) bool {
+		return test && testOnly(p)
+	}},
+	{tree: "ports/portfake", allowed: func(p string, _ bool) bool { return p == module+"/ports" || testOnly(p) }},
+	{tree: "ports/porttest", allowed: func(p string, _ bool) bool { return p == module+"/ports" || testOnly(p) }},
+}
+
+// stdlib reports whether an import path belongs to the standard library: its first element has no dot.
+func stdlib(path string) bool {
+	first, _, _ := strings.Cut(path, "/")
+	return !strings.Contains(first, ".")
+}
+
+// violations parses every Go file under each rule's tree (imports only) and lists forbidden imports.
+func violations(root string) ([]string, error) {
+	var out []string
+	for _, r := range rules {
+		dir := filepath.Join(root, filepath.FromSlash(r.tree))
+		err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(root, path)
+			rel = filepath.ToSlash(rel)
+			if d.IsDir() {
+				for _, s := range r.skip {
+					if rel == s {
+						return filepath.SkipDir
+					}
+				}
+				if name := d.Name(); name == "testdata" || (strings.HasPrefix(name, ".") && path != dir) {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if !strings.HasSuffix(rel, ".go") {
+				return nil
+			}
+			f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.ImportsOnly)
+			if err != nil {
+				return err
+			}
+			test := strings.HasSuffix(rel, "_test.go")
+			for _, imp := range f.Imports {
+				p, err := strconv.Unquote(imp.Path.Value)
+				if err != nil {
+					return fmt.Errorf("%s: %w", rel, err)
+				}
+				if !stdlib(p) && !r.allowed(p, test) {
+					out = append(out, fmt.Sprintf("%s imports %s", rel, p))
+				}
+			}
+			return nil
+		})
+		if err != nil && !os.IsNotExist(err) {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	_, file, _, ok := runtime.Caller(0)
+	require.True(t, ok)
+	root := filepath.Dir(filepath.Dir(file))
+	mod, err := os.ReadFile(filepath.Join(root, "go.mod"))
+	require.NoError(t, err)
+	require.Contains(t, string(mod), "module "+module)
+	return root
+}
+
+func TestImportBoundary(t *testing.T) {
+	v, err := violations(moduleRoot(t))
+	require.NoError(t, err)
+	assert.Empty(t, v, "domain may import only the standard library and ports; ports only the standard library")
+}
+
+// TestImportBoundaryDetectsViolations runs the checker over a synthetic tree, so a checker that accepts
+// everything fails here.
+func TestImportBoundaryDetectsViolations(t *testing.T) {
+	root := t.TempDir()
+	files := map[string]string{
+		"domain/speculative/ok.go":      `package speculative; import ("context"; "github.com/higgs-go/higgs/ports")`,
+		"domain/speculative/bad.go":     `package speculative; import "github.com/rs/zerolog"`,
+		"domain/speculative/adapter.go": `package speculative; import "github.com/higgs-go/higgs/adapters/cpu"`,
+		"domain/speculative/x_test.go":  `package speculative; import ("github.com/stretchr/testify/require"; "github.com/higgs-go/higgs/ports/portfake")`,
+		"domain/speculative/fake.go":    `package speculative; import "github.com/higgs-go/higgs/ports/portfake"`,
+		"ports/target.go":               `package ports; import ("context"; "errors")`,
+		"ports/bad.go":                  `package ports; import "github.com/higgs-go/higgs/domain/speculative"`,
+		"ports/portfake/fake.go":        `package portfake; import ("math/rand/v2"; "github.com/higgs-go/higgs/ports")`,
+		"ports/porttest/suite.go":       `package porttest; import "github.com/stretchr/testify/require"`,
+		"ports/porttest/bad.go":         `package porttest; import "github.com/higgs-go/higgs/adapters/cpu"`,
+	}
+	for name, src := range files {
+		p := filepath.Join(root, filepath.FromSlash(name))
+		require.NoError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		require.NoError(t, os.WriteFile(p, []byte(src), 0o644))
+	}
+	v, err := violations(root)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{
+		"domain/speculative/bad.go imports github.com/rs/zerolog",
+		"domain/speculative/adapter.go imports github.com/higgs-go/higgs/adapters/cpu",
+		"domain/speculative/fake.go imports github.com/higgs-go/higgs/ports/portfake",
+		"ports/bad.go imports github.com/higgs-go/higgs/domain/speculative",
+		"ports/porttest/bad.go imports github.com/higgs-go/higgs/adapters/cpu",
+	}, v)
+}

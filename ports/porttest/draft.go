@@ -1,0 +1,174 @@
+package porttest
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/ports"
+)
+
+// DraftSuite configures the DraftSession conformance suite.
+type DraftSuite struct {
+	// OpenTarget returns a new empty target session tapping the drafter's tap layers. Required.
+	OpenTarget func(t *testing.T) ports.Session
+	// OpenDraft returns a new empty draft session. Required.
+	OpenDraft func(t *testing.T) ports.DraftSession
+	// BlockSize is the drafter's BlockSize (≥ 2). Required.
+	BlockSize int
+	// Vocab is the vocabulary size. Required.
+	Vocab int
+}
+
+// TestDraftSession runs the DraftSession suite: openTarget opens a target session tapping the drafter's
+// layers, openDraft an empty draft session; blockSize is the drafter's BlockSize and vocab the vocabulary.
+func TestDraftSession(t *testing.T, openTarget func(t *testing.T) ports.Session,
+	openDraft func(t *testing.T) ports.DraftSession, blockSize, vocab int) {
+	DraftSuite{OpenTarget: openTarget, OpenDraft: openDraft, BlockSize: blockSize, Vocab: vocab}.Run(t)
+}
+
+// Run runs every check as a subtest.
+func (s DraftSuite) Run(t *testing.T) {
+	require.NotNil(t, s.OpenTarget, "DraftSuite.OpenTarget")
+	require.NotNil(t, s.OpenDraft, "DraftSuite.OpenDraft")
+	require.GreaterOrEqual(t, s.BlockSize, 2, "DraftSuite.BlockSize")
+	require.GreaterOrEqual(t, s.Vocab, 2, "DraftSuite.Vocab")
+	t.Run("LenFollowsContext", s.testLen)
+	t.Run("Deterministic", s.testDeterministic) // greedy drafters only (Proposal.Dists nil), as DFlash is
+	t.Run("ContextOnlyBlockOfOne", s.testContextOnly)
+	t.Run("CropAndRefeed", s.testCrop)
+	t.Run("BadInput", s.testBadInput)
+}
+
+func (s DraftSuite) prompt() []ports.Token {
+	p := make([]ports.Token, 9)
+	for i := range p {
+		p[i] = ports.Token((i*11 + 4) % s.Vocab)
+	}
+	return p
+}
+
+func (s DraftSuite) draft(t *testing.T) ports.DraftSession {
+	t.Helper()
+	d := s.OpenDraft(t)
+	require.NotNil(t, d)
+	t.Cleanup(func() { _ = d.Close() })
+	require.Zero(t, d.Len(), "a new draft session is empty")
+	return d
+}
+
+// taps forwards toks in chunks on a fresh target session and returns each chunk's detached taps.
+func (s DraftSuite) taps(t *testing.T, toks []ports.Token, cuts ...int) []ports.Taps {
+	t.Helper()
+	sess := s.OpenTarget(t)
+	require.NotNil(t, sess)
+	t.Cleanup(func() { _ = sess.Close() })
+	var out []ports.Taps
+	start := 0
+	for _, end := range append(cuts, len(toks)) {
+		fr, err := sess.Forward(t.Context(), toks[start:end], ports.ForwardOptions{Rows: 1, Taps: true})
+		require.NoError(t, err)
+		require.NotNil(t, fr.Taps, "the target session must tap the drafter's layers")
+		require.Equal(t, end-start, fr.Taps.Rows())
+		out = append(out, fr.Taps.Detach())
+		start = end
+	}
+	return out
+}
+
+func (s DraftSuite) checkProposal(t *testing.T, p ports.Proposal, bs int) {
+	t.Helper()
+	require.Len(t, p.Tokens, bs-1, "bs-1 proposed tokens")
+	for _, tok := range p.Tokens {
+		require.True(t, tok >= 0 && int(tok) < s.Vocab, "proposed token %d outside vocabulary", tok)
+	}
+	if p.Dists != nil {
+		require.Len(t, p.Dists, bs-1)
+		for i, d := range p.Dists {
+			assert.Positive(t, d.Prob(p.Tokens[i]), "a drafted token has positive probability under its distribution")
+		}
+	}
+}
+
+func (s DraftSuite) testLen(t *testing.T) {
+	p := s.prompt()
+	ctx := s.taps(t, p)[0]
+	d := s.draft(t)
+	anchor := ports.Token(3 % s.Vocab)
+	prop, err := d.Draft(t.Context(), anchor, ctx, s.BlockSize)
+	require.NoError(t, err)
+	s.checkProposal(t, prop, s.BlockSize)
+	assert.Equal(t, len(p), d.Len(), "after Draft, Len is the anchor position")
+	// A round without new context (nil) keeps the length.
+	prop, err = d.Draft(t.Context(), anchor, nil, 2)
+	require.NoError(t, err)
+	s.checkProposal(t, prop, 2)
+	assert.Equal(t, len(p), d.Len())
+}
+
+func (s DraftSuite) testDeterministic(t *testing.T) {
+	p := s.prompt()
+	ctx := s.taps(t, p)[0]
+	var props []ports.Proposal
+	for range 2 {
+		d := s.draft(t)
+		prop, err := d.Draft(t.Context(), 1, ctx, s.BlockSize)
+		require.NoError(t, err)
+		props = append(props, prop)
+	}
+	if props[0].Dists != nil {
+		t.Skip("the drafter samples its tokens (Proposal.Dists set): proposals are random by design")
+	}
+	assert.Equal(t, props[0].Tokens, props[1].Tokens, "same context and anchor, same proposal")
+}
+
+// testContextOnly checks Draft with bs = 1 (no drafted tokens, context appended): the decoder uses it to
+// feed the context of plain-decoding rounds before drafting again.
+func (s DraftSuite) testContextOnly(t *testing.T) {
+	p := s.prompt()
+	chunks := s.taps(t, p, 4)
+	split := s.draft(t)
+	prop, err := split.Draft(t.Context(), p[4], chunks[0], 1)
+	require.NoError(t, err)
+	assert.Empty(t, prop.Tokens, "a block of one drafts nothing")
+	assert.Equal(t, 4, split.Len())
+	got, err := split.Draft(t.Context(), 2, chunks[1], s.BlockSize)
+	require.NoError(t, err)
+	s.checkProposal(t, got, s.BlockSize)
+	assert.Equal(t, len(p), split.Len())
+}
+
+func (s DraftSuite) testCrop(t *testing.T) {
+	p := s.prompt()
+	chunks := s.taps(t, p, 6)
+	d := s.draft(t)
+	_, err := d.Draft(t.Context(), p[6], chunks[0], 1)
+	require.NoError(t, err)
+	want, err := d.Draft(t.Context(), 5, chunks[1], s.BlockSize)
+	require.NoError(t, err)
+	require.NoError(t, d.Crop(6))
+	assert.Equal(t, 6, d.Len(), "Crop sets Len")
+	got, err := d.Draft(t.Context(), 5, chunks[1], s.BlockSize)
+	require.NoError(t, err)
+	if want.Dists == nil {
+		assert.Equal(t, want.Tokens, got.Tokens, "cropping and re-feeding the same context gives the same proposal")
+	}
+	require.NoError(t, d.Crop(d.Len()), "cropping to the current length is a no-op")
+	assert.Error(t, d.Crop(d.Len()+1), "Crop past Len")
+	assert.Error(t, d.Crop(-1), "negative Crop")
+}
+
+func (s DraftSuite) testBadInput(t *testing.T) {
+	ctx := s.taps(t, s.prompt())[0]
+	for _, bs := range []int{0, -1, s.BlockSize + 1} {
+		d := s.draft(t)
+		_, err := d.Draft(t.Context(), 1, ctx, bs)
+		assert.Error(t, err, "block size %d", bs)
+	}
+	for _, anchor := range []ports.Token{-1, ports.Token(s.Vocab)} {
+		d := s.draft(t)
+		_, err := d.Draft(t.Context(), anchor, ctx, 2)
+		assert.Error(t, err, "anchor %d", anchor)
+	}
+}

@@ -1,0 +1,83 @@
+package porttest_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/ports"
+	"github.com/higgs-go/higgs/ports/portfake"
+	"github.com/higgs-go/higgs/ports/porttest"
+)
+
+func readFakeTaps(t ports.Taps) ([][]float32, error) {
+	ft, ok := t.(*portfake.Taps)
+	if !ok {
+		return nil, errors.New("not portfake taps")
+	}
+	rows, err := ft.Values()
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]float32, len(rows))
+	for i, r := range rows {
+		out[i] = r.Values
+	}
+	return out, nil
+}
+
+func TestPortfakeSessions(t *testing.T) {
+	variants := map[string]portfake.Config{
+		"hybrid-tape":     {Tape: true, ContextLength: 64},
+		"hybrid-snapshot": {ContextLength: 64},
+		"attention-only":  {Layers: []ports.LayerKind{ports.LayerAttention}, ContextLength: 64},
+		"recurrent-only":  {Layers: []ports.LayerKind{ports.LayerRecurrent}, Tape: true, ContextLength: 64},
+	}
+	for name, cfg := range variants {
+		t.Run(name, func(t *testing.T) {
+			m := portfake.MustNew(cfg)
+			porttest.SessionSuite{
+				Open: func(t *testing.T, taps []int) ports.Session {
+					s, err := m.NewSession(t.Context(), taps)
+					require.NoError(t, err)
+					return s
+				},
+				Vocab:         m.Info().VocabSize,
+				TapLayers:     []int{0},
+				ReadTaps:      readFakeTaps,
+				ContextLength: cfg.ContextLength,
+			}.Run(t)
+		})
+	}
+	t.Run("simple", func(t *testing.T) {
+		m := portfake.MustNew(portfake.Config{Tape: true})
+		porttest.TestSession(t, func(t *testing.T) ports.Session {
+			s, err := m.NewSession(t.Context(), nil)
+			require.NoError(t, err)
+			return s
+		}, m.Info().VocabSize)
+	})
+}
+
+func TestPortfakeDraftSession(t *testing.T) {
+	m := portfake.MustNew(portfake.Config{Tape: true})
+	for name, p := range map[string]portfake.Proposer{
+		"perfect": portfake.Perfect(m),
+		"sampled": portfake.Sampled(m, ports.SamplingParams{Temperature: 1}, 3),
+	} {
+		t.Run(name, func(t *testing.T) {
+			dr, err := portfake.NewDrafter(portfake.DrafterConfig{BlockSize: 8, TapLayers: []int{1, 2}, Propose: p})
+			require.NoError(t, err)
+			porttest.TestDraftSession(t, func(t *testing.T) ports.Session {
+				s, err := m.NewSession(t.Context(), dr.TapLayers())
+				require.NoError(t, err)
+				return s
+			}, func(t *testing.T) ports.DraftSession {
+				d, err := dr.NewSession(t.Context())
+				require.NoError(t, err)
+				return d
+			}, dr.BlockSize(), m.Info().VocabSize)
+		})
+	}
+}
