@@ -107,8 +107,10 @@ CASES = [
     dict(
         name="qwen3_dense_untied",
         family="qwen3",
-        about="Qwen3 dense, untied lm_head, head_dim 24 != hidden/heads (16), GQA 4/1, rope_theta 1e4, eps 1e-5.",
+        about="Qwen3 dense, untied lm_head, head_dim 24 != hidden/heads (16), GQA 4/1, rope_theta 1e4, eps 1e-5, "
+        "vocab 256.",
         cfg=_q3(
+            vocab_size=V_HYBRID,
             num_hidden_layers=3,
             num_key_value_heads=1,
             head_dim=24,
@@ -256,6 +258,7 @@ QUANT_CASES = [
             [(f"model.layers.{i}.mlp.gate", {"group_size": 64, "bits": 8}) for i in range(3)]
             + [(f"model.layers.{i}.mlp.shared_expert_gate", {"group_size": 64, "bits": 8}) for i in range(3)]
             + [(f"model.layers.{i}.mlp.switch_mlp.down_proj", {"group_size": 32, "bits": 4}) for i in range(3)]
+            + [(f"model.layers.{i}.mlp.shared_expert.down_proj", {"group_size": 32, "bits": 4}) for i in range(3)]
             + [
                 ("model.layers.0.linear_attn.in_proj_qkvz", {"group_size": 64, "bits": 3}),
                 ("model.layers.1.linear_attn.in_proj_ba", {"group_size": 32, "bits": 5}),
