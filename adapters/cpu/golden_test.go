@@ -1,0 +1,161 @@
+package cpu
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/ports"
+)
+
+// goldenRoot holds the transformers goldens written by tools/goldens/make_goldens.py (format in its README).
+const goldenRoot = "../../testdata/goldens"
+
+type goldenIndex struct {
+	Cases []struct {
+		Case string `json:"case"`
+		Dir  string `json:"dir"`
+		OK   bool   `json:"ok"`
+	} `json:"cases"`
+}
+
+type goldenArray struct {
+	File  string `json:"file"`
+	Shape []int  `json:"shape"`
+}
+
+type goldenCase struct {
+	Prompt       []ports.Token `json:"prompt"`
+	Logits       goldenArray   `json:"logits"`
+	HiddenStates goldenArray   `json:"hidden_states"`
+	Greedy       struct {
+		Tokens     []ports.Token `json:"tokens"`
+		Top2Margin []float64     `json:"top2_margin"`
+	} `json:"greedy"`
+	PromptTop2Margin []float64     `json:"prompt_top2_margin"`
+	PromptArgmax     []ports.Token `json:"prompt_argmax"`
+}
+
+func readF32(t *testing.T, path string, shape []int) []float32 {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	n := 1
+	for _, d := range shape {
+		n *= d
+	}
+	require.Equal(t, 4*n, len(raw), "%s: %d bytes for shape %v", path, len(raw), shape)
+	out := make([]float32, n)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+	return out
+}
+
+// The CPU backend reproduces transformers' float32 logits (max |Δ| ≤ 1e-3), hidden states after every layer,
+// and greedy continuations wherever the reference's top-2 margin exceeds 1e-3.
+func TestGoldens(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(goldenRoot, "index.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skipf("no goldens under %s yet (tools/goldens/make_goldens.py writes them)", goldenRoot)
+	}
+	require.NoError(t, err)
+	var idx goldenIndex
+	require.NoError(t, json.Unmarshal(raw, &idx))
+	require.NotEmpty(t, idx.Cases)
+	for _, c := range idx.Cases {
+		if !c.OK {
+			continue
+		}
+		t.Run(c.Case, func(t *testing.T) {
+			dir := filepath.Join(goldenRoot, c.Dir)
+			graw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
+			require.NoError(t, err)
+			var g goldenCase
+			require.NoError(t, json.Unmarshal(graw, &g))
+			tg, err := Load(t.Context(), dir, LoadOptions{Threads: 2})
+			require.NoError(t, err)
+			defer tg.Close()
+			a := tg.m.arch
+			T := len(g.Prompt)
+			require.Equal(t, []int{T, a.Vocab}, g.Logits.Shape)
+
+			taps := make([]int, a.Layers)
+			for i := range taps {
+				taps[i] = i
+			}
+			s := openSession(t, tg, taps)
+			logits, tapData, _ := run(t, s, g.Prompt, false)
+			want := readF32(t, filepath.Join(dir, g.Logits.File), g.Logits.Shape)
+			var worst float64
+			for i := range want {
+				worst = math.Max(worst, math.Abs(float64(want[i])-float64(logits[i])))
+			}
+			t.Logf("max |Δlogit| = %.3g over %d positions", worst, T)
+			assert.LessOrEqual(t, worst, 1e-3, "max |Δlogit|")
+
+			if g.HiddenStates.File != "" {
+				require.Equal(t, []int{a.Layers + 1, T, a.Hidden}, g.HiddenStates.Shape)
+				hs := readF32(t, filepath.Join(dir, g.HiddenStates.File), g.HiddenStates.Shape)
+				emb := make([]float32, T*a.Hidden)
+				require.NoError(t, tg.EmbedTokens(emb, g.Prompt))
+				layerErr := func(l int, got func(tt, j int) float32) float64 {
+					var d, scale float64
+					for tt := range T {
+						for j := range a.Hidden {
+							w := float64(hs[(l*T+tt)*a.Hidden+j])
+							d = math.Max(d, math.Abs(w-float64(got(tt, j))))
+							scale = math.Max(scale, math.Abs(w))
+						}
+					}
+					return d / math.Max(scale, 1)
+				}
+				assert.LessOrEqual(t, layerErr(0, func(tt, j int) float32 { return emb[tt*a.Hidden+j] }), 1e-6, "embedding")
+				width := a.Layers * a.Hidden
+				for l := range a.Layers {
+					e := layerErr(l+1, func(tt, j int) float32 { return tapData[tt*width+l*a.Hidden+j] })
+					assert.LessOrEqual(t, e, 1e-4, "hidden state after layer %d (relative to its max)", l)
+				}
+			}
+
+			// Greedy continuation, token by token through the session (the reference re-runs the full sequence).
+			next := g.Greedy.Tokens
+			last := ports.Token(-1)
+			row := logits[(T-1)*a.Vocab:]
+			for i, tok := range next {
+				var got ports.Token
+				if i == 0 {
+					got = argmax32(row)
+				} else {
+					res, err := s.Forward(t.Context(), []ports.Token{last}, ports.ForwardOptions{})
+					require.NoError(t, err)
+					got = res.Greedy[0]
+				}
+				if g.Greedy.Top2Margin[i] <= 1e-3 {
+					t.Logf("greedy step %d: reference margin %.3g too small to compare; stopping", i, g.Greedy.Top2Margin[i])
+					break
+				}
+				require.Equal(t, tok, got, "greedy step %d (reference margin %.3g)", i, g.Greedy.Top2Margin[i])
+				last = tok
+			}
+		})
+	}
+}
+
+func argmax32(row []float32) ports.Token {
+	best := 0
+	for j, v := range row {
+		if v > row[best] {
+			best = j
+		}
+	}
+	return ports.Token(best)
+}
