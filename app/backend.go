@@ -112,3 +112,12 @@ func ProvideTarget(cfg ModelConfig) (ports.Target, error) {
 	}
 	return m.Target, nil
 }
+
+// ProvideModels is the wire provider of LoadModels: the returned cleanup closes the models.
+func ProvideModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger) (*Models, func(), error) {
+	m, err := LoadModels(ctx, cfg, log, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, func() { _ = m.Close() }, nil
+}

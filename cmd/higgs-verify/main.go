@@ -1,17 +1,18 @@
 // Command higgs-verify checks the engine against references: backend vs backend, speculative vs
 // autoregressive, rollback vs recompute. Its JSON output is a stable contract (see VERIFY-CLI.md).
+//
+// Exit status: 0 ok, 1 a check failed, 2 bad usage or input (with a one-line reason on stderr).
 package main
 
 import (
-	"fmt"
+	"context"
 	"os"
-
-	"github.com/higgs-go/higgs/app"
+	"os/signal"
 )
 
 func main() {
-	if _, err := initTarget(app.ModelConfig{Backend: "cpu"}); err != nil {
-		fmt.Fprintln(os.Stderr, "higgs-verify:", err)
-		os.Exit(2)
-	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, initModels)
+	stop()
+	os.Exit(code)
 }

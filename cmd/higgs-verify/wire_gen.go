@@ -7,16 +7,20 @@
 package main
 
 import (
+	"context"
 	"github.com/higgs-go/higgs/app"
-	"github.com/higgs-go/higgs/ports"
+	"github.com/rs/zerolog"
 )
 
 // Injectors from wire.go:
 
-func initTarget(cfg app.ModelConfig) (ports.Target, error) {
-	target, err := app.ProvideTarget(cfg)
+// initModels loads the models named by cfg; the cleanup closes them.
+func initModels(ctx context.Context, cfg app.ModelConfig, log zerolog.Logger) (*app.Models, func(), error) {
+	models, cleanup, err := app.ProvideModels(ctx, cfg, log)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return target, nil
+	return models, func() {
+		cleanup()
+	}, nil
 }

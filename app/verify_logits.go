@@ -1,0 +1,89 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/higgs-go/higgs/ports"
+)
+
+// RawLogitsSession is the optional session ability `higgs-verify logits` and `parity` need: Forward that also
+// returns the next-token logits ([rows, V], row-major) of the rows it returns. ports.Session only exposes
+// greedy tokens and distributions, which is all decoding needs.
+type RawLogitsSession interface {
+	ForwardLogits(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, []float32, error)
+}
+
+// ErrNoRawLogits is wrapped when the backend's sessions do not expose raw logits. It wraps
+// errors.ErrUnsupported.
+var ErrNoRawLogits = fmt.Errorf("this backend's sessions do not expose raw logits: %w", errors.ErrUnsupported)
+
+// LogitsResult is the JSON object `higgs-verify logits --json` prints.
+type LogitsResult struct {
+	Model   string        `json:"model"`
+	Backend string        `json:"backend"`
+	Tokens  []ports.Token `json:"tokens"`
+	// Logits holds one row per input position: the full next-token logits after that position.
+	Logits [][]float32 `json:"logits"`
+}
+
+// forwardLogits runs one fresh forward pass over tokens and returns every position's logits, plus the taps
+// of tapLayers when non-empty.
+func forwardLogits(ctx context.Context, t ports.Target, tokens []ports.Token, tapLayers []int) ([][]float32, ports.Taps, error) {
+	if err := checkTokens(t, tokens); err != nil {
+		return nil, nil, err
+	}
+	sess, err := t.NewSession(ctx, tapLayers)
+	if err != nil {
+		return nil, nil, fmt.Errorf("open session: %w", err)
+	}
+	defer sess.Close()
+	rl, ok := sess.(RawLogitsSession)
+	if !ok {
+		return nil, nil, fmt.Errorf("session %T: %w", sess, ErrNoRawLogits)
+	}
+	fr, flat, err := rl.ForwardLogits(ctx, tokens, ports.ForwardOptions{Taps: len(tapLayers) > 0})
+	if err != nil {
+		return nil, nil, fmt.Errorf("forward: %w", err)
+	}
+	V := t.Info().VocabSize
+	if len(flat) != len(tokens)*V {
+		return nil, nil, fmt.Errorf("forward returned %d logits for %d positions of %d", len(flat), len(tokens), V)
+	}
+	rows := make([][]float32, len(tokens))
+	for i := range rows {
+		rows[i] = slices.Clone(flat[i*V : (i+1)*V])
+	}
+	var taps ports.Taps
+	if fr.Taps != nil {
+		taps = fr.Taps.Detach()
+	}
+	return rows, taps, nil
+}
+
+func checkTokens(t ports.Target, tokens []ports.Token) error {
+	if len(tokens) == 0 {
+		return fmt.Errorf("%w: empty prompt", ErrBadInput)
+	}
+	v := t.Info().VocabSize
+	for i, tok := range tokens {
+		if tok < 0 || int(tok) >= v {
+			return fmt.Errorf("%w: token %d (position %d) outside the vocabulary of %d", ErrBadInput, tok, i, v)
+		}
+	}
+	if n := t.Info().ContextLength; n > 0 && len(tokens) > n {
+		return fmt.Errorf("%w: %d tokens exceed the context length %d", ErrBadInput, len(tokens), n)
+	}
+	return nil
+}
+
+// Logits runs `higgs-verify logits`: one fresh forward pass over the whole prompt.
+func Logits(ctx context.Context, m *Models, tokens []ports.Token) (LogitsResult, error) {
+	rows, _, err := forwardLogits(ctx, m.Target, tokens, nil)
+	if err != nil {
+		return LogitsResult{}, err
+	}
+	return LogitsResult{Model: m.Name, Backend: m.Backend, Tokens: slices.Clone(tokens), Logits: rows}, nil
+}

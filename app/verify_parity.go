@@ -1,0 +1,300 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/higgs-go/higgs/adapters/cpu/dflash"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// Parity tolerances (MODEL-REFERENCE §7.1 engineering targets for fp32 vs fp32). Two weight variants of one
+// model (f32 vs quantized) differ by more; pass looser tolerances for those.
+const (
+	DefaultParityMaxAbs = 1e-3 // max |Δlogit|
+	DefaultParityMargin = 1e-3 // argmax must agree where A's top-2 margin exceeds this
+	DefaultParityTapAbs = 1e-3 // max |Δ| of tapped hidden states
+)
+
+// ParityOptions configure `higgs-verify parity`.
+type ParityOptions struct {
+	Prompt    []ports.Token
+	MaxTokens int // greedy continuation length (default 16)
+	MaxAbs    float64
+	Margin    float64
+	TapAbs    float64
+	// ReplayAbs bounds the logit difference after tape replay vs snapshot + recompute (0: bit-exact).
+	ReplayAbs float64
+}
+
+// ParitySide describes one side of the comparison.
+type ParitySide struct {
+	Model   string `json:"model"`
+	Backend string `json:"backend"`
+}
+
+// ReplayCheck is the recurrent-rollback check of one side: a block is verified with a tape, rolled back to n
+// committed positions by tape replay and, separately, by snapshot + recompute; the logits of the following
+// forward must agree.
+type ReplayCheck struct {
+	Supported bool    `json:"supported"`
+	Recurrent bool    `json:"recurrent"`
+	Cases     int     `json:"cases"`
+	MaxAbs    float64 `json:"max_abs"`
+	Pass      bool    `json:"pass"`
+	Note      string  `json:"note,omitempty"`
+}
+
+// ParityResult is the JSON object `higgs-verify parity --json` prints.
+type ParityResult struct {
+	A               ParitySide    `json:"a"`
+	B               ParitySide    `json:"b"`
+	Tokens          []ports.Token `json:"tokens"`
+	Positions       int           `json:"positions"`
+	MaxAbs          float64       `json:"max_abs"`
+	MaxRel          float64       `json:"max_rel"`
+	ArgmaxAgree     int           `json:"argmax_agree"`
+	ArgmaxChecked   int           `json:"argmax_checked"` // positions whose A top-2 margin exceeds the margin
+	ArgmaxMismatch  []int         `json:"argmax_mismatch"`
+	TapLayers       []int         `json:"tap_layers"`
+	TapMaxAbs       float64       `json:"tap_max_abs"`
+	ContinuationA   []ports.Token `json:"continuation_a"`
+	ContinuationB   []ports.Token `json:"continuation_b"`
+	ContinuationOK  bool          `json:"continuation_match"`
+	ReplayA         ReplayCheck   `json:"replay_a"`
+	ReplayB         ReplayCheck   `json:"replay_b"`
+	Tolerances      ParityOptions `json:"tolerances"`
+	Pass            bool          `json:"pass"`
+	Failures        []string      `json:"failures"`
+	DrafterChecked  bool          `json:"drafter_checked"`
+	DraftAgreement  int           `json:"draft_agreement,omitempty"`
+	DraftComparable int           `json:"draft_comparable,omitempty"`
+}
+
+// Parity compares two loaded model sets position by position (see ParityResult). It returns ErrCheckFailed
+// past the tolerances.
+func Parity(ctx context.Context, a, b *Models, o ParityOptions) (ParityResult, error) {
+	if o.MaxTokens == 0 {
+		o.MaxTokens = 16
+	}
+	if o.MaxAbs == 0 {
+		o.MaxAbs = DefaultParityMaxAbs
+	}
+	if o.Margin == 0 {
+		o.Margin = DefaultParityMargin
+	}
+	if o.TapAbs == 0 {
+		o.TapAbs = DefaultParityTapAbs
+	}
+	res := ParityResult{A: ParitySide{a.Name, a.Backend}, B: ParitySide{b.Name, b.Backend},
+		Tokens: slices.Clone(o.Prompt), Tolerances: o, Failures: []string{}, ArgmaxMismatch: []int{}}
+	ia, ib := a.Target.Info(), b.Target.Info()
+	if ia.VocabSize != ib.VocabSize || ia.HiddenSize != ib.HiddenSize || len(ia.LayerKinds) != len(ib.LayerKinds) {
+		return res, fmt.Errorf("%w: the two models differ in shape (vocab %d/%d, hidden %d/%d, layers %d/%d)",
+			ErrBadInput, ia.VocabSize, ib.VocabSize, ia.HiddenSize, ib.HiddenSize, len(ia.LayerKinds), len(ib.LayerKinds))
+	}
+	taps := make([]int, len(ia.LayerKinds))
+	for i := range taps {
+		taps[i] = i
+	}
+	if a.Drafter != nil {
+		taps = a.Drafter.TapLayers()
+	}
+	res.TapLayers = taps
+	la, ta, err := forwardLogits(ctx, a.Target, o.Prompt, taps)
+	if err != nil {
+		return res, fmt.Errorf("a: %w", err)
+	}
+	lb, tb, err := forwardLogits(ctx, b.Target, o.Prompt, taps)
+	if err != nil {
+		return res, fmt.Errorf("b: %w", err)
+	}
+	res.Positions = len(la)
+	for i := range la {
+		for v := range la[i] {
+			d := math.Abs(float64(la[i][v]) - float64(lb[i][v]))
+			res.MaxAbs = max(res.MaxAbs, d)
+			res.MaxRel = max(res.MaxRel, d/math.Max(math.Abs(float64(la[i][v])), 1e-6))
+		}
+		best, second := top2(la[i])
+		if float64(la[i][best]-la[i][second]) > o.Margin {
+			res.ArgmaxChecked++
+			if bb, _ := top2(lb[i]); bb == best {
+				res.ArgmaxAgree++
+			} else {
+				res.ArgmaxMismatch = append(res.ArgmaxMismatch, i)
+			}
+		}
+	}
+	if fa, ok := ta.(dflash.FloatTaps); ok {
+		if fb, ok := tb.(dflash.FloatTaps); ok {
+			da, _, _ := fa.Float32()
+			db, _, _ := fb.Float32()
+			for i := range min(len(da), len(db)) {
+				res.TapMaxAbs = max(res.TapMaxAbs, math.Abs(float64(da[i])-float64(db[i])))
+			}
+		}
+	}
+	ga, _, err := runDecoder(ctx, a, GenerateOptions{Prompt: o.Prompt, MaxTokens: o.MaxTokens, NoEOS: true})
+	if err != nil {
+		return res, fmt.Errorf("a: %w", err)
+	}
+	gb, _, err := runDecoder(ctx, b, GenerateOptions{Prompt: o.Prompt, MaxTokens: o.MaxTokens, NoEOS: true})
+	if err != nil {
+		return res, fmt.Errorf("b: %w", err)
+	}
+	res.ContinuationA, res.ContinuationB = ga.Tokens, gb.Tokens
+	_, res.ContinuationOK = firstDiff(ga.Tokens, gb.Tokens)
+	if res.ReplayA, err = replayCheck(ctx, a.Target, o); err != nil {
+		return res, fmt.Errorf("a: %w", err)
+	}
+	if res.ReplayB, err = replayCheck(ctx, b.Target, o); err != nil {
+		return res, fmt.Errorf("b: %w", err)
+	}
+	fail := func(format string, args ...any) { res.Failures = append(res.Failures, fmt.Sprintf(format, args...)) }
+	if res.MaxAbs > o.MaxAbs {
+		fail("max |Δlogit| %.3g > %.3g", res.MaxAbs, o.MaxAbs)
+	}
+	if len(res.ArgmaxMismatch) > 0 {
+		fail("argmax differs at %d of %d positions with top-2 margin > %g", len(res.ArgmaxMismatch), res.ArgmaxChecked, o.Margin)
+	}
+	if res.TapMaxAbs > o.TapAbs {
+		fail("max |Δtap| %.3g > %.3g", res.TapMaxAbs, o.TapAbs)
+	}
+	if !res.ContinuationOK {
+		fail("greedy continuations differ")
+	}
+	for _, r := range []struct {
+		side string
+		c    ReplayCheck
+	}{{"a", res.ReplayA}, {"b", res.ReplayB}} {
+		if !r.c.Pass {
+			fail("%s: tape replay vs recompute differ by %.3g (tolerance %.3g)", r.side, r.c.MaxAbs, o.ReplayAbs)
+		}
+	}
+	res.Pass = len(res.Failures) == 0
+	if !res.Pass {
+		return res, fmt.Errorf("%w: %s", ErrCheckFailed, res.Failures[0])
+	}
+	return res, nil
+}
+
+func top2(x []float32) (int, int) {
+	b, s := 0, -1
+	for i := 1; i < len(x); i++ {
+		switch {
+		case x[i] > x[b]:
+			b, s = i, b
+		case s < 0 || x[i] > x[s]:
+			s = i
+		}
+	}
+	if s < 0 {
+		s = b
+	}
+	return b, s
+}
+
+// replayCheck verifies a block of the prompt's greedy continuation with a tape, then for every n rolls back by
+// tape replay in one session and by snapshot + restore + recompute in another, and compares the logits of the
+// next forward. Targets without recurrent layers or without tape replay report Supported/Recurrent false.
+func replayCheck(ctx context.Context, t ports.Target, o ParityOptions) (ReplayCheck, error) {
+	rc := ReplayCheck{Pass: true, Recurrent: t.Info().HasRecurrent()}
+	if !rc.Recurrent {
+		rc.Note = "no recurrent layers"
+		return rc, nil
+	}
+	const block = 6
+	prompt := o.Prompt
+	// The block: the prompt's first greedy tokens (any tokens would do; these are realistic).
+	g, _, err := runDecoder(ctx, &Models{Target: t}, GenerateOptions{Prompt: prompt, MaxTokens: block, NoEOS: true})
+	if err != nil {
+		return rc, err
+	}
+	blk := g.Tokens
+	open := func() (ports.Session, error) {
+		s, err := t.NewSession(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.Forward(ctx, prompt, ports.ForwardOptions{Rows: 1}); err != nil {
+			_ = s.Close()
+			return nil, err
+		}
+		return s, nil
+	}
+	next := func(s ports.Session, tok ports.Token) ([]float32, error) {
+		rl, ok := s.(RawLogitsSession)
+		if !ok {
+			return nil, ErrNoRawLogits
+		}
+		_, l, err := rl.ForwardLogits(ctx, []ports.Token{tok}, ports.ForwardOptions{Rows: 1})
+		return l, err
+	}
+	for n := 1; n < len(blk); n++ {
+		rs, err := open()
+		if err != nil {
+			return rc, err
+		}
+		tr, ok := rs.(ports.TapeReplayer)
+		if !ok {
+			_ = rs.Close()
+			rc.Supported, rc.Note = false, "sessions cannot replay tapes"
+			return rc, nil
+		}
+		rc.Supported = true
+		pre := rs.Len()
+		fr, err := rs.Forward(ctx, blk, ports.ForwardOptions{Rows: 1, RecordTape: true})
+		if err == nil && fr.Tape == nil {
+			err = errors.New("forward recorded no tape")
+		}
+		if err == nil {
+			err = rs.TrimKV(pre + n)
+		}
+		if err == nil {
+			err = tr.ReplayTape(ctx, fr.Tape, n)
+		}
+		var lr []float32
+		if err == nil {
+			lr, err = next(rs, blk[n])
+		}
+		_ = rs.Close()
+		if err != nil {
+			return rc, fmt.Errorf("tape replay to %d: %w", n, err)
+		}
+		cs, err := open()
+		if err != nil {
+			return rc, err
+		}
+		var lc []float32
+		snap, err := cs.Snapshot()
+		if err == nil {
+			_, err = cs.Forward(ctx, blk, ports.ForwardOptions{Rows: 1})
+		}
+		if err == nil {
+			err = cs.TrimKV(pre)
+		}
+		if err == nil {
+			err = cs.Restore(snap)
+		}
+		if err == nil {
+			_, err = cs.Forward(ctx, blk[:n], ports.ForwardOptions{Rows: 1})
+		}
+		if err == nil {
+			lc, err = next(cs, blk[n])
+		}
+		_ = cs.Close()
+		if err != nil {
+			return rc, fmt.Errorf("recompute to %d: %w", n, err)
+		}
+		rc.Cases++
+		for i := range lr {
+			rc.MaxAbs = max(rc.MaxAbs, math.Abs(float64(lr[i])-float64(lc[i])))
+		}
+	}
+	rc.Pass = rc.MaxAbs <= o.ReplayAbs
+	return rc, nil
+}

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/adapters/cpu/dflash/dflashtest"
+)
+
+// fixtures are tiny random checkpoints shared by the tests (written once).
+var fixtures struct {
+	dense, hybrid, drafter, denseDrafter string
+}
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "higgs-verify-test")
+	if err != nil {
+		panic(err)
+	}
+	mk := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			panic(err)
+		}
+		return p
+	}
+	fixtures.dense, fixtures.hybrid, fixtures.drafter = mk("dense"), mk("hybrid"), mk("drafter")
+	must := func(err error) {
+		if err != nil {
+			panic(err)
+		}
+	}
+	must(dflashtest.WriteTarget(fixtures.dense, dflashtest.TargetSpec{Family: "qwen3", Seed: 1, EOS: []int32{3}}))
+	must(dflashtest.WriteTarget(fixtures.hybrid, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 2}))
+	must(dflashtest.WriteDrafter(fixtures.drafter, dflashtest.DrafterSpec{Seed: 3, Taps: []int{0, 2, 3}, NumTargetLayers: 36, Mask: 63, BlockSize: 8}))
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func runCLI(t *testing.T, args ...string) result {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := run(t.Context(), args, &out, &errb, initModels)
+	return result{code, out.String(), errb.String()}
+}
+
+// oneJSON decodes stdout as exactly one JSON object.
+func oneJSON(t *testing.T, s string, v any) {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(s))
+	require.NoError(t, dec.Decode(v), "stdout: %s", s)
+	var extra json.RawMessage
+	assert.Error(t, dec.Decode(&extra), "stdout holds more than one JSON value")
+}
+
+type genOut struct {
+	Tokens []int32 `json:"tokens"`
+	Prompt []int32 `json:"prompt"`
+	Rounds []struct {
+		Block    []int32 `json:"block"`
+		Accepted int     `json:"accepted"`
+	} `json:"rounds"`
+	Stats map[string]any `json:"stats"`
+}
+
+func TestGenerateWithAndWithoutDraft(t *testing.T) {
+	for _, model := range []string{fixtures.dense, fixtures.hybrid} {
+		t.Run(filepath.Base(model), func(t *testing.T) {
+			ar := runCLI(t, "generate", "--model", model, "--tokens", "5,9,13", "--max-tokens", "24", "--json")
+			require.Equal(t, 0, ar.code, ar.stderr)
+			var a genOut
+			oneJSON(t, ar.stdout, &a)
+			for _, bs := range []string{"", "2", "4"} {
+				args := []string{"generate", "--model", model, "--draft", fixtures.drafter, "--tokens", "5,9,13", "--max-tokens", "24", "--json"}
+				if bs != "" {
+					args = append(args, "--block-size", bs)
+				}
+				sp := runCLI(t, args...)
+				require.Equal(t, 0, sp.code, sp.stderr)
+				var s genOut
+				oneJSON(t, sp.stdout, &s)
+				assert.Equal(t, a.Tokens, s.Tokens, "block size %q", bs)
+				require.NotEmpty(t, s.Rounds)
+				seq := append(append([]int32{}, s.Prompt...), s.Tokens...)
+				emitted := len(s.Prompt) + 1
+				total := 0
+				for i, r := range s.Rounds {
+					require.NotEmpty(t, r.Block)
+					assert.Equal(t, seq[emitted-1], r.Block[0], "round %d: block[0] is the last committed token", i)
+					assert.LessOrEqual(t, r.Accepted, len(r.Block)-1)
+					emitted += r.Accepted + 1
+					total += r.Accepted
+				}
+				for _, k := range []string{"rounds", "mean_accepted", "tau"} {
+					assert.Contains(t, s.Stats, k)
+				}
+				assert.InDelta(t, float64(total)/float64(len(s.Rounds)), s.Stats["mean_accepted"], 1e-9)
+				assert.InDelta(t, float64(total)/float64(len(s.Rounds))+1, s.Stats["tau"], 1e-9)
+			}
+		})
+	}
+}
+
+func TestGenerateSeededReproducible(t *testing.T) {
+	args := []string{"generate", "--model", fixtures.hybrid, "--draft", fixtures.drafter, "--tokens", "1,2",
+		"--max-tokens", "16", "--temperature", "0.8", "--seed", "42", "--json"}
+	a, b := runCLI(t, args...), runCLI(t, args...)
+	require.Equal(t, 0, a.code, a.stderr)
+	var x, y genOut
+	oneJSON(t, a.stdout, &x)
+	oneJSON(t, b.stdout, &y)
+	assert.Equal(t, x.Tokens, y.Tokens)
+	assert.Len(t, x.Tokens, 16)
+}
+
+func TestStopIDs(t *testing.T) {
+	ar := runCLI(t, "generate", "--model", fixtures.hybrid, "--tokens", "5", "--max-tokens", "20", "--json")
+	require.Equal(t, 0, ar.code, ar.stderr)
+	var a genOut
+	oneJSON(t, ar.stdout, &a)
+	stop := a.Tokens[5]
+	first := 0
+	for first < len(a.Tokens) && a.Tokens[first] != stop {
+		first++
+	}
+	for _, draft := range []bool{false, true} {
+		args := []string{"generate", "--model", fixtures.hybrid, "--tokens", "5", "--max-tokens", "20", "--json",
+			"--stop-ids", strconv.Itoa(int(stop))}
+		if draft {
+			args = append(args, "--draft", fixtures.drafter)
+		}
+		r := runCLI(t, args...)
+		require.Equal(t, 0, r.code, r.stderr)
+		var g genOut
+		oneJSON(t, r.stdout, &g)
+		assert.Equal(t, a.Tokens[:first+1], g.Tokens, "draft %v: generation ends at the first stop token, included", draft)
+	}
+}
+
+func TestLosslessCommand(t *testing.T) {
+	prompts := filepath.Join(t.TempDir(), "prompts.json")
+	require.NoError(t, os.WriteFile(prompts, []byte(`[[1,2,3],[7],{"tokens":[40,41,42,43]}]`), 0o644))
+	r := runCLI(t, "lossless", "--model", fixtures.hybrid, "--draft", fixtures.drafter, "--prompts", prompts,
+		"--max-tokens", "12", "--block-sizes", "2,4,8", "--rollback", "replay,recompute", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var out struct {
+		Pass  bool             `json:"pass"`
+		Cases []map[string]any `json:"cases"`
+	}
+	oneJSON(t, r.stdout, &out)
+	assert.True(t, out.Pass)
+	assert.Len(t, out.Cases, 3*3*2)
+}
+
+func TestBenchCommand(t *testing.T) {
+	r := runCLI(t, "bench", "--model", fixtures.dense, "--draft", fixtures.drafter, "--tokens", "1,2,3",
+		"--max-tokens", "8", "--repeats", "1", "--warmup", "0", "--block-sizes", "2,4", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var out map[string]any
+	oneJSON(t, r.stdout, &out)
+	ar, ok := out["ar"].(map[string]any)
+	require.True(t, ok)
+	spec, ok := out["spec"].(map[string]any)
+	require.True(t, ok)
+	for _, k := range []string{"tokens_per_s", "ms_per_token"} {
+		assert.Contains(t, ar, k)
+	}
+	for _, k := range []string{"tokens_per_s", "tau", "draft_ms_per_round", "verify_ms_per_round"} {
+		assert.Contains(t, spec, k)
+	}
+	assert.Contains(t, out, "speedup")
+	assert.Len(t, out["sweep"], 2)
+	assert.Contains(t, out, "adaptive")
+}
+
+func TestExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"no subcommand", nil, 2, "subcommand"},
+		{"unknown flag", []string{"generate", "--bogus"}, 2, "unknown flag"},
+		{"missing model", []string{"generate", "--model", "/nonexistent/x", "--tokens", "1"}, 2, "/nonexistent/x"},
+		{"bad tokens", []string{"generate", "--model", fixtures.dense, "--tokens", "1,x"}, 2, "not a non-negative integer"},
+		{"token outside vocab", []string{"generate", "--model", fixtures.dense, "--tokens", "64"}, 2, "outside the vocabulary"},
+		{"block size out of range", []string{"generate", "--model", fixtures.dense, "--draft", fixtures.drafter, "--tokens", "1", "--block-size", "9"}, 2, "block size 9 outside 1..8"},
+		{"mlx backend", []string{"generate", "--model", fixtures.dense, "--tokens", "1", "--backend", "mlx"}, 2, "MLX backend not available"},
+		{"parity with mlx", []string{"parity", "--model", fixtures.dense, "--tokens", "1", "--a", "cpu", "--b", "mlx"}, 2, "MLX backend not available"},
+		{"prompt without tokenizer", []string{"generate", "--model", fixtures.dense, "--prompt", "hi"}, 2, "no tokenizer.json"},
+		{"lossless without drafter", []string{"lossless", "--model", fixtures.dense, "--tokens", "1"}, 2, "needs a drafter"},
+		{"drafter for another hidden size", []string{"generate", "--model", fixtures.dense, "--draft", fixtures.dense, "--tokens", "1"}, 2, "not a DFlash drafter"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := runCLI(t, tc.args...)
+			assert.Equal(t, tc.code, r.code)
+			assert.Empty(t, r.stdout)
+			assert.Contains(t, r.stderr, tc.msg)
+			assert.Equal(t, 1, strings.Count(strings.TrimSpace(r.stderr), "\n")+1, "one line on stderr: %q", r.stderr)
+		})
+	}
+}
+
+func TestAutoBackendFallsBack(t *testing.T) {
+	r := runCLI(t, "generate", "--model", fixtures.dense, "--tokens", "1", "--max-tokens", "2", "--backend", "auto", "--json", "--log-level", "info")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "auto backend falls back to cpu")
+	var g genOut
+	oneJSON(t, r.stdout, &g)
+	assert.Len(t, g.Tokens, 2)
+}

@@ -1,0 +1,401 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+
+	"github.com/spf13/cobra"
+
+	"github.com/higgs-go/higgs/app"
+	"github.com/higgs-go/higgs/ports"
+)
+
+func (c *cli) logitsCmd() *cobra.Command {
+	var f common
+	cmd := &cobra.Command{
+		Use:   "logits",
+		Short: "Print every position's next-token logits for one fresh forward pass over the prompt",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			f.noDraft = true
+			m, cleanup, err := c.loadModels(ctx, f.modelConfig())
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			prompts, err := readPrompts(m, &f, "")
+			if err != nil {
+				return err
+			}
+			res, err := app.Logits(ctx, m, prompts[0])
+			if err != nil {
+				return err
+			}
+			return c.emit(f.json, res, func(w io.Writer) {
+				fmt.Fprintf(w, "model %s (%s), %d positions\n", res.Model, res.Backend, len(res.Tokens))
+				for i, row := range res.Logits {
+					fmt.Fprintf(w, "pos %d token %d: top %s\n", i, res.Tokens[i], topK(row, 5))
+				}
+			})
+		},
+	}
+	f.add(cmd.Flags(), false)
+	return cmd
+}
+
+func topK(row []float32, k int) string {
+	idx := make([]int, len(row))
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.SliceStable(idx, func(a, b int) bool { return row[idx[a]] > row[idx[b]] })
+	s := ""
+	for i := range min(k, len(idx)) {
+		s += fmt.Sprintf(" %d:%.4f", idx[i], row[idx[i]])
+	}
+	return s
+}
+
+// decodeFlags are generate's decoding flags, shared with lossless/bench where they apply.
+type decodeFlags struct {
+	maxTokens, blockSize int
+	adaptive             bool
+	temperature          float64
+	topK                 int
+	topP, minP           float64
+	seed                 uint64
+	stopIDs, rollback    string
+}
+
+func (c *cli) generateCmd() *cobra.Command {
+	var f common
+	var d decodeFlags
+	cmd := &cobra.Command{
+		Use:   "generate",
+		Short: "Decode autoregressively, or with DFlash speculative decoding (--draft) with a per-round trace",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			stops, err := parseStopIDs(d.stopIDs)
+			if err != nil {
+				return err
+			}
+			rb, err := app.ParseRollback(d.rollback)
+			if err != nil {
+				return err
+			}
+			m, cleanup, err := c.loadModels(ctx, f.modelConfig())
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			prompts, err := readPrompts(m, &f, "")
+			if err != nil {
+				return err
+			}
+			o := app.GenerateOptions{Prompt: prompts[0], MaxTokens: d.maxTokens, Speculative: m.Drafter != nil,
+				BlockSize: d.blockSize, Adaptive: d.adaptive, Seed: d.seed, StopIDs: stops, Rollback: rb,
+				Sampling: ports.SamplingParams{Temperature: d.temperature, TopK: d.topK, TopP: d.topP, MinP: d.minP}}
+			res, err := app.Generate(ctx, m, o)
+			if err != nil {
+				return err
+			}
+			return c.emit(f.json, res, func(w io.Writer) {
+				mode := "autoregressive"
+				if o.Speculative {
+					mode = fmt.Sprintf("DFlash, block size %d", res.Stats.BlockSize)
+				}
+				fmt.Fprintf(w, "model %s (%s), %s\n", res.Model, res.Backend, mode)
+				fmt.Fprintf(w, "tokens: %s\n", fmtTokens(res.Tokens))
+				if res.Text != nil {
+					fmt.Fprintf(w, "text: %q\n", *res.Text)
+				}
+				for i, r := range res.Rounds {
+					fmt.Fprintf(w, "round %3d: block [%s] accepted %d (%s, draft %.2f ms, verify %.2f ms)\n",
+						i, fmtTokens(r.Block), r.Accepted, r.Rollback, r.DraftMS, r.VerifyMS)
+				}
+				s := res.Stats
+				fmt.Fprintf(w, "%d tokens (%s), %d rounds, mean accepted %.2f, tau %.2f, decode %.1f tok/s\n",
+					s.GeneratedTokens, s.Finish, s.Rounds, s.MeanAccepted, s.Tau, s.DecodeTokensPerS)
+			})
+		},
+	}
+	f.add(cmd.Flags(), true)
+	fs := cmd.Flags()
+	fs.BoolVar(&f.noDraft, "no-draft", false, "decode autoregressively even when a drafter would be loaded")
+	fs.IntVar(&d.maxTokens, "max-tokens", 32, "number of tokens to generate (fewer only if a stop token ends it)")
+	fs.IntVar(&d.blockSize, "block-size", 0, "DFlash block size incl. the anchor (default: the drafter's block_size)")
+	fs.BoolVar(&d.adaptive, "adaptive", false, "let the adaptive depth policy choose each round's block size (≤ --block-size)")
+	fs.Float64Var(&d.temperature, "temperature", 0, "sampling temperature (0: greedy)")
+	fs.IntVar(&d.topK, "top-k", 0, "top-k (0: off)")
+	fs.Float64Var(&d.topP, "top-p", 1, "top-p (1: off)")
+	fs.Float64Var(&d.minP, "min-p", 0, "min-p (0: off)")
+	fs.Uint64Var(&d.seed, "seed", 0, "sampling seed (with --temperature > 0)")
+	fs.StringVar(&d.stopIDs, "stop-ids", "", "extra stop token ids, e.g. 151645,151643")
+	fs.StringVar(&d.rollback, "rollback", "auto", "recurrent rollback: auto, replay or recompute")
+	return cmd
+}
+
+func (c *cli) losslessCmd() *cobra.Command {
+	var f common
+	var prompts, sizes, stopIDs, rollbacks string
+	var maxTokens, samples int
+	var temperature float64
+	var seed uint64
+	cmd := &cobra.Command{
+		Use:   "lossless",
+		Short: "Check greedy speculative decoding against greedy autoregressive decoding (and a seeded distribution test at T>0)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			bs, err := parseInts("block-sizes", sizes)
+			if err != nil {
+				return err
+			}
+			stops, err := parseStopIDs(stopIDs)
+			if err != nil {
+				return err
+			}
+			rbs, err := parseRollbacks(rollbacks)
+			if err != nil {
+				return err
+			}
+			if temperature < 0 {
+				return fmt.Errorf("%w: --temperature %v must be ≥ 0", app.ErrBadInput, temperature)
+			}
+			m, cleanup, err := c.loadModels(ctx, f.modelConfig())
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			ps, err := readPrompts(m, &f, prompts)
+			if err != nil {
+				return err
+			}
+			res, err := app.Lossless(ctx, m, app.LosslessOptions{Prompts: ps, BlockSizes: bs, MaxTokens: maxTokens,
+				StopIDs: stops, Rollbacks: rbs, Temperature: temperature, Seed: seed, Samples: samples})
+			if err != nil && !errorsIsCheck(err) {
+				return err
+			}
+			if perr := c.emit(f.json, res, func(w io.Writer) {
+				for _, cs := range res.Cases {
+					fmt.Fprintf(w, "prompt %d block %2d rollback %-9s %3d tokens tau %.2f match %v\n",
+						cs.Prompt, cs.BlockSize, cs.Rollback, cs.Tokens, cs.Tau, cs.Match)
+				}
+				if mm := res.FirstMismatch; mm != nil {
+					fmt.Fprintf(w, "FIRST MISMATCH: prompt %d block %d position %d: autoregressive %d, speculative %d\n",
+						mm.Prompt, mm.BlockSize, mm.Position, mm.AR, mm.Spec)
+				}
+				if dt := res.Distribution; dt != nil {
+					fmt.Fprintf(w, "distribution test T=%g: %d samples each, chi2 %.2f, %d dof, p %.3g (threshold %g) pass %v\n",
+						dt.Temperature, dt.Samples, dt.Chi2, dt.DoF, dt.PValue, dt.Threshold, dt.Pass)
+				}
+				fmt.Fprintf(w, "lossless: pass %v\n", res.Pass)
+			}); perr != nil {
+				return perr
+			}
+			return err
+		},
+	}
+	f.add(cmd.Flags(), true)
+	fs := cmd.Flags()
+	fs.StringVar(&prompts, "prompts", "", "prompts file: a JSON array (strings, token-id arrays, {text,chat}/{tokens} objects) or one text prompt per line")
+	fs.StringVar(&sizes, "block-sizes", "", "block sizes to check (default 2,4,8,16 up to the drafter's block_size)")
+	fs.IntVar(&maxTokens, "max-tokens", 64, "tokens generated per run")
+	fs.StringVar(&stopIDs, "stop-ids", "", "extra stop token ids")
+	fs.StringVar(&rollbacks, "rollback", "auto", "comma-separated rollback modes to check: auto, replay, recompute")
+	fs.Float64Var(&temperature, "temperature", 0, "> 0 adds the seeded distribution test at this temperature")
+	fs.Uint64Var(&seed, "seed", 1, "seed of the distribution test")
+	fs.IntVar(&samples, "samples", app.DefaultDistSamples, "samples per sampler in the distribution test")
+	return cmd
+}
+
+func errorsIsCheck(err error) bool { return errors.Is(err, app.ErrCheckFailed) }
+
+func (c *cli) tokenizeCmd() *cobra.Command {
+	var dir, text, chatFile, thinking string
+	var noGen, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "tokenize",
+		Short: "Encode text (or a rendered chat) with a tokenizer directory",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o := app.TokenizeOptions{TokenizerDir: dir, ChatFile: chatFile, AddGenerationPrompt: !noGen}
+			if cmd.Flags().Changed("text") {
+				o.Text = &text
+			}
+			switch thinking {
+			case "":
+			case "true", "false":
+				v := thinking == "true"
+				o.EnableThinking = &v
+			default:
+				return fmt.Errorf("%w: --enable-thinking %q (want true or false)", app.ErrBadInput, thinking)
+			}
+			if dir == "" {
+				return fmt.Errorf("%w: --tokenizer DIR is required", app.ErrBadInput)
+			}
+			if (o.Text == nil) == (chatFile == "") {
+				return fmt.Errorf("%w: give exactly one of --text and --chat", app.ErrBadInput)
+			}
+			res, err := app.Tokenize(cmd.Context(), o)
+			if err != nil {
+				return fmt.Errorf("%w: %w", app.ErrBadInput, err)
+			}
+			return c.emit(asJSON, res, func(w io.Writer) {
+				if res.Text != "" {
+					fmt.Fprintf(w, "text: %q\n", res.Text)
+				}
+				fmt.Fprintf(w, "ids: %s\n", fmtTokens(res.IDs))
+			})
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&dir, "tokenizer", "", "directory holding tokenizer.json and tokenizer_config.json")
+	fs.StringVar(&text, "text", "", "text to encode")
+	fs.StringVar(&chatFile, "chat", "", `JSON file {"messages": [...]} to render with the chat template and encode`)
+	fs.BoolVar(&noGen, "no-generation-prompt", false, "do not add the generation prompt")
+	fs.StringVar(&thinking, "enable-thinking", "", "true or false (default: the template's own)")
+	fs.BoolVar(&asJSON, "json", false, "print exactly one JSON object on stdout")
+	return cmd
+}
+
+func (c *cli) parityCmd() *cobra.Command {
+	var f common
+	var a, b, bModel string
+	var bThreads int
+	var o app.ParityOptions
+	cmd := &cobra.Command{
+		Use:   "parity",
+		Short: "Compare two backends, or two weight variants of one model (--b-model), position by position",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			for _, side := range []string{a, b} {
+				switch side {
+				case app.BackendCPU:
+				case app.BackendMLX:
+					return fmt.Errorf("%w: parity --a %s --b %s: %w", app.ErrBadInput, a, b, app.ErrMLXUnavailable)
+				default:
+					return fmt.Errorf("%w: unknown backend %q (want cpu or mlx)", app.ErrBadInput, side)
+				}
+			}
+			cfgA := f.modelConfig()
+			cfgA.Backend = a
+			cfgB := cfgA
+			cfgB.Backend = b
+			if bModel != "" {
+				cfgB.Model = bModel
+			}
+			cfgB.Threads = bThreads
+			ma, cleanA, err := c.loadModels(ctx, cfgA)
+			if err != nil {
+				return err
+			}
+			defer cleanA()
+			mb, cleanB, err := c.loadModels(ctx, cfgB)
+			if err != nil {
+				return err
+			}
+			defer cleanB()
+			prompts, err := readPrompts(ma, &f, "")
+			if err != nil {
+				return err
+			}
+			o.Prompt = prompts[0]
+			res, err := app.Parity(ctx, ma, mb, o)
+			if err != nil && !errorsIsCheck(err) {
+				return err
+			}
+			if perr := c.emit(f.json, res, func(w io.Writer) {
+				fmt.Fprintf(w, "a: %s (%s)  b: %s (%s), %d positions\n", res.A.Model, res.A.Backend, res.B.Model, res.B.Backend, res.Positions)
+				fmt.Fprintf(w, "max |Δlogit| %.3g, max rel %.3g, argmax agree %d/%d, max |Δtap| %.3g\n",
+					res.MaxAbs, res.MaxRel, res.ArgmaxAgree, res.ArgmaxChecked, res.TapMaxAbs)
+				fmt.Fprintf(w, "greedy continuation match %v\n", res.ContinuationOK)
+				fmt.Fprintf(w, "replay vs recompute: a max %.3g (%d cases), b max %.3g (%d cases)\n",
+					res.ReplayA.MaxAbs, res.ReplayA.Cases, res.ReplayB.MaxAbs, res.ReplayB.Cases)
+				for _, fl := range res.Failures {
+					fmt.Fprintf(w, "FAIL: %s\n", fl)
+				}
+				fmt.Fprintf(w, "parity: pass %v\n", res.Pass)
+			}); perr != nil {
+				return perr
+			}
+			return err
+		},
+	}
+	f.add(cmd.Flags(), true)
+	fs := cmd.Flags()
+	fs.StringVar(&a, "a", "cpu", "backend A: cpu or mlx")
+	fs.StringVar(&b, "b", "mlx", "backend B: cpu or mlx")
+	fs.StringVar(&bModel, "b-model", "", "model directory for B (a second weight variant, e.g. quantized); default --model")
+	fs.IntVar(&bThreads, "b-threads", 0, "CPU worker threads for B (0: GOMAXPROCS)")
+	fs.IntVar(&o.MaxTokens, "max-tokens", 16, "greedy continuation length")
+	fs.Float64Var(&o.MaxAbs, "max-abs", app.DefaultParityMaxAbs, "tolerance: max |Δlogit|")
+	fs.Float64Var(&o.Margin, "margin", app.DefaultParityMargin, "argmax must agree where A's top-2 margin exceeds this")
+	fs.Float64Var(&o.TapAbs, "tap-abs", app.DefaultParityTapAbs, "tolerance: max |Δ| of tapped hidden states")
+	fs.Float64Var(&o.ReplayAbs, "replay-abs", 0, "tolerance: max |Δlogit| after tape replay vs recompute (0: bit-exact)")
+	return cmd
+}
+
+func (c *cli) benchCmd() *cobra.Command {
+	var f common
+	var prompts, sweep, stopIDs string
+	var o app.BenchOptions
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure autoregressive vs DFlash decoding of the same prompts, interleaved, after a warm-up (medians)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			var err error
+			if o.Sweep, err = parseInts("block-sizes", sweep); err != nil {
+				return err
+			}
+			if o.StopIDs, err = parseStopIDs(stopIDs); err != nil {
+				return err
+			}
+			m, cleanup, err := c.loadModels(ctx, f.modelConfig())
+			if err != nil {
+				return err
+			}
+			defer cleanup()
+			if o.Prompts, err = readPrompts(m, &f, prompts); err != nil {
+				return err
+			}
+			res, err := app.Bench(ctx, m, o)
+			if err != nil {
+				return err
+			}
+			return c.emit(f.json, res, func(w io.Writer) {
+				fmt.Fprintf(w, "model %s (%s), %d prompts × %d tokens, %d repeats after %d warm-up\n",
+					res.Model, res.Backend, res.Prompts, res.MaxTokens, res.Repeats, res.Warmup)
+				fmt.Fprintf(w, "%-22s %10s %8s %10s %10s %8s\n", "", "tok/s", "tau", "draft ms", "verify ms", "speedup")
+				fmt.Fprintf(w, "%-22s %10.2f %8s %10s %10s %8s\n", "autoregressive", res.AR.TokensPerS, "-", "-", "-", "1.00")
+				row := func(name string, s app.BenchSpec) {
+					fmt.Fprintf(w, "%-22s %10.2f %8.2f %10.2f %10.2f %8.2f\n", name, s.TokensPerS, s.Tau,
+						s.DraftMsPerRound, s.VerifyMsPerRound, s.Speedup)
+				}
+				name := fmt.Sprintf("dflash bs=%d", res.Spec.BlockSize)
+				if res.Spec.Adaptive {
+					name += " adaptive"
+				}
+				row(name, res.Spec)
+				if res.Adaptive != nil {
+					row(fmt.Sprintf("dflash adaptive ≤%d", res.Adaptive.BlockSize), *res.Adaptive)
+				}
+				for _, s := range res.Sweep {
+					row(fmt.Sprintf("dflash bs=%d", s.BlockSize), s)
+				}
+			})
+		},
+	}
+	f.add(cmd.Flags(), true)
+	fs := cmd.Flags()
+	fs.StringVar(&prompts, "prompts", "", "prompts file (see lossless)")
+	fs.IntVar(&o.MaxTokens, "max-tokens", 128, "tokens generated per run")
+	fs.IntVar(&o.Repeats, "repeats", 3, "measured passes over the prompts")
+	fs.IntVar(&o.Warmup, "warmup", 1, "discarded warm-up passes")
+	fs.IntVar(&o.BlockSize, "block-size", 0, "DFlash block size of the main figure (default: the drafter's block_size)")
+	fs.BoolVar(&o.Adaptive, "adaptive", false, "run the main figure under the adaptive depth policy")
+	fs.StringVar(&sweep, "block-sizes", "", "also measure these fixed block sizes (and the adaptive policy), e.g. 2,4,8,16")
+	fs.StringVar(&stopIDs, "stop-ids", "", "extra stop token ids")
+	return cmd
+}
