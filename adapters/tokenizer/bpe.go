@@ -1,7 +1,6 @@
 package tokenizer
 
 import (
-	"container/heap"
 	"fmt"
 	"sync"
 	"unicode/utf8"
@@ -100,22 +99,52 @@ type candidate struct {
 	newID int32
 }
 
+// candidates is a binary min-heap ordered by (rank, pos), written out instead of container/heap to avoid
+// boxing every element in an interface.
 type candidates []candidate
 
-func (h candidates) Len() int { return len(h) }
-func (h candidates) Less(i, j int) bool {
+func (h candidates) less(i, j int) bool {
 	if h[i].rank != h[j].rank {
 		return h[i].rank < h[j].rank
 	}
 	return h[i].pos < h[j].pos
 }
-func (h candidates) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *candidates) Push(x any)   { *h = append(*h, x.(candidate)) }
-func (h *candidates) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
+
+func (h *candidates) push(c candidate) {
+	*h = append(*h, c)
+	a := *h
+	for i := len(a) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !a.less(i, p) {
+			break
+		}
+		a[i], a[p] = a[p], a[i]
+		i = p
+	}
+}
+
+func (h *candidates) pop() candidate {
+	a := *h
+	top := a[0]
+	n := len(a) - 1
+	a[0] = a[n]
+	a = a[:n]
+	for i := 0; ; {
+		l, r, m := 2*i+1, 2*i+2, i
+		if l < n && a.less(l, m) {
+			m = l
+		}
+		if r < n && a.less(r, m) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		a[i], a[m] = a[m], a[i]
+		i = m
+	}
+	*h = a
+	return top
 }
 
 // maxCachedWord bounds the words kept in the cache (tokenizers uses the same 256 limit, in characters).
@@ -191,12 +220,11 @@ func (b *bpe) mergeWord(word string) []int32 {
 	h := make(candidates, 0, n)
 	for i := int32(0); i+1 < n; i++ {
 		if m, ok := b.merges[pairKey(syms[i].id, syms[i+1].id)]; ok {
-			h = append(h, candidate{pos: i, rank: m.rank, newID: m.newID})
+			h.push(candidate{pos: i, rank: m.rank, newID: m.newID})
 		}
 	}
-	heap.Init(&h)
-	for h.Len() > 0 {
-		top := heap.Pop(&h).(candidate)
+	for len(h) > 0 {
+		top := h.pop()
 		cur := &syms[top.pos]
 		if cur.gone || cur.next < 0 {
 			continue
@@ -213,12 +241,12 @@ func (b *bpe) mergeWord(word string) []int32 {
 		}
 		if cur.prev >= 0 {
 			if m, ok := b.merges[pairKey(syms[cur.prev].id, cur.id)]; ok {
-				heap.Push(&h, candidate{pos: cur.prev, rank: m.rank, newID: m.newID})
+				h.push(candidate{pos: cur.prev, rank: m.rank, newID: m.newID})
 			}
 		}
 		if cur.next >= 0 {
 			if m, ok := b.merges[pairKey(cur.id, syms[cur.next].id)]; ok {
-				heap.Push(&h, candidate{pos: top.pos, rank: m.rank, newID: m.newID})
+				h.push(candidate{pos: top.pos, rank: m.rank, newID: m.newID})
 			}
 		}
 	}

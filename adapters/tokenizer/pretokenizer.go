@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/dlclark/regexp2"
 )
@@ -30,14 +29,13 @@ func (m scanMatcher) matches(s string, fn func(start, end int)) {
 type regexMatcher struct{ re *regexp2.Regexp }
 
 func (m regexMatcher) matches(s string, fn func(start, end int)) {
-	runes := []rune(s)
-	byteAt := make([]int, len(runes)+1)
-	off := 0
-	for i, r := range runes {
-		byteAt[i] = off
-		off += utf8.RuneLen(r)
+	runes := make([]rune, 0, len(s))
+	byteAt := make([]int, 0, len(s)+1)
+	for i, r := range s {
+		runes = append(runes, r)
+		byteAt = append(byteAt, i)
 	}
-	byteAt[len(runes)] = off
+	byteAt = append(byteAt, len(s))
 	mt, err := m.re.FindRunesMatch(runes)
 	for err == nil && mt != nil {
 		fn(byteAt[mt.Index], byteAt[mt.Index+mt.Length])
@@ -99,6 +97,23 @@ type segment struct {
 }
 
 func (st *splitStep) split(s string, emit func(string)) {
+	if st.behavior == behaviorIsolated && !st.invert {
+		// Every gap and every match is its own piece: no need to collect segments first.
+		prev := 0
+		st.m.matches(s, func(start, end int) {
+			if prev != start {
+				emit(s[prev:start])
+			}
+			if end > start {
+				emit(s[start:end])
+			}
+			prev = end
+		})
+		if prev != len(s) {
+			emit(s[prev:])
+		}
+		return
+	}
 	var segs []segment
 	prev := 0
 	st.m.matches(s, func(start, end int) {
