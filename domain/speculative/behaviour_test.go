@@ -302,3 +302,18 @@ func TestAutoRollbackMeasuresBothAndPicksCheaper(t *testing.T) {
 		})
 	}
 }
+
+func TestBlockSizeOneIgnoresDrafter(t *testing.T) {
+	prompt := testPrompt(6, 32)
+	m := portfake.MustNew(hybrid)
+	r := newRig(t, hybrid, portfake.Perfect(m), portfake.DrafterConfig{})
+	res, err := r.generate(t, t.Context(), Config{BlockSize: 1, MaxTokens: 12}, nil, prompt)
+	require.NoError(t, err)
+	assert.Equal(t, oracle(t, m, prompt, 12), res.Tokens)
+	assert.Empty(t, r.draft.Calls(), "plain decoding never drafts")
+	for _, c := range r.fake.Calls() {
+		assert.False(t, c.Opts.Taps, "no taps without speculation")
+		assert.False(t, c.Opts.RecordTape)
+	}
+	assert.Zero(t, r.fake.Counts().Snapshots-1, "only the initial capability probe snapshots")
+}

@@ -1,7 +1,3 @@
-// Package speculative is the decoding loop of higgs: prefill, then rounds of draft → verify → accept →
-// roll back → commit → emit, for plain autoregressive decoding (block size 1) and DFlash block drafts.
-// It is pure Go over the ports: time comes from a ports.Clock, randomness from a ports.Rand, and it never logs
-// (it returns Stats for the caller to log).
 package speculative
 
 import (
@@ -27,6 +23,7 @@ const (
 	RollbackRecompute
 )
 
+// String returns the mode's configuration name: auto, replay or recompute.
 func (m RollbackMode) String() string {
 	switch m {
 	case RollbackAuto:

@@ -126,8 +126,11 @@ func (d *Decoder) start(sess ports.Session, draft ports.DraftSession, prompt []p
 	for _, s := range cfg.StopTokens {
 		g.stop[s] = true
 	}
-	if draft != nil {
+	if draft != nil && cfg.BlockSize > 1 {
 		g.maxBS = cfg.BlockSize
+	} else {
+		// Without speculation the drafter is never called, so do not tap or keep context for it.
+		g.draft = nil
 	}
 	if cfg.Adaptive {
 		g.policy = newDepthPolicy(g.maxBS, cfg.Policy)
@@ -175,7 +178,7 @@ func (g *generation) run(ctx context.Context) error {
 	}
 	g.seq = append(g.seq, first)
 	g.res.Stats.PrefillTime = clock.Now().Sub(t0)
-	if err := g.emit(g.seq[g.prompt:]); err != nil {
+	if err := g.emit([]ports.Token{first}); err != nil {
 		g.res.Finish = FinishCancelled
 		return fmt.Errorf("emit: %w", err)
 	}
@@ -300,7 +303,7 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 		// having fallen back, not of this block size.
 		g.policy.observe(bs, a, policyDraft, rs.VerifyTime, rs.RollbackTime)
 	}
-	if err := g.emit(chunk); err != nil {
+	if err := g.emit(slices.Clip(chunk)); err != nil {
 		g.res.Finish = FinishCancelled
 		return false, fmt.Errorf("emit: %w", err)
 	}

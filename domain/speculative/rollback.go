@@ -16,19 +16,7 @@ const rollbackProbeEvery = 32
 // rollbackEMAWeight is the weight of the newest timing in the rollback cost model.
 const rollbackEMAWeight = 0.2
 
-// How the decoder decides the rollback strategy (documented for backend and app authors):
-//
-//  1. Attention-only models roll back by TrimKV alone. A model is attention-only when Config.LayerKinds is
-//     set and holds no ports.LayerRecurrent, or, when Config.LayerKinds is nil, when sess.Snapshot() on the
-//     fresh session fails with an error wrapping errors.ErrUnsupported. Any other Snapshot error fails
-//     Generate; a successful Snapshot means "has recurrent state".
-//  2. Recurrent models: RollbackReplay needs sess to implement ports.TapeReplayer and Forward to return a
-//     tape when asked; RollbackRecompute needs Snapshot/Restore. RollbackAuto uses what is available; with
-//     both, it asks for a tape and a snapshot until the backend has shown it returns tapes, then picks per
-//     round the cheaper strategy by expected cost: replay costs E[replay]·P(partial), recompute costs
-//     E[snapshot] + E[recompute]·P(partial), all exponential moving averages of clock-measured timings,
-//     re-measuring the unused strategy every rollbackProbeEvery rollbacks.
-//  3. A round whose every verified position is committed keeps the verify state (RollbackNone).
+// rollbacker carries out the rollback policy described in the package documentation.
 type rollbacker struct {
 	mode      RollbackMode
 	recurrent bool

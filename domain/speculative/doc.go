@@ -1,0 +1,45 @@
+// Package speculative is the decoding loop of higgs: prefill, then rounds of draft → verify → accept →
+// roll back → commit → emit (MODEL-REFERENCE §6), for plain autoregressive decoding (block size 1) and
+// DFlash block drafts. It is pure Go over the ports: time comes from a ports.Clock, randomness from a
+// ports.Rand, and it never logs (it returns Stats for the caller to log).
+//
+// # Acceptance
+//
+// Greedy (temperature 0): the longest prefix of drafts equal to the target's argmax, plus the target's
+// token after it (bonus or correction), so the output equals greedy plain decoding token for token.
+// Temperature > 0: lossless speculative sampling. A draft d with distribution q (Proposal.Dists) is
+// accepted with probability min(1, p(d)/q(d)); on rejection the correction is drawn from max(0, p−q)
+// renormalised (by exact rejection sampling through ports.Distribution); point-mass drafts (Dists nil, as
+// DFlash drafts) are accepted with probability p(d) and corrected with Distribution.Sample(u, d).
+//
+// # Rollback
+//
+// After a round that commits n of the bs verified positions (n < bs), the session is brought back to
+// exactly the state of feeding only the committed tokens:
+//
+//  1. Attention-only models roll back by TrimKV alone. A model is attention-only when Config.LayerKinds is
+//     set and holds no ports.LayerRecurrent, or, when Config.LayerKinds is nil, when Snapshot() on the
+//     fresh session fails with an error wrapping errors.ErrUnsupported. Any other Snapshot error fails
+//     Generate; a successful Snapshot means "has recurrent state" (so backends of attention-only models
+//     should either return errors.ErrUnsupported from Snapshot or be given Config.LayerKinds, or they pay
+//     for needless snapshots and recomputes).
+//  2. Recurrent models: tape replay (TrimKV(pre+n), then ReplayTape(tape, n)) needs the session to
+//     implement ports.TapeReplayer and Forward to return a tape when asked; snapshot + recompute
+//     (Snapshot before verify; TrimKV(pre), Restore, Forward of the n committed tokens) needs Snapshot and
+//     Restore. RollbackReplay and RollbackRecompute force one (an error wrapping errors.ErrUnsupported when
+//     it is unavailable). RollbackAuto uses what is available; with both, it records a tape and takes a
+//     snapshot until the backend has shown it returns tapes, measures each strategy at least once, then
+//     picks per round the one with the lower expected cost (replay: E[replay]·P(partial); recompute:
+//     E[snapshot] + E[recompute]·P(partial); moving averages of clock-measured durations) and re-measures
+//     the other every 32 rollbacks.
+//  3. A round that commits every verified position keeps the verify state (RollbackNone). Rounds cut by a
+//     stop token or the token budget still roll back to what was committed.
+//
+// # Drafter context
+//
+// The drafter receives the target taps of committed positions: the prefill's taps on the first drafting
+// round, then Taps.Slice(n) of each verify (or of the recompute forward). When the adaptive policy runs
+// plain rounds (block 1, no drafting call), their taps are kept (detached) and fed before the next draft
+// by context-only Draft calls with bs = 1, so DraftSession implementations must accept bs = 1 (append the
+// context, draft nothing).
+package speculative
