@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -373,4 +374,81 @@ func TestEncodeRejectsBadTensors(t *testing.T) {
 	require.Error(t, err)
 	_, err = FromFloat32("x", F32, []int{2}, []float32{1})
 	require.Error(t, err)
+}
+
+func TestViewsAndIntoEdgeCases(t *testing.T) {
+	buf := make([]byte, 64)
+	// Pick an offset that puts the data at an address ≡ 1 (mod 4), whatever the allocator returned.
+	off := int((5 - uintptr(unsafe.Pointer(&buf[0]))%4) % 4)
+	if off == 0 {
+		off = 4
+	}
+	binary.LittleEndian.PutUint32(buf[off:], 7)
+	binary.LittleEndian.PutUint32(buf[off+4:], 9)
+	// Data at a misaligned address cannot be viewed as []uint32; the copy path still works.
+	u := &Tensor{Name: "odd", DType: U32, Shape: []int{3}, Data: buf[off : off+12], File: "mem"}
+	_, ok, err := u.Uint32View()
+	require.NoError(t, err)
+	assert.False(t, ok)
+	vals, err := u.Uint32()
+	require.NoError(t, err)
+	assert.Equal(t, []uint32{7, 9, 0}, vals)
+
+	f := &Tensor{Name: "f", DType: F32, Shape: []int{2}, Data: make([]byte, 8), File: "mem"}
+	err = f.Float32Into(make([]float32, 3))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `"f"`)
+	_, _, err = f.Uint32View()
+	require.Error(t, err)
+	_, _, err = u.Float32View()
+	require.Error(t, err)
+
+	// Hand-built tensors whose Data does not match Shape are errors, not panics.
+	short := &Tensor{Name: "short", DType: BF16, Shape: []int{4}, Data: make([]byte, 6), File: "mem"}
+	_, err = short.Float32()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "short")
+	neg := &Tensor{Name: "neg", DType: F32, Shape: []int{-1}, File: "mem"}
+	_, err = neg.Float32()
+	require.Error(t, err)
+	unk := &Tensor{Name: "unk", DType: "Q9", Shape: []int{1}, Data: make([]byte, 1), File: "mem"}
+	_, err = unk.Float32()
+	require.Error(t, err)
+}
+
+func TestConcurrentFetch(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.safetensors")
+	var in []Tensor
+	for i := range 64 {
+		in = append(in, mustF(t, "t"+string(rune('A'+i%26))+string(rune('a'+i/26)), F32, []int{4}, []float32{float32(i), 1, 2, 3}))
+	}
+	require.NoError(t, Write(path, in, nil))
+	s, err := OpenFile(path)
+	require.NoError(t, err)
+	defer s.Close()
+	done := make(chan error, 4)
+	for g := range 4 {
+		go func() {
+			for i, x := range in {
+				if i%4 != g {
+					continue
+				}
+				tt, err := s.Tensor(x.Name)
+				if err != nil {
+					done <- err
+					return
+				}
+				if _, err := tt.Float32(); err != nil {
+					done <- err
+					return
+				}
+				_ = s.Unused()
+			}
+			done <- nil
+		}()
+	}
+	for range 4 {
+		require.NoError(t, <-done)
+	}
+	assert.Empty(t, s.Unused())
 }

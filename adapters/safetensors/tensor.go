@@ -32,6 +32,9 @@ func (t *Tensor) NumElements() int {
 // Float32 returns the tensor's values as a new float32 slice, converting F32, F16 and BF16 exactly (every F16
 // and BF16 value is representable in float32). Other dtypes are an error naming the tensor and file.
 func (t *Tensor) Float32() ([]float32, error) {
+	if err := t.checkData(); err != nil {
+		return nil, err
+	}
 	dst := make([]float32, t.NumElements())
 	if err := t.Float32Into(dst); err != nil {
 		return nil, err
