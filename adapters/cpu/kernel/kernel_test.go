@@ -77,7 +77,20 @@ func TestPackUnpackRoundTrip(t *testing.T) {
 	assert.Equal(t, []float32{0, 1, 2, 3, 4, 5, 6, 7}, got)
 }
 
-func TestLinearMatchesFloat64Reference(t *testing.T) {
+// bothPaths runs f with the assembly kernels (when this CPU has them) and with the portable ones.
+func bothPaths(t *testing.T, f func(t *testing.T)) {
+	saved := useAVX2
+	defer func() { useAVX2 = saved }()
+	if saved {
+		t.Run("avx2", f)
+	}
+	useAVX2 = false
+	t.Run("portable", f)
+}
+
+func TestLinearMatchesFloat64Reference(t *testing.T) { bothPaths(t, testLinearMatchesFloat64Reference) }
+
+func testLinearMatchesFloat64Reference(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	const out, in = 37, 256
 	x := randVec(r, 16*in, 1)
@@ -128,11 +141,15 @@ func TestLinearMatchesFloat64Reference(t *testing.T) {
 }
 
 // Bit-identity: one block call equals row-by-row calls, for every worker count.
-func TestLinearDeterministic(t *testing.T) {
+func TestLinearDeterministic(t *testing.T) { bothPaths(t, testLinearDeterministic) }
+
+func testLinearDeterministic(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	const out, in, rows = 301, 512, 16
 	x := randVec(r, rows*in, 1)
 	q, _ := quantFixture(r, out, in, 4, 64)
+	q8, _ := quantFixture(r, out, in, 8, 32)
+	q3, _ := quantFixture(r, out, in, 3, 128)
 	bf := make([]uint16, out*in)
 	for i, v := range randVec(r, out*in, 1) {
 		bf[i] = F32ToBF16(v)
@@ -143,7 +160,11 @@ func TestLinearDeterministic(t *testing.T) {
 	require.NoError(t, err)
 	lq, err := NewQuant(out, in, q)
 	require.NoError(t, err)
-	for _, l := range []*Linear{lf, lb, lq} {
+	lq8, err := NewQuant(out, in, q8)
+	require.NoError(t, err)
+	lq3, err := NewQuant(out, in, q3)
+	require.NoError(t, err)
+	for _, l := range []*Linear{lf, lb, lq, lq8, lq3} {
 		l.Pool = NewPool(1)
 		ref := make([]float32, rows*out)
 		l.Forward(ref, x, rows)
@@ -274,4 +295,29 @@ func TestPoolCoversRange(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The bf16 path handles lengths that are not a multiple of the vector width.
+func TestBF16Tails(t *testing.T) {
+	bothPaths(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(11, 12))
+		for _, in := range []int{1, 7, 31, 33, 70} {
+			w32 := randVec(r, 3*in, 1)
+			bf := make([]uint16, len(w32))
+			ref := make([]float64, len(w32))
+			for i, v := range w32 {
+				bf[i] = F32ToBF16(v)
+				ref[i] = float64(BF16ToF32(bf[i]))
+			}
+			l, err := NewBF16(3, in, bf)
+			require.NoError(t, err)
+			x := randVec(r, 2*in, 1)
+			got := make([]float32, 6)
+			l.Forward(got, x, 2)
+			want, mag := naive(ref, x, 2, 3, in)
+			for i := range got {
+				assert.InDelta(t, want[i], float64(got[i]), 1e-6*mag[i]+1e-7, "in %d elem %d", in, i)
+			}
+		}
+	})
 }

@@ -3,6 +3,7 @@ package kernel
 import (
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/viterin/vek/vek32"
 )
@@ -187,6 +188,17 @@ func (l *Linear) Forward(dst, x []float32, rows int) {
 			}
 		})
 	case FormatBF16:
+		if useAVX2 {
+			l.Pool.For(out, grain, func(lo, hi int) {
+				for o := lo; o < hi; o++ {
+					w := &l.bf16[o*in]
+					for r := range rows {
+						dst[r*out+o] = dotBF16AVX2(&x[r*in], w, in)
+					}
+				}
+			})
+			return
+		}
 		l.Pool.For(out, grain, func(lo, hi int) {
 			sp := getScratch(in)
 			w := *sp
@@ -223,6 +235,11 @@ func (l *Linear) forwardQuant(dst, x []float32, rows int) {
 		}
 	}
 	grain := max(1, 32768/(in*rows))
+	if useAVX2 && (q.Bits == 4 || q.Bits == 8) {
+		l.forwardQuantAVX2(dst, x, xs, rows)
+		scratchPool.Put(xsp)
+		return
+	}
 	l.Pool.For(out, grain, func(lo, hi int) {
 		sp := getScratch(in)
 		codes := *sp
@@ -243,4 +260,50 @@ func (l *Linear) forwardQuant(dst, x []float32, rows int) {
 		scratchPool.Put(sp)
 	})
 	scratchPool.Put(xsp)
+}
+
+// forwardQuantAVX2 is forwardQuant for 4- and 8-bit codes read straight from the packed bytes by assembly
+// kernels (no unpacking pass). For 4 bits, x is split into even and odd inputs once per call, matching the low
+// and high nibble of each byte.
+func (l *Linear) forwardQuantAVX2(dst, x, xs []float32, rows int) {
+	q := l.q
+	in, out, gs := l.In, l.Out, q.Group
+	ng := in / gs
+	rowBytes := in * q.Bits / 8
+	codes := unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
+	var xe, xo []float32
+	var xsp *[]float32
+	if q.Bits == 4 {
+		xsp = getScratch(rows * in)
+		xe, xo = (*xsp)[:rows*in/2], (*xsp)[rows*in/2:]
+		for i := range rows * in / 2 {
+			xe[i], xo[i] = x[2*i], x[2*i+1]
+		}
+	}
+	grain := max(1, 32768/(in*rows))
+	l.Pool.For(out, grain, func(lo, hi int) {
+		dp := getScratch(ng)
+		dg := *dp
+		for o := lo; o < hi; o++ {
+			c := &codes[o*rowBytes]
+			sc, bi := q.Scales[o*ng:(o+1)*ng], q.Biases[o*ng:(o+1)*ng]
+			for r := range rows {
+				if q.Bits == 4 {
+					dotQ4GroupsAVX2(c, &xe[r*in/2], &xo[r*in/2], &dg[0], ng, gs/2)
+				} else {
+					dotQ8GroupsAVX2(c, &x[r*in], &dg[0], ng, gs)
+				}
+				xsr := xs[r*ng : (r+1)*ng]
+				var acc float32
+				for g, d := range dg {
+					acc += float32(sc[g]*d) + float32(bi[g]*xsr[g])
+				}
+				dst[r*out+o] = acc
+			}
+		}
+		scratchPool.Put(dp)
+	})
+	if xsp != nil {
+		scratchPool.Put(xsp)
+	}
 }
