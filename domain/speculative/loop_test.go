@@ -68,3 +68,24 @@ func matchK(name string) (int, bool) {
 	_, err := fmt.Sscanf(name, "match-%d", &k)
 	return k, err == nil
 }
+
+// BenchmarkGenerate measures the decoder's own overhead per generation over the toy model (256 tokens,
+// block 8, drafts matching 3 then diverging, tape replay).
+func BenchmarkGenerate(b *testing.B) {
+	m := portfake.MustNew(portfake.Config{Tape: true})
+	dr, err := portfake.NewDrafter(portfake.DrafterConfig{BlockSize: 8, Propose: portfake.MatchThenDiverge(m, 3)})
+	require.NoError(b, err)
+	dec, err := New(Config{BlockSize: 8, MaxTokens: 256}, portfake.NewClock(1), nil)
+	require.NoError(b, err)
+	prompt := testPrompt(32, 32)
+	noop := func([]ports.Token) error { return nil }
+	for b.Loop() {
+		sess, err := m.NewSession(b.Context(), dr.TapLayers())
+		require.NoError(b, err)
+		ds, err := dr.NewSession(b.Context())
+		require.NoError(b, err)
+		if _, err := dec.Generate(b.Context(), sess, ds, prompt, noop); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
