@@ -317,3 +317,15 @@ func TestBlockSizeOneIgnoresDrafter(t *testing.T) {
 	}
 	assert.Zero(t, r.fake.Counts().Snapshots-1, "only the initial capability probe snapshots")
 }
+
+func TestFixedDrafts(t *testing.T) {
+	prompt := testPrompt(6, 32)
+	m := portfake.MustNew(hybrid)
+	r := newRig(t, hybrid, portfake.Fixed(1, 2, 3), portfake.DrafterConfig{})
+	res, err := r.generate(t, t.Context(), Config{BlockSize: 4, MaxTokens: 20}, nil, prompt)
+	require.NoError(t, err)
+	assert.Equal(t, oracle(t, m, prompt, 20), res.Tokens, "constant drafts are rejected or accepted, never change the output")
+	bad := newRig(t, hybrid, portfake.Fixed(1, 999), portfake.DrafterConfig{})
+	_, err = bad.generate(t, t.Context(), Config{BlockSize: 3, MaxTokens: 20}, nil, prompt)
+	assert.ErrorContains(t, err, "outside vocabulary", "a drafted id outside the vocabulary is an error, not a panic")
+}
