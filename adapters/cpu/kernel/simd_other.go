@@ -4,6 +4,12 @@ package kernel
 
 var useAVX2 = false
 
-func dotBF16AVX2(x *float32, w *uint16, n int) float32         { panic("kernel: no AVX2 kernels on this platform") }
-func dotQ4GroupsAVX2(codes *byte, xe, xo, out *float32, g, gb int) { panic("kernel: no AVX2 kernels on this platform") }
-func dotQ8GroupsAVX2(codes *byte, x, out *float32, g, gs int)    { panic("kernel: no AVX2 kernels on this platform") }
+func dotBF16AVX2(x *float32, w *uint16, n int) float32 {
+	panic("kernel: no AVX2 kernels on this platform")
+}
+func dotQ4GroupsAVX2(codes *byte, xe, xo, out *float32, g, gb int) {
+	panic("kernel: no AVX2 kernels on this platform")
+}
+func dotQ8GroupsAVX2(codes *byte, x, out *float32, g, gs int) {
+	panic("kernel: no AVX2 kernels on this platform")
+}
