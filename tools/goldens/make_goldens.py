@@ -940,6 +940,53 @@ def mlx_to_hub(family, mlx, zero_centred):
     return hub
 
 
+def pick_dequant_samples(qinfo, overrides):
+    """One module per distinct (bits, group_size, rank), overrides first, plus the embedding."""
+    order = [m for m in overrides if overrides[m] is not False and m in qinfo] + sorted(qinfo)
+    seen, pick = set(), []
+    for m in order:
+        key = (qinfo[m]["bits"], qinfo[m]["group_size"], len(qinfo[m]["shape"]))
+        if key in seen and not m.endswith("embed_tokens"):
+            continue
+        if m in pick:
+            continue
+        seen.add(key)
+        pick.append(m)
+    return pick
+
+
+def write_dequant_samples(d, effective, qinfo, overrides):
+    """Dequantized float32 copies of a few modules so the Go dequantizer can be checked bit for bit."""
+    for f in os.listdir(d):
+        if f.startswith("dequant.") and f.endswith(".f32"):
+            os.remove(os.path.join(d, f))
+    samples = []
+    for m in pick_dequant_samples(qinfo, overrides):
+        fn = "dequant." + m.replace("model.", "").replace(".", "_") + ".f32"
+        arr = effective[m + ".weight"]
+        stio.write_f32(os.path.join(d, fn), arr)
+        samples.append({"module": m, "file": fn, "shape": list(arr.shape), **{k: qinfo[m][k] for k in ("bits", "group_size")}})
+    return samples
+
+
+def resample_dequant(goldens_dir):
+    """Re-derive the dequant.*.f32 samples of the committed MLX cases from their safetensors bytes alone
+    (no transformers needed): what run_quant_case writes, for when only the sample choice changed."""
+    idx = json.load(open(os.path.join(goldens_dir, "index.json")))
+    for e in idx["cases"]:
+        if e.get("layout") != "mlx" or not e.get("ok"):
+            continue
+        d = os.path.join(goldens_dir, e["dir"])
+        gpath = os.path.join(d, "golden.json")
+        g = json.load(open(gpath))
+        q = next(q for q in QUANT_CASES if q["name"] == e["case"])
+        qblock = json.load(open(os.path.join(d, "config.json")))["quantization"]
+        eff = dequantize_file(os.path.join(d, "model.safetensors"), qblock, q["default"])
+        g["dequant_samples"] = write_dequant_samples(d, eff, g["quantized_modules"], q["overrides"])
+        write_json(gpath, g)
+        log(f"{e['case']}: {[s['module'] for s in g['dequant_samples']]}")
+
+
 def run_quant_case(qcase, base_case, out_root, ver):
     t0 = time.time()
     name, fam = qcase["name"], base_case["family"]
@@ -965,16 +1012,7 @@ def run_quant_case(qcase, base_case, out_root, ver):
     write_json(os.path.join(d, "generation_config.json"), {"eos_token_id": [eos], "do_sample": False})
     stio.write_safetensors(os.path.join(d, "model.safetensors"), tensors, {"format": "mlx"})
     g = save_goldens(d, name, logits, hidden, prompt, toks, margins)
-    # Dequantized samples so the Go dequantizer can be checked bit for bit.
-    samples = []
-    pick = [m for m in qcase["overrides"] if qcase["overrides"][m] is not False][:6] + ["model.embed_tokens"]
-    for m in pick:
-        if m + ".weight" not in effective or m not in qinfo:
-            continue
-        fn = "dequant." + m.replace("model.", "").replace(".", "_") + ".f32"
-        arr = effective[m + ".weight"]
-        stio.write_f32(os.path.join(d, fn), arr)
-        samples.append({"module": m, "file": fn, "shape": list(arr.shape), **qinfo[m]})
+    samples = write_dequant_samples(d, effective, qinfo, qcase["overrides"])
     # Sanity: read the file back from its bytes, dequantize, reload into a fresh model, same logits.
     fresh = build_model(base_case)
     back = dequantize_file(os.path.join(d, "model.safetensors"), qblock, qcase["default"])
@@ -1339,7 +1377,12 @@ def main():
     ap.add_argument("--dflash", default="third_party_ref/dflash", help="folder holding the authors' model.py")
     ap.add_argument("--only", default="", help="comma-separated case names (debugging)")
     ap.add_argument("--threads", type=int, default=8)
+    ap.add_argument("--resample-dequant", action="store_true",
+                    help="only re-derive the MLX cases' dequant.*.f32 samples in --out from their checkpoints")
     args = ap.parse_args()
+    if args.resample_dequant:
+        resample_dequant(args.out)
+        return
     torch.set_num_threads(args.threads)
     torch.set_default_dtype(torch.float32)
     os.makedirs(args.out, exist_ok=True)
