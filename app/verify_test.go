@@ -1,0 +1,280 @@
+package app
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/adapters/cpu/dflash/dflashtest"
+	"github.com/higgs-go/higgs/domain/speculative"
+	"github.com/higgs-go/higgs/ports"
+)
+
+func writeTarget(t *testing.T, s dflashtest.TargetSpec) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, dflashtest.WriteTarget(dir, s))
+	return dir
+}
+
+func writeDrafter(t *testing.T, s dflashtest.DrafterSpec) string {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, dflashtest.WriteDrafter(dir, s))
+	return dir
+}
+
+func load(t *testing.T, model, draft string) *Models {
+	t.Helper()
+	m, err := LoadModels(t.Context(), ModelConfig{Model: model, Draft: draft, Threads: 2}, zerolog.Nop(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	return m
+}
+
+var testPrompts = [][]ports.Token{{1}, {5, 9, 13, 2}, {40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 1, 2, 3}}
+
+// TestLosslessUseCase runs the lossless use case on a dense and a hybrid target with a drafter whose tap ids
+// disagree with num_target_layers, for block sizes 2..16 under forced tape replay and forced recompute.
+func TestLosslessUseCase(t *testing.T) {
+	drafter := writeDrafter(t, dflashtest.DrafterSpec{Seed: 9, Taps: []int{1, 3}, NumTargetLayers: 41, Mask: 62})
+	n := 32
+	if testing.Short() {
+		n = 12
+	}
+	for _, fam := range []string{"qwen3", "qwen3_next"} {
+		t.Run(fam, func(t *testing.T) {
+			m := load(t, writeTarget(t, dflashtest.TargetSpec{Family: fam, Seed: 5}), drafter)
+			res, err := Lossless(t.Context(), m, LosslessOptions{Prompts: testPrompts, MaxTokens: n, NoEOS: true,
+				Rollbacks: []speculative.RollbackMode{speculative.RollbackReplay, speculative.RollbackRecompute}})
+			require.NoError(t, err)
+			assert.True(t, res.Pass)
+			assert.Len(t, res.Cases, len(testPrompts)*len(DefaultBlockSizes)*2)
+			for _, c := range res.Cases {
+				assert.True(t, c.Match)
+				assert.Equal(t, n, c.Tokens)
+			}
+		})
+	}
+}
+
+// TestSpeculativeSamplingDistribution is the seeded statistical test at T > 0: the distribution of the first
+// DistTokens tokens (each position's marginal and the joint) under speculative sampling matches plain sampling
+// (two-sample chi-square tests of homogeneity, cells with expected count < 5 pooled, fails when a p-value is
+// below DistPValue = 1e-3 divided by the number of tests). The seeds are fixed, so the outcome is
+// reproducible.
+func TestSpeculativeSamplingDistribution(t *testing.T) {
+	if testing.Short() {
+		t.Skip("statistical test (~1 s) skipped in -short mode")
+	}
+	m := load(t, writeTarget(t, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 6, Vocab: 64, EmbedScale: 4}),
+		writeDrafter(t, dflashtest.DrafterSpec{Seed: 7, Taps: []int{0, 3}, Mask: 61, BlockSize: 4}))
+	dt, err := distributionTest(t.Context(), m, LosslessOptions{Prompts: [][]ports.Token{{5, 6}}, Temperature: 1.0,
+		Seed: 11, Samples: 400, NoEOS: true}, 4)
+	require.NoError(t, err)
+	t.Logf("worst: chi2 %.2f, dof %d, p %.3g; joint %+v; positions %+v", dt.Chi2, dt.DoF, dt.PValue, dt.Joint, dt.Positions)
+	assert.True(t, dt.Pass)
+	for j, p := range dt.Positions {
+		assert.Greater(t, p.DoF, 3, "position %d: the test must have some power (several populated cells)", j)
+	}
+}
+
+// TestDistributionTestDetectsBias: the chi-square machinery rejects two clearly different samples and accepts
+// two samples of one distribution.
+func TestDistributionTestDetectsBias(t *testing.T) {
+	var a, b, c []string
+	for i := range 400 {
+		a = append(a, []string{"x", "y", "z", "w"}[i%4])
+		b = append(b, []string{"x", "x", "y", "z"}[i%4])
+		c = append(c, []string{"x", "y", "z", "w"}[(i+1)%4])
+	}
+	chi, dof, _ := chiSquareHomogeneity(a, b)
+	assert.Less(t, chiSquareSurvival(chi, dof), 1e-6)
+	chi, dof, _ = chiSquareHomogeneity(a, c)
+	assert.InDelta(t, 1, chiSquareSurvival(chi, dof), 1e-9)
+}
+
+func TestChiSquareSurvival(t *testing.T) {
+	// Reference values: scipy.stats.chi2.sf, and the closed form for k = 5.
+	for _, tc := range []struct {
+		x    float64
+		k    int
+		want float64
+	}{{3.841458820694124, 1, 0.05}, {18.307038053275146, 10, 0.05}, {1, 2, math.Exp(-0.5)}, {30, 5, 1.4748581038443052e-05}} {
+		assert.InEpsilon(t, tc.want, chiSquareSurvival(tc.x, tc.k), 1e-3, "x %v k %d", tc.x, tc.k)
+	}
+}
+
+func TestGenerateReproducibleWithSeed(t *testing.T) {
+	m := load(t, writeTarget(t, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 8}),
+		writeDrafter(t, dflashtest.DrafterSpec{Seed: 9, Taps: []int{0, 2}, Mask: 60, BlockSize: 8}))
+	o := GenerateOptions{Prompt: []ports.Token{3, 4}, MaxTokens: 20, Speculative: true, NoEOS: true,
+		Sampling: ports.SamplingParams{Temperature: 0.9, TopP: 0.95}, Seed: 123}
+	a, err := Generate(t.Context(), m, o)
+	require.NoError(t, err)
+	b, err := Generate(t.Context(), m, o)
+	require.NoError(t, err)
+	assert.Equal(t, a.Tokens, b.Tokens)
+	assert.Equal(t, a.Rounds[0].Block, b.Rounds[0].Block)
+	o.Seed = 124
+	c, err := Generate(t.Context(), m, o)
+	require.NoError(t, err)
+	assert.Len(t, c.Tokens, 20)
+}
+
+// TestBadInputBeforeGeneration: incompatible drafters and bad requests fail at load or validation time with
+// a clear error.
+func TestBadInputBeforeGeneration(t *testing.T) {
+	target := writeTarget(t, dflashtest.TargetSpec{Family: "qwen3", Seed: 1})
+	otherVocab := writeDrafter(t, dflashtest.DrafterSpec{Seed: 1, Taps: []int{0}, Mask: 10, Vocab: 128})
+	noMask := writeDrafter(t, dflashtest.DrafterSpec{Seed: 1, Taps: []int{0}, Mask: 10})
+	cfgPath := filepath.Join(noMask, "config.json")
+	raw, err := os.ReadFile(cfgPath)
+	require.NoError(t, err)
+	var cfg map[string]any
+	require.NoError(t, json.Unmarshal(raw, &cfg))
+	delete(cfg["dflash_config"].(map[string]any), "mask_token_id")
+	raw, err = json.Marshal(cfg)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cfgPath, raw, 0o644))
+	truncated := writeDrafter(t, dflashtest.DrafterSpec{Seed: 1, Taps: []int{0}, Mask: 10})
+	wpath := filepath.Join(truncated, "model.safetensors")
+	w, err := os.ReadFile(wpath)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(wpath, w[:len(w)/2], 0o644))
+	tapOutside := writeDrafter(t, dflashtest.DrafterSpec{Seed: 1, Taps: []int{0, 4}, Mask: 10})
+	maskOutside := writeDrafter(t, dflashtest.DrafterSpec{Seed: 1, Taps: []int{0}, Mask: 64})
+
+	for _, tc := range []struct {
+		name, draft, want string
+	}{
+		{"other vocabulary", otherVocab, "vocab_size 128 differs from the target's 64"},
+		{"missing mask id", noMask, "mask_token_id is missing"},
+		{"truncated drafter file", truncated, "model.safetensors"},
+		{"tap outside target", tapOutside, "tap layer 4 is outside the target"},
+		{"mask outside vocabulary", maskOutside, "mask_token_id 64 is outside the target's vocabulary"},
+		{"a target is not a drafter", target, "not a DFlash drafter"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadModels(t.Context(), ModelConfig{Model: target, Draft: tc.draft}, zerolog.Nop(), nil)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+
+	m := load(t, target, writeDrafter(t, dflashtest.DrafterSpec{Seed: 1, Taps: []int{0}, Mask: 10, BlockSize: 8}))
+	for _, tc := range []struct {
+		name string
+		o    GenerateOptions
+		want string
+	}{
+		{"block size above the drafter's", GenerateOptions{Prompt: []ports.Token{1}, MaxTokens: 4, Speculative: true, BlockSize: 9}, "block size 9 outside 1..8"},
+		{"negative block size", GenerateOptions{Prompt: []ports.Token{1}, MaxTokens: 4, Speculative: true, BlockSize: -1}, "block size -1"},
+		{"empty prompt", GenerateOptions{MaxTokens: 4}, "empty prompt"},
+		{"token outside vocab", GenerateOptions{Prompt: []ports.Token{64}, MaxTokens: 4}, "outside the vocabulary"},
+		{"no budget", GenerateOptions{Prompt: []ports.Token{1}}, "max tokens 0"},
+		{"bad temperature", GenerateOptions{Prompt: []ports.Token{1}, MaxTokens: 4, Sampling: ports.SamplingParams{Temperature: -1}}, "temperature"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Generate(t.Context(), m, tc.o)
+			require.ErrorIs(t, err, ErrBadInput)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+	_, err = Lossless(t.Context(), m, LosslessOptions{Prompts: testPrompts, BlockSizes: []int{16}, MaxTokens: 4})
+	require.ErrorIs(t, err, ErrBadInput)
+}
+
+func TestLoadModelsBackends(t *testing.T) {
+	target := writeTarget(t, dflashtest.TargetSpec{Family: "qwen3", Seed: 1, EOS: []int32{3, 7}})
+	_, err := LoadModels(t.Context(), ModelConfig{Model: target, Backend: "mlx"}, zerolog.Nop(), nil)
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+	require.ErrorIs(t, err, ErrMLXUnavailable)
+	_, err = LoadModels(t.Context(), ModelConfig{Model: target, Backend: "tpu"}, zerolog.Nop(), nil)
+	require.ErrorContains(t, err, `unknown backend "tpu"`)
+	m, err := LoadModels(t.Context(), ModelConfig{Model: target, Backend: "auto"}, zerolog.Nop(), nil)
+	require.NoError(t, err)
+	defer m.Close()
+	assert.Equal(t, BackendCPU, m.Backend)
+	assert.Equal(t, []ports.Token{3, 7}, m.EOS)
+	assert.Nil(t, m.Drafter)
+	assert.Nil(t, m.Tokenizer)
+	assert.Equal(t, filepath.Base(target), m.Name)
+
+	// No model named: the bundled demo, with a clear error when it is absent.
+	t.Chdir(t.TempDir())
+	_, err = LoadModels(t.Context(), ModelConfig{}, zerolog.Nop(), nil)
+	require.ErrorContains(t, err, "bundled demo model models/demo/target is absent")
+}
+
+func TestParsePromptsFile(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []PromptInput
+		err  string
+	}{
+		{in: "hello\n\nworld\r\n", want: []PromptInput{{Text: "hello"}, {Text: "world"}}},
+		{in: `["a", [1,2], {"text":"b","chat":true}, {"tokens":[3]}]`,
+			want: []PromptInput{{Text: "a"}, {Tokens: []ports.Token{1, 2}}, {Text: "b", Chat: true}, {Tokens: []ports.Token{3}}}},
+		{in: `[[1.5]]`, err: "not a token id"},
+		{in: `[[-1]]`, err: "not a token id"},
+		{in: `[{"text":"a","tokens":[1]}]`, err: "exactly one"},
+		{in: `[{"bogus":1}]`, err: "unknown field"},
+		{in: `[]`, err: "no prompts"},
+		{in: "  ", err: "empty"},
+		{in: `[1]`, err: "want a string"},
+	} {
+		got, err := ParsePromptsFile([]byte(tc.in))
+		if tc.err != "" {
+			require.ErrorIs(t, err, ErrBadInput, tc.in)
+			assert.Contains(t, err.Error(), tc.err, tc.in)
+			continue
+		}
+		require.NoError(t, err, tc.in)
+		assert.Equal(t, tc.want, got, tc.in)
+	}
+}
+
+func FuzzParsePromptsFile(f *testing.F) {
+	for _, s := range []string{"a\nb", `["x",[1,2],{"text":"t"},{"tokens":[4]}]`, `[{"tokens":[1e10]}]`, "[", "[[]]"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ps, err := ParsePromptsFile(data)
+		if err != nil {
+			require.ErrorIs(t, err, ErrBadInput)
+			return
+		}
+		require.NotEmpty(t, ps)
+		for _, p := range ps {
+			require.True(t, (p.Text == "") != (p.Tokens == nil))
+			for _, tok := range p.Tokens {
+				require.GreaterOrEqual(t, tok, ports.Token(0))
+			}
+		}
+	})
+}
+
+func FuzzParseTokenList(f *testing.F) {
+	for _, s := range []string{"1,2,3", " 4 , 5", "", "-1", "99999999999", "1,,2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ids, err := ParseTokenList(s)
+		if err != nil {
+			require.ErrorIs(t, err, ErrBadInput)
+			return
+		}
+		require.NotEmpty(t, ids)
+		for _, id := range ids {
+			require.GreaterOrEqual(t, id, ports.Token(0))
+		}
+	})
+}
