@@ -1,26 +1,41 @@
 // Command higgsd serves local LLMs over an OpenAI-compatible HTTP API with DFlash speculative decoding.
+// With no flags it serves the bundled demo model and drafter on 127.0.0.1:8000. See docs/SERVING.md.
 package main
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
-
-	"github.com/rs/zerolog"
+	"os/signal"
+	"syscall"
 
 	"github.com/higgs-go/higgs/app"
 )
 
-func main() {
-	cfg := app.ModelConfig{}
-	flag.StringVar(&cfg.Model, "model", "", "target model directory or Hugging Face id")
-	flag.StringVar(&cfg.Draft, "draft", "", "DFlash drafter directory")
-	flag.StringVar(&cfg.Backend, "backend", "cpu", "cpu|mlx|auto")
-	flag.Parse()
-	log := zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).With().Timestamp().Logger()
-	if _, err := initTarget(cfg); err != nil {
-		log.Error().Err(err).Msg("higgsd cannot start")
-		fmt.Fprintln(os.Stderr, "higgsd:", err)
-		os.Exit(1)
+func main() { os.Exit(run()) }
+
+func run() int {
+	cfg, err := app.LoadConfig(os.Args[1:], os.Getenv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
 	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "higgsd: invalid configuration:\n%v\n", err)
+		return 2
+	}
+	log := app.NewLogger(cfg, os.Stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := initServer(cfg, log)
+	if err != nil {
+		log.Error().Err(err).Msg("higgsd cannot start")
+		return 1
+	}
+	if err := srv.Run(ctx); err != nil {
+		log.Error().Err(err).Msg("higgsd stopped with an error")
+		return 1
+	}
+	return 0
 }

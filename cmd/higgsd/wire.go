@@ -4,11 +4,12 @@ package main
 
 import (
 	"github.com/google/wire"
+	"github.com/rs/zerolog"
+
 	"github.com/higgs-go/higgs/app"
-	"github.com/higgs-go/higgs/ports"
 )
 
-func initTarget(cfg app.ModelConfig) (ports.Target, error) {
-	wire.Build(app.ProvideTarget)
+func initServer(cfg app.Config, log zerolog.Logger) (*app.Server, error) {
+	wire.Build(app.ServeSet)
 	return nil, nil
 }

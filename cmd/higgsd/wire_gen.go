@@ -8,15 +8,18 @@ package main
 
 import (
 	"github.com/higgs-go/higgs/app"
-	"github.com/higgs-go/higgs/ports"
+	"github.com/rs/zerolog"
 )
 
 // Injectors from wire.go:
 
-func initTarget(cfg app.ModelConfig) (ports.Target, error) {
-	target, err := app.ProvideTarget(cfg)
+func initServer(cfg app.Config, log zerolog.Logger) (*app.Server, error) {
+	serve, err := app.ProvideServe(cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	return target, nil
+	server := app.ProvideAPI(cfg, serve, log)
+	loadFunc := app.ProvideLoader(cfg, log)
+	appServer := app.NewServer(cfg, serve, server, loadFunc, log)
+	return appServer, nil
 }

@@ -1,0 +1,532 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/higgs-go/higgs/ports"
+)
+
+// maxStop is the number of stop strings a request may give (OpenAI's limit).
+const maxStop = 4
+
+// Request is a decoded and checked request: what the Generator runs plus how to answer.
+type Request struct {
+	Gen          ports.GenerateRequest
+	Stream       bool
+	IncludeUsage bool
+}
+
+// params are the fields shared by /v1/chat/completions and /v1/completions. Pointers and raw messages tell
+// "absent" from a zero value, so that neutral values of unsupported fields (logprobs false, n 1, penalties
+// 0…) are accepted: many clients send them by default.
+type params struct {
+	Model               *string         `json:"model"`
+	MaxTokens           *int            `json:"max_tokens"`
+	MaxCompletionTokens *int            `json:"max_completion_tokens"`
+	Temperature         *float64        `json:"temperature"`
+	TopP                *float64        `json:"top_p"`
+	TopK                *int            `json:"top_k"`
+	MinP                *float64        `json:"min_p"`
+	Seed                *int64          `json:"seed"`
+	Stop                json.RawMessage `json:"stop"`
+	N                   *int            `json:"n"`
+	Stream              *bool           `json:"stream"`
+	StreamOptions       *struct {
+		IncludeUsage *bool `json:"include_usage"`
+	} `json:"stream_options"`
+	BlockSize *int `json:"block_size"`
+
+	// Fields that change the output; only their neutral values are accepted.
+	Logprobs          json.RawMessage `json:"logprobs"`
+	TopLogprobs       json.RawMessage `json:"top_logprobs"`
+	Tools             json.RawMessage `json:"tools"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	Functions         json.RawMessage `json:"functions"`
+	FunctionCall      json.RawMessage `json:"function_call"`
+	ResponseFormat    json.RawMessage `json:"response_format"`
+	PresencePenalty   *float64        `json:"presence_penalty"`
+	FrequencyPenalty  *float64        `json:"frequency_penalty"`
+	RepetitionPenalty *float64        `json:"repetition_penalty"`
+	LogitBias         json.RawMessage `json:"logit_bias"`
+	Suffix            json.RawMessage `json:"suffix"`
+	Echo              *bool           `json:"echo"`
+	BestOf            *int            `json:"best_of"`
+	Modalities        json.RawMessage `json:"modalities"`
+	Audio             json.RawMessage `json:"audio"`
+	Prediction        json.RawMessage `json:"prediction"`
+	ReasoningEffort   json.RawMessage `json:"reasoning_effort"`
+	GuidedJSON        json.RawMessage `json:"guided_json"`
+	GuidedRegex       json.RawMessage `json:"guided_regex"`
+	GuidedChoice      json.RawMessage `json:"guided_choice"`
+	WebSearchOptions  json.RawMessage `json:"web_search_options"`
+}
+
+type chatBody struct {
+	params
+	Messages           json.RawMessage `json:"messages"`
+	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
+}
+
+type completionBody struct {
+	params
+	Prompt json.RawMessage `json:"prompt"`
+}
+
+// decodeJSON unmarshals body into v, turning encoding/json's errors into messages that name the field.
+func decodeJSON(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return badRequest("", "the request body is empty; send a JSON object")
+	}
+	err := json.Unmarshal(body, v)
+	if err == nil {
+		return nil
+	}
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &syn):
+		return badRequest("", "the request body is not valid JSON (at byte %d): %v", syn.Offset, syn)
+	case errors.As(err, &typ) && typ.Field == "":
+		return badRequest("", "the request body must be a JSON object, not %s", typ.Value)
+	case errors.As(err, &typ):
+		return badRequest(typ.Field, "%s must be %s, not %s", typ.Field, jsonKind(typ.Type.Kind().String()), typ.Value)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return badRequest("", "the request body is truncated JSON")
+	}
+	return badRequest("", "the request body could not be decoded: %v", err)
+}
+
+func jsonKind(goKind string) string {
+	switch {
+	case strings.HasPrefix(goKind, "int"), strings.HasPrefix(goKind, "uint"):
+		return "an integer"
+	case strings.HasPrefix(goKind, "float"):
+		return "a number"
+	case goKind == "bool":
+		return "a boolean"
+	case goKind == "string":
+		return "a string"
+	case goKind == "slice":
+		return "an array"
+	case goKind == "struct", goKind == "map":
+		return "an object"
+	}
+	return "a " + goKind
+}
+
+// isNull reports whether a raw field is absent or JSON null.
+func isNull(r json.RawMessage) bool {
+	t := bytes.TrimSpace(r)
+	return len(t) == 0 || bytes.Equal(t, []byte("null"))
+}
+
+// rawIs reports whether r is one of the given JSON literals (compared after trimming space).
+func rawIs(r json.RawMessage, lits ...string) bool {
+	t := string(bytes.TrimSpace(r))
+	for _, l := range lits {
+		if t == l {
+			return true
+		}
+	}
+	return false
+}
+
+// ParseChat decodes and checks a /v1/chat/completions body.
+func ParseChat(body []byte) (Request, error) {
+	var b chatBody
+	if err := decodeJSON(body, &b); err != nil {
+		return Request{}, err
+	}
+	req, err := b.params.translate()
+	if err != nil {
+		return Request{}, err
+	}
+	if isNull(b.Messages) {
+		return Request{}, badRequest("messages", "messages is required")
+	}
+	msgs, err := parseMessages(b.Messages)
+	if err != nil {
+		return Request{}, err
+	}
+	req.Gen.Messages = msgs
+	if req.Gen.Chat, err = parseKwargs(b.ChatTemplateKwargs); err != nil {
+		return Request{}, err
+	}
+	return req, nil
+}
+
+// ParseCompletion decodes and checks a /v1/completions body.
+func ParseCompletion(body []byte) (Request, error) {
+	var b completionBody
+	if err := decodeJSON(body, &b); err != nil {
+		return Request{}, err
+	}
+	req, err := b.params.translate()
+	if err != nil {
+		return Request{}, err
+	}
+	if !isNull(b.Suffix) && !rawIs(b.Suffix, `""`) {
+		return Request{}, unsupported("suffix", "insertion (fill-in-the-middle) is not implemented")
+	}
+	if b.Echo != nil && *b.Echo {
+		return Request{}, unsupported("echo", "echoing the prompt is not implemented")
+	}
+	if b.BestOf != nil && *b.BestOf != 1 {
+		return Request{}, unsupported("best_of", "only best_of 1 is served")
+	}
+	if req.Gen.Prompt, err = parsePrompt(b.Prompt); err != nil {
+		return Request{}, err
+	}
+	return req, nil
+}
+
+func parsePrompt(raw json.RawMessage) (string, error) {
+	if isNull(raw) {
+		return "", badRequest("prompt", "prompt is required")
+	}
+	var s string
+	if err := json.Unmarshal(raw, &s); err == nil {
+		return s, nil
+	}
+	var arr []json.RawMessage
+	if err := json.Unmarshal(raw, &arr); err != nil {
+		return "", badRequest("prompt", "prompt must be a string or an array of one string")
+	}
+	switch {
+	case len(arr) == 0:
+		return "", badRequest("prompt", "prompt must not be an empty array")
+	case len(arr) > 1:
+		return "", unsupported("prompt", "batched prompts (an array of several) are not served; send one request per prompt")
+	}
+	if err := json.Unmarshal(arr[0], &s); err != nil {
+		return "", unsupported("prompt", "token-id prompts are not served; send text")
+	}
+	return s, nil
+}
+
+// translate checks the shared fields and fills a Request.
+func (p params) translate() (Request, error) {
+	var r Request
+	if p.Model != nil {
+		r.Gen.Model = *p.Model
+	}
+	if err := p.rejectUnsupported(); err != nil {
+		return r, err
+	}
+	if p.N != nil && *p.N != 1 {
+		return r, unsupported("n", fmt.Sprintf("n must be 1 (got %d): one choice per request", *p.N))
+	}
+	maxTok, name := p.MaxTokens, "max_tokens"
+	if p.MaxCompletionTokens != nil {
+		if p.MaxTokens != nil && *p.MaxTokens != *p.MaxCompletionTokens {
+			return r, badRequest("max_completion_tokens", "max_tokens %d and max_completion_tokens %d disagree; send one",
+				*p.MaxTokens, *p.MaxCompletionTokens)
+		}
+		maxTok, name = p.MaxCompletionTokens, "max_completion_tokens"
+	}
+	if maxTok != nil {
+		if *maxTok < 1 {
+			return r, badRequest(name, "%s must be at least 1, not %d", name, *maxTok)
+		}
+		r.Gen.MaxTokens = *maxTok
+	}
+	// OpenAI's defaults: temperature 1, top_p 1.
+	r.Gen.Sampling = ports.SamplingParams{Temperature: 1, TopP: 1}
+	if t := p.Temperature; t != nil {
+		if !(*t >= 0 && *t <= 2) {
+			return r, badRequest("temperature", "temperature must be between 0 and 2, not %v", *t)
+		}
+		r.Gen.Sampling.Temperature = *t
+	}
+	if t := p.TopP; t != nil {
+		if !(*t > 0 && *t <= 1) {
+			return r, badRequest("top_p", "top_p must be greater than 0 and at most 1, not %v", *t)
+		}
+		r.Gen.Sampling.TopP = *t
+	}
+	if k := p.TopK; k != nil {
+		// vLLM spells "disabled" -1; we also take 0.
+		if *k < -1 {
+			return r, badRequest("top_k", "top_k must be -1 (disabled), 0 (disabled) or positive, not %d", *k)
+		}
+		r.Gen.Sampling.TopK = max(*k, 0)
+	}
+	if m := p.MinP; m != nil {
+		if !(*m >= 0 && *m <= 1) {
+			return r, badRequest("min_p", "min_p must be between 0 and 1, not %v", *m)
+		}
+		r.Gen.Sampling.MinP = *m
+	}
+	if p.Seed != nil {
+		u := uint64(*p.Seed)
+		r.Gen.Seed = &u
+	}
+	if p.BlockSize != nil {
+		if *p.BlockSize < 1 {
+			return r, badRequest("block_size", "block_size must be at least 1 (1 turns speculation off), not %d", *p.BlockSize)
+		}
+		r.Gen.BlockSize = *p.BlockSize
+	}
+	stop, err := parseStop(p.Stop)
+	if err != nil {
+		return r, err
+	}
+	r.Gen.Stop = stop
+	if p.Stream != nil {
+		r.Stream = *p.Stream
+	}
+	if p.StreamOptions != nil {
+		if !r.Stream {
+			return r, badRequest("stream_options", "stream_options is only allowed when stream is true")
+		}
+		r.IncludeUsage = p.StreamOptions.IncludeUsage != nil && *p.StreamOptions.IncludeUsage
+	}
+	return r, nil
+}
+
+// rejectUnsupported refuses fields that would change the output if honoured: silently ignoring them would
+// hand the client something other than what it asked for.
+func (p params) rejectUnsupported() error {
+	switch {
+	case !isNull(p.Logprobs) && !rawIs(p.Logprobs, "false", "0"):
+		return unsupported("logprobs", "log probabilities are not returned")
+	case !isNull(p.TopLogprobs) && !rawIs(p.TopLogprobs, "0"):
+		return unsupported("top_logprobs", "log probabilities are not returned")
+	case !isNull(p.Tools) && !rawIs(p.Tools, "[]"):
+		return unsupported("tools", "tool calling is not implemented yet")
+	case !isNull(p.ToolChoice) && !rawIs(p.ToolChoice, `"none"`, `"auto"`):
+		return unsupported("tool_choice", "tool calling is not implemented yet")
+	case !isNull(p.Functions) && !rawIs(p.Functions, "[]"):
+		return unsupported("functions", "function calling is not implemented")
+	case !isNull(p.FunctionCall) && !rawIs(p.FunctionCall, `"none"`, `"auto"`):
+		return unsupported("function_call", "function calling is not implemented")
+	case p.PresencePenalty != nil && *p.PresencePenalty != 0:
+		return unsupported("presence_penalty", "only 0 is served")
+	case p.FrequencyPenalty != nil && *p.FrequencyPenalty != 0:
+		return unsupported("frequency_penalty", "only 0 is served")
+	case p.RepetitionPenalty != nil && *p.RepetitionPenalty != 1:
+		return unsupported("repetition_penalty", "only 1 is served")
+	case !isNull(p.LogitBias) && !rawIs(p.LogitBias, "{}"):
+		return unsupported("logit_bias", "logit biases are not applied")
+	case !isNull(p.Modalities) && !rawIs(p.Modalities, `["text"]`):
+		return unsupported("modalities", "only text is produced")
+	case !isNull(p.Audio):
+		return unsupported("audio", "only text is produced")
+	case !isNull(p.Prediction):
+		return unsupported("prediction", "predicted outputs are not implemented (speculation uses the DFlash drafter)")
+	case !isNull(p.ReasoningEffort):
+		return unsupported("reasoning_effort", "use chat_template_kwargs.enable_thinking instead")
+	case !isNull(p.GuidedJSON), !isNull(p.GuidedRegex), !isNull(p.GuidedChoice):
+		return unsupported("guided_decoding", "constrained decoding is not implemented")
+	case !isNull(p.WebSearchOptions):
+		return unsupported("web_search_options", "web search is not available")
+	}
+	if !isNull(p.ResponseFormat) {
+		var rf struct {
+			Type string `json:"type"`
+		}
+		if err := json.Unmarshal(p.ResponseFormat, &rf); err != nil {
+			return badRequest("response_format", "response_format must be an object with a type")
+		}
+		if rf.Type != "text" {
+			return unsupported("response_format", fmt.Sprintf("only type \"text\" is served, not %q", rf.Type))
+		}
+	}
+	return nil
+}
+
+func parseStop(raw json.RawMessage) ([]string, error) {
+	if isNull(raw) {
+		return nil, nil
+	}
+	var one string
+	if err := json.Unmarshal(raw, &one); err == nil {
+		if one == "" {
+			return nil, badRequest("stop", "stop must not be an empty string")
+		}
+		return []string{one}, nil
+	}
+	var many []string
+	if err := json.Unmarshal(raw, &many); err != nil {
+		return nil, badRequest("stop", "stop must be a string or an array of strings")
+	}
+	if len(many) > maxStop {
+		return nil, badRequest("stop", "stop may hold at most %d strings, not %d", maxStop, len(many))
+	}
+	for i, s := range many {
+		if s == "" {
+			return nil, badRequest("stop", "stop[%d] must not be an empty string", i)
+		}
+	}
+	if len(many) == 0 {
+		return nil, nil
+	}
+	return many, nil
+}
+
+// wireMessage is the part of a chat message higgs reads; the template sees the whole object through Raw.
+type wireMessage struct {
+	Role    *string         `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+var roles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
+
+func parseMessages(raw json.RawMessage) ([]ports.ChatMessage, error) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, badRequest("messages", "messages must be an array of message objects")
+	}
+	if len(items) == 0 {
+		return nil, badRequest("messages", "messages must not be empty")
+	}
+	out := make([]ports.ChatMessage, 0, len(items))
+	for i, it := range items {
+		param := fmt.Sprintf("messages[%d]", i)
+		var m wireMessage
+		if err := json.Unmarshal(it, &m); err != nil {
+			var typ *json.UnmarshalTypeError
+			if errors.As(err, &typ) && typ.Field != "" {
+				return nil, badRequest(param+"."+typ.Field, "%s.%s must be %s, not %s", param, typ.Field,
+					jsonKind(typ.Type.Kind().String()), typ.Value)
+			}
+			return nil, badRequest(param, "%s must be an object with role and content", param)
+		}
+		if m.Role == nil {
+			return nil, badRequest(param+".role", "%s.role is required", param)
+		}
+		role := *m.Role
+		if !roles[role] {
+			return nil, badRequest(param+".role", "%s.role %q is not one of system, developer, user, assistant, tool", param, role)
+		}
+		text, isString, err := messageText(m.Content, param)
+		if err != nil {
+			return nil, err
+		}
+		if isNull(m.Content) && role != "assistant" {
+			return nil, badRequest(param+".content", "%s.content is required for role %s", param, role)
+		}
+		msg := ports.ChatMessage{Role: role, Content: text, Raw: it}
+		// Templates know "system"; OpenAI's "developer" role means the same. Content given as parts is
+		// flattened so templates see a string, as they were trained with.
+		if role == "developer" {
+			msg.Role = "system"
+			if msg.Raw, err = setKey(msg.Raw, "role", "system"); err != nil {
+				return nil, badRequest(param, "%s: %v", param, err)
+			}
+		}
+		if !isString && !isNull(m.Content) {
+			if msg.Raw, err = setKey(msg.Raw, "content", text); err != nil {
+				return nil, badRequest(param, "%s: %v", param, err)
+			}
+		}
+		out = append(out, msg)
+	}
+	return out, nil
+}
+
+// messageText returns a message's text: a string, or the concatenation of an array of text parts.
+func messageText(raw json.RawMessage, param string) (text string, isString bool, err error) {
+	if isNull(raw) {
+		return "", false, nil
+	}
+	if err := json.Unmarshal(raw, &text); err == nil {
+		return text, true, nil
+	}
+	var parts []struct {
+		Type *string `json:"type"`
+		Text *string `json:"text"`
+	}
+	if err := json.Unmarshal(raw, &parts); err != nil {
+		return "", false, badRequest(param+".content", "%s.content must be a string or an array of content parts", param)
+	}
+	var sb strings.Builder
+	for j, p := range parts {
+		pp := fmt.Sprintf("%s.content[%d]", param, j)
+		switch {
+		case p.Type == nil:
+			return "", false, badRequest(pp+".type", "%s.type is required", pp)
+		case *p.Type != "text":
+			return "", false, unsupported(pp+".type", fmt.Sprintf("content parts of type %q are not served (text only)", *p.Type))
+		case p.Text == nil:
+			return "", false, badRequest(pp+".text", "%s.text is required", pp)
+		}
+		sb.WriteString(*p.Text)
+	}
+	return sb.String(), false, nil
+}
+
+// setKey returns the JSON object obj with key set to the string v, keeping the other keys in their order
+// (templates may print the message with tojson, where order shows).
+func setKey(obj json.RawMessage, key, v string) (json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(obj))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, errors.New("not a JSON object")
+	}
+	val, _ := json.Marshal(v)
+	var buf bytes.Buffer
+	buf.WriteByte('{')
+	first, found := true, false
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		k, _ := t.(string)
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); err != nil {
+			return nil, err
+		}
+		if !first {
+			buf.WriteByte(',')
+		}
+		first = false
+		kb, _ := json.Marshal(k)
+		buf.Write(kb)
+		buf.WriteByte(':')
+		if k == key {
+			buf.Write(val)
+			found = true
+		} else {
+			buf.Write(raw)
+		}
+	}
+	if !found {
+		if !first {
+			buf.WriteByte(',')
+		}
+		kb, _ := json.Marshal(key)
+		buf.Write(kb)
+		buf.WriteByte(':')
+		buf.Write(val)
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
+func parseKwargs(raw json.RawMessage) (ports.ChatOptions, error) {
+	var opts ports.ChatOptions
+	if isNull(raw) {
+		return opts, nil
+	}
+	var kw map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &kw); err != nil {
+		return opts, badRequest("chat_template_kwargs", "chat_template_kwargs must be an object")
+	}
+	for k, v := range kw {
+		if k != "enable_thinking" {
+			return opts, unsupported("chat_template_kwargs."+k, "only enable_thinking is passed to the template")
+		}
+		var b bool
+		if err := json.Unmarshal(v, &b); err != nil {
+			return opts, badRequest("chat_template_kwargs.enable_thinking", "chat_template_kwargs.enable_thinking must be a boolean")
+		}
+		opts.EnableThinking = &b
+	}
+	return opts, nil
+}

@@ -1,0 +1,165 @@
+package openai
+
+import (
+	"github.com/higgs-go/higgs/ports"
+)
+
+// Usage is the token account of a response. Speculative is higgs' extension: the request's speculative
+// decoding figures (rounds, draft tokens, accepted tokens, τ, accepted per draft position).
+type Usage struct {
+	PromptTokens     int              `json:"prompt_tokens"`
+	CompletionTokens int              `json:"completion_tokens"`
+	TotalTokens      int              `json:"total_tokens"`
+	Speculative      *ports.SpecUsage `json:"speculative,omitempty"`
+}
+
+// UsageOf builds the usage object of a finished request.
+func UsageOf(res ports.GenerateResult) *Usage {
+	spec := res.Spec
+	if spec.AcceptedPerPosition == nil {
+		spec.AcceptedPerPosition = []int{}
+	}
+	return &Usage{PromptTokens: res.PromptTokens, CompletionTokens: res.CompletionTokens,
+		TotalTokens: res.PromptTokens + res.CompletionTokens, Speculative: &spec}
+}
+
+// ChatCompletion is a non-streamed /v1/chat/completions response.
+type ChatCompletion struct {
+	ID      string       `json:"id"`
+	Object  string       `json:"object"`
+	Created int64        `json:"created"`
+	Model   string       `json:"model"`
+	Choices []ChatChoice `json:"choices"`
+	Usage   *Usage       `json:"usage"`
+}
+
+// ChatChoice is one choice of a ChatCompletion.
+type ChatChoice struct {
+	Index        int         `json:"index"`
+	Message      ChatMessage `json:"message"`
+	Logprobs     *struct{}   `json:"logprobs"`
+	FinishReason string      `json:"finish_reason"`
+}
+
+// ChatMessage is the assistant's answer; ReasoningContent carries the text inside <think>…</think> (the
+// field name vLLM and DeepSeek use).
+type ChatMessage struct {
+	Role             string  `json:"role"`
+	Content          string  `json:"content"`
+	ReasoningContent *string `json:"reasoning_content,omitempty"`
+}
+
+// ChatChunk is one streamed /v1/chat/completions event.
+type ChatChunk struct {
+	ID      string            `json:"id"`
+	Object  string            `json:"object"`
+	Created int64             `json:"created"`
+	Model   string            `json:"model"`
+	Choices []ChatChunkChoice `json:"choices"`
+	Usage   *Usage            `json:"usage,omitempty"`
+}
+
+// ChatChunkChoice is a choice of a ChatChunk.
+type ChatChunkChoice struct {
+	Index        int       `json:"index"`
+	Delta        ChatDelta `json:"delta"`
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+// ChatDelta is the new text of a chunk.
+type ChatDelta struct {
+	Role             string  `json:"role,omitempty"`
+	Content          *string `json:"content,omitempty"`
+	ReasoningContent *string `json:"reasoning_content,omitempty"`
+}
+
+// Completion is a /v1/completions response or streamed event (Object "text_completion" in both).
+type Completion struct {
+	ID      string             `json:"id"`
+	Object  string             `json:"object"`
+	Created int64              `json:"created"`
+	Model   string             `json:"model"`
+	Choices []CompletionChoice `json:"choices"`
+	Usage   *Usage             `json:"usage,omitempty"`
+}
+
+// CompletionChoice is a choice of a Completion.
+type CompletionChoice struct {
+	Index        int       `json:"index"`
+	Text         string    `json:"text"`
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+// ModelList is the /v1/models response.
+type ModelList struct {
+	Object string  `json:"object"`
+	Data   []Model `json:"data"`
+}
+
+// Model is a /v1/models entry.
+type Model struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+// ModelOf translates a model card.
+func ModelOf(c ports.ModelCard) Model {
+	return Model{ID: c.ID, Object: "model", Created: c.Created, OwnedBy: c.OwnedBy}
+}
+
+// ChatCompletionOf builds the non-streamed chat response.
+func ChatCompletionOf(id string, created int64, res ports.GenerateResult) ChatCompletion {
+	msg := ChatMessage{Role: "assistant", Content: res.Content}
+	if res.Reasoning != "" {
+		r := res.Reasoning
+		msg.ReasoningContent = &r
+	}
+	return ChatCompletion{ID: id, Object: "chat.completion", Created: created, Model: res.Model,
+		Choices: []ChatChoice{{Index: 0, Message: msg, FinishReason: res.FinishReason}}, Usage: UsageOf(res)}
+}
+
+// CompletionOf builds the non-streamed completion response.
+func CompletionOf(id string, created int64, res ports.GenerateResult) Completion {
+	fr := res.FinishReason
+	return Completion{ID: id, Object: "text_completion", Created: created, Model: res.Model,
+		Choices: []CompletionChoice{{Index: 0, Text: res.Content, FinishReason: &fr}}, Usage: UsageOf(res)}
+}
+
+// chatDeltaChunk is a streamed chat chunk carrying ev (role set on the first chunk only).
+func chatDeltaChunk(id string, created int64, model string, ev ports.GenerateEvent, role string) ChatChunk {
+	d := ChatDelta{Role: role}
+	if ev.Content != "" || role != "" {
+		c := ev.Content
+		d.Content = &c
+	}
+	if ev.Reasoning != "" {
+		r := ev.Reasoning
+		d.ReasoningContent = &r
+	}
+	return ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model,
+		Choices: []ChatChunkChoice{{Index: 0, Delta: d}}}
+}
+
+func chatFinishChunk(id string, created int64, model, finish string) ChatChunk {
+	return ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model,
+		Choices: []ChatChunkChoice{{Index: 0, FinishReason: &finish}}}
+}
+
+func chatUsageChunk(id string, created int64, res ports.GenerateResult) ChatChunk {
+	return ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: res.Model,
+		Choices: []ChatChunkChoice{}, Usage: UsageOf(res)}
+}
+
+func completionTextChunk(id string, created int64, model, text string, finish *string) Completion {
+	return Completion{ID: id, Object: "text_completion", Created: created, Model: model,
+		Choices: []CompletionChoice{{Index: 0, Text: text, FinishReason: finish}}}
+}
+
+func completionUsageChunk(id string, created int64, res ports.GenerateResult) Completion {
+	return Completion{ID: id, Object: "text_completion", Created: created, Model: res.Model,
+		Choices: []CompletionChoice{}, Usage: UsageOf(res)}
+}

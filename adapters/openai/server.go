@@ -1,0 +1,416 @@
+package openai
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+
+	"github.com/higgs-go/higgs/ports"
+)
+
+// Options configure the HTTP adapter.
+type Options struct {
+	// APIKey, when set, is required as "Authorization: Bearer <key>" on /v1/ routes.
+	APIKey string
+	// MaxBodyBytes bounds request bodies (default 4 MiB).
+	MaxBodyBytes int64
+	// RequestTimeout bounds a generation request (0: no limit).
+	RequestTimeout time.Duration
+	// Registry receives the metrics and is served on /metrics; nil means a fresh registry.
+	Registry *prometheus.Registry
+	Log      zerolog.Logger
+	// Now and NewID make responses reproducible in tests; nil means the clock and random ids.
+	Now   func() time.Time
+	NewID func() string
+}
+
+// Readier is an optional Generator ability: while Ready is false, /health answers 503 loading.
+type Readier interface{ Ready() bool }
+
+// QueueDepther is an optional Generator ability: the number of queued requests, exported as a gauge.
+type QueueDepther interface{ QueueDepth() int }
+
+// Server is the OpenAI-compatible HTTP API over a ports.Generator.
+type Server struct {
+	gen     ports.Generator
+	opts    Options
+	log     zerolog.Logger
+	metrics *metrics
+	reg     *prometheus.Registry
+	handler http.Handler
+}
+
+// DefaultMaxBodyBytes is the request body limit when Options.MaxBodyBytes is 0.
+const DefaultMaxBodyBytes = 4 << 20
+
+// New builds the API's handler.
+func New(gen ports.Generator, opts Options) *Server {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.NewID == nil {
+		opts.NewID = randomID
+	}
+	reg := opts.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	var depth func() int
+	if q, ok := gen.(QueueDepther); ok {
+		depth = q.QueueDepth
+	}
+	s := &Server{gen: gen, opts: opts, log: opts.Log, reg: reg, metrics: newMetrics(reg, depth)}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", s.chat)
+	mux.HandleFunc("POST /v1/completions", s.completion)
+	mux.HandleFunc("GET /v1/models", s.models)
+	mux.HandleFunc("GET /v1/models/{id}", s.model)
+	mux.HandleFunc("GET /health", s.health)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// The mux answers a wrong method with a plain-text 405; these catch-alls answer in OpenAI's shape.
+	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/completions": "POST",
+		"/v1/models": "GET", "/v1/models/{id}": "GET", "/health": "GET", "/metrics": "GET"} {
+		mux.HandleFunc(path, methodNotAllowed(allow))
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+			Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
+	})
+	s.handler = s.recoverer(s.instrument(s.authenticate(mux)))
+	return s
+}
+
+// Registry returns the registry the metrics are registered in.
+func (s *Server) Registry() *prometheus.Registry { return s.reg }
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+func randomID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func methodNotAllowed(allow string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", allow)
+		writeError(w, &Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
+			Code: "method_not_allowed", Message: fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, allow)})
+	}
+}
+
+// writeJSON sends v with status. The Content-Type matters: OpenAI's SDKs refuse JSON sent as text/plain.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b = []byte(`{"error":{"message":"internal server error","type":"server_error","param":null,"code":"internal_error"}}`)
+		status = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	writeJSON(w, e.Status, e.body())
+}
+
+// fail maps err, logs server-side failures, and answers.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	e := ErrorFor(err)
+	if e.Status >= 500 {
+		s.log.Error().Err(err).Str("path", r.URL.Path).Int("status", e.Status).Msg("request failed")
+	}
+	writeError(w, e)
+}
+
+// statusWriter records the status for metrics and keeps Flush reachable through Unwrap.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (s *Server) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			endpoint := r.Pattern
+			if endpoint == "" || endpoint == "/" {
+				endpoint = "other"
+			}
+			status := sw.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			s.metrics.requests.WithLabelValues(endpoint, strconv.Itoa(status)).Inc()
+			s.metrics.latency.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+// recoverer turns a panic into a logged 500 so that none reaches a client as a dropped connection.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w}
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error().Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).Str("path", r.URL.Path).
+				Msg("handler panicked")
+			if sw.status == 0 {
+				writeError(sw, &Error{Status: http.StatusInternalServerError, Type: "server_error",
+					Code: "internal_error", Message: "internal server error"})
+			}
+		}()
+		next.ServeHTTP(sw, r)
+	})
+}
+
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	if s.opts.APIKey == "" {
+		return next
+	}
+	want := []byte("Bearer " + s.opts.APIKey)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/v1/") {
+			got := []byte(r.Header.Get("Authorization"))
+			if subtle.ConstantTimeCompare(got, want) != 1 {
+				writeError(w, &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error",
+					Code: "invalid_api_key", Message: "missing or incorrect API key: send Authorization: Bearer <key>"})
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	if rd, ok := s.gen.(Readier); ok && !rd.Ready() {
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "loading"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	list := ModelList{Object: "list", Data: []Model{}}
+	for _, c := range s.gen.Models() {
+		list.Data = append(list.Data, ModelOf(c))
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) model(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	for _, c := range s.gen.Models() {
+		if c.ID == id {
+			writeJSON(w, http.StatusOK, ModelOf(c))
+			return
+		}
+	}
+	writeError(w, &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model",
+		Code: "model_not_found", Message: fmt.Sprintf("the model %q does not exist", id)})
+}
+
+// readBody reads the limited body.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, err
+		}
+		return nil, badRequest("", "could not read the request body: %v", err)
+	}
+	return body, nil
+}
+
+func (s *Server) chat(w http.ResponseWriter, r *http.Request) {
+	s.generate(w, r, ParseChat, true)
+}
+
+func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
+	s.generate(w, r, ParseCompletion, false)
+}
+
+// generate runs one chat or completion request, streamed or not.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]byte) (Request, error), chat bool) {
+	start := time.Now()
+	body, err := s.readBody(w, r)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	req, err := parse(body)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	ctx := r.Context()
+	if s.opts.RequestTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.RequestTimeout)
+		defer cancel()
+	}
+	prefix := "cmpl-"
+	if chat {
+		prefix = "chatcmpl-"
+	}
+	id, created := prefix+s.opts.NewID(), s.opts.Now().Unix()
+	var firstOnce sync.Once
+	first := func() {
+		firstOnce.Do(func() { s.metrics.ttft.WithLabelValues(r.Pattern).Observe(time.Since(start).Seconds()) })
+	}
+	if !req.Stream {
+		res, err := s.gen.Generate(ctx, req.Gen, func(ports.GenerateEvent) error { first(); return nil })
+		s.metrics.observeResult(res)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		if chat {
+			writeJSON(w, http.StatusOK, ChatCompletionOf(id, created, res))
+		} else {
+			writeJSON(w, http.StatusOK, CompletionOf(id, created, res))
+		}
+		return
+	}
+	model := req.Gen.Model
+	if ms := s.gen.Models(); model == "" && len(ms) > 0 {
+		model = ms[0].ID
+	}
+	st := &stream{w: w, id: id, created: created, chat: chat, model: model}
+	res, err := s.gen.Generate(ctx, req.Gen, func(ev ports.GenerateEvent) error {
+		first()
+		return st.send(ev)
+	})
+	s.metrics.observeResult(res)
+	if err != nil {
+		if !st.started {
+			s.fail(w, r, err)
+			return
+		}
+		// Headers are gone: report in the stream (as vLLM does), then end it.
+		e := ErrorFor(err)
+		if e.Status >= 500 && !errors.Is(err, context.Canceled) {
+			s.log.Error().Err(err).Str("path", r.URL.Path).Msg("stream failed")
+		}
+		_ = st.sse.event(e.body())
+		_ = st.sse.done()
+		return
+	}
+	if err := st.finish(res, req.IncludeUsage); err != nil {
+		s.log.Debug().Err(err).Msg("client gone before the end of the stream")
+	}
+}
+
+// stream writes one request's SSE events; headers go out with the first event, so that errors found before
+// any output (validation, a full queue) still get a proper status.
+type stream struct {
+	w       http.ResponseWriter
+	sse     *sseWriter
+	id      string
+	created int64
+	model   string
+	chat    bool
+	started bool
+}
+
+func (st *stream) start() error {
+	if st.started {
+		return nil
+	}
+	st.started = true
+	h := st.w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	st.w.WriteHeader(http.StatusOK)
+	st.sse = newSSEWriter(st.w)
+	if st.chat {
+		return st.sse.event(chatDeltaChunk(st.id, st.created, st.model, ports.GenerateEvent{}, "assistant"))
+	}
+	return nil
+}
+
+func (st *stream) send(ev ports.GenerateEvent) error {
+	if err := st.start(); err != nil {
+		return err
+	}
+	if st.chat {
+		return st.sse.event(chatDeltaChunk(st.id, st.created, st.model, ev, ""))
+	}
+	return st.sse.event(completionTextChunk(st.id, st.created, st.model, ev.Content, nil))
+}
+
+func (st *stream) finish(res ports.GenerateResult, includeUsage bool) error {
+	if err := st.start(); err != nil {
+		return err
+	}
+	fr := res.FinishReason
+	var err error
+	if st.chat {
+		err = st.sse.event(chatFinishChunk(st.id, st.created, st.model, fr))
+	} else {
+		err = st.sse.event(completionTextChunk(st.id, st.created, st.model, "", &fr))
+	}
+	if err != nil {
+		return err
+	}
+	if includeUsage {
+		if st.chat {
+			err = st.sse.event(chatUsageChunk(st.id, st.created, res))
+		} else {
+			err = st.sse.event(completionUsageChunk(st.id, st.created, res))
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return st.sse.done()
+}

@@ -1,0 +1,44 @@
+package openai
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+)
+
+// sseWriter writes server-sent events: one `data: <json>` line per event, a blank line after each, and
+// `data: [DONE]` at the end, flushing after every event so tokens reach the client as they are made.
+type sseWriter struct {
+	w     io.Writer
+	flush func() error
+}
+
+func newSSEWriter(w http.ResponseWriter) *sseWriter {
+	rc := http.NewResponseController(w)
+	return &sseWriter{w: w, flush: rc.Flush}
+}
+
+// event writes v as one event. encoding/json escapes newlines inside strings, so the JSON is one line and
+// cannot end the event early.
+func (s *sseWriter) event(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("sse: encode event: %w", err)
+	}
+	return s.raw(b)
+}
+
+func (s *sseWriter) raw(data []byte) error {
+	if _, err := fmt.Fprintf(s.w, "data: %s\n\n", data); err != nil {
+		return fmt.Errorf("sse: write: %w", err)
+	}
+	if s.flush != nil {
+		if err := s.flush(); err != nil {
+			return fmt.Errorf("sse: flush: %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *sseWriter) done() error { return s.raw([]byte("[DONE]")) }

@@ -1,0 +1,253 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/pelletier/go-toml/v2"
+	"github.com/rs/zerolog"
+)
+
+// Config is higgsd's configuration. Sources, highest precedence first: command-line flags, HIGGS_*
+// environment variables (the flag name upper-cased, dashes as underscores: --max-body-bytes →
+// HIGGS_MAX_BODY_BYTES), a TOML file (--config or HIGGS_CONFIG; keys are the flag names, with dashes or
+// underscores), then the defaults.
+type Config struct {
+	Model           string
+	Draft           string
+	NoDraft         bool
+	BlockSize       int
+	Adaptive        bool
+	Backend         string
+	Threads         int
+	Host            string
+	Port            int
+	APIKey          string
+	MaxBodyBytes    int64
+	RequestTimeout  time.Duration
+	ShutdownTimeout time.Duration
+	QueueSize       int
+	MaxConcurrency  int
+	LogLevel        string
+	LogFormat       string
+	ServedModelName string
+	ConfigFile      string
+}
+
+// DefaultConfig serves the bundled demo on 127.0.0.1:8000.
+func DefaultConfig() Config {
+	return Config{
+		Backend:         BackendCPU,
+		Host:            "127.0.0.1",
+		Port:            8000,
+		MaxBodyBytes:    4 << 20,
+		RequestTimeout:  10 * time.Minute,
+		ShutdownTimeout: 30 * time.Second,
+		QueueSize:       64,
+		MaxConcurrency:  1,
+		LogLevel:        "info",
+		LogFormat:       "console",
+	}
+}
+
+// flagSet declares every setting on fs, bound to c.
+func (c *Config) flagSet(fs *flag.FlagSet) {
+	fs.StringVar(&c.Model, "model", c.Model, "target model directory or Hugging Face id in the local hub cache (default: the bundled demo models/demo/target)")
+	fs.StringVar(&c.Draft, "draft", c.Draft, "DFlash drafter directory or hub id (default with the demo: models/demo/drafter; \"none\": no drafter)")
+	fs.BoolVar(&c.NoDraft, "no-draft", c.NoDraft, "turn speculative decoding off (load no drafter)")
+	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "speculative block size, anchor included (0: the drafter's; 1: no speculation)")
+	fs.BoolVar(&c.Adaptive, "adaptive", c.Adaptive, "let the adaptive depth policy choose each round's block size")
+	fs.StringVar(&c.Backend, "backend", c.Backend, "compute backend: cpu, mlx or auto")
+	fs.IntVar(&c.Threads, "threads", c.Threads, "CPU worker threads (0: GOMAXPROCS)")
+	fs.StringVar(&c.Host, "host", c.Host, "address to listen on (a wider bind such as 0.0.0.0 must be asked for)")
+	fs.IntVar(&c.Port, "port", c.Port, "TCP port to listen on (0: any free port)")
+	fs.StringVar(&c.APIKey, "api-key", c.APIKey, "require this key as 'Authorization: Bearer KEY' on /v1/ routes")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body accepted, in bytes")
+	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "longest a generation request may take (0: no limit)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "on SIGINT/SIGTERM, how long in-flight requests may finish before they are cancelled")
+	fs.IntVar(&c.QueueSize, "queue-size", c.QueueSize, "requests that may wait for the engine; more are answered 429")
+	fs.IntVar(&c.MaxConcurrency, "max-concurrency", c.MaxConcurrency, "generations run on the engine at once")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "trace, debug, info, warn or error")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "console or json")
+	fs.StringVar(&c.ServedModelName, "served-model-name", c.ServedModelName, "model id clients use (default: the model directory's name)")
+	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "TOML configuration file")
+}
+
+// EnvName is the environment variable for a flag.
+func EnvName(flagName string) string {
+	return "HIGGS_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// LoadConfig builds the configuration from args (without the program name), getenv and the optional TOML
+// file, and validates it. Every problem is reported at once. flag.ErrHelp is returned (wrapped) for -h.
+func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Config, error) {
+	cfg := DefaultConfig()
+	fs := flag.NewFlagSet("higgsd", flag.ContinueOnError)
+	fs.SetOutput(usage)
+	cfg.flagSet(fs)
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q (all settings are flags)", fs.Args())
+	}
+	onCmdline := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { onCmdline[f.Name] = true })
+	var errs []error
+	path := cfg.ConfigFile
+	if !onCmdline["config"] {
+		path = getenv(EnvName("config"))
+	}
+	if path != "" {
+		values, err := readTOML(path)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		keys := make([]string, 0, len(values))
+		for k := range values {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			name := strings.ReplaceAll(k, "_", "-")
+			f := fs.Lookup(name)
+			switch {
+			case f == nil || name == "config":
+				errs = append(errs, fmt.Errorf("config file %s: unknown key %q", path, k))
+			case onCmdline[name]:
+			default:
+				if err := f.Value.Set(values[k]); err != nil {
+					errs = append(errs, fmt.Errorf("config file %s: %s: %w", path, k, err))
+				}
+			}
+		}
+	}
+	fs.VisitAll(func(f *flag.Flag) {
+		env := EnvName(f.Name)
+		v, ok := lookupEnv(getenv, env)
+		if !ok || onCmdline[f.Name] || f.Name == "config" {
+			return
+		}
+		if err := f.Value.Set(v); err != nil {
+			errs = append(errs, fmt.Errorf("environment %s=%q: %w", env, v, err))
+		}
+	})
+	cfg.ConfigFile = path
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return cfg, errors.Join(errs...)
+}
+
+func lookupEnv(getenv func(string) string, name string) (string, bool) {
+	v := getenv(name)
+	return v, v != ""
+}
+
+// readTOML reads a flat TOML table and renders each value as the string its flag parses.
+func readTOML(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config file: %w", err)
+	}
+	var raw map[string]any
+	if err := toml.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("config file %s: %w", path, err)
+	}
+	out := make(map[string]string, len(raw))
+	var errs []error
+	for k, v := range raw {
+		switch x := v.(type) {
+		case string:
+			out[k] = x
+		case bool:
+			out[k] = strconv.FormatBool(x)
+		case int64:
+			out[k] = strconv.FormatInt(x, 10)
+		case float64:
+			out[k] = strconv.FormatFloat(x, 'g', -1, 64)
+		default:
+			errs = append(errs, fmt.Errorf("config file %s: %s: a %T is not a setting value (want a string, number or boolean)", path, k, v))
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if err := c.ModelConfig().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.BlockSize < 0 {
+		errs = append(errs, fmt.Errorf("--block-size %d must be ≥ 0", c.BlockSize))
+	}
+	if c.Host == "" {
+		errs = append(errs, errors.New("--host must not be empty"))
+	} else if strings.ContainsAny(c.Host, " /") {
+		errs = append(errs, fmt.Errorf("--host %q is not a host name or address", c.Host))
+	}
+	if c.Port < 0 || c.Port > 65535 {
+		errs = append(errs, fmt.Errorf("--port %d out of range [0, 65535]", c.Port))
+	}
+	if c.MaxBodyBytes < 1024 {
+		errs = append(errs, fmt.Errorf("--max-body-bytes %d must be at least 1024", c.MaxBodyBytes))
+	}
+	if c.RequestTimeout < 0 {
+		errs = append(errs, fmt.Errorf("--request-timeout %v must be ≥ 0", c.RequestTimeout))
+	}
+	if c.ShutdownTimeout < 0 {
+		errs = append(errs, fmt.Errorf("--shutdown-timeout %v must be ≥ 0", c.ShutdownTimeout))
+	}
+	if c.QueueSize < 0 {
+		errs = append(errs, fmt.Errorf("--queue-size %d must be ≥ 0", c.QueueSize))
+	}
+	if c.MaxConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("--max-concurrency %d must be ≥ 1", c.MaxConcurrency))
+	}
+	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil || c.LogLevel == "" {
+		errs = append(errs, fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", c.LogLevel))
+	}
+	if c.LogFormat != "console" && c.LogFormat != "json" {
+		errs = append(errs, fmt.Errorf("--log-format %q: want console or json", c.LogFormat))
+	}
+	return errors.Join(errs...)
+}
+
+// Addr is the listen address.
+func (c Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.Port)) }
+
+// ModelConfig is the model-loading part of c.
+func (c Config) ModelConfig() ModelConfig {
+	return ModelConfig{Model: c.Model, Draft: c.Draft, NoDraft: c.NoDraft, Backend: c.Backend, Threads: c.Threads}
+}
+
+// ServeConfig is the use-case part of c.
+func (c Config) ServeConfig() ServeConfig {
+	bs := c.BlockSize
+	if c.NoDraft {
+		bs = 1
+	}
+	return ServeConfig{ServedModelName: c.ServedModelName, BlockSize: bs, Adaptive: c.Adaptive,
+		MaxConcurrency: c.MaxConcurrency, QueueSize: c.QueueSize}
+}
+
+// NewLogger builds the process logger from c (console for people, json for machines).
+func NewLogger(c Config, w io.Writer) zerolog.Logger {
+	lvl, err := zerolog.ParseLevel(c.LogLevel)
+	if err != nil {
+		lvl = zerolog.InfoLevel
+	}
+	if c.LogFormat == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+}

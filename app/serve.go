@@ -1,0 +1,365 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/higgs-go/higgs/domain/speculative"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// ServeConfig tunes the Serve use case.
+type ServeConfig struct {
+	// ServedModelName overrides the model id clients use; "" means the loaded model's name.
+	ServedModelName string
+	// BlockSize is the default speculative block size (anchor included): 0 means the drafter's trained block
+	// size, 1 turns speculation off. Requests may lower or raise it up to the drafter's block size.
+	BlockSize int
+	// Adaptive lets the depth policy pick each round's block size (≤ the request's block size).
+	Adaptive bool
+	// MaxConcurrency is the number of generations run on the engine at once (default 1: CPU decoding is
+	// compute bound, so running two at once only makes both slower).
+	MaxConcurrency int
+	// QueueSize is the number of requests that may wait for the engine; one more is refused with
+	// ports.ErrBusy.
+	QueueSize int
+}
+
+// Validate reports every problem at once.
+func (c ServeConfig) Validate() error {
+	var errs []error
+	if c.BlockSize < 0 {
+		errs = append(errs, fmt.Errorf("block size %d must be ≥ 0", c.BlockSize))
+	}
+	if c.MaxConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("max concurrency %d must be ≥ 1", c.MaxConcurrency))
+	}
+	if c.QueueSize < 0 {
+		errs = append(errs, fmt.Errorf("queue size %d must be ≥ 0", c.QueueSize))
+	}
+	return errors.Join(errs...)
+}
+
+// Engine is what Serve generates with: a loaded target, its optional drafter, tokenizer and chat template.
+type Engine struct {
+	Target    ports.Target
+	Drafter   ports.Drafter // nil: speculation off
+	Tokenizer ports.Tokenizer
+	Template  ports.ChatTemplate // nil: chat requests are refused
+	EOS       []ports.Token
+	Name      string
+	// Created is the model card's creation time (Unix seconds).
+	Created int64
+}
+
+// EngineFromModels adapts LoadModels' result.
+func EngineFromModels(m *Models) Engine {
+	return Engine{Target: m.Target, Drafter: m.Drafter, Tokenizer: m.Tokenizer, Template: m.Template,
+		EOS: m.EOS, Name: m.Name, Created: time.Now().Unix()}
+}
+
+// loaded is an Engine checked and prepared for serving.
+type loaded struct {
+	Engine
+	name       string
+	info       ports.ModelInfo
+	blockSize  int  // default block size after resolving 0
+	maxBlock   int  // the drafter's block size, 1 without drafter
+	thinkSplit bool // the tokenizer knows <think> and </think>
+	eos        map[ports.Token]bool
+}
+
+// Serve is the serving use case: it implements ports.Generator over the speculative decoder. It is safe for
+// concurrent use. Until SetEngine is called it reports ports.ErrNotReady.
+type Serve struct {
+	cfg    ServeConfig
+	log    zerolog.Logger
+	clock  ports.Clock
+	gate   *gate
+	engine atomic.Pointer[loaded]
+	// seed returns a fresh seed for requests without one.
+	seed func() uint64
+}
+
+var _ ports.Generator = (*Serve)(nil)
+
+// NewServe returns a Serve that is not ready until SetEngine.
+func NewServe(cfg ServeConfig, log zerolog.Logger) (*Serve, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("serve config: %w", err)
+	}
+	return &Serve{cfg: cfg, log: log, clock: systemClock{}, gate: newGate(cfg.MaxConcurrency, cfg.QueueSize),
+		seed: rand.Uint64}, nil
+}
+
+// systemClock is the real ports.Clock.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// SetEngine checks e and makes Serve ready to generate with it.
+func (s *Serve) SetEngine(e Engine) error {
+	var errs []error
+	if e.Target == nil {
+		errs = append(errs, errors.New("no target model"))
+	}
+	if e.Tokenizer == nil {
+		errs = append(errs, errors.New("the model has no tokenizer (tokenizer.json); higgsd needs one to serve text"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	l := &loaded{Engine: e, name: e.Name, info: e.Target.Info(), maxBlock: 1, eos: map[ports.Token]bool{}}
+	if s.cfg.ServedModelName != "" {
+		l.name = s.cfg.ServedModelName
+	}
+	if l.name == "" {
+		l.name = "default"
+	}
+	if e.Drafter != nil {
+		l.maxBlock = e.Drafter.BlockSize()
+	}
+	switch bs := s.cfg.BlockSize; {
+	case bs == 0:
+		l.blockSize = l.maxBlock
+	case bs > l.maxBlock && e.Drafter == nil:
+		return fmt.Errorf("serve: block size %d needs a drafter, and none is loaded", bs)
+	case bs > l.maxBlock:
+		return fmt.Errorf("serve: block size %d exceeds the drafter's block size %d", bs, l.maxBlock)
+	default:
+		l.blockSize = bs
+	}
+	for _, t := range e.EOS {
+		l.eos[t] = true
+	}
+	for _, t := range l.info.EOSTokens {
+		l.eos[t] = true
+	}
+	_, open := e.Tokenizer.TokenID(thinkOpen)
+	_, closeOK := e.Tokenizer.TokenID(thinkClose)
+	l.thinkSplit = open && closeOK
+	s.engine.Store(l)
+	s.log.Info().Str("model", l.name).Int("block_size", l.blockSize).Bool("drafter", e.Drafter != nil).
+		Int("context_length", l.info.ContextLength).Bool("reasoning_split", l.thinkSplit).Msg("engine ready")
+	return nil
+}
+
+// Ready reports whether an engine is loaded.
+func (s *Serve) Ready() bool { return s.engine.Load() != nil }
+
+// QueueDepth returns the number of requests waiting for the engine.
+func (s *Serve) QueueDepth() int { return s.gate.waiting() }
+
+// Models lists the served model (none while loading).
+func (s *Serve) Models() []ports.ModelCard {
+	l := s.engine.Load()
+	if l == nil {
+		return nil
+	}
+	return []ports.ModelCard{{ID: l.name, Created: l.Created, OwnedBy: "higgs"}}
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ports.ErrInvalidRequest, fmt.Sprintf(format, args...))
+}
+
+// prepared is a validated request ready for the engine.
+type prepared struct {
+	prompt    []ports.Token
+	cfg       speculative.Config
+	seed      uint64
+	stop      []string
+	think     bool // split <think>…</think> into reasoning
+	inThink   bool // the prompt leaves the model inside a think block
+	maxTokens int
+}
+
+// prepare tokenizes and validates req against l.
+func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) {
+	var p prepared
+	if req.Model != "" && req.Model != l.name {
+		return p, fmt.Errorf("%w: the model %q does not exist; this server serves %q", ports.ErrUnknownModel, req.Model, l.name)
+	}
+	var errs []error
+	var text string
+	chat := req.Messages != nil
+	switch {
+	case chat && req.Prompt != "":
+		errs = append(errs, invalid("set either a prompt or messages, not both"))
+	case chat && len(req.Messages) == 0:
+		errs = append(errs, invalid("messages must not be empty"))
+	case chat && l.Template == nil:
+		errs = append(errs, invalid("model %q has no chat template; use /v1/completions", l.name))
+	case chat:
+		opts := req.Chat
+		opts.AddGenerationPrompt = true
+		t, err := l.Template.Render(req.Messages, opts)
+		if err != nil {
+			errs = append(errs, invalid("chat template: %v", err))
+		}
+		text = t
+	case req.Prompt == "":
+		errs = append(errs, invalid("prompt must not be empty"))
+	default:
+		text = req.Prompt
+	}
+	if text != "" {
+		ids, err := l.Tokenizer.Encode(text)
+		switch {
+		case err != nil:
+			errs = append(errs, invalid("tokenize prompt: %v", err))
+		case len(ids) == 0:
+			errs = append(errs, invalid("the prompt tokenizes to nothing"))
+		}
+		p.prompt = ids
+	}
+	ctxLen := l.info.ContextLength
+	switch {
+	case req.MaxTokens < 0:
+		errs = append(errs, invalid("max_tokens %d must be ≥ 1", req.MaxTokens))
+	case ctxLen > 0 && len(p.prompt) >= ctxLen:
+		errs = append(errs, invalid("this model's maximum context length is %d tokens, and the prompt has %d tokens",
+			ctxLen, len(p.prompt)))
+	case ctxLen > 0 && req.MaxTokens > ctxLen-len(p.prompt):
+		errs = append(errs, invalid("max_tokens %d is too large: this model's maximum context length is %d tokens and the prompt has %d tokens (at most %d can be generated)",
+			req.MaxTokens, ctxLen, len(p.prompt), ctxLen-len(p.prompt)))
+	case ctxLen == 0 && req.MaxTokens == 0:
+		errs = append(errs, invalid("max_tokens is required: the model does not state its context length"))
+	}
+	if err := req.Sampling.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("%w: %w", ports.ErrInvalidRequest, err))
+	}
+	bs := l.blockSize
+	switch {
+	case req.BlockSize < 0:
+		errs = append(errs, invalid("block_size %d must be ≥ 1", req.BlockSize))
+	case req.BlockSize > 1 && l.Drafter == nil:
+		errs = append(errs, invalid("block_size %d needs speculative decoding, which is off on this server (no drafter)", req.BlockSize))
+	case req.BlockSize > l.maxBlock:
+		errs = append(errs, invalid("block_size %d exceeds the drafter's block size %d", req.BlockSize, l.maxBlock))
+	case req.BlockSize > 0:
+		bs = req.BlockSize
+	}
+	for i, st := range req.Stop {
+		if st == "" {
+			errs = append(errs, invalid("stop[%d] must not be empty", i))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return p, err
+	}
+	p.stop = req.Stop
+	p.maxTokens = req.MaxTokens
+	p.think = chat && l.thinkSplit
+	if p.think {
+		p.inThink = strings.LastIndex(text, thinkOpen) > strings.LastIndex(text, thinkClose)
+	}
+	if req.Seed != nil {
+		p.seed = *req.Seed
+	} else {
+		p.seed = s.seed()
+	}
+	stops := make([]ports.Token, 0, len(l.eos))
+	for t := range l.eos {
+		stops = append(stops, t)
+	}
+	p.cfg = speculative.Config{
+		BlockSize:     bs,
+		Adaptive:      s.cfg.Adaptive && bs > 1,
+		MaxTokens:     req.MaxTokens,
+		ContextLength: ctxLen,
+		StopTokens:    stops,
+		Sampling:      req.Sampling,
+		LayerKinds:    l.info.LayerKinds,
+	}
+	if err := p.cfg.Validate(); err != nil {
+		return p, fmt.Errorf("%w: %w", ports.ErrInvalidRequest, err)
+	}
+	return p, nil
+}
+
+// Generate runs one request: tokenize, validate, wait for the engine, decode speculatively, and stream text.
+func (s *Serve) Generate(ctx context.Context, req ports.GenerateRequest, emit func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
+	l := s.engine.Load()
+	if l == nil {
+		return ports.GenerateResult{}, fmt.Errorf("generate: %w", ports.ErrNotReady)
+	}
+	p, err := s.prepare(l, req)
+	if err != nil {
+		return ports.GenerateResult{}, err
+	}
+	release, err := s.gate.acquire(ctx)
+	if err != nil {
+		return ports.GenerateResult{}, fmt.Errorf("generate: %w", err)
+	}
+	defer release()
+	return s.run(ctx, l, p, emit)
+}
+
+// errStopString stops the decoder when a stop string appeared.
+var errStopString = errors.New("stop string reached")
+
+func (s *Serve) run(ctx context.Context, l *loaded, p prepared, emit func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
+	res := ports.GenerateResult{Model: l.name, PromptTokens: len(p.prompt)}
+	// The seed's second word is fixed so that a request seed alone determines the stream.
+	rnd := rand.New(rand.NewPCG(p.seed, 0x9e3779b97f4a7c15))
+	dec, err := speculative.New(p.cfg, s.clock, rnd)
+	if err != nil {
+		return res, fmt.Errorf("%w: %w", ports.ErrInvalidRequest, err)
+	}
+	var taps []int
+	if p.cfg.BlockSize > 1 {
+		taps = l.Drafter.TapLayers()
+	}
+	sess, err := l.Target.NewSession(ctx, taps)
+	if err != nil {
+		return res, fmt.Errorf("open target session: %w", err)
+	}
+	defer closeLogged(s.log, "target session", sess.Close)
+	var draft ports.DraftSession
+	if p.cfg.BlockSize > 1 {
+		ds, err := l.Drafter.NewSession(ctx)
+		if err != nil {
+			return res, fmt.Errorf("open draft session: %w", err)
+		}
+		defer closeLogged(s.log, "draft session", ds.Close)
+		draft = ds
+	}
+	pipe := newTextPipe(l.Tokenizer.NewStreamDecoder(true), p.stop, p.think, p.inThink, l.eos, emit)
+	out, genErr := dec.Generate(ctx, sess, draft, p.prompt, pipe.push)
+	res.CompletionTokens = len(out.Tokens)
+	res.Spec = out.Stats.SpecUsage()
+	switch {
+	case errors.Is(genErr, errStopString):
+		res.FinishReason = "stop"
+	case genErr != nil:
+		return res, fmt.Errorf("generate: %w", genErr)
+	case out.Finish == speculative.FinishStop:
+		res.FinishReason = "stop"
+	case out.Finish == speculative.FinishLength:
+		res.FinishReason = "length"
+	default:
+		return res, fmt.Errorf("generate: unexpected finish %q", out.Finish)
+	}
+	if err := pipe.finish(); err != nil {
+		return res, fmt.Errorf("generate: %w", err)
+	}
+	res.Content, res.Reasoning = pipe.content.String(), pipe.reasoning.String()
+	s.log.Debug().Int("prompt_tokens", res.PromptTokens).Int("completion_tokens", res.CompletionTokens).
+		Int("rounds", res.Spec.Rounds).Float64("tau", res.Spec.Tau).Str("finish", res.FinishReason).
+		Dur("prefill", out.Stats.PrefillTime).Dur("decode", out.Stats.DecodeTime).Msg("generation done")
+	return res, nil
+}
+
+func closeLogged(log zerolog.Logger, what string, f func() error) {
+	if err := f(); err != nil {
+		log.Warn().Err(err).Str("what", what).Msg("close failed")
+	}
+}

@@ -1,0 +1,57 @@
+package app
+
+import (
+	"context"
+	"sync"
+
+	"github.com/higgs-go/higgs/ports"
+)
+
+// gate is the bounded queue in front of the engine: at most `slots` generations run at once and at most
+// `queue` more wait; a request beyond that is refused with ports.ErrBusy instead of piling up.
+type gate struct {
+	slots chan struct{}
+	queue int
+	mu    sync.Mutex
+	wait  int
+}
+
+func newGate(concurrency, queue int) *gate {
+	return &gate{slots: make(chan struct{}, concurrency), queue: queue}
+}
+
+// acquire waits for a slot. It fails with ports.ErrBusy when the queue is full, or with ctx's error when ctx
+// ends first (the request then leaves the queue). The returned release must be called exactly once.
+func (g *gate) acquire(ctx context.Context) (release func(), err error) {
+	release = func() { <-g.slots }
+	select {
+	case g.slots <- struct{}{}:
+		return release, nil
+	default:
+	}
+	g.mu.Lock()
+	if g.wait >= g.queue {
+		g.mu.Unlock()
+		return nil, ports.ErrBusy
+	}
+	g.wait++
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		g.wait--
+		g.mu.Unlock()
+	}()
+	select {
+	case g.slots <- struct{}{}:
+		return release, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// waiting returns the number of queued requests.
+func (g *gate) waiting() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.wait
+}

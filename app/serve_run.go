@@ -1,0 +1,197 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/google/wire"
+	"github.com/rs/zerolog"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/higgs-go/higgs/adapters/openai"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// ServeSet is the wire provider set of higgsd.
+var ServeSet = wire.NewSet(ProvideServe, wire.Bind(new(ports.Generator), new(*Serve)), ProvideAPI, ProvideLoader,
+	NewServer)
+
+// LoadFunc loads the engine; progress (may be nil) receives bytes done and total. The returned close
+// releases the models.
+type LoadFunc func(ctx context.Context, progress func(done, total int64)) (Engine, func() error, error)
+
+// ProvideServe builds the Serve use case from the configuration.
+func ProvideServe(cfg Config, log zerolog.Logger) (*Serve, error) {
+	return NewServe(cfg.ServeConfig(), log)
+}
+
+// ProvideAPI builds the OpenAI-compatible HTTP adapter over gen.
+func ProvideAPI(cfg Config, gen ports.Generator, log zerolog.Logger) *openai.Server {
+	return openai.New(gen, openai.Options{APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
+		RequestTimeout: cfg.RequestTimeout, Log: log})
+}
+
+// ProvideLoader loads the configured models with LoadModels.
+func ProvideLoader(cfg Config, log zerolog.Logger) LoadFunc {
+	return func(ctx context.Context, progress func(done, total int64)) (Engine, func() error, error) {
+		m, err := LoadModels(ctx, cfg.ModelConfig(), log, progress)
+		if err != nil {
+			return Engine{}, nil, err
+		}
+		closeFn := m.Close
+		if closeFn == nil {
+			closeFn = func() error { return nil }
+		}
+		return EngineFromModels(m), closeFn, nil
+	}
+}
+
+// Server runs higgsd: it listens first (so /health can say "loading"), loads the models, serves, and shuts
+// down gracefully.
+type Server struct {
+	cfg   Config
+	serve *Serve
+	api   http.Handler
+	load  LoadFunc
+	log   zerolog.Logger
+	// OnListen, when set, is called with the bound address (tests listen on port 0).
+	OnListen func(net.Addr)
+	// Progress, when set, replaces the terminal progress bar / log lines while loading.
+	Progress func(done, total int64)
+}
+
+// NewServer assembles the runner.
+func NewServer(cfg Config, serve *Serve, api *openai.Server, load LoadFunc, log zerolog.Logger) *Server {
+	return &Server{cfg: cfg, serve: serve, api: api, load: load, log: log}
+}
+
+// Run serves until ctx ends (SIGINT/SIGTERM in higgsd), then stops accepting connections, lets in-flight
+// requests finish for up to ShutdownTimeout, and cancels those still running.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr())
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.cfg.Addr(), err)
+	}
+	base, cancelAll := context.WithCancel(context.Background())
+	defer cancelAll()
+	hs := &http.Server{Handler: s.api, ReadHeaderTimeout: 30 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return base }}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	s.log.Info().Str("addr", ln.Addr().String()).Msg("listening (models loading)")
+	if s.OnListen != nil {
+		s.OnListen(ln.Addr())
+	}
+
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	type loadResult struct {
+		closeFn func() error
+		err     error
+	}
+	loadDone := make(chan loadResult, 1)
+	go func() {
+		progress := s.Progress
+		if progress == nil {
+			progress = newProgress(s.log)
+		}
+		start := time.Now()
+		eng, closeFn, err := s.load(loadCtx, progress)
+		if err == nil {
+			if err = s.serve.SetEngine(eng); err != nil && closeFn != nil {
+				_ = closeFn()
+				closeFn = nil
+			}
+		}
+		if err == nil {
+			s.log.Info().Dur("took", time.Since(start)).Str("addr", ln.Addr().String()).Msg("serving")
+		}
+		loadDone <- loadResult{closeFn, err}
+	}()
+
+	var runErr error
+	var closeModels func() error
+	loadReceived := false
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		runErr = fmt.Errorf("serve: %w", err)
+	case lr := <-loadDone:
+		loadReceived = true
+		closeModels = lr.closeFn
+		if lr.err != nil {
+			runErr = fmt.Errorf("load models: %w", lr.err)
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case err := <-serveErr:
+			runErr = fmt.Errorf("serve: %w", err)
+		}
+	}
+	stopLoad()
+	s.shutdown(hs, cancelAll)
+	if !loadReceived {
+		// The loader may still be running (shutdown during loading): wait for it so its memory is freed.
+		if lr := <-loadDone; lr.closeFn != nil {
+			closeModels = lr.closeFn
+		}
+	}
+	if closeModels != nil {
+		if err := closeModels(); err != nil {
+			runErr = errors.Join(runErr, fmt.Errorf("close models: %w", err))
+		}
+	}
+	return runErr
+}
+
+func (s *Server) shutdown(hs *http.Server, cancelAll context.CancelFunc) {
+	s.log.Info().Dur("deadline", s.cfg.ShutdownTimeout).Msg("shutting down: no new connections; finishing in-flight requests")
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(ctx); err != nil {
+		s.log.Warn().Msg("in-flight requests did not finish in time; cancelling them")
+		cancelAll()
+		// Cancelled generations stop within one decoding round; give their handlers a moment to answer.
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel2()
+		if err := hs.Shutdown(ctx2); err != nil {
+			_ = hs.Close()
+		}
+	}
+	s.log.Info().Msg("stopped")
+}
+
+// newProgress shows a progress bar on a terminal and structured log lines (every 10%) otherwise.
+func newProgress(log zerolog.Logger) func(done, total int64) {
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		var bar *progressbar.ProgressBar
+		return func(done, total int64) {
+			if bar == nil {
+				bar = progressbar.DefaultBytes(total, "loading model")
+			}
+			_ = bar.Set64(done)
+			if done >= total {
+				_ = bar.Finish()
+			}
+		}
+	}
+	last := int64(-1)
+	return func(done, total int64) {
+		if total <= 0 {
+			return
+		}
+		pct := done * 100 / total
+		if pct/10 == last/10 && done < total {
+			return
+		}
+		last = pct
+		log.Info().Int64("done_bytes", done).Int64("total_bytes", total).Int64("percent", pct).Msg("loading model")
+	}
+}
