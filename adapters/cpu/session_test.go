@@ -415,3 +415,31 @@ func TestLoadRefusesBadCheckpoints(t *testing.T) {
 	assert.ErrorContains(t, err, "layers.1.self_attn.k_norm.weight")
 	assert.ErrorIs(t, err, safetensors.ErrMissingTensor)
 }
+
+// Sessions of one target run concurrently and give the same results as alone.
+func TestConcurrentSessions(t *testing.T) {
+	tg := loadFixture(t, consistencyFixtures["qwen3_next mlp_only"], 2)
+	toks := tokensOf(12, 10)
+	want, _, _ := run(t, openSession(t, tg, []int{0}), toks, false)
+	results := make([][]float32, 4)
+	errs := make(chan error, len(results))
+	for i := range results {
+		go func() {
+			ps, err := tg.NewSession(context.Background(), []int{0})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer ps.Close()
+			_, l, err := ps.(*Session).forward(context.Background(), toks, ports.ForwardOptions{Taps: true})
+			results[i] = l
+			errs <- err
+		}()
+	}
+	for range results {
+		require.NoError(t, <-errs)
+	}
+	for i, got := range results {
+		requireBits(t, want, got, fmt.Sprintf("session %d", i))
+	}
+}

@@ -142,6 +142,9 @@ func floatLinear(t *safetensors.Tensor, rows, in int) (*kernel.Linear, error) {
 		}
 		return kernel.NewF32(rows, in, v)
 	}
+	if t.DType == safetensors.U32 {
+		return nil, fmt.Errorf("tensor %q in %s: packed U32 weight without its .scales/.biases (or no quantization in config.json)", t.Name, t.File)
+	}
 	return nil, fmt.Errorf("tensor %q in %s: dtype %s not supported for a Linear weight", t.Name, t.File, t.DType)
 }
 
