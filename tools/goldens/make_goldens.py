@@ -19,7 +19,6 @@ import json
 import math
 import os
 import platform
-import shutil
 import sys
 import time
 import traceback
@@ -618,7 +617,8 @@ def reference(model, prompt, n_greedy=N_GREEDY):
             d = [float((hf[i][0].float() - hidden[i]).abs().max()) for i in range(min(len(hf), hidden.shape[0]))]
             notes["hf_hidden_states_vs_hooks_max_abs"] = d
             try:
-                normed = model.model.norm(hidden[-1][None])[0]
+                with torch.no_grad():
+                    normed = model.model.norm(hidden[-1][None])[0]
                 notes["hf_last_hidden_state_is_final_norm"] = bool(
                     float((hf[-1][0].float() - normed).abs().max()) < 1e-5
                 )
@@ -712,11 +712,6 @@ def write_json(path, obj):
 def write_checkpoint_f32(d, hub, metadata_format="pt"):
     tensors = {k: stio.tensor_from_f32(v, "F32") for k, v in hub.items()}
     stio.write_safetensors(os.path.join(d, "model.safetensors"), tensors, {"format": metadata_format})
-
-
-def read_checkpoint_f32(d):
-    raw, _ = stio.read_safetensors(os.path.join(d, "model.safetensors"))
-    return {k: stio.to_numpy(*v) for k, v in raw.items()}
 
 
 def save_goldens(d, case_name, logits, hidden, prompt, toks, margins):
