@@ -74,7 +74,7 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 	}
 	t.info.Name = filepath.Clean(dir)
 	t.info.EOSTokens = mergeEOS(gen.EOSTokenIDs, cfg.EOSTokenIDs)
-	opts.Logger.Info().Str("dir", dir).Str("model_type", cfg.ModelType).Int("layers", a.Layers).
+	opts.Logger.Debug().Str("dir", dir).Str("model_type", cfg.ModelType).Int("layers", a.Layers).
 		Int("threads", t.m.pool.Threads()).Bool("zero_centred_norms", t.zeroCentred()).Msg("cpu target loaded")
 	return t, nil
 }

@@ -190,9 +190,15 @@ func (l *Linear) Forward(dst, x []float32, rows int) {
 	case FormatBF16:
 		if useAVX2 {
 			l.Pool.For(out, grain, func(lo, hi int) {
+				var pair [2]float32
 				for o := lo; o < hi; o++ {
 					w := &l.bf16[o*in]
-					for r := range rows {
+					r := 0
+					for ; r+2 <= rows; r += 2 {
+						dotBF16x2AVX2(&x[r*in], &x[(r+1)*in], w, in, &pair[0])
+						dst[r*out+o], dst[(r+1)*out+o] = pair[0], pair[1]
+					}
+					if r < rows {
 						dst[r*out+o] = dotBF16AVX2(&x[r*in], w, in)
 					}
 				}
@@ -264,7 +270,9 @@ func (l *Linear) forwardQuant(dst, x []float32, rows int) {
 
 // forwardQuantAVX2 is forwardQuant for 4- and 8-bit codes read straight from the packed bytes by assembly
 // kernels (no unpacking pass). For 4 bits, x is split into even and odd inputs once per call, matching the low
-// and high nibble of each byte.
+// and high nibble of each byte, and each group's scale is folded into a vector accumulator:
+// y = hsum(Σ_g s_g·v_g) + Σ_g b_g·xsum_g. Rows are processed in pairs that share one decode of the codes; the
+// per-row operations are the same for a pair and a single row, so results do not depend on the row count.
 func (l *Linear) forwardQuantAVX2(dst, x, xs []float32, rows int) {
 	q := l.q
 	in, out, gs := l.In, l.Out, q.Group
@@ -284,15 +292,32 @@ func (l *Linear) forwardQuantAVX2(dst, x, xs []float32, rows int) {
 	l.Pool.For(out, grain, func(lo, hi int) {
 		dp := getScratch(ng)
 		dg := *dp
+		var pair [2]float32
 		for o := lo; o < hi; o++ {
 			c := &codes[o*rowBytes]
 			sc, bi := q.Scales[o*ng:(o+1)*ng], q.Biases[o*ng:(o+1)*ng]
-			for r := range rows {
-				if q.Bits == 4 {
-					dotQ4GroupsAVX2(c, &xe[r*in/2], &xo[r*in/2], &dg[0], ng, gs/2)
-				} else {
-					dotQ8GroupsAVX2(c, &x[r*in], &dg[0], ng, gs)
+			// biasSum is Σ_g b_g·Σ_{j∈g} x_j for row r, in group order.
+			biasSum := func(r int) float32 {
+				var s float32
+				for g, xg := range xs[r*ng : (r+1)*ng] {
+					s += float32(bi[g] * xg)
 				}
+				return s
+			}
+			if q.Bits == 4 {
+				r := 0
+				for ; r+2 <= rows; r += 2 {
+					dotQ4Row2AVX2(c, &xe[r*in/2], &xo[r*in/2], &xe[(r+1)*in/2], &xo[(r+1)*in/2], &sc[0], ng, gs/2, &pair[0])
+					dst[r*out+o] = pair[0] + biasSum(r)
+					dst[(r+1)*out+o] = pair[1] + biasSum(r+1)
+				}
+				if r < rows {
+					dst[r*out+o] = dotQ4RowAVX2(c, &xe[r*in/2], &xo[r*in/2], &sc[0], ng, gs/2) + biasSum(r)
+				}
+				continue
+			}
+			for r := range rows {
+				dotQ8GroupsAVX2(c, &x[r*in], &dg[0], ng, gs)
 				xsr := xs[r*ng : (r+1)*ng]
 				var acc float32
 				for g, d := range dg {

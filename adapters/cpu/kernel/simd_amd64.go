@@ -23,3 +23,21 @@ func dotQ4GroupsAVX2(codes *byte, xe, xo, out *float32, groups, gb int)
 //
 //go:noescape
 func dotQ8GroupsAVX2(codes *byte, x, out *float32, groups, gs int)
+
+// dotBF16x2AVX2 is dotBF16AVX2 for two input rows against one weight row (out[0], out[1]); per row it runs
+// exactly dotBF16AVX2's operations, so results do not depend on how rows are paired.
+//
+//go:noescape
+func dotBF16x2AVX2(x0, x1 *float32, w *uint16, n int, out *float32)
+
+// dotQ4RowAVX2 returns Σ_g scales[g]·Σ_{k<gb} (lo(b_k)·xe[k] + hi(b_k)·xo[k]) over groups groups of gb bytes,
+// folding each group's scale into one vector accumulator (one horizontal sum per row).
+//
+//go:noescape
+func dotQ4RowAVX2(codes *byte, xe, xo, scales *float32, groups, gb int) float32
+
+// dotQ4Row2AVX2 is dotQ4RowAVX2 for two input rows sharing one decode of the codes (out[0], out[1]); per row
+// the same operations as dotQ4RowAVX2.
+//
+//go:noescape
+func dotQ4Row2AVX2(codes *byte, xe0, xo0, xe1, xo1, scales *float32, groups, gb int, out *float32)

@@ -157,3 +157,227 @@ q8loop:
 q8done:
 	VZEROUPPER
 	RET
+
+// func dotBF16x2AVX2(x0, x1 *float32, w *uint16, n int, out *float32)
+// Two rows against one bf16 weight row: per row exactly the operations of dotBF16AVX2.
+TEXT ·dotBF16x2AVX2(SB), NOSPLIT, $0-40
+	MOVQ x0+0(FP), SI
+	MOVQ x1+8(FP), R8
+	MOVQ w+16(FP), DI
+	MOVQ n+24(FP), CX
+	MOVQ out+32(FP), R9
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	XORQ AX, AX
+	MOVQ CX, DX
+	ANDQ $-32, DX
+
+b2loop:
+	CMPQ AX, DX
+	JGE  b2reduce
+	VPMOVZXWD   (DI)(AX*2), Y8
+	VPSLLD      $16, Y8, Y8
+	VPMOVZXWD   16(DI)(AX*2), Y9
+	VPSLLD      $16, Y9, Y9
+	VPMOVZXWD   32(DI)(AX*2), Y10
+	VPSLLD      $16, Y10, Y10
+	VPMOVZXWD   48(DI)(AX*2), Y11
+	VPSLLD      $16, Y11, Y11
+	VFMADD231PS (SI)(AX*4), Y8, Y0
+	VFMADD231PS 32(SI)(AX*4), Y9, Y1
+	VFMADD231PS 64(SI)(AX*4), Y10, Y2
+	VFMADD231PS 96(SI)(AX*4), Y11, Y3
+	VFMADD231PS (R8)(AX*4), Y8, Y4
+	VFMADD231PS 32(R8)(AX*4), Y9, Y5
+	VFMADD231PS 64(R8)(AX*4), Y10, Y6
+	VFMADD231PS 96(R8)(AX*4), Y11, Y7
+	ADDQ        $32, AX
+	JMP         b2loop
+
+b2reduce:
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y7, Y6, Y6
+	VADDPS       Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS       X5, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+
+b2tail:
+	CMPQ        AX, CX
+	JGE         b2done
+	MOVWLZX     (DI)(AX*2), BX
+	SHLL        $16, BX
+	VMOVD       BX, X2
+	VFMADD231SS (SI)(AX*4), X2, X0
+	VFMADD231SS (R8)(AX*4), X2, X4
+	INCQ        AX
+	JMP         b2tail
+
+b2done:
+	VZEROUPPER
+	MOVSS X0, (R9)
+	MOVSS X4, 4(R9)
+	RET
+
+// func dotQ4RowAVX2(codes *byte, xe, xo, scales *float32, groups, gb int) float32
+// Σ_g scales[g]·(Σ over the group's bytes of lo·xe + hi·xo), the scale folded into a vector accumulator.
+TEXT ·dotQ4RowAVX2(SB), NOSPLIT, $0-52
+	MOVQ codes+0(FP), DI
+	MOVQ xe+8(FP), SI
+	MOVQ xo+16(FP), R8
+	MOVQ scales+24(FP), R9
+	MOVQ groups+32(FP), R10
+	MOVQ gb+40(FP), R11
+	MOVL $0x0f, BX
+	VMOVD BX, X15
+	VPBROADCASTD X15, Y15
+	VXORPS Y13, Y13, Y13
+
+r1group:
+	TESTQ R10, R10
+	JE    r1done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ   AX, AX
+
+r1loop:
+	VPMOVZXBD   (DI)(AX*1), Y8
+	VPSRLD      $4, Y8, Y9
+	VPAND       Y15, Y8, Y8
+	VCVTDQ2PS   Y8, Y8
+	VCVTDQ2PS   Y9, Y9
+	VPMOVZXBD   8(DI)(AX*1), Y10
+	VPSRLD      $4, Y10, Y11
+	VPAND       Y15, Y10, Y10
+	VCVTDQ2PS   Y10, Y10
+	VCVTDQ2PS   Y11, Y11
+	VFMADD231PS (SI)(AX*4), Y8, Y0
+	VFMADD231PS (R8)(AX*4), Y9, Y1
+	VFMADD231PS 32(SI)(AX*4), Y10, Y2
+	VFMADD231PS 32(R8)(AX*4), Y11, Y3
+	ADDQ        $16, AX
+	CMPQ        AX, R11
+	JLT         r1loop
+
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VBROADCASTSS (R9), Y12
+	VFMADD231PS  Y12, Y0, Y13
+	ADDQ         $4, R9
+	ADDQ         R11, DI
+	LEAQ         (SI)(R11*4), SI
+	LEAQ         (R8)(R11*4), R8
+	DECQ         R10
+	JMP          r1group
+
+r1done:
+	VEXTRACTF128 $1, Y13, X1
+	VADDPS       X1, X13, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+48(FP)
+	RET
+
+// func dotQ4Row2AVX2(codes *byte, xe0, xo0, xe1, xo1, scales *float32, groups, gb int, out *float32)
+// dotQ4RowAVX2 for two input rows sharing one decode of the codes; per row the same operations.
+TEXT ·dotQ4Row2AVX2(SB), NOSPLIT, $0-72
+	MOVQ codes+0(FP), DI
+	MOVQ xe0+8(FP), SI
+	MOVQ xo0+16(FP), R8
+	MOVQ xe1+24(FP), R12
+	MOVQ xo1+32(FP), R13
+	MOVQ scales+40(FP), R9
+	MOVQ groups+48(FP), R10
+	MOVQ gb+56(FP), R11
+	MOVQ out+64(FP), R14
+	MOVL $0x0f, BX
+	VMOVD BX, X15
+	VPBROADCASTD X15, Y15
+	VXORPS Y13, Y13, Y13
+	VXORPS Y14, Y14, Y14
+
+r2group:
+	TESTQ R10, R10
+	JE    r2done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	XORQ   AX, AX
+
+r2loop:
+	VPMOVZXBD   (DI)(AX*1), Y8
+	VPSRLD      $4, Y8, Y9
+	VPAND       Y15, Y8, Y8
+	VCVTDQ2PS   Y8, Y8
+	VCVTDQ2PS   Y9, Y9
+	VPMOVZXBD   8(DI)(AX*1), Y10
+	VPSRLD      $4, Y10, Y11
+	VPAND       Y15, Y10, Y10
+	VCVTDQ2PS   Y10, Y10
+	VCVTDQ2PS   Y11, Y11
+	VFMADD231PS (SI)(AX*4), Y8, Y0
+	VFMADD231PS (R8)(AX*4), Y9, Y1
+	VFMADD231PS 32(SI)(AX*4), Y10, Y2
+	VFMADD231PS 32(R8)(AX*4), Y11, Y3
+	VFMADD231PS (R12)(AX*4), Y8, Y4
+	VFMADD231PS (R13)(AX*4), Y9, Y5
+	VFMADD231PS 32(R12)(AX*4), Y10, Y6
+	VFMADD231PS 32(R13)(AX*4), Y11, Y7
+	ADDQ        $16, AX
+	CMPQ        AX, R11
+	JLT         r2loop
+
+	VBROADCASTSS (R9), Y12
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VFMADD231PS  Y12, Y0, Y13
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y7, Y6, Y6
+	VADDPS       Y6, Y4, Y4
+	VFMADD231PS  Y12, Y4, Y14
+	ADDQ         $4, R9
+	ADDQ         R11, DI
+	LEAQ         (SI)(R11*4), SI
+	LEAQ         (R8)(R11*4), R8
+	LEAQ         (R12)(R11*4), R12
+	LEAQ         (R13)(R11*4), R13
+	DECQ         R10
+	JMP          r2group
+
+r2done:
+	VEXTRACTF128 $1, Y13, X1
+	VADDPS       X1, X13, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VEXTRACTF128 $1, Y14, X1
+	VADDPS       X1, X14, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VZEROUPPER
+	MOVSS X0, (R14)
+	MOVSS X4, 4(R14)
+	RET

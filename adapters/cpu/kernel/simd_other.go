@@ -13,3 +13,13 @@ func dotQ4GroupsAVX2(codes *byte, xe, xo, out *float32, g, gb int) {
 func dotQ8GroupsAVX2(codes *byte, x, out *float32, g, gs int) {
 	panic("kernel: no AVX2 kernels on this platform")
 }
+
+func dotBF16x2AVX2(x0, x1 *float32, w *uint16, n int, out *float32) {
+	panic("kernel: no AVX2 kernels on this platform")
+}
+func dotQ4RowAVX2(codes *byte, xe, xo, scales *float32, groups, gb int) float32 {
+	panic("kernel: no AVX2 kernels on this platform")
+}
+func dotQ4Row2AVX2(codes *byte, xe0, xo0, xe1, xo1, scales *float32, groups, gb int, out *float32) {
+	panic("kernel: no AVX2 kernels on this platform")
+}
