@@ -10,20 +10,23 @@ import (
 
 // Arch is the drafter's shape and DFlash settings, resolved from its config.json.
 type Arch struct {
-	HiddenSize        int
-	NumLayers         int
-	NumHeads          int
-	NumKVHeads        int
-	HeadDim           int
-	IntermediateSize  int
-	RMSNormEps        float64
-	RopeTheta         float64
-	BlockSize         int
-	TapLayers         []int
-	MaskToken         ports.Token
-	VocabSize         int   // the drafter config's vocab_size; 0 when absent
-	SlidingWindows    []int // per layer: 0 full attention, W > 0 sliding window over context keys
-	NumTargetLayers   int   // informational (training-time target depth); 0 when absent
+	HiddenSize       int
+	NumLayers        int
+	NumHeads         int
+	NumKVHeads       int
+	HeadDim          int
+	IntermediateSize int
+	RMSNormEps       float64
+	RopeTheta        float64
+	BlockSize        int
+	TapLayers        []int
+	MaskToken        ports.Token
+	VocabSize        int    // the drafter config's vocab_size; 0 when absent
+	SlidingWindows   []int  // per layer: 0 full attention, W > 0 sliding window (keys with |Δposition| < W)
+	Causal           []bool // per layer: block queries see block keys at or before their slot only
+	// EmbedScale multiplies the noise-block embeddings (dflash_config.input_embedding_scale; 1 when absent).
+	EmbedScale        float64
+	NumTargetLayers   int // informational (training-time target depth); 0 when absent
 	HasMaskToken      bool
 	RopeScalingType   string // "" or "default" are the only ones implemented
 	TieWordEmbeddings bool   // irrelevant to the drafter, kept for reporting
@@ -83,6 +86,12 @@ func (a Arch) Validate() error {
 	}
 	if len(a.SlidingWindows) != 0 && len(a.SlidingWindows) != a.NumLayers {
 		errs = append(errs, fmt.Errorf("%d layer types for %d layers", len(a.SlidingWindows), a.NumLayers))
+	}
+	if len(a.Causal) != 0 && len(a.Causal) != a.NumLayers {
+		errs = append(errs, fmt.Errorf("%d causal flags for %d layers", len(a.Causal), a.NumLayers))
+	}
+	if math.IsNaN(a.EmbedScale) || math.IsInf(a.EmbedScale, 0) || a.EmbedScale < 0 {
+		errs = append(errs, fmt.Errorf("input_embedding_scale %v must be a finite number ≥ 0", a.EmbedScale))
 	}
 	for i, w := range a.SlidingWindows {
 		if w < 0 {

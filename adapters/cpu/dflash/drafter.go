@@ -31,6 +31,7 @@ type layer struct {
 	q, k, v, o       *kernel.Linear
 	gate, up, down   *kernel.Linear
 	window           int
+	causal           bool
 }
 
 // Drafter is a loaded DFlash drafter bound to one target. It is immutable after loading and safe for
@@ -93,6 +94,9 @@ func build(a Arch, ws *weightSet, target Target, pool *kernel.Pool) (*Drafter, e
 		}
 		if len(a.SlidingWindows) > 0 {
 			l.window = a.SlidingWindows[i]
+		}
+		if len(a.Causal) > 0 {
+			l.causal = a.Causal[i]
 		}
 		dr.layers = append(dr.layers, l)
 	}

@@ -47,6 +47,9 @@ func Load(ctx context.Context, dir string, target Target, opts Options) (*Drafte
 	}
 	cfg.AllowDerivedTapLayers = opts.AllowDerivedTapLayers
 	a, err := ArchFromConfig(cfg, target.Info())
+	if err == nil {
+		err = readExtras(dir, &a)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("drafter %s: %w", dir, err)
 	}
@@ -77,12 +80,15 @@ func ArchFromConfig(cfg *hfmodel.DrafterConfig, info ports.ModelInfo) (Arch, err
 	if a.RopeScalingType == "default" {
 		a.RopeScalingType = ""
 	}
+	a.EmbedScale = 1
 	for _, t := range cfg.LayerTypes {
 		w := 0
 		if t == hfmodel.DrafterSlidingAttention {
 			w = cfg.SlidingWindow
 		}
 		a.SlidingWindows = append(a.SlidingWindows, w)
+		// The authors' reference makes sliding layers causal unless config is_causal says otherwise.
+		a.Causal = append(a.Causal, w > 0)
 	}
 	taps, _, err := cfg.ResolveTapLayers(len(info.LayerKinds))
 	a.TapLayers = taps

@@ -173,6 +173,15 @@ func TestLoadRefusesBadDrafters(t *testing.T) {
 				return ts
 			})
 		}, want: `"fc.weight"`},
+		{name: "negative output multiplier", edit: func(t *testing.T, dir string) {
+			editConfig(t, dir, func(m map[string]any) { m["output_multiplier"] = -1.0 })
+		}, want: "output_multiplier -1"},
+		{name: "dflash-2 drafter", edit: func(t *testing.T, dir string) {
+			editConfig(t, dir, func(m map[string]any) { m["dflash_config"].(map[string]any)["conv_kernel_size"] = 4 })
+		}, want: "DFlash-2 drafters"},
+		{name: "bad embedding scale", edit: func(t *testing.T, dir string) {
+			editConfig(t, dir, func(m map[string]any) { m["dflash_config"].(map[string]any)["input_embedding_scale"] = "x" })
+		}, want: "input_embedding_scale"},
 		{name: "block size 1", edit: func(t *testing.T, dir string) {
 			editConfig(t, dir, func(m map[string]any) { m["block_size"] = 1 })
 		}, want: "block_size 1"},
@@ -273,4 +282,29 @@ func TestDraftRejectsBadCalls(t *testing.T) {
 	require.NoError(t, s.Close())
 	_, err = s.Draft(t.Context(), 1, nil, 2)
 	assert.Error(t, err)
+}
+
+// TestLoadExtras: the newer DFlash settings are honoured.
+func TestLoadExtras(t *testing.T) {
+	rng := rand.New(rand.NewPCG(25, 25))
+	a := testArch()
+	ft := newFakeTarget(rng, 64, a.HiddenSize, 4)
+	dir := writeDrafter(t, rng, a, "", true, safetensors.F32)
+	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	m["dflash_config"].(map[string]any)["input_embedding_scale"] = 1.5
+	m["is_causal"] = true
+	m["output_multiplier"] = 2.0
+	m["final_logit_softcapping"] = 30.0
+	b, err = json.Marshal(m)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644))
+	d, err := Load(t.Context(), dir, ft, Options{})
+	require.NoError(t, err)
+	defer d.Close()
+	got := d.Arch()
+	assert.Equal(t, 1.5, got.EmbedScale)
+	assert.Equal(t, []bool{true, true}, got.Causal)
 }

@@ -102,13 +102,30 @@ func (r *ref) logits(f []float64, m int, anchor ports.Token, bs int) [][]float64
 		if i == 0 {
 			tok = anchor
 		}
+		scale := 1.0
+		if a.EmbedScale != 0 {
+			scale = a.EmbedScale
+		}
 		for j := range H {
-			x[i*H+j] = float64(r.ft.embed[int(tok)*H+j])
+			x[i*H+j] = float64(float32(float64(r.ft.embed[int(tok)*H+j]) * scale))
 		}
 	}
 	group := a.NumHeads / a.NumKVHeads
 	for l := range a.NumLayers {
 		p := "layers." + strconv.Itoa(l) + "."
+		window, causal := 0, false
+		if len(a.SlidingWindows) > 0 {
+			window = a.SlidingWindows[l]
+		}
+		if len(a.Causal) > 0 {
+			causal = a.Causal[l]
+		}
+		visible := func(qpos, kpos int) bool {
+			if causal && kpos > qpos {
+				return false
+			}
+			return window == 0 || (qpos-kpos < window && kpos-qpos < window)
+		}
 		h := r.norm(p+"input_layernorm.weight", x)
 		q := r.norm(p+"self_attn.q_norm.weight", r.lin(p+"self_attn.q_proj", h, H))
 		kn := r.norm(p+"self_attn.k_norm.weight", r.lin(p+"self_attn.k_proj", h, H))
@@ -129,6 +146,10 @@ func (r *ref) logits(f []float64, m int, anchor ports.Token, bs int) [][]float64
 				sc := make([]float64, nk)
 				mx := math.Inf(-1)
 				for j := range nk {
+					if !visible(m+i, j) {
+						sc[j] = math.Inf(-1)
+						continue
+					}
 					var s float64
 					for t := range d {
 						s += qv[t] * keys[(j*a.NumKVHeads+g)*d+t]
@@ -190,7 +211,19 @@ func newTestDrafter(t *testing.T, seed uint64, a Arch, threads int) (*Drafter, *
 }
 
 func TestDraftMatchesFloat64Reference(t *testing.T) {
-	a := testArch()
+	full := testArch()
+	sliding := testArch()
+	sliding.SlidingWindows = []int{5, 0}
+	sliding.Causal = []bool{true, false}
+	sliding.EmbedScale = 1.5
+	causal := testArch()
+	causal.Causal = []bool{true, true}
+	for name, a := range map[string]Arch{"full": full, "sliding-causal-scaled": sliding, "causal": causal} {
+		t.Run(name, func(t *testing.T) { checkAgainstReference(t, a) })
+	}
+}
+
+func checkAgainstReference(t *testing.T, a Arch) {
 	d, ft, dir := newTestDrafter(t, 7, a, 2)
 	r := loadRef(t, dir, a, ft)
 	rng := rand.New(rand.NewPCG(3, 3))

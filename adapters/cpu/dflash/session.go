@@ -161,6 +161,9 @@ func (s *Session) draftBlock(anchor ports.Token, bs int) ([]ports.Token, error) 
 	if err := d.target.EmbedTokens(s.x, block); err != nil {
 		return nil, fmt.Errorf("dflash: embed block: %w", err)
 	}
+	if a.EmbedScale != 0 && a.EmbedScale != 1 {
+		kernel.Scale(s.x, float32(a.EmbedScale))
+	}
 	s.h = grow(s.h, bs*H)
 	s.q = grow(s.q, bs*qw)
 	s.kb = grow(s.kb, bs*kvw)
@@ -202,9 +205,12 @@ func (s *Session) draftBlock(anchor ports.Token, bs int) ([]ports.Token, error) 
 	return out, nil
 }
 
-// attend computes, for every block query, softmax attention over [visible cached context keys ; all block
-// keys] with no causal mask, writing s.att. Heads are split across the pool; each head's output is computed by
-// one goroutine in index order, so results do not depend on the worker count.
+// attend computes, for every block query, softmax attention over [visible cached context keys ; visible block
+// keys], writing s.att. Full-attention layers see everything (no causal mask: the block is denoised jointly).
+// As in the authors' reference, sliding layers see keys with |query position − key position| < W, and causal
+// layers (sliding ones by default) see block keys only up to their own slot. Heads are split across the pool;
+// each head's output is computed by one goroutine in index order, so results do not depend on the worker
+// count.
 func (s *Session) attend(li, bs int) {
 	d := s.d
 	a := &d.arch
@@ -213,39 +219,37 @@ func (s *Session) attend(li, bs int) {
 	group := nq / nkv
 	kc, vc := s.k[li], s.v[li]
 	n := s.n
-	window := d.layers[li].window
+	window, causal := d.layers[li].window, d.layers[li].causal
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	d.pool.For(nq, 1, func(lo, hi int) {
 		scores := make([]float32, n+bs)
+		vals := make([][]float32, 0, n+bs)
 		for h := lo; h < hi; h++ {
 			g := h / group
 			for i := range bs {
 				qv := s.q[(i*nq+h)*hd : (i*nq+h+1)*hd]
-				// Sliding layers see context keys at positions p' with p−p' < W (query at p = n+i).
 				first := 0
 				if window > 0 {
 					first = max(0, n+i-window+1)
 				}
 				sc := scores[:0]
+				vals = vals[:0]
 				for j := first; j < n; j++ {
 					sc = append(sc, kernel.Dot(qv, kc[(j*nkv+g)*hd:(j*nkv+g+1)*hd])*scale)
+					vals = append(vals, vc[(j*nkv+g)*hd:(j*nkv+g+1)*hd])
 				}
 				for j := range bs {
+					if (causal && j > i) || (window > 0 && j-i >= window) || (window > 0 && i-j >= window) {
+						continue
+					}
 					sc = append(sc, kernel.Dot(qv, s.kb[(j*nkv+g)*hd:(j*nkv+g+1)*hd])*scale)
+					vals = append(vals, s.vb[(j*nkv+g)*hd:(j*nkv+g+1)*hd])
 				}
 				kernel.Softmax(sc)
 				out := s.att[(i*nq+h)*hd : (i*nq+h+1)*hd]
 				clear(out)
-				nctx := n - first
 				for j, p := range sc {
-					var vv []float32
-					if j < nctx {
-						jj := first + j
-						vv = vc[(jj*nkv+g)*hd : (jj*nkv+g+1)*hd]
-					} else {
-						jj := j - nctx
-						vv = s.vb[(jj*nkv+g)*hd : (jj*nkv+g+1)*hd]
-					}
+					vv := vals[j]
 					for t := range out {
 						out[t] += p * vv[t]
 					}
