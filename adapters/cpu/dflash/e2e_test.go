@@ -12,6 +12,7 @@ import (
 	"github.com/higgs-go/higgs/adapters/cpu/dflash/dflashtest"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
+	"github.com/higgs-go/higgs/ports/porttest"
 )
 
 type wallClock struct{}
@@ -121,4 +122,24 @@ func TestDeterministicAcrossThreads(t *testing.T) {
 			assert.Equal(t, first[i].Block, res.Stats.Rounds[i].Block)
 		}
 	}
+}
+
+// TestDraftSessionConformance runs the ports' DraftSession suite on the CPU drafter over a hybrid target.
+func TestDraftSessionConformance(t *testing.T) {
+	p := loadPair(t, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 12},
+		dflashtest.DrafterSpec{Seed: 13, Taps: []int{0, 3}, Mask: 63, BlockSize: 8}, 2)
+	porttest.DraftSuite{
+		OpenTarget: func(t *testing.T) ports.Session {
+			s, err := p.target.NewSession(t.Context(), p.drafter.TapLayers())
+			require.NoError(t, err)
+			return s
+		},
+		OpenDraft: func(t *testing.T) ports.DraftSession {
+			s, err := p.drafter.NewSession(t.Context())
+			require.NoError(t, err)
+			return s
+		},
+		BlockSize: p.drafter.BlockSize(),
+		Vocab:     p.target.Info().VocabSize,
+	}.Run(t)
 }
