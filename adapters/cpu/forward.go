@@ -241,9 +241,7 @@ func (m *model) gdn(w *gdnWeights, st *gdnState, a, out []float32, T int, tp *gd
 // decay sets S = α·S0 (one rounding per element). S may alias S0. Shared by the forward pass and tape replay so
 // both run the same float operations.
 func decay(S, S0 []float32, alpha float32) {
-	for i, v := range S0 {
-		S[i] = alpha * v
-	}
+	kernel.ScaleInto(S, S0, alpha)
 }
 
 // rank1 adds δ ⊗ k̂ to S [dv, dk]: each product is rounded before the add (never a fused multiply-add).

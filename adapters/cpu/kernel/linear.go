@@ -179,6 +179,23 @@ func (l *Linear) Forward(dst, x []float32, rows int) {
 	in, out := l.In, l.Out
 	switch l.Format() {
 	case FormatF32:
+		if useAVX2 {
+			l.Pool.For(out, grain, func(lo, hi int) {
+				var pair [2]float32
+				for o := lo; o < hi; o++ {
+					w := &l.f32[o*in]
+					r := 0
+					for ; r+2 <= rows; r += 2 {
+						dotF32x2AVX2(&x[r*in], &x[(r+1)*in], w, in, &pair[0])
+						dst[r*out+o], dst[(r+1)*out+o] = pair[0], pair[1]
+					}
+					if r < rows {
+						dst[r*out+o] = dotF32AVX2(&x[r*in], w, in)
+					}
+				}
+			})
+			return
+		}
 		l.Pool.For(out, grain, func(lo, hi int) {
 			for o := lo; o < hi; o++ {
 				w := l.f32[o*in : (o+1)*in]

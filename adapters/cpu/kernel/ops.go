@@ -106,6 +106,18 @@ func Scale(x []float32, a float32) {
 	vek32.MulNumber_Inplace(x, a)
 }
 
+// ScaleInto sets dst[j] = a·x[j] (one rounding per element). dst may be x itself but must not partially overlap it.
+func ScaleInto(dst, x []float32, a float32) {
+	if len(dst) == 0 {
+		return
+	}
+	if &dst[0] == &x[0] {
+		vek32.MulNumber_Inplace(dst, a)
+		return
+	}
+	vek32.MulNumber_Into(dst, x[:len(dst)], a)
+}
+
 // AddScaled sets dst[j] += a·x[j] with the product rounded before the add (never fused), using tmp (len(dst))
 // as scratch.
 func AddScaled(dst, x, tmp []float32, a float32) {

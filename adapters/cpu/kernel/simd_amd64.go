@@ -41,3 +41,13 @@ func dotQ4RowAVX2(codes *byte, xe, xo, scales *float32, groups, gb int) float32
 //
 //go:noescape
 func dotQ4Row2AVX2(codes *byte, xe0, xo0, xe1, xo1, scales *float32, groups, gb int, out *float32)
+
+// dotF32AVX2 returns Σ x[i]·w[i] (the same lane structure as dotBF16AVX2).
+//
+//go:noescape
+func dotF32AVX2(x, w *float32, n int) float32
+
+// dotF32x2AVX2 is dotF32AVX2 for two input rows against one weight row (out[0], out[1]).
+//
+//go:noescape
+func dotF32x2AVX2(x0, x1, w *float32, n int, out *float32)

@@ -381,3 +381,122 @@ r2done:
 	MOVSS X0, (R14)
 	MOVSS X4, 4(R14)
 	RET
+
+// func dotF32AVX2(x, w *float32, n int) float32
+// Σ x[i]·w[i]: 32 per iteration into four 8-lane accumulators, a fixed horizontal sum, then the tail in order.
+TEXT ·dotF32AVX2(SB), NOSPLIT, $0-28
+	MOVQ x+0(FP), SI
+	MOVQ w+8(FP), DI
+	MOVQ n+16(FP), CX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	XORQ AX, AX
+	MOVQ CX, DX
+	ANDQ $-32, DX
+
+f1loop:
+	CMPQ AX, DX
+	JGE  f1reduce
+	VMOVUPS     (DI)(AX*4), Y8
+	VMOVUPS     32(DI)(AX*4), Y9
+	VMOVUPS     64(DI)(AX*4), Y10
+	VMOVUPS     96(DI)(AX*4), Y11
+	VFMADD231PS (SI)(AX*4), Y8, Y0
+	VFMADD231PS 32(SI)(AX*4), Y9, Y1
+	VFMADD231PS 64(SI)(AX*4), Y10, Y2
+	VFMADD231PS 96(SI)(AX*4), Y11, Y3
+	ADDQ        $32, AX
+	JMP         f1loop
+
+f1reduce:
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+
+f1tail:
+	CMPQ        AX, CX
+	JGE         f1done
+	VMOVSS      (DI)(AX*4), X2
+	VFMADD231SS (SI)(AX*4), X2, X0
+	INCQ        AX
+	JMP         f1tail
+
+f1done:
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET
+
+// func dotF32x2AVX2(x0, x1, w *float32, n int, out *float32)
+// dotF32AVX2 for two input rows against one weight row; per row exactly the same operations.
+TEXT ·dotF32x2AVX2(SB), NOSPLIT, $0-40
+	MOVQ x0+0(FP), SI
+	MOVQ x1+8(FP), R8
+	MOVQ w+16(FP), DI
+	MOVQ n+24(FP), CX
+	MOVQ out+32(FP), R9
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	VXORPS Y6, Y6, Y6
+	VXORPS Y7, Y7, Y7
+	XORQ AX, AX
+	MOVQ CX, DX
+	ANDQ $-32, DX
+
+f2loop:
+	CMPQ AX, DX
+	JGE  f2reduce
+	VMOVUPS     (DI)(AX*4), Y8
+	VMOVUPS     32(DI)(AX*4), Y9
+	VMOVUPS     64(DI)(AX*4), Y10
+	VMOVUPS     96(DI)(AX*4), Y11
+	VFMADD231PS (SI)(AX*4), Y8, Y0
+	VFMADD231PS 32(SI)(AX*4), Y9, Y1
+	VFMADD231PS 64(SI)(AX*4), Y10, Y2
+	VFMADD231PS 96(SI)(AX*4), Y11, Y3
+	VFMADD231PS (R8)(AX*4), Y8, Y4
+	VFMADD231PS 32(R8)(AX*4), Y9, Y5
+	VFMADD231PS 64(R8)(AX*4), Y10, Y6
+	VFMADD231PS 96(R8)(AX*4), Y11, Y7
+	ADDQ        $32, AX
+	JMP         f2loop
+
+f2reduce:
+	VADDPS       Y1, Y0, Y0
+	VADDPS       Y3, Y2, Y2
+	VADDPS       Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS       X1, X0, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VADDPS       Y5, Y4, Y4
+	VADDPS       Y7, Y6, Y6
+	VADDPS       Y6, Y4, Y4
+	VEXTRACTF128 $1, Y4, X5
+	VADDPS       X5, X4, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+
+f2tail:
+	CMPQ        AX, CX
+	JGE         f2done
+	VMOVSS      (DI)(AX*4), X2
+	VFMADD231SS (SI)(AX*4), X2, X0
+	VFMADD231SS (R8)(AX*4), X2, X4
+	INCQ        AX
+	JMP         f2tail
+
+f2done:
+	VZEROUPPER
+	MOVSS X0, (R9)
+	MOVSS X4, 4(R9)
+	RET

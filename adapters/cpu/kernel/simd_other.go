@@ -23,3 +23,7 @@ func dotQ4RowAVX2(codes *byte, xe, xo, scales *float32, groups, gb int) float32 
 func dotQ4Row2AVX2(codes *byte, xe0, xo0, xe1, xo1, scales *float32, groups, gb int, out *float32) {
 	panic("kernel: no AVX2 kernels on this platform")
 }
+func dotF32AVX2(x, w *float32, n int) float32 { panic("kernel: no AVX2 kernels on this platform") }
+func dotF32x2AVX2(x0, x1, w *float32, n int, out *float32) {
+	panic("kernel: no AVX2 kernels on this platform")
+}
