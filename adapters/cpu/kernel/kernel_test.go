@@ -321,3 +321,30 @@ func TestBF16Tails(t *testing.T) {
 		}
 	})
 }
+
+// Long inputs are processed in row tiles; every element still matches the one-row product bit for bit.
+func TestLinearTiledRows(t *testing.T) {
+	bothPaths(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(13, 14))
+		const out, in, rows = 9, 2048, 37 // tile = 16 rows at in = 2048
+		q, _ := quantFixture(r, out, in, 4, 128)
+		bf := make([]uint16, out*in)
+		for i, v := range randVec(r, out*in, 1) {
+			bf[i] = F32ToBF16(v)
+		}
+		lf, _ := NewF32(out, in, randVec(r, out*in, 1))
+		lb, _ := NewBF16(out, in, bf)
+		lq, _ := NewQuant(out, in, q)
+		x := randVec(r, rows*in, 1)
+		for _, l := range []*Linear{lf, lb, lq} {
+			l.Pool = NewPool(2)
+			all := make([]float32, rows*out)
+			l.Forward(all, x, rows)
+			for row := range rows {
+				one := make([]float32, out)
+				l.Forward(one, x[row*in:(row+1)*in], 1)
+				assertBits(t, all[row*out:(row+1)*out], one, "%v row %d", l.Format(), row)
+			}
+		}
+	})
+}
