@@ -37,7 +37,7 @@ type gdnTape struct {
 // appending to st, and writes the projected output into out [T,H].
 func (m *model) attention(w *attnWeights, st *attnState, a, out []float32, T, pos int) {
 	ar := &m.arch
-	H, Hq, Hkv, d := ar.Hidden, ar.Heads, ar.KVHeads, ar.HeadDim
+	Hq, Hkv, d := ar.Heads, ar.KVHeads, ar.HeadDim
 	qw := Hq * d
 	if ar.OutputGate {
 		qw *= 2
@@ -107,7 +107,6 @@ func (m *model) attention(w *attnWeights, st *attnState, a, out []float32, T, po
 		}
 	})
 	w.o.Forward(out, o, T)
-	_ = H
 }
 
 // gdn runs one Gated DeltaNet layer over T rows of a, updating st, and writes the output projection into out.

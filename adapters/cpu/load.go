@@ -63,7 +63,7 @@ func newLoader(st *safetensors.Store, cfg *hfmodel.TextConfig) (*loader, error) 
 
 func (l *loader) has(c string) bool { _, ok := l.names[c]; return ok }
 
-// stored returns the stored base name (module path as written in the checkpoint) of canonical module c whose
+// storedBase returns the stored base name (module path as written in the checkpoint) of canonical module c whose
 // weight tensor is c+suffix.
 func (l *loader) storedBase(c, suffix string) (string, error) {
 	n, ok := l.names[c+suffix]
@@ -192,16 +192,13 @@ func (l *loader) load(a *arch) (*model, error) {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
 	}
-	if a.Kinds != nil {
-		for _, k := range a.Kinds {
-			if k == ports.LayerAttention {
-				m.rope = kernel.NewRope(a.RotaryDims, a.RopeTheta)
-				break
-			}
+	// Models without attention layers never use RoPE (their rotary settings are not validated).
+	m.rope = kernel.NewRope(2, 1)
+	for _, k := range a.Kinds {
+		if k == ports.LayerAttention {
+			m.rope = kernel.NewRope(a.RotaryDims, a.RopeTheta)
+			break
 		}
-	}
-	if m.rope == nil {
-		m.rope = kernel.NewRope(2, 1)
 	}
 	if err := m.checkShapes(); err != nil {
 		return nil, err
