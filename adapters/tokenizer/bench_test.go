@@ -1,6 +1,8 @@
 package tokenizer_test
 
 import (
+	"github.com/higgs-go/higgs/adapters/tokenizer"
+
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -86,4 +88,12 @@ func BenchmarkEncodeEnglishCold(b *testing.B) {
 		tok.EncodeWith(text, true)
 	}
 	reportCPUThroughput(b, len(text), cpuTime()-cpu)
+}
+
+func BenchmarkLoadQwen3(b *testing.B) {
+	for b.Loop() {
+		if _, err := tokenizer.Load(filepath.Join("testdata", "qwen3")); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

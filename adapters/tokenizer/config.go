@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,8 +70,13 @@ func parseMerges(raw json.RawMessage) ([][2]string, error) {
 	if isNull(raw) {
 		return nil, nil
 	}
+	// Look at the first element to pick the form, so the large array is decoded only once.
+	first := bytes.TrimLeft(bytes.TrimPrefix(bytes.TrimSpace(raw), []byte("[")), " \t\r\n")
 	var strs []string
-	if err := json.Unmarshal(raw, &strs); err == nil {
+	if len(first) > 0 && first[0] == '"' {
+		if err := json.Unmarshal(raw, &strs); err != nil {
+			return nil, fmt.Errorf("merges: %w", err)
+		}
 		out := make([][2]string, len(strs))
 		for i, s := range strs {
 			a, b, ok := cutSingleSpace(s)
