@@ -317,8 +317,6 @@ func (l *Linear) forwardQuantAVX2(dst, x, xs []float32, rows int) {
 	}
 	grain := max(1, 32768/(in*rows))
 	l.Pool.For(out, grain, func(lo, hi int) {
-		dp := getScratch(ng)
-		dg := *dp
 		var pair [2]float32
 		for o := lo; o < hi; o++ {
 			c := &codes[o*rowBytes]
@@ -343,17 +341,16 @@ func (l *Linear) forwardQuantAVX2(dst, x, xs []float32, rows int) {
 				}
 				continue
 			}
-			for r := range rows {
-				dotQ8GroupsAVX2(c, &x[r*in], &dg[0], ng, gs)
-				xsr := xs[r*ng : (r+1)*ng]
-				var acc float32
-				for g, d := range dg {
-					acc += float32(sc[g]*d) + float32(bi[g]*xsr[g])
-				}
-				dst[r*out+o] = acc
+			r := 0
+			for ; r+2 <= rows; r += 2 {
+				dotQ8Row2AVX2(c, &x[r*in], &x[(r+1)*in], &sc[0], ng, gs, &pair[0])
+				dst[r*out+o] = pair[0] + biasSum(r)
+				dst[(r+1)*out+o] = pair[1] + biasSum(r+1)
+			}
+			if r < rows {
+				dst[r*out+o] = dotQ8RowAVX2(c, &x[r*in], &sc[0], ng, gs) + biasSum(r)
 			}
 		}
-		scratchPool.Put(dp)
 	})
 	if xsp != nil {
 		scratchPool.Put(xsp)

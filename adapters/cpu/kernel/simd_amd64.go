@@ -13,17 +13,6 @@ var useAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
 //go:noescape
 func dotBF16AVX2(x *float32, w *uint16, n int) float32
 
-// dotQ4GroupsAVX2 writes, for each of groups groups of gb bytes (gb a multiple of 16), the sum over the group's
-// bytes b_k of lo(b_k)·xe[k] + hi(b_k)·xo[k]: the 4-bit code dot product with x split into even and odd inputs.
-//
-//go:noescape
-func dotQ4GroupsAVX2(codes *byte, xe, xo, out *float32, groups, gb int)
-
-// dotQ8GroupsAVX2 writes, for each of groups groups of gs bytes (gs a multiple of 16), Σ code_j·x[j].
-//
-//go:noescape
-func dotQ8GroupsAVX2(codes *byte, x, out *float32, groups, gs int)
-
 // dotBF16x2AVX2 is dotBF16AVX2 for two input rows against one weight row (out[0], out[1]); per row it runs
 // exactly dotBF16AVX2's operations, so results do not depend on how rows are paired.
 //
@@ -51,3 +40,14 @@ func dotF32AVX2(x, w *float32, n int) float32
 //
 //go:noescape
 func dotF32x2AVX2(x0, x1, w *float32, n int, out *float32)
+
+// dotQ8RowAVX2 returns Σ_g scales[g]·Σ_{j<gs} code_j·x[j] over groups groups of gs bytes, folding each group's
+// scale into one vector accumulator.
+//
+//go:noescape
+func dotQ8RowAVX2(codes *byte, x, scales *float32, groups, gs int) float32
+
+// dotQ8Row2AVX2 is dotQ8RowAVX2 for two input rows sharing one decode of the codes (out[0], out[1]).
+//
+//go:noescape
+func dotQ8Row2AVX2(codes *byte, x0, x1, scales *float32, groups, gs int, out *float32)

@@ -57,107 +57,6 @@ bf16done:
 	MOVSS X0, ret+24(FP)
 	RET
 
-// func dotQ4GroupsAVX2(codes *byte, xe, xo, out *float32, groups, gb int)
-TEXT ·dotQ4GroupsAVX2(SB), NOSPLIT, $0-48
-	MOVQ codes+0(FP), DI
-	MOVQ xe+8(FP), SI
-	MOVQ xo+16(FP), R8
-	MOVQ out+24(FP), R9
-	MOVQ groups+32(FP), R10
-	MOVQ gb+40(FP), R11
-	MOVL $0x0f, BX
-	VMOVD BX, X15
-	VPBROADCASTD X15, Y15
-
-q4group:
-	TESTQ R10, R10
-	JE    q4done
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	XORQ   AX, AX
-
-q4loop:
-	VPMOVZXBD   (DI)(AX*1), Y4
-	VPSRLD      $4, Y4, Y5
-	VPAND       Y15, Y4, Y4
-	VCVTDQ2PS   Y4, Y4
-	VCVTDQ2PS   Y5, Y5
-	VFMADD231PS (SI)(AX*4), Y4, Y0
-	VFMADD231PS (R8)(AX*4), Y5, Y1
-	VPMOVZXBD   8(DI)(AX*1), Y6
-	VPSRLD      $4, Y6, Y7
-	VPAND       Y15, Y6, Y6
-	VCVTDQ2PS   Y6, Y6
-	VCVTDQ2PS   Y7, Y7
-	VFMADD231PS 32(SI)(AX*4), Y6, Y2
-	VFMADD231PS 32(R8)(AX*4), Y7, Y3
-	ADDQ        $16, AX
-	CMPQ        AX, R11
-	JLT         q4loop
-
-	VADDPS       Y1, Y0, Y0
-	VADDPS       Y3, Y2, Y2
-	VADDPS       Y2, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS       X1, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	MOVSS        X0, (R9)
-	ADDQ         $4, R9
-	ADDQ         R11, DI
-	LEAQ         (SI)(R11*4), SI
-	LEAQ         (R8)(R11*4), R8
-	DECQ         R10
-	JMP          q4group
-
-q4done:
-	VZEROUPPER
-	RET
-
-// func dotQ8GroupsAVX2(codes *byte, x, out *float32, groups, gs int)
-TEXT ·dotQ8GroupsAVX2(SB), NOSPLIT, $0-40
-	MOVQ codes+0(FP), DI
-	MOVQ x+8(FP), SI
-	MOVQ out+16(FP), R9
-	MOVQ groups+24(FP), R10
-	MOVQ gs+32(FP), R11
-
-q8group:
-	TESTQ R10, R10
-	JE    q8done
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	XORQ   AX, AX
-
-q8loop:
-	VPMOVZXBD   (DI)(AX*1), Y4
-	VCVTDQ2PS   Y4, Y4
-	VFMADD231PS (SI)(AX*4), Y4, Y0
-	VPMOVZXBD   8(DI)(AX*1), Y5
-	VCVTDQ2PS   Y5, Y5
-	VFMADD231PS 32(SI)(AX*4), Y5, Y1
-	ADDQ        $16, AX
-	CMPQ        AX, R11
-	JLT         q8loop
-
-	VADDPS       Y1, Y0, Y0
-	VEXTRACTF128 $1, Y0, X1
-	VADDPS       X1, X0, X0
-	VHADDPS      X0, X0, X0
-	VHADDPS      X0, X0, X0
-	MOVSS        X0, (R9)
-	ADDQ         $4, R9
-	ADDQ         R11, DI
-	LEAQ         (SI)(R11*4), SI
-	DECQ         R10
-	JMP          q8group
-
-q8done:
-	VZEROUPPER
-	RET
-
 // func dotBF16x2AVX2(x0, x1 *float32, w *uint16, n int, out *float32)
 // Two rows against one bf16 weight row: per row exactly the operations of dotBF16AVX2.
 TEXT ·dotBF16x2AVX2(SB), NOSPLIT, $0-40
@@ -499,4 +398,111 @@ f2done:
 	VZEROUPPER
 	MOVSS X0, (R9)
 	MOVSS X4, 4(R9)
+	RET
+
+// func dotQ8RowAVX2(codes *byte, x, scales *float32, groups, gs int) float32
+// Σ_g scales[g]·Σ_{j<gs} code_j·x[j] over groups groups of gs bytes, the scale folded into a vector accumulator.
+TEXT ·dotQ8RowAVX2(SB), NOSPLIT, $0-44
+	MOVQ codes+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ scales+16(FP), R9
+	MOVQ groups+24(FP), R10
+	MOVQ gs+32(FP), R11
+	VXORPS Y13, Y13, Y13
+
+e1group:
+	TESTQ R10, R10
+	JE    e1done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	XORQ   AX, AX
+
+e1loop:
+	VPMOVZXBD   (DI)(AX*1), Y8
+	VCVTDQ2PS   Y8, Y8
+	VPMOVZXBD   8(DI)(AX*1), Y9
+	VCVTDQ2PS   Y9, Y9
+	VFMADD231PS (SI)(AX*4), Y8, Y0
+	VFMADD231PS 32(SI)(AX*4), Y9, Y1
+	ADDQ        $16, AX
+	CMPQ        AX, R11
+	JLT         e1loop
+
+	VADDPS       Y1, Y0, Y0
+	VBROADCASTSS (R9), Y12
+	VFMADD231PS  Y12, Y0, Y13
+	ADDQ         $4, R9
+	ADDQ         R11, DI
+	LEAQ         (SI)(R11*4), SI
+	DECQ         R10
+	JMP          e1group
+
+e1done:
+	VEXTRACTF128 $1, Y13, X1
+	VADDPS       X1, X13, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+40(FP)
+	RET
+
+// func dotQ8Row2AVX2(codes *byte, x0, x1, scales *float32, groups, gs int, out *float32)
+// dotQ8RowAVX2 for two input rows sharing one decode of the codes; per row the same operations.
+TEXT ·dotQ8Row2AVX2(SB), NOSPLIT, $0-56
+	MOVQ codes+0(FP), DI
+	MOVQ x0+8(FP), SI
+	MOVQ x1+16(FP), R8
+	MOVQ scales+24(FP), R9
+	MOVQ groups+32(FP), R10
+	MOVQ gs+40(FP), R11
+	MOVQ out+48(FP), R14
+	VXORPS Y13, Y13, Y13
+	VXORPS Y14, Y14, Y14
+
+e2group:
+	TESTQ R10, R10
+	JE    e2done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	XORQ   AX, AX
+
+e2loop:
+	VPMOVZXBD   (DI)(AX*1), Y8
+	VCVTDQ2PS   Y8, Y8
+	VPMOVZXBD   8(DI)(AX*1), Y9
+	VCVTDQ2PS   Y9, Y9
+	VFMADD231PS (SI)(AX*4), Y8, Y0
+	VFMADD231PS 32(SI)(AX*4), Y9, Y1
+	VFMADD231PS (R8)(AX*4), Y8, Y4
+	VFMADD231PS 32(R8)(AX*4), Y9, Y5
+	ADDQ        $16, AX
+	CMPQ        AX, R11
+	JLT         e2loop
+
+	VBROADCASTSS (R9), Y12
+	VADDPS       Y1, Y0, Y0
+	VFMADD231PS  Y12, Y0, Y13
+	VADDPS       Y5, Y4, Y4
+	VFMADD231PS  Y12, Y4, Y14
+	ADDQ         $4, R9
+	ADDQ         R11, DI
+	LEAQ         (SI)(R11*4), SI
+	LEAQ         (R8)(R11*4), R8
+	DECQ         R10
+	JMP          e2group
+
+e2done:
+	VEXTRACTF128 $1, Y13, X1
+	VADDPS       X1, X13, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VEXTRACTF128 $1, Y14, X1
+	VADDPS       X1, X14, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VZEROUPPER
+	MOVSS X0, (R14)
+	MOVSS X4, 4(R14)
 	RET
