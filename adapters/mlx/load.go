@@ -1,0 +1,440 @@
+package mlx
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/higgs-go/higgs/adapters/hfmodel"
+	"github.com/higgs-go/higgs/adapters/quant"
+	"github.com/higgs-go/higgs/adapters/safetensors"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// loader resolves canonical tensor names (hfmodel.NormaliseName) against one store and uploads weights into
+// the arena graph. Every upload copies (mlx_array_new_data); nothing keeps a pointer into Go or mapped memory.
+type loader struct {
+	st     *safetensors.Store
+	cfg    *hfmodel.TextConfig
+	g      *graph
+	names  map[string]string
+	zeroCN bool
+}
+
+func newLoader(st *safetensors.Store, cfg *hfmodel.TextConfig, g *graph) (*loader, error) {
+	l := &loader{st: st, cfg: cfg, g: g, names: map[string]string{}}
+	for _, n := range st.Names() {
+		c, keep := hfmodel.NormaliseName(n)
+		if !keep {
+			st.MarkUsed(n)
+			continue
+		}
+		if prev, dup := l.names[c]; dup {
+			return nil, fmt.Errorf("tensors %q and %q both normalise to %q", prev, n, c)
+		}
+		l.names[c] = n
+	}
+	return l, nil
+}
+
+func (l *loader) has(c string) bool { _, ok := l.names[c]; return ok }
+
+func (l *loader) tensor(c string) (*safetensors.Tensor, error) {
+	n, ok := l.names[c]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q (canonical name) in %s", safetensors.ErrMissingTensor, c, l.st.Where())
+	}
+	return l.st.Tensor(n)
+}
+
+// linear loads canonical module c whose weight tensor is wname, with logical dims [out,in] or [E,out,in].
+func (l *loader) linear(wname, c string, dims ...int) (*linear, error) {
+	t, err := l.tensor(wname)
+	if err != nil {
+		return nil, err
+	}
+	in := dims[len(dims)-1]
+	lin := &linear{out: dims[len(dims)-2], in: in}
+	if !l.has(c + ".scales") {
+		if !sameInts(t.Shape, dims) {
+			return nil, fmt.Errorf("tensor %q: shape %v, want %v", t.Name, t.Shape, dims)
+		}
+		v, err := t.Float32()
+		if err != nil {
+			return nil, err
+		}
+		w := uploadF32(l.g, v, dims...)
+		perm := []int{1, 0}
+		if len(dims) == 3 {
+			perm = []int{0, 2, 1}
+		}
+		lin.wt = l.g.transpose(w, perm...)
+		return lin, l.g.err
+	}
+	sc, err := l.tensor(c + ".scales")
+	if err != nil {
+		return nil, err
+	}
+	bi, err := l.tensor(c + ".biases")
+	if err != nil {
+		return nil, fmt.Errorf("quantized %s: %w", c, err)
+	}
+	var s quant.Spec
+	if l.cfg.Quantization != nil {
+		sp, ok := l.cfg.Quantization.For(c)
+		if !ok {
+			return nil, fmt.Errorf("%s: stored quantized but config.json marks it not quantized", c)
+		}
+		s = sp
+	} else if n := len(t.Shape); n > 0 && len(sc.Shape) == n && sc.Shape[n-1] > 0 {
+		s = quant.Spec{Bits: t.Shape[n-1] * 32 / in, GroupSize: in / sc.Shape[n-1]}
+	}
+	if err := s.Validate(); err != nil {
+		return nil, fmt.Errorf("quantized %s: %w", c, err)
+	}
+	qOut, qIn, err := quant.CheckShapes(t.Shape, sc.Shape, bi.Shape, s)
+	if err != nil {
+		return nil, fmt.Errorf("quantized %s: %w", c, err)
+	}
+	if qIn != in || qOut != lin.out || !sameInts(t.Shape[:len(t.Shape)-1], dims[:len(dims)-1]) {
+		return nil, fmt.Errorf("quantized %s: weight %v (%s) is logical [.., %d, %d], want %v", c, t.Shape, s, qOut, qIn, dims)
+	}
+	codes, err := t.Uint32()
+	if err != nil {
+		return nil, err
+	}
+	scales, err := sc.Float32()
+	if err != nil {
+		return nil, err
+	}
+	biases, err := bi.Float32()
+	if err != nil {
+		return nil, err
+	}
+	l.st.MarkUsed(l.names[c+".scales"], l.names[c+".biases"])
+	lin.bits, lin.group = s.Bits, s.GroupSize
+	lin.w = uploadU32(l.g, codes, t.Shape...)
+	lin.scales = uploadF32(l.g, scales, sc.Shape...)
+	lin.biase = uploadF32(l.g, biases, bi.Shape...)
+	return lin, l.g.err
+}
+
+// fuse stacks a and b along the output axis into one linear (gate+up → one matmul). ok is false when their
+// storage differs (float vs quantized, or different bits/group), in which case the caller keeps them apart.
+func (l *loader) fuse(a, b *linear) (*linear, bool) {
+	if a.bits != b.bits || a.group != b.group || a.in != b.in {
+		return nil, false
+	}
+	g := l.g
+	f := &linear{out: a.out + b.out, in: a.in, bits: a.bits, group: a.group}
+	if a.quantized() {
+		ax := len(shapeOf(a.w)) - 2
+		f.w = g.concat(ax, a.w, b.w)
+		f.scales = g.concat(ax, a.scales, b.scales)
+		f.biase = g.concat(ax, a.biase, b.biase)
+	} else {
+		f.wt = g.concat(len(shapeOf(a.wt))-1, a.wt, b.wt)
+	}
+	return f, g.err == nil
+}
+
+func (l *loader) vector(c string, n int) ([]float32, error) {
+	t, err := l.tensor(c)
+	if err != nil {
+		return nil, err
+	}
+	if t.NumElements() != n {
+		return nil, fmt.Errorf("tensor %q: shape %v, want %d elements", t.Name, t.Shape, n)
+	}
+	return t.Float32()
+}
+
+func (l *loader) norm(c string, n int) (arr, error) {
+	v, err := l.vector(c, n)
+	if err != nil {
+		return 0, err
+	}
+	if l.zeroCN {
+		for i := range v {
+			v[i]++
+		}
+	}
+	return uploadF32(l.g, v, n), l.g.err
+}
+
+// zeroCentred mirrors the CPU loader's rule (MODEL-REFERENCE §2.2): hybrid HF checkpoints store norms as
+// (1+w); MLX conversions (conv1d [C,Kc,1], switch_mlp keys, a quantization key) have folded the 1 in.
+func (l *loader) zeroCentred(a *arch) bool {
+	if !l.cfg.Hybrid() || l.cfg.Quantization != nil {
+		return false
+	}
+	for c := range l.names {
+		if strings.Contains(c, ".switch_mlp.") {
+			return false
+		}
+	}
+	for i, k := range a.Kinds {
+		if k != ports.LayerRecurrent {
+			continue
+		}
+		if t, err := l.tensor(fmt.Sprintf("layers.%d.linear_attn.conv1d.weight", i)); err == nil && len(t.Shape) == 3 && t.Shape[2] == 1 && t.Shape[1] != 1 {
+			return false
+		}
+		break
+	}
+	return true
+}
+
+func (l *loader) load(a *arch) (*model, error) {
+	m := &model{arch: *a, arena: l.g}
+	l.zeroCN = l.zeroCentred(a)
+	H := a.Hidden
+	var err error
+	if m.embed, err = l.linear("embed_tokens.weight", "embed_tokens", a.Vocab, H); err != nil {
+		return nil, err
+	}
+	if !m.embed.quantized() {
+		// Rows are looked up in the [V,H] layout: transpose the view back.
+		m.embedF = l.g.transpose(m.embed.wt, 1, 0)
+	}
+	if l.cfg.TieWordEmbeddings {
+		m.lmHead = m.embed
+		if l.has("lm_head.weight") {
+			l.st.MarkUsed(l.names["lm_head.weight"])
+		}
+	} else if m.lmHead, err = l.linear("lm_head.weight", "lm_head", a.Vocab, H); err != nil {
+		return nil, err
+	}
+	if m.finalNorm, err = l.norm("norm.weight", H); err != nil {
+		return nil, err
+	}
+	m.layers = make([]layer, a.Layers)
+	for i := range m.layers {
+		if err := l.layer(a, i, &m.layers[i]); err != nil {
+			return nil, fmt.Errorf("layer %d: %w", i, err)
+		}
+	}
+	return m, l.g.err
+}
+
+func (l *loader) layer(a *arch, i int, ly *layer) error {
+	p := fmt.Sprintf("layers.%d.", i)
+	H := a.Hidden
+	ly.kind = a.Kinds[i]
+	var err error
+	if ly.inNorm, err = l.norm(p+"input_layernorm.weight", H); err != nil {
+		return err
+	}
+	if ly.postNorm, err = l.norm(p+"post_attention_layernorm.weight", H); err != nil {
+		return err
+	}
+	if ly.kind == ports.LayerAttention {
+		at := &attnWeights{}
+		qOut := a.Heads * a.HeadDim
+		if a.OutputGate {
+			qOut *= 2
+		}
+		q := p + "self_attn."
+		lin := func(name string, out, in int) (*linear, error) { return l.linear(q+name+".weight", q+name, out, in) }
+		if at.q, err = lin("q_proj", qOut, H); err != nil {
+			return err
+		}
+		if at.k, err = lin("k_proj", a.KVHeads*a.HeadDim, H); err != nil {
+			return err
+		}
+		if at.v, err = lin("v_proj", a.KVHeads*a.HeadDim, H); err != nil {
+			return err
+		}
+		if at.o, err = lin("o_proj", H, a.Heads*a.HeadDim); err != nil {
+			return err
+		}
+		if at.qNorm, err = l.norm(q+"q_norm.weight", a.HeadDim); err != nil {
+			return err
+		}
+		if at.kNorm, err = l.norm(q+"k_norm.weight", a.HeadDim); err != nil {
+			return err
+		}
+		ly.attn = at
+	} else if err := l.gdn(a, p+"linear_attn.", ly); err != nil {
+		return err
+	}
+	if a.MoE[i] {
+		return l.moe(a, p+"mlp.", ly)
+	}
+	ly.mlp, err = l.ffn(p+"mlp", a.Intermediate, H)
+	return err
+}
+
+func (l *loader) gdn(a *arch, q string, ly *layer) error {
+	H, Hv, Dv, C, Kc := a.Hidden, a.ValueHeads, a.ValueHeads*a.ValueDim, a.convDim(), a.ConvKernel
+	g := &gdnWeights{}
+	lin := func(name string, out, in int) (*linear, error) { return l.linear(q+name+".weight", q+name, out, in) }
+	var err error
+	if l.has(q + "in_proj_qkvz.weight") {
+		if g.qkvz, err = lin("in_proj_qkvz", C+Dv, H); err != nil {
+			return err
+		}
+		if g.ba, err = lin("in_proj_ba", 2*Hv, H); err != nil {
+			return err
+		}
+	} else {
+		if g.qkv, err = lin("in_proj_qkv", C, H); err != nil {
+			return err
+		}
+		if g.z, err = lin("in_proj_z", Dv, H); err != nil {
+			return err
+		}
+		if g.b, err = lin("in_proj_b", Hv, H); err != nil {
+			return err
+		}
+		if g.a, err = lin("in_proj_a", Hv, H); err != nil {
+			return err
+		}
+	}
+	t, err := l.tensor(q + "conv1d.weight")
+	if err != nil {
+		return err
+	}
+	if !sameInts(t.Shape, []int{C, 1, Kc}) && !sameInts(t.Shape, []int{C, Kc, 1}) {
+		return fmt.Errorf("%sconv1d.weight: shape %v, want [%d 1 %d] (HF) or [%d %d 1] (MLX)", q, t.Shape, C, Kc, C, Kc)
+	}
+	cv, err := t.Float32()
+	if err != nil {
+		return err
+	}
+	// Both layouts hold w[c·Kc + j]; store [Kc, C] so row j is one slice.
+	g.conv = l.g.transpose(uploadF32(l.g, cv, C, Kc), 1, 0)
+	aLog, err := l.vector(q+"A_log", Hv)
+	if err != nil {
+		return err
+	}
+	negA := make([]float32, Hv)
+	for i, v := range aLog {
+		negA[i] = float32(-math.Exp(float64(v))) // as the CPU backend: float64, rounded once
+	}
+	g.negA = uploadF32(l.g, negA, Hv)
+	dt, err := l.vector(q+"dt_bias", Hv)
+	if err != nil {
+		return err
+	}
+	g.dtBias = uploadF32(l.g, dt, Hv)
+	nw, err := l.vector(q+"norm.weight", a.ValueDim) // gated norm: plain weight, never zero-centred
+	if err != nil {
+		return err
+	}
+	g.norm = uploadF32(l.g, nw, a.ValueDim)
+	if g.out, err = lin("out_proj", H, Dv); err != nil {
+		return err
+	}
+	ly.gdn = g
+	return l.g.err
+}
+
+func (l *loader) ffn(base string, inter, h int) (*ffnWeights, error) {
+	gate, err := l.linear(base+".gate_proj.weight", base+".gate_proj", inter, h)
+	if err != nil {
+		return nil, err
+	}
+	up, err := l.linear(base+".up_proj.weight", base+".up_proj", inter, h)
+	if err != nil {
+		return nil, err
+	}
+	down, err := l.linear(base+".down_proj.weight", base+".down_proj", h, inter)
+	if err != nil {
+		return nil, err
+	}
+	gu, ok := l.fuse(gate, up)
+	if !ok {
+		return nil, fmt.Errorf("%s: gate_proj (%d-bit/g%d) and up_proj (%d-bit/g%d) are stored differently; this backend fuses them",
+			base, gate.bits, gate.group, up.bits, up.group)
+	}
+	return &ffnWeights{gateUp: gu, down: down, inter: inter}, nil
+}
+
+func (l *loader) moe(a *arch, p string, ly *layer) error {
+	H, E, I := a.Hidden, a.Experts, a.MoEIntermediate
+	mo := &moeWeights{}
+	var err error
+	if mo.router, err = l.linear(p+"gate.weight", p+"gate", E, H); err != nil {
+		return err
+	}
+	switch {
+	case l.has(p + "switch_mlp.gate_proj.weight"):
+		c := p + "switch_mlp."
+		gate, err := l.linear(c+"gate_proj.weight", c+"gate_proj", E, I, H)
+		if err != nil {
+			return err
+		}
+		up, err := l.linear(c+"up_proj.weight", c+"up_proj", E, I, H)
+		if err != nil {
+			return err
+		}
+		if mo.down, err = l.linear(c+"down_proj.weight", c+"down_proj", E, H, I); err != nil {
+			return err
+		}
+		var ok bool
+		if mo.gateUp, ok = l.fuse(gate, up); !ok {
+			return fmt.Errorf("%s: expert gate and up projections are stored differently", c)
+		}
+	case l.has(p+"experts.gate_up_proj") || l.has(p+"experts.gate_up_proj.weight"):
+		gu, dn := p+"experts.gate_up_proj", p+"experts.down_proj"
+		guName, dnName := gu, dn
+		if !l.has(gu) {
+			guName, dnName = gu+".weight", dn+".weight"
+		}
+		if mo.gateUp, err = l.linear(guName, gu, E, 2*I, H); err != nil {
+			return err
+		}
+		if mo.down, err = l.linear(dnName, dn, E, H, I); err != nil {
+			return err
+		}
+	default:
+		// HF per-expert tensors: stack them into [E,out,in] (float only; MLX checkpoints are stacked).
+		var gates, ups, downs []arr
+		for e := range E {
+			b := fmt.Sprintf("%sexperts.%d.", p, e)
+			for _, part := range []struct {
+				name    string
+				out, in int
+				dst     *[]arr
+			}{{"gate_proj", I, H, &gates}, {"up_proj", I, H, &ups}, {"down_proj", H, I, &downs}} {
+				x, err := l.linear(b+part.name+".weight", b+part.name, part.out, part.in)
+				if err != nil {
+					return err
+				}
+				if x.quantized() {
+					return fmt.Errorf("%s%s: quantized per-expert tensors are not supported (MLX checkpoints stack experts)", b, part.name)
+				}
+				*part.dst = append(*part.dst, l.g.expand(x.wt, 0))
+			}
+		}
+		gate := &linear{out: I, in: H, wt: l.g.concat(0, gates...)}
+		up := &linear{out: I, in: H, wt: l.g.concat(0, ups...)}
+		mo.down = &linear{out: H, in: I, wt: l.g.concat(0, downs...)}
+		mo.gateUp, _ = l.fuse(gate, up)
+	}
+	if a.SharedIn > 0 {
+		if mo.shared, err = l.ffn(p+"shared_expert", a.SharedIn, H); err != nil {
+			return err
+		}
+		if l.has(p + "shared_expert_gate.weight") {
+			if mo.sharedGate, err = l.linear(p+"shared_expert_gate.weight", p+"shared_expert_gate", 1, H); err != nil {
+				return err
+			}
+		}
+	}
+	ly.moe = mo
+	return l.g.err
+}
+
+func sameInts(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,161 @@
+package mlx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/rs/zerolog"
+
+	"github.com/higgs-go/higgs/adapters/hfmodel"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/safetensors"
+	"github.com/higgs-go/higgs/ports"
+)
+
+var _ ports.Target = (*Target)(nil)
+
+// ErrUnavailable is wrapped by every MLX entry point when libmlxc cannot be loaded or does not match; it
+// wraps errors.ErrUnsupported.
+var ErrUnavailable = mlxc.ErrUnavailable
+
+// Available loads libmlxc (once per process) and reports why the backend cannot run, or nil.
+func Available() error {
+	_, err := mlxc.Open()
+	return err
+}
+
+// LoadOptions tunes Load.
+type LoadOptions struct {
+	// ContextLength caps the session length below max_position_embeddings (0: the config's value).
+	ContextLength int
+	// Logger receives load-time information; the zero value logs nothing.
+	Logger zerolog.Logger
+}
+
+// Target is a target model whose weights live in MLX arrays. It is safe for concurrent use (every MLX call
+// runs on the backend's one MLX thread); sessions are not.
+type Target struct {
+	rt   *mlxc.Runtime
+	m    *model
+	cfg  *hfmodel.TextConfig
+	info ports.ModelInfo
+}
+
+// Load reads a model directory (config.json, generation_config.json, safetensors) with the same parsers as the
+// CPU backend and uploads every weight into MLX (by copy; the checkpoint mapping is closed before returning).
+// Missing and unexpected tensors are errors naming them.
+func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rt, err := mlxc.Open()
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	cfg, err := hfmodel.LoadConfig(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	gen, err := hfmodel.LoadGenerationConfig(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	a, err := archFromConfig(cfg, opts.ContextLength)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	st, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	var m *model
+	err = rt.Do(func() error {
+		arena := newGraph(rt, "mlx load")
+		l, err := newLoader(st, cfg, arena)
+		if err == nil {
+			m, err = l.load(&a)
+		}
+		if err == nil {
+			if un := st.Unused(); len(un) > 0 {
+				err = fmt.Errorf("unexpected tensors in checkpoint (%d): %v", len(un), head(un, 20))
+			}
+		}
+		if err == nil {
+			arena.eval(arena.tmp...)
+			err = arena.err
+		}
+		if err != nil {
+			arena.release()
+			m = nil
+		}
+		return err
+	})
+	err = errors.Join(err, st.Close())
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	t := &Target{rt: rt, m: m, cfg: cfg, info: ports.ModelInfo{
+		Name: filepath.Clean(dir), Architecture: cfg.ModelType, VocabSize: a.Vocab, HiddenSize: a.Hidden,
+		ContextLength: a.ContextLength, LayerKinds: append([]ports.LayerKind(nil), a.Kinds...),
+		EOSTokens: mergeEOS(gen.EOSTokenIDs, cfg.EOSTokenIDs),
+	}}
+	opts.Logger.Debug().Str("dir", dir).Str("model_type", cfg.ModelType).Int("layers", a.Layers).Msg("mlx target loaded")
+	return t, nil
+}
+
+func head(s []string, n int) []string {
+	if len(s) > n {
+		return append(s[:n:n], fmt.Sprintf("… and %d more", len(s)-n))
+	}
+	return s
+}
+
+func mergeEOS(lists ...[]int32) []ports.Token {
+	var out []ports.Token
+	seen := map[int32]bool{}
+	for _, l := range lists {
+		for _, id := range l {
+			if !seen[id] {
+				seen[id] = true
+				out = append(out, id)
+			}
+		}
+	}
+	return out
+}
+
+// Info describes the model (see ports.Target).
+func (t *Target) Info() ports.ModelInfo { return t.info }
+
+// Config returns the parsed config (shared; do not modify).
+func (t *Target) Config() *hfmodel.TextConfig { return t.cfg }
+
+// NewSession opens an empty session tapping tapLayers (each in [0, layers)).
+func (t *Target) NewSession(ctx context.Context, tapLayers []int) (ports.Session, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if t.m == nil {
+		return nil, errors.New("mlx new session: target is closed")
+	}
+	s, err := t.newSession(tapLayers)
+	if err != nil {
+		return nil, fmt.Errorf("mlx new session: %w", err)
+	}
+	return s, nil
+}
+
+// Close frees the weights. Sessions of the target must be closed first.
+func (t *Target) Close() error {
+	if t.m == nil {
+		return nil
+	}
+	m := t.m
+	t.m = nil
+	return t.rt.Do(func() error {
+		m.arena.release()
+		return nil
+	})
+}
