@@ -42,6 +42,17 @@ func Tokenize(ctx context.Context, opts TokenizeOptions) (TokenizeResult, error)
 	if (opts.Text == nil) == (opts.ChatFile == "") {
 		return TokenizeResult{}, errors.New("tokenize: give exactly one of text and chat file")
 	}
+	// Cheap input checks come before loading the (large) tokenizer.
+	var (
+		messages []ports.ChatMessage
+		tools    []byte
+	)
+	if opts.Text == nil {
+		var err error
+		if messages, tools, err = readChatFile(opts.ChatFile); err != nil {
+			return TokenizeResult{}, fmt.Errorf("tokenize: %w", err)
+		}
+	}
 	tok, err := tokenizer.Load(opts.TokenizerDir)
 	if err != nil {
 		return TokenizeResult{}, fmt.Errorf("tokenize: %w", err)
@@ -55,10 +66,6 @@ func Tokenize(ctx context.Context, opts TokenizeOptions) (TokenizeResult, error)
 			return TokenizeResult{}, fmt.Errorf("tokenize: %w", err)
 		}
 		return TokenizeResult{IDs: nonNil(ids)}, nil
-	}
-	messages, tools, err := readChatFile(opts.ChatFile)
-	if err != nil {
-		return TokenizeResult{}, fmt.Errorf("tokenize: %w", err)
 	}
 	tmpl, err := chattemplate.Load(opts.TokenizerDir)
 	if err != nil {
