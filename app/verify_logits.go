@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/higgs-go/higgs/adapters/cpu"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -42,6 +43,9 @@ func forwardLogits(ctx context.Context, t ports.Target, tokens []ports.Token, ta
 	defer sess.Close()
 	rl, ok := sess.(RawLogitsSession)
 	if !ok {
+		if ct, isCPU := t.(*cpu.Target); isCPU {
+			return cpuTapLogits(ctx, ct, tokens, tapLayers)
+		}
 		return nil, nil, fmt.Errorf("session %T: %w", sess, ErrNoRawLogits)
 	}
 	fr, flat, err := rl.ForwardLogits(ctx, tokens, ports.ForwardOptions{Taps: len(tapLayers) > 0})

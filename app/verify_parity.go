@@ -26,7 +26,7 @@ type ParityOptions struct {
 	MaxAbs    float64
 	Margin    float64
 	TapAbs    float64
-	// ReplayAbs bounds the logit difference after tape replay vs snapshot + recompute (0: bit-exact).
+	// ReplayAbs bounds the probability difference after tape replay vs snapshot + recompute (0: bit-exact).
 	ReplayAbs float64
 }
 
@@ -37,8 +37,8 @@ type ParitySide struct {
 }
 
 // ReplayCheck is the recurrent-rollback check of one side: a block is verified with a tape, rolled back to n
-// committed positions by tape replay and, separately, by snapshot + recompute; the logits of the following
-// forward must agree.
+// committed positions by tape replay and, separately, by snapshot + recompute; the next-token distributions
+// (T = 1) of the following forward must agree: MaxAbs is the largest probability difference.
 type ReplayCheck struct {
 	Supported bool    `json:"supported"`
 	Recurrent bool    `json:"recurrent"`
@@ -226,13 +226,22 @@ func replayCheck(ctx context.Context, t ports.Target, o ParityOptions) (ReplayCh
 		}
 		return s, nil
 	}
-	next := func(s ports.Session, tok ports.Token) ([]float32, error) {
-		rl, ok := s.(RawLogitsSession)
-		if !ok {
-			return nil, ErrNoRawLogits
+	// The next position's distribution (T = 1, no truncation) reflects every layer's state and is available
+	// on every backend.
+	vocab := t.Info().VocabSize
+	next := func(s ports.Session, tok ports.Token) ([]float64, error) {
+		fr, err := s.Forward(ctx, []ports.Token{tok}, ports.ForwardOptions{Rows: 1, Sampling: &ports.SamplingParams{Temperature: 1}})
+		if err != nil {
+			return nil, err
 		}
-		_, l, err := rl.ForwardLogits(ctx, []ports.Token{tok}, ports.ForwardOptions{Rows: 1})
-		return l, err
+		if len(fr.Dists) != 1 {
+			return nil, fmt.Errorf("forward returned %d distributions, want 1", len(fr.Dists))
+		}
+		p := make([]float64, vocab)
+		for v := range p {
+			p[v] = fr.Dists[0].Prob(ports.Token(v))
+		}
+		return p, nil
 	}
 	for n := 1; n < len(blk); n++ {
 		rs, err := open()
@@ -257,7 +266,7 @@ func replayCheck(ctx context.Context, t ports.Target, o ParityOptions) (ReplayCh
 		if err == nil {
 			err = tr.ReplayTape(ctx, fr.Tape, n)
 		}
-		var lr []float32
+		var lr []float64
 		if err == nil {
 			lr, err = next(rs, blk[n])
 		}
@@ -269,7 +278,7 @@ func replayCheck(ctx context.Context, t ports.Target, o ParityOptions) (ReplayCh
 		if err != nil {
 			return rc, err
 		}
-		var lc []float32
+		var lc []float64
 		snap, err := cs.Snapshot()
 		if err == nil {
 			_, err = cs.Forward(ctx, blk, ports.ForwardOptions{Rows: 1})
@@ -292,7 +301,7 @@ func replayCheck(ctx context.Context, t ports.Target, o ParityOptions) (ReplayCh
 		}
 		rc.Cases++
 		for i := range lr {
-			rc.MaxAbs = max(rc.MaxAbs, math.Abs(float64(lr[i])-float64(lc[i])))
+			rc.MaxAbs = max(rc.MaxAbs, math.Abs(lr[i]-lc[i]))
 		}
 	}
 	rc.Pass = rc.MaxAbs <= o.ReplayAbs

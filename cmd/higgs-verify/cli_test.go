@@ -224,3 +224,38 @@ func TestAutoBackendFallsBack(t *testing.T) {
 	oneJSON(t, r.stdout, &g)
 	assert.Len(t, g.Tokens, 2)
 }
+
+func TestLogitsCommand(t *testing.T) {
+	r := runCLI(t, "logits", "--model", fixtures.hybrid, "--tokens", "17,25,3", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var out struct {
+		Model   string      `json:"model"`
+		Backend string      `json:"backend"`
+		Tokens  []int32     `json:"tokens"`
+		Logits  [][]float32 `json:"logits"`
+	}
+	oneJSON(t, r.stdout, &out)
+	assert.Equal(t, "cpu", out.Backend)
+	assert.Equal(t, []int32{17, 25, 3}, out.Tokens)
+	require.Len(t, out.Logits, 3)
+	for _, row := range out.Logits {
+		assert.Len(t, row, 64)
+	}
+}
+
+func TestParityCommand(t *testing.T) {
+	r := runCLI(t, "parity", "--model", fixtures.hybrid, "--draft", fixtures.drafter, "--tokens", "1,2,3,4,5",
+		"--a", "cpu", "--b", "cpu", "--b-threads", "1", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var out map[string]any
+	oneJSON(t, r.stdout, &out)
+	assert.Equal(t, true, out["pass"])
+	for _, k := range []string{"max_abs", "max_rel", "argmax_agree", "tap_max_abs", "continuation_match", "replay_a", "replay_b"} {
+		assert.Contains(t, out, k)
+	}
+	// Two different weight sets fail the check: exit 1, the JSON still printed.
+	r = runCLI(t, "parity", "--model", fixtures.hybrid, "--b-model", fixtures.dense, "--tokens", "1,2,3", "--a", "cpu", "--b", "cpu", "--json")
+	assert.Equal(t, 1, r.code, r.stderr)
+	oneJSON(t, r.stdout, &out)
+	assert.Equal(t, false, out["pass"])
+}

@@ -332,7 +332,7 @@ func (c *cli) parityCmd() *cobra.Command {
 	fs.Float64Var(&o.MaxAbs, "max-abs", app.DefaultParityMaxAbs, "tolerance: max |Δlogit|")
 	fs.Float64Var(&o.Margin, "margin", app.DefaultParityMargin, "argmax must agree where A's top-2 margin exceeds this")
 	fs.Float64Var(&o.TapAbs, "tap-abs", app.DefaultParityTapAbs, "tolerance: max |Δ| of tapped hidden states")
-	fs.Float64Var(&o.ReplayAbs, "replay-abs", 0, "tolerance: max |Δlogit| after tape replay vs recompute (0: bit-exact)")
+	fs.Float64Var(&o.ReplayAbs, "replay-abs", 0, "tolerance: max |Δp| of the next-token distribution after tape replay vs recompute (0: bit-exact)")
 	return cmd
 }
 

@@ -1,0 +1,117 @@
+package app
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/adapters/cpu/dflash/dflashtest"
+	"github.com/higgs-go/higgs/ports"
+)
+
+const goldenDir = "../testdata/goldens"
+
+// TestLogitsMatchTransformers: `higgs-verify logits` reproduces the transformers goldens (one fresh forward over
+// the whole prompt, every position) within 1e-3 on every case, and its argmax agrees with the session's
+// greedy tokens.
+func TestLogitsMatchTransformers(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(goldenDir, "index.json"))
+	if os.IsNotExist(err) {
+		t.Skip("testdata/goldens is absent")
+	}
+	require.NoError(t, err)
+	var idx struct {
+		Cases []struct {
+			Dir string `json:"dir"`
+			OK  bool   `json:"ok"`
+		} `json:"cases"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &idx))
+	for _, c := range idx.Cases {
+		if !c.OK || c.Dir == "" {
+			continue
+		}
+		t.Run(c.Dir, func(t *testing.T) {
+			dir := filepath.Join(goldenDir, c.Dir)
+			raw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
+			require.NoError(t, err)
+			var g struct {
+				Prompt []ports.Token `json:"prompt"`
+				Logits struct {
+					File  string `json:"file"`
+					Shape []int  `json:"shape"`
+				} `json:"logits"`
+			}
+			require.NoError(t, json.Unmarshal(raw, &g))
+			b, err := os.ReadFile(filepath.Join(dir, g.Logits.File))
+			require.NoError(t, err)
+			T, V := g.Logits.Shape[0], g.Logits.Shape[1]
+			require.Len(t, b, 4*T*V)
+			m := load(t, dir, NoDraftName)
+			res, err := Logits(t.Context(), m, g.Prompt)
+			require.NoError(t, err)
+			require.Len(t, res.Logits, T)
+			var maxErr float64
+			for i := range T {
+				require.Len(t, res.Logits[i], V)
+				for v := range V {
+					want := math.Float32frombits(binary.LittleEndian.Uint32(b[4*(i*V+v):]))
+					maxErr = max(maxErr, math.Abs(float64(res.Logits[i][v]-want)))
+				}
+			}
+			assert.LessOrEqual(t, maxErr, 1e-3, "max |Δlogit|")
+			checkArgmaxAgainstGreedy(t, m, g.Prompt, res.Logits)
+		})
+	}
+}
+
+func checkArgmaxAgainstGreedy(t *testing.T, m *Models, prompt []ports.Token, logits [][]float32) {
+	t.Helper()
+	sess, err := m.Target.NewSession(t.Context(), nil)
+	require.NoError(t, err)
+	defer sess.Close()
+	fr, err := sess.Forward(t.Context(), prompt, ports.ForwardOptions{})
+	require.NoError(t, err)
+	for i, row := range logits {
+		b, _ := top2(row)
+		assert.Equal(t, fr.Greedy[i], ports.Token(b), "position %d", i)
+	}
+}
+
+func TestParityCPU(t *testing.T) {
+	hybrid := writeTarget(t, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 21})
+	drafter := writeDrafter(t, dflashtest.DrafterSpec{Seed: 22, Taps: []int{0, 2}, Mask: 60, BlockSize: 8})
+	a := load(t, hybrid, drafter)
+	b, err := LoadModels(t.Context(), ModelConfig{Model: hybrid, Draft: drafter, Threads: 1}, zerolog.Nop(), nil)
+	require.NoError(t, err)
+	defer b.Close()
+	prompt := []ports.Token{3, 1, 4, 1, 5, 9, 2, 6}
+	res, err := Parity(t.Context(), a, b, ParityOptions{Prompt: prompt})
+	require.NoError(t, err)
+	assert.True(t, res.Pass)
+	assert.Zero(t, res.MaxAbs, "same weights, different worker counts: bit-identical")
+	assert.Zero(t, res.TapMaxAbs)
+	assert.Equal(t, res.ArgmaxChecked, res.ArgmaxAgree)
+	assert.True(t, res.ReplayA.Supported)
+	assert.True(t, res.ReplayA.Recurrent)
+	assert.Positive(t, res.ReplayA.Cases)
+	assert.Zero(t, res.ReplayA.MaxAbs, "tape replay is bit-exact with recompute")
+	assert.Equal(t, []int{0, 2}, res.TapLayers)
+
+	other := load(t, writeTarget(t, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 23}), NoDraftName)
+	res, err = Parity(t.Context(), a, other, ParityOptions{Prompt: prompt})
+	require.ErrorIs(t, err, ErrCheckFailed)
+	assert.False(t, res.Pass)
+	assert.NotEmpty(t, res.Failures)
+
+	dense := load(t, writeTarget(t, dflashtest.TargetSpec{Family: "qwen3", Seed: 23}), NoDraftName)
+	_, err = Parity(t.Context(), dense, dense, ParityOptions{Prompt: prompt})
+	require.NoError(t, err, "attention-only targets skip the replay check")
+}
