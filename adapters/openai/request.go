@@ -94,7 +94,9 @@ func decodeJSON(body []byte, v any) error {
 	case errors.As(err, &typ) && typ.Field == "":
 		return badRequest("", "the request body must be a JSON object, not %s", typ.Value)
 	case errors.As(err, &typ):
-		return badRequest(typ.Field, "%s must be %s, not %s", typ.Field, jsonKind(typ.Type.Kind().String()), typ.Value)
+		// Fields of the embedded params struct are reported as "params.x"; clients know them as "x".
+		field := strings.TrimPrefix(typ.Field, "params.")
+		return badRequest(field, "%s must be %s, not %s", field, jsonKind(typ.Type.Kind().String()), typ.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return badRequest("", "the request body is truncated JSON")
 	}
@@ -197,9 +199,12 @@ func parsePrompt(raw json.RawMessage) (string, error) {
 	if err := json.Unmarshal(raw, &arr); err != nil {
 		return "", badRequest("prompt", "prompt must be a string or an array of one string")
 	}
+	var num json.Number
 	switch {
 	case len(arr) == 0:
 		return "", badRequest("prompt", "prompt must not be an empty array")
+	case json.Unmarshal(arr[0], &num) == nil, bytes.HasPrefix(bytes.TrimSpace(arr[0]), []byte("[")):
+		return "", unsupported("prompt", "token-id prompts are not served; send text")
 	case len(arr) > 1:
 		return "", unsupported("prompt", "batched prompts (an array of several) are not served; send one request per prompt")
 	}
