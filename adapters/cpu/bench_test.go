@@ -114,8 +114,8 @@ func syntheticTarget(format string, threads int) (*Target, int) {
 	return newTarget(m, &hfmodel.TextConfig{ModelType: "synthetic"}), params
 }
 
-// BenchmarkTarget measures a decode step (1 token) and a 16-token verify step (with tape) after a 64-token
-// prefix, on the synthetic ~100M hybrid in f32, bf16 and 4-bit. Each iteration restores the prefix state first
+// BenchmarkTarget measures a decode step (1 token), a 16-token verify step (with tape) after a 64-token prefix
+// and a 512-token prefill, on the synthetic ~100M hybrid in f32, bf16 and 4-bit. Each iteration restores the prefix state first
 // (a ~1.6 MB copy, negligible next to the weights).
 //
 //	go test -run '^$' -bench Target -benchtime 10x ./adapters/cpu
@@ -165,5 +165,22 @@ func BenchmarkTarget(b *testing.B) {
 				b.ReportMetric(float64(params)/1e6, "Mparams")
 			})
 		}
+		b.Run(format+"/prefill512", func(b *testing.B) {
+			prompt := make([]ports.Token, 512)
+			for i := range prompt {
+				prompt[i] = ports.Token(i * 101 % tg.m.arch.Vocab)
+			}
+			for b.Loop() {
+				ps, err := tg.NewSession(b.Context(), nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := ps.Forward(b.Context(), prompt, ports.ForwardOptions{Rows: 1}); err != nil {
+					b.Fatal(err)
+				}
+				_ = ps.Close()
+			}
+			b.ReportMetric(float64(len(prompt))/(b.Elapsed().Seconds()/float64(b.N)), "tok/s")
+		})
 	}
 }

@@ -297,8 +297,8 @@ func TestPoolCoversRange(t *testing.T) {
 	}
 }
 
-// The bf16 path handles lengths that are not a multiple of the vector width.
-func TestBF16Tails(t *testing.T) {
+// The f32 and bf16 paths handle lengths that are not a multiple of the vector width, alone and in row pairs.
+func TestVectorTails(t *testing.T) {
 	bothPaths(t, func(t *testing.T) {
 		r := rand.New(rand.NewPCG(11, 12))
 		for _, in := range []int{1, 7, 31, 33, 70} {
@@ -309,14 +309,30 @@ func TestBF16Tails(t *testing.T) {
 				bf[i] = F32ToBF16(v)
 				ref[i] = float64(BF16ToF32(bf[i]))
 			}
-			l, err := NewBF16(3, in, bf)
+			lb, err := NewBF16(3, in, bf)
 			require.NoError(t, err)
-			x := randVec(r, 2*in, 1)
-			got := make([]float32, 6)
-			l.Forward(got, x, 2)
-			want, mag := naive(ref, x, 2, 3, in)
-			for i := range got {
-				assert.InDelta(t, want[i], float64(got[i]), 1e-6*mag[i]+1e-7, "in %d elem %d", in, i)
+			lf, err := NewF32(3, in, w32)
+			require.NoError(t, err)
+			ref32 := make([]float64, len(w32))
+			for i, v := range w32 {
+				ref32[i] = float64(v)
+			}
+			x := randVec(r, 3*in, 1)
+			for _, c := range []struct {
+				l   *Linear
+				ref []float64
+			}{{lb, ref}, {lf, ref32}} {
+				for _, rows := range []int{1, 2, 3} {
+					got := make([]float32, 3*rows)
+					c.l.Forward(got, x, rows)
+					want, mag := naive(c.ref, x, rows, 3, in)
+					for i := range got {
+						assert.InDelta(t, want[i], float64(got[i]), 1e-6*mag[i]+1e-7, "%v in %d rows %d elem %d", c.l.Format(), in, rows, i)
+					}
+					one := make([]float32, 3)
+					c.l.Forward(one, x[(rows-1)*in:rows*in], 1)
+					assertBits(t, got[(rows-1)*3:], one, "%v in %d last row alone", c.l.Format(), in)
+				}
 			}
 		}
 	})
