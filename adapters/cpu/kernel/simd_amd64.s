@@ -206,7 +206,7 @@ TEXT ·dotQ4Row2AVX2(SB), NOSPLIT, $0-72
 	MOVQ scales+40(FP), R9
 	MOVQ groups+48(FP), R10
 	MOVQ gb+56(FP), R11
-	MOVQ out+64(FP), R14
+	MOVQ out+64(FP), DX
 	MOVL $0x0f, BX
 	VMOVD BX, X15
 	VPBROADCASTD X15, Y15
@@ -277,8 +277,8 @@ r2done:
 	VHADDPS      X4, X4, X4
 	VHADDPS      X4, X4, X4
 	VZEROUPPER
-	MOVSS X0, (R14)
-	MOVSS X4, 4(R14)
+	MOVSS X0, (DX)
+	MOVSS X4, 4(DX)
 	RET
 
 // func dotF32AVX2(x, w *float32, n int) float32
@@ -455,7 +455,7 @@ TEXT ·dotQ8Row2AVX2(SB), NOSPLIT, $0-56
 	MOVQ scales+24(FP), R9
 	MOVQ groups+32(FP), R10
 	MOVQ gs+40(FP), R11
-	MOVQ out+48(FP), R14
+	MOVQ out+48(FP), DX
 	VXORPS Y13, Y13, Y13
 	VXORPS Y14, Y14, Y14
 
@@ -503,6 +503,6 @@ e2done:
 	VHADDPS      X4, X4, X4
 	VHADDPS      X4, X4, X4
 	VZEROUPPER
-	MOVSS X0, (R14)
-	MOVSS X4, 4(R14)
+	MOVSS X0, (DX)
+	MOVSS X4, 4(DX)
 	RET
