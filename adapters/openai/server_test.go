@@ -1,0 +1,231 @@
+package openai
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/higgs-go/higgs/ports"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+// scripted is a ports.Generator that emits fixed events and returns a fixed result or error.
+type scripted struct {
+	events []ports.GenerateEvent
+	res    ports.GenerateResult
+	err    error // returned after the events
+	ready  bool
+	got    ports.GenerateRequest
+}
+
+func (s *scripted) Models() []ports.ModelCard {
+	return []ports.ModelCard{{ID: "toy", Created: 1700000000, OwnedBy: "higgs"}}
+}
+
+func (s *scripted) Ready() bool { return s.ready }
+
+func (s *scripted) Generate(_ context.Context, req ports.GenerateRequest, emit func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
+	s.got = req
+	for _, ev := range s.events {
+		if err := emit(ev); err != nil {
+			return s.res, err
+		}
+	}
+	return s.res, s.err
+}
+
+var goldenResult = ports.GenerateResult{Model: "toy", PromptTokens: 5, CompletionTokens: 7, FinishReason: "stop",
+	Spec:    ports.SpecUsage{Rounds: 3, Drafted: 9, Accepted: 4, Tau: 7.0 / 3, AcceptedPerPosition: []int{2, 1, 1}},
+	Content: "Hello, world!\n", Reasoning: "hmm"}
+
+func newTestServer(gen ports.Generator) *Server {
+	return New(gen, Options{Log: zerolog.Nop(), Now: func() time.Time { return time.Unix(1700000000, 0) },
+		NewID: func() string { return "test" }})
+}
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name+".golden")
+	if *update {
+		require.NoError(t, os.MkdirAll("testdata", 0o755))
+		require.NoError(t, os.WriteFile(path, got, 0o644))
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run go test -update to create %s", path)
+	assert.Equal(t, string(want), string(got), "transcript differs from %s (go test -update rewrites it)", path)
+}
+
+func TestGoldenTranscripts(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	events := []ports.GenerateEvent{{Reasoning: "hmm"}, {Content: "Hello, "}, {Content: "world!\n"}}
+	cases := []struct {
+		name   string
+		path   string
+		body   string
+		events []ports.GenerateEvent
+		err    error
+	}{
+		{"chat_stream_usage", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stream":true,"stream_options":{"include_usage":true}}`, events, nil},
+		{"chat_stream", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stream":true}`, events[1:], nil},
+		{"chat", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`, events, nil},
+		{"completion_stream_usage", "/v1/completions", `{"prompt":"hi","stream":true,"stream_options":{"include_usage":true}}`, events[1:], nil},
+		{"completion", "/v1/completions", `{"prompt":"hi"}`, events[1:], nil},
+		{"chat_stream_error_midway", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stream":true}`, events[1:2], errors.New("engine exploded")},
+		{"chat_stream_busy", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stream":true}`, nil, ports.ErrBusy},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			res := goldenResult
+			if c.path == "/v1/completions" {
+				res.Reasoning = ""
+			}
+			gen := &scripted{events: c.events, res: res, err: c.err, ready: true}
+			rec := httptest.NewRecorder()
+			newTestServer(gen).ServeHTTP(rec, httptest.NewRequest("POST", c.path, strings.NewReader(c.body)))
+			var buf bytes.Buffer
+			buf.WriteString(rec.Result().Status + "\n")
+			for _, h := range []string{"Content-Type", "Retry-After", "Cache-Control"} {
+				if v := rec.Header().Get(h); v != "" {
+					buf.WriteString(h + ": " + v + "\n")
+				}
+			}
+			buf.WriteString("\n")
+			buf.Write(rec.Body.Bytes())
+			golden(t, c.name, buf.Bytes())
+		})
+	}
+}
+
+func TestHealthLoading(t *testing.T) {
+	gen := &scripted{}
+	s := newTestServer(gen)
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "/health", nil))
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.JSONEq(t, `{"status":"loading"}`, rec.Body.String())
+	gen.ready = true
+	rec = httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "/health", nil))
+	assert.Equal(t, http.StatusOK, rec.Code)
+}
+
+// failingWriter fails every write after the first n bytes, like a client that went away.
+type failingWriter struct {
+	http.ResponseWriter
+	n int
+}
+
+func (w *failingWriter) Write(b []byte) (int, error) {
+	if w.n <= 0 {
+		return 0, errors.New("broken pipe")
+	}
+	w.n -= len(b)
+	return len(b), nil
+}
+
+func TestStreamWriteFailureStopsGeneration(t *testing.T) {
+	gen := &scripted{events: []ports.GenerateEvent{{Content: "a"}, {Content: "b"}, {Content: "c"}}, res: goldenResult, ready: true}
+	w := &failingWriter{ResponseWriter: httptest.NewRecorder(), n: 1}
+	newTestServer(gen).ServeHTTP(w, httptest.NewRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x","stream":true}`)))
+	// The scripted generator returns at the first failing emit; the handler must not have sent more.
+	assert.LessOrEqual(t, w.n, 0)
+}
+
+// parseSSE splits a transcript into its data payloads, failing on anything that is not a data line or the
+// blank line ending an event.
+func parseSSE(t testing.TB, body []byte) []string {
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(body))
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	expectBlank := false
+	for sc.Scan() {
+		line := sc.Text()
+		if expectBlank {
+			if line != "" {
+				t.Fatalf("event not followed by a blank line: %q", line)
+			}
+			expectBlank = false
+			continue
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			t.Fatalf("not a data line: %q", line)
+		}
+		out = append(out, data)
+		expectBlank = true
+	}
+	return out
+}
+
+// FuzzSSEWriter streams arbitrary text pieces and checks the transcript is well-formed SSE whose deltas
+// add up to the text, ending with [DONE].
+func FuzzSSEWriter(f *testing.F) {
+	f.Add("hello", "\n\ndata: [DONE]\n\n", "\r\x00\u2028é")
+	f.Add("", "a", "")
+	f.Fuzz(func(t *testing.T, a, b, c string) {
+		pieces := []string{a, b, c}
+		var evs []ports.GenerateEvent
+		for _, p := range pieces {
+			evs = append(evs, ports.GenerateEvent{Content: p})
+		}
+		res := goldenResult
+		res.Reasoning = ""
+		gen := &scripted{events: evs, res: res, ready: true}
+		rec := httptest.NewRecorder()
+		newTestServer(gen).ServeHTTP(rec, httptest.NewRequest("POST", "/v1/chat/completions",
+			strings.NewReader(`{"messages":[{"role":"user","content":"x"}],"stream":true}`)))
+		data := parseSSE(t, rec.Body.Bytes())
+		if len(data) == 0 || data[len(data)-1] != "[DONE]" {
+			t.Fatalf("stream does not end with [DONE]: %q", data)
+		}
+		var got strings.Builder
+		for _, d := range data[:len(data)-1] {
+			var ch ChatChunk
+			if err := json.Unmarshal([]byte(d), &ch); err != nil {
+				t.Fatalf("event is not a chunk: %v: %q", err, d)
+			}
+			for _, c := range ch.Choices {
+				if c.Delta.Content != nil {
+					got.WriteString(*c.Delta.Content)
+				}
+			}
+		}
+		want := strings.ToValidUTF8(a+b+c, "\uFFFD")
+		if got.String() != want {
+			t.Fatalf("deltas add up to %q, want %q", got.String(), want)
+		}
+	})
+}
+
+func TestMetricsEndpoint(t *testing.T) {
+	gen := &scripted{res: goldenResult, ready: true}
+	s := newTestServer(gen)
+	s.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x"}`)))
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body, _ := io.ReadAll(rec.Body)
+	for _, want := range []string{
+		"higgs_spec_decode_num_drafts_total 3", "higgs_spec_decode_num_draft_tokens_total 9",
+		"higgs_spec_decode_num_accepted_tokens_total 4", `higgs_spec_decode_num_accepted_tokens_per_pos_total{position="2"} 1`,
+		"higgs_prompt_tokens_total 5", "higgs_generation_tokens_total 7",
+	} {
+		assert.Contains(t, string(body), want)
+	}
+}
