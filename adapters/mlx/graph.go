@@ -359,6 +359,9 @@ func (g *graph) eval(as ...arr) {
 	v := mlxc.VectorArrayNew()
 	defer mlxc.VectorArrayFree(v)
 	for _, a := range as {
+		if a == 0 {
+			continue
+		}
 		if rc := mlxc.VectorArrayAppendValue(v, a); rc != 0 {
 			g.done("vector_append", rc, 0)
 			return

@@ -15,14 +15,15 @@ import (
 // the arena graph. Every upload copies (mlx_array_new_data); nothing keeps a pointer into Go or mapped memory.
 type loader struct {
 	st     *safetensors.Store
-	cfg    *hfmodel.TextConfig
+	cfg    *hfmodel.TextConfig // nil for a drafter
+	quant  *hfmodel.Quantization
 	g      *graph
 	names  map[string]string
 	zeroCN bool
 }
 
-func newLoader(st *safetensors.Store, cfg *hfmodel.TextConfig, g *graph) (*loader, error) {
-	l := &loader{st: st, cfg: cfg, g: g, names: map[string]string{}}
+func newLoader(st *safetensors.Store, cfg *hfmodel.TextConfig, q *hfmodel.Quantization, g *graph) (*loader, error) {
+	l := &loader{st: st, cfg: cfg, quant: q, g: g, names: map[string]string{}}
 	for _, n := range st.Names() {
 		c, keep := hfmodel.NormaliseName(n)
 		if !keep {
@@ -80,8 +81,8 @@ func (l *loader) linear(wname, c string, dims ...int) (*linear, error) {
 		return nil, fmt.Errorf("quantized %s: %w", c, err)
 	}
 	var s quant.Spec
-	if l.cfg.Quantization != nil {
-		sp, ok := l.cfg.Quantization.For(c)
+	if l.quant != nil {
+		sp, ok := l.quant.For(c)
 		if !ok {
 			return nil, fmt.Errorf("%s: stored quantized but config.json marks it not quantized", c)
 		}

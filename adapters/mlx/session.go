@@ -583,8 +583,8 @@ func (t *Taps) Detach() ports.Taps {
 	return d
 }
 
-// Float32 copies the first Rows() rows to Go memory (row-major, width = len(tapLayers)·HiddenSize).
-func (t *Taps) Float32() (data []float32, rows, width int, err error) {
+// Read copies the first Rows() rows to Go memory (row-major, width = len(tapLayers)·HiddenSize).
+func (t *Taps) Read() (data []float32, rows, width int, err error) {
 	if t.a == 0 {
 		return nil, 0, t.width, errors.New("mlx taps: released (taps are valid until the next Forward unless detached)")
 	}
@@ -599,4 +599,14 @@ func (t *Taps) Float32() (data []float32, rows, width int, err error) {
 		return nil
 	})
 	return data, t.rows, t.width, err
+}
+
+// Float32 is Read in the form the CPU drafter consumes (dflash.FloatTaps); on a read error it returns no
+// rows, which the drafter rejects as a row-count mismatch.
+func (t *Taps) Float32() (data []float32, rows, width int) {
+	d, r, w, err := t.Read()
+	if err != nil {
+		return nil, 0, w
+	}
+	return d, r, w
 }

@@ -73,7 +73,7 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 	var m *model
 	err = rt.Do(func() error {
 		arena := newGraph(rt, "mlx load")
-		l, err := newLoader(st, cfg, arena)
+		l, err := newLoader(st, cfg, cfg.Quantization, arena)
 		if err == nil {
 			m, err = l.load(&a)
 		}
@@ -157,5 +157,50 @@ func (t *Target) Close() error {
 	return t.rt.Do(func() error {
 		m.arena.release()
 		return nil
+	})
+}
+
+// EmbedTokens writes the embedding rows (H each, dequantized when quantized) of tokens into dst: the
+// target's half of the dflash.Target contract, so the CPU drafter can run beside an MLX target.
+func (t *Target) EmbedTokens(dst []float32, tokens []ports.Token) error {
+	a := &t.m.arch
+	if len(dst) < len(tokens)*a.Hidden {
+		return fmt.Errorf("mlx embed: destination holds %d values, need %d", len(dst), len(tokens)*a.Hidden)
+	}
+	for i, tok := range tokens {
+		if tok < 0 || int(tok) >= a.Vocab {
+			return fmt.Errorf("mlx embed: token %d at index %d outside the vocabulary [0,%d)", tok, i, a.Vocab)
+		}
+	}
+	if len(tokens) == 0 {
+		return nil
+	}
+	return t.rt.Do(func() error {
+		g := newGraph(t.rt, "mlx embed")
+		defer g.release()
+		e := g.astype(t.m.embedRows(g, uploadI32(g, tokens, len(tokens))), mlxc.Float32)
+		g.eval(e)
+		copy(dst, g.readF32(e))
+		return g.err
+	})
+}
+
+// LMHead computes logits [rows, V] from hidden [rows, H] with the target's output head (no final norm).
+func (t *Target) LMHead(dst, hidden []float32, rows int) error {
+	a := &t.m.arch
+	if rows < 0 || len(hidden) < rows*a.Hidden || len(dst) < rows*a.Vocab {
+		return fmt.Errorf("mlx lm head: %d rows need %d hidden and %d logit values, got %d and %d",
+			rows, rows*a.Hidden, rows*a.Vocab, len(hidden), len(dst))
+	}
+	if rows == 0 {
+		return nil
+	}
+	return t.rt.Do(func() error {
+		g := newGraph(t.rt, "mlx lm head")
+		defer g.release()
+		l := t.m.lmHead.apply(g, uploadF32(g, hidden[:rows*a.Hidden], rows, a.Hidden))
+		g.eval(l)
+		copy(dst, g.readF32(l))
+		return g.err
 	})
 }

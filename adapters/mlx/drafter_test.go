@@ -1,0 +1,121 @@
+package mlx
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/adapters/cpu"
+	"github.com/higgs-go/higgs/adapters/cpu/dflash"
+	"github.com/higgs-go/higgs/adapters/cpu/dflash/dflashtest"
+	"github.com/higgs-go/higgs/domain/speculative"
+	"github.com/higgs-go/higgs/ports"
+	"github.com/higgs-go/higgs/ports/porttest"
+)
+
+// The MLX target lends what the CPU drafter borrows, and its taps are readable by it.
+var (
+	_ dflash.Target    = (*Target)(nil)
+	_ dflash.FloatTaps = (*Taps)(nil)
+)
+
+type wallClock struct{}
+
+func (wallClock) Now() time.Time { return time.Now() }
+
+type pair struct {
+	target  ports.Target
+	drafter ports.Drafter
+}
+
+func generate(t *testing.T, p pair, prompt []ports.Token, bs int, rb speculative.RollbackMode, n int) speculative.Result {
+	t.Helper()
+	ctx := t.Context()
+	info := p.target.Info()
+	dec, err := speculative.New(speculative.Config{BlockSize: bs, MaxTokens: n, Rollback: rb, LayerKinds: info.LayerKinds,
+		ContextLength: info.ContextLength}, wallClock{}, nil)
+	require.NoError(t, err)
+	var taps []int
+	var ds ports.DraftSession
+	if bs > 1 {
+		taps = p.drafter.TapLayers()
+		ds, err = p.drafter.NewSession(ctx)
+		require.NoError(t, err)
+		defer ds.Close()
+	}
+	sess, err := p.target.NewSession(ctx, taps)
+	require.NoError(t, err)
+	defer sess.Close()
+	res, err := dec.Generate(ctx, sess, ds, prompt, func([]ports.Token) error { return nil })
+	require.NoError(t, err)
+	return res
+}
+
+func loadPairs(t *testing.T, ts dflashtest.TargetSpec, ds dflashtest.DrafterSpec) (cpuPair, mlxPair pair) {
+	t.Helper()
+	tdir, ddir := t.TempDir(), t.TempDir()
+	require.NoError(t, dflashtest.WriteTarget(tdir, ts))
+	require.NoError(t, dflashtest.WriteDrafter(ddir, ds))
+	ct, err := cpu.Load(t.Context(), tdir, cpu.LoadOptions{Threads: 1})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ct.Close() })
+	cd, err := dflash.Load(t.Context(), ddir, ct, dflash.Options{Pool: ct.Pool()})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cd.Close() })
+	mt, err := Load(t.Context(), tdir, LoadOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = mt.Close() })
+	md, err := LoadDrafter(t.Context(), ddir, mt, DrafterOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = md.Close() })
+	return pair{ct, cd}, pair{mt, md}
+}
+
+// TestDFlashTracesMatchCPU: the full speculative loop on MLX (MLX target + MLX drafter) produces the CPU
+// backend's tokens and the same per-round blocks (drafts and acceptance), dense and hybrid, both rollbacks.
+func TestDFlashTracesMatchCPU(t *testing.T) {
+	requireMLX(t)
+	for _, family := range []string{"qwen3", "qwen3_next"} {
+		t.Run(family, func(t *testing.T) {
+			cp, mp := loadPairs(t, dflashtest.TargetSpec{Family: family, Seed: 1},
+				dflashtest.DrafterSpec{Seed: 2, Taps: []int{0, 2, 3}, NumTargetLayers: 36, Mask: 63})
+			for _, prompt := range [][]ports.Token{{5, 9, 13, 2}, {40, 41, 42, 43, 44, 45, 46, 47, 1, 2, 3}} {
+				for _, bs := range []int{4, 8} {
+					for _, rb := range []speculative.RollbackMode{speculative.RollbackReplay, speculative.RollbackRecompute} {
+						want := generate(t, cp, prompt, bs, rb, 24)
+						got := generate(t, mp, prompt, bs, rb, 24)
+						require.Equal(t, want.Tokens, got.Tokens, "bs %d %s", bs, rb)
+						require.Len(t, got.Stats.Rounds, len(want.Stats.Rounds))
+						for i := range want.Stats.Rounds {
+							assert.Equal(t, want.Stats.Rounds[i].Block, got.Stats.Rounds[i].Block, "round %d", i)
+							assert.Equal(t, want.Stats.Rounds[i].Accepted, got.Stats.Rounds[i].Accepted, "round %d", i)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// The DraftSession conformance suite on the MLX drafter.
+func TestDraftConformance(t *testing.T) {
+	requireMLX(t)
+	_, mp := loadPairs(t, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 3},
+		dflashtest.DrafterSpec{Seed: 4, Taps: []int{1, 3}, Mask: 60, BlockSize: 8})
+	porttest.DraftSuite{
+		OpenTarget: func(t *testing.T) ports.Session {
+			s, err := mp.target.NewSession(t.Context(), mp.drafter.TapLayers())
+			require.NoError(t, err)
+			return s
+		},
+		OpenDraft: func(t *testing.T) ports.DraftSession {
+			s, err := mp.drafter.NewSession(t.Context())
+			require.NoError(t, err)
+			return s
+		},
+		BlockSize: 8,
+		Vocab:     64,
+	}.Run(t)
+}

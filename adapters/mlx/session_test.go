@@ -1,0 +1,148 @@
+package mlx
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/adapters/cpu/dflash/dflashtest"
+	"github.com/higgs-go/higgs/ports"
+	"github.com/higgs-go/higgs/ports/porttest"
+)
+
+func loadFixture(t *testing.T, f fixture) *Target {
+	t.Helper()
+	tg, err := Load(t.Context(), writeFixture(t, f), LoadOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tg.Close() })
+	return tg
+}
+
+// readTaps copies taps to rows for the conformance suite.
+func readTaps(tp ports.Taps) ([][]float32, error) {
+	m, ok := tp.(*Taps)
+	if !ok {
+		return nil, errors.New("not mlx taps")
+	}
+	data, rows, width, err := m.Read()
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]float32, rows)
+	for r := range out {
+		out[r] = data[r*width : (r+1)*width]
+	}
+	return out, nil
+}
+
+// The ports conformance suite on dense, hybrid and quantized targets.
+func TestPortConformance(t *testing.T) {
+	requireMLX(t)
+	for name, f := range parityFixtures() {
+		t.Run(name, func(t *testing.T) {
+			f.spec.Context = 40
+			tg := loadFixture(t, f)
+			porttest.SessionSuite{
+				Open: func(t *testing.T, taps []int) ports.Session {
+					s, err := tg.NewSession(t.Context(), taps)
+					require.NoError(t, err)
+					return s
+				},
+				Vocab:         f.spec.Vocab,
+				TapLayers:     []int{f.spec.Layers - 1, 0},
+				ReadTaps:      readTaps,
+				TapsTolerance: 1e-5,
+				ContextLength: 40,
+			}.Run(t)
+		})
+	}
+}
+
+// readState copies every GDN layer's SSM and conv state to Go memory.
+func readState(t *testing.T, s *Session) [][]float32 {
+	t.Helper()
+	var out [][]float32
+	require.NoError(t, s.t.rt.Do(func() error {
+		g := newGraph(s.t.rt, "test read")
+		defer g.release()
+		for _, st := range s.st.gdn {
+			if st != nil {
+				g.eval(st.ssm, st.conv)
+				out = append(out, g.readF32(st.ssm), g.readF32(st.conv))
+			}
+		}
+		return g.err
+	}))
+	return out
+}
+
+// Replaying n steps of a taped block must give the state of feeding only those n tokens (bit-exact: same
+// ops in the same order), for every n.
+func TestTapeReplayMatchesRecompute(t *testing.T) {
+	requireMLX(t)
+	tg := loadFixture(t, fixture{spec: dflashtest.TargetSpec{Family: "qwen3_next", Seed: 21, Layers: 4, Vocab: 96}})
+	block := []ports.Token{3, 14, 15, 92, 65, 35, 89}
+	for n := 0; n <= len(block); n++ {
+		a, err := tg.NewSession(t.Context(), nil)
+		require.NoError(t, err)
+		b, err := tg.NewSession(t.Context(), nil)
+		require.NoError(t, err)
+		_, err = a.Forward(t.Context(), prompt, ports.ForwardOptions{})
+		require.NoError(t, err)
+		_, err = b.Forward(t.Context(), prompt, ports.ForwardOptions{})
+		require.NoError(t, err)
+		fr, err := a.Forward(t.Context(), block, ports.ForwardOptions{RecordTape: true})
+		require.NoError(t, err)
+		require.NoError(t, a.TrimKV(len(prompt)+n))
+		require.NoError(t, a.(*Session).ReplayTape(t.Context(), fr.Tape, n))
+		if n > 0 {
+			for _, tok := range block[:n] {
+				// Token by token, as decoding would.
+				_, err = b.Forward(t.Context(), []ports.Token{tok}, ports.ForwardOptions{})
+				require.NoError(t, err)
+			}
+		}
+		sa, sb := readState(t, a.(*Session)), readState(t, b.(*Session))
+		require.Len(t, sa, len(sb))
+		worst := 0.0
+		for i := range sa {
+			for j := range sa[i] {
+				worst = max(worst, float64(abs32(sa[i][j]-sb[i][j])))
+			}
+		}
+		assert.LessOrEqual(t, worst, 1e-5, "n=%d", n)
+		require.NoError(t, a.Close())
+		require.NoError(t, b.Close())
+	}
+}
+
+func abs32(x float32) float32 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+// Bad input is an error, not a crash, and the session stays usable after an input error.
+func TestForwardErrors(t *testing.T) {
+	requireMLX(t)
+	tg := loadFixture(t, fixture{spec: dflashtest.TargetSpec{Family: "qwen3", Seed: 5, Layers: 1, Vocab: 96, Context: 8}})
+	s, err := tg.NewSession(t.Context(), []int{0})
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Forward(t.Context(), nil, ports.ForwardOptions{})
+	assert.Error(t, err)
+	_, err = s.Forward(t.Context(), []ports.Token{96}, ports.ForwardOptions{})
+	assert.ErrorContains(t, err, "outside the vocabulary")
+	_, err = s.Forward(t.Context(), make([]ports.Token, 9), ports.ForwardOptions{})
+	assert.ErrorIs(t, err, ports.ErrContextFull)
+	_, err = tg.NewSession(t.Context(), []int{1})
+	assert.ErrorContains(t, err, "tap layer 1")
+	r, err := s.Forward(t.Context(), []ports.Token{1, 2}, ports.ForwardOptions{Taps: true})
+	require.NoError(t, err)
+	assert.Len(t, r.Greedy, 2)
+	_, err = s.Snapshot()
+	assert.ErrorIs(t, err, errors.ErrUnsupported)
+}
