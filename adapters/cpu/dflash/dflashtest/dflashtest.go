@@ -16,7 +16,8 @@ import (
 	"github.com/higgs-go/higgs/adapters/safetensors"
 )
 
-// Target dimensions (every Linear input is a multiple of 32 so 32-group quantization applies).
+// Target dimensions at Wide 1 (every Linear input is a multiple of 32 so 32-group quantization applies).
+// Wide w multiplies the hidden size, head dims and MLP width by w (for benchmarks on larger models).
 const (
 	Hidden = 64
 	heads  = 4
@@ -29,6 +30,16 @@ const (
 	linVD  = 16
 	convK  = 4
 )
+
+// dims are the scaled dimensions of one checkpoint.
+type dims struct{ hidden, headD, inter, linKD, linVD int }
+
+func scaled(w int) dims {
+	if w <= 1 {
+		return dims{hidden: Hidden, headD: headD, inter: inter, linKD: linKD, linVD: linVD}
+	}
+	return dims{hidden: Hidden * w, headD: headD * w, inter: 3 * inter * w, linKD: linKD * w, linVD: linVD * w}
+}
 
 // TargetSpec describes a tiny random target.
 type TargetSpec struct {
@@ -44,6 +55,8 @@ type TargetSpec struct {
 	EOS []int32
 	// EmbedScale sharpens the logits (default 4).
 	EmbedScale float32
+	// Wide scales the dimensions (default 1: hidden 64); the drafter must use the same Wide.
+	Wide int
 }
 
 // DrafterSpec describes a tiny random drafter for a target with hidden size Hidden.
@@ -66,6 +79,8 @@ type DrafterSpec struct {
 	BF16 bool
 	// RopeTheta defaults to 10000.
 	RopeTheta float64
+	// Wide must equal the target's.
+	Wide int
 }
 
 type writer struct {
@@ -164,10 +179,12 @@ func WriteTarget(dir string, s TargetSpec) error {
 		return fmt.Errorf("dflashtest: family %q (want qwen3 or qwen3_next)", s.Family)
 	}
 	hybrid := s.Family == "qwen3_next"
+	dm := scaled(s.Wide)
+	H, D, I := dm.hidden, dm.headD, dm.inter
 	cfg := map[string]any{
-		"architectures": []string{"Qwen3ForCausalLM"}, "model_type": s.Family, "hidden_size": Hidden,
-		"intermediate_size": inter, "num_hidden_layers": s.Layers, "num_attention_heads": heads,
-		"num_key_value_heads": kvHead, "head_dim": headD, "vocab_size": s.Vocab,
+		"architectures": []string{"Qwen3ForCausalLM"}, "model_type": s.Family, "hidden_size": H,
+		"intermediate_size": I, "num_hidden_layers": s.Layers, "num_attention_heads": heads,
+		"num_key_value_heads": kvHead, "head_dim": D, "vocab_size": s.Vocab,
 		"max_position_embeddings": s.Context, "rms_norm_eps": 1e-6, "rope_theta": 10000.0,
 		"tie_word_embeddings": false,
 	}
@@ -177,7 +194,7 @@ func WriteTarget(dir string, s TargetSpec) error {
 		cfg["full_attention_interval"] = 2
 		cfg["partial_rotary_factor"] = 0.5
 		cfg["linear_num_key_heads"], cfg["linear_num_value_heads"] = linKH, linVH
-		cfg["linear_key_head_dim"], cfg["linear_value_head_dim"], cfg["linear_conv_kernel_dim"] = linKD, linVD, convK
+		cfg["linear_key_head_dim"], cfg["linear_value_head_dim"], cfg["linear_conv_kernel_dim"] = dm.linKD, dm.linVD, convK
 	}
 	if err := writeJSON(filepath.Join(dir, "config.json"), cfg); err != nil {
 		return err
@@ -196,41 +213,41 @@ func WriteTarget(dir string, s TargetSpec) error {
 			w.raw(name, []int{n}, w.vec(n, 0.8, 1.2))
 		}
 	}
-	w.linear("embed_tokens", s.Vocab, Hidden, w.mat(s.Vocab, Hidden, s.EmbedScale))
-	norm("norm.weight", Hidden)
-	C := 2*linKH*linKD + linVH*linVD
-	Dv := linVH * linVD
+	w.linear("embed_tokens", s.Vocab, H, w.mat(s.Vocab, H, s.EmbedScale))
+	norm("norm.weight", H)
+	C := 2*linKH*dm.linKD + linVH*dm.linVD
+	Dv := linVH * dm.linVD
 	for i, kind := range s.LayerTypes() {
 		p := fmt.Sprintf("layers.%d.", i)
-		norm(p+"input_layernorm.weight", Hidden)
-		norm(p+"post_attention_layernorm.weight", Hidden)
+		norm(p+"input_layernorm.weight", H)
+		norm(p+"post_attention_layernorm.weight", H)
 		if kind == "full_attention" {
-			qOut := heads * headD
+			qOut := heads * D
 			if hybrid {
 				qOut *= 2 // query and output gate, per head
 			}
-			w.linear(p+"self_attn.q_proj", qOut, Hidden, w.mat(qOut, Hidden, 1))
-			w.linear(p+"self_attn.k_proj", kvHead*headD, Hidden, w.mat(kvHead*headD, Hidden, 1))
-			w.linear(p+"self_attn.v_proj", kvHead*headD, Hidden, w.mat(kvHead*headD, Hidden, 1))
-			w.linear(p+"self_attn.o_proj", Hidden, heads*headD, w.mat(Hidden, heads*headD, 1))
-			norm(p+"self_attn.q_norm.weight", headD)
-			norm(p+"self_attn.k_norm.weight", headD)
+			w.linear(p+"self_attn.q_proj", qOut, H, w.mat(qOut, H, 1))
+			w.linear(p+"self_attn.k_proj", kvHead*D, H, w.mat(kvHead*D, H, 1))
+			w.linear(p+"self_attn.v_proj", kvHead*D, H, w.mat(kvHead*D, H, 1))
+			w.linear(p+"self_attn.o_proj", H, heads*D, w.mat(H, heads*D, 1))
+			norm(p+"self_attn.q_norm.weight", D)
+			norm(p+"self_attn.k_norm.weight", D)
 		} else {
 			q := p + "linear_attn."
-			w.linear(q+"in_proj_qkvz", C+Dv, Hidden, w.mat(C+Dv, Hidden, 1))
-			w.linear(q+"in_proj_ba", 2*linVH, Hidden, w.mat(2*linVH, Hidden, 1))
+			w.linear(q+"in_proj_qkvz", C+Dv, H, w.mat(C+Dv, H, 1))
+			w.linear(q+"in_proj_ba", 2*linVH, H, w.mat(2*linVH, H, 1))
 			w.raw(q+"conv1d.weight", []int{C, 1, convK}, w.vec(C*convK, -0.6, 0.6))
 			w.raw(q+"A_log", []int{linVH}, w.vec(linVH, -1, 1.5))
 			w.raw(q+"dt_bias", []int{linVH}, w.vec(linVH, -0.5, 1.5))
-			w.raw(q+"norm.weight", []int{linVD}, w.vec(linVD, 0.8, 1.2))
-			w.linear(q+"out_proj", Hidden, Dv, w.mat(Hidden, Dv, 1))
+			w.raw(q+"norm.weight", []int{dm.linVD}, w.vec(dm.linVD, 0.8, 1.2))
+			w.linear(q+"out_proj", H, Dv, w.mat(H, Dv, 1))
 		}
-		w.linear(p+"mlp.gate_proj", inter, Hidden, w.mat(inter, Hidden, 1))
-		w.linear(p+"mlp.up_proj", inter, Hidden, w.mat(inter, Hidden, 1))
-		w.linear(p+"mlp.down_proj", Hidden, inter, w.mat(Hidden, inter, 1))
+		w.linear(p+"mlp.gate_proj", I, H, w.mat(I, H, 1))
+		w.linear(p+"mlp.up_proj", I, H, w.mat(I, H, 1))
+		w.linear(p+"mlp.down_proj", H, I, w.mat(H, I, 1))
 	}
 	w.prefix = ""
-	w.linear("lm_head", s.Vocab, Hidden, w.mat(s.Vocab, Hidden, 1))
+	w.linear("lm_head", s.Vocab, H, w.mat(s.Vocab, H, 1))
 	if w.err != nil {
 		return w.err
 	}
@@ -254,11 +271,13 @@ func WriteDrafter(dir string, s DrafterSpec) error {
 	if len(s.Taps) == 0 {
 		return fmt.Errorf("dflashtest: a drafter needs tap layers")
 	}
+	dm := scaled(s.Wide)
+	H, D, I := dm.hidden, dm.headD, dm.inter
 	dc := map[string]any{"target_layer_ids": s.Taps, "mask_token_id": s.Mask}
 	cfg := map[string]any{
-		"architectures": []string{"DFlashDraftModel"}, "model_type": "qwen3", "hidden_size": Hidden,
-		"intermediate_size": inter, "num_hidden_layers": s.Layers, "num_attention_heads": heads,
-		"num_key_value_heads": kvHead, "head_dim": headD, "vocab_size": s.Vocab, "rms_norm_eps": 1e-6,
+		"architectures": []string{"DFlashDraftModel"}, "model_type": "qwen3", "hidden_size": H,
+		"intermediate_size": I, "num_hidden_layers": s.Layers, "num_attention_heads": heads,
+		"num_key_value_heads": kvHead, "head_dim": D, "vocab_size": s.Vocab, "rms_norm_eps": 1e-6,
 		"max_position_embeddings": 4096, "tie_word_embeddings": false, "dflash_config": dc,
 	}
 	if s.NumTargetLayers > 0 {
@@ -283,22 +302,22 @@ func WriteDrafter(dir string, s DrafterSpec) error {
 		w.dtype = safetensors.BF16
 	}
 	norm := func(name string, n int) { w.raw(name, []int{n}, w.vec(n, 0.8, 1.2)) }
-	w.linear("fc", Hidden, len(s.Taps)*Hidden, w.mat(Hidden, len(s.Taps)*Hidden, 1))
-	norm("hidden_norm.weight", Hidden)
-	norm("norm.weight", Hidden)
+	w.linear("fc", H, len(s.Taps)*H, w.mat(H, len(s.Taps)*H, 1))
+	norm("hidden_norm.weight", H)
+	norm("norm.weight", H)
 	for i := range s.Layers {
 		p := fmt.Sprintf("layers.%d.", i)
-		norm(p+"input_layernorm.weight", Hidden)
-		norm(p+"post_attention_layernorm.weight", Hidden)
-		w.linear(p+"self_attn.q_proj", heads*headD, Hidden, w.mat(heads*headD, Hidden, 1))
-		w.linear(p+"self_attn.k_proj", kvHead*headD, Hidden, w.mat(kvHead*headD, Hidden, 1))
-		w.linear(p+"self_attn.v_proj", kvHead*headD, Hidden, w.mat(kvHead*headD, Hidden, 1))
-		w.linear(p+"self_attn.o_proj", Hidden, heads*headD, w.mat(Hidden, heads*headD, 1))
-		norm(p+"self_attn.q_norm.weight", headD)
-		norm(p+"self_attn.k_norm.weight", headD)
-		w.linear(p+"mlp.gate_proj", inter, Hidden, w.mat(inter, Hidden, 1))
-		w.linear(p+"mlp.up_proj", inter, Hidden, w.mat(inter, Hidden, 1))
-		w.linear(p+"mlp.down_proj", Hidden, inter, w.mat(Hidden, inter, 1))
+		norm(p+"input_layernorm.weight", H)
+		norm(p+"post_attention_layernorm.weight", H)
+		w.linear(p+"self_attn.q_proj", heads*D, H, w.mat(heads*D, H, 1))
+		w.linear(p+"self_attn.k_proj", kvHead*D, H, w.mat(kvHead*D, H, 1))
+		w.linear(p+"self_attn.v_proj", kvHead*D, H, w.mat(kvHead*D, H, 1))
+		w.linear(p+"self_attn.o_proj", H, heads*D, w.mat(H, heads*D, 1))
+		norm(p+"self_attn.q_norm.weight", D)
+		norm(p+"self_attn.k_norm.weight", D)
+		w.linear(p+"mlp.gate_proj", I, H, w.mat(I, H, 1))
+		w.linear(p+"mlp.up_proj", I, H, w.mat(I, H, 1))
+		w.linear(p+"mlp.down_proj", H, I, w.mat(H, I, 1))
 	}
 	if w.err != nil {
 		return w.err
