@@ -268,7 +268,7 @@ func (l *Linear) forwardQuant(dst, x []float32, rows int) {
 		}
 	}
 	grain := max(1, 32768/(in*rows))
-	if useAVX2 && (q.Bits == 4 || q.Bits == 8) {
+	if useAVX2 {
 		l.forwardQuantAVX2(dst, x, xs, rows)
 		scratchPool.Put(xsp)
 		return
@@ -295,8 +295,8 @@ func (l *Linear) forwardQuant(dst, x []float32, rows int) {
 	scratchPool.Put(xsp)
 }
 
-// forwardQuantAVX2 is forwardQuant for 4- and 8-bit codes read straight from the packed bytes by assembly
-// kernels (no unpacking pass). For 4 bits, x is split into even and odd inputs once per call, matching the low
+// forwardQuantAVX2 is forwardQuant on AVX2: 4- and 8-bit codes are read straight from the packed bytes by
+// assembly kernels (no unpacking pass); other widths are widened once per weight row. For 4 bits, x is split into even and odd inputs once per call, matching the low
 // and high nibble of each byte, and each group's scale is folded into a vector accumulator:
 // y = hsum(Σ_g s_g·v_g) + Σ_g b_g·xsum_g. Rows are processed in pairs that share one decode of the codes; the
 // per-row operations are the same for a pair and a single row, so results do not depend on the row count.
@@ -316,8 +316,15 @@ func (l *Linear) forwardQuantAVX2(dst, x, xs []float32, rows int) {
 		}
 	}
 	grain := max(1, 32768/(in*rows))
+	wpr := q.wordsPerRow(in)
 	l.Pool.For(out, grain, func(lo, hi int) {
 		var pair [2]float32
+		var fc []float32
+		if q.Bits != 4 && q.Bits != 8 {
+			fp := getScratch(in)
+			defer scratchPool.Put(fp)
+			fc = *fp
+		}
 		for o := lo; o < hi; o++ {
 			c := &codes[o*rowBytes]
 			sc, bi := q.Scales[o*ng:(o+1)*ng], q.Biases[o*ng:(o+1)*ng]
@@ -342,13 +349,26 @@ func (l *Linear) forwardQuantAVX2(dst, x, xs []float32, rows int) {
 				continue
 			}
 			r := 0
+			if q.Bits == 8 {
+				for ; r+2 <= rows; r += 2 {
+					dotQ8Row2AVX2(c, &x[r*in], &x[(r+1)*in], &sc[0], ng, gs, &pair[0])
+					dst[r*out+o] = pair[0] + biasSum(r)
+					dst[(r+1)*out+o] = pair[1] + biasSum(r+1)
+				}
+				if r < rows {
+					dst[r*out+o] = dotQ8RowAVX2(c, &x[r*in], &sc[0], ng, gs) + biasSum(r)
+				}
+				continue
+			}
+			// 2, 3, 5 and 6 bits: widen the row's codes once, then the same scale-folded product.
+			UnpackCodes(fc, q.Codes[o*wpr:(o+1)*wpr], q.Bits, in)
 			for ; r+2 <= rows; r += 2 {
-				dotQ8Row2AVX2(c, &x[r*in], &x[(r+1)*in], &sc[0], ng, gs, &pair[0])
+				dotCodesRow2AVX2(&fc[0], &x[r*in], &x[(r+1)*in], &sc[0], ng, gs, &pair[0])
 				dst[r*out+o] = pair[0] + biasSum(r)
 				dst[(r+1)*out+o] = pair[1] + biasSum(r+1)
 			}
 			if r < rows {
-				dst[r*out+o] = dotQ8RowAVX2(c, &x[r*in], &sc[0], ng, gs) + biasSum(r)
+				dst[r*out+o] = dotCodesRowAVX2(&fc[0], &x[r*in], &sc[0], ng, gs) + biasSum(r)
 			}
 		}
 	})

@@ -51,3 +51,14 @@ func dotQ8RowAVX2(codes *byte, x, scales *float32, groups, gs int) float32
 //
 //go:noescape
 func dotQ8Row2AVX2(codes *byte, x0, x1, scales *float32, groups, gs int, out *float32)
+
+// dotCodesRowAVX2 returns Σ_g scales[g]·Σ_{j<gs} codes[j]·x[j] for codes already widened to float32 (the bit
+// widths without a direct kernel), folding each group's scale into one vector accumulator.
+//
+//go:noescape
+func dotCodesRowAVX2(codes, x, scales *float32, groups, gs int) float32
+
+// dotCodesRow2AVX2 is dotCodesRowAVX2 for two input rows (out[0], out[1]); per row the same operations.
+//
+//go:noescape
+func dotCodesRow2AVX2(codes, x0, x1, scales *float32, groups, gs int, out *float32)

@@ -506,3 +506,107 @@ e2done:
 	MOVSS X0, (DX)
 	MOVSS X4, 4(DX)
 	RET
+
+// func dotCodesRowAVX2(codes, x, scales *float32, groups, gs int) float32
+// Σ_g scales[g]·Σ_{j<gs} codes[j]·x[j] with codes already widened to float32 (bit widths without a direct
+// kernel); gs is a multiple of 16.
+TEXT ·dotCodesRowAVX2(SB), NOSPLIT, $0-44
+	MOVQ codes+0(FP), DI
+	MOVQ x+8(FP), SI
+	MOVQ scales+16(FP), R9
+	MOVQ groups+24(FP), R10
+	MOVQ gs+32(FP), R11
+	VXORPS Y13, Y13, Y13
+
+c1group:
+	TESTQ R10, R10
+	JE    c1done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	XORQ   AX, AX
+
+c1loop:
+	VMOVUPS     (DI)(AX*4), Y8
+	VMOVUPS     32(DI)(AX*4), Y9
+	VFMADD231PS (SI)(AX*4), Y8, Y0
+	VFMADD231PS 32(SI)(AX*4), Y9, Y1
+	ADDQ        $16, AX
+	CMPQ        AX, R11
+	JLT         c1loop
+
+	VADDPS       Y1, Y0, Y0
+	VBROADCASTSS (R9), Y12
+	VFMADD231PS  Y12, Y0, Y13
+	ADDQ         $4, R9
+	LEAQ         (DI)(R11*4), DI
+	LEAQ         (SI)(R11*4), SI
+	DECQ         R10
+	JMP          c1group
+
+c1done:
+	VEXTRACTF128 $1, Y13, X1
+	VADDPS       X1, X13, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+40(FP)
+	RET
+
+// func dotCodesRow2AVX2(codes, x0, x1, scales *float32, groups, gs int, out *float32)
+// dotCodesRowAVX2 for two input rows; per row the same operations.
+TEXT ·dotCodesRow2AVX2(SB), NOSPLIT, $0-56
+	MOVQ codes+0(FP), DI
+	MOVQ x0+8(FP), SI
+	MOVQ x1+16(FP), R8
+	MOVQ scales+24(FP), R9
+	MOVQ groups+32(FP), R10
+	MOVQ gs+40(FP), R11
+	MOVQ out+48(FP), DX
+	VXORPS Y13, Y13, Y13
+	VXORPS Y14, Y14, Y14
+
+c2group:
+	TESTQ R10, R10
+	JE    c2done
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y4, Y4, Y4
+	VXORPS Y5, Y5, Y5
+	XORQ   AX, AX
+
+c2loop:
+	VMOVUPS     (DI)(AX*4), Y8
+	VMOVUPS     32(DI)(AX*4), Y9
+	VFMADD231PS (SI)(AX*4), Y8, Y0
+	VFMADD231PS 32(SI)(AX*4), Y9, Y1
+	VFMADD231PS (R8)(AX*4), Y8, Y4
+	VFMADD231PS 32(R8)(AX*4), Y9, Y5
+	ADDQ        $16, AX
+	CMPQ        AX, R11
+	JLT         c2loop
+
+	VBROADCASTSS (R9), Y12
+	VADDPS       Y1, Y0, Y0
+	VFMADD231PS  Y12, Y0, Y13
+	VADDPS       Y5, Y4, Y4
+	VFMADD231PS  Y12, Y4, Y14
+	ADDQ         $4, R9
+	LEAQ         (DI)(R11*4), DI
+	LEAQ         (SI)(R11*4), SI
+	LEAQ         (R8)(R11*4), R8
+	DECQ         R10
+	JMP          c2group
+
+c2done:
+	VEXTRACTF128 $1, Y13, X1
+	VADDPS       X1, X13, X0
+	VHADDPS      X0, X0, X0
+	VHADDPS      X0, X0, X0
+	VEXTRACTF128 $1, Y14, X1
+	VADDPS       X1, X14, X4
+	VHADDPS      X4, X4, X4
+	VHADDPS      X4, X4, X4
+	VZEROUPPER
+	MOVSS X0, (DX)
+	MOVSS X4, 4(DX)
+	RET

@@ -22,3 +22,7 @@ func dotQ8RowAVX2(codes *byte, x, scales *float32, groups, gs int) float32 { noA
 func dotQ8Row2AVX2(codes *byte, x0, x1, scales *float32, groups, gs int, out *float32) {
 	noAVX2()
 }
+func dotCodesRowAVX2(codes, x, scales *float32, groups, gs int) float32 { noAVX2(); return 0 }
+func dotCodesRow2AVX2(codes, x0, x1, scales *float32, groups, gs int, out *float32) {
+	noAVX2()
+}
