@@ -2,13 +2,23 @@
 // f32, bf16 and MLX affine-quantized weights, RMSNorm, RoPE, softmax and the small element-wise functions.
 //
 // Determinism contract: every output element is computed by exactly one goroutine with a reduction order that
-// depends only on the operand lengths, never on the number of rows in the call or on the worker count. A block
-// of T rows therefore gives bit-identical results to T one-row calls, for any GOMAXPROCS. Element-wise vector
-// helpers use github.com/viterin/vek only for operations that round each element once (mul, add), which gives
-// the same bits as scalar code; dot products use vek32.Dot, whose reduction order is fixed for a given length
-// (AVX2+FMA on capable CPUs, a pure-Go loop elsewhere — results may differ between those two machines, never
-// between runs on one machine).
+// depends only on the operand lengths, never on the number of rows in the call, on how rows are tiled or
+// paired, or on the worker count. A block of T rows therefore gives bit-identical results to T one-row calls,
+// for any GOMAXPROCS.
 //
-// It is exported (rather than internal) so the DFlash drafter package can share weights loading, kernels and the
-// worker pool with the target.
+// Two implementations exist and each is deterministic on its own; they give different bits from each other:
+//   - amd64 with AVX2+FMA (detected at start-up): hand-written assembly (simd_amd64.s) for f32 and bf16 dot
+//     products (32 lanes per step in four 8-lane accumulators, fixed horizontal sum, ordered scalar tail) and
+//     for quantized rows (4- and 8-bit codes read straight from the packed bytes, other widths widened once per
+//     weight row; each group's scale folded into a vector accumulator). Two input rows share one pass over a
+//     weight row, with per-row operations identical to the one-row kernels.
+//   - everywhere else, or with the purego build tag: pure Go plus github.com/viterin/vek (vek32.Dot has a fixed
+//     reduction order for a given length).
+//
+// Quantized products use y_r = Σ_g (s_rg·Σ_{j∈g} q_rj x_j + b_rg·Σ_{j∈g} x_j) on the packed codes; no matrix is
+// ever dequantized as a whole. Element-wise helpers only use operations that round each element once (mul,
+// add), so vectorised and scalar forms agree bit for bit.
+//
+// It is exported (rather than internal) so the DFlash drafter package can share the Linear type, the kernels
+// and the worker pool with the target.
 package kernel
