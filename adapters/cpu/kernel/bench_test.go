@@ -50,6 +50,9 @@ func BenchmarkLinear(b *testing.B) {
 // BenchmarkMemBandwidth streams a 256 MiB f32 buffer through a vectorised sum: the machine's practical read
 // bandwidth on all workers, the ceiling for decode (1-row) products.
 func BenchmarkMemBandwidth(b *testing.B) {
+	if testing.Short() {
+		b.Skip("allocates 512 MiB")
+	}
 	const n = 64 << 20
 	buf := make([]float32, n)
 	for i := range buf {
