@@ -34,6 +34,7 @@ type Session struct {
 	lastTap *Tape
 	replay  bool // a ReplayTape ran since the last Forward
 	closed  bool
+	broken  error // set when a Forward stopped half-way: the caches no longer match any position
 }
 
 func newSession(m *model, tapLayers []int) (*Session, error) {
@@ -82,6 +83,9 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	if s.closed {
 		return fail(errClosed)
 	}
+	if s.broken != nil {
+		return fail(fmt.Errorf("cpu forward: session unusable after an interrupted forward (%w); close it", s.broken))
+	}
 	if err := ctx.Err(); err != nil {
 		return fail(fmt.Errorf("cpu forward: %w", err))
 	}
@@ -123,6 +127,9 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	out := make([]float32, T*H)
 	for i := range m.layers {
 		if err := ctx.Err(); err != nil {
+			if i > 0 {
+				s.broken = err
+			}
 			return fail(fmt.Errorf("cpu forward: layer %d: %w", i, err))
 		}
 		ly := &m.layers[i]

@@ -443,3 +443,28 @@ func TestConcurrentSessions(t *testing.T) {
 		requireBits(t, want, got, fmt.Sprintf("session %d", i))
 	}
 }
+
+// countdownCtx reports cancellation from its n-th Err call on, to stop a Forward between layers.
+type countdownCtx struct {
+	context.Context
+	n int
+}
+
+func (c *countdownCtx) Err() error {
+	c.n--
+	if c.n < 0 {
+		return context.Canceled
+	}
+	return nil
+}
+
+// A Forward interrupted between layers leaves the session refusing further use.
+func TestInterruptedForward(t *testing.T) {
+	tg := loadFixture(t, fixture{Family: "qwen3_5", Seed: 42, Layers: 4, Gate: true}, 1)
+	s := openSession(t, tg, nil)
+	_, err := s.Forward(&countdownCtx{Context: t.Context(), n: 3}, tokensOf(1, 3), ports.ForwardOptions{})
+	require.ErrorIs(t, err, context.Canceled)
+	_, err = s.Forward(t.Context(), tokensOf(1, 1), ports.ForwardOptions{})
+	assert.ErrorContains(t, err, "interrupted")
+	assert.NoError(t, s.Close())
+}
