@@ -139,6 +139,11 @@ func tokenArray(r json.RawMessage) ([]ports.Token, error) {
 	return out, nil
 }
 
+// rawEncoder is the tokenizer ability to encode without the post-processor's special tokens.
+type rawEncoder interface {
+	EncodeWith(text string, addSpecialTokens bool) []ports.Token
+}
+
 // EncodePrompt turns a prompt input into token ids with m's tokenizer (and chat template when Chat).
 func EncodePrompt(m *Models, in PromptInput) ([]ports.Token, error) {
 	if in.Tokens != nil {
@@ -165,9 +170,16 @@ func EncodePrompt(m *Models, in PromptInput) ([]ports.Token, error) {
 			return nil, fmt.Errorf("render chat template: %w", err)
 		}
 	}
-	ids, err := m.Tokenizer.Encode(text)
-	if err != nil {
-		return nil, fmt.Errorf("encode prompt: %w", err)
+	var ids []ports.Token
+	if raw, ok := m.Tokenizer.(rawEncoder); ok && in.Chat {
+		// A rendered chat already holds its special tokens: encode it without the post-processor's (BOS…),
+		// as transformers' apply_chat_template does.
+		ids = raw.EncodeWith(text, false)
+	} else {
+		var err error
+		if ids, err = m.Tokenizer.Encode(text); err != nil {
+			return nil, fmt.Errorf("encode prompt: %w", err)
+		}
 	}
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("%w: the prompt encodes to no tokens", ErrBadInput)

@@ -17,7 +17,7 @@ import (
 
 // fixtures are tiny random checkpoints shared by the tests (written once).
 var fixtures struct {
-	dense, hybrid, drafter, denseDrafter string
+	dense, hybrid, drafter, text string
 }
 
 func TestMain(m *testing.M) {
@@ -40,6 +40,14 @@ func TestMain(m *testing.M) {
 	}
 	must(dflashtest.WriteTarget(fixtures.dense, dflashtest.TargetSpec{Family: "qwen3", Seed: 1, EOS: []int32{3}}))
 	must(dflashtest.WriteTarget(fixtures.hybrid, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 2}))
+	// A model with a tokenizer and chat template: helper-4's hand-made tokenizer (532 ids) and a matching vocab.
+	fixtures.text = mk("text")
+	must(dflashtest.WriteTarget(fixtures.text, dflashtest.TargetSpec{Family: "qwen3", Seed: 4, Vocab: 532}))
+	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "adapters", "tokenizer", "testdata", "handmade", f))
+		must(err)
+		must(os.WriteFile(filepath.Join(fixtures.text, f), b, 0o644))
+	}
 	must(dflashtest.WriteDrafter(fixtures.drafter, dflashtest.DrafterSpec{Seed: 3, Taps: []int{0, 2, 3}, NumTargetLayers: 36, Mask: 63, BlockSize: 8}))
 	code := m.Run()
 	_ = os.RemoveAll(dir)
@@ -258,4 +266,42 @@ func TestParityCommand(t *testing.T) {
 	assert.Equal(t, 1, r.code, r.stderr)
 	oneJSON(t, r.stdout, &out)
 	assert.Equal(t, false, out["pass"])
+}
+
+func TestPromptTextAndChat(t *testing.T) {
+	tok := runCLI(t, "tokenize", "--tokenizer", fixtures.text, "--text", "hello world", "--json")
+	require.Equal(t, 0, tok.code, tok.stderr)
+	var ids struct {
+		IDs []int32 `json:"ids"`
+	}
+	oneJSON(t, tok.stdout, &ids)
+	require.NotEmpty(t, ids.IDs)
+
+	gen := runCLI(t, "generate", "--model", fixtures.text, "--prompt", "hello world", "--max-tokens", "4", "--json")
+	require.Equal(t, 0, gen.code, gen.stderr)
+	var g struct {
+		genOut
+		Text *string `json:"text"`
+	}
+	oneJSON(t, gen.stdout, &g)
+	assert.Equal(t, ids.IDs, g.Prompt, "--prompt is encoded like tokenize --text")
+	assert.NotNil(t, g.Text)
+
+	chat := filepath.Join(t.TempDir(), "chat.json")
+	require.NoError(t, os.WriteFile(chat, []byte(`{"messages":[{"role":"user","content":"hello world"}]}`), 0o644))
+	tok = runCLI(t, "tokenize", "--tokenizer", fixtures.text, "--chat", chat, "--json")
+	require.Equal(t, 0, tok.code, tok.stderr)
+	var chatIDs struct {
+		Text string  `json:"text"`
+		IDs  []int32 `json:"ids"`
+	}
+	oneJSON(t, tok.stdout, &chatIDs)
+	gen = runCLI(t, "generate", "--model", fixtures.text, "--prompt", "hello world", "--chat", "--max-tokens", "4", "--json")
+	require.Equal(t, 0, gen.code, gen.stderr)
+	oneJSON(t, gen.stdout, &g)
+	assert.Equal(t, chatIDs.IDs, g.Prompt, "--prompt --chat is rendered and encoded like tokenize --chat")
+
+	r := runCLI(t, "tokenize", "--tokenizer", fixtures.text, "--json")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "exactly one of --text and --chat")
 }
