@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
 	"github.com/higgs-go/higgs/adapters/sampling"
@@ -37,6 +38,14 @@ type Session struct {
 	replay  bool
 	owned   []arr // detached taps and snapshot handles, freed on Close
 	closed  bool
+	// prof accumulates where Forward's time goes (graph building and binding calls on the Go side vs MLX's
+	// evaluation), for the overhead benchmarks.
+	prof profile
+}
+
+type profile struct {
+	build, eval, read time.Duration
+	forwards          int
 }
 
 func (t *Target) newSession(tapLayers []int) (*Session, error) {
@@ -140,6 +149,7 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	err := s.t.rt.Do(func() error {
 		// The previous Forward's handles end here (ports: valid until the next Forward).
 		s.dropLast()
+		t0 := time.Now()
 		g := newGraph(s.t.rt, "mlx forward")
 		defer g.release()
 		x := m.embedRows(g, uploadI32(g, tokens, T))
@@ -180,11 +190,17 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 				}
 			}
 		}
+		t1 := time.Now()
 		g.eval(outs...)
+		t2 := time.Now()
 		greedy = g.readI32(ids)
 		if wantLogits {
 			logits = g.readF32(lg)
 		}
+		s.prof.build += t1.Sub(t0)
+		s.prof.eval += t2.Sub(t1)
+		s.prof.forwards++
+		defer func() { s.prof.read += time.Since(t2) }()
 		if g.err != nil {
 			// The session state is unspecified after an error (ports); keep the old handles valid.
 			s.st.restoreHandles(old)

@@ -121,14 +121,25 @@ func (r *Runtime) loop(ready chan<- error) {
 			ErrUnavailable, ver, MLXVersion, HeaderVersion, HeaderVersion, EnvLib)
 		return
 	}
-	r.stream = DefaultCpuStreamNew()
-	dev := DeviceNewType(CPU, 0)
-	if rc := SetDefaultDevice(dev); rc != 0 {
+	// Metal on macOS when the library has it; the CPU backend otherwise (and always on Linux builds).
+	if runtime.GOOS == "darwin" {
+		dev := DeviceNewType(GPU, 0)
+		if SetDefaultDevice(dev) == 0 {
+			r.stream, r.gpu = DefaultGpuStreamNew(), r.lastErr == ""
+		}
 		DeviceFree(dev)
-		ready <- fmt.Errorf("%w: set default device: %s", ErrUnavailable, r.takeErr())
-		return
+		r.lastErr = ""
 	}
-	DeviceFree(dev)
+	if !r.gpu {
+		dev := DeviceNewType(CPU, 0)
+		rc := SetDefaultDevice(dev)
+		DeviceFree(dev)
+		if rc != 0 {
+			ready <- fmt.Errorf("%w: set default device: %s", ErrUnavailable, r.takeErr())
+			return
+		}
+		r.stream = DefaultCpuStreamNew()
+	}
 	r.lastErr = ""
 	ready <- nil
 	for f := range r.work {
@@ -145,6 +156,9 @@ func (r *Runtime) takeErr() string {
 	}
 	return m
 }
+
+// GPU reports whether ops run on the GPU (Metal) rather than MLX's CPU backend.
+func (r *Runtime) GPU() bool { return r.gpu }
 
 // Stream is the stream every op runs on.
 func (r *Runtime) Stream() Stream { return r.stream }
