@@ -1,4 +1,5 @@
-// Package cpu is the deterministic pure-Go reference backend: it loads Qwen3, Qwen3-Next and Qwen3.5 targets
+// Package cpu is the deterministic CPU reference backend (Go, with AVX2 assembly kernels on amd64 and a
+// portable fallback, see package kernel): it loads Qwen3, Qwen3-Next and Qwen3.5 targets
 // (f32, bf16 or MLX affine-quantized safetensors) and runs them with sessions that support KV trimming,
 // recurrent snapshots and bit-exact innovation-tape replay (MODEL-REFERENCE §3–§4).
 //
