@@ -108,3 +108,18 @@ func TestParseChatMessageParts(t *testing.T) {
 	assert.Empty(t, m.Content)
 	assert.Equal(t, "assistant", m.Role)
 }
+
+func FuzzParseChatMessage(f *testing.F) {
+	f.Add([]byte(`{"role":"user","content":"hi"}`))
+	f.Add([]byte(`{"role":"user","content":[{"type":"text","text":"a"}]}`))
+	f.Add([]byte(`{"role":"assistant","content":null,"tool_calls":[{"function":{"name":"f","arguments":"{}"}}]}`))
+	f.Add([]byte(`{"content":5}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		m, err := ParseChatMessage(raw)
+		if err != nil {
+			return
+		}
+		assert.NotEmpty(t, m.Role)
+		assert.Equal(t, raw, []byte(m.Raw))
+	})
+}
