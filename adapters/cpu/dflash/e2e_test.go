@@ -10,6 +10,7 @@ import (
 	"github.com/higgs-go/higgs/adapters/cpu"
 	"github.com/higgs-go/higgs/adapters/cpu/dflash"
 	"github.com/higgs-go/higgs/adapters/cpu/dflash/dflashtest"
+	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
 	"github.com/higgs-go/higgs/ports/porttest"
@@ -142,4 +143,17 @@ func TestDraftSessionConformance(t *testing.T) {
 		BlockSize: p.drafter.BlockSize(),
 		Vocab:     p.target.Info().VocabSize,
 	}.Run(t)
+}
+
+// TestQuantizedDrafterLossless: an MLX 4-bit drafter (BF16 scales and biases, `model.` prefix) loads and keeps
+// greedy speculative decoding lossless.
+func TestQuantizedDrafterLossless(t *testing.T) {
+	p := loadPair(t, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 14},
+		dflashtest.DrafterSpec{Seed: 15, Taps: []int{1, 3}, Mask: 63, BlockSize: 8, Prefix: "model.",
+			Quant: &quant.Spec{Bits: 4, GroupSize: 32}}, 2)
+	ar := generate(t, p, prompts[1], 1, speculative.RollbackAuto, 24)
+	for _, bs := range []int{4, 8} {
+		sp := generate(t, p, prompts[1], bs, speculative.RollbackAuto, 24)
+		assert.Equal(t, ar.Tokens, sp.Tokens, "block size %d", bs)
+	}
 }
