@@ -8,6 +8,8 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
+var errNoTaps = errors.New("no tap layers")
+
 // Arch is the drafter's shape and DFlash settings, resolved from its config.json.
 type Arch struct {
 	HiddenSize       int

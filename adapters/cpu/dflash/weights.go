@@ -2,7 +2,6 @@ package dflash
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"strings"
 	"unsafe"
@@ -189,5 +188,3 @@ func equal(a, b []int) bool {
 	}
 	return true
 }
-
-var errNoTaps = errors.New("no tap layers")
