@@ -48,6 +48,9 @@ type BenchSpec struct {
 	Runs             int     `json:"runs"`
 	Tokens           int     `json:"tokens"`
 	Speedup          float64 `json:"speedup"`
+	// PredictedSpeedup is what the measured costs predict: τ committed tokens per round of
+	// draft + verify + rollback milliseconds, against the autoregressive milliseconds per token.
+	PredictedSpeedup float64 `json:"predicted_speedup"`
 }
 
 // BenchResult is the JSON object `higgs-verify bench --json` prints. Throughput is decode throughput (the
@@ -182,6 +185,9 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 	speed := func(s BenchSpec) BenchSpec {
 		if res.AR.TokensPerS > 0 {
 			s.Speedup = s.TokensPerS / res.AR.TokensPerS
+		}
+		if round := s.DraftMsPerRound + s.VerifyMsPerRound + s.RollbackMsPerRnd; round > 0 && res.AR.MsPerToken > 0 {
+			s.PredictedSpeedup = s.Tau * res.AR.MsPerToken / round
 		}
 		return s
 	}

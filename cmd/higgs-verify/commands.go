@@ -367,11 +367,11 @@ func (c *cli) benchCmd() *cobra.Command {
 			return c.emit(f.json, res, func(w io.Writer) {
 				fmt.Fprintf(w, "model %s (%s), %d prompts × %d tokens, %d repeats after %d warm-up\n",
 					res.Model, res.Backend, res.Prompts, res.MaxTokens, res.Repeats, res.Warmup)
-				fmt.Fprintf(w, "%-22s %10s %8s %10s %10s %8s\n", "", "tok/s", "tau", "draft ms", "verify ms", "speedup")
-				fmt.Fprintf(w, "%-22s %10.2f %8s %10s %10s %8s\n", "autoregressive", res.AR.TokensPerS, "-", "-", "-", "1.00")
+				fmt.Fprintf(w, "%-22s %10s %8s %10s %10s %8s %10s\n", "", "tok/s", "tau", "draft ms", "verify ms", "speedup", "predicted")
+				fmt.Fprintf(w, "%-22s %10.2f %8s %10s %10s %8s %10s\n", "autoregressive", res.AR.TokensPerS, "-", "-", "-", "1.00", "-")
 				row := func(name string, s app.BenchSpec) {
-					fmt.Fprintf(w, "%-22s %10.2f %8.2f %10.2f %10.2f %8.2f\n", name, s.TokensPerS, s.Tau,
-						s.DraftMsPerRound, s.VerifyMsPerRound, s.Speedup)
+					fmt.Fprintf(w, "%-22s %10.2f %8.2f %10.2f %10.2f %8.2f %10.2f\n", name, s.TokensPerS, s.Tau,
+						s.DraftMsPerRound, s.VerifyMsPerRound, s.Speedup, s.PredictedSpeedup)
 				}
 				name := fmt.Sprintf("dflash bs=%d", res.Spec.BlockSize)
 				if res.Spec.Adaptive {

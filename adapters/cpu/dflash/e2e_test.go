@@ -157,3 +157,20 @@ func TestQuantizedDrafterLossless(t *testing.T) {
 		assert.Equal(t, ar.Tokens, sp.Tokens, "block size %d", bs)
 	}
 }
+
+// TestStoredFormsOfTargets: BF16 and MLX-quantized targets (what the benchmarks use) keep greedy speculative
+// decoding lossless.
+func TestStoredFormsOfTargets(t *testing.T) {
+	for name, ts := range map[string]dflashtest.TargetSpec{
+		"hybrid-bf16": {Family: "qwen3_next", Seed: 16, BF16: true},
+		"hybrid-q4":   {Family: "qwen3_next", Seed: 16, Quant: &quant.Spec{Bits: 4, GroupSize: 32}},
+		"dense-q8":    {Family: "qwen3", Seed: 16, Quant: &quant.Spec{Bits: 8, GroupSize: 32}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p := loadPair(t, ts, dflashtest.DrafterSpec{Seed: 17, Taps: []int{0, 3}, Mask: 62, BlockSize: 8}, 2)
+			ar := generate(t, p, prompts[1], 1, speculative.RollbackAuto, 20)
+			sp := generate(t, p, prompts[1], 8, speculative.RollbackReplay, 20)
+			assert.Equal(t, ar.Tokens, sp.Tokens)
+		})
+	}
+}

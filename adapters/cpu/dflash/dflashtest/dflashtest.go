@@ -57,6 +57,10 @@ type TargetSpec struct {
 	EmbedScale float32
 	// Wide scales the dimensions (default 1: hidden 64); the drafter must use the same Wide.
 	Wide int
+	// BF16 stores float matrices as BF16; Quant stores every Linear (embedding included) MLX
+	// affine-quantized and adds the quantization block to config.json. Norms and GDN vectors stay F32.
+	BF16  bool
+	Quant *quant.Spec
 }
 
 // DrafterSpec describes a tiny random drafter for a target with hidden size Hidden.
@@ -199,15 +203,24 @@ func WriteTarget(dir string, s TargetSpec) error {
 	if err := writeJSON(filepath.Join(dir, "config.json"), cfg); err != nil {
 		return err
 	}
+	if s.Quant != nil {
+		cfg["quantization"] = map[string]any{"bits": s.Quant.Bits, "group_size": s.Quant.GroupSize}
+	}
 	if len(s.EOS) > 0 {
 		if err := writeJSON(filepath.Join(dir, "generation_config.json"), map[string]any{"eos_token_id": s.EOS}); err != nil {
 			return err
 		}
 	}
-	w := &writer{rng: rand.New(rand.NewPCG(s.Seed, 77)), prefix: "model.", dtype: safetensors.F32}
+	w := &writer{rng: rand.New(rand.NewPCG(s.Seed, 77)), prefix: "model.", dtype: safetensors.F32, quant: s.Quant}
+	if s.BF16 {
+		w.dtype = safetensors.BF16
+	}
 	norm := func(name string, n int) {
-		// Qwen3-Next norms are zero-centred (applied as 1+w); Qwen3's are plain.
-		if hybrid {
+		// Qwen3-Next norms are zero-centred (applied as 1+w) in HF checkpoints; quantized (MLX-converted)
+		// checkpoints store them with the 1 folded in.
+		if hybrid && s.Quant != nil {
+			w.raw(name, []int{n}, w.vec(n, 0.8, 1.2))
+		} else if hybrid {
 			w.raw(name, []int{n}, w.vec(n, -0.2, 0.2))
 		} else {
 			w.raw(name, []int{n}, w.vec(n, 0.8, 1.2))
@@ -236,7 +249,11 @@ func WriteTarget(dir string, s TargetSpec) error {
 			q := p + "linear_attn."
 			w.linear(q+"in_proj_qkvz", C+Dv, H, w.mat(C+Dv, H, 1))
 			w.linear(q+"in_proj_ba", 2*linVH, H, w.mat(2*linVH, H, 1))
-			w.raw(q+"conv1d.weight", []int{C, 1, convK}, w.vec(C*convK, -0.6, 0.6))
+			if s.Quant != nil {
+				w.raw(q+"conv1d.weight", []int{C, convK, 1}, w.vec(C*convK, -0.6, 0.6)) // MLX layout
+			} else {
+				w.raw(q+"conv1d.weight", []int{C, 1, convK}, w.vec(C*convK, -0.6, 0.6))
+			}
 			w.raw(q+"A_log", []int{linVH}, w.vec(linVH, -1, 1.5))
 			w.raw(q+"dt_bias", []int{linVH}, w.vec(linVH, -0.5, 1.5))
 			w.raw(q+"norm.weight", []int{dm.linVD}, w.vec(dm.linVD, 0.8, 1.2))
