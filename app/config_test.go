@@ -1,0 +1,88 @@
+package app
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestConfigDefaults(t *testing.T) {
+	cfg, err := LoadConfig(nil, env(nil), io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, DefaultConfig(), cfg)
+	assert.Equal(t, "127.0.0.1:8000", cfg.Addr(), "localhost by default; a wider bind is explicit")
+	assert.Equal(t, "", cfg.Model, "no model means the bundled demo")
+}
+
+func TestConfigPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "higgs.toml")
+	require.NoError(t, os.WriteFile(file, []byte(`
+model = "from-file"
+port = 9000
+block_size = 4
+request-timeout = "30s"
+adaptive = true
+host = "0.0.0.0"
+`), 0o644))
+	e := env(map[string]string{"HIGGS_CONFIG": file, "HIGGS_PORT": "9001", "HIGGS_API_KEY": "env-key", "HIGGS_BLOCK_SIZE": "6"})
+	cfg, err := LoadConfig([]string{"--port", "9002"}, e, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 9002, cfg.Port, "flag beats env and file")
+	assert.Equal(t, 6, cfg.BlockSize, "env beats file")
+	assert.Equal(t, "env-key", cfg.APIKey)
+	assert.Equal(t, "from-file", cfg.Model, "file beats default")
+	assert.Equal(t, 30*time.Second, cfg.RequestTimeout)
+	assert.True(t, cfg.Adaptive)
+	assert.Equal(t, "0.0.0.0", cfg.Host)
+	assert.Equal(t, file, cfg.ConfigFile)
+
+	// --config on the command line beats HIGGS_CONFIG.
+	other := filepath.Join(dir, "other.toml")
+	require.NoError(t, os.WriteFile(other, []byte(`model = "other"`), 0o644))
+	cfg, err = LoadConfig([]string{"--config", other}, e, io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, "other", cfg.Model)
+}
+
+func TestConfigReportsEveryProblem(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "bad.toml")
+	require.NoError(t, os.WriteFile(file, []byte("colour = \"red\"\nport = \"eighty\"\n"), 0o644))
+	_, err := LoadConfig([]string{"--config", file, "--log-format", "xml", "--max-concurrency", "0", "--backend", "gpu"},
+		env(map[string]string{"HIGGS_QUEUE_SIZE": "many", "HIGGS_BLOCK_SIZE": "-2"}), io.Discard)
+	require.Error(t, err)
+	for _, want := range []string{`unknown key "colour"`, "port", "HIGGS_QUEUE_SIZE", "--block-size -2", `--log-format "xml"`,
+		"--max-concurrency 0", `unknown backend "gpu"`} {
+		assert.ErrorContains(t, err, want)
+	}
+}
+
+func TestConfigHelpAndArgs(t *testing.T) {
+	_, err := LoadConfig([]string{"-h"}, env(nil), io.Discard)
+	assert.True(t, errors.Is(err, flag.ErrHelp))
+	_, err = LoadConfig([]string{"stray"}, env(nil), io.Discard)
+	assert.ErrorContains(t, err, "unexpected arguments")
+	_, err = LoadConfig([]string{"--config", "/nonexistent/h.toml"}, env(nil), io.Discard)
+	assert.ErrorContains(t, err, "config file")
+}
+
+func TestConfigNoDraftTurnsSpeculationOff(t *testing.T) {
+	cfg, err := LoadConfig([]string{"--no-draft", "--block-size", "8"}, env(nil), io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 1, cfg.ServeConfig().BlockSize)
+	assert.True(t, cfg.ModelConfig().NoDraft)
+}
+
+func TestEnvName(t *testing.T) {
+	assert.Equal(t, "HIGGS_MAX_BODY_BYTES", EnvName("max-body-bytes"))
+}
