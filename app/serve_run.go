@@ -22,7 +22,7 @@ import (
 var ServeSet = wire.NewSet(ProvideServe, wire.Bind(new(ports.Generator), new(*Serve)), ProvideAPI, ProvideLoader,
 	NewServer)
 
-// LoadFunc loads the engine; progress (may be nil) receives bytes done and total. The returned close
+// LoadFunc loads the engine; progress (may be nil) receives work done and total (LoadModels counts steps). The returned close
 // releases the models.
 type LoadFunc func(ctx context.Context, progress func(done, total int64)) (Engine, func() error, error)
 
@@ -174,7 +174,7 @@ func newProgress(log zerolog.Logger) func(done, total int64) {
 		var bar *progressbar.ProgressBar
 		return func(done, total int64) {
 			if bar == nil {
-				bar = progressbar.DefaultBytes(total, "loading model")
+				bar = progressbar.Default(total, "loading model")
 			}
 			_ = bar.Set64(done)
 			if done >= total {
@@ -192,6 +192,6 @@ func newProgress(log zerolog.Logger) func(done, total int64) {
 			return
 		}
 		last = pct
-		log.Info().Int64("done_bytes", done).Int64("total_bytes", total).Int64("percent", pct).Msg("loading model")
+		log.Info().Int64("done", done).Int64("total", total).Int64("percent", pct).Msg("loading model")
 	}
 }

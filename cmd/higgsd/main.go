@@ -28,6 +28,11 @@ func run() int {
 	log := app.NewLogger(cfg, os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go func() {
+		// After the first signal, restore the default handling so a second one ends the process at once.
+		<-ctx.Done()
+		stop()
+	}()
 	srv, err := initServer(cfg, log)
 	if err != nil {
 		log.Error().Err(err).Msg("higgsd cannot start")
