@@ -1,0 +1,13 @@
+// Package openai is higgsd's HTTP adapter: the OpenAI-compatible API (chat completions, completions, models,
+// health, metrics) over the ports.Generator inbound port. It only translates: request JSON → a checked
+// ports.GenerateRequest (ParseChat, ParseCompletion), results → response JSON and SSE chunks, and every error
+// → OpenAI's error shape with one mapper (ErrorFor).
+//
+// Unknown request fields are ignored only when they cannot change the output (user, store, metadata…).
+// Fields that would change it and that higgs does not implement (logprobs, tools, response_format other
+// than text, penalties, logit_bias, n > 1, echo, suffix, best_of…) are refused with a 400 naming the field;
+// their neutral values are accepted because SDKs send them by default. docs/SERVING.md lists them.
+//
+// Streaming responses send their headers with the first output, so that errors found before any output
+// (validation, a full queue) still get their own status; an error after that is sent as an SSE error event.
+package openai
