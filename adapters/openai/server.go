@@ -82,12 +82,12 @@ func New(gen ports.Generator, opts Options) *Server {
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
 	mux.HandleFunc("POST /v1/completions", s.completion)
 	mux.HandleFunc("GET /v1/models", s.models)
-	mux.HandleFunc("GET /v1/models/{id}", s.model)
+	mux.HandleFunc("GET /v1/models/{id...}", s.model)
 	mux.HandleFunc("GET /health", s.health)
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	// The mux answers a wrong method with a plain-text 405; these catch-alls answer in OpenAI's shape.
 	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/completions": "POST",
-		"/v1/models": "GET", "/v1/models/{id}": "GET", "/health": "GET", "/metrics": "GET"} {
+		"/v1/models": "GET", "/v1/models/{id...}": "GET", "/health": "GET", "/metrics": "GET"} {
 		mux.HandleFunc(path, methodNotAllowed(allow))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {

@@ -232,3 +232,22 @@ func TestMetricsEndpoint(t *testing.T) {
 		assert.Contains(t, string(body), want)
 	}
 }
+
+func TestModelIDWithSlash(t *testing.T) {
+	gen := &modelsOnly{id: "Qwen/Qwen3-4B"}
+	s := newTestServer(gen)
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/models/Qwen/Qwen3-4B", nil))
+	assert.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	assert.JSONEq(t, `{"id":"Qwen/Qwen3-4B","object":"model","created":0,"owned_by":"higgs"}`, rec.Body.String())
+	rec = httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/models/Qwen/Qwen3-4B", nil))
+	assert.Equal(t, http.StatusMethodNotAllowed, rec.Code)
+}
+
+type modelsOnly struct{ id string }
+
+func (m *modelsOnly) Models() []ports.ModelCard { return []ports.ModelCard{{ID: m.id, OwnedBy: "higgs"}} }
+func (m *modelsOnly) Generate(context.Context, ports.GenerateRequest, func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
+	return ports.GenerateResult{}, errors.New("not used")
+}
