@@ -247,7 +247,9 @@ func TestModelIDWithSlash(t *testing.T) {
 
 type modelsOnly struct{ id string }
 
-func (m *modelsOnly) Models() []ports.ModelCard { return []ports.ModelCard{{ID: m.id, OwnedBy: "higgs"}} }
+func (m *modelsOnly) Models() []ports.ModelCard {
+	return []ports.ModelCard{{ID: m.id, OwnedBy: "higgs"}}
+}
 func (m *modelsOnly) Generate(context.Context, ports.GenerateRequest, func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
 	return ports.GenerateResult{}, errors.New("not used")
 }
