@@ -80,7 +80,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	base, cancelAll := context.WithCancel(context.Background())
 	defer cancelAll()
-	hs := &http.Server{Handler: s.api, ReadHeaderTimeout: 30 * time.Second,
+	hs := &http.Server{Handler: s.api, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 		BaseContext: func(net.Listener) context.Context { return base }}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()

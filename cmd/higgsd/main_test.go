@@ -1,0 +1,31 @@
+package main
+
+import (
+	"context"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/app"
+)
+
+// TestWiringReportsLoadFailure builds the real injector and runs it with a model that does not exist: the
+// server must start listening, fail to load with a clear error, and shut down by itself.
+func TestWiringReportsLoadFailure(t *testing.T) {
+	cfg, err := app.LoadConfig([]string{"--port", "0", "--model", "/nonexistent/model", "--no-draft"},
+		func(string) string { return "" }, io.Discard)
+	require.NoError(t, err)
+	srv, err := initServer(cfg, zerolog.Nop())
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	err = srv.Run(ctx)
+	require.Error(t, err)
+	assert.ErrorContains(t, err, "load models")
+	assert.ErrorContains(t, err, "/nonexistent/model")
+	assert.NoError(t, ctx.Err(), "Run must return on a load failure, not wait for a signal")
+}
