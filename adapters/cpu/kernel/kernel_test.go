@@ -77,10 +77,14 @@ func TestPackUnpackRoundTrip(t *testing.T) {
 	assert.Equal(t, []float32{0, 1, 2, 3, 4, 5, 6, 7}, got)
 }
 
-// bothPaths runs f with the assembly kernels (when this CPU has them) and with the portable ones.
+// bothPaths runs f with every kernel set this CPU has: the AVX-512 tiles, AVX2 alone, and the portable ones.
 func bothPaths(t *testing.T, f func(t *testing.T)) {
-	saved := useAVX2
-	defer func() { useAVX2 = saved }()
+	saved, saved512 := useAVX2, useAVX512
+	defer func() { useAVX2, useAVX512 = saved, saved512 }()
+	if saved512 {
+		t.Run("avx512", f)
+	}
+	useAVX512 = false
 	if saved {
 		t.Run("avx2", f)
 	}
@@ -363,4 +367,40 @@ func TestLinearTiledRows(t *testing.T) {
 			}
 		}
 	})
+}
+
+// The AVX-512 tiles and the AVX2 kernels run the same operations, so on a CPU with both they agree bit for bit,
+// for every row count and for outputs that do not fill a tile.
+func TestTilesMatchAVX2(t *testing.T) {
+	if !useAVX512 {
+		t.Skip("no AVX-512 on this CPU")
+	}
+	defer func() { useAVX512 = true }()
+	r := rand.New(rand.NewPCG(15, 16))
+	const out, in = 23, 320
+	bf := make([]uint16, out*in)
+	for i, v := range randVec(r, out*in, 1) {
+		bf[i] = F32ToBF16(v)
+	}
+	lf, _ := NewF32(out, in, randVec(r, out*in, 1))
+	lb, _ := NewBF16(out, in, bf)
+	var ls []*Linear
+	for _, bits := range []int{3, 4, 8} {
+		q, _ := quantFixture(r, out, in, bits, 32)
+		lq, err := NewQuant(out, in, q)
+		require.NoError(t, err)
+		ls = append(ls, lq)
+	}
+	x := randVec(r, 16*in, 1)
+	for _, l := range append([]*Linear{lf, lb}, ls...) {
+		for _, rows := range []int{1, 4, 5, 8, 11, 16} {
+			useAVX512 = true
+			a := make([]float32, rows*out)
+			l.Forward(a, x, rows)
+			useAVX512 = false
+			b := make([]float32, rows*out)
+			l.Forward(b, x, rows)
+			assertBits(t, b, a, "%v rows %d", l.Format(), rows)
+		}
+	}
 }

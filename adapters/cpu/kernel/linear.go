@@ -190,20 +190,7 @@ func (l *Linear) forwardTile(dst, x []float32, rows int) {
 	switch l.Format() {
 	case FormatF32:
 		if useAVX2 {
-			l.Pool.For(out, grain, func(lo, hi int) {
-				var pair [2]float32
-				for o := lo; o < hi; o++ {
-					w := &l.f32[o*in]
-					r := 0
-					for ; r+2 <= rows; r += 2 {
-						dotF32x2AVX2(&x[r*in], &x[(r+1)*in], w, in, &pair[0])
-						dst[r*out+o], dst[(r+1)*out+o] = pair[0], pair[1]
-					}
-					if r < rows {
-						dst[r*out+o] = dotF32AVX2(&x[r*in], w, in)
-					}
-				}
-			})
+			l.forwardDenseAVX2(dst, x, rows, grain)
 			return
 		}
 		l.Pool.For(out, grain, func(lo, hi int) {
@@ -216,20 +203,7 @@ func (l *Linear) forwardTile(dst, x []float32, rows int) {
 		})
 	case FormatBF16:
 		if useAVX2 {
-			l.Pool.For(out, grain, func(lo, hi int) {
-				var pair [2]float32
-				for o := lo; o < hi; o++ {
-					w := &l.bf16[o*in]
-					r := 0
-					for ; r+2 <= rows; r += 2 {
-						dotBF16x2AVX2(&x[r*in], &x[(r+1)*in], w, in, &pair[0])
-						dst[r*out+o], dst[(r+1)*out+o] = pair[0], pair[1]
-					}
-					if r < rows {
-						dst[r*out+o] = dotBF16AVX2(&x[r*in], w, in)
-					}
-				}
-			})
+			l.forwardDenseAVX2(dst, x, rows, grain)
 			return
 		}
 		l.Pool.For(out, grain, func(lo, hi int) {
@@ -246,6 +220,74 @@ func (l *Linear) forwardTile(dst, x []float32, rows int) {
 	default:
 		l.forwardQuant(dst, x, rows)
 	}
+}
+
+// forwardDenseAVX2 is the f32/bf16 product on AVX2. Blocks of 4 input rows × 2 weight rows (4 × 4 with
+// AVX-512) go through the tile kernels, which read each weight vector once per 4 rows; the remaining rows and
+// outputs go through the one- and two-row kernels. All of them run the same operations per element.
+func (l *Linear) forwardDenseAVX2(dst, x []float32, rows, grain int) {
+	in, out := l.In, l.Out
+	tileO := 2
+	if useAVX512 {
+		tileO = 4
+	}
+	if rows < 4 || in%32 != 0 {
+		tileO = 0
+	}
+	l.Pool.For(out, grain, func(lo, hi int) {
+		var pair [2]float32
+		var scratch [2 * 4 * 4 * 8]float32
+		// rest computes output o for rows [r0, rows) with the one- and two-row kernels.
+		rest := func(o, r0 int) {
+			r := r0
+			if l.f32 != nil {
+				w := &l.f32[o*in]
+				for ; r+2 <= rows; r += 2 {
+					dotF32x2AVX2(&x[r*in], &x[(r+1)*in], w, in, &pair[0])
+					dst[r*out+o], dst[(r+1)*out+o] = pair[0], pair[1]
+				}
+				if r < rows {
+					dst[r*out+o] = dotF32AVX2(&x[r*in], w, in)
+				}
+				return
+			}
+			w := &l.bf16[o*in]
+			for ; r+2 <= rows; r += 2 {
+				dotBF16x2AVX2(&x[r*in], &x[(r+1)*in], w, in, &pair[0])
+				dst[r*out+o], dst[(r+1)*out+o] = pair[0], pair[1]
+			}
+			if r < rows {
+				dst[r*out+o] = dotBF16AVX2(&x[r*in], w, in)
+			}
+		}
+		o := lo
+		if tileO > 0 {
+			for ; o+tileO <= hi; o += tileO {
+				r := 0
+				for ; r+4 <= rows; r += 4 {
+					xp, dp := &x[r*in], &dst[r*out+o]
+					switch {
+					case l.f32 != nil && tileO == 4:
+						tileF32x4x4AVX512(xp, in, &l.f32[o*in], in, in, dp, out, &scratch[0])
+					case l.f32 != nil:
+						tileF32x4x2AVX2(xp, in, &l.f32[o*in], in, in, dp, out, &scratch[0])
+					case tileO == 4:
+						tileBF16x4x4AVX512(xp, in, &l.bf16[o*in], in, in, dp, out, &scratch[0])
+					default:
+						tileBF16x4x2AVX2(xp, in, &l.bf16[o*in], in, in, dp, out, &scratch[0])
+					}
+				}
+				if r < rows {
+					for oo := o; oo < o+tileO; oo++ {
+						rest(oo, r)
+					}
+				}
+			}
+		}
+		for ; o < hi; o++ {
+			rest(o, 0)
+		}
+	})
 }
 
 // forwardQuant uses y_r = Σ_g (s_rg·Σ_{j∈g} q_rj x_j + b_rg·Σ_{j∈g} x_j), unpacking one row of codes at a time.

@@ -62,3 +62,32 @@ func dotCodesRowAVX2(codes, x, scales *float32, groups, gs int) float32
 //
 //go:noescape
 func dotCodesRow2AVX2(codes, x0, x1, scales *float32, groups, gs int, out *float32)
+
+// streamSumAVX2 sums n floats (n a multiple of 64) with loads only; see StreamSum.
+//
+//go:noescape
+func streamSumAVX2(p *float32, n int) float32
+
+// fmaPeakAVX2 runs iters iterations of 12 independent 8-lane FMAs; see FMAPeak.
+func fmaPeakAVX2(iters int) float32
+
+// useAVX512 selects the multi-row tiles that need 32 vector registers (AVX-512F+VL, still 8-lane vectors).
+// They run the same per-element operations as the AVX2 one-row kernels, so the bits do not change with it.
+var useAVX512 = useAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL
+
+// The tile kernels compute a block of R input rows × O weight rows; every element runs exactly the one-row
+// kernel's operations (its four 8-lane chains, one after another instead of interleaved, combined and summed
+// horizontally in the same order). n must be a positive multiple of 32; ldx, ldw and ldd are row strides in
+// elements; scratch holds 2·R·O·8 floats.
+
+//go:noescape
+func tileF32x4x2AVX2(x *float32, ldx int, w *float32, ldw int, n int, dst *float32, ldd int, scratch *float32)
+
+//go:noescape
+func tileBF16x4x2AVX2(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32)
+
+//go:noescape
+func tileF32x4x4AVX512(x *float32, ldx int, w *float32, ldw int, n int, dst *float32, ldd int, scratch *float32)
+
+//go:noescape
+func tileBF16x4x4AVX512(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32)

@@ -26,3 +26,20 @@ func dotCodesRowAVX2(codes, x, scales *float32, groups, gs int) float32 { noAVX2
 func dotCodesRow2AVX2(codes, x0, x1, scales *float32, groups, gs int, out *float32) {
 	noAVX2()
 }
+func streamSumAVX2(p *float32, n int) float32 { noAVX2(); return 0 }
+func fmaPeakAVX2(iters int) float32           { noAVX2(); return 0 }
+
+var useAVX512 = false
+
+func tileF32x4x2AVX2(x *float32, ldx int, w *float32, ldw int, n int, dst *float32, ldd int, scratch *float32) {
+	noAVX2()
+}
+func tileBF16x4x2AVX2(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32) {
+	noAVX2()
+}
+func tileF32x4x4AVX512(x *float32, ldx int, w *float32, ldw int, n int, dst *float32, ldd int, scratch *float32) {
+	noAVX2()
+}
+func tileBF16x4x4AVX512(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32) {
+	noAVX2()
+}
