@@ -31,9 +31,9 @@ const (
 	DemoDrafterDir = "models/demo/drafter"
 )
 
-// ErrMLXUnavailable is wrapped by LoadModels when the MLX backend is requested but not built in. It wraps
-// errors.ErrUnsupported.
-var ErrMLXUnavailable = fmt.Errorf("MLX backend not available in this build: %w", errors.ErrUnsupported)
+// ErrMLXUnavailable is wrapped by LoadModels when the MLX backend is requested but cannot run here (libmlxc
+// not found or not matching; the reason follows). It wraps errors.ErrUnsupported.
+var ErrMLXUnavailable = fmt.Errorf("MLX backend not available: %w", errors.ErrUnsupported)
 
 // ModelConfig names the model and drafter to load and the backend to run them on.
 type ModelConfig struct {
@@ -45,8 +45,9 @@ type ModelConfig struct {
 	Draft string
 	// NoDraft turns speculation off whatever Draft says.
 	NoDraft bool
-	// Backend is "cpu", "mlx" or "auto" ("" means "cpu"). While no MLX backend is built in, "mlx" is an
-	// error wrapping ErrMLXUnavailable and "auto" falls back to "cpu" with a log line saying why.
+	// Backend is "cpu", "mlx" or "auto" ("" means "cpu"). "mlx" is an error wrapping ErrMLXUnavailable when
+	// libmlxc cannot be loaded; "auto" picks MLX on Apple silicon when it can run, else "cpu" with a log line
+	// saying why.
 	Backend string
 	// Threads is the CPU worker count; 0 means GOMAXPROCS.
 	Threads int

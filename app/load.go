@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 
 	"github.com/rs/zerolog"
 
@@ -14,7 +15,9 @@ import (
 	"github.com/higgs-go/higgs/adapters/cpu"
 	"github.com/higgs-go/higgs/adapters/cpu/dflash"
 	"github.com/higgs-go/higgs/adapters/hfmodel"
+	"github.com/higgs-go/higgs/adapters/mlx"
 	"github.com/higgs-go/higgs/adapters/tokenizer"
+	"github.com/higgs-go/higgs/ports"
 )
 
 // LoadModels resolves cfg's model and drafter names (local directories or Hugging Face ids in the local hub
@@ -44,13 +47,42 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 	}
 	const steps = 3
 	progress(0, steps)
-	target, err := cpu.Load(ctx, targetDir, cpu.LoadOptions{Threads: cfg.Threads, Logger: log})
-	if err != nil {
-		return nil, err
+	var (
+		target      ports.Target
+		closeTarget func() error
+		loadDrafter func(dir string) (ports.Drafter, func() error, error)
+	)
+	switch backend {
+	case BackendMLX:
+		t, err := mlx.Load(ctx, targetDir, mlx.LoadOptions{Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		target, closeTarget = t, t.Close
+		loadDrafter = func(dir string) (ports.Drafter, func() error, error) {
+			d, err := mlx.LoadDrafter(ctx, dir, t, mlx.DrafterOptions{})
+			if err != nil {
+				return nil, nil, err
+			}
+			return d, d.Close, nil
+		}
+	default:
+		t, err := cpu.Load(ctx, targetDir, cpu.LoadOptions{Threads: cfg.Threads, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		target, closeTarget = t, t.Close
+		loadDrafter = func(dir string) (ports.Drafter, func() error, error) {
+			d, err := dflash.Load(ctx, dir, t, dflash.Options{Pool: t.Pool()})
+			if err != nil {
+				return nil, nil, err
+			}
+			return d, d.Close, nil
+		}
 	}
 	progress(1, steps)
 	m := &Models{Target: target, Name: name, Backend: backend, EOS: target.Info().EOSTokens}
-	closers := []func() error{target.Close}
+	closers := []func() error{closeTarget}
 	m.Close = func() error {
 		var errs []error
 		for i := len(closers) - 1; i >= 0; i-- {
@@ -63,11 +95,11 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 		return nil, errors.Join(err, m.Close())
 	}
 	if draftDir != "" {
-		d, err := dflash.Load(ctx, draftDir, target, dflash.Options{Pool: target.Pool()})
+		d, closeDrafter, err := loadDrafter(draftDir)
 		if err != nil {
 			return fail(err)
 		}
-		closers = append(closers, d.Close)
+		closers = append(closers, closeDrafter)
 		m.Drafter = d
 		log.Info().Str("dir", draftDir).Int("block_size", d.BlockSize()).Ints("taps", d.TapLayers()).Msg("drafter loaded")
 	}
@@ -98,19 +130,36 @@ func hasFile(dir, name string) bool {
 	return err == nil && !fi.IsDir()
 }
 
-// chooseBackend maps the configured backend to one built into this binary.
+// chooseBackend maps the configured backend to one that can run here. "mlx" needs libmlxc (HIGGS_MLX_LIB or
+// the platform's library paths); "auto" picks MLX only on Apple silicon, where it is the accelerator, and
+// otherwise the deterministic CPU backend, logging why.
 func chooseBackend(b string, log zerolog.Logger) (string, error) {
 	switch b {
 	case "", BackendCPU:
 		return BackendCPU, nil
 	case BackendMLX:
-		return "", fmt.Errorf("backend %q: %w", b, ErrMLXUnavailable)
+		if err := mlxAvailable(); err != nil {
+			return "", fmt.Errorf("backend %q: %w: %w", b, ErrMLXUnavailable, err)
+		}
+		return BackendMLX, nil
 	case BackendAuto:
-		log.Info().Str("backend", BackendCPU).Str("reason", ErrMLXUnavailable.Error()).Msg("auto backend falls back to cpu")
+		reason := "MLX is only preferred on Apple silicon"
+		if runtime.GOOS == "darwin" && runtime.GOARCH == "arm64" {
+			err := mlxAvailable()
+			if err == nil {
+				log.Info().Str("backend", BackendMLX).Msg("auto backend picks mlx")
+				return BackendMLX, nil
+			}
+			reason = err.Error()
+		}
+		log.Info().Str("backend", BackendCPU).Str("reason", reason).Msg("auto backend falls back to cpu")
 		return BackendCPU, nil
 	}
 	return "", fmt.Errorf("unknown backend %q (want cpu, mlx or auto)", b)
 }
+
+// mlxAvailable reports why the MLX backend cannot run here (nil when it can).
+var mlxAvailable = mlx.Available
 
 // resolveTarget returns the target directory and the served name (the directory's base name, the hub id, or
 // "demo").

@@ -60,9 +60,13 @@ func forwardLogits(ctx context.Context, t ports.Target, tokens []ports.Token, ta
 	for i := range rows {
 		rows[i] = slices.Clone(flat[i*V : (i+1)*V])
 	}
+	// Taps handles may die with the session (MLX arrays): copy them out while it is open.
 	var taps ports.Taps
-	if fr.Taps != nil {
-		taps = fr.Taps.Detach()
+	if ft, ok := fr.Taps.(interface {
+		Float32() ([]float32, int, int)
+	}); ok {
+		data, r, w := ft.Float32()
+		taps = &floatTaps{data: slices.Clone(data[:r*w]), rows: r, width: w}
 	}
 	return rows, taps, nil
 }

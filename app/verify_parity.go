@@ -17,6 +17,9 @@ const (
 	DefaultParityMaxAbs = 1e-3 // max |Δlogit|
 	DefaultParityMargin = 1e-3 // argmax must agree where A's top-2 margin exceeds this
 	DefaultParityTapAbs = 1e-3 // max |Δ| of tapped hidden states
+	// DefaultParityReplayAbs bounds max |Δp| between tape replay and recompute: fp32 tolerance, because a
+	// backend may replay with another op order than its chunked forward (§7.1); the CPU backend is bit-exact.
+	DefaultParityReplayAbs = 1e-5
 )
 
 // ParityOptions configure `higgs-verify parity`.
@@ -70,6 +73,8 @@ type ParityResult struct {
 	Pass            bool          `json:"pass"`
 	Failures        []string      `json:"failures"`
 	DrafterChecked  bool          `json:"drafter_checked"`
+	SpecLosslessA   bool          `json:"spec_lossless_a,omitempty"`
+	SpecLosslessB   bool          `json:"spec_lossless_b,omitempty"`
 	DraftAgreement  int           `json:"draft_agreement,omitempty"`
 	DraftComparable int           `json:"draft_comparable,omitempty"`
 }
@@ -148,6 +153,36 @@ func Parity(ctx context.Context, a, b *Models, o ParityOptions) (ParityResult, e
 	}
 	res.ContinuationA, res.ContinuationB = ga.Tokens, gb.Tokens
 	_, res.ContinuationOK = firstDiff(ga.Tokens, gb.Tokens)
+	if a.Drafter != nil && b.Drafter != nil {
+		// The drafters on both sides: greedy speculative decoding must reproduce each side's greedy
+		// continuation, and the drafts of equal-size blocks are compared (informational: near-ties may flip).
+		sa, bsA, err := runDecoder(ctx, a, GenerateOptions{Prompt: o.Prompt, MaxTokens: o.MaxTokens, NoEOS: true, Speculative: true})
+		if err != nil {
+			return res, fmt.Errorf("a: %w", err)
+		}
+		sb, bsB, err := runDecoder(ctx, b, GenerateOptions{Prompt: o.Prompt, MaxTokens: o.MaxTokens, NoEOS: true, Speculative: true})
+		if err != nil {
+			return res, fmt.Errorf("b: %w", err)
+		}
+		res.DrafterChecked = true
+		_, okA := firstDiff(sa.Tokens, ga.Tokens)
+		_, okB := firstDiff(sb.Tokens, gb.Tokens)
+		res.SpecLosslessA, res.SpecLosslessB = okA, okB
+		if bsA == bsB {
+			for i := range min(len(sa.Stats.Rounds), len(sb.Stats.Rounds)) {
+				ra, rb := sa.Stats.Rounds[i].Block, sb.Stats.Rounds[i].Block
+				if len(ra) != len(rb) || ra[0] != rb[0] {
+					break
+				}
+				for j := 1; j < len(ra); j++ {
+					res.DraftComparable++
+					if ra[j] == rb[j] {
+						res.DraftAgreement++
+					}
+				}
+			}
+		}
+	}
 	if res.ReplayA, err = replayCheck(ctx, a.Target, o); err != nil {
 		return res, fmt.Errorf("a: %w", err)
 	}
@@ -166,6 +201,9 @@ func Parity(ctx context.Context, a, b *Models, o ParityOptions) (ParityResult, e
 	}
 	if !res.ContinuationOK {
 		fail("greedy continuations differ")
+	}
+	if res.DrafterChecked && !(res.SpecLosslessA && res.SpecLosslessB) {
+		fail("greedy speculative decoding differs from greedy decoding (a %v, b %v)", res.SpecLosslessA, res.SpecLosslessB)
 	}
 	for _, r := range []struct {
 		side string

@@ -270,11 +270,7 @@ func (c *cli) parityCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			for _, side := range []string{a, b} {
-				switch side {
-				case app.BackendCPU:
-				case app.BackendMLX:
-					return fmt.Errorf("%w: parity --a %s --b %s: %w", app.ErrBadInput, a, b, app.ErrMLXUnavailable)
-				default:
+				if side != app.BackendCPU && side != app.BackendMLX {
 					return fmt.Errorf("%w: unknown backend %q (want cpu or mlx)", app.ErrBadInput, side)
 				}
 			}
@@ -310,6 +306,10 @@ func (c *cli) parityCmd() *cobra.Command {
 				fmt.Fprintf(w, "max |Δlogit| %.3g, max rel %.3g, argmax agree %d/%d, max |Δtap| %.3g\n",
 					res.MaxAbs, res.MaxRel, res.ArgmaxAgree, res.ArgmaxChecked, res.TapMaxAbs)
 				fmt.Fprintf(w, "greedy continuation match %v\n", res.ContinuationOK)
+				if res.DrafterChecked {
+					fmt.Fprintf(w, "speculative lossless a %v b %v, drafts agree %d/%d\n", res.SpecLosslessA, res.SpecLosslessB,
+						res.DraftAgreement, res.DraftComparable)
+				}
 				fmt.Fprintf(w, "replay vs recompute: a max %.3g (%d cases), b max %.3g (%d cases)\n",
 					res.ReplayA.MaxAbs, res.ReplayA.Cases, res.ReplayB.MaxAbs, res.ReplayB.Cases)
 				for _, fl := range res.Failures {
@@ -332,7 +332,7 @@ func (c *cli) parityCmd() *cobra.Command {
 	fs.Float64Var(&o.MaxAbs, "max-abs", app.DefaultParityMaxAbs, "tolerance: max |Δlogit|")
 	fs.Float64Var(&o.Margin, "margin", app.DefaultParityMargin, "argmax must agree where A's top-2 margin exceeds this")
 	fs.Float64Var(&o.TapAbs, "tap-abs", app.DefaultParityTapAbs, "tolerance: max |Δ| of tapped hidden states")
-	fs.Float64Var(&o.ReplayAbs, "replay-abs", 0, "tolerance: max |Δp| of the next-token distribution after tape replay vs recompute (0: bit-exact)")
+	fs.Float64Var(&o.ReplayAbs, "replay-abs", app.DefaultParityReplayAbs, "tolerance: max |Δp| of the next-token distribution after tape replay vs recompute (0: bit-exact, as the CPU backend is)")
 	return cmd
 }
 
