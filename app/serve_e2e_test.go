@@ -34,6 +34,7 @@ type harnessOpts struct {
 	notReady    bool
 	panicOn     int64
 	noEOS       bool
+	adaptive    bool
 }
 
 type harness struct {
@@ -59,7 +60,7 @@ func newHarness(t *testing.T, o harnessOpts) *harness {
 	if o.ctxLen == 0 {
 		o.ctxLen = 4096
 	}
-	serve, err := NewServe(ServeConfig{BlockSize: o.blockSize, MaxConcurrency: o.concurrency, QueueSize: o.queue}, zerolog.Nop())
+	serve, err := NewServe(ServeConfig{BlockSize: o.blockSize, Adaptive: o.adaptive, MaxConcurrency: o.concurrency, QueueSize: o.queue}, zerolog.Nop())
 	require.NoError(t, err)
 	eng, target := srvEngine(o.ctxLen, o.delay, o.noEOS)
 	target.panicOn = o.panicOn
@@ -542,5 +543,26 @@ func TestE2EConcurrentClientsMatchSerial(t *testing.T) {
 		r := <-results
 		require.NoError(t, r.err)
 		assert.Equal(t, serial[r.i], r.out, "job %d", r.i)
+	}
+}
+
+// TestE2EServerBlockSizeAndAdaptive checks the server-wide speculation settings: a default block size of 2,
+// and the adaptive depth policy, both still giving the target's greedy output.
+func TestE2EServerBlockSizeAndAdaptive(t *testing.T) {
+	leakCheck(t)
+	for _, o := range []harnessOpts{{blockSize: 2}, {adaptive: true}, {blockSize: 1}} {
+		h := newHarness(t, o)
+		resp, err := h.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "toy",
+			Messages: userMsg("stop test"), MaxTokens: openai.Int(40), Temperature: openai.Float(0)})
+		require.NoError(t, err)
+		want, _ := h.expectedGreedy([]ports.ChatMessage{{Role: "user", Content: "stop test"}}, 40)
+		assert.Equal(t, want, resp.Choices[0].Message.Content, "%+v", o)
+		spec := specOf(t, resp.Usage.RawJSON())
+		switch {
+		case o.blockSize == 2:
+			assert.Len(t, spec.AcceptedPerPosition, 1)
+		case o.blockSize == 1:
+			assert.Zero(t, spec.Drafted)
+		}
 	}
 }
