@@ -281,10 +281,14 @@ def main():
     losses = []
     while i < total:
         loss, run = step(i, total)
-        if i == 19 and args.time_budget and not args.steps:
+        if i == 9 and args.time_budget and not args.steps:
             torch.cuda.synchronize()
-            per = (time.time() - t1) / 20
-            total = int(args.time_budget / per)
+            t10 = time.time()
+        if i == 39 and args.time_budget and not args.steps:
+            # measured after warm-up: the first steps (allocator, cuBLAS/cudnn autotune) are several times slower
+            torch.cuda.synchronize()
+            per = (time.time() - t10) / 30
+            total = int((args.time_budget - (t10 - t1)) / per) + 10
             print(f"step time {per * 1000:.1f} ms -> --steps {total}", flush=True)
         if i % 100 == 0 or i == total - 1:
             losses.append((i, loss.item(), run.item()))
