@@ -147,7 +147,7 @@ func newSideLimits(bufBytes int) *sideLimits {
 	for i := range buf {
 		buf[i] = 1
 	}
-	return &sideLimits{pool: p, buf: buf, sums: make([]float32, p.Threads()), peakIters: 1 << 18}
+	return &sideLimits{pool: p, buf: buf, sums: make([]float32, p.Threads()), peakIters: 1 << 20}
 }
 
 func (s *sideLimits) reset() { s.bw, s.peak = 0, 0 }

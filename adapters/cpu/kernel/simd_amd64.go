@@ -71,9 +71,10 @@ func streamSumAVX2(p *float32, n int) float32
 // fmaPeakAVX2 runs iters iterations of 12 independent 8-lane FMAs; see FMAPeak.
 func fmaPeakAVX2(iters int) float32
 
-// useAVX512 selects the multi-row tiles that need 32 vector registers (AVX-512F+VL, still 8-lane vectors).
+// useAVX512 selects the multi-row tiles that use AVX-512 (F, VL, BW): 32 registers and 16-lane vectors that
+// hold two 8-lane chains side by side.
 // They run the same per-element operations as the AVX2 one-row kernels, so the bits do not change with it.
-var useAVX512 = useAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL
+var useAVX512 = useAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BW
 
 // The tile kernels compute a block of R input rows × O weight rows; every element runs exactly the one-row
 // kernel's operations (its four 8-lane chains, one after another instead of interleaved, combined and summed
