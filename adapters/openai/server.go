@@ -1,6 +1,7 @@
 package openai
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
@@ -119,7 +120,7 @@ func methodNotAllowed(allow string) http.HandlerFunc {
 
 // writeJSON sends v with status. The Content-Type matters: OpenAI's SDKs refuse JSON sent as text/plain.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
+	b, err := marshal(v)
 	if err != nil {
 		b = []byte(`{"error":{"message":"internal server error","type":"server_error","param":null,"code":"internal_error"}}`)
 		status = http.StatusInternalServerError
@@ -127,6 +128,18 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// marshal is json.Marshal without HTML escaping: model output is full of <think> and <|im_end|>, which
+// clients should read as written.
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }
 
 func writeError(w http.ResponseWriter, e *Error) {

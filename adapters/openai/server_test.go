@@ -253,3 +253,10 @@ func (m *modelsOnly) Models() []ports.ModelCard {
 func (m *modelsOnly) Generate(context.Context, ports.GenerateRequest, func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
 	return ports.GenerateResult{}, errors.New("not used")
 }
+
+func TestNoHTMLEscaping(t *testing.T) {
+	gen := &scripted{events: []ports.GenerateEvent{{Content: "a<b>&c"}}, res: goldenResult, ready: true}
+	rec := httptest.NewRecorder()
+	newTestServer(gen).ServeHTTP(rec, httptest.NewRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x","stream":true}`)))
+	assert.Contains(t, rec.Body.String(), `"text":"a<b>&c"`)
+}

@@ -1,7 +1,6 @@
 package openai
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,10 +18,10 @@ func newSSEWriter(w http.ResponseWriter) *sseWriter {
 	return &sseWriter{w: w, flush: rc.Flush}
 }
 
-// event writes v as one event. encoding/json escapes newlines inside strings, so the JSON is one line and
-// cannot end the event early.
+// event writes v as one event. JSON escapes newlines inside strings, so the payload is one line and cannot
+// end the event early.
 func (s *sseWriter) event(v any) error {
-	b, err := json.Marshal(v)
+	b, err := marshal(v)
 	if err != nil {
 		return fmt.Errorf("sse: encode event: %w", err)
 	}
