@@ -115,3 +115,20 @@ func TestParityCPU(t *testing.T) {
 	_, err = Parity(t.Context(), dense, dense, ParityOptions{Prompt: prompt})
 	require.NoError(t, err, "attention-only targets skip the replay check")
 }
+
+// TestParityCPUvsMLX runs the cross-backend parity check where libmlxc can be loaded (HIGGS_MLX_LIB).
+func TestParityCPUvsMLX(t *testing.T) {
+	if err := mlxAvailable(); err != nil {
+		t.Skipf("MLX backend unavailable: %v", err)
+	}
+	target := writeTarget(t, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 31})
+	drafter := writeDrafter(t, dflashtest.DrafterSpec{Seed: 32, Taps: []int{0, 2}, Mask: 60, BlockSize: 8})
+	a := load(t, target, drafter)
+	b, err := LoadModels(t.Context(), ModelConfig{Model: target, Draft: drafter, Backend: BackendMLX}, zerolog.Nop(), nil)
+	require.NoError(t, err)
+	defer b.Close()
+	res, err := Parity(t.Context(), a, b, ParityOptions{Prompt: []ports.Token{3, 1, 4, 1, 5, 9, 2, 6}, ReplayAbs: DefaultParityReplayAbs})
+	require.NoError(t, err)
+	assert.True(t, res.Pass)
+	assert.True(t, res.DrafterChecked)
+}
