@@ -16,6 +16,7 @@ type gdnState struct{ conv, ssm arr }
 // gdnTape is one GDN layer's record of a block (MODEL-REFERENCE §4.3): the pre-block state, per-step decay
 // α [T,Hv], innovation δ [T,Hv,dv,1], keys k̂ (expanded to value heads) [T,Hv,1,dk] and the raw rows [T,C].
 type gdnTape struct {
+	t                  int
 	s0, cs0            arr
 	alpha, delta, keys arr
 	rows               arr
@@ -143,11 +144,11 @@ func (m *model) gdn(g *graph, w *gdnWeights, st *gdnState, h arr, T int, tp *gdn
 	outs := make([]arr, T)
 	var deltas []arr
 	for t := range T {
-		at := g.reshape(g.slice(alpha, []int{t, 0, 0, 0}, []int{t + 1, Hv, 1, 1}), Hv, 1, 1)
-		bt := g.reshape(g.slice(beta, []int{t, 0, 0, 0}, []int{t + 1, Hv, 1, 1}), Hv, 1, 1)
-		kt := g.reshape(g.slice(kh, []int{t, 0, 0, 0}, []int{t + 1, Hv, 1, dk}), Hv, 1, dk)
-		qt := g.reshape(g.slice(qh, []int{t, 0, 0, 0}, []int{t + 1, Hv, dk, 1}), Hv, dk, 1)
-		vt := g.reshape(g.slice(vcol, []int{t, 0, 0, 0}, []int{t + 1, Hv, dv, 1}), Hv, dv, 1)
+		at := g.step(alpha, t, T, Hv, 1, 1)
+		bt := g.step(beta, t, T, Hv, 1, 1)
+		kt := g.step(kh, t, T, Hv, 1, dk)
+		qt := g.step(qh, t, T, Hv, dk, 1)
+		vt := g.step(vcol, t, T, Hv, dv, 1)
 		S = g.mul(at, S)                                // decay (its own rounding step)
 		mem := g.matmul(S, g.transpose(kt, 0, 2, 1))    // [Hv,dv,1]
 		delta := g.mul(bt, g.sub(vt, mem))              // [Hv,dv,1]
@@ -158,7 +159,7 @@ func (m *model) gdn(g *graph, w *gdnWeights, st *gdnState, h arr, T int, tp *gdn
 		}
 	}
 	if tp != nil {
-		tp.s0, tp.cs0 = st.ssm, st.conv
+		tp.t, tp.s0, tp.cs0 = T, st.ssm, st.conv
 		tp.alpha, tp.keys, tp.rows = alpha, kh, P
 		tp.delta = g.concat(0, deltas...)
 	}
@@ -166,6 +167,14 @@ func (m *model) gdn(g *graph, w *gdnWeights, st *gdnState, h arr, T int, tp *gdn
 	o := g.concat(0, outs...) // [T,Hv,dv]
 	o = g.mul(g.rmsNorm(o, w.norm, a.Eps), g.silu(z))
 	return w.out.apply(g, g.reshape(o, T, Dv))
+}
+
+// step returns row t of x [T, a, b, c] as [a, b, c] (a reshape alone when T is 1).
+func (g *graph) step(x arr, t, T, a, b, c int) arr {
+	if T == 1 {
+		return g.reshape(x, a, b, c)
+	}
+	return g.reshape(g.slice(x, []int{t, 0, 0, 0}, []int{t + 1, a, b, c}), a, b, c)
 }
 
 func repeat(x arr, n int) []arr {
@@ -183,9 +192,9 @@ func (m *model) replay(g *graph, tp *gdnTape, n int) (ssm, conv arr) {
 	Hv, dv, dk, C, Kc := a.ValueHeads, a.ValueDim, a.KeyDim, a.convDim(), a.ConvKernel
 	S := tp.s0
 	for t := range n {
-		at := g.reshape(g.slice(tp.alpha, []int{t, 0, 0, 0}, []int{t + 1, Hv, 1, 1}), Hv, 1, 1)
-		kt := g.reshape(g.slice(tp.keys, []int{t, 0, 0, 0}, []int{t + 1, Hv, 1, dk}), Hv, 1, dk)
-		dt := g.reshape(g.slice(tp.delta, []int{t, 0, 0, 0}, []int{t + 1, Hv, dv, 1}), Hv, dv, 1)
+		at := g.step(tp.alpha, t, tp.t, Hv, 1, 1)
+		kt := g.step(tp.keys, t, tp.t, Hv, 1, dk)
+		dt := g.step(tp.delta, t, tp.t, Hv, dv, 1)
 		S = g.mul(at, S)
 		S = g.add(S, g.mul(dt, kt))
 	}

@@ -229,6 +229,9 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 		}
 		if tapArr != 0 {
 			taps = &Taps{sess: s, a: g.keep(tapArr), rows: T, width: len(s.taps) * a.Hidden}
+		} else if opts.Taps {
+			// No tap layers: an empty matrix with one (zero-width) row per position, as the CPU backend.
+			taps = &Taps{sess: s, rows: T}
 		}
 		return nil
 	})
@@ -262,7 +265,9 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 // dropLast frees the previous Forward's taps and tape (on the MLX thread).
 func (s *Session) dropLast() {
 	if s.taped != nil {
-		mlxc.ArrayFree(s.taped.a)
+		if s.taped.a != 0 {
+			mlxc.ArrayFree(s.taped.a)
+		}
 		s.taped.a, s.taped = 0, nil
 	}
 	if s.lastTap != nil {
@@ -587,6 +592,9 @@ func (t *Taps) Slice(n int) ports.Taps {
 // Detach returns a handle that stays valid after later Forward calls (owned by the session until Close).
 func (t *Taps) Detach() ports.Taps {
 	d := &Taps{sess: t.sess, rows: t.rows, width: t.width}
+	if t.a == 0 {
+		return d
+	}
 	_ = t.sess.t.rt.Do(func() error {
 		h, err := dup(t.sess.t.rt, t.a)
 		if err != nil {
@@ -601,6 +609,9 @@ func (t *Taps) Detach() ports.Taps {
 
 // Read copies the first Rows() rows to Go memory (row-major, width = len(tapLayers)·HiddenSize).
 func (t *Taps) Read() (data []float32, rows, width int, err error) {
+	if t.width == 0 {
+		return []float32{}, t.rows, 0, nil
+	}
 	if t.a == 0 {
 		return nil, 0, t.width, errors.New("mlx taps: released (taps are valid until the next Forward unless detached)")
 	}

@@ -53,7 +53,7 @@ func TestPortConformance(t *testing.T) {
 				Vocab:         f.spec.Vocab,
 				TapLayers:     []int{f.spec.Layers - 1, 0},
 				ReadTaps:      readTaps,
-				TapsTolerance: 1e-5,
+				TapsTolerance: 1e-4, // MLX's matmuls round differently for different row counts
 				ContextLength: 40,
 			}.Run(t)
 		})

@@ -55,7 +55,22 @@ func Open() (*Runtime, error) {
 func open() (*Runtime, error) {
 	var lib uintptr
 	var tried []string
+	found := false
 	for _, p := range candidates() {
+		if filepath.IsAbs(p) {
+			if _, err := os.Stat(p); err != nil {
+				tried = append(tried, fmt.Sprintf("%s (%v)", p, err))
+				continue
+			}
+			found = true
+			// libmlxc needs libmlx; a build installed outside the loader path usually has it beside libmlxc
+			// without an rpath, so load it from there first (failure here is reported by the next Dlopen).
+			for _, dep := range []string{"libmlx.so", "libmlx.dylib"} {
+				if dp := filepath.Join(filepath.Dir(p), dep); fileExists(dp) {
+					_, _ = purego.Dlopen(dp, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+				}
+			}
+		}
 		h, err := purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 		if err == nil {
 			lib = h
@@ -64,8 +79,12 @@ func open() (*Runtime, error) {
 		tried = append(tried, fmt.Sprintf("%s (%v)", p, err))
 	}
 	if lib == 0 {
-		return nil, fmt.Errorf("%w: libmlxc not found: set %s to the path of libmlxc (mlx-c %s, MLX %s); tried %s",
-			ErrUnavailable, EnvLib, HeaderVersion, MLXVersion, strings.Join(tried, "; "))
+		what := "libmlxc not found"
+		if found {
+			what = "libmlxc found but could not be loaded"
+		}
+		return nil, fmt.Errorf("%w: %s: set %s to the path of libmlxc (mlx-c %s, MLX %s); tried %s",
+			ErrUnavailable, what, EnvLib, HeaderVersion, MLXVersion, strings.Join(tried, "; "))
 	}
 	for _, s := range table {
 		sym, err := purego.Dlsym(lib, s.name)
@@ -198,4 +217,9 @@ func (r *Runtime) Pending() error {
 		return nil
 	}
 	return &Error{Msg: r.takeErr()}
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
