@@ -38,7 +38,7 @@ type harnessOpts struct {
 }
 
 type harness struct {
-	t      *testing.T
+	t      testing.TB
 	srv    *httptest.Server
 	serve  *Serve
 	engine Engine
@@ -49,7 +49,7 @@ type harness struct {
 
 // newHarness starts the real HTTP adapter over the real Serve use case and the fake engine on a loopback
 // listener, with an official OpenAI SDK client pointed at it.
-func newHarness(t *testing.T, o harnessOpts) *harness {
+func newHarness(t testing.TB, o harnessOpts) *harness {
 	t.Helper()
 	if o.concurrency == 0 {
 		o.concurrency = 1
@@ -108,7 +108,7 @@ func leakCheck(t *testing.T) {
 }
 
 // specOf reads higgs' usage.speculative extension from a usage object's raw JSON.
-func specOf(t *testing.T, rawUsage string) ports.SpecUsage {
+func specOf(t testing.TB, rawUsage string) ports.SpecUsage {
 	t.Helper()
 	var u struct {
 		Speculative *ports.SpecUsage `json:"speculative"`
