@@ -204,10 +204,15 @@ func (m *model) replay(g *graph, tp *gdnTape, n int) (ssm, conv arr) {
 
 // ffn is the SwiGLU block with gate and up fused: one matmul, split, silu(gate)·up, down.
 func (m *model) ffn(g *graph, w *ffnWeights, h arr, T int) arr {
-	gu := w.gateUp.apply(g, h)
-	I := w.inter
-	gate := g.slice(gu, []int{0, 0}, []int{T, I})
-	up := g.slice(gu, []int{0, I}, []int{T, 2 * I})
+	var gate, up arr
+	if w.gateUp != nil {
+		gu := w.gateUp.apply(g, h)
+		I := w.inter
+		gate = g.slice(gu, []int{0, 0}, []int{T, I})
+		up = g.slice(gu, []int{0, I}, []int{T, 2 * I})
+	} else {
+		gate, up = w.gate.apply(g, h), w.up.apply(g, h)
+	}
 	return w.down.apply(g, g.mul(g.silu(gate), up))
 }
 
@@ -224,9 +229,14 @@ func (m *model) moe(g *graph, w *moeWeights, h arr, T int) arr {
 		wk = g.div(wk, g.sum(wk, -1, true))
 	}
 	x := g.reshape(h, T, 1, 1, H)
-	gu := w.gateUp.gather(g, x, idx) // [T,K,1,2I]
-	gate := g.slice(gu, []int{0, 0, 0, 0}, []int{T, K, 1, I})
-	up := g.slice(gu, []int{0, 0, 0, I}, []int{T, K, 1, 2 * I})
+	var gate, up arr
+	if w.gateUp != nil {
+		gu := w.gateUp.gather(g, x, idx) // [T,K,1,2I]
+		gate = g.slice(gu, []int{0, 0, 0, 0}, []int{T, K, 1, I})
+		up = g.slice(gu, []int{0, 0, 0, I}, []int{T, K, 1, 2 * I})
+	} else {
+		gate, up = w.gate.gather(g, x, idx), w.up.gather(g, x, idx)
+	}
 	y := w.down.gather(g, g.mul(g.silu(gate), up), idx) // [T,K,1,H]
 	y = g.reshape(y, T, K, H)
 	y = g.sum(g.mul(y, g.reshape(wk, T, K, 1)), 1, false) // [T,H]

@@ -344,12 +344,13 @@ func (l *loader) ffn(base string, inter, h int) (*ffnWeights, error) {
 	if err != nil {
 		return nil, err
 	}
-	gu, ok := l.fuse(gate, up)
-	if !ok {
-		return nil, fmt.Errorf("%s: gate_proj (%d-bit/g%d) and up_proj (%d-bit/g%d) are stored differently; this backend fuses them",
-			base, gate.bits, gate.group, up.bits, up.group)
+	f := &ffnWeights{down: down, inter: inter}
+	if gu, ok := l.fuse(gate, up); ok {
+		f.gateUp = gu
+	} else {
+		f.gate, f.up = gate, up
 	}
-	return &ffnWeights{gateUp: gu, down: down, inter: inter}, nil
+	return f, l.g.err
 }
 
 func (l *loader) moe(a *arch, p string, ly *layer) error {
@@ -375,7 +376,7 @@ func (l *loader) moe(a *arch, p string, ly *layer) error {
 		}
 		var ok bool
 		if mo.gateUp, ok = l.fuse(gate, up); !ok {
-			return fmt.Errorf("%s: expert gate and up projections are stored differently", c)
+			mo.gate, mo.up = gate, up
 		}
 	case l.has(p+"experts.gate_up_proj") || l.has(p+"experts.gate_up_proj.weight"):
 		gu, dn := p+"experts.gate_up_proj", p+"experts.down_proj"

@@ -129,16 +129,19 @@ type gdnWeights struct {
 	out          *linear
 }
 
-// ffnWeights is a SwiGLU block with gate and up fused into one [2I, H] matrix (one matmul).
+// ffnWeights is a SwiGLU block with gate and up fused into one [2I, H] matrix (one matmul) when they are
+// stored alike; mixed-bit checkpoints that quantize them differently keep gate and up apart.
 type ffnWeights struct {
-	gateUp *linear
-	down   *linear
-	inter  int
+	gateUp   *linear
+	gate, up *linear // when not fused
+	down     *linear
+	inter    int
 }
 
 type moeWeights struct {
 	router     *linear
 	gateUp     *linear // stacked [E, 2I, H]
+	gate, up   *linear // stacked [E, I, H] each, when stored differently
 	down       *linear // stacked [E, H, I]
 	shared     *ffnWeights
 	sharedGate *linear
