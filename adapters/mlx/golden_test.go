@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/cpu"
+	"github.com/higgs-go/higgs/adapters/cpu/dflash"
+	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -123,6 +125,68 @@ func TestGoldens(t *testing.T) {
 				}
 				assert.Equal(t, tok, mGen[i], "greedy token %d vs transformers", i)
 			}
+		})
+	}
+}
+
+type draftTrace struct {
+	Target       string `json:"target"`
+	MaxNewTokens int    `json:"max_new_tokens"`
+	Runs         []struct {
+		BlockSize int           `json:"block_size"`
+		Prompt    []ports.Token `json:"prompt"`
+		Tokens    []ports.Token `json:"tokens"`
+		Rounds    []struct {
+			Block    []ports.Token `json:"block"`
+			Accepted int           `json:"accepted"`
+		} `json:"rounds"`
+	} `json:"runs"`
+}
+
+// TestDrafterGoldens: on the trained DFlash drafter goldens the full speculative loop on MLX (MLX target +
+// MLX drafter) reproduces the reference's tokens, and the CPU backend's run round by round (blocks and
+// acceptance). Rounds are compared with the CPU rather than with the reference trace: the reference's
+// per-round drafts are not all reproducible in float32 (some drafts have near-tied logits), which the CPU
+// drafter's own golden test accounts for.
+func TestDrafterGoldens(t *testing.T) {
+	requireMLX(t)
+	for _, name := range []string{"dflash_drafter_b8", "dflash_drafter_b16_taps"} {
+		t.Run(name, func(t *testing.T) {
+			ddir := filepath.Join(goldenRoot, name)
+			raw, err := os.ReadFile(filepath.Join(ddir, "trace.json"))
+			if errors.Is(err, fs.ErrNotExist) {
+				t.Skipf("no drafter golden %s", ddir)
+			}
+			require.NoError(t, err)
+			var tr draftTrace
+			require.NoError(t, json.Unmarshal(raw, &tr))
+			tdir := filepath.Join(goldenRoot, tr.Target)
+			mt, err := Load(t.Context(), tdir, LoadOptions{})
+			require.NoError(t, err)
+			defer mt.Close()
+			md, err := LoadDrafter(t.Context(), ddir, mt, DrafterOptions{})
+			require.NoError(t, err)
+			defer md.Close()
+			ct, err := cpu.Load(t.Context(), tdir, cpu.LoadOptions{Threads: 2})
+			require.NoError(t, err)
+			defer ct.Close()
+			cd, err := dflash.Load(t.Context(), ddir, ct, dflash.Options{Pool: ct.Pool()})
+			require.NoError(t, err)
+			defer cd.Close()
+			accepted, rounds := 0, 0
+			for ri, run := range tr.Runs {
+				got := generate(t, pair{mt, md}, run.Prompt, run.BlockSize, speculative.RollbackAuto, tr.MaxNewTokens)
+				want := generate(t, pair{ct, cd}, run.Prompt, run.BlockSize, speculative.RollbackAuto, tr.MaxNewTokens)
+				assert.Equal(t, run.Tokens, got.Tokens, "run %d tokens vs reference", ri)
+				require.Len(t, got.Stats.Rounds, len(want.Stats.Rounds), "run %d rounds vs cpu", ri)
+				for i, r := range want.Stats.Rounds {
+					assert.Equal(t, r.Block, got.Stats.Rounds[i].Block, "run %d round %d block", ri, i)
+					assert.Equal(t, r.Accepted, got.Stats.Rounds[i].Accepted, "run %d round %d accepted", ri, i)
+					accepted += r.Accepted
+					rounds++
+				}
+			}
+			t.Logf("%d runs, %d rounds, %d draft tokens accepted: MLX rounds identical to the CPU's", len(tr.Runs), rounds, accepted)
 		})
 	}
 }
