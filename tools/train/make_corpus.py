@@ -4,6 +4,8 @@
 Runs locally (no torch needed). Writes, under tools/train/data/ (git-ignored):
   train.jsonl.gz    one JSON string per document (Go files, some as ChatML "complete this code" turns)
   heldout.jsonl.gz  held-out Go files (whole packages listed in HELDOUT_PACKAGES), raw text
+  unseen.jsonl.gz   *_test.go files outside the held-out packages: never in the target's training text, used only
+                    as prompts for the drafter's training generations (train_drafter.py --unseen-share)
 and tools/train/eval_prompts.json (committed): fixed raw Go code prefixes from held-out files.
 
 Go source is (c) The Go Authors, BSD-3-Clause ($GOROOT/LICENSE); the model card records it.
@@ -30,6 +32,7 @@ MAX_FILE_BYTES = 120_000
 MAX_DOC_BYTES = 12_000  # long files are split at blank lines into documents of about this size
 CHAT_SHARE = 0.12
 TRAIN_BUDGET_BYTES = 30_000_000
+UNSEEN_BUDGET_BYTES = 8_000_000
 
 
 def goroot():
@@ -114,7 +117,7 @@ def main():
     args = ap.parse_args()
     rng = random.Random(args.seed)
     src = os.path.join(goroot(), "src")
-    train_files, heldout = [], []
+    train_files, heldout, unseen = [], [], []
     for dirpath, dirnames, filenames in os.walk(src):
         dirnames.sort()
         for fn in sorted(filenames):
@@ -125,6 +128,10 @@ def main():
             except (UnicodeDecodeError, OSError):
                 continue
             if not keep_file(rel, text):
+                parts = rel.split("/")
+                if (rel.endswith("_test.go") and "testdata" not in parts and "vendor" not in parts
+                        and len(text) <= MAX_FILE_BYTES and os.path.dirname(rel) not in HELDOUT_PACKAGES):
+                    unseen.append(text)
                 continue
             pkg = os.path.dirname(rel)
             if pkg in HELDOUT_PACKAGES:
@@ -150,6 +157,18 @@ def main():
     with gzip.open(os.path.join(args.out, "heldout.jsonl.gz"), "wt", encoding="utf-8") as f:
         for rel, text in heldout:
             f.write(json.dumps(text) + "\n")
+    # separate generator: the training documents above do not depend on this
+    random.Random(args.seed + 1).shuffle(unseen)
+    kept, size = [], 0
+    for text in unseen:
+        if size >= UNSEEN_BUDGET_BYTES:
+            break
+        kept.append(text)
+        size += len(text)
+    with gzip.open(os.path.join(args.out, "unseen.jsonl.gz"), "wt", encoding="utf-8") as f:
+        for text in kept:
+            f.write(json.dumps(text) + "\n")
+    print(f"unseen (*_test.go, prompts only) files {len(kept)} bytes {size}")
     prompts = eval_prompts(heldout)
     with open(os.path.join(here, "eval_prompts.json"), "w") as f:
         json.dump(prompts, f, indent=1)

@@ -81,7 +81,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         sys.argv = ["x", "--data", data, "--out", f"{tmp}/target", "--tiny", "--batch", "2", "--seq", "128"]
         train_target.main()
-        sys.argv = ["x", "--data", data, "--target", f"{tmp}/target", "--out", f"{tmp}/drafter", "--tiny"]
+        sys.argv = ["x", "--data", data, "--target", f"{tmp}/target", "--out", f"{tmp}/drafter", "--tiny",
+                    "--unseen-share", "0.5"]
         train_drafter.main()
         print(json.load(open(f"{tmp}/drafter/config.json")))
     print("smoke ok")

@@ -56,14 +56,22 @@ def greedy_generate(target, prompts, n_new):
     return torch.cat(out, 1)
 
 
-def make_generations(target, stream, n_seqs, P, G, bs, seed, dev):
+def make_generations(target, stream, n_seqs, P, G, bs, seed, dev, unseen=None, unseen_share=0.0):
+    """Greedy continuations of random P-token windows. A share `unseen_share` of the prompts comes from the
+    `unseen` stream (text the target never trained on), the rest from the training stream."""
     g = torch.Generator().manual_seed(seed)
     starts = torch.randint(0, len(stream) - P, (n_seqs,), generator=g)
+    src = [stream] * n_seqs
+    if unseen is not None and unseen_share > 0:
+        ustarts = torch.randint(0, len(unseen) - P, (n_seqs,), generator=g)
+        pick = torch.rand(n_seqs, generator=g) < unseen_share
+        starts = torch.where(pick, ustarts, starts)
+        src = [unseen if p else stream for p in pick.tolist()]
     seqs = []
     t0 = time.time()
     for i in range(0, n_seqs, bs):
         s = starts[i:i + bs]
-        prompts = torch.stack([stream[j:j + P] for j in s.tolist()]).long().to(dev)
+        prompts = torch.stack([src[i + k][j:j + P] for k, j in enumerate(s.tolist())]).long().to(dev)
         seqs.append(greedy_generate(target, prompts, G).to(torch.int32))
     out = torch.cat(seqs)
     print(f"generated {n_seqs} x {G} tokens in {time.time() - t0:.0f}s", flush=True)
@@ -174,6 +182,8 @@ def main():
     ap.add_argument("--gen-batch", type=int, default=1024)
     ap.add_argument("--prompt-len", type=int, default=256)
     ap.add_argument("--gen-len", type=int, default=256)
+    ap.add_argument("--unseen-share", type=float, default=0.0,
+                    help="share of generation prompts from data/unseen.jsonl.gz (*_test.go, not in target training)")
     ap.add_argument("--steps", type=int, default=0)
     ap.add_argument("--time-budget", type=float, default=0.0)
     ap.add_argument("--batch", type=int, default=64)
@@ -209,8 +219,12 @@ def main():
     from train_target import encode_stream
     stream = encode_stream(tok, docs, ids["<|endoftext|>"])
     torch.backends.cuda.matmul.allow_tf32 = False
+    unseen = None
+    if args.unseen_share > 0:
+        udocs = tokmod.load_docs(os.path.join(args.data, "unseen.jsonl.gz"))
+        unseen = encode_stream(tok, udocs[:40] if args.tiny else udocs, ids["<|endoftext|>"])
     seqs = make_generations(target, stream, args.gen_seqs, args.prompt_len, args.gen_len, args.gen_batch,
-                            args.seed, dev)
+                            args.seed, dev, unseen, args.unseen_share)
     torch.backends.cuda.matmul.allow_tf32 = True
     # a peek at what the target writes
     print("sample generation:\n" + tok.decode(seqs[0, args.prompt_len:args.prompt_len + 120].tolist(),
@@ -307,7 +321,7 @@ def main():
           flush=True)
     with open(os.path.join(args.out, "train_log.json"), "w") as f:
         json.dump({"steps": total, "batch": args.batch, "anchors": args.anchors, "lr": args.lr, "seed": args.seed,
-                   "gamma": args.gamma, "gen_seqs": args.gen_seqs, "prompt_len": P, "gen_len": G,
+                   "gamma": args.gamma, "gen_seqs": args.gen_seqs, "unseen_share": args.unseen_share, "prompt_len": P, "gen_len": G,
                    "train_seconds": train_s, "losses": losses, "tau": tau, "tau_per_prompt": per,
                    "dflash_equals_ar": match, "eval_prompts": len(prompts), "eval_max_new": args.eval_new},
                   f, indent=1)
