@@ -79,6 +79,10 @@ var (
 	Synchronize func(stream Stream) int32
 	// Eval is mlx_eval.
 	Eval func(outputs VectorArray) int32
+	// GetActiveMemory is mlx_get_active_memory.
+	GetActiveMemory func(res *uintptr) int32
+	// ClearCache is mlx_clear_cache.
+	ClearCache func() int32
 	// Add is mlx_add.
 	Add func(res *Array, a Array, b Array, s Stream) int32
 	// Subtract is mlx_subtract.
@@ -194,6 +198,8 @@ var table = []symbol{
 	{"mlx_set_default_device", &SetDefaultDevice},
 	{"mlx_synchronize", &Synchronize},
 	{"mlx_eval", &Eval},
+	{"mlx_get_active_memory", &GetActiveMemory},
+	{"mlx_clear_cache", &ClearCache},
 	{"mlx_add", &Add},
 	{"mlx_subtract", &Subtract},
 	{"mlx_multiply", &Multiply},
