@@ -150,6 +150,100 @@ def tilez(name, R, O, bf16):
     e("\tRET")
     e()
 
+def quantrows(name, bits, R):
+    # R input rows sharing one decode of each 16 code bytes. x comes packed per 16-byte step: for q4
+    # [step][row][16 even | 16 odd] (the low and high nibbles), for q8 [step][row][16]. Lanes 0-7 of each
+    # 16-lane partial carry the one-row kernel's first chain of the step and lanes 8-15 its second.
+    # The bias term Σ_g b_g·xs_rg runs beside it with lane r = row r (product rounded, then added, in group
+    # order, as the scalar loop it replaces); xsT holds the group sums as [group][row].
+    rowb = 128 if bits == 4 else 64
+    part = [(16 + 2*r, 17 + 2*r) for r in range(R)] if bits == 4 else [(16 + r, None) for r in range(R)]
+    fin = [f"Y{r}" for r in range(R)]
+    assert R in (1, 4, 8)
+    e(f"// func {name}(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)")
+    e(f"// dotQ{bits}RowAVX2 for {R} rows of packed x (see gen_tile.py) sharing one decode of the codes; out[r] gets")
+    e(f"// row r's scaled product and out[{R}+r] its bias term.")
+    e(f"TEXT ·{name}(SB), NOSPLIT, $0-64")
+    e("\tMOVQ codes+0(FP), DI")
+    e("\tMOVQ xp+8(FP), SI")
+    e("\tMOVQ scales+16(FP), R9")
+    e("\tMOVQ biases+24(FP), R12")
+    e("\tMOVQ xsT+32(FP), R13")
+    e("\tMOVQ groups+40(FP), R10")
+    e("\tMOVQ gb+48(FP), R11")
+    e("\tMOVQ out+56(FP), DX")
+    if bits == 4:
+        e("\tMOVL $0x0f, BX")
+        e("\tVMOVD BX, X15")
+        e("\tVPBROADCASTD X15, Z15")
+    for f in fin:
+        e(f"\tVXORPS {f}, {f}, {f}")
+    e("\tVXORPS Y13, Y13, Y13")
+    e(f"{name}_group:")
+    e("\tTESTQ R10, R10")
+    e(f"\tJE {name}_done")
+    for a, b in part:
+        e(f"\tVPXORD Z{a}, Z{a}, Z{a}")
+        if b is not None:
+            e(f"\tVPXORD Z{b}, Z{b}, Z{b}")
+    e("\tXORQ AX, AX")
+    e(f"{name}_loop:")
+    e("\tVPMOVZXBD (DI)(AX*1), Z8")
+    if bits == 4:
+        e("\tVPSRLD $4, Z8, Z9")
+        e("\tVPANDD Z15, Z8, Z8")
+        e("\tVCVTDQ2PS Z9, Z9")
+    e("\tVCVTDQ2PS Z8, Z8")
+    for r, (a, b) in enumerate(part):
+        e(f"\tVFMADD231PS {r*rowb}(SI), Z8, Z{a}")
+        if b is not None:
+            e(f"\tVFMADD231PS {r*rowb+64}(SI), Z9, Z{b}")
+    e(f"\tADDQ ${R*rowb}, SI")
+    e("\tADDQ $16, AX")
+    e("\tCMPQ AX, R11")
+    e(f"\tJLT {name}_loop")
+    e("\tVBROADCASTSS (R9), Y12")
+    for r, (a, b) in enumerate(part):
+        if b is not None:
+            e(f"\tVADDPS Z{b}, Z{a}, Z{a}")
+        e(f"\tVEXTRACTF64X4 $1, Z{a}, Y10")
+        e(f"\tVADDPS Y10, Y{a}, Y{a}")
+        e(f"\tVFMADD231PS Y12, Y{a}, {fin[r]}")
+    if R == 8:
+        e("\tVBROADCASTSS (R12), Y11")
+        e("\tVMULPS (R13), Y11, Y11")
+        e("\tVADDPS Y11, Y13, Y13")
+    elif R == 4:
+        e("\tVBROADCASTSS (R12), X11")
+        e("\tVMULPS (R13), X11, X11")
+        e("\tVADDPS X11, X13, X13")
+    else:
+        e("\tVMOVSS (R12), X11")
+        e("\tVMULSS (R13), X11, X11")
+        e("\tVADDSS X11, X13, X13")
+    e("\tADDQ $4, R9")
+    e("\tADDQ $4, R12")
+    e(f"\tADDQ ${4*R}, R13")
+    e("\tADDQ R11, DI")
+    e("\tDECQ R10")
+    e(f"\tJMP {name}_group")
+    e(f"{name}_done:")
+    for r, f in enumerate(fin):
+        e(f"\tVEXTRACTF128 $1, {f}, X10")
+        e(f"\tVADDPS X10, X{r}, X10")
+        e("\tVHADDPS X10, X10, X10")
+        e("\tVHADDPS X10, X10, X10")
+        e(f"\tVMOVSS X10, {4*r}(DX)")
+    if R == 8:
+        e("\tVMOVUPS Y13, 32(DX)")
+    elif R == 4:
+        e("\tVMOVUPS X13, 16(DX)")
+    else:
+        e("\tVMOVSS X13, 4(DX)")
+    e("\tVZEROUPPER")
+    e("\tRET")
+    e()
+
 e("//go:build amd64 && !purego")
 e()
 e('#include "textflag.h"')
@@ -160,4 +254,10 @@ tile("tileF32x4x2AVX2", 4, 2, False, False)
 tile("tileBF16x4x2AVX2", 4, 2, True, False)
 tilez("tileF32x4x4AVX512", 4, 4, False)
 tilez("tileBF16x4x4AVX512", 4, 4, True)
+quantrows("dotQ4Rows8AVX512", 4, 8)
+quantrows("dotQ4Rows4AVX512", 4, 4)
+quantrows("dotQ8Rows8AVX512", 8, 8)
+quantrows("dotQ8Rows4AVX512", 8, 4)
+quantrows("dotQ4Rows1AVX512", 4, 1)
+quantrows("dotQ8Rows1AVX512", 8, 1)
 open(__import__("os").path.join(__import__("os").path.dirname(__file__), "tile_amd64.s"), "w").write("\n".join(out) + "\n")

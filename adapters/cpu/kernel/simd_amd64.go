@@ -92,3 +92,26 @@ func tileF32x4x4AVX512(x *float32, ldx int, w *float32, ldw int, n int, dst *flo
 
 //go:noescape
 func tileBF16x4x4AVX512(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32)
+
+// The quantized row kernels run dotQ4RowAVX2/dotQ8RowAVX2 for 8, 4 or 1 input rows sharing one decode of each
+// 16 code bytes, with x packed per 16-byte step (packQuantRows) and 16-lane vectors holding two of the one-row
+// kernel's chains. They also compute each row's bias term Σ_g b_g·xs_rg (xsT: group sums as [group][row]) in
+// the scalar loop's order. out[r] gets row r's scaled product and out[R+r] its bias term.
+
+//go:noescape
+func dotQ4Rows8AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)
+
+//go:noescape
+func dotQ4Rows4AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)
+
+//go:noescape
+func dotQ4Rows1AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)
+
+//go:noescape
+func dotQ8Rows8AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)
+
+//go:noescape
+func dotQ8Rows4AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)
+
+//go:noescape
+func dotQ8Rows1AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)

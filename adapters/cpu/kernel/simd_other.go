@@ -43,3 +43,22 @@ func tileF32x4x4AVX512(x *float32, ldx int, w *float32, ldw int, n int, dst *flo
 func tileBF16x4x4AVX512(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32) {
 	noAVX2()
 }
+
+func dotQ4Rows8AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
+	noAVX2()
+}
+func dotQ4Rows4AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
+	noAVX2()
+}
+func dotQ4Rows1AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
+	noAVX2()
+}
+func dotQ8Rows8AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
+	noAVX2()
+}
+func dotQ8Rows4AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
+	noAVX2()
+}
+func dotQ8Rows1AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
+	noAVX2()
+}
