@@ -11,6 +11,17 @@
 // ids (plus logits when distributions or raw logits are requested, and taps only when the caller reads
 // them).
 //
+// Getting libmlxc: on macOS, Homebrew's mlx-c (`brew install mlx-c`, found in /opt/homebrew/lib or
+// /usr/local/lib). On Linux, build mlx-c (it pins its MLX version) with CMake against an installed MLX or
+// letting it fetch MLX, outside this repository, and point HIGGS_MLX_LIB at the resulting libmlxc.so (a
+// libmlx.so beside it is loaded first), or put both on the loader path. This build expects mlx-c 0.6.0 /
+// MLX 0.31.2 and refuses another MLX version with a message saying so. On MLX's CPU backend with OpenBLAS,
+// set OPENBLAS_NUM_THREADS=1: MLX runs its own threads and OpenBLAS's compete with them (2× slower here).
+//
+// The function table in internal/mlxc is generated from the pinned headers:
+// MLXC_SRC=/path/to/mlx-c go generate ./adapters/mlx/internal/mlxc (a test checks it is current when
+// MLXC_SRC is set).
+//
 // Why the model structure is duplicated from adapters/cpu: the CPU backend is written directly on its own
 // deterministic kernels (fused loops over Go slices with a fixed reduction order that make verify and
 // token-by-token decoding bit-identical), not on a tensor interface; MLX is a lazy graph library where the

@@ -2,6 +2,7 @@ package mlx
 
 import (
 	"errors"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -189,4 +190,44 @@ func TestNoArrayLeaks(t *testing.T) {
 	assert.Less(t, end-mid, uint64(64<<10), "memory grows by more than the KV cache: %d → %d", mid, end)
 	require.NoError(t, s.Close())
 	assert.Equal(t, base, activeMemory(t, tg), "closing the session frees everything it held")
+}
+
+// A target is safe for concurrent use: sessions on several goroutines (all funnelled onto the one MLX
+// thread) give the same tokens as one session alone.
+func TestConcurrentSessions(t *testing.T) {
+	requireMLX(t)
+	tg := loadFixture(t, fixture{spec: dflashtest.TargetSpec{Family: "qwen3_next", Seed: 41, Layers: 4, Vocab: 96}})
+	decode := func() ([]ports.Token, error) {
+		s, err := tg.NewSession(t.Context(), nil)
+		if err != nil {
+			return nil, err
+		}
+		defer s.Close()
+		r, err := s.Forward(t.Context(), prompt, ports.ForwardOptions{Rows: 1})
+		if err != nil {
+			return nil, err
+		}
+		out := []ports.Token{r.Greedy[0]}
+		for range 8 {
+			r, err = s.Forward(t.Context(), out[len(out)-1:], ports.ForwardOptions{})
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, r.Greedy[0])
+		}
+		return out, nil
+	}
+	want, err := decode()
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	got := make([][]ports.Token, 4)
+	errs := make([]error, 4)
+	for i := range got {
+		wg.Go(func() { got[i], errs[i] = decode() })
+	}
+	wg.Wait()
+	for i := range got {
+		require.NoError(t, errs[i])
+		assert.Equal(t, want, got[i], "goroutine %d", i)
+	}
 }

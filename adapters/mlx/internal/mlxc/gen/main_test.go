@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -76,4 +77,18 @@ func FuzzParse(f *testing.F) {
 			_, _ = signature(p)
 		}
 	})
+}
+
+// With MLXC_SRC pointing at the pinned mlx-c checkout, the committed table must be what the generator
+// writes (CI has no headers and skips).
+func TestTableUpToDate(t *testing.T) {
+	src := os.Getenv("MLXC_SRC")
+	if src == "" {
+		t.Skip("MLXC_SRC not set: no mlx-c headers to regenerate the table from")
+	}
+	want, err := generate(src)
+	require.NoError(t, err)
+	got, err := os.ReadFile("../zz_table.go")
+	require.NoError(t, err)
+	assert.Equal(t, string(want), string(got), "zz_table.go is stale: run go generate ./adapters/mlx/internal/mlxc")
 }
