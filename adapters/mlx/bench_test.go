@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/higgs-go/higgs/adapters/cpu"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -184,4 +185,27 @@ func BenchmarkVerifyRound(b *testing.B) {
 		}
 	}
 	reportProfile(b, ms, before)
+}
+
+// BenchmarkCPUDecodeStep is BenchmarkDecodeStep on the CPU backend (same checkpoint), for comparison.
+func BenchmarkCPUDecodeStep(b *testing.B) {
+	benchOnce.Do(func() { benchDir, benchErr = writeBenchModel() })
+	require.NoError(b, benchErr)
+	tg, err := cpu.Load(b.Context(), benchDir, cpu.LoadOptions{})
+	require.NoError(b, err)
+	defer tg.Close()
+	s, err := tg.NewSession(b.Context(), nil)
+	require.NoError(b, err)
+	defer s.Close()
+	r, err := s.Forward(b.Context(), benchPrompt(), ports.ForwardOptions{Rows: 1})
+	require.NoError(b, err)
+	tok := r.Greedy[0]
+	for b.Loop() {
+		if s.Len() >= 4000 {
+			require.NoError(b, s.TrimKV(benchPromptLen))
+		}
+		r, err := s.Forward(b.Context(), []ports.Token{tok}, ports.ForwardOptions{})
+		require.NoError(b, err)
+		tok = r.Greedy[0]
+	}
 }

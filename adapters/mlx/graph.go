@@ -351,6 +351,21 @@ func (g *graph) gatherMm(x, w, idx arr, sorted bool) arr {
 	return g.done("gather_mm", mlxc.GatherMm(&r, x, w, 0, idx, sorted, g.s), r)
 }
 
+// drop frees a graph-owned array now (its data lives on while evaluated arrays or pending graph nodes use it).
+func (g *graph) drop(a arr) {
+	if a != 0 {
+		mlxc.ArrayFree(g.keep(a))
+	}
+}
+
+func (g *graph) contiguous(a arr) arr {
+	if g.err != nil {
+		return 0
+	}
+	var r arr
+	return g.done("contiguous", mlxc.Contiguous(&r, a, false, g.s), r)
+}
+
 // eval evaluates the arrays together (one graph execution).
 func (g *graph) eval(as ...arr) {
 	if g.err != nil {

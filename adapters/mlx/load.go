@@ -69,7 +69,12 @@ func (l *loader) linear(wname, c string, dims ...int) (*linear, error) {
 		if len(dims) == 3 {
 			perm = []int{0, 2, 1}
 		}
-		lin.wt = l.g.transpose(w, perm...)
+		// Store Wᵀ contiguous ([in,out]): BLAS reads a transposed view half as fast (24 vs 14 ms for a
+		// 768×32000 GEMV here). Evaluate now and drop the [out,in] upload so loading never holds both copies
+		// of every matrix at once.
+		lin.wt = l.g.contiguous(l.g.transpose(w, perm...))
+		l.g.eval(lin.wt)
+		l.g.drop(w)
 		return lin, l.g.err
 	}
 	sc, err := l.tensor(c + ".scales")
