@@ -10,7 +10,7 @@ import (
 // attnState is one attention layer's KV cache: [1, Hkv, n, d] each (0 while empty).
 type attnState struct{ k, v arr }
 
-// gdnState is one GDN layer's recurrent state: conv [Kc−1, C] (raw pre-conv rows) and ssm [Hv, dv, dk] fp32.
+// gdnState is one GDN layer's recurrent state: conv [Kc−1, C] (raw pre-conv rows) and ssm [1, Hv, dv, dk] fp32.
 type gdnState struct{ conv, ssm arr }
 
 // gdnTape is one GDN layer's record of a block (MODEL-REFERENCE §4.3): the pre-block state, per-step decay
@@ -143,38 +143,42 @@ func (m *model) gdn(g *graph, w *gdnWeights, st *gdnState, h arr, T int, tp *gdn
 	S := st.ssm
 	outs := make([]arr, T)
 	var deltas []arr
+	// The state is [1,Hv,dv,dk] and every per-step operand keeps its leading axis of 1, so a step is a slice
+	// (none when T is 1) plus the arithmetic: no reshapes on the hot path.
 	for t := range T {
-		at := g.step(alpha, t, T, Hv, 1, 1)
-		bt := g.step(beta, t, T, Hv, 1, 1)
-		kt := g.step(kh, t, T, Hv, 1, dk)
-		qt := g.step(qh, t, T, Hv, dk, 1)
-		vt := g.step(vcol, t, T, Hv, dv, 1)
+		at := g.row(alpha, t, T, Hv, 1, 1)
+		bt := g.row(beta, t, T, Hv, 1, 1)
+		kt := g.row(kh, t, T, Hv, 1, dk) // [1,Hv,1,dk]
+		qt := g.row(qh, t, T, Hv, dk, 1) // [1,Hv,dk,1]
+		vt := g.row(vcol, t, T, Hv, dv, 1)
 		S = g.mul(at, S)                                // decay (its own rounding step)
-		mem := g.matmul(S, g.transpose(kt, 0, 2, 1))    // [Hv,dv,1]
-		delta := g.mul(bt, g.sub(vt, mem))              // [Hv,dv,1]
+		mem := g.matmul(S, g.transpose(kt, 0, 1, 3, 2)) // [1,Hv,dv,1]
+		delta := g.mul(bt, g.sub(vt, mem))              // [1,Hv,dv,1]
 		S = g.add(S, g.mul(delta, kt))                  // rank-1 write
-		outs[t] = g.reshape(g.matmul(S, qt), 1, Hv, dv) // [1,Hv,dv]
+		outs[t] = g.matmul(S, qt)                       // [1,Hv,dv,1]
 		if tp != nil {
-			deltas = append(deltas, g.expand(delta, 0))
+			deltas = append(deltas, delta)
 		}
 	}
 	if tp != nil {
 		tp.t, tp.s0, tp.cs0 = T, st.ssm, st.conv
 		tp.alpha, tp.keys, tp.rows = alpha, kh, P
-		tp.delta = g.concat(0, deltas...)
+		tp.delta = g.concat(0, deltas...) // [T,Hv,dv,1]
 	}
 	st.ssm, st.conv = S, newConv
-	o := g.concat(0, outs...) // [T,Hv,dv]
+	o := g.reshape(g.concat(0, outs...), T, Hv, dv)
 	o = g.mul(g.rmsNorm(o, w.norm, a.Eps), g.silu(z))
 	return w.out.apply(g, g.reshape(o, T, Dv))
 }
 
-// step returns row t of x [T, a, b, c] as [a, b, c] (a reshape alone when T is 1).
-func (g *graph) step(x arr, t, T, a, b, c int) arr {
+// row returns x[t:t+1] of x [T, dims...] (x itself when T is 1).
+func (g *graph) row(x arr, t, T int, dims ...int) arr {
 	if T == 1 {
-		return g.reshape(x, a, b, c)
+		return x
 	}
-	return g.reshape(g.slice(x, []int{t, 0, 0, 0}, []int{t + 1, a, b, c}), a, b, c)
+	start, stop := make([]int, len(dims)+1), append([]int{t + 1}, dims...)
+	start[0] = t
+	return g.slice(x, start, stop)
 }
 
 func repeat(x arr, n int) []arr {
@@ -192,9 +196,9 @@ func (m *model) replay(g *graph, tp *gdnTape, n int) (ssm, conv arr) {
 	Hv, dv, dk, C, Kc := a.ValueHeads, a.ValueDim, a.KeyDim, a.convDim(), a.ConvKernel
 	S := tp.s0
 	for t := range n {
-		at := g.step(tp.alpha, t, tp.t, Hv, 1, 1)
-		kt := g.step(tp.keys, t, tp.t, Hv, 1, dk)
-		dt := g.step(tp.delta, t, tp.t, Hv, dv, 1)
+		at := g.row(tp.alpha, t, tp.t, Hv, 1, 1)
+		kt := g.row(tp.keys, t, tp.t, Hv, 1, dk)
+		dt := g.row(tp.delta, t, tp.t, Hv, dv, 1)
 		S = g.mul(at, S)
 		S = g.add(S, g.mul(dt, kt))
 	}
