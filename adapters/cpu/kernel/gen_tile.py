@@ -150,7 +150,7 @@ def tilez(name, R, O, bf16):
     e("\tRET")
     e()
 
-def quantrows(name, bits, R):
+def quantrows(name, bits, R, state=False):
     # R input rows sharing one decode of each 16 code bytes. x comes packed per 16-byte step: for q4
     # [step][row][16 even | 16 odd] (the low and high nibbles), for q8 [step][row][16]. Lanes 0-7 of each
     # 16-lane partial carry the one-row kernel's first chain of the step and lanes 8-15 its second.
@@ -160,9 +160,14 @@ def quantrows(name, bits, R):
     part = [(16 + 2*r, 17 + 2*r) for r in range(R)] if bits == 4 else [(16 + r, None) for r in range(R)]
     fin = [f"Y{r}" for r in range(R)]
     assert R in (1, 4, 8)
-    e(f"// func {name}(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)")
-    e(f"// dotQ{bits}RowAVX2 for {R} rows of packed x (see gen_tile.py) sharing one decode of the codes; out[r] gets")
-    e(f"// row r's scaled product and out[{R}+r] its bias term.")
+    if state:
+        e(f"// func {name}(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, state *float32)")
+        e(f"// dotQ{bits}RowAVX2 for {R} rows over a range of groups, resuming from and saving to state: row r's 8-lane")
+        e(f"// scaled accumulator at state[8r:8r+8] and its bias term at state[{8*R}+r] (no horizontal sum).")
+    else:
+        e(f"// func {name}(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)")
+        e(f"// dotQ{bits}RowAVX2 for {R} rows of packed x (see gen_tile.py) sharing one decode of the codes; out[r] gets")
+        e(f"// row r's scaled product and out[{R}+r] its bias term.")
     e(f"TEXT ·{name}(SB), NOSPLIT, $0-64")
     e("\tMOVQ codes+0(FP), DI")
     e("\tMOVQ xp+8(FP), SI")
@@ -171,14 +176,19 @@ def quantrows(name, bits, R):
     e("\tMOVQ xsT+32(FP), R13")
     e("\tMOVQ groups+40(FP), R10")
     e("\tMOVQ gb+48(FP), R11")
-    e("\tMOVQ out+56(FP), DX")
+    e(f"\tMOVQ {'state' if state else 'out'}+56(FP), DX")
     if bits == 4:
         e("\tMOVL $0x0f, BX")
         e("\tVMOVD BX, X15")
         e("\tVPBROADCASTD X15, Z15")
-    for f in fin:
-        e(f"\tVXORPS {f}, {f}, {f}")
-    e("\tVXORPS Y13, Y13, Y13")
+    if state:
+        for r, f in enumerate(fin):
+            e(f"\tVMOVUPS {32*r}(DX), {f}")
+        e(f"\tVMOVUPS {32*R}(DX), {'Y13' if R == 8 else 'X13'}")
+    else:
+        for f in fin:
+            e(f"\tVXORPS {f}, {f}, {f}")
+        e("\tVXORPS Y13, Y13, Y13")
     e(f"{name}_group:")
     e("\tTESTQ R10, R10")
     e(f"\tJE {name}_done")
@@ -228,6 +238,14 @@ def quantrows(name, bits, R):
     e("\tDECQ R10")
     e(f"\tJMP {name}_group")
     e(f"{name}_done:")
+    if state:
+        for r, f in enumerate(fin):
+            e(f"\tVMOVUPS {f}, {32*r}(DX)")
+        e(f"\tVMOVUPS {'Y13' if R == 8 else 'X13'}, {32*R}(DX)")
+        e("\tVZEROUPPER")
+        e("\tRET")
+        e()
+        return
     for r, f in enumerate(fin):
         e(f"\tVEXTRACTF128 $1, {f}, X10")
         e(f"\tVADDPS X10, X{r}, X10")
@@ -260,4 +278,8 @@ quantrows("dotQ8Rows8AVX512", 8, 8)
 quantrows("dotQ8Rows4AVX512", 8, 4)
 quantrows("dotQ4Rows1AVX512", 4, 1)
 quantrows("dotQ8Rows1AVX512", 8, 1)
+quantrows("dotQ4Rows8StateAVX512", 4, 8, True)
+quantrows("dotQ4Rows4StateAVX512", 4, 4, True)
+quantrows("dotQ8Rows8StateAVX512", 8, 8, True)
+quantrows("dotQ8Rows4StateAVX512", 8, 4, True)
 open(__import__("os").path.join(__import__("os").path.dirname(__file__), "tile_amd64.s"), "w").write("\n".join(out) + "\n")

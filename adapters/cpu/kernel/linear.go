@@ -460,32 +460,61 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 		}
 		r += n
 	}
-	k8, k4, k1 := dotQ4Rows8AVX512, dotQ4Rows4AVX512, dotQ4Rows1AVX512
+	k8, k4, k1 := dotQ4Rows8StateAVX512, dotQ4Rows4StateAVX512, dotQ4Rows1AVX512
 	if q.Bits == 8 {
-		k8, k4, k1 = dotQ8Rows8AVX512, dotQ8Rows4AVX512, dotQ8Rows1AVX512
+		k8, k4, k1 = dotQ8Rows8StateAVX512, dotQ8Rows4StateAVX512, dotQ8Rows1AVX512
 	}
+	// Multi-row blocks run along In in blocks of kg groups whose packed inputs (≤ 16 KiB) stay in L1 while up to
+	// quantOC weight rows pass over them; each element's accumulators wait in state between blocks.
 	grain := max(1, 32768/(in*rows))
 	l.Pool.For(out, grain, func(lo, hi int) {
-		var res [16]float32
-		for o := lo; o < hi; o++ {
-			c, sc, bi := &codes[o*rowBytes], &q.Scales[o*ng], &q.Biases[o*ng]
-			for r := 0; r < rows; {
-				n := quantBlock(rows - r)
-				switch n {
-				case 8:
-					k8(c, &xp[r*in], sc, bi, &xsT[r*ng], ng, gb, &res[0])
-				case 4:
-					k4(c, &xp[r*in], sc, bi, &xsT[r*ng], ng, gb, &res[0])
-				default:
-					k1(c, &xp[r*in], sc, bi, &xsT[r*ng], ng, gb, &res[0])
+		var res [2]float32
+		var state [quantOC * 9 * 8]float32
+		for r := 0; r < rows; {
+			n := quantBlock(rows - r)
+			if n == 1 {
+				for o := lo; o < hi; o++ {
+					k1(&codes[o*rowBytes], &xp[r*in], &q.Scales[o*ng], &q.Biases[o*ng], &xsT[r*ng], ng, gb, &res[0])
+					dst[r*out+o] = res[0] + res[1]
 				}
-				for i := range n {
-					dst[(r+i)*out+o] = res[i] + res[n+i]
-				}
-				r += n
+				r++
+				continue
 			}
+			k := k8
+			if n == 4 {
+				k = k4
+			}
+			sw := 9 * n
+			kg := max(1, 4096/(gs*n))
+			for o0 := lo; o0 < hi; o0 += quantOC {
+				o1 := min(o0+quantOC, hi)
+				st := state[:(o1-o0)*sw]
+				clear(st)
+				for g0 := 0; g0 < ng; g0 += kg {
+					g1 := min(g0+kg, ng)
+					for o := o0; o < o1; o++ {
+						k(&codes[o*rowBytes+g0*gb], &xp[r*in+g0*gs*n], &q.Scales[o*ng+g0], &q.Biases[o*ng+g0],
+							&xsT[r*ng+g0*n], g1-g0, gb, &st[(o-o0)*sw])
+					}
+				}
+				for o := o0; o < o1; o++ {
+					so := st[(o-o0)*sw : (o-o0+1)*sw]
+					for i := range n {
+						dst[(r+i)*out+o] = finishQuant((*[8]float32)(so[8*i:8*i+8])) + so[8*n+i]
+					}
+				}
+			}
+			r += n
 		}
 	})
+}
+
+// quantOC is the number of weight rows that pass over one block of packed inputs.
+const quantOC = 32
+
+// finishQuant is the AVX2 kernels' horizontal sum of an 8-lane accumulator: ((v0+v4)+(v1+v5))+((v2+v6)+(v3+v7)).
+func finishQuant(v *[8]float32) float32 {
+	return ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]))
 }
 
 // packQuantRows lays out n input rows for the AVX-512 quantized kernels: per 16-byte step of codes, row by

@@ -115,3 +115,19 @@ func dotQ8Rows4AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb 
 
 //go:noescape
 func dotQ8Rows1AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)
+
+// The State variants run the 8- and 4-row kernels over a range of groups, resuming from and saving to state
+// (row r's 8-lane scaled accumulator at state[8r:8r+8], its bias term at state[8R+r]), so a product can be
+// split along In into cache-sized blocks without changing any operation; finishQuant adds the horizontal sum.
+
+//go:noescape
+func dotQ4Rows8StateAVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, state *float32)
+
+//go:noescape
+func dotQ4Rows4StateAVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, state *float32)
+
+//go:noescape
+func dotQ8Rows8StateAVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, state *float32)
+
+//go:noescape
+func dotQ8Rows4StateAVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, state *float32)

@@ -62,3 +62,15 @@ func dotQ8Rows4AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb 
 func dotQ8Rows1AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
 	noAVX2()
 }
+func dotQ4Rows8StateAVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, state *float32) {
+	noAVX2()
+}
+func dotQ4Rows4StateAVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, state *float32) {
+	noAVX2()
+}
+func dotQ8Rows8StateAVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, state *float32) {
+	noAVX2()
+}
+func dotQ8Rows4StateAVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, state *float32) {
+	noAVX2()
+}
