@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"math"
@@ -279,4 +280,37 @@ func FuzzParseTokenList(f *testing.F) {
 			require.GreaterOrEqual(t, id, ports.Token(0))
 		}
 	})
+}
+
+// skewedTarget wraps a target so that multi-token forwards (verify blocks) report a different greedy token at
+// their last row: a backend whose block and single-token numerics disagree.
+type skewedTarget struct{ ports.Target }
+
+type skewedSession struct{ ports.Session }
+
+func (t skewedTarget) NewSession(ctx context.Context, taps []int) (ports.Session, error) {
+	s, err := t.Target.NewSession(ctx, taps)
+	return skewedSession{s}, err
+}
+
+func (s skewedSession) Forward(ctx context.Context, toks []ports.Token, o ports.ForwardOptions) (ports.ForwardResult, error) {
+	fr, err := s.Session.Forward(ctx, toks, o)
+	if err == nil && len(toks) > 1 && s.Len() > len(toks) && len(fr.Greedy) > 1 {
+		fr.Greedy[len(fr.Greedy)-1] = (fr.Greedy[len(fr.Greedy)-1] + 1) % 64
+	}
+	return fr, err
+}
+
+func TestLosslessReportsFirstMismatch(t *testing.T) {
+	m := load(t, writeTarget(t, dflashtest.TargetSpec{Family: "qwen3", Seed: 41}),
+		writeDrafter(t, dflashtest.DrafterSpec{Seed: 42, Taps: []int{1}, Mask: 60, BlockSize: 4}))
+	bad := *m
+	bad.Target = skewedTarget{m.Target}
+	res, err := Lossless(t.Context(), &bad, LosslessOptions{Prompts: testPrompts, MaxTokens: 24, NoEOS: true})
+	require.ErrorIs(t, err, ErrCheckFailed)
+	assert.False(t, res.Pass)
+	require.NotNil(t, res.FirstMismatch)
+	assert.Less(t, res.FirstMismatch.Prompt, len(testPrompts))
+	assert.NotEqual(t, res.FirstMismatch.AR, res.FirstMismatch.Spec)
+	assert.Contains(t, err.Error(), "differs")
 }
