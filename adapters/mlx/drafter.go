@@ -284,11 +284,6 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 			return ports.Proposal{}, fmt.Errorf("mlx drafter: context taps of type %T are not readable", newCtx)
 		}
 	}
-	for _, ly := range d.layers {
-		if ly.window > 0 && s.n+ctxRows+bs > ly.window {
-			return ports.Proposal{}, fmt.Errorf("mlx drafter: sliding-window layers past their window (%d) are not implemented on MLX", ly.window)
-		}
-	}
 	var toks []int32
 	err := d.t.rt.Do(func() error {
 		g := newGraph(d.t.rt, "mlx draft")
@@ -343,9 +338,22 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 				if newK[i] != 0 {
 					k, v = g.concat(2, newK[i], k), g.concat(2, newV[i], v)
 				}
-				// Full layers: no mask (the block is denoised jointly); causal layers: the lower-right causal
-				// mask lets slot i see all context and block slots ≤ i.
-				o := g.sdpa(q, k, v, scale, ly.causal)
+				var o arr
+				if ly.window > 0 {
+					// Sliding layers see keys with |Δposition| < W (and, when causal, no later block slot):
+					// drop the context keys no query can see, mask the rest.
+					lo := max(0, pos-ly.window+1)
+					if lo > 0 {
+						L := shapeOf(k)[2]
+						k = g.slice(k, []int{0, 0, lo, 0}, []int{1, a.NumKVHeads, L, a.HeadDim})
+						v = g.slice(v, []int{0, 0, lo, 0}, []int{1, a.NumKVHeads, L, a.HeadDim})
+					}
+					o = g.sdpaMask(q, k, v, scale, uploadBool(g, slidingMask(pos, lo, bs, ly.window, ly.causal), bs, pos-lo+bs))
+				} else {
+					// Full layers: no mask (the block is denoised jointly); causal layers: the lower-right
+					// causal mask lets slot i see all context and block slots ≤ i.
+					o = g.sdpa(q, k, v, scale, ly.causal)
+				}
 				o = g.reshape(g.transpose(o, 0, 2, 1, 3), bs, a.NumHeads*a.HeadDim)
 				x = g.add(x, ly.o.apply(g, o))
 				x = g.add(x, d.t.m.ffn(g, ly.mlp, g.rmsNorm(x, ly.postNorm, eps), bs))
@@ -382,4 +390,23 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 	out := make([]ports.Token, len(toks))
 	copy(out, toks)
 	return ports.Proposal{Tokens: out}, nil
+}
+
+// slidingMask is the [bs, pos−lo+bs] visibility of a sliding layer (MODEL-REFERENCE §5.2, as the CPU drafter):
+// block slot i (position pos+i) sees context key j (lo ≤ j < pos) when pos+i−j < W, and block slot j when
+// |i−j| < W and, for causal layers, j ≤ i.
+func slidingMask(pos, lo, bs, w int, causal bool) []bool {
+	cols := pos - lo + bs
+	m := make([]bool, bs*cols)
+	for i := range bs {
+		for c := range cols {
+			if c < pos-lo {
+				m[i*cols+c] = pos+i-(lo+c) < w
+				continue
+			}
+			j := c - (pos - lo)
+			m[i*cols+c] = (!causal || j <= i) && i-j < w && j-i < w
+		}
+	}
+	return m
 }

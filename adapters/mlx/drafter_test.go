@@ -1,6 +1,9 @@
 package mlx
 
 import (
+	"encoding/json"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -53,11 +56,24 @@ func generate(t *testing.T, p pair, prompt []ports.Token, bs int, rb speculative
 	return res
 }
 
-func loadPairs(t *testing.T, ts dflashtest.TargetSpec, ds dflashtest.DrafterSpec) (cpuPair, mlxPair pair) {
+func loadPairs(t *testing.T, ts dflashtest.TargetSpec, ds dflashtest.DrafterSpec, edit ...func(cfg map[string]any)) (cpuPair, mlxPair pair) {
 	t.Helper()
 	tdir, ddir := t.TempDir(), t.TempDir()
 	require.NoError(t, dflashtest.WriteTarget(tdir, ts))
 	require.NoError(t, dflashtest.WriteDrafter(ddir, ds))
+	if len(edit) > 0 {
+		path := filepath.Join(ddir, "config.json")
+		raw, err := os.ReadFile(path)
+		require.NoError(t, err)
+		cfg := map[string]any{}
+		require.NoError(t, json.Unmarshal(raw, &cfg))
+		for _, e := range edit {
+			e(cfg)
+		}
+		raw, err = json.Marshal(cfg)
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(path, raw, 0o644))
+	}
 	ct, err := cpu.Load(t.Context(), tdir, cpu.LoadOptions{Threads: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ct.Close() })
@@ -97,6 +113,41 @@ func TestDFlashTracesMatchCPU(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Sliding-window drafter layers (causal by default) past their window: MLX traces equal the CPU's.
+func TestDFlashSlidingWindowMatchesCPU(t *testing.T) {
+	requireMLX(t)
+	cp, mp := loadPairs(t, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 5},
+		dflashtest.DrafterSpec{Seed: 6, Taps: []int{1, 3}, Mask: 61, BlockSize: 8},
+		func(cfg map[string]any) {
+			cfg["layer_types"] = []string{"sliding_attention", "full_attention"}
+			cfg["sliding_window"] = 5
+		})
+	require.Equal(t, []int{5, 0}, cp.drafter.(*dflash.Drafter).Arch().SlidingWindows)
+	require.Equal(t, []bool{true, false}, mp.drafter.(*Drafter).arch.Causal)
+	for _, prompt := range [][]ports.Token{{5, 9, 13, 2}, {40, 41, 42, 43, 44, 45, 46, 47, 1, 2, 3}} {
+		for _, bs := range []int{4, 8} {
+			want := generate(t, cp, prompt, bs, speculative.RollbackReplay, 32)
+			got := generate(t, mp, prompt, bs, speculative.RollbackReplay, 32)
+			require.Equal(t, want.Tokens, got.Tokens, "bs %d", bs)
+			require.Len(t, got.Stats.Rounds, len(want.Stats.Rounds))
+			for i := range want.Stats.Rounds {
+				assert.Equal(t, want.Stats.Rounds[i].Block, got.Stats.Rounds[i].Block, "bs %d round %d", bs, i)
+			}
+		}
+	}
+}
+
+func TestSlidingMask(t *testing.T) {
+	// pos 6, window 3, lo 4: context keys 4,5; block slots 0..2; causal.
+	m := slidingMask(6, 4, 3, 3, true)
+	want := []bool{
+		true, true, true, false, false, // slot 0 (pos 6): keys 4,5 (Δ 2,1), block 0
+		false, true, true, true, false, // slot 1 (pos 7): key 5 (Δ2), block 0,1
+		false, false, true, true, true, // slot 2 (pos 8): block 0..2
+	}
+	assert.Equal(t, want, m)
 }
 
 // The DraftSession conformance suite on the MLX drafter.

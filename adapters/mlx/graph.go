@@ -366,6 +366,25 @@ func (g *graph) contiguous(a arr) arr {
 	return g.done("contiguous", mlxc.Contiguous(&r, a, false, g.s), r)
 }
 
+// sdpaMask is scaled dot-product attention with a boolean mask [T,S] (true = attend), broadcast over heads.
+func (g *graph) sdpaMask(q, k, v arr, scale float32, mask arr) arr {
+	if g.err != nil {
+		return 0
+	}
+	mode := mlxc.CString("array")
+	var r arr
+	return g.done("scaled_dot_product_attention", mlxc.FastScaledDotProductAttention(&r, q, k, v, scale, mode, mask, 0, g.s), r)
+}
+
+func uploadBool(g *graph, v []bool, shape ...int) arr {
+	if g.err != nil {
+		return 0
+	}
+	sh := i32s(shape)
+	r := mlxc.ArrayNewData(mlxc.Pointer(v), &sh[0], int32(len(sh)), mlxc.Bool)
+	return g.done("array_new_data", errCode(g), r)
+}
+
 // eval evaluates the arrays together (one graph execution).
 func (g *graph) eval(as ...arr) {
 	if g.err != nil {
