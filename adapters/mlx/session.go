@@ -142,19 +142,125 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	}
 	s.gen++
 	s.replay = false
+	if err := s.t.rt.Do(func() error { s.dropLast(); return nil }); err != nil {
+		return fail(err)
+	}
+	// Long blocks (prefill) run in chunks so one lazy graph stays bounded (the GDN recurrence is unrolled
+	// per position); a taped block is never chunked (verify blocks are short).
+	chunk := T
+	if !opts.RecordTape && T > maxChunk {
+		chunk = maxChunk
+	}
 	var greedy []int32
 	var logits []float32
 	var tape *Tape
+	var tapParts []arr
+	for lo := 0; lo < T; lo += chunk {
+		if err := ctx.Err(); err != nil {
+			s.freeAll(tapParts)
+			return fail(fmt.Errorf("mlx forward: %w", err))
+		}
+		hi := min(T, lo+chunk)
+		// The rows of this chunk among the block's last `rows`; a chunk with none still computes one row,
+		// which is discarded.
+		want := max(0, hi-max(lo, T-rows))
+		r, err := s.run(tokens[lo:hi], max(want, 1), opts.Taps, opts.RecordTape, wantLogits && want > 0)
+		if err != nil {
+			s.freeAll(tapParts)
+			return fail(err)
+		}
+		if want > 0 {
+			greedy = append(greedy, r.greedy...)
+			logits = append(logits, r.logits...)
+		}
+		if r.taps != 0 {
+			tapParts = append(tapParts, r.taps)
+		}
+		tape = r.tape
+	}
 	var taps *Taps
+	if opts.Taps {
+		taps = &Taps{sess: s, rows: T}
+		if len(tapParts) > 0 {
+			taps.width = len(s.taps) * a.Hidden
+			taps.a = tapParts[0]
+			if len(tapParts) > 1 {
+				err := s.t.rt.Do(func() error {
+					g := newGraph(s.t.rt, "mlx forward taps")
+					defer g.release()
+					all := g.concat(0, tapParts...)
+					g.eval(all)
+					if g.err != nil {
+						return g.err
+					}
+					taps.a = g.keep(all)
+					return nil
+				})
+				s.freeAll(tapParts)
+				if err != nil {
+					return fail(err)
+				}
+			}
+		}
+	}
+	res := ports.ForwardResult{Greedy: make([]ports.Token, rows)}
+	copy(res.Greedy, greedy)
+	if opts.Sampling != nil {
+		for r := range rows {
+			d, err := sampling.New(logits[r*a.Vocab:(r+1)*a.Vocab], *opts.Sampling)
+			if err != nil {
+				return fail(fmt.Errorf("mlx forward: position %d: %w", s.n-rows+r, err))
+			}
+			res.Dists = append(res.Dists, d)
+		}
+	}
+	if taps != nil {
+		s.taped = taps
+		res.Taps = taps
+	}
+	if tape != nil {
+		s.lastTap = tape
+		res.Tape = tape
+	}
+	return res, logits, nil
+}
+
+// maxChunk is the longest block one graph evaluates (longer blocks run in chunks).
+var maxChunk = 256
+
+func (s *Session) freeAll(hs []arr) {
+	_ = s.t.rt.Do(func() error {
+		for _, h := range hs {
+			mlxc.ArrayFree(h)
+		}
+		return nil
+	})
+}
+
+// runResult is one chunk's output: its returned rows' greedy ids (and logits when asked), its taps [T,width]
+// (owned by the caller) and its tape.
+type runResult struct {
+	greedy []int32
+	logits []float32
+	taps   arr
+	tape   *Tape
+}
+
+// run evaluates one chunk of tokens at positions Len().. as one lazy graph and advances the session. Only
+// the greedy ids (and logits when wantLogits) are read back.
+func (s *Session) run(tokens []ports.Token, rows int, wantTaps, wantTape, wantLogits bool) (runResult, error) {
+	m := s.t.m
+	a := &m.arch
+	T := len(tokens)
+	var res runResult
 	err := s.t.rt.Do(func() error {
-		// The previous Forward's handles end here (ports: valid until the next Forward).
-		s.dropLast()
 		t0 := time.Now()
 		g := newGraph(s.t.rt, "mlx forward")
 		defer g.release()
 		x := m.embedRows(g, uploadI32(g, tokens, T))
 		old := s.st.snapshotHandles()
-		if opts.RecordTape && s.hasRecurrent() {
+		var tape *Tape
+		if wantTape && s.hasRecurrent() {
 			tape = &Tape{sess: s, gen: s.gen, t: T, start: s.n, layers: make([]*gdnTape, a.Layers)}
 		}
 		tapRows := make([]arr, len(s.taps))
@@ -170,7 +276,7 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 			}
 		}
 		var tapArr arr
-		if opts.Taps && len(s.taps) > 0 {
+		if wantTaps && len(s.taps) > 0 {
 			tapArr = g.concat(1, tapRows...)
 		}
 		last := x
@@ -193,9 +299,9 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 		t1 := time.Now()
 		g.eval(outs...)
 		t2 := time.Now()
-		greedy = g.readI32(ids)
+		res.greedy = g.readI32(ids)
 		if wantLogits {
-			logits = g.readF32(lg)
+			res.logits = g.readF32(lg)
 		}
 		s.prof.build += t1.Sub(t0)
 		s.prof.eval += t2.Sub(t1)
@@ -228,38 +334,17 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 			}
 		}
 		if tapArr != 0 {
-			taps = &Taps{sess: s, a: g.keep(tapArr), rows: T, width: len(s.taps) * a.Hidden}
-		} else if opts.Taps {
-			// No tap layers: an empty matrix with one (zero-width) row per position, as the CPU backend.
-			taps = &Taps{sess: s, rows: T}
+			res.taps = g.keep(tapArr)
 		}
+		res.tape = tape
 		return nil
 	})
 	if err != nil {
-		return fail(err)
+		return runResult{}, err
 	}
 	s.n += T
 	s.rec = s.n
-	res := ports.ForwardResult{Greedy: make([]ports.Token, rows)}
-	copy(res.Greedy, greedy)
-	if opts.Sampling != nil {
-		for r := range rows {
-			d, err := sampling.New(logits[r*a.Vocab:(r+1)*a.Vocab], *opts.Sampling)
-			if err != nil {
-				return fail(fmt.Errorf("mlx forward: position %d: %w", s.n-rows+r, err))
-			}
-			res.Dists = append(res.Dists, d)
-		}
-	}
-	if taps != nil {
-		s.taped = taps
-		res.Taps = taps
-	}
-	if tape != nil {
-		s.lastTap = tape
-		res.Tape = tape
-	}
-	return res, logits, nil
+	return res, nil
 }
 
 // dropLast frees the previous Forward's taps and tape (on the MLX thread).

@@ -231,3 +231,40 @@ func TestConcurrentSessions(t *testing.T) {
 		assert.Equal(t, want, got[i], "goroutine %d", i)
 	}
 }
+
+// A long block runs in chunks; the result (logits of the returned rows, taps, later decoding) matches the
+// one-graph forward.
+func TestChunkedForward(t *testing.T) {
+	requireMLX(t)
+	tg := loadFixture(t, fixture{spec: dflashtest.TargetSpec{Family: "qwen3_next", Seed: 51, Layers: 4, Vocab: 96}})
+	run := func(chunk, rows int) ([]ports.Token, []float32, [][]float32, ports.Token) {
+		defer func(old int) { maxChunk = old }(maxChunk)
+		maxChunk = chunk
+		s, err := tg.NewSession(t.Context(), []int{1, 3})
+		require.NoError(t, err)
+		defer s.Close()
+		fr, logits, err := s.(*Session).ForwardLogits(t.Context(), prompt, ports.ForwardOptions{Rows: rows, Taps: true})
+		require.NoError(t, err)
+		taps, err := readTaps(fr.Taps)
+		require.NoError(t, err)
+		next, err := s.Forward(t.Context(), []ports.Token{7}, ports.ForwardOptions{})
+		require.NoError(t, err)
+		return fr.Greedy, logits, taps, next.Greedy[0]
+	}
+	for _, rows := range []int{0, 1, 3, 7} {
+		wantG, wantL, wantT, wantN := run(256, rows)
+		gotG, gotL, gotT, gotN := run(5, rows)
+		assert.Equal(t, wantG, gotG, "rows %d", rows)
+		assert.Equal(t, wantN, gotN, "rows %d: next token", rows)
+		require.Len(t, gotL, len(wantL))
+		require.Len(t, gotT, len(prompt))
+		for i := range wantL {
+			assert.InDelta(t, wantL[i], gotL[i], 1e-4, "rows %d logit %d", rows, i)
+		}
+		for r := range wantT {
+			for j := range wantT[r] {
+				assert.InDelta(t, wantT[r][j], gotT[r][j], 1e-4)
+			}
+		}
+	}
+}
