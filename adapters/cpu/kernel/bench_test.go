@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -85,10 +86,11 @@ func BenchmarkLinear(b *testing.B) {
 // 2048×2048 matrices holding at least 192 MiB (like a model's layers, each read once per token). Each iteration
 // also streams a separate 192 MiB buffer and runs a register-resident FMA burst on all workers, timed apart, so
 // %bw (weight bytes per second against the stream's read bandwidth) and %peak (GFLOP/s against the FMA peak)
-// compare figures measured side by side. The machine is shared, so every figure is the best iteration (the
-// least disturbed one) of the kernel and of each limit.
+// compare figures measured side by side. The machine may be shared, so every figure is a median over the
+// iterations, and the ratios are medians of per-iteration ratios (kernel and limit measured back to back).
+// us/matrix is the time for one 2048×2048 product, comparable across formats.
 //
-//	go test -run '^$' -bench DecodeStream -count 5 ./adapters/cpu/kernel
+//	go test -run '^$' -bench DecodeStream -benchtime 10x -count 3 ./adapters/cpu/kernel
 func BenchmarkDecodeStream(b *testing.B) {
 	if testing.Short() {
 		b.Skip("allocates about 1 GiB")
@@ -111,33 +113,45 @@ func BenchmarkDecodeStream(b *testing.B) {
 		}
 		for _, rows := range []int{1, 16} {
 			b.Run(fmt.Sprintf("%s/rows=%d", name, rows), func(b *testing.B) {
-				lim.reset()
-				sec := math.Inf(1)
+				var secs, bws, peaks, rbw, rpeak []float64
+				flops := 2 * float64(rows*out*in*len(stack))
 				for b.Loop() {
 					start := time.Now()
 					for _, l := range stack {
 						l.Forward(dst, x, rows)
 					}
-					sec = min(sec, time.Since(start).Seconds())
-					lim.run()
+					sec := time.Since(start).Seconds()
+					bw, peak := lim.run()
+					secs, bws, peaks = append(secs, sec), append(bws, bw), append(peaks, peak)
+					rbw = append(rbw, float64(bytes)/sec/1e9/bw)
+					rpeak = append(rpeak, flops/sec/1e9/peak)
 				}
-				gbs := float64(bytes) / sec / 1e9
-				gf := 2 * float64(rows*out*in*len(stack)) / sec / 1e9
-				b.ReportMetric(gbs, "GB/s")
-				b.ReportMetric(gf, "GFLOP/s")
-				b.ReportMetric(sec*1e3, "ms/pass")
-				lim.report(b, gbs, gf)
+				sec := median(secs)
+				b.ReportMetric(float64(bytes)/sec/1e9, "GB/s")
+				b.ReportMetric(flops/sec/1e9, "GFLOP/s")
+				b.ReportMetric(sec*1e6/float64(len(stack)), "us/matrix")
+				b.ReportMetric(median(bws), "readGB/s")
+				b.ReportMetric(median(peaks), "peakGFLOP/s")
+				b.ReportMetric(100*median(rbw), "%bw")
+				b.ReportMetric(100*median(rpeak), "%peak")
 			})
 		}
 	}
 }
 
-// sideLimits measures read bandwidth and FMA peak inside a benchmark loop, beside the kernel being measured,
-// keeping the best rate of each.
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return math.NaN()
+	}
+	return s[len(s)/2]
+}
+
+// sideLimits measures read bandwidth and FMA peak inside a benchmark loop, beside the kernel being measured.
 type sideLimits struct {
 	pool      *Pool
 	buf, sums []float32
-	bw, peak  float64
 	peakIters int
 }
 
@@ -150,10 +164,9 @@ func newSideLimits(bufBytes int) *sideLimits {
 	return &sideLimits{pool: p, buf: buf, sums: make([]float32, p.Threads()), peakIters: 1 << 20}
 }
 
-func (s *sideLimits) reset() { s.bw, s.peak = 0, 0 }
-
-// run streams the buffer once on all workers, then runs one FMA burst on all workers.
-func (s *sideLimits) run() {
+// run streams the buffer once on all workers, then runs one FMA burst on all workers; it returns GB/s and
+// GFLOP/s.
+func (s *sideLimits) run() (bw, peak float64) {
 	n, w := len(s.buf), s.pool.Threads()
 	chunk := (n/w + 63) &^ 63
 	start := time.Now()
@@ -164,16 +177,9 @@ func (s *sideLimits) run() {
 			s.sums[i] = FMAPeak(s.peakIters)
 		}
 	})
-	s.bw = max(s.bw, float64(4*n)/mid.Sub(start).Seconds()/1e9)
-	s.peak = max(s.peak, float64(w)*float64(s.peakIters)*FMAPeakFlops/time.Since(mid).Seconds()/1e9)
-}
-
-// report adds the limits and the kernel's ratios against them.
-func (s *sideLimits) report(b *testing.B, gbs, gflops float64) {
-	b.ReportMetric(s.bw, "readGB/s")
-	b.ReportMetric(s.peak, "peakGFLOP/s")
-	b.ReportMetric(100*gbs/s.bw, "%bw")
-	b.ReportMetric(100*gflops/s.peak, "%peak")
+	bw = float64(4*n) / mid.Sub(start).Seconds() / 1e9
+	peak = float64(w) * float64(s.peakIters) * FMAPeakFlops / time.Since(mid).Seconds() / 1e9
+	return bw, peak
 }
 
 // cloneLinear deep-copies a Linear's weights.
