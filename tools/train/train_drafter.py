@@ -196,6 +196,7 @@ def main():
     ap.add_argument("--eval-new", type=int, default=256)
     ap.add_argument("--eval-n", type=int, default=24)
     ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--init", default="", help="continue from a saved drafter directory (same shape)")
     args = ap.parse_args()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     seed_all(args.seed)
@@ -237,6 +238,10 @@ def main():
                        block_size=16, num_target_layers=tc.num_hidden_layers, target_layer_ids=taps,
                        mask_token_id=ids["<|mask|>"])
     drafter = Drafter(dc).to(dev)
+    if args.init:
+        drafter = load_drafter(args.init, dev)
+        dc = drafter.config
+        print(f"continuing from {args.init}", flush=True)
     print(f"drafter params {sum(p.numel() for p in drafter.parameters()) / 1e6:.2f}M taps {taps} "
           f"mask {dc.mask_token_id}", flush=True)
     decay, no_decay = [], []
