@@ -72,8 +72,10 @@ func (l *loader) linear(wname, c string, dims ...int) (*linear, error) {
 		// Store Wᵀ contiguous ([in,out]): BLAS reads a transposed view half as fast (24 vs 14 ms for a
 		// 768×32000 GEMV here). Evaluate now and drop the [out,in] upload so loading never holds both copies
 		// of every matrix at once.
-		lin.wt = l.g.contiguous(l.g.transpose(w, perm...))
+		tr := l.g.transpose(w, perm...)
+		lin.wt = l.g.contiguous(tr)
 		l.g.eval(lin.wt)
+		l.g.drop(tr) // the view would keep the upload alive
 		l.g.drop(w)
 		return lin, l.g.err
 	}
@@ -140,6 +142,11 @@ func (l *loader) fuse(a, b *linear) (*linear, bool) {
 		f.biase = g.concat(ax, a.biase, b.biase)
 	} else {
 		f.wt = g.concat(len(shapeOf(a.wt))-1, a.wt, b.wt)
+	}
+	// The parts are not used apart: evaluate the fused matrix and free them.
+	g.eval(f.wt, f.w, f.scales, f.biase)
+	for _, x := range []arr{a.wt, a.w, a.scales, a.biase, b.wt, b.w, b.scales, b.biase} {
+		g.drop(x)
 	}
 	return f, g.err == nil
 }
@@ -397,7 +404,7 @@ func (l *loader) moe(a *arch, p string, ly *layer) error {
 		}
 	default:
 		// HF per-expert tensors: stack them into [E,out,in] (float only; MLX checkpoints are stacked).
-		var gates, ups, downs []arr
+		var gates, ups, downs, parts []arr
 		for e := range E {
 			b := fmt.Sprintf("%sexperts.%d.", p, e)
 			for _, part := range []struct {
@@ -413,11 +420,16 @@ func (l *loader) moe(a *arch, p string, ly *layer) error {
 					return fmt.Errorf("%s%s: quantized per-expert tensors are not supported (MLX checkpoints stack experts)", b, part.name)
 				}
 				*part.dst = append(*part.dst, l.g.expand(x.wt, 0))
+				parts = append(parts, x.wt)
 			}
 		}
 		gate := &linear{out: I, in: H, wt: l.g.concat(0, gates...)}
 		up := &linear{out: I, in: H, wt: l.g.concat(0, ups...)}
 		mo.down = &linear{out: H, in: I, wt: l.g.concat(0, downs...)}
+		l.g.eval(gate.wt, up.wt, mo.down.wt)
+		for _, x := range append(append(append(parts, gates...), ups...), downs...) {
+			l.g.drop(x)
+		}
 		mo.gateUp, _ = l.fuse(gate, up)
 	}
 	if a.SharedIn > 0 {

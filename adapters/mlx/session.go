@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
@@ -24,8 +25,8 @@ var errClosed = errors.New("mlx: session is closed")
 // Session is one sequence's KV caches and recurrent state as MLX arrays. It is not safe for concurrent use.
 //
 // Array ownership: the session owns its state handles; a Forward's taps and tape own theirs until the next
-// Forward (as ports documents); detached taps and snapshots stay owned by the session until Close, because
-// the ports give them no Close of their own.
+// Forward (as ports documents); detached taps and snapshots own theirs until they become unreachable (a
+// runtime cleanup queues them for the MLX thread), because the ports give them no Close of their own.
 type Session struct {
 	t       *Target
 	taps    []int
@@ -36,7 +37,6 @@ type Session struct {
 	lastTap *Tape
 	taped   *Taps
 	replay  bool
-	owned   []arr // detached taps and snapshot handles, freed on Close
 	closed  bool
 	// prof accumulates where Forward's time goes (graph building and binding calls on the Go side vs MLX's
 	// evaluation), for the overhead benchmarks.
@@ -484,14 +484,17 @@ func (s *Session) Snapshot() (ports.RecurrentSnapshot, error) {
 			if p.conv[i], err = dup(s.t.rt, g.conv); err != nil {
 				return err
 			}
-			s.owned = append(s.owned, p.conv[i])
 			if p.ssm[i], err = dup(s.t.rt, g.ssm); err != nil {
 				return err
 			}
-			s.owned = append(s.owned, p.ssm[i])
 		}
 		return nil
 	})
+	// The snapshot's handles live as long as the snapshot does: the ports give it no Close, and a decoder
+	// that snapshots every round must not pin every past state until the session closes.
+	hs := append(append([]arr(nil), p.conv...), p.ssm...)
+	rt := s.t.rt
+	runtime.AddCleanup(p, func(hs []arr) { rt.FreeLater(hs...) }, hs)
 	if err != nil {
 		return nil, fmt.Errorf("mlx: snapshot: %w", err)
 	}
@@ -650,10 +653,7 @@ func (s *Session) Close() error {
 				mlxc.ArrayFree(h)
 			}
 		}
-		for _, h := range s.owned {
-			mlxc.ArrayFree(h)
-		}
-		s.owned, s.st = nil, sessState{}
+		s.st = sessState{}
 		return nil
 	})
 }
@@ -680,15 +680,19 @@ func (t *Taps) Detach() ports.Taps {
 	if t.a == 0 {
 		return d
 	}
-	_ = t.sess.t.rt.Do(func() error {
-		h, err := dup(t.sess.t.rt, t.a)
+	rt := t.sess.t.rt
+	_ = rt.Do(func() error {
+		h, err := dup(rt, t.a)
 		if err != nil {
 			return err
 		}
 		d.a = h
-		t.sess.owned = append(t.sess.owned, h)
 		return nil
 	})
+	if d.a != 0 {
+		// Freed when the detached copy becomes unreachable (the ports give taps no Close).
+		runtime.AddCleanup(d, func(h arr) { rt.FreeLater(h) }, d.a)
+	}
 	return d
 }
 

@@ -109,6 +109,29 @@ type Runtime struct {
 	// lastErr is the message of the latest MLX error on the MLX thread (only that thread touches it).
 	lastErr string
 	gpu     bool
+	// later holds handles whose Go owners became unreachable (runtime.AddCleanup); the MLX thread frees
+	// them before its next job, since cleanups run on other goroutines.
+	laterMu sync.Mutex
+	later   []Array
+}
+
+// FreeLater queues handles to be freed on the MLX thread. Safe from any goroutine (for cleanups).
+func (r *Runtime) FreeLater(hs ...Array) {
+	r.laterMu.Lock()
+	r.later = append(r.later, hs...)
+	r.laterMu.Unlock()
+}
+
+func (r *Runtime) drainLater() {
+	r.laterMu.Lock()
+	hs := r.later
+	r.later = nil
+	r.laterMu.Unlock()
+	for _, h := range hs {
+		if h != 0 {
+			ArrayFree(h)
+		}
+	}
 }
 
 // handler is the C error handler: it records the message instead of exiting the process. It runs on the
@@ -162,6 +185,7 @@ func (r *Runtime) loop(ready chan<- error) {
 	r.lastErr = ""
 	ready <- nil
 	for f := range r.work {
+		r.drainLater()
 		f()
 	}
 }
