@@ -74,14 +74,17 @@ func ones(n int) []float32 {
 	return v
 }
 
-// syntheticTarget builds the benchmark model with random weights; it also returns the parameter count.
-func syntheticTarget(format string, threads int) (*Target, int) {
+// syntheticTarget builds the benchmark model with random weights; it also returns the parameter count and the
+// weight bytes a decode step reads (every matrix once; the tied embedding once, as the LM head).
+func syntheticTarget(format string, threads int) (*Target, int, int) {
 	a := syntheticArch()
 	r := rand.New(rand.NewPCG(1, 2))
-	params := 0
+	params, bytes := 0, 0
 	lin := func(out, in int) *kernel.Linear {
 		params += out * in
-		return randLinear(r, format, out, in)
+		l := randLinear(r, format, out, in)
+		bytes += l.Bytes()
+		return l
 	}
 	m := &model{arch: a, pool: kernel.NewPool(threads), rope: kernel.NewRope(a.RotaryDims, a.RopeTheta)}
 	m.embed = lin(a.Vocab, a.Hidden)
@@ -111,20 +114,23 @@ func syntheticTarget(format string, threads int) (*Target, int) {
 		panic(err)
 	}
 	m.setPool()
-	return newTarget(m, &hfmodel.TextConfig{ModelType: "synthetic"}), params
+	return newTarget(m, &hfmodel.TextConfig{ModelType: "synthetic"}), params, bytes
 }
 
 // BenchmarkTarget measures a decode step (1 token), a 16-token verify step (with tape) after a 64-token prefix
 // and a 512-token prefill, on the synthetic ~100M hybrid in f32, bf16 and 4-bit. Each iteration restores the prefix state first
-// (a ~1.6 MB copy, negligible next to the weights).
+// (a ~1.6 MB copy, negligible next to the weights). GB/s is the weight bytes a step reads per second and %bw
+// that against the machine's read bandwidth; GFLOP/s counts 2·params per token and %peak is that against the
+// f32 FMA peak (both limits measured once at the start of the run, kernel.MeasureLimits).
 //
 //	go test -run '^$' -bench Target -benchtime 10x ./adapters/cpu
 func BenchmarkTarget(b *testing.B) {
 	if testing.Short() {
 		b.Skip("builds a 100M-parameter model")
 	}
+	lim := kernel.MeasureLimits(kernel.NewPool(0), 512<<20, 5)
 	for _, format := range []string{"f32", "bf16", "q4"} {
-		tg, params := syntheticTarget(format, 0)
+		tg, params, wbytes := syntheticTarget(format, 0)
 		prefix := make([]ports.Token, 64)
 		for i := range prefix {
 			prefix[i] = ports.Token(i * 37 % tg.m.arch.Vocab)
@@ -161,8 +167,13 @@ func BenchmarkTarget(b *testing.B) {
 					}
 				}
 				sec := b.Elapsed().Seconds() / float64(b.N)
+				gbs, gf := float64(wbytes)/sec/1e9, 2*float64(params*T)/sec/1e9
 				b.ReportMetric(float64(T)/sec, "tok/s")
 				b.ReportMetric(float64(params)/1e6, "Mparams")
+				b.ReportMetric(gbs, "GB/s")
+				b.ReportMetric(100*gbs/lim.ReadGBs, "%bw")
+				b.ReportMetric(gf, "GFLOP/s")
+				b.ReportMetric(100*gf/lim.PeakGFlops, "%peak")
 			})
 		}
 		b.Run(format+"/prefill512", func(b *testing.B) {

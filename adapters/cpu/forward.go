@@ -233,7 +233,7 @@ func (m *model) gdn(w *gdnWeights, st *gdnState, a, out []float32, T int, tp *gd
 		}
 	})
 	st.cur = 1 - st.cur
-	kernel.GatedRMSNorm(o, o, z, w.norm, ar.Eps)
+	m.pool.GatedRMSNorm(o, o, z, w.norm, ar.Eps)
 	w.out.Forward(out, o, T)
 }
 
@@ -293,7 +293,7 @@ func ffn(f *ffnWeights, x, out []float32, T int) {
 	u := make([]float32, T*inter)
 	f.gate.Forward(g, x, T)
 	f.up.Forward(u, x, T)
-	kernel.SwiGLU(g, g, u)
+	f.gate.Pool.SwiGLU(g, g, u)
 	f.down.Forward(out, g, T)
 }
 

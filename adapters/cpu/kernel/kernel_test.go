@@ -404,3 +404,24 @@ func TestTilesMatchAVX2(t *testing.T) {
 		}
 	}
 }
+
+// The pooled element-wise helpers give the serial bits for any worker count.
+func TestPoolElementwise(t *testing.T) {
+	r := rand.New(rand.NewPCG(17, 18))
+	const n, w = 10000, 100
+	g, u, z := randVec(r, n, 4), randVec(r, n, 2), randVec(r, n, 3)
+	nw := randVec(r, w, 1)
+	want := make([]float32, n)
+	SwiGLU(want, g, u)
+	wantN := make([]float32, n)
+	GatedRMSNorm(wantN, g, z, nw, 1e-6)
+	for _, threads := range []int{1, 2, 3, 7} {
+		p := NewPool(threads)
+		got := make([]float32, n)
+		p.SwiGLU(got, g, u)
+		assertBits(t, want, got, "SwiGLU threads %d", threads)
+		gotN := make([]float32, n)
+		p.GatedRMSNorm(gotN, g, z, nw, 1e-6)
+		assertBits(t, wantN, gotN, "GatedRMSNorm threads %d", threads)
+	}
+}

@@ -90,6 +90,20 @@ func SwiGLU(dst, gate, up []float32) {
 	}
 }
 
+// SwiGLU is SwiGLU split between the pool's workers (the float64 exp per element is costly for verify
+// blocks); every element is computed alone, so the bits do not depend on the split.
+func (p *Pool) SwiGLU(dst, gate, up []float32) {
+	p.For(len(dst), 4096, func(lo, hi int) { SwiGLU(dst[lo:hi], gate[lo:hi], up[lo:hi]) })
+}
+
+// GatedRMSNorm is GatedRMSNorm with rows split between the pool's workers (rows are independent).
+func (p *Pool) GatedRMSNorm(dst, x, z, w []float32, eps float32) {
+	n := len(w)
+	p.For(len(x)/n, max(1, 4096/n), func(lo, hi int) {
+		GatedRMSNorm(dst[lo*n:hi*n], x[lo*n:hi*n], z[lo*n:hi*n], w, eps)
+	})
+}
+
 // Add sets dst[j] += x[j] (one rounding per element).
 func Add(dst, x []float32) {
 	if len(dst) == 0 {
