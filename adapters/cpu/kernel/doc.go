@@ -12,6 +12,12 @@
 //     for quantized rows (4- and 8-bit codes read straight from the packed bytes, other widths widened once per
 //     weight row; each group's scale folded into a vector accumulator). Two input rows share one pass over a
 //     weight row, with per-row operations identical to the one-row kernels.
+//     Blocks of 4 input rows × 2 weight rows (f32/bf16) go through tile kernels that run each element's chains
+//     one after another with the same operations; the AVX-512 tiles (4 × 4, and 8/4-row 4- and 8-bit kernels
+//     that share one decode of the codes) use 16-lane vectors holding two of those 8-lane chains side by side
+//     and add them in the same order, so on a CPU with AVX-512 (F, VL, BW) the bits equal the AVX2 kernels'.
+//     Multi-row 4/8-bit products run along In in L1-sized blocks, keeping each element's accumulator between
+//     blocks (no operation changes). gen_tile.py generates tile_amd64.s.
 //   - everywhere else, or with the purego build tag: pure Go plus github.com/viterin/vek (vek32.Dot has a fixed
 //     reduction order for a given length).
 //

@@ -425,3 +425,34 @@ func TestPoolElementwise(t *testing.T) {
 		assertBits(t, wantN, gotN, "GatedRMSNorm threads %d", threads)
 	}
 }
+
+// Long 4/8-bit rows run in several blocks along In (the last one shorter); the AVX-512 result still equals the
+// AVX2 kernels and one-row calls bit for bit.
+func TestQuantBlocksAlongIn(t *testing.T) {
+	if !useAVX512 {
+		t.Skip("no AVX-512 on this CPU")
+	}
+	defer func() { useAVX512 = true }()
+	r := rand.New(rand.NewPCG(19, 20))
+	const out, in = 37, 1440 // 45 groups of 32: blocks of 16, 16 and 13 groups for 8 rows
+	x := randVec(r, 16*in, 1)
+	for _, bits := range []int{4, 8} {
+		q, deq := quantFixture(r, out, in, bits, 32)
+		l, err := NewQuant(out, in, q)
+		require.NoError(t, err)
+		l.Pool = NewPool(3)
+		for _, rows := range []int{8, 13, 16} {
+			useAVX512 = true
+			a := make([]float32, rows*out)
+			l.Forward(a, x, rows)
+			useAVX512 = false
+			b := make([]float32, rows*out)
+			l.Forward(b, x, rows)
+			assertBits(t, b, a, "q%d rows %d", bits, rows)
+			want, mag := naive(deq, x, rows, out, in)
+			for i := range a {
+				require.InDelta(t, want[i], float64(a[i]), 1e-5*mag[i]+1e-7, "q%d rows %d elem %d", bits, rows, i)
+			}
+		}
+	}
+}
