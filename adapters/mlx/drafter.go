@@ -45,14 +45,15 @@ type Drafter struct {
 	norm    arr
 	layers  []draftLayer
 	arena   *graph
+	closed  bool // MLX thread only, as Target.closed
 }
 
 // LoadDrafter reads a DFlash drafter from dir and uploads it to MLX, bound to target. The configuration is
 // resolved and validated by the CPU drafter package's loader (one definition of the DFlash config rules);
 // weights are then read with the shared safetensors/quant parsers and copied into MLX.
 func LoadDrafter(ctx context.Context, dir string, target *Target, opts DrafterOptions) (*Drafter, error) {
-	if target == nil || target.m == nil {
-		return nil, errors.New("mlx drafter: no open target")
+	if target == nil {
+		return nil, errors.New("mlx drafter: no target")
 	}
 	cd, err := dflash.Load(ctx, dir, target, dflash.Options{Threads: 1, TapLayers: opts.TapLayers, AllowDerivedTapLayers: opts.AllowDerivedTapLayers})
 	if err != nil {
@@ -155,20 +156,18 @@ func (d *Drafter) NewSession(ctx context.Context) (ports.DraftSession, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if d.arena == nil {
-		return nil, errors.New("mlx drafter: closed")
-	}
 	return &DraftSession{d: d, k: make([]arr, len(d.layers)), v: make([]arr, len(d.layers))}, nil
 }
 
 // Close frees the drafter's weights; sessions must be closed first.
 func (d *Drafter) Close() error {
-	if d.arena == nil {
+	return d.t.rt.Do(func() error {
+		if !d.closed {
+			d.closed = true
+			d.arena.release()
+		}
 		return nil
-	}
-	a := d.arena
-	d.arena = nil
-	return d.t.rt.Do(func() error { a.release(); return nil })
+	})
 }
 
 // DraftSession holds the drafter's context K/V ([1,Hkv,n,d] per layer) in MLX.
@@ -286,6 +285,9 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 	}
 	var toks []int32
 	err := d.t.rt.Do(func() error {
+		if d.closed || d.t.closed {
+			return errors.New("mlx drafter: drafter or target is closed")
+		}
 		g := newGraph(d.t.rt, "mlx draft")
 		defer g.release()
 		newK, newV := slices.Clone(s.k), slices.Clone(s.v)

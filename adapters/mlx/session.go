@@ -60,6 +60,9 @@ func (t *Target) newSession(tapLayers []int) (*Session, error) {
 	s.st.attn = make([]*attnState, a.Layers)
 	s.st.gdn = make([]*gdnState, a.Layers)
 	err := t.rt.Do(func() error {
+		if t.closed {
+			return errTargetClosed
+		}
 		g := newGraph(t.rt, "mlx new session")
 		defer g.release()
 		var all []arr
@@ -254,6 +257,9 @@ func (s *Session) run(tokens []ports.Token, rows int, wantTaps, wantTape, wantLo
 	T := len(tokens)
 	var res runResult
 	err := s.t.rt.Do(func() error {
+		if s.t.closed {
+			return errTargetClosed
+		}
 		t0 := time.Now()
 		g := newGraph(s.t.rt, "mlx forward")
 		defer g.release()

@@ -307,3 +307,25 @@ func TestWeightsHeldOnce(t *testing.T) {
 	t.Logf("checkpoint tensors %d bytes, MLX holds %d", bytes, held)
 	assert.InDelta(t, bytes, held, 0.02*float64(bytes))
 }
+
+// Using a session or drafter after its target was closed is an error, not a use of freed arrays.
+func TestUseAfterClose(t *testing.T) {
+	requireMLX(t)
+	_, mp := loadPairs(t, dflashtest.TargetSpec{Family: "qwen3", Seed: 71}, dflashtest.DrafterSpec{Seed: 72, Taps: []int{1, 3}, Mask: 60})
+	s, err := mp.target.NewSession(t.Context(), nil)
+	require.NoError(t, err)
+	ds, err := mp.drafter.NewSession(t.Context())
+	require.NoError(t, err)
+	require.NoError(t, mp.drafter.(*Drafter).Close())
+	_, err = ds.Draft(t.Context(), 1, nil, 4)
+	assert.ErrorContains(t, err, "closed")
+	require.NoError(t, mp.target.(*Target).Close())
+	require.NoError(t, mp.target.(*Target).Close(), "Close is idempotent")
+	_, err = s.Forward(t.Context(), []ports.Token{1}, ports.ForwardOptions{})
+	assert.ErrorIs(t, err, errTargetClosed)
+	_, err = mp.target.NewSession(t.Context(), nil)
+	assert.ErrorIs(t, err, errTargetClosed)
+	assert.ErrorIs(t, mp.target.(*Target).EmbedTokens(make([]float32, 64), []ports.Token{1}), errTargetClosed)
+	require.NoError(t, s.Close())
+	require.NoError(t, ds.Close())
+}

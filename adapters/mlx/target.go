@@ -41,7 +41,13 @@ type Target struct {
 	m    *model
 	cfg  *hfmodel.TextConfig
 	info ports.ModelInfo
+	// closed is read and written only on the MLX thread, so a Close racing a session's Forward turns into
+	// an error instead of a use of freed arrays.
+	closed bool
 }
+
+// errTargetClosed is returned by calls that need the weights after Target.Close.
+var errTargetClosed = errors.New("mlx: target is closed")
 
 // Load reads a model directory (config.json, generation_config.json, safetensors) with the same parsers as the
 // CPU backend and uploads every weight into MLX (by copy; the checkpoint mapping is closed before returning).
@@ -137,9 +143,6 @@ func (t *Target) NewSession(ctx context.Context, tapLayers []int) (ports.Session
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if t.m == nil {
-		return nil, errors.New("mlx new session: target is closed")
-	}
 	s, err := t.newSession(tapLayers)
 	if err != nil {
 		return nil, fmt.Errorf("mlx new session: %w", err)
@@ -149,13 +152,11 @@ func (t *Target) NewSession(ctx context.Context, tapLayers []int) (ports.Session
 
 // Close frees the weights. Sessions of the target must be closed first.
 func (t *Target) Close() error {
-	if t.m == nil {
-		return nil
-	}
-	m := t.m
-	t.m = nil
 	return t.rt.Do(func() error {
-		m.arena.release()
+		if !t.closed {
+			t.closed = true
+			t.m.arena.release()
+		}
 		return nil
 	})
 }
@@ -176,6 +177,9 @@ func (t *Target) EmbedTokens(dst []float32, tokens []ports.Token) error {
 		return nil
 	}
 	return t.rt.Do(func() error {
+		if t.closed {
+			return errTargetClosed
+		}
 		g := newGraph(t.rt, "mlx embed")
 		defer g.release()
 		e := g.astype(t.m.embedRows(g, uploadI32(g, tokens, len(tokens))), mlxc.Float32)
@@ -196,6 +200,9 @@ func (t *Target) LMHead(dst, hidden []float32, rows int) error {
 		return nil
 	}
 	return t.rt.Do(func() error {
+		if t.closed {
+			return errTargetClosed
+		}
 		g := newGraph(t.rt, "mlx lm head")
 		defer g.release()
 		l := t.m.lmHead.apply(g, uploadF32(g, hidden[:rows*a.Hidden], rows, a.Hidden))
