@@ -76,6 +76,9 @@ func LoadDrafter(ctx context.Context, dir string, target *Target, opts DrafterOp
 		arena := newGraph(target.rt, "mlx drafter load")
 		l, err := newLoader(st, nil, cfg.Quantization, arena)
 		if err == nil {
+			l.dt = target.m.dt // the drafter computes in its target's dtype
+		}
+		if err == nil {
 			err = d.load(l)
 		}
 		if err == nil {
@@ -299,7 +302,7 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 					f = g.slice(f, []int{0, 0}, []int{ctxRows, width})
 				}
 			} else {
-				f = uploadF32(g, host, ctxRows, width)
+				f = d.t.m.cast(g, uploadF32(g, host, ctxRows, width))
 			}
 			c := g.rmsNorm(d.fc.apply(g, f), d.hidNorm, float32(a.RMSNormEps))
 			for i := range d.layers {
@@ -324,7 +327,7 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 			}
 			x := d.t.m.embedRows(g, uploadI32(g, block, bs))
 			if a.EmbedScale != 0 && a.EmbedScale != 1 {
-				x = g.mul(x, g.scalar(float32(a.EmbedScale)))
+				x = g.mul(x, d.t.m.cast(g, g.scalar(float32(a.EmbedScale))))
 			}
 			eps := float32(a.RMSNormEps)
 			scale := float32(1 / math.Sqrt(float64(a.HeadDim)))

@@ -37,7 +37,7 @@ func (m *model) embedRows(g *graph, ids arr) arr {
 	mode := mlxc.CString("affine")
 	var r arr
 	return g.done("dequantize", mlxc.Dequantize(&r, w, s, b, mlxc.SomeInt(e.group), mlxc.SomeInt(e.bits), mode, 0,
-		mlxc.SomeDtype(mlxc.Float32), g.s), r)
+		mlxc.SomeDtype(m.dt), g.s), r)
 }
 
 // attention runs one (optionally gated) attention layer on h [T,H] at positions n.., appending to st.
@@ -107,6 +107,8 @@ func (m *model) gdn(g *graph, w *gdnWeights, st *gdnState, h arr, T int, tp *gdn
 		b = w.b.apply(g, h)
 		ar = w.a.apply(g, h)
 	}
+	// The conv, the recurrence and its state run in float32 whatever the compute dtype.
+	P, z, b, ar = m.f32(g, P), m.f32(g, z), m.f32(g, b), m.f32(g, ar)
 	// Causal depthwise conv over X = [cs ; P], then SiLU.
 	X := g.concat(0, st.conv, P)
 	var Y arr
@@ -168,7 +170,7 @@ func (m *model) gdn(g *graph, w *gdnWeights, st *gdnState, h arr, T int, tp *gdn
 	st.ssm, st.conv = S, newConv
 	o := g.reshape(g.concat(0, outs...), T, Hv, dv)
 	o = g.mul(g.rmsNorm(o, w.norm, a.Eps), g.silu(z))
-	return w.out.apply(g, g.reshape(o, T, Dv))
+	return w.out.apply(g, m.cast(g, g.reshape(o, T, Dv)))
 }
 
 // row returns x[t:t+1] of x [T, dims...] (x itself when T is 1).

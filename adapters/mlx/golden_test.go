@@ -190,3 +190,63 @@ func TestDrafterGoldens(t *testing.T) {
 		})
 	}
 }
+
+// TestGoldensBFloat16: the experimental bfloat16 compute mode runs every golden, reads taps back as float32,
+// keeps the reference's greedy prompt tokens wherever its top-2 margin exceeds 0.5, and stays within 25% of
+// the largest |logit| (a gross-error bound: these tiny random models amplify bf16 rounding, and MoE routing
+// gaps of ~1e-4 flip under it; observed 0.9–22%, logged).
+func TestGoldensBFloat16(t *testing.T) {
+	requireMLX(t)
+	raw, err := os.ReadFile(filepath.Join(goldenRoot, "index.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skipf("no goldens under %s", goldenRoot)
+	}
+	require.NoError(t, err)
+	var idx struct {
+		Cases []struct {
+			Case, Dir string
+			OK        bool
+		} `json:"cases"`
+	}
+	require.NoError(t, json.Unmarshal(raw, &idx))
+	for _, c := range idx.Cases {
+		if !c.OK {
+			continue
+		}
+		t.Run(c.Case, func(t *testing.T) {
+			dir := filepath.Join(goldenRoot, c.Dir)
+			graw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
+			require.NoError(t, err)
+			var g struct {
+				goldenCase
+				PromptArgmax []ports.Token `json:"prompt_argmax"`
+				Margin       []float64     `json:"prompt_top2_margin"`
+			}
+			require.NoError(t, json.Unmarshal(graw, &g))
+			mt, err := Load(t.Context(), dir, LoadOptions{BFloat16: true})
+			require.NoError(t, err)
+			defer mt.Close()
+			s, err := mt.NewSession(t.Context(), []int{0})
+			require.NoError(t, err)
+			defer s.Close()
+			fr, logits, err := s.(*Session).ForwardLogits(t.Context(), g.Prompt, ports.ForwardOptions{Taps: true})
+			require.NoError(t, err)
+			_, err = readTaps(fr.Taps)
+			require.NoError(t, err, "bf16 taps read back as float32")
+			V := mt.Info().VocabSize
+			want := readGoldenF32(t, filepath.Join(dir, g.Logits.File), len(g.Prompt)*V)
+			worst, scale := 0.0, 0.0
+			for i := range want {
+				worst = math.Max(worst, math.Abs(float64(want[i])-float64(logits[i])))
+				scale = math.Max(scale, math.Abs(float64(want[i])))
+			}
+			t.Logf("bf16 max |Δlogit| vs transformers fp32 = %.3g (%.2g%% of max |logit| %.3g)", worst, 100*worst/scale, scale)
+			assert.LessOrEqual(t, worst, 0.25*scale)
+			for i, tok := range g.PromptArgmax {
+				if g.Margin[i] > 0.5 {
+					assert.Equal(t, tok, fr.Greedy[i], "position %d (margin %.3g)", i, g.Margin[i])
+				}
+			}
+		})
+	}
+}

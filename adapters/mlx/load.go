@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/higgs-go/higgs/adapters/hfmodel"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
 	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/ports"
@@ -18,12 +19,13 @@ type loader struct {
 	cfg    *hfmodel.TextConfig // nil for a drafter
 	quant  *hfmodel.Quantization
 	g      *graph
+	dt     mlxc.Dtype // compute dtype of float weights (Float32, or BFloat16 when asked)
 	names  map[string]string
 	zeroCN bool
 }
 
 func newLoader(st *safetensors.Store, cfg *hfmodel.TextConfig, q *hfmodel.Quantization, g *graph) (*loader, error) {
-	l := &loader{st: st, cfg: cfg, quant: q, g: g, names: map[string]string{}}
+	l := &loader{st: st, cfg: cfg, quant: q, g: g, names: map[string]string{}, dt: mlxc.Float32}
 	for _, n := range st.Names() {
 		c, keep := hfmodel.NormaliseName(n)
 		if !keep {
@@ -73,8 +75,15 @@ func (l *loader) linear(wname, c string, dims ...int) (*linear, error) {
 		// 768×32000 GEMV here). Evaluate now and drop the [out,in] upload so loading never holds both copies
 		// of every matrix at once.
 		tr := l.g.transpose(w, perm...)
-		lin.wt = l.g.contiguous(tr)
+		x := tr
+		if l.dt != mlxc.Float32 && len(dims) == 2 { // stacked float experts stay float32 (gather_mm)
+			x = l.g.astype(tr, l.dt)
+		}
+		lin.wt = l.g.contiguous(x)
 		l.g.eval(lin.wt)
+		if x != tr {
+			l.g.drop(x)
+		}
 		l.g.drop(tr) // the view would keep the upload alive
 		l.g.drop(w)
 		return lin, l.g.err
@@ -122,8 +131,8 @@ func (l *loader) linear(wname, c string, dims ...int) (*linear, error) {
 	l.st.MarkUsed(l.names[c+".scales"], l.names[c+".biases"])
 	lin.bits, lin.group = s.Bits, s.GroupSize
 	lin.w = uploadU32(l.g, codes, t.Shape...)
-	lin.scales = uploadF32(l.g, scales, sc.Shape...)
-	lin.biase = uploadF32(l.g, biases, bi.Shape...)
+	lin.scales = l.cast(uploadF32(l.g, scales, sc.Shape...))
+	lin.biase = l.cast(uploadF32(l.g, biases, bi.Shape...))
 	return lin, l.g.err
 }
 
@@ -172,7 +181,18 @@ func (l *loader) norm(c string, n int) (arr, error) {
 			v[i]++
 		}
 	}
-	return uploadF32(l.g, v, n), l.g.err
+	return l.cast(uploadF32(l.g, v, n)), l.g.err
+}
+
+// cast converts a freshly uploaded float32 weight to the compute dtype (evaluated; the f32 copy freed).
+func (l *loader) cast(a arr) arr {
+	if l.dt == mlxc.Float32 || a == 0 {
+		return a
+	}
+	r := l.g.astype(a, l.dt)
+	l.g.eval(r)
+	l.g.drop(a)
+	return r
 }
 
 // zeroCentred mirrors the CPU loader's rule (MODEL-REFERENCE §2.2): hybrid HF checkpoints store norms as
@@ -199,7 +219,7 @@ func (l *loader) zeroCentred(a *arch) bool {
 }
 
 func (l *loader) load(a *arch) (*model, error) {
-	m := &model{arch: *a, arena: l.g}
+	m := &model{arch: *a, arena: l.g, dt: l.dt}
 	l.zeroCN = l.zeroCentred(a)
 	H := a.Hidden
 	var err error

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/higgs-go/higgs/adapters/hfmodel"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -112,6 +113,10 @@ func (l *linear) gather(g *graph, x, idx arr) arr {
 	if l.quantized() {
 		return g.gatherQmm(x, l.w, l.scales, l.biase, idx, l.group, l.bits, false)
 	}
+	// MLX's CPU gather_mm takes float32 only: float experts stay float32 (see loader.linear) and run in it.
+	if dt := mlxc.ArrayDtype(x); dt != mlxc.Float32 {
+		return g.astype(g.gatherMm(g.astype(x, mlxc.Float32), l.wt, idx, false), dt)
+	}
 	return g.gatherMm(x, l.wt, idx, false)
 }
 
@@ -165,4 +170,23 @@ type model struct {
 	layers    []layer
 	// arena owns every weight array; freed on Close.
 	arena *graph
+	// dt is the compute dtype of activations and float weights (the GDN recurrence and its state are always
+	// float32).
+	dt mlxc.Dtype
+}
+
+// cast converts an activation to the compute dtype (nothing for float32).
+func (m *model) cast(g *graph, a arr) arr {
+	if m.dt == mlxc.Float32 {
+		return a
+	}
+	return g.astype(a, m.dt)
+}
+
+// f32 converts an activation to float32 (nothing when computing in float32).
+func (m *model) f32(g *graph, a arr) arr {
+	if m.dt == mlxc.Float32 {
+		return a
+	}
+	return g.astype(a, mlxc.Float32)
 }

@@ -289,7 +289,7 @@ func (s *Session) run(tokens []ports.Token, rows int, wantTaps, wantTape, wantLo
 		if rows < T {
 			last = g.slice(x, []int{T - rows, 0}, []int{T, a.Hidden})
 		}
-		lg := m.lmHead.apply(g, g.rmsNorm(last, m.finalNorm, a.Eps))
+		lg := m.f32(g, m.lmHead.apply(g, g.rmsNorm(last, m.finalNorm, a.Eps)))
 		ids := g.astype(g.argmax(lg, -1), mlxc.Int32)
 		outs := append([]arr{ids, lg}, s.st.handles()...)
 		if tapArr != 0 {
@@ -713,7 +713,9 @@ func (t *Taps) Read() (data []float32, rows, width int, err error) {
 	err = t.sess.t.rt.Do(func() error {
 		g := newGraph(t.sess.t.rt, "mlx taps read")
 		defer g.release()
-		v := g.readF32(t.a)
+		x := t.sess.t.m.f32(g, t.a)
+		g.eval(x)
+		v := g.readF32(x)
 		if g.err != nil {
 			return g.err
 		}

@@ -30,6 +30,11 @@ func Available() error {
 type LoadOptions struct {
 	// ContextLength caps the session length below max_position_embeddings (0: the config's value).
 	ContextLength int
+	// BFloat16 (experimental) keeps float weights and activations in bfloat16: half the memory and
+	// bandwidth; the GDN recurrence and its state, float MoE experts (MLX's CPU gather_mm is float32-only)
+	// and the returned logits stay float32. Results differ from the float32 CPU reference by bf16 rounding,
+	// so parity checks use float32 (the default).
+	BFloat16 bool
 	// Logger receives load-time information; the zero value logs nothing.
 	Logger zerolog.Logger
 }
@@ -80,6 +85,9 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 	err = rt.Do(func() error {
 		arena := newGraph(rt, "mlx load")
 		l, err := newLoader(st, cfg, cfg.Quantization, arena)
+		if err == nil && opts.BFloat16 {
+			l.dt = mlxc.BFloat16
+		}
 		if err == nil {
 			m, err = l.load(&a)
 		}
@@ -205,7 +213,7 @@ func (t *Target) LMHead(dst, hidden []float32, rows int) error {
 		}
 		g := newGraph(t.rt, "mlx lm head")
 		defer g.release()
-		l := t.m.lmHead.apply(g, uploadF32(g, hidden[:rows*a.Hidden], rows, a.Hidden))
+		l := t.m.f32(g, t.m.lmHead.apply(g, t.m.cast(g, uploadF32(g, hidden[:rows*a.Hidden], rows, a.Hidden))))
 		g.eval(l)
 		copy(dst, g.readF32(l))
 		return g.err
