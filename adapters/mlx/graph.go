@@ -401,7 +401,16 @@ func (g *graph) eval(as ...arr) {
 			return
 		}
 	}
-	g.done("eval", mlxc.Eval(v), 0)
+	if rc := mlxc.Eval(v); rc != 0 {
+		// Ops already scheduled may still be running on the stream's worker: wait for them before anyone
+		// frees the arrays they write (freeing early corrupts the heap).
+		msg := g.rt.Check(rc)
+		mlxc.Synchronize(g.s)
+		g.rt.Pending()
+		if g.err == nil {
+			g.err = fmt.Errorf("%s: eval: %w", g.name, msg)
+		}
+	}
 }
 
 // shape returns a's shape.

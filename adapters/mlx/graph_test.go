@@ -41,3 +41,28 @@ func TestGraphStickyError(t *testing.T) {
 		return g.err
 	}))
 }
+
+// An MLX error raised while evaluating (not while building) leaves already scheduled ops running on the
+// stream's worker; the graph waits for them before its arrays are freed (freeing early corrupted the heap).
+// The failing op here is gather_mm in bfloat16, which MLX's CPU backend rejects at evaluation.
+func TestEvalErrorWaitsForScheduledOps(t *testing.T) {
+	requireMLX(t)
+	rt, err := mlxc.Open()
+	require.NoError(t, err)
+	for range 20 {
+		err := rt.Do(func() error {
+			g := newGraph(rt, "eval error")
+			defer g.release()
+			x := g.astype(uploadF32(g, make([]float32, 4*64), 4, 1, 1, 64), mlxc.BFloat16)
+			w := g.astype(uploadF32(g, make([]float32, 8*64*32), 8, 64, 32), mlxc.BFloat16)
+			idx := g.astype(uploadI32(g, []int32{0, 1, 2, 3, 4, 5, 6, 7}, 4, 2), mlxc.Uint32)
+			big := g.matmul(uploadF32(g, make([]float32, 256*256), 256, 256), uploadF32(g, make([]float32, 256*256), 256, 256))
+			g.eval(big, g.gatherMm(x, w, idx, false))
+			return g.err
+		})
+		if err == nil {
+			t.Skip("this MLX build evaluates bfloat16 gather_mm; no evaluation error to provoke")
+		}
+		require.ErrorContains(t, err, "eval")
+	}
+}
