@@ -27,8 +27,12 @@
 // token-by-token decoding bit-identical), not on a tensor interface; MLX is a lazy graph library where the
 // same layer is a sequence of op calls on opaque handles. A shared adapters/tensor interface would force
 // either the CPU path into op-at-a-time allocation (losing its fused kernels and exactness guarantees) or
-// this backend into Go-side loops (losing MLX's fusion and device residency). The duplication is limited to
-// the layer wiring (about 300 lines: attention, Gated DeltaNet, MoE, the loader's name table); checkpoint
-// parsing (hfmodel, safetensors, quant) is shared, and parity tests against the CPU backend on the same
-// checkpoints keep the two in step.
+// this backend into Go-side loops (losing MLX's fusion and device residency). The duplication is the layer
+// wiring and the loader's name table (forward.go, model.go, load.go and the drafter's layers: about 1,000
+// lines); checkpoint and config parsing (hfmodel, safetensors, quant) is shared, the drafter's config rules
+// come from adapters/cpu/dflash's loader, and parity tests against the CPU backend on the same checkpoints
+// (every transformers golden, random dense/hybrid/quantized fixtures, DFlash traces) keep the two in step.
+//
+// Numerics: float32 by default (parity with the CPU reference). LoadOptions.BFloat16 is experimental: bf16
+// weights and activations with the GDN recurrence in float32.
 package mlx
