@@ -266,6 +266,69 @@ def quantrows(name, bits, R, state=False):
     e("\tRET")
     e()
 
+def quantrow1(name, bits, gb, prefetch):
+    # One input row, groups of gb code bytes, the group's steps unrolled (no inner loop); otherwise exactly
+    # quantrows(R=1). Codes are prefetched a fixed distance ahead (the loop is short of work per byte, so the
+    # hardware prefetcher alone leaves it waiting on memory).
+    rowb = 128 if bits == 4 else 64
+    S = gb // 16
+    e(f"// func {name}(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)")
+    e(f"// dotQ{bits}RowAVX2 for one row of packed x with {gb}-byte groups; out[0] gets the scaled product, out[1] the bias term.")
+    e(f"TEXT ·{name}(SB), NOSPLIT, $0-64")
+    e("\tMOVQ codes+0(FP), DI")
+    e("\tMOVQ xp+8(FP), SI")
+    e("\tMOVQ scales+16(FP), R9")
+    e("\tMOVQ biases+24(FP), R12")
+    e("\tMOVQ xsT+32(FP), R13")
+    e("\tMOVQ groups+40(FP), R10")
+    e("\tMOVQ out+56(FP), DX")
+    if bits == 4:
+        e("\tVMOVUPS q4float<>(SB), Z15")
+    e("\tVXORPS Y0, Y0, Y0")
+    e("\tVXORPS X13, X13, X13")
+    e("\tXORQ CX, CX")
+    e(f"{name}_group:")
+    e("\tVPXORD Z16, Z16, Z16")
+    if bits == 4:
+        e("\tVPXORD Z17, Z17, Z17")
+    for st in range(S):
+        if prefetch and (16*st) % 64 == 0:
+            e(f"\tPREFETCHT0 {prefetch + 16*st}(DI)")
+        zc, zh = ("Z8", "Z9") if st % 2 == 0 else ("Z10", "Z11")
+        e(f"\tVPMOVZXBD {16*st}(DI), {zc}")
+        if bits == 4:
+            e(f"\tVPSRLD $4, {zc}, {zh}")
+            e(f"\tVPERMPS {PERM_A.replace('Z8', zc)}")
+            e(f"\tVPERMPS {PERM_B.replace('Z9', zh)}")
+        else:
+            e(f"\tVCVTDQ2PS {zc}, {zc}")
+        e(f"\tVFMADD231PS {st*rowb}(SI), {zc}, Z16")
+        if bits == 4:
+            e(f"\tVFMADD231PS {st*rowb+64}(SI), {zh}, Z17")
+    if bits == 4:
+        e("\tVADDPS Z17, Z16, Z16")
+    e("\tVEXTRACTF64X4 $1, Z16, Y10")
+    e("\tVADDPS Y10, Y16, Y16")
+    e("\tVBROADCASTSS (R9)(CX*4), Y12")
+    e("\tVFMADD231PS Y12, Y16, Y0")
+    e("\tVMOVSS (R12)(CX*4), X11")
+    e("\tVMULSS (R13)(CX*4), X11, X11")
+    e("\tVADDSS X11, X13, X13")
+    e(f"\tADDQ ${S*rowb}, SI")
+    e(f"\tADDQ ${gb}, DI")
+    e("\tINCQ CX")
+    e("\tCMPQ CX, R10")
+    e(f"\tJLT {name}_group")
+    e("\tVEXTRACTF128 $1, Y0, X10")
+    e("\tVADDPS X10, X0, X10")
+    e("\tVHADDPS X10, X10, X10")
+    e("\tVHADDPS X10, X10, X10")
+    e("\tVMOVSS X10, (DX)")
+    e("\tVMOVSS X13, 4(DX)")
+    e("\tVZEROUPPER")
+    e("\tRET")
+    e()
+
 e("//go:build amd64 && !purego")
 e()
 e('#include "textflag.h"')
@@ -285,7 +348,10 @@ quantrows("dotQ4Rows8AVX512", 4, 8)
 quantrows("dotQ4Rows4AVX512", 4, 4)
 quantrows("dotQ8Rows8AVX512", 8, 8)
 quantrows("dotQ8Rows4AVX512", 8, 4)
-quantrows("dotQ4Rows1AVX512", 4, 1)
+PF = int(__import__("os").environ.get("Q1PF", "1024"))
+for gs in (32, 64, 128):
+    quantrow1(f"dotQ4Row1G{gs}AVX512", 4, gs // 2, PF)
+# 8 bits: the unrolled form measured slower than the looped one (DecodeStream q8 rows=1), so it keeps the loop.
 quantrows("dotQ8Rows1AVX512", 8, 1)
 quantrows("dotQ4Rows8StateAVX512", 4, 8, True)
 quantrows("dotQ4Rows4StateAVX512", 4, 4, True)

@@ -460,9 +460,13 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 		}
 		r += n
 	}
-	k8, k4, k1 := dotQ4Rows8StateAVX512, dotQ4Rows4StateAVX512, dotQ4Rows1AVX512
+	k8, k4 := dotQ4Rows8StateAVX512, dotQ4Rows4StateAVX512
 	if q.Bits == 8 {
-		k8, k4, k1 = dotQ8Rows8StateAVX512, dotQ8Rows4StateAVX512, dotQ8Rows1AVX512
+		k8, k4 = dotQ8Rows8StateAVX512, dotQ8Rows4StateAVX512
+	}
+	k1 := dotQ8Rows1AVX512
+	if q.Bits == 4 {
+		k1 = quantRow1[gs/64]
 	}
 	// Multi-row blocks run along In in blocks of kg groups whose packed inputs (≤ 16 KiB) stay in L1 while up to
 	// quantOC weight rows pass over them; each element's accumulators wait in state between blocks.
@@ -507,6 +511,11 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 			r += n
 		}
 	})
+}
+
+// quantRow1 holds the 4-bit one-row AVX-512 kernels by group size / 64 (group 32, 64 or 128).
+var quantRow1 = [3]func(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32){
+	dotQ4Row1G32AVX512, dotQ4Row1G64AVX512, dotQ4Row1G128AVX512,
 }
 
 // quantOC is the number of weight rows that pass over one block of packed inputs.

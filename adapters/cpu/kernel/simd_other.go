@@ -50,16 +50,10 @@ func dotQ4Rows8AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb 
 func dotQ4Rows4AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
 	noAVX2()
 }
-func dotQ4Rows1AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
-	noAVX2()
-}
 func dotQ8Rows8AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
 	noAVX2()
 }
 func dotQ8Rows4AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
-	noAVX2()
-}
-func dotQ8Rows1AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
 	noAVX2()
 }
 func dotQ4Rows8StateAVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, state *float32) {
@@ -72,5 +66,17 @@ func dotQ8Rows8StateAVX512(codes *byte, xp, scales, biases, xsT *float32, groups
 	noAVX2()
 }
 func dotQ8Rows4StateAVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, state *float32) {
+	noAVX2()
+}
+func dotQ4Row1G32AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
+	noAVX2()
+}
+func dotQ4Row1G64AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
+	noAVX2()
+}
+func dotQ4Row1G128AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
+	noAVX2()
+}
+func dotQ8Rows1AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
 	noAVX2()
 }
