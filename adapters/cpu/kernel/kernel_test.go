@@ -426,9 +426,9 @@ func TestPoolElementwise(t *testing.T) {
 	}
 }
 
-// Long 4/8-bit rows run in several blocks along In (the last one shorter); the AVX-512 result still equals the
-// AVX2 kernels and one-row calls bit for bit.
-func TestQuantBlocksAlongIn(t *testing.T) {
+// Long 4/8-bit rows run in several blocks along In (the last one shorter); with the f32/bf16 tiles on the same
+// shape, the AVX-512 results equal the AVX2 kernels (and so one-row calls) bit for bit.
+func TestBlocksAlongIn(t *testing.T) {
 	if !useAVX512 {
 		t.Skip("no AVX-512 on this CPU")
 	}
@@ -436,22 +436,41 @@ func TestQuantBlocksAlongIn(t *testing.T) {
 	r := rand.New(rand.NewPCG(19, 20))
 	const out, in = 37, 1440 // 45 groups of 32: blocks of 16, 16 and 13 groups for 8 rows
 	x := randVec(r, 16*in, 1)
+	type tc struct {
+		name string
+		l    *Linear
+		ref  []float64
+	}
+	var cases []tc
 	for _, bits := range []int{4, 8} {
 		q, deq := quantFixture(r, out, in, bits, 32)
 		l, err := NewQuant(out, in, q)
 		require.NoError(t, err)
-		l.Pool = NewPool(3)
+		cases = append(cases, tc{fmt.Sprintf("q%d", bits), l, deq})
+	}
+	w32 := randVec(r, out*in, 0.5)
+	bf := make([]uint16, len(w32))
+	ref32, refbf := make([]float64, len(w32)), make([]float64, len(w32))
+	for i, v := range w32 {
+		bf[i] = F32ToBF16(v)
+		ref32[i], refbf[i] = float64(v), float64(BF16ToF32(bf[i]))
+	}
+	lf, _ := NewF32(out, in, w32)
+	lb, _ := NewBF16(out, in, bf)
+	cases = append(cases, tc{"f32", lf, ref32}, tc{"bf16", lb, refbf})
+	for _, c := range cases {
+		c.l.Pool = NewPool(3)
 		for _, rows := range []int{8, 13, 16} {
 			useAVX512 = true
 			a := make([]float32, rows*out)
-			l.Forward(a, x, rows)
+			c.l.Forward(a, x, rows)
 			useAVX512 = false
 			b := make([]float32, rows*out)
-			l.Forward(b, x, rows)
-			assertBits(t, b, a, "q%d rows %d", bits, rows)
-			want, mag := naive(deq, x, rows, out, in)
+			c.l.Forward(b, x, rows)
+			assertBits(t, b, a, "%s rows %d", c.name, rows)
+			want, mag := naive(c.ref, x, rows, out, in)
 			for i := range a {
-				require.InDelta(t, want[i], float64(a[i]), 1e-5*mag[i]+1e-7, "q%d rows %d elem %d", bits, rows, i)
+				require.InDelta(t, want[i], float64(a[i]), 1e-5*mag[i]+1e-7, "%s rows %d elem %d", c.name, rows, i)
 			}
 		}
 	}
