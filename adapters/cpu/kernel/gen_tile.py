@@ -182,9 +182,16 @@ def quantrows(name, bits, R, state=False):
     e(f"\tMOVQ {'state' if state else 'out'}+56(FP), DX")
     if bits == 4:
         e("\tVMOVUPS q4float<>(SB), Z15")
+    # State kernels keep rows 2k and 2k+1's final accumulators side by side in Zk, so the group end combines a
+    # pair of rows with one 16-lane add and FMA (after two lane shuffles) instead of two of each.
+    paired = state and R % 2 == 0
     if state:
-        for r, f in enumerate(fin):
-            e(f"\tVMOVUPS {32*r}(DX), {f}")
+        if paired:
+            for k in range(R // 2):
+                e(f"\tVMOVUPS {64*k}(DX), Z{k}")
+        else:
+            for r, f in enumerate(fin):
+                e(f"\tVMOVUPS {32*r}(DX), {f}")
         e(f"\tVMOVUPS {32*R}(DX), {'Y13' if R == 8 else 'X13'}")
     else:
         for f in fin:
@@ -216,13 +223,26 @@ def quantrows(name, bits, R, state=False):
     e("\tADDQ $16, AX")
     e("\tCMPQ AX, R11")
     e(f"\tJLT {name}_loop")
-    e("\tVBROADCASTSS (R9), Y12")
-    for r, (a, b) in enumerate(part):
-        if b is not None:
-            e(f"\tVADDPS Z{b}, Z{a}, Z{a}")
-        e(f"\tVEXTRACTF64X4 $1, Z{a}, Y10")
-        e(f"\tVADDPS Y10, Y{a}, Y{a}")
-        e(f"\tVFMADD231PS Y12, Y{a}, {fin[r]}")
+    if paired:
+        e("\tVBROADCASTSS (R9), Z12")
+        for r, (a, b) in enumerate(part):
+            if b is not None:
+                e(f"\tVADDPS Z{b}, Z{a}, Z{a}")
+        for k in range(R // 2):
+            za, zb = part[2*k][0], part[2*k+1][0]
+            # Z10 = [a.lo | b.lo], Z14 = [a.hi | b.hi]; their sum is each row's lo+hi, the one-row order.
+            e(f"\tVSHUFF64X2 $0x44, Z{zb}, Z{za}, Z10")
+            e(f"\tVSHUFF64X2 $0xee, Z{zb}, Z{za}, Z14")
+            e("\tVADDPS Z14, Z10, Z10")
+            e(f"\tVFMADD231PS Z12, Z10, Z{k}")
+    else:
+        e("\tVBROADCASTSS (R9), Y12")
+        for r, (a, b) in enumerate(part):
+            if b is not None:
+                e(f"\tVADDPS Z{b}, Z{a}, Z{a}")
+            e(f"\tVEXTRACTF64X4 $1, Z{a}, Y10")
+            e(f"\tVADDPS Y10, Y{a}, Y{a}")
+            e(f"\tVFMADD231PS Y12, Y{a}, {fin[r]}")
     if R == 8:
         e("\tVBROADCASTSS (R12), Y11")
         e("\tVMULPS (R13), Y11, Y11")
@@ -243,8 +263,12 @@ def quantrows(name, bits, R, state=False):
     e(f"\tJMP {name}_group")
     e(f"{name}_done:")
     if state:
-        for r, f in enumerate(fin):
-            e(f"\tVMOVUPS {f}, {32*r}(DX)")
+        if paired:
+            for k in range(R // 2):
+                e(f"\tVMOVUPS Z{k}, {64*k}(DX)")
+        else:
+            for r, f in enumerate(fin):
+                e(f"\tVMOVUPS {f}, {32*r}(DX)")
         e(f"\tVMOVUPS {'Y13' if R == 8 else 'X13'}, {32*R}(DX)")
         e("\tVZEROUPPER")
         e("\tRET")
