@@ -353,6 +353,106 @@ def quantrow1(name, bits, gb, prefetch):
     e("\tRET")
     e()
 
+def quant4x2(name, bits):
+    # 4 input rows × 2 weight rows (o, o+1 at codes+rowBytes, scales/biases + ng floats) in the State form
+    # of quantrows(R=4): each x vector is loaded once for both weight rows, halving the loads per FMA.
+    # State: weight row j's block at state[36j:], laid out as quantrows(R=4, state=True).
+    rowb = 128 if bits == 4 else 64
+    R = 4
+    if bits == 4:
+        part = [[(16 + 8*o + 2*r, 17 + 8*o + 2*r) for r in range(R)] for o in range(2)]
+    else:
+        part = [[(16 + 4*o + r, None) for r in range(R)] for o in range(2)]
+    dec = [("Z8", "Z9"), ("Z10", "Z11")]
+    e(f"// func {name}(codes *byte, rowBytes int, xp, scales, biases, xsT *float32, ng, groups, gb int, state *float32)")
+    e(f"// dotQ{bits}Rows4StateAVX512 for weight rows o and o+1 (codes rowBytes apart, scales and biases ng apart),")
+    e("// sharing each load of the packed inputs; state[0:36] is row o's, state[36:72] row o+1's.")
+    e(f"TEXT ·{name}(SB), NOSPLIT, $0-80")
+    e("\tMOVQ codes+0(FP), DI")
+    e("\tMOVQ rowBytes+8(FP), R8")
+    e("\tADDQ DI, R8")
+    e("\tMOVQ xp+16(FP), SI")
+    e("\tMOVQ scales+24(FP), R9")
+    e("\tMOVQ biases+32(FP), R12")
+    e("\tMOVQ xsT+40(FP), R13")
+    e("\tMOVQ ng+48(FP), BX")
+    e("\tSHLQ $2, BX")
+    e("\tMOVQ groups+56(FP), R10")
+    e("\tMOVQ gb+64(FP), R11")
+    e("\tMOVQ state+72(FP), DX")
+    if bits == 4:
+        e("\tVMOVUPS q4float<>(SB), Z15")
+    for o in range(2):
+        e(f"\tVMOVUPS {144*o}(DX), Z{2*o}")
+        e(f"\tVMOVUPS {144*o+64}(DX), Z{2*o+1}")
+        e(f"\tVMOVUPS {144*o+128}(DX), X{4+o}")
+    e(f"{name}_group:")
+    e("\tTESTQ R10, R10")
+    e(f"\tJE {name}_done")
+    for o in range(2):
+        for a, b in part[o]:
+            e(f"\tVPXORD Z{a}, Z{a}, Z{a}")
+            if b is not None:
+                e(f"\tVPXORD Z{b}, Z{b}, Z{b}")
+    e("\tXORQ AX, AX")
+    e(f"{name}_loop:")
+    for o, base in enumerate(["DI", "R8"]):
+        zc, zh = dec[o]
+        e(f"\tVPMOVZXBD ({base})(AX*1), {zc}")
+        if bits == 4:
+            e(f"\tVPSRLD $4, {zc}, {zh}")
+            e(f"\tVPERMPS {PERM_A.replace('Z8', zc)}")
+            e(f"\tVPERMPS {PERM_B.replace('Z9', zh)}")
+        else:
+            e(f"\tVCVTDQ2PS {zc}, {zc}")
+    for r in range(R):
+        e(f"\tVMOVUPS {r*rowb}(SI), Z6")
+        if bits == 4:
+            e(f"\tVMOVUPS {r*rowb+64}(SI), Z7")
+        for o in range(2):
+            zc, zh = dec[o]
+            a, b = part[o][r]
+            e(f"\tVFMADD231PS Z6, {zc}, Z{a}")
+            if b is not None:
+                e(f"\tVFMADD231PS Z7, {zh}, Z{b}")
+    e(f"\tADDQ ${R*rowb}, SI")
+    e("\tADDQ $16, AX")
+    e("\tCMPQ AX, R11")
+    e(f"\tJLT {name}_loop")
+    e("\tVBROADCASTSS (R9), Z12")
+    e("\tVBROADCASTSS (R9)(BX*1), Z13")
+    for o in range(2):
+        for a, b in part[o]:
+            if b is not None:
+                e(f"\tVADDPS Z{b}, Z{a}, Z{a}")
+        for k in range(R // 2):
+            za, zb = part[o][2*k][0], part[o][2*k+1][0]
+            e(f"\tVSHUFF64X2 $0x44, Z{zb}, Z{za}, Z6")
+            e(f"\tVSHUFF64X2 $0xee, Z{zb}, Z{za}, Z7")
+            e("\tVADDPS Z7, Z6, Z6")
+            e(f"\tVFMADD231PS Z{12+o}, Z6, Z{2*o+k}")
+    e("\tVBROADCASTSS (R12), X14")
+    e("\tVMULPS (R13), X14, X14")
+    e("\tVADDPS X14, X4, X4")
+    e("\tVBROADCASTSS (R12)(BX*1), X14")
+    e("\tVMULPS (R13), X14, X14")
+    e("\tVADDPS X14, X5, X5")
+    e("\tADDQ $4, R9")
+    e("\tADDQ $4, R12")
+    e("\tADDQ $16, R13")
+    e("\tADDQ R11, DI")
+    e("\tADDQ R11, R8")
+    e("\tDECQ R10")
+    e(f"\tJMP {name}_group")
+    e(f"{name}_done:")
+    for o in range(2):
+        e(f"\tVMOVUPS Z{2*o}, {144*o}(DX)")
+        e(f"\tVMOVUPS Z{2*o+1}, {144*o+64}(DX)")
+        e(f"\tVMOVUPS X{4+o}, {144*o+128}(DX)")
+    e("\tVZEROUPPER")
+    e("\tRET")
+    e()
+
 e("//go:build amd64 && !purego")
 e()
 e('#include "textflag.h"')
@@ -381,4 +481,6 @@ quantrows("dotQ4Rows8StateAVX512", 4, 8, True)
 quantrows("dotQ4Rows4StateAVX512", 4, 4, True)
 quantrows("dotQ8Rows8StateAVX512", 8, 8, True)
 quantrows("dotQ8Rows4StateAVX512", 8, 4, True)
+quant4x2("dotQ4Rows4x2StateAVX512", 4)
+quant4x2("dotQ8Rows4x2StateAVX512", 8)
 open(__import__("os").path.join(__import__("os").path.dirname(__file__), "tile_amd64.s"), "w").write("\n".join(out) + "\n")

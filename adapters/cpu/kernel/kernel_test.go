@@ -392,15 +392,19 @@ func TestTilesMatchAVX2(t *testing.T) {
 		ls = append(ls, lq)
 	}
 	x := randVec(r, 16*in, 1)
-	for _, l := range append([]*Linear{lf, lb}, ls...) {
-		for _, rows := range []int{1, 4, 5, 8, 11, 16} {
-			useAVX512 = true
-			a := make([]float32, rows*out)
-			l.Forward(a, x, rows)
-			useAVX512 = false
-			b := make([]float32, rows*out)
-			l.Forward(b, x, rows)
-			assertBits(t, b, a, "%v rows %d", l.Format(), rows)
+	defer func() { quantPairs = true }()
+	for _, pairs := range []bool{true, false} {
+		quantPairs = pairs
+		for _, l := range append([]*Linear{lf, lb}, ls...) {
+			for _, rows := range []int{1, 4, 5, 8, 11, 16} {
+				useAVX512 = true
+				a := make([]float32, rows*out)
+				l.Forward(a, x, rows)
+				useAVX512 = false
+				b := make([]float32, rows*out)
+				l.Forward(b, x, rows)
+				assertBits(t, b, a, "%v rows %d pairs %v", l.Format(), rows, pairs)
+			}
 		}
 	}
 }

@@ -140,3 +140,13 @@ func dotQ8Rows8StateAVX512(codes *byte, xp, scales, biases, xsT *float32, groups
 
 //go:noescape
 func dotQ8Rows4StateAVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, state *float32)
+
+// The 4x2 State kernels run dotQ4Rows4StateAVX512/dotQ8Rows4StateAVX512 for two weight rows at once (codes
+// rowBytes apart, scales and biases ng apart), loading each packed input vector once for both; state[0:36]
+// belongs to the first weight row and state[36:72] to the second.
+
+//go:noescape
+func dotQ4Rows4x2StateAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT *float32, ng, groups, gb int, state *float32)
+
+//go:noescape
+func dotQ8Rows4x2StateAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT *float32, ng, groups, gb int, state *float32)

@@ -80,3 +80,10 @@ func dotQ4Row1G128AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, 
 func dotQ8Rows1AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
 	noAVX2()
 }
+
+func dotQ4Rows4x2StateAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT *float32, ng, groups, gb int, state *float32) {
+	noAVX2()
+}
+func dotQ8Rows4x2StateAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT *float32, ng, groups, gb int, state *float32) {
+	noAVX2()
+}
