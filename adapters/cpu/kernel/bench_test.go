@@ -161,7 +161,9 @@ func newSideLimits(bufBytes int) *sideLimits {
 	for i := range buf {
 		buf[i] = 1
 	}
-	return &sideLimits{pool: p, buf: buf, sums: make([]float32, p.Threads()), peakIters: 1 << 20}
+	// The burst lasts about as long as the stream (milliseconds), so a worker that starts late (its core busy
+	// with another process) does not bias the peak low.
+	return &sideLimits{pool: p, buf: buf, sums: make([]float32, p.Threads()), peakIters: 1 << 22}
 }
 
 // run streams the buffer once on all workers, then runs one FMA burst on all workers; it returns GB/s and
