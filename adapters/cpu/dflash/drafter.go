@@ -47,6 +47,7 @@ type Drafter struct {
 	layers   []layer
 	rope     *kernel.Rope
 	eps      float32
+	shrink   bool // Options.ShrinkBlocks
 	closeFns []func() error
 }
 
@@ -122,6 +123,10 @@ func (d *Drafter) BlockSize() int { return d.arch.BlockSize }
 
 // TapLayers lists the target layers whose outputs the drafter consumes, in order (a copy).
 func (d *Drafter) TapLayers() []int { return slices.Clone(d.arch.TapLayers) }
+
+// ShrinksBlocks reports whether a short Draft call runs a shortened block (Options.ShrinkBlocks) instead of the
+// trained one.
+func (d *Drafter) ShrinksBlocks() bool { return d.shrink }
 
 // MaskToken is the id the noise block is filled with.
 func (d *Drafter) MaskToken() ports.Token { return d.arch.MaskToken }

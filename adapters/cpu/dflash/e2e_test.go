@@ -1,6 +1,7 @@
 package dflash_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -173,4 +174,44 @@ func TestStoredFormsOfTargets(t *testing.T) {
 			assert.Equal(t, ar.Tokens, sp.Tokens)
 		})
 	}
+}
+
+// TestShortBlocksArePrefixesOfTheTrainedBlock: by default a Draft call with bs < BlockSize runs the trained
+// block, so its proposals are the first bs−1 proposals of a full-block call at the same position (and the
+// session length is the same after either); with ShrinkBlocks the block really shrinks.
+func TestShortBlocksArePrefixesOfTheTrainedBlock(t *testing.T) {
+	ctx := t.Context()
+	tdir, ddir := t.TempDir(), t.TempDir()
+	require.NoError(t, dflashtest.WriteTarget(tdir, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 21}))
+	require.NoError(t, dflashtest.WriteDrafter(ddir, dflashtest.DrafterSpec{Seed: 22, Taps: []int{0, 3}, Mask: 63}))
+	target, err := cpu.Load(ctx, tdir, cpu.LoadOptions{Threads: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = target.Close() })
+	draft := func(shrink bool, bs int) []ports.Token {
+		d, err := dflash.Load(ctx, ddir, target, dflash.Options{Pool: target.Pool(), ShrinkBlocks: shrink})
+		require.NoError(t, err)
+		defer d.Close()
+		assert.Equal(t, shrink, d.ShrinksBlocks())
+		sess, err := target.NewSession(ctx, d.TapLayers())
+		require.NoError(t, err)
+		defer sess.Close()
+		fr, err := sess.Forward(ctx, prompts[2], ports.ForwardOptions{Rows: 1, Taps: true})
+		require.NoError(t, err)
+		ds, err := d.NewSession(ctx)
+		require.NoError(t, err)
+		defer ds.Close()
+		p, err := ds.Draft(ctx, fr.Greedy[0], fr.Taps, bs)
+		require.NoError(t, err)
+		require.Len(t, p.Tokens, bs-1)
+		assert.Equal(t, len(prompts[2]), ds.Len())
+		return p.Tokens
+	}
+	full := draft(false, 16)
+	shrunkDiffers := false
+	for _, bs := range []int{2, 3, 4, 8, 15, 16} {
+		assert.Equal(t, full[:bs-1], draft(false, bs), "block size %d", bs)
+		shrunkDiffers = shrunkDiffers || !slices.Equal(full[:bs-1], draft(true, bs))
+	}
+	assert.Equal(t, full, draft(true, 16), "a full block is the same either way")
+	assert.True(t, shrunkDiffers, "ShrinkBlocks must run a shorter block (random weights: some prefix differs)")
 }

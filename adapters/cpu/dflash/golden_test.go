@@ -77,7 +77,7 @@ func TestAuthorsTrace(t *testing.T) {
 			target, err := cpu.Load(t.Context(), filepath.Join(goldenDir, tr.Target), cpu.LoadOptions{Threads: 2})
 			require.NoError(t, err)
 			defer target.Close()
-			d, err := dflash.Load(t.Context(), filepath.Join(goldenDir, e.Dir), target, dflash.Options{Pool: target.Pool()})
+			d, err := dflash.Load(t.Context(), filepath.Join(goldenDir, e.Dir), target, dflash.Options{Pool: target.Pool(), ShrinkBlocks: true})
 			require.NoError(t, err)
 			defer d.Close()
 			p := pair{target: target, drafter: d}
@@ -147,7 +147,7 @@ func TestAuthorsDraftMargins(t *testing.T) {
 			target, err := cpu.Load(t.Context(), filepath.Join(goldenDir, tr.Target), cpu.LoadOptions{Threads: 2})
 			require.NoError(t, err)
 			defer target.Close()
-			d, err := dflash.Load(t.Context(), filepath.Join(goldenDir, e.Dir), target, dflash.Options{Pool: target.Pool()})
+			d, err := dflash.Load(t.Context(), filepath.Join(goldenDir, e.Dir), target, dflash.Options{Pool: target.Pool(), ShrinkBlocks: true})
 			require.NoError(t, err)
 			defer d.Close()
 			ctx := t.Context()

@@ -28,6 +28,15 @@ type Options struct {
 	// MODEL-REFERENCE §1.3 (round-half-to-even); by default such a drafter is refused, because the formula is
 	// wrong for most published checkpoints.
 	AllowDerivedTapLayers bool
+	// ShrinkBlocks makes a Draft call with bs < BlockSize() run a block of only bs slots (anchor + bs−1
+	// masks). By default such a call still runs the trained block (anchor + BlockSize()−1 masks) and returns
+	// its first bs−1 proposals: DFlash denoises the block jointly with bidirectional attention and drafters are
+	// trained on full blocks only, so fewer mask slots change every slot's prediction and acceptance collapses
+	// (demo drafter, block 16: τ 1.12 at bs 2 shrunk against the first slot of the full block's 2.07 at bs 16).
+	// The block forward costs the drafter's layers on BlockSize rows either way; only the LM head (the larger
+	// cost on a big vocabulary) is limited to the bs−1 returned rows. Set it to reproduce the authors' loop,
+	// which drafts shortened blocks literally.
+	ShrinkBlocks bool
 }
 
 // Load reads a DFlash drafter from dir (config.json in either published layout + safetensors weights, float or
@@ -61,6 +70,7 @@ func Load(ctx context.Context, dir string, target Target, opts Options) (*Drafte
 	if err != nil {
 		return nil, err
 	}
+	d.shrink = opts.ShrinkBlocks
 	if err := ctx.Err(); err != nil {
 		_ = d.Close()
 		return nil, err

@@ -219,12 +219,16 @@ func TestDraftMatchesFloat64Reference(t *testing.T) {
 	causal := testArch()
 	causal.Causal = []bool{true, true}
 	for name, a := range map[string]Arch{"full": full, "sliding-causal-scaled": sliding, "causal": causal} {
-		t.Run(name, func(t *testing.T) { checkAgainstReference(t, a) })
+		// Short blocks either run the trained block (default) or a shrunk one (ShrinkBlocks); the reference
+		// runs the block the drafter should have run.
+		t.Run(name+"/trained-block", func(t *testing.T) { checkAgainstReference(t, a, false) })
+		t.Run(name+"/shrunk-block", func(t *testing.T) { checkAgainstReference(t, a, true) })
 	}
 }
 
-func checkAgainstReference(t *testing.T, a Arch) {
+func checkAgainstReference(t *testing.T, a Arch, shrink bool) {
 	d, ft, dir := newTestDrafter(t, 7, a, 2)
+	d.shrink = shrink
 	r := loadRef(t, dir, a, ft)
 	rng := rand.New(rand.NewPCG(3, 3))
 	width := len(a.TapLayers) * a.HiddenSize
@@ -245,7 +249,12 @@ func checkAgainstReference(t *testing.T, a Arch) {
 		for i, v := range all {
 			f64[i] = float64(v)
 		}
-		want := r.logits(f64, len(all)/width, anchor, bs)
+		nb := a.BlockSize
+		if shrink {
+			nb = bs
+		}
+		want := r.logits(f64, len(all)/width, anchor, nb)[:bs-1]
+		require.Len(t, sess.logits, (bs-1)*d.vocab, "the LM head runs only on the returned rows")
 		V := d.vocab
 		for i := range bs - 1 {
 			got := sess.logits[i*V : (i+1)*V]

@@ -64,7 +64,9 @@ func grow(b []float32, n int) []float32 {
 }
 
 // Draft appends newCtx's rows to the context cache, then drafts bs−1 tokens for the block [anchor, mask…]
-// at positions Len()..Len()+bs−1. bs = 1 only appends the context.
+// at positions Len()..Len()+bs−1. bs = 1 only appends the context. A block shorter than the trained one runs
+// the trained block and returns its first bs−1 proposals, unless the drafter was loaded with
+// Options.ShrinkBlocks.
 func (s *Session) Draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int) (ports.Proposal, error) {
 	if s.closed {
 		return ports.Proposal{}, errors.New("dflash: session is closed")
@@ -100,7 +102,11 @@ func (s *Session) Draft(ctx context.Context, anchor ports.Token, newCtx ports.Ta
 	if bs == 1 {
 		return ports.Proposal{Tokens: []ports.Token{}}, nil
 	}
-	toks, err := s.draftBlock(anchor, bs)
+	nb := a.BlockSize
+	if s.d.shrink {
+		nb = bs
+	}
+	toks, err := s.draftBlock(anchor, nb, bs-1)
 	if err != nil {
 		return ports.Proposal{}, err
 	}
@@ -145,8 +151,9 @@ func (s *Session) ropeRows(x []float32, rows, heads, pos0 int) {
 	}
 }
 
-// draftBlock runs the noise block through the layers and returns the argmax tokens of slots 1..bs−1.
-func (s *Session) draftBlock(anchor ports.Token, bs int) ([]ports.Token, error) {
+// draftBlock runs the noise block of bs slots through the layers and returns the argmax tokens of slots
+// 1..rows (rows ≤ bs−1; only those rows go through the final norm and the LM head).
+func (s *Session) draftBlock(anchor ports.Token, bs, rows int) ([]ports.Token, error) {
 	d := s.d
 	a := &d.arch
 	H, hd := a.HiddenSize, a.HeadDim
@@ -192,8 +199,7 @@ func (s *Session) draftBlock(anchor ports.Token, bs int) ([]ports.Token, error) 
 		l.down.Forward(s.tmp, s.g, bs)
 		kernel.Add(s.x, s.tmp)
 	}
-	rows := bs - 1
-	kernel.RMSNorm(s.h[:rows*H], s.x[H:bs*H], d.norm, d.eps)
+	kernel.RMSNorm(s.h[:rows*H], s.x[H:(rows+1)*H], d.norm, d.eps)
 	s.logits = grow(s.logits, rows*d.vocab)
 	if err := d.target.LMHead(s.logits, s.h[:rows*H], rows); err != nil {
 		return nil, fmt.Errorf("dflash: lm head: %w", err)
