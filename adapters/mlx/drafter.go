@@ -25,6 +25,10 @@ type DrafterOptions struct {
 	TapLayers []int
 	// AllowDerivedTapLayers accepts the reference formula for drafters without target_layer_ids.
 	AllowDerivedTapLayers bool
+	// ShrinkBlocks makes a Draft call with bs < BlockSize() run a block of only bs slots; by default it runs
+	// the trained block and returns its first bs−1 proposals, as the CPU drafter does (see
+	// dflash.Options.ShrinkBlocks: drafters are trained on full blocks only, so a shrunk block drafts worse).
+	ShrinkBlocks bool
 }
 
 type draftLayer struct {
@@ -45,6 +49,7 @@ type Drafter struct {
 	norm    arr
 	layers  []draftLayer
 	arena   *graph
+	shrink  bool // DrafterOptions.ShrinkBlocks
 	closed  bool // MLX thread only, as Target.closed
 }
 
@@ -71,7 +76,7 @@ func LoadDrafter(ctx context.Context, dir string, target *Target, opts DrafterOp
 	if err != nil {
 		return nil, fmt.Errorf("mlx drafter %s: %w", dir, err)
 	}
-	d := &Drafter{t: target, arch: a}
+	d := &Drafter{t: target, arch: a, shrink: opts.ShrinkBlocks}
 	err = target.rt.Do(func() error {
 		arena := newGraph(target.rt, "mlx drafter load")
 		l, err := newLoader(st, nil, cfg.Quantization, arena)
@@ -242,8 +247,9 @@ func (s *DraftSession) Close() error {
 }
 
 // Draft appends newCtx's rows to the context cache, then drafts bs−1 tokens for [anchor, mask…] at positions
-// Len()..Len()+bs−1 (MODEL-REFERENCE §5). bs = 1 only appends the context. The only host read is the drafted
-// token ids.
+// Len()..Len()+bs−1 (MODEL-REFERENCE §5). bs = 1 only appends the context. A block shorter than the trained
+// one runs the trained block and returns its first bs−1 proposals unless DrafterOptions.ShrinkBlocks is set.
+// The only host read is the drafted token ids.
 func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int) (ports.Proposal, error) {
 	if s.closed {
 		return ports.Proposal{}, errors.New("mlx drafter: session is closed")
@@ -320,6 +326,10 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 		var ids arr
 		outs := append(slices.Clone(newK), newV...)
 		if bs > 1 {
+			rows, bs := bs-1, bs
+			if !d.shrink {
+				bs = a.BlockSize
+			}
 			block := make([]int32, bs)
 			block[0] = anchor
 			for i := 1; i < bs; i++ {
@@ -363,7 +373,8 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 				x = g.add(x, ly.o.apply(g, o))
 				x = g.add(x, d.t.m.ffn(g, ly.mlp, g.rmsNorm(x, ly.postNorm, eps), bs))
 			}
-			y := g.rmsNorm(g.slice(x, []int{1, 0}, []int{bs, H}), d.norm, eps)
+			// Only the returned rows go through the final norm and the LM head.
+			y := g.rmsNorm(g.slice(x, []int{1, 0}, []int{rows + 1, H}), d.norm, eps)
 			ids = g.astype(g.argmax(d.t.m.lmHead.apply(g, y), -1), mlxc.Int32)
 			outs = append(outs, ids)
 		}

@@ -58,6 +58,12 @@ func generate(t *testing.T, p pair, prompt []ports.Token, bs int, rb speculative
 
 func loadPairs(t *testing.T, ts dflashtest.TargetSpec, ds dflashtest.DrafterSpec, edit ...func(cfg map[string]any)) (cpuPair, mlxPair pair) {
 	t.Helper()
+	return loadPairsShrink(t, false, ts, ds, edit...)
+}
+
+// loadPairsShrink loads both pairs with the drafters' ShrinkBlocks option set to shrink.
+func loadPairsShrink(t *testing.T, shrink bool, ts dflashtest.TargetSpec, ds dflashtest.DrafterSpec, edit ...func(cfg map[string]any)) (cpuPair, mlxPair pair) {
+	t.Helper()
 	tdir, ddir := t.TempDir(), t.TempDir()
 	require.NoError(t, dflashtest.WriteTarget(tdir, ts))
 	require.NoError(t, dflashtest.WriteDrafter(ddir, ds))
@@ -77,13 +83,13 @@ func loadPairs(t *testing.T, ts dflashtest.TargetSpec, ds dflashtest.DrafterSpec
 	ct, err := cpu.Load(t.Context(), tdir, cpu.LoadOptions{Threads: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ct.Close() })
-	cd, err := dflash.Load(t.Context(), ddir, ct, dflash.Options{Pool: ct.Pool()})
+	cd, err := dflash.Load(t.Context(), ddir, ct, dflash.Options{Pool: ct.Pool(), ShrinkBlocks: shrink})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cd.Close() })
 	mt, err := Load(t.Context(), tdir, LoadOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = mt.Close() })
-	md, err := LoadDrafter(t.Context(), ddir, mt, DrafterOptions{})
+	md, err := LoadDrafter(t.Context(), ddir, mt, DrafterOptions{ShrinkBlocks: shrink})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = md.Close() })
 	return pair{ct, cd}, pair{mt, md}
@@ -169,4 +175,40 @@ func TestDraftConformance(t *testing.T) {
 		BlockSize: 8,
 		Vocab:     64,
 	}.Run(t)
+}
+
+// TestShortBlocksMatchCPU: a short Draft call on MLX returns the first bs−1 proposals of the trained block
+// (default), or a shrunk block's proposals (ShrinkBlocks), each equal to the CPU drafter's in the same mode.
+func TestShortBlocksMatchCPU(t *testing.T) {
+	requireMLX(t)
+	ctx := t.Context()
+	prompt := []ports.Token{40, 41, 42, 43, 44, 45, 46, 47, 1, 2, 3}
+	draft := func(p pair, bs int) []ports.Token {
+		sess, err := p.target.NewSession(ctx, p.drafter.TapLayers())
+		require.NoError(t, err)
+		defer sess.Close()
+		fr, err := sess.Forward(ctx, prompt, ports.ForwardOptions{Rows: 1, Taps: true})
+		require.NoError(t, err)
+		ds, err := p.drafter.NewSession(ctx)
+		require.NoError(t, err)
+		defer ds.Close()
+		pr, err := ds.Draft(ctx, fr.Greedy[0], fr.Taps, bs)
+		require.NoError(t, err)
+		require.Len(t, pr.Tokens, bs-1)
+		assert.Equal(t, len(prompt), ds.Len())
+		return pr.Tokens
+	}
+	for _, shrink := range []bool{false, true} {
+		cp, mp := loadPairsShrink(t, shrink, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 21},
+			dflashtest.DrafterSpec{Seed: 22, Taps: []int{0, 3}, Mask: 63})
+		full := draft(mp, 16)
+		assert.Equal(t, draft(cp, 16), full, "shrink %v: full block", shrink)
+		for _, bs := range []int{2, 4, 8} {
+			got := draft(mp, bs)
+			assert.Equal(t, draft(cp, bs), got, "shrink %v: block size %d", shrink, bs)
+			if !shrink {
+				assert.Equal(t, full[:bs-1], got, "block size %d: prefix of the trained block", bs)
+			}
+		}
+	}
 }
