@@ -14,6 +14,7 @@ import (
 
 	"github.com/pelletier/go-toml/v2"
 	"github.com/rs/zerolog"
+	"golang.org/x/term"
 )
 
 // Config is higgsd's configuration. Sources, highest precedence first: command-line flags, HIGGS_*
@@ -247,7 +248,12 @@ func NewLogger(c Config, w io.Writer) zerolog.Logger {
 		lvl = zerolog.InfoLevel
 	}
 	if c.LogFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+		// Colours only on a terminal: escape codes in a log file or a journal are noise.
+		noColor := true
+		if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+			noColor = false
+		}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: noColor}
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 }

@@ -6,7 +6,7 @@
 // Unknown request fields are ignored only when they cannot change the output (user, store, metadata…).
 // Fields that would change it and that higgs does not implement (logprobs, tools, response_format other
 // than text, penalties, logit_bias, n > 1, echo, suffix, best_of…) are refused with a 400 naming the field;
-// their neutral values are accepted because SDKs send them by default. docs/SERVING.md lists them.
+// their neutral values are accepted because SDKs send them by default. README.md lists them.
 //
 // Streaming responses send their headers with the first output, so that errors found before any output
 // (validation, a full queue) still get their own status; an error after that is sent as an SSE error event.

@@ -8,7 +8,7 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// metrics are the Prometheus series higgsd exports (all prefixed higgs_; definitions in docs/SERVING.md).
+// metrics are the Prometheus series higgsd exports (all prefixed higgs_; definitions in README.md).
 type metrics struct {
 	requests     *prometheus.CounterVec   // endpoint, status
 	latency      *prometheus.HistogramVec // endpoint
