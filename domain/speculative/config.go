@@ -38,9 +38,15 @@ func (m RollbackMode) String() string {
 
 // PolicyConfig tunes the adaptive depth policy (Config.Adaptive). The zero value means the defaults.
 type PolicyConfig struct {
-	// ProbeEvery is the number of rounds between probes of a block size other than the current choice
+	// ProbeEvery is the least number of rounds between probes of a block size other than the current choice
 	// (default 16). Probing keeps the estimates fresh so the policy recovers after a regime change.
 	ProbeEvery int
+	// ProbeBudget bounds what probes may lose: a probe runs only while the time probes have cost beyond the
+	// current choice's expected rate (a speculative probe while falling back pays a whole draft, a verify of
+	// several rows and the drafter's catch-up on the context) is at most this fraction of the decode time so
+	// far, in [0, 1) (default 0.02). It is what keeps the adaptive policy from losing to plain decoding when
+	// speculation cannot pay.
+	ProbeBudget float64
 	// Decay is the weight of the newest round time in the per-block-size moving averages, in (0, 1]
 	// (default 0.2); acceptance counts forget by a factor 1−Decay/2 per round.
 	Decay float64
@@ -100,6 +106,9 @@ func (c Config) Validate() error {
 	}
 	if c.Policy.ProbeEvery < 0 {
 		errs = append(errs, fmt.Errorf("policy probe interval %d must be ≥ 0", c.Policy.ProbeEvery))
+	}
+	if c.Policy.ProbeBudget < 0 || c.Policy.ProbeBudget >= 1 || c.Policy.ProbeBudget != c.Policy.ProbeBudget {
+		errs = append(errs, fmt.Errorf("policy probe budget %v out of range [0, 1)", c.Policy.ProbeBudget))
 	}
 	if c.Policy.Decay < 0 || c.Policy.Decay > 1 || c.Policy.Decay != c.Policy.Decay {
 		errs = append(errs, fmt.Errorf("policy decay %v out of range [0, 1]", c.Policy.Decay))

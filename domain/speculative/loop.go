@@ -299,9 +299,9 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 	g.seq = append(g.seq, chunk...)
 	g.res.Stats.Rounds = append(g.res.Stats.Rounds, rs)
 	if g.policy != nil {
-		// The policy sees only the final Draft call: catching up context after plain rounds is a cost of
-		// having fallen back, not of this block size.
-		g.policy.observe(bs, a, policyDraft, rs.VerifyTime, rs.RollbackTime)
+		// The cost model sees only the final Draft call: catching up context after plain rounds is a cost of
+		// having fallen back, not of this block size; the probe budget counts it.
+		g.policy.observe(bs, a, policyDraft, rs.DraftTime-policyDraft, rs.VerifyTime, rs.RollbackTime)
 	}
 	if err := g.emit(slices.Clip(chunk)); err != nil {
 		g.res.Finish = FinishCancelled

@@ -6,15 +6,20 @@ import "time"
 const (
 	reasonFixed      = "fixed"       // Adaptive off: Config.BlockSize (or 1 without a drafter)
 	reasonLength     = "length"      // shortened so the round cannot pass the token budget
-	reasonExplore    = "explore"     // first measurements of the largest block and of plain decoding
+	reasonExplore    = "explore"     // first measurements: plain decoding, then a small speculative block
 	reasonBest       = "best"        // the block size with the highest expected committed tokens per second
 	reasonProbe      = "probe"       // periodic measurement of a block size not currently chosen
 	reasonFallbackAR = "fallback-ar" // speculation is not expected to pay: plain decoding
 )
 
 const (
-	defaultProbeEvery = 16
-	defaultDecay      = 0.2
+	defaultProbeEvery  = 16
+	defaultProbeBudget = 0.02
+	defaultDecay       = 0.2
+	// exploreBlock is the first speculative block measured: verifying it costs little more than a plain
+	// step on any backend, and (drafters running their trained block for short calls) it measures the first
+	// three slots' acceptance as a full block would. Larger sizes are tried when those slots look good.
+	exploreBlock = 4
 	// priorAcceptance is the per-slot conditional acceptance assumed before any observation.
 	priorAcceptance = 0.5
 	// slowWeight is the pseudo-count pulling a slot's recent-window estimate towards its long-run one.
@@ -26,10 +31,20 @@ const (
 //
 //	E[committed tokens | bs] / E[round time | bs],   E[committed | bs] = 1 + Σ_{k<bs} Π_{j≤k} r_j
 //
-// where r_j is the estimated probability that draft slot j is accepted given slot j−1 was, and the round time
-// (draft + verify + rollback) of an unmeasured size is interpolated from measured ones. Block 1 is plain
-// decoding (no draft call). Every probeEvery rounds it measures a size it is not using so that it recovers
-// from regime changes.
+// where r_j is the estimated probability that draft slot j is accepted given slot j−1 was. The round time is
+// draft(bs) + verify(bs) (verify including rollback), each measured per block size; an unmeasured size's
+// draft time is interpolated between measured speculative sizes (constant beyond them: a drafter runs its
+// trained block whatever bs it is asked for) and its verify time between all measured sizes, block 1 (plain
+// decoding, no draft call) included. The first round measures plain decoding, the second a small block
+// (exploreBlock).
+//
+// Probes measure a size that is not the current choice: while falling back, the most promising speculative
+// size; while speculating, alternately the largest block (refreshes every slot's acceptance) and plain
+// decoding (refreshes the baseline). A probe runs at least probeEvery rounds after the previous one and only
+// while the probes' cumulative loss — each probe's round time (its drafter catch-up included) minus the time
+// the displaced choice would have taken for the tokens the probe committed — is within budget × the decode
+// time observed so far. So the adaptive policy loses at most about that fraction to the best fixed choice it
+// knows (plain decoding when speculation cannot pay), while still recovering from regime changes.
 //
 // r_j blends two estimators: recent-window counts (passes and tests of slot j, both multiplied by
 // 1−decay/2 every round, tested or not) shrunk towards a long-run moving average updated only when the slot
@@ -40,24 +55,34 @@ const (
 type depthPolicy struct {
 	maxBS      int
 	probeEvery int
+	budget     float64
 	decay      float64
 
-	slots  []slotStat // slots[j-1]: acceptance statistics of draft slot j
-	cost   []ema      // cost[bs-1]: round time in nanoseconds at block size bs
-	rounds int
-	probes int
+	slots     []slotStat // slots[j-1]: acceptance statistics of draft slot j
+	draft     []ema      // draft[bs-1]: final draft call in nanoseconds at block size bs ≥ 2
+	verify    []ema      // verify[bs-1]: verify + rollback in nanoseconds at block size bs
+	rounds    int
+	probes    int
+	lastProbe int     // round count at the last probe
+	probeRate float64 // when the pending round is a probe: the displaced choice's expected tokens per ns
+	elapsed   float64 // nanoseconds of every observed round
+	spent     float64 // nanoseconds the probes lost against the choices they displaced
 }
 
 func newDepthPolicy(maxBS int, cfg PolicyConfig) *depthPolicy {
-	p := &depthPolicy{maxBS: maxBS, probeEvery: cfg.ProbeEvery, decay: cfg.Decay}
+	p := &depthPolicy{maxBS: maxBS, probeEvery: cfg.ProbeEvery, budget: cfg.ProbeBudget, decay: cfg.Decay}
 	if p.probeEvery == 0 {
 		p.probeEvery = defaultProbeEvery
+	}
+	if p.budget == 0 {
+		p.budget = defaultProbeBudget
 	}
 	if p.decay == 0 {
 		p.decay = defaultDecay
 	}
 	p.slots = make([]slotStat, max(maxBS-1, 0))
-	p.cost = make([]ema, maxBS)
+	p.draft = make([]ema, maxBS)
+	p.verify = make([]ema, maxBS)
 	return p
 }
 
@@ -71,25 +96,35 @@ func (p *depthPolicy) choose(limit int) (int, string) {
 }
 
 func (p *depthPolicy) plan() (int, string) {
+	p.probeRate = 0
 	if p.maxBS <= 1 {
 		return 1, reasonFixed
 	}
-	if !p.cost[p.maxBS-1].ok {
-		return p.maxBS, reasonExplore
-	}
-	if !p.cost[0].ok {
+	if !p.verify[0].ok {
 		return 1, reasonExplore
 	}
-	best := p.best()
-	if p.rounds > 0 && p.rounds%p.probeEvery == 0 {
-		// Alternate probes between the largest block (refreshes every slot's acceptance) and plain
-		// decoding (refreshes the baseline cost), skipping the one already chosen.
-		p.probes++
-		probe := p.maxBS
-		if best == p.maxBS || (best > 1 && p.probes%2 == 0) {
+	if p.measured(1, +1, p.draft) == 0 {
+		p.probeRate = 1 / p.verify[0].v
+		p.lastProbe = p.rounds
+		return min(exploreBlock, p.maxBS), reasonExplore
+	}
+	best, rate := p.best(1)
+	if p.rounds-p.lastProbe >= p.probeEvery && p.spent <= p.budget*p.elapsed {
+		var probe int
+		switch {
+		case best == 1:
+			probe, _ = p.best(2)
+		case best == p.maxBS || p.probes%2 == 1:
 			probe = 1
+		default:
+			probe = p.maxBS
 		}
-		return probe, reasonProbe
+		if probe != best && probe > 0 {
+			p.probes++
+			p.lastProbe = p.rounds
+			p.probeRate = rate
+			return probe, reasonProbe
+		}
 	}
 	if best == 1 {
 		return 1, reasonFallbackAR
@@ -97,15 +132,19 @@ func (p *depthPolicy) plan() (int, string) {
 	return best, reasonBest
 }
 
-// best returns the block size with the highest expected throughput.
-func (p *depthPolicy) best() int {
-	bestBS, bestRate := 1, 0.0
+// best returns the block size of at least from with the highest expected throughput, and that throughput
+// in tokens per nanosecond (0 when no size has a cost estimate).
+func (p *depthPolicy) best(from int) (int, float64) {
+	bestBS, bestRate := 0, 0.0
 	expected := 1.0
 	chain := 1.0
 	for bs := 1; bs <= p.maxBS; bs++ {
 		if bs > 1 {
 			chain *= p.acceptance(bs - 1)
 			expected += chain
+		}
+		if bs < from {
+			continue
 		}
 		c := p.costOf(bs)
 		if c <= 0 {
@@ -116,7 +155,7 @@ func (p *depthPolicy) best() int {
 			bestBS, bestRate = bs, rate
 		}
 	}
-	return bestBS
+	return bestBS, bestRate
 }
 
 // slotStat holds one draft slot's acceptance statistics.
@@ -139,30 +178,56 @@ func (p *depthPolicy) acceptance(j int) float64 {
 	return r
 }
 
-// costOf returns the measured round time of bs, or one interpolated (linearly between the nearest measured
-// sizes, extrapolated from the two nearest on one side, assuming cost grows with the block).
+// costOf returns the expected round time of bs in nanoseconds (0 when nothing is measured yet).
 func (p *depthPolicy) costOf(bs int) float64 {
-	if p.cost[bs-1].ok {
-		return p.cost[bs-1].v
+	v := p.estimate(p.verify, bs, 1, true)
+	if bs == 1 || v <= 0 {
+		return v
 	}
-	lo, hi := p.measured(bs, -1), p.measured(bs, +1)
+	d := p.estimate(p.draft, bs, 2, false)
+	if d <= 0 {
+		return 0
+	}
+	return d + v
+}
+
+// estimate returns c's measured value at bs, or one interpolated linearly between the nearest measured sizes
+// ≥ from; beyond the measured range it is extrapolated from the two nearest on one side when slope (a larger
+// block never costing less than a smaller measured one, a smaller one at least its proportional share), else
+// held constant.
+func (p *depthPolicy) estimate(c []ema, bs, from int, slope bool) float64 {
+	if c[bs-1].ok {
+		return c[bs-1].v
+	}
+	lo, hi := p.measured(bs, -1, c), p.measured(bs, +1, c)
+	if lo < from {
+		lo = 0
+	}
 	switch {
 	case lo > 0 && hi > 0:
-		a, b := p.cost[lo-1].v, p.cost[hi-1].v
+		a, b := c[lo-1].v, c[hi-1].v
 		return a + (b-a)*float64(bs-lo)/float64(hi-lo)
+	case !slope && lo > 0:
+		return c[lo-1].v
+	case !slope && hi > 0:
+		return c[hi-1].v
 	case lo > 0:
-		return p.extrapolate(lo, p.measured(lo, -1), bs)
+		far := p.measured(lo, -1, c)
+		if far < from {
+			far = 0
+		}
+		return extrapolate(c, lo, far, bs)
 	case hi > 0:
-		return p.extrapolate(hi, p.measured(hi, +1), bs)
+		return extrapolate(c, hi, p.measured(hi, +1, c), bs)
 	}
 	return 0
 }
 
-func (p *depthPolicy) extrapolate(near, far, bs int) float64 {
-	v := p.cost[near-1].v
+func extrapolate(c []ema, near, far, bs int) float64 {
+	v := c[near-1].v
 	est := v
 	if far > 0 {
-		est = v + (v-p.cost[far-1].v)/float64(near-far)*float64(bs-near)
+		est = v + (v-c[far-1].v)/float64(near-far)*float64(bs-near)
 	}
 	if bs > near {
 		// A larger block never costs less than a smaller measured one.
@@ -172,23 +237,34 @@ func (p *depthPolicy) extrapolate(near, far, bs int) float64 {
 	return min(max(est, v*float64(bs)/float64(near)), v)
 }
 
-// measured returns the nearest measured block size strictly beyond bs in direction dir, or 0.
-func (p *depthPolicy) measured(bs, dir int) int {
+// measured returns the nearest block size strictly beyond bs in direction dir that c has measured, or 0.
+func (p *depthPolicy) measured(bs, dir int, c []ema) int {
 	for k := bs + dir; k >= 1 && k <= p.maxBS; k += dir {
-		if p.cost[k-1].ok {
+		if c[k-1].ok {
 			return k
 		}
 	}
 	return 0
 }
 
-// observe records one finished round: its block size, accepted drafts and measured phase durations.
-func (p *depthPolicy) observe(bs, accepted int, draft, verify, rollback time.Duration) {
+// observe records one finished round: its block size, accepted drafts and measured phase durations (draft is
+// the final Draft call, catchUp the context-only calls before it that fed positions of plain rounds).
+func (p *depthPolicy) observe(bs, accepted int, draft, catchUp, verify, rollback time.Duration) {
 	if bs < 1 || bs > p.maxBS {
 		return
 	}
 	p.rounds++
-	p.cost[bs-1].addWeighted(float64(draft+verify+rollback), p.decay)
+	total := float64(draft + catchUp + verify + rollback)
+	p.elapsed += total
+	if p.probeRate > 0 {
+		// What this probe cost beyond the displaced choice committing as many tokens.
+		p.spent += max(0, total-float64(accepted+1)/p.probeRate)
+		p.probeRate = 0
+	}
+	if bs > 1 {
+		p.draft[bs-1].addWeighted(float64(draft), p.decay)
+	}
+	p.verify[bs-1].addWeighted(float64(verify+rollback), p.decay)
 	keep := 1 - p.decay/2
 	for j := range p.slots {
 		p.slots[j].pass *= keep
@@ -199,6 +275,12 @@ func (p *depthPolicy) observe(bs, accepted int, draft, verify, rollback time.Dur
 		x := b2f(j <= accepted)
 		s.tests++
 		s.pass += x
-		s.slow.addWeighted(x, p.decay)
+		if s.slow.ok {
+			s.slow.addWeighted(x, p.decay)
+		} else {
+			// Halfway from the inherited estimate: one unlucky first test must not pin the slot at 0 (or 1)
+			// until it is tested again, which may take long for a slot just past the chosen block.
+			s.slow = ema{v: (p.acceptance(j) + x) / 2, ok: true}
+		}
 	}
 }

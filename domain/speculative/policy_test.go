@@ -16,6 +16,7 @@ import (
 type simRound struct {
 	bs     int
 	reason string
+	a      int // accepted drafts (not compared by the tests that compare whole rounds)
 }
 
 // simulate drives the policy with a cost curve and a per-slot acceptance probability (which may change
@@ -32,10 +33,14 @@ func simulate(p *depthPolicy, rounds int, cost func(bs int) time.Duration, accep
 		for a < bs-1 && rng.Float64() < accept(i, a+1) {
 			a++
 		}
-		// Split the cost between draft and verify to exercise both inputs.
+		// Split the cost between draft and verify to exercise both inputs (plain rounds draft nothing).
 		c := cost(bs)
-		p.observe(bs, a, c/10, c-c/10, 0)
-		out = append(out, simRound{bs, why})
+		if bs == 1 {
+			p.observe(bs, a, 0, 0, c, 0)
+		} else {
+			p.observe(bs, a, c/10, 0, c-c/10, 0)
+		}
+		out = append(out, simRound{bs: bs, reason: why, a: a})
 	}
 	return out
 }
@@ -52,15 +57,15 @@ func TestPolicyCheapVerifyHighAcceptancePicksLargeBlocks(t *testing.T) {
 	p := newDepthPolicy(16, PolicyConfig{})
 	cost := func(bs int) time.Duration { return 10*time.Millisecond + time.Duration(bs)*200*time.Microsecond }
 	rs := simulate(p, 400, cost, func(int, int) float64 { return 0.9 })
-	assert.Equal(t, simRound{16, reasonExplore}, rs[0])
-	assert.Equal(t, simRound{1, reasonExplore}, rs[1])
+	assert.Equal(t, simRound{bs: 1, reason: reasonExplore}, simRound{bs: rs[0].bs, reason: rs[0].reason})
+	assert.Equal(t, simRound{bs: exploreBlock, reason: reasonExplore}, simRound{bs: rs[1].bs, reason: rs[1].reason})
 	large := 0
 	for _, r := range rs[100:] {
 		if r.reason == reasonBest && r.bs >= 12 {
 			large++
 		}
 	}
-	assert.Greater(t, large, 250, "mostly large blocks: %v", countReasons(rs))
+	assert.Greater(t, large, 250, "mostly large blocks: %v %v", countReasons(rs), hist(rs[100:]))
 	assert.Zero(t, countReasons(rs[100:])[reasonFallbackAR])
 }
 
@@ -70,18 +75,58 @@ func TestPolicyExpensiveVerifyLowAcceptanceFallsBackAndProbes(t *testing.T) {
 	rs := simulate(p, 300, cost, func(int, int) float64 { return 0.3 })
 	reasons := countReasons(rs[50:])
 	assert.Greater(t, reasons[reasonFallbackAR], 200, "mostly plain decoding: %v", reasons)
-	for i, r := range rs[50:] {
+	assert.Positive(t, reasons[reasonProbe], "still probes: %v", reasons)
+	last := -1
+	for i, r := range rs {
 		if r.reason == reasonFallbackAR {
 			assert.Equal(t, 1, r.bs)
 		}
 		if r.reason == reasonProbe {
-			assert.Equal(t, 16, r.bs, "in fallback the probe is the largest block (round %d)", i+50)
+			assert.Equal(t, 2, r.bs, "in fallback the probe is the most promising (here the cheapest) block (round %d)", i)
+			if last >= 0 {
+				assert.GreaterOrEqual(t, i-last, 10, "probes at least ProbeEvery rounds apart (round %d)", i)
+			}
+			last = i
 		}
 	}
-	// Deterministic probing: exactly every ProbeEvery rounds.
-	for i, r := range rs {
-		if i >= 2 {
-			assert.Equal(t, i%10 == 0, r.reason == reasonProbe, "round %d: %v", i, r)
+	// Never losing: the whole run commits tokens at ≥ 95 % of plain decoding's rate (10 ms a token).
+	var spent time.Duration
+	tokens := 0
+	for _, r := range rs {
+		spent += cost(r.bs)
+		tokens += r.a + 1
+	}
+	assert.GreaterOrEqual(t, float64(tokens)*10e-3/spent.Seconds(), 0.95, "%v", countReasons(rs))
+}
+
+// TestPolicyProbeBudgetBoundsTheLoss: a drafter that is never right and a verify that costs as much as a
+// plain step per row: the probes' loss stays within the budget, for short and long generations.
+func TestPolicyProbeBudgetBoundsTheLoss(t *testing.T) {
+	for _, rounds := range []int{64, 128, 1000} {
+		for _, budget := range []float64{0, 0.05} {
+			p := newDepthPolicy(16, PolicyConfig{ProbeBudget: budget})
+			cost := func(bs int) time.Duration {
+				if bs == 1 {
+					return time.Millisecond
+				}
+				return 3*time.Millisecond + time.Duration(bs)*time.Millisecond
+			}
+			rs := simulate(p, rounds, cost, func(int, int) float64 { return 0 })
+			var spent time.Duration
+			tokens := 0
+			for _, r := range rs {
+				spent += cost(r.bs)
+				tokens += r.a + 1
+			}
+			b := budget
+			if b == 0 {
+				b = defaultProbeBudget
+			}
+			// The first speculative round (explore) is spent before any budget exists; after it, probes
+			// wait until the loss is within the budget again.
+			explore := cost(exploreBlock) - time.Millisecond
+			bound := time.Duration(float64(tokens)*float64(time.Millisecond)*(1+b)) + explore
+			assert.LessOrEqual(t, spent, bound, "rounds %d budget %v: %v", rounds, budget, countReasons(rs))
 		}
 	}
 }
@@ -129,7 +174,7 @@ func TestPolicyPicksAnalyticOptimum(t *testing.T) {
 		return 0
 	})
 	for _, r := range rs[50:] {
-		assert.Equal(t, simRound{6, reasonBest}, r)
+		assert.Equal(t, simRound{bs: 6, reason: reasonBest, a: r.a}, r)
 	}
 }
 
@@ -150,13 +195,17 @@ func TestPolicyModerateRegimePicksMiddleBlock(t *testing.T) {
 func TestPolicyRespectsLimit(t *testing.T) {
 	p := newDepthPolicy(8, PolicyConfig{})
 	bs, why := p.choose(3)
+	assert.Equal(t, 1, bs, "the first round measures plain decoding")
+	assert.Equal(t, reasonExplore, why)
+	p.observe(1, 0, 0, 0, time.Millisecond, 0)
+	bs, why = p.choose(3)
 	assert.Equal(t, 3, bs)
 	assert.Equal(t, reasonLength, why)
 	one := newDepthPolicy(1, PolicyConfig{})
 	bs, why = one.choose(1)
 	assert.Equal(t, 1, bs)
 	assert.Equal(t, reasonFixed, why)
-	one.observe(5, 3, 1, 1, 1) // out of range: ignored, no panic
+	one.observe(5, 3, 1, 1, 1, 1) // out of range: ignored, no panic
 }
 
 func TestAdaptiveGeneration(t *testing.T) {
@@ -218,4 +267,12 @@ func TestAdaptiveGeneration(t *testing.T) {
 			}
 		})
 	}
+}
+
+func hist(rs []simRound) map[int]int {
+	m := map[int]int{}
+	for _, r := range rs {
+		m[r.bs]++
+	}
+	return m
 }
