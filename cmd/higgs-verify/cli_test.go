@@ -309,3 +309,38 @@ func TestPromptTextAndChat(t *testing.T) {
 	assert.Equal(t, 2, r.code)
 	assert.Contains(t, r.stderr, "exactly one of --text and --chat")
 }
+
+// TestSynthCommand writes a small random hybrid in bf16 and 4-bit; bench runs on it and reports its figures.
+func TestSynthCommand(t *testing.T) {
+	for _, bits := range []string{"0", "4"} {
+		dir := t.TempDir()
+		r := runCLI(t, "synth", "--out", dir, "--wide", "2", "--layers", "4", "--vocab", "256", "--bits", bits,
+			"--group-size", "32", "--json")
+		require.Equal(t, 0, r.code, r.stderr)
+		var out struct {
+			Target, Drafter, DType string
+			Params                 int64
+			Layers, Hidden, Vocab  int
+		}
+		oneJSON(t, r.stdout, &out)
+		assert.Equal(t, 4, out.Layers)
+		assert.Equal(t, 128, out.Hidden)
+		assert.Equal(t, 256, out.Vocab)
+		assert.Equal(t, int64(922960), out.Params, "bits %s: the same logical weights either way", bits)
+		if bits == "4" {
+			assert.Equal(t, "q4/g32", out.DType)
+		} else {
+			assert.Equal(t, "bf16", out.DType)
+		}
+		r = runCLI(t, "bench", "--model", out.Target, "--draft", out.Drafter, "--tokens", "1,2,3,4,5",
+			"--max-tokens", "6", "--repeats", "1", "--warmup", "0", "--block-sizes", "2", "--json")
+		require.Equal(t, 0, r.code, r.stderr)
+		var b map[string]any
+		oneJSON(t, r.stdout, &b)
+		assert.Contains(t, b, "adaptive")
+	}
+	r := runCLI(t, "synth", "--wide", "0", "--bits", "3", "--group-size", "7")
+	assert.NotEqual(t, 0, r.code)
+	assert.Contains(t, r.stderr, "--out is required")
+	assert.Contains(t, r.stderr, "group")
+}
