@@ -318,6 +318,34 @@ func TestIncrementalEqualsOneShot(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want.Tokens, again.Tokens)
 		assert.Equal(t, wantLogits, inc.(*Session).logits)
+
+		// Context-only calls (bs 1, as the decoder feeds plain-decoding rounds) queue their rows; a crop
+		// inside the queue drops queued rows; the next drafting call projects the rest: same state.
+		require.NoError(t, inc.Crop(150))
+		for _, at := range []int{150, 151, 152, 153} {
+			_, err := inc.Draft(t.Context(), 3, &floatTaps{data: f[at*width : (at+1)*width], rows: 1, width: width}, 1)
+			require.NoError(t, err)
+			assert.Equal(t, at+1, inc.Len())
+		}
+		require.NoError(t, inc.Crop(152))
+		assert.Equal(t, 152, inc.Len())
+		_, err = inc.Draft(t.Context(), 3, &floatTaps{data: f[152*width : 250*width], rows: 98, width: width}, 1)
+		require.NoError(t, err)
+		queued := inc.(*Session).nq
+		assert.Equal(t, 100, queued, "context-only calls project nothing")
+		queue, err := inc.Draft(t.Context(), 9, &floatTaps{data: f[250*width:], rows: 50, width: width}, 8)
+		require.NoError(t, err)
+		assert.Equal(t, 300, inc.Len())
+		assert.Equal(t, want.Tokens, queue.Tokens)
+		assert.Equal(t, wantLogits, inc.(*Session).logits)
+		// A crop below the projected positions drops the queue too.
+		_, err = inc.Draft(t.Context(), 3, nil, 1)
+		require.NoError(t, err)
+		require.NoError(t, inc.Crop(100))
+		again, err = inc.Draft(t.Context(), 9, &floatTaps{data: f[100*width:], rows: 200, width: width}, 8)
+		require.NoError(t, err)
+		assert.Equal(t, want.Tokens, again.Tokens)
+		assert.Equal(t, wantLogits, inc.(*Session).logits)
 	}
 }
 

@@ -18,9 +18,14 @@ const contextChunk = 128
 // their absolute positions). It is not safe for concurrent use.
 type Session struct {
 	d      *Drafter
-	n      int         // committed context positions cached
+	n      int         // committed context positions projected into the caches
 	k, v   [][]float32 // per layer: n·Hkv·d values
 	closed bool
+	// queued holds context rows (taps, nq rows) given by context-only calls (bs = 1) and not yet projected:
+	// they are projected together by the next drafting call, as one multi-row product instead of one
+	// matrix–vector product per plain-decoding round.
+	queued []float32
+	nq     int
 
 	// scratch, grown on demand
 	c, h, q, kb, vb, att, x, tmp, g, u, logits, scores []float32
@@ -29,17 +34,24 @@ type Session struct {
 
 var _ ports.DraftSession = (*Session)(nil)
 
-// Len returns the number of committed context positions cached.
-func (s *Session) Len() int { return s.n }
+// Len returns the number of committed context positions cached (queued rows included).
+func (s *Session) Len() int { return s.n + s.nq }
 
 // Crop truncates the context cache to n positions.
 func (s *Session) Crop(n int) error {
 	if s.closed {
 		return errors.New("dflash: session is closed")
 	}
-	if n < 0 || n > s.n {
-		return fmt.Errorf("dflash: crop to %d outside 0..%d", n, s.n)
+	if n < 0 || n > s.Len() {
+		return fmt.Errorf("dflash: crop to %d outside 0..%d", n, s.Len())
 	}
+	if n >= s.n {
+		width := len(s.d.arch.TapLayers) * s.d.arch.HiddenSize
+		s.nq = n - s.n
+		s.queued = s.queued[:s.nq*width]
+		return nil
+	}
+	s.queued, s.nq = s.queued[:0], 0
 	kvw := s.d.arch.NumKVHeads * s.d.arch.HeadDim
 	for i := range s.k {
 		s.k[i] = s.k[i][:n*kvw]
@@ -52,7 +64,7 @@ func (s *Session) Crop(n int) error {
 // Close releases the session's caches.
 func (s *Session) Close() error {
 	s.closed = true
-	s.k, s.v = nil, nil
+	s.k, s.v, s.queued = nil, nil, nil
 	return nil
 }
 
@@ -82,26 +94,35 @@ func (s *Session) Draft(ctx context.Context, anchor ports.Token, newCtx ports.Ta
 	if err := ctx.Err(); err != nil {
 		return ports.Proposal{}, err
 	}
+	width := len(a.TapLayers) * a.HiddenSize
+	var data []float32
+	var rows int
 	if newCtx != nil && newCtx.Rows() > 0 {
 		ft, ok := newCtx.(FloatTaps)
 		if !ok {
 			return ports.Proposal{}, fmt.Errorf("dflash: context taps of type %T are not CPU float32 taps", newCtx)
 		}
-		data, rows, width := ft.Float32()
-		if want := len(a.TapLayers) * a.HiddenSize; width != want {
-			return ports.Proposal{}, fmt.Errorf("dflash: context taps are %d wide, want %d (%d taps × hidden %d)", width, want, len(a.TapLayers), a.HiddenSize)
+		var w int
+		data, rows, w = ft.Float32()
+		if w != width {
+			return ports.Proposal{}, fmt.Errorf("dflash: context taps are %d wide, want %d (%d taps × hidden %d)", w, width, len(a.TapLayers), a.HiddenSize)
 		}
 		if len(data) < rows*width {
 			return ports.Proposal{}, fmt.Errorf("dflash: context taps hold %d values for %d rows of %d", len(data), rows, width)
 		}
-		for lo := 0; lo < rows; lo += contextChunk {
-			hi := min(rows, lo+contextChunk)
-			s.appendContext(data[lo*width:hi*width], hi-lo)
-		}
+		data = data[:rows*width]
 	}
 	if bs == 1 {
+		// Context only: queue the rows (newCtx is only readable during the call) for the next drafting call.
+		s.queued = append(s.queued, data...)
+		s.nq += rows
 		return ports.Proposal{Tokens: []ports.Token{}}, nil
 	}
+	if s.nq > 0 {
+		s.project(s.queued, s.nq, width)
+		s.queued, s.nq = s.queued[:0], 0
+	}
+	s.project(data, rows, width)
 	nb := a.BlockSize
 	if s.d.shrink {
 		nb = bs
@@ -111,6 +132,14 @@ func (s *Session) Draft(ctx context.Context, anchor ports.Token, newCtx ports.Ta
 		return ports.Proposal{}, err
 	}
 	return ports.Proposal{Tokens: toks}, nil
+}
+
+// project appends rows context rows of data (rows × width) in chunks of at most contextChunk rows.
+func (s *Session) project(data []float32, rows, width int) {
+	for lo := 0; lo < rows; lo += contextChunk {
+		hi := min(rows, lo+contextChunk)
+		s.appendContext(data[lo*width:hi*width], hi-lo)
+	}
 }
 
 // appendContext projects m context rows (c = hidden_norm(fc(f))) and appends every layer's RoPE'd, k-normed
