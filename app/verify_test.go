@@ -283,7 +283,10 @@ func FuzzParseTokenList(f *testing.F) {
 }
 
 // skewedTarget wraps a target so that multi-token forwards (verify blocks) report a different greedy token at
-// their last row: a backend whose block and single-token numerics disagree.
+// their first row: a backend whose block and single-token numerics disagree. The first row is the one every
+// verify round commits from (the first proposal is accepted or corrected there), so the skew shows up in the
+// first speculative round whatever the drafter proposes; a skew at the last row would only show when a whole
+// block is accepted, which a random drafter may never achieve.
 type skewedTarget struct{ ports.Target }
 
 type skewedSession struct{ ports.Session }
@@ -296,7 +299,7 @@ func (t skewedTarget) NewSession(ctx context.Context, taps []int) (ports.Session
 func (s skewedSession) Forward(ctx context.Context, toks []ports.Token, o ports.ForwardOptions) (ports.ForwardResult, error) {
 	fr, err := s.Session.Forward(ctx, toks, o)
 	if err == nil && len(toks) > 1 && s.Len() > len(toks) && len(fr.Greedy) > 1 {
-		fr.Greedy[len(fr.Greedy)-1] = (fr.Greedy[len(fr.Greedy)-1] + 1) % 64
+		fr.Greedy[0] = (fr.Greedy[0] + 1) % 64
 	}
 	return fr, err
 }
@@ -313,4 +316,5 @@ func TestLosslessReportsFirstMismatch(t *testing.T) {
 	assert.Less(t, res.FirstMismatch.Prompt, len(testPrompts))
 	assert.NotEqual(t, res.FirstMismatch.AR, res.FirstMismatch.Spec)
 	assert.Contains(t, err.Error(), "differs")
+	assert.Equal(t, 0, res.FirstMismatch.Prompt, "the skew shows on the first prompt")
 }
