@@ -181,6 +181,8 @@ func TestBadInputBeforeGeneration(t *testing.T) {
 		{"empty prompt", GenerateOptions{MaxTokens: 4}, "empty prompt"},
 		{"token outside vocab", GenerateOptions{Prompt: []ports.Token{64}, MaxTokens: 4}, "outside the vocabulary"},
 		{"no budget", GenerateOptions{Prompt: []ports.Token{1}}, "max tokens 0"},
+		{"budget past the context", GenerateOptions{Prompt: []ports.Token{1, 2}, MaxTokens: 511}, "max tokens 511 exceeds the 510 positions"},
+		{"prompt fills the context", GenerateOptions{Prompt: make([]ports.Token, 512), MaxTokens: 1}, "no room in the context length 512"},
 		{"bad temperature", GenerateOptions{Prompt: []ports.Token{1}, MaxTokens: 4, Sampling: ports.SamplingParams{Temperature: -1}}, "temperature"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
