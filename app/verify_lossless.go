@@ -131,6 +131,14 @@ func Lossless(ctx context.Context, m *Models, o LosslessOptions) (LosslessResult
 	if len(o.Prompts) == 0 {
 		return res, fmt.Errorf("%w: no prompts", ErrBadInput)
 	}
+	// A NaN temperature would skip the distribution test (NaN > 0 is false) and a negative sample count would
+	// quietly become the default: refuse both rather than report a pass for a test that did not run as asked.
+	if err := (ports.SamplingParams{Temperature: o.Temperature}).Validate(); err != nil {
+		return res, fmt.Errorf("%w: %w", ErrBadInput, err)
+	}
+	if o.Samples < 0 {
+		return res, fmt.Errorf("%w: samples %d must be ≥ 0 (0: %d)", ErrBadInput, o.Samples, DefaultDistSamples)
+	}
 	sizes, err := o.blockSizes(m.Drafter.BlockSize())
 	if err != nil {
 		return res, err

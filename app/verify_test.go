@@ -193,6 +193,23 @@ func TestBadInputBeforeGeneration(t *testing.T) {
 	}
 	_, err = Lossless(t.Context(), m, LosslessOptions{Prompts: testPrompts, BlockSizes: []int{16}, MaxTokens: 4})
 	require.ErrorIs(t, err, ErrBadInput)
+	for _, tc := range []struct {
+		name string
+		o    LosslessOptions
+		want string
+	}{
+		{"NaN temperature", LosslessOptions{Temperature: math.NaN()}, "temperature NaN"},
+		{"temperature too high", LosslessOptions{Temperature: 1000}, "temperature 1000"},
+		{"negative samples", LosslessOptions{Temperature: 1, Samples: -1}, "samples -1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.o.Prompts, tc.o.MaxTokens = testPrompts[:1], 4
+			res, err := Lossless(t.Context(), m, tc.o)
+			require.ErrorIs(t, err, ErrBadInput)
+			assert.Contains(t, err.Error(), tc.want)
+			assert.Empty(t, res.Cases, "refused before any decoding")
+		})
+	}
 }
 
 func TestLoadModelsBackends(t *testing.T) {
