@@ -95,7 +95,8 @@ func New(gen ports.Generator, opts Options) *Server {
 		writeError(w, &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
 	})
-	s.handler = s.recoverer(s.instrument(s.authenticate(mux)))
+	// instrument is outermost so that it records the 500 the recoverer writes after a panic.
+	s.handler = s.instrument(s.recoverer(s.authenticate(mux)))
 	return s
 }
 

@@ -260,3 +260,28 @@ func TestNoHTMLEscaping(t *testing.T) {
 	newTestServer(gen).ServeHTTP(rec, httptest.NewRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x","stream":true}`)))
 	assert.Contains(t, rec.Body.String(), `"text":"a<b>&c"`)
 }
+
+// panicking is a Generator whose Generate panics, like a backend bug.
+type panicking struct{ modelsOnly }
+
+func (p *panicking) Generate(context.Context, ports.GenerateRequest, func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
+	panic("index out of range [7] with length 3")
+}
+
+// A panic in a handler becomes a 500 in OpenAI's shape, the metrics count it as a 500, and the server keeps
+// answering.
+func TestHandlerPanicIsA500(t *testing.T) {
+	s := newTestServer(&panicking{modelsOnly{id: "toy"}})
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x"}`)))
+	assert.Equal(t, http.StatusInternalServerError, rec.Code)
+	assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+	assert.JSONEq(t, `{"error":{"message":"internal server error","type":"server_error","param":null,"code":"internal_error"}}`,
+		rec.Body.String())
+	assert.NotContains(t, rec.Body.String(), "index out of range", "panic details stay in the log")
+
+	rec = httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	assert.Contains(t, rec.Body.String(), `higgs_requests_total{endpoint="POST /v1/completions",status="500"} 1`)
+	assert.NotContains(t, rec.Body.String(), `higgs_requests_total{endpoint="POST /v1/completions",status="200"}`)
+}
