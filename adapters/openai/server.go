@@ -349,6 +349,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 			s.fail(w, r, err)
 			return
 		}
+		if st.sse.err != nil {
+			// The client went away: nothing more can reach it, and its leaving is no server failure.
+			s.log.Debug().Err(err).Str("path", r.URL.Path).Msg("client gone during the stream")
+			return
+		}
 		// Headers are gone: report in the stream (as vLLM does), then end it.
 		e := ErrorFor(err)
 		if e.Status >= 500 && !errors.Is(err, context.Canceled) {

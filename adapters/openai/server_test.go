@@ -129,23 +129,56 @@ func TestHealthLoading(t *testing.T) {
 // failingWriter fails every write after the first n bytes, like a client that went away.
 type failingWriter struct {
 	http.ResponseWriter
-	n int
+	n      int
+	failed int // writes refused
 }
+
+// Unwrap lets http.ResponseController reach the recorder's Flush, as it reaches a real connection's.
+func (w *failingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *failingWriter) Write(b []byte) (int, error) {
 	if w.n <= 0 {
+		w.failed++
 		return 0, errors.New("broken pipe")
 	}
 	w.n -= len(b)
 	return len(b), nil
 }
 
+// stubborn is a Generator that keeps emitting after emit fails and records what each emit returned.
+type stubborn struct {
+	modelsOnly
+	errs []error
+}
+
+func (g *stubborn) Generate(_ context.Context, _ ports.GenerateRequest, emit func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
+	var first error
+	for _, c := range []string{"a", "b", "c"} {
+		err := emit(ports.GenerateEvent{Content: c})
+		g.errs = append(g.errs, err)
+		if first == nil {
+			first = err
+		}
+	}
+	return goldenResult, first
+}
+
+// When the client goes away mid-stream, emit reports the failed write (so the generator stops), the handler
+// writes nothing more to the dead connection, and the disconnect is not logged as a server error.
 func TestStreamWriteFailureStopsGeneration(t *testing.T) {
-	gen := &scripted{events: []ports.GenerateEvent{{Content: "a"}, {Content: "b"}, {Content: "c"}}, res: goldenResult, ready: true}
+	gen := &stubborn{modelsOnly: modelsOnly{id: "toy"}}
 	w := &failingWriter{ResponseWriter: httptest.NewRecorder(), n: 1}
-	newTestServer(gen).ServeHTTP(w, httptest.NewRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x","stream":true}`)))
-	// The scripted generator returns at the first failing emit; the handler must not have sent more.
-	assert.LessOrEqual(t, w.n, 0)
+	var logs bytes.Buffer
+	s := New(gen, Options{Log: zerolog.New(&logs)})
+	s.ServeHTTP(w, httptest.NewRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x","stream":true}`)))
+	require.Len(t, gen.errs, 3)
+	assert.NoError(t, gen.errs[0], "the first event fits")
+	for i, err := range gen.errs[1:] {
+		require.Error(t, err, "emit %d after the failed write", i+1)
+		assert.Contains(t, err.Error(), "broken pipe")
+	}
+	assert.Equal(t, 1, w.failed, "nothing more (events, error event, [DONE]) written to a dead connection")
+	assert.NotContains(t, logs.String(), `"level":"error"`)
 }
 
 // parseSSE splits a transcript into its data payloads, failing on anything that is not a data line or the

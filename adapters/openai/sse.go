@@ -11,6 +11,9 @@ import (
 type sseWriter struct {
 	w     io.Writer
 	flush func() error
+	// err is the first write or flush failure (the client went away); it is sticky, so that nothing more is
+	// written to a dead connection.
+	err error
 }
 
 func newSSEWriter(w http.ResponseWriter) *sseWriter {
@@ -29,12 +32,17 @@ func (s *sseWriter) event(v any) error {
 }
 
 func (s *sseWriter) raw(data []byte) error {
+	if s.err != nil {
+		return s.err
+	}
 	if _, err := fmt.Fprintf(s.w, "data: %s\n\n", data); err != nil {
-		return fmt.Errorf("sse: write: %w", err)
+		s.err = fmt.Errorf("sse: write: %w", err)
+		return s.err
 	}
 	if s.flush != nil {
 		if err := s.flush(); err != nil {
-			return fmt.Errorf("sse: flush: %w", err)
+			s.err = fmt.Errorf("sse: flush: %w", err)
+			return s.err
 		}
 	}
 	return nil
