@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -38,8 +39,18 @@ type cli struct {
 }
 
 // run executes higgs-verify with args and returns the exit status.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, load modelLoader) int {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, load modelLoader) (code int) {
 	c := &cli{stdout: stdout, stderr: stderr, load: load}
+	// A panic is a bug, but it still ends as the contract says: one line on stderr (the stack only at debug
+	// level), nothing half-written on stdout, exit 2 (the status Go itself would use, without the dump).
+	defer func() {
+		if v := recover(); v != nil {
+			c.log.Debug().Str("stack", string(debug.Stack())).Msg("panic")
+			fmt.Fprintln(stderr, "higgs-verify: internal error (a bug; rerun with --log-level debug for the stack):",
+				strings.ReplaceAll(fmt.Sprint(v), "\n", "; "))
+			code = exitUsage
+		}
+	}()
 	root := c.root()
 	root.SetArgs(args)
 	root.SetOut(stdout)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,11 +10,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/cpu/dflash/dflashtest"
 	"github.com/higgs-go/higgs/adapters/mlx"
+	"github.com/higgs-go/higgs/app"
 )
 
 // fixtures are tiny random checkpoints shared by the tests (written once).
@@ -343,4 +346,19 @@ func TestSynthCommand(t *testing.T) {
 	assert.NotEqual(t, 0, r.code)
 	assert.Contains(t, r.stderr, "--out is required")
 	assert.Contains(t, r.stderr, "group")
+}
+
+// A panic anywhere below the command line (here in the model loader) still ends with exit 2, one line on
+// stderr and nothing on stdout.
+func TestPanicIsOneLineExit2(t *testing.T) {
+	boom := func(context.Context, app.ModelConfig, zerolog.Logger) (*app.Models, func(), error) {
+		panic("index out of range [9] with length 4")
+	}
+	var out, errb bytes.Buffer
+	code := run(t.Context(), []string{"logits", "--tokens", "1,2", "--json"}, &out, &errb, boom)
+	assert.Equal(t, 2, code)
+	assert.Empty(t, out.String())
+	assert.Equal(t, 1, strings.Count(errb.String(), "\n"), "one line: %q", errb.String())
+	assert.Contains(t, errb.String(), "internal error")
+	assert.Contains(t, errb.String(), "index out of range [9] with length 4")
 }
