@@ -216,6 +216,9 @@ func TestExitCodes(t *testing.T) {
 		{"parity with mlx", []string{"parity", "--model", fixtures.dense, "--tokens", "1", "--a", "cpu", "--b", "mlx"}, 2, "MLX backend not available"},
 		{"prompt without tokenizer", []string{"generate", "--model", fixtures.dense, "--prompt", "hi"}, 2, "no tokenizer.json"},
 		{"lossless without drafter", []string{"lossless", "--model", fixtures.dense, "--tokens", "1"}, 2, "needs a drafter"},
+		{"bench with zero tokens", []string{"bench", "--model", fixtures.dense, "--draft", fixtures.drafter, "--tokens", "1", "--max-tokens", "0"}, 2, "--max-tokens 0"},
+		{"bench with zero repeats", []string{"bench", "--model", fixtures.dense, "--draft", fixtures.drafter, "--tokens", "1", "--repeats", "0"}, 2, "--repeats 0"},
+		{"max tokens past the context", []string{"generate", "--model", fixtures.dense, "--tokens", "1,2", "--max-tokens", "511"}, 2, "max tokens 511 exceeds"},
 		{"drafter for another hidden size", []string{"generate", "--model", fixtures.dense, "--draft", fixtures.dense, "--tokens", "1"}, 2, "not a DFlash drafter"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
