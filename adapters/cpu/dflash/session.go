@@ -210,23 +210,30 @@ func (s *Session) draftBlock(anchor ports.Token, bs, rows int) ([]ports.Token, e
 	s.u = grow(s.u, bs*I)
 	for li := range d.layers {
 		l := &d.layers[li]
+		// Every slot's K and V feed every layer's attention, but after the last layer only the anchor and
+		// the returned rows are read: there, queries, attention output and MLP run on those rows alone
+		// (each row's result is the same as in the full computation).
+		nq := bs
+		if li == len(d.layers)-1 {
+			nq = rows + 1
+		}
 		kernel.RMSNorm(s.h, s.x, l.inNorm, d.eps)
-		l.q.Forward(s.q, s.h, bs)
+		l.q.Forward(s.q[:nq*qw], s.h[:nq*H], nq)
 		l.k.Forward(s.kb, s.h, bs)
 		l.v.Forward(s.vb, s.h, bs)
-		kernel.RMSNorm(s.q, s.q, l.qNorm, d.eps)
+		kernel.RMSNorm(s.q[:nq*qw], s.q[:nq*qw], l.qNorm, d.eps)
 		kernel.RMSNorm(s.kb, s.kb, l.kNorm, d.eps)
-		s.ropeRows(s.q, bs, a.NumHeads, s.n)
+		s.ropeRows(s.q, nq, a.NumHeads, s.n)
 		s.ropeRows(s.kb, bs, a.NumKVHeads, s.n)
-		s.attend(li, bs)
-		l.o.Forward(s.tmp, s.att, bs)
-		kernel.Add(s.x, s.tmp)
-		kernel.RMSNorm(s.h, s.x, l.postNorm, d.eps)
-		l.gate.Forward(s.g, s.h, bs)
-		l.up.Forward(s.u, s.h, bs)
-		kernel.SwiGLU(s.g, s.g, s.u)
-		l.down.Forward(s.tmp, s.g, bs)
-		kernel.Add(s.x, s.tmp)
+		s.attend(li, nq, bs)
+		l.o.Forward(s.tmp[:nq*H], s.att[:nq*qw], nq)
+		kernel.Add(s.x[:nq*H], s.tmp[:nq*H])
+		kernel.RMSNorm(s.h[:nq*H], s.x[:nq*H], l.postNorm, d.eps)
+		l.gate.Forward(s.g[:nq*I], s.h[:nq*H], nq)
+		l.up.Forward(s.u[:nq*I], s.h[:nq*H], nq)
+		kernel.SwiGLU(s.g[:nq*I], s.g[:nq*I], s.u[:nq*I])
+		l.down.Forward(s.tmp[:nq*H], s.g[:nq*I], nq)
+		kernel.Add(s.x[:nq*H], s.tmp[:nq*H])
 	}
 	kernel.RMSNorm(s.h[:rows*H], s.x[H:(rows+1)*H], d.norm, d.eps)
 	s.logits = grow(s.logits, rows*d.vocab)
@@ -240,13 +247,13 @@ func (s *Session) draftBlock(anchor ports.Token, bs, rows int) ([]ports.Token, e
 	return out, nil
 }
 
-// attend computes, for every block query, softmax attention over [visible cached context keys ; visible block
+// attend computes, for the first qrows block queries (of bs slots), softmax attention over [visible cached context keys ; visible block
 // keys], writing s.att. Full-attention layers see everything (no causal mask: the block is denoised jointly).
 // As in the authors' reference, sliding layers see keys with |query position − key position| < W, and causal
 // layers (sliding ones by default) see block keys only up to their own slot. Heads are split across the pool;
 // each head's output is computed by one goroutine in index order, so results do not depend on the worker
 // count.
-func (s *Session) attend(li, bs int) {
+func (s *Session) attend(li, qrows, bs int) {
 	d := s.d
 	a := &d.arch
 	hd := a.HeadDim
@@ -261,7 +268,7 @@ func (s *Session) attend(li, bs int) {
 		vals := make([][]float32, 0, n+bs)
 		for h := lo; h < hi; h++ {
 			g := h / group
-			for i := range bs {
+			for i := range qrows {
 				qv := s.q[(i*nq+h)*hd : (i*nq+h+1)*hd]
 				first := 0
 				if window > 0 {
