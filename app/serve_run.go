@@ -52,6 +52,11 @@ func ProvideLoader(cfg Config, log zerolog.Logger) LoadFunc {
 	}
 }
 
+// ErrLoadModels is wrapped when Run stops because the configured models could not be loaded or served (a
+// missing directory, a corrupt checkpoint, an unknown architecture, a block size the drafter cannot do): a
+// problem with the input that higgsd reports with exit status 2, like an invalid flag.
+var ErrLoadModels = errors.New("load models")
+
 // Server runs higgsd: it listens first (so /health can say "loading"), loads the models, serves, and shuts
 // down gracefully.
 type Server struct {
@@ -126,7 +131,7 @@ func (s *Server) Run(ctx context.Context) error {
 		loadReceived = true
 		closeModels = lr.closeFn
 		if lr.err != nil {
-			runErr = fmt.Errorf("load models: %w", lr.err)
+			runErr = fmt.Errorf("%w: %w", ErrLoadModels, lr.err)
 			break
 		}
 		select {

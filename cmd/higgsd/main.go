@@ -40,7 +40,16 @@ func run() int {
 	}
 	if err := srv.Run(ctx); err != nil {
 		log.Error().Err(err).Msg("higgsd stopped with an error")
-		return 1
+		return exitCode(err)
 	}
 	return 0
+}
+
+// exitCode maps Run's error to the exit status: 2 for bad input (the configured models cannot be loaded), as
+// for an invalid flag; 1 for anything else (the port is taken, a model fails to close).
+func exitCode(err error) int {
+	if errors.Is(err, app.ErrLoadModels) {
+		return 2
+	}
+	return 1
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"testing"
 	"time"
@@ -25,7 +26,9 @@ func TestWiringReportsLoadFailure(t *testing.T) {
 	defer cancel()
 	err = srv.Run(ctx)
 	require.Error(t, err)
-	assert.ErrorContains(t, err, "load models")
+	assert.ErrorIs(t, err, app.ErrLoadModels)
+	assert.Equal(t, 2, exitCode(err), "a model that cannot be loaded is bad input")
+	assert.Equal(t, 1, exitCode(errors.New("listen on 127.0.0.1:8000: address already in use")))
 	assert.ErrorContains(t, err, "/nonexistent/model")
 	assert.NoError(t, ctx.Err(), "Run must return on a load failure, not wait for a signal")
 }
