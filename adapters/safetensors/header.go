@@ -79,6 +79,8 @@ func parseHeader(file string, b []byte) (*header, error) {
 	}
 	seen := make(map[string]bool)
 	var errs []error
+	var pastEnd []string // tensors whose data lies past the end of the file
+	var needEnd int64
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
@@ -106,6 +108,10 @@ func parseHeader(file string, b []byte) (*header, error) {
 			continue
 		}
 		e, err := parseEntry(name, raw, dataLen)
+		if pe := (*pastEndError)(nil); errors.As(err, &pe) {
+			pastEnd = append(pastEnd, name)
+			needEnd = max(needEnd, pe.end)
+		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w: tensor %q: %v", file, ErrMalformed, name, err))
 			continue
@@ -117,6 +123,10 @@ func parseHeader(file string, b []byte) (*header, error) {
 	}
 	if tok, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("%s: %w: header JSON has trailing data after the object (%v)", file, ErrMalformed, tokOrErr(tok, err))
+	}
+	if len(pastEnd) > 1 && len(pastEnd) == len(errs) {
+		return nil, fmt.Errorf("%s: %w: the file is truncated: %d tensors (the first %q) lie past the end of its %d-byte data buffer, which the header says holds at least %d bytes",
+			file, ErrMalformed, len(pastEnd), pastEnd[0], dataLen, needEnd)
 	}
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
@@ -149,6 +159,17 @@ func parseHeader(file string, b []byte) (*header, error) {
 		return nil, errors.Join(errs...)
 	}
 	return h, nil
+}
+
+// pastEndError is a record whose data lies (partly) past the end of the file: alone, a bad record; for many
+// records at once, a truncated file, reported as such in one line instead of once per tensor.
+type pastEndError struct {
+	begin, end int64
+	dataLen    int
+}
+
+func (e *pastEndError) Error() string {
+	return fmt.Sprintf("data_offsets [%d,%d] outside the %d-byte data buffer", e.begin, e.end, e.dataLen)
 }
 
 func orStart(name string) string {
@@ -209,8 +230,11 @@ func parseEntry(name string, raw json.RawMessage, dataLen int) (entry, error) {
 		return entry{}, fmt.Errorf("data_offsets has %d values, want 2", len(offs))
 	}
 	begin, end := offs[0], offs[1]
-	if begin < 0 || end < begin || end > int64(dataLen) {
+	if begin < 0 || end < begin {
 		return entry{}, fmt.Errorf("data_offsets [%d,%d] outside the %d-byte data buffer", begin, end, dataLen)
+	}
+	if end > int64(dataLen) {
+		return entry{}, &pastEndError{begin: begin, end: end, dataLen: dataLen}
 	}
 	shape := make([]int, len(*r.Shape))
 	hasZero := false

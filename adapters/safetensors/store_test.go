@@ -3,6 +3,7 @@ package safetensors
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -295,6 +296,8 @@ func TestParseHeaderErrors(t *testing.T) {
 		{"offsets out of range", rawFile(`{"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}`, make([]byte, 4)), []string{`"w"`, "outside"}},
 		{"offsets reversed", rawFile(`{"w":{"dtype":"U8","shape":[0],"data_offsets":[4,0]}}`, make([]byte, 4)), []string{`"w"`, "outside"}},
 		{"negative offset", rawFile(`{"w":{"dtype":"U8","shape":[1],"data_offsets":[-1,0]}}`, make([]byte, 4)), []string{`"w"`, "outside"}},
+		{"truncated file", rawFile(`{"a":{"dtype":"U8","shape":[2],"data_offsets":[0,2]},"b":{"dtype":"U8","shape":[2],"data_offsets":[2,4]},"c":{"dtype":"U8","shape":[2],"data_offsets":[4,6]}}`, make([]byte, 3)),
+			[]string{"truncated: 2 tensors", `"b"`, "3-byte data buffer", "at least 6 bytes"}},
 		{"three offsets", rawFile(`{"w":{"dtype":"U8","shape":[1],"data_offsets":[0,1,2]}}`, make([]byte, 1)), []string{"has 3 values"}},
 		{"negative dim", rawFile(`{"w":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}}`, make([]byte, 1)), []string{"negative"}},
 		{"fractional dim", rawFile(`{"w":{"dtype":"U8","shape":[1.5],"data_offsets":[0,1]}}`, make([]byte, 1)), []string{`"w"`, "bad record"}},
@@ -451,4 +454,23 @@ func TestConcurrentFetch(t *testing.T) {
 		require.NoError(t, <-done)
 	}
 	assert.Empty(t, s.Unused())
+}
+
+// A truncated checkpoint is one short error naming the truncation, not one line per tensor past the end.
+func TestTruncatedFileIsOneError(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "model.safetensors")
+	var tensors []Tensor
+	for i := range 50 {
+		tensors = append(tensors, Tensor{Name: fmt.Sprintf("layer.%02d.weight", i), DType: F32, Shape: []int{16, 16}, Data: make([]byte, 16*16*4)})
+	}
+	require.NoError(t, Write(path, tensors, nil))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, b[:len(b)/2], 0o644))
+	_, err = OpenFile(path)
+	require.ErrorIs(t, err, ErrMalformed)
+	assert.NotContains(t, err.Error(), "\n")
+	assert.Contains(t, err.Error(), "truncated")
+	assert.Less(t, len(err.Error()), 400, err.Error())
 }
