@@ -61,6 +61,9 @@ type GenerateOptions struct {
 	NoEOS bool
 	// Rollback forces a recurrent rollback strategy (default: the domain's cost model).
 	Rollback speculative.RollbackMode
+	// PolicyMemory, when non-nil, carries the adaptive policy's measurements across generations (see
+	// speculative.PolicyConfig.Memory).
+	PolicyMemory *speculative.PolicyMemory
 }
 
 // RoundJSON is one draft–verify round in higgs-verify's JSON.
@@ -198,7 +201,7 @@ func runDecoder(ctx context.Context, m *Models, o GenerateOptions) (speculative.
 	}
 	cfg := speculative.Config{BlockSize: bs, Adaptive: o.Adaptive && bs > 1, MaxTokens: o.MaxTokens,
 		ContextLength: info.ContextLength, StopTokens: stops, Sampling: o.Sampling, Rollback: o.Rollback,
-		LayerKinds: info.LayerKinds}
+		LayerKinds: info.LayerKinds, Policy: speculative.PolicyConfig{Memory: o.PolicyMemory}}
 	var rnd ports.Rand
 	if !o.Sampling.Greedy() {
 		rnd = NewSeededRand(o.Seed)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -124,15 +125,18 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 		bs       int
 		adaptive bool
 		acc      benchAcc
+		// mem carries the adaptive policy's measurements from run to run (warm-up included), as a server
+		// keeps them across requests: a 128-token generation is too short to amortise exploring afresh.
+		mem *speculative.PolicyMemory
 	}
 	bs := o.BlockSize
 	if bs == 0 {
 		bs = m.Drafter.BlockSize()
 	}
-	variants := []*variant{{bs: 1}, {bs: bs, adaptive: o.Adaptive}}
+	variants := []*variant{{bs: 1}, {bs: bs, adaptive: o.Adaptive, mem: speculative.NewPolicyMemory()}}
 	if len(o.Sweep) > 0 {
 		if !o.Adaptive {
-			variants = append(variants, &variant{bs: m.Drafter.BlockSize(), adaptive: true})
+			variants = append(variants, &variant{bs: m.Drafter.BlockSize(), adaptive: true, mem: speculative.NewPolicyMemory()})
 		}
 		for _, b := range o.Sweep {
 			if b < 2 || b > m.Drafter.BlockSize() {
@@ -145,7 +149,7 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 		for _, p := range o.Prompts {
 			for _, v := range variants {
 				g := GenerateOptions{Prompt: p, MaxTokens: o.MaxTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS,
-					Speculative: v.bs > 1, BlockSize: v.bs, Adaptive: v.adaptive}
+					Speculative: v.bs > 1, BlockSize: v.bs, Adaptive: v.adaptive, PolicyMemory: v.mem}
 				r, _, err := runDecoder(ctx, m, g)
 				if err != nil {
 					return res, err

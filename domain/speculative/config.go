@@ -47,6 +47,12 @@ type PolicyConfig struct {
 	// far, in [0, 1) (default 0.02). It is what keeps the adaptive policy from losing to plain decoding when
 	// speculation cannot pay.
 	ProbeBudget float64
+	// Memory, when non-nil, carries the policy's measurements (costs per block size, per-slot acceptance,
+	// probe budget) from one generation to the next, so a generation starts from what earlier ones learned
+	// instead of exploring again: on a fast target one exploratory speculative round can cost several
+	// per cent of a short generation. Share one Memory only between generations of the same target,
+	// drafter, backend and sampling regime. Generations may run concurrently; the last to finish is kept.
+	Memory *PolicyMemory
 	// Decay is the weight of the newest round time in the per-block-size moving averages, in (0, 1]
 	// (default 0.2); acceptance counts forget by a factor 1−Decay/2 per round.
 	Decay float64

@@ -52,6 +52,9 @@ func (d *Decoder) Generate(ctx context.Context, sess ports.Session, draft ports.
 		return Result{}, err
 	}
 	err = g.run(ctx)
+	if g.policy != nil && g.cfg.Policy.Memory != nil {
+		g.cfg.Policy.Memory.store(g.policy)
+	}
 	g.res.Tokens = g.seq[len(prompt):]
 	if err != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		g.res.Finish = FinishCancelled
@@ -133,7 +136,11 @@ func (d *Decoder) start(sess ports.Session, draft ports.DraftSession, prompt []p
 		g.draft = nil
 	}
 	if cfg.Adaptive {
-		g.policy = newDepthPolicy(g.maxBS, cfg.Policy)
+		if cfg.Policy.Memory != nil {
+			g.policy = cfg.Policy.Memory.load(g.maxBS, cfg.Policy)
+		} else {
+			g.policy = newDepthPolicy(g.maxBS, cfg.Policy)
+		}
 	}
 	rb, err := newRollbacker(cfg, sess)
 	if err != nil {

@@ -1,6 +1,10 @@
 package speculative
 
-import "time"
+import (
+	"slices"
+	"sync"
+	"time"
+)
 
 // Policy reasons reported in RoundStats.Policy.
 const (
@@ -283,4 +287,41 @@ func (p *depthPolicy) observe(bs, accepted int, draft, catchUp, verify, rollback
 			s.slow = ema{v: (p.acceptance(j) + x) / 2, ok: true}
 		}
 	}
+}
+
+// PolicyMemory carries an adaptive policy's state across generations (PolicyConfig.Memory). The zero value is
+// empty and ready; it is safe for concurrent use.
+type PolicyMemory struct {
+	mu sync.Mutex
+	p  *depthPolicy
+}
+
+// NewPolicyMemory returns an empty memory.
+func NewPolicyMemory() *PolicyMemory { return &PolicyMemory{} }
+
+// load returns a copy of the remembered policy when it was for the same largest block, else a fresh one.
+func (m *PolicyMemory) load(maxBS int, cfg PolicyConfig) *depthPolicy {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.p == nil || m.p.maxBS != maxBS {
+		return newDepthPolicy(maxBS, cfg)
+	}
+	return m.p.clone()
+}
+
+// store remembers a copy of p.
+func (m *PolicyMemory) store(p *depthPolicy) {
+	c := p.clone()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.p = c
+}
+
+func (p *depthPolicy) clone() *depthPolicy {
+	c := *p
+	c.slots = slices.Clone(p.slots)
+	c.draft = slices.Clone(p.draft)
+	c.verify = slices.Clone(p.verify)
+	c.probeRate = 0
+	return &c
 }

@@ -276,3 +276,38 @@ func hist(rs []simRound) map[int]int {
 	}
 	return m
 }
+
+// TestPolicyMemoryCarriesAcrossGenerations: with a shared PolicyMemory, the second generation starts from the
+// first one's measurements (no exploring rounds, plain decoding from its first round when drafts never pay),
+// stays lossless, and a memory for another largest block is not reused.
+func TestPolicyMemoryCarriesAcrossGenerations(t *testing.T) {
+	prompt := testPrompt(6, 32)
+	mem := NewPolicyMemory()
+	run := func(bs int) Result {
+		clock := portfake.NewClock(0)
+		cfg := portfake.Config{Tape: true, Clock: clock, ForwardCost: func(n int) time.Duration { return time.Duration(n) * time.Millisecond }}
+		m := portfake.MustNew(cfg)
+		r := newRig(t, cfg, portfake.RandomTokens(32, 5), portfake.DrafterConfig{BlockSize: 8, Clock: clock,
+			DraftCost: func(int) time.Duration { return 100 * time.Microsecond }})
+		dec, err := New(Config{BlockSize: bs, Adaptive: true, MaxTokens: 60, Policy: PolicyConfig{Memory: mem}}, clock, nil)
+		require.NoError(t, err)
+		res, err := dec.Generate(t.Context(), r.sess, r.draft, prompt, func([]ports.Token) error { return nil })
+		require.NoError(t, err)
+		assert.Equal(t, oracle(t, m, prompt, 60), res.Tokens)
+		return res
+	}
+	reasons := func(res Result) map[string]int {
+		m := map[string]int{}
+		for _, rs := range res.Stats.Rounds {
+			m[rs.Policy]++
+		}
+		return m
+	}
+	first := run(8)
+	assert.Equal(t, 2, reasons(first)[reasonExplore], "%v", reasons(first))
+	second := run(8)
+	assert.Zero(t, reasons(second)[reasonExplore], "%v", reasons(second))
+	assert.Equal(t, reasonFallbackAR, second.Stats.Rounds[0].Policy)
+	other := run(4)
+	assert.Equal(t, 2, reasons(other)[reasonExplore], "another largest block explores anew: %v", reasons(other))
+}
