@@ -41,5 +41,8 @@
 // round, then Taps.Slice(n) of each verify (or of the recompute forward). When the adaptive policy runs
 // plain rounds (block 1, no drafting call), their taps are kept (detached) and fed before the next draft
 // by context-only Draft calls with bs = 1, so DraftSession implementations must accept bs = 1 (append the
-// context, draft nothing).
+// context, draft nothing; the CPU drafter only queues such rows and projects them all with the next drafting
+// call). A drafter asked for a block shorter than its trained one should still run the trained block and
+// return its first bs−1 proposals (both drafters do): the adaptive policy's short blocks then accept as the
+// full block's first slots do.
 package speculative
