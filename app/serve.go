@@ -218,6 +218,15 @@ func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) 
 		case len(ids) == 0:
 			errs = append(errs, invalid("the prompt tokenizes to nothing"))
 		}
+		// A tokenizer may know more ids than the model embeds (added tokens past the embedding table); a prompt
+		// that uses one is refused here with its reason rather than failing inside the forward as a 500.
+		for _, id := range ids {
+			if id < 0 || int(id) >= l.info.VocabSize {
+				errs = append(errs, invalid("the prompt encodes to token id %d, outside this model's vocabulary of %d (the tokenizer knows ids the model cannot embed)",
+					id, l.info.VocabSize))
+				break
+			}
+		}
 		p.prompt = ids
 	}
 	ctxLen := l.info.ContextLength
