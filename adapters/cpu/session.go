@@ -174,6 +174,11 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	for r := range rows {
 		row := logits[r*a.Vocab : (r+1)*a.Vocab]
 		res.Greedy[r] = sampling.Argmax(row)
+		if res.Greedy[r] == ports.NoToken {
+			// Every logit is NaN (corrupt weights or a numerical blow-up): there is no token to return, and
+			// NoToken handed on would be committed and fed back as input.
+			return fail(fmt.Errorf("cpu forward: position %d: no finite logit among %d (every logit is NaN)", s.n-rows+r, a.Vocab))
+		}
 		if opts.Sampling != nil {
 			d, err := sampling.New(row, *opts.Sampling)
 			if err != nil {

@@ -1,0 +1,61 @@
+package cpu
+
+import (
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/adapters/safetensors"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// nanCheckpoint copies a golden model with its final norm weights set to NaN, so every logit is NaN.
+func nanCheckpoint(t *testing.T) string {
+	t.Helper()
+	src := filepath.Join(goldenRoot, "qwen3_next_dense")
+	if _, err := os.Stat(filepath.Join(src, "model.safetensors")); err != nil {
+		t.Skipf("golden %s absent: %v", src, err)
+	}
+	dst := t.TempDir()
+	cfg, err := os.ReadFile(filepath.Join(src, "config.json"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dst, "config.json"), cfg, 0o644))
+	st, err := safetensors.OpenFile(filepath.Join(src, "model.safetensors"))
+	require.NoError(t, err)
+	defer st.Close()
+	var out []safetensors.Tensor
+	for _, name := range st.Names() {
+		tn, err := st.Tensor(name)
+		require.NoError(t, err)
+		c := safetensors.Tensor{Name: tn.Name, DType: tn.DType, Shape: tn.Shape, Data: append([]byte(nil), tn.Data...)}
+		if name == "model.norm.weight" {
+			require.Equal(t, safetensors.F32, c.DType)
+			nan := math.Float32bits(float32(math.NaN()))
+			for i := 0; i+4 <= len(c.Data); i += 4 {
+				c.Data[i], c.Data[i+1], c.Data[i+2], c.Data[i+3] = byte(nan), byte(nan>>8), byte(nan>>16), byte(nan>>24)
+			}
+		}
+		out = append(out, c)
+	}
+	require.NoError(t, safetensors.Write(filepath.Join(dst, "model.safetensors"), out, nil))
+	return dst
+}
+
+// A forward whose logits are all NaN (corrupt weights) is an error naming the position, not a greedy token of
+// -1 that the decoder would commit and feed back as input.
+func TestAllNaNLogitsAreAnError(t *testing.T) {
+	tg, err := Load(t.Context(), nanCheckpoint(t), LoadOptions{Threads: 1})
+	require.NoError(t, err)
+	defer tg.Close()
+	s, err := tg.NewSession(t.Context(), nil)
+	require.NoError(t, err)
+	defer s.Close()
+	res, err := s.Forward(t.Context(), []ports.Token{1, 2}, ports.ForwardOptions{})
+	require.Error(t, err, "greedy %v", res.Greedy)
+	assert.Contains(t, err.Error(), "no finite logit")
+	assert.Contains(t, err.Error(), "position 0")
+}
