@@ -157,6 +157,11 @@ func (c *cli) emit(asJSON bool, v any, text func(io.Writer)) error {
 	if asJSON {
 		enc := json.NewEncoder(c.stdout)
 		if err := enc.Encode(v); err != nil {
+			if uv := (*json.UnsupportedValueError)(nil); errors.As(err, &uv) {
+				// NaN or ±Inf (a corrupt checkpoint, a numerical blow-up) has no JSON form.
+				return fmt.Errorf("%w: the result holds %s, which JSON cannot represent (non-finite values: corrupt weights?); run without --json to see it",
+					app.ErrBadInput, uv.Str)
+			}
 			return fmt.Errorf("write JSON: %w", err)
 		}
 		return nil

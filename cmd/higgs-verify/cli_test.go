@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -364,4 +365,14 @@ func TestPanicIsOneLineExit2(t *testing.T) {
 	assert.Equal(t, 1, strings.Count(errb.String(), "\n"), "one line: %q", errb.String())
 	assert.Contains(t, errb.String(), "internal error")
 	assert.Contains(t, errb.String(), "index out of range [9] with length 4")
+}
+
+// A result JSON cannot encode (NaN logits from a corrupt checkpoint) is exit 2 with a reason, and stdout stays
+// empty rather than holding half an object.
+func TestNonFiniteResultIsBadInput(t *testing.T) {
+	c := &cli{stdout: new(bytes.Buffer)}
+	err := c.emit(true, map[string]any{"logits": [][]float32{{1, float32(math.NaN())}}}, nil)
+	require.ErrorIs(t, err, app.ErrBadInput)
+	assert.Contains(t, err.Error(), "NaN")
+	assert.Empty(t, c.stdout.(*bytes.Buffer).String())
 }
