@@ -32,8 +32,8 @@ const (
 )
 
 // ErrMLXUnavailable is wrapped by LoadModels when the MLX backend is requested but cannot run here (libmlxc
-// not found or not matching; the reason follows). It wraps errors.ErrUnsupported.
-var ErrMLXUnavailable = fmt.Errorf("MLX backend not available: %w", errors.ErrUnsupported)
+// not found or not matching; the reason follows, and the chain wraps errors.ErrUnsupported through it).
+var ErrMLXUnavailable = errors.New("MLX backend not available")
 
 // ModelConfig names the model and drafter to load and the backend to run them on.
 type ModelConfig struct {

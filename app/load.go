@@ -139,6 +139,7 @@ func chooseBackend(b string, log zerolog.Logger) (string, error) {
 		return BackendCPU, nil
 	case BackendMLX:
 		if err := mlxAvailable(); err != nil {
+			// err names the reason (and wraps errors.ErrUnsupported); ErrMLXUnavailable marks it for callers.
 			return "", fmt.Errorf("backend %q: %w: %w", b, ErrMLXUnavailable, err)
 		}
 		return BackendMLX, nil
