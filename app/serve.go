@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -74,6 +75,22 @@ type loaded struct {
 	maxBlock   int  // the drafter's block size, 1 without drafter
 	thinkSplit bool // the tokenizer knows <think> and </think>
 	eos        map[ports.Token]bool
+	// policies carries the adaptive depth policy's measurements from request to request (one memory per
+	// block size and sampling regime, as speculative.PolicyConfig.Memory requires), so short requests do not
+	// pay for exploring block sizes afresh. Keyed by policyKey.
+	policies sync.Map
+}
+
+// policyKey names one adaptive-policy memory: the largest block size and whether decoding is greedy.
+type policyKey struct {
+	blockSize int
+	greedy    bool
+}
+
+// policyMemory returns the shared memory for requests decoding with block size bs in this sampling regime.
+func (l *loaded) policyMemory(bs int, greedy bool) *speculative.PolicyMemory {
+	m, _ := l.policies.LoadOrStore(policyKey{bs, greedy}, speculative.NewPolicyMemory())
+	return m.(*speculative.PolicyMemory)
 }
 
 // Serve is the serving use case: it implements ports.Generator over the speculative decoder. It is safe for
@@ -287,6 +304,9 @@ func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) 
 		StopTokens:    stops,
 		Sampling:      req.Sampling,
 		LayerKinds:    l.info.LayerKinds,
+	}
+	if p.cfg.Adaptive {
+		p.cfg.Policy.Memory = l.policyMemory(bs, req.Sampling.Greedy())
 	}
 	if err := p.cfg.Validate(); err != nil {
 		return p, fmt.Errorf("%w: %w", ports.ErrInvalidRequest, err)
