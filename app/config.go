@@ -46,10 +46,7 @@ type Config struct {
 // DefaultConfig serves the bundled demo on 127.0.0.1:8000.
 func DefaultConfig() Config {
 	return Config{
-		Backend: BackendCPU,
-		// The adaptive depth policy is on by default: it speculates where the measured costs say it pays and
-		// decodes plainly where they say it does not, so turning speculation on never makes serving slower.
-		Adaptive:        true,
+		Backend:         BackendCPU,
 		Host:            "127.0.0.1",
 		Port:            8000,
 		MaxBodyBytes:    4 << 20,
@@ -68,7 +65,7 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.StringVar(&c.Draft, "draft", c.Draft, "DFlash drafter directory or hub id (default with the demo: models/demo/drafter; \"none\": no drafter)")
 	fs.BoolVar(&c.NoDraft, "no-draft", c.NoDraft, "turn speculative decoding off (load no drafter)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "speculative block size, anchor included (0: the drafter's; 1: no speculation)")
-	fs.BoolVar(&c.Adaptive, "adaptive", c.Adaptive, "let the adaptive depth policy choose each round's block size (false: always the full block size)")
+	fs.BoolVar(&c.Adaptive, "adaptive", c.Adaptive, "let the adaptive depth policy choose each round's block size")
 	fs.StringVar(&c.Backend, "backend", c.Backend, "compute backend: cpu, mlx or auto")
 	fs.IntVar(&c.Threads, "threads", c.Threads, "CPU worker threads (0: GOMAXPROCS)")
 	fs.StringVar(&c.Host, "host", c.Host, "address to listen on (a wider bind such as 0.0.0.0 must be asked for)")
