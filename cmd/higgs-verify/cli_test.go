@@ -347,8 +347,9 @@ func TestSynthCommand(t *testing.T) {
 		assert.Contains(t, b, "adaptive")
 	}
 	r := runCLI(t, "synth", "--wide", "0", "--bits", "3", "--group-size", "7")
-	assert.NotEqual(t, 0, r.code)
-	assert.Contains(t, r.stderr, "--out is required")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "output directory is required")
+	assert.Contains(t, r.stderr, "wide 0")
 	assert.Contains(t, r.stderr, "group")
 }
 
