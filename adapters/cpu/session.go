@@ -339,10 +339,10 @@ func (t *Taps) Slice(n int) ports.Taps {
 	return &Taps{data: t.data[:n*t.width], rows: n, width: t.width}
 }
 
-// Detach returns a copy independent of the session.
-func (t *Taps) Detach() ports.Taps {
-	return &Taps{data: append([]float32(nil), t.data...), rows: t.rows, width: t.width}
-}
+// Detach returns taps independent of the session. Every Forward writes its taps into a fresh matrix that the
+// session never touches again (and readers may not write), so the receiver already outlives later Forward
+// calls: copying it would only cost the speculative decoder a copy per round (the whole prompt's on the first).
+func (t *Taps) Detach() ports.Taps { return t }
 
 // Float32 exposes the matrix without copying (row-major; width = len(tapLayers)·HiddenSize). Read only.
 func (t *Taps) Float32() (data []float32, rows, width int) { return t.data, t.rows, t.width }

@@ -142,9 +142,13 @@ func (p *depthPolicy) best(from int) (int, float64) {
 	bestBS, bestRate := 0, 0.0
 	expected := 1.0
 	chain := 1.0
+	r := priorAcceptance
 	for bs := 1; bs <= p.maxBS; bs++ {
 		if bs > 1 {
-			chain *= p.acceptance(bs - 1)
+			// r is acceptance(bs-1), built slot by slot as acceptance does (the same float operations) so
+			// that a round's choice costs O(maxBS), not O(maxBS²).
+			r = p.slotAcceptance(bs-1, r)
+			chain *= r
 			expected += chain
 		}
 		if bs < from {
@@ -172,14 +176,19 @@ type slotStat struct {
 func (p *depthPolicy) acceptance(j int) float64 {
 	r := priorAcceptance
 	for k := 1; k <= j; k++ {
-		s := p.slots[k-1]
-		base := r
-		if s.slow.ok {
-			base = s.slow.v
-		}
-		r = (s.pass + slowWeight*base) / (s.tests + slowWeight)
+		r = p.slotAcceptance(k, r)
 	}
 	return r
+}
+
+// slotAcceptance returns the estimate of r_k given prev, the estimate of r_{k-1} (the prior for k = 1).
+func (p *depthPolicy) slotAcceptance(k int, prev float64) float64 {
+	s := &p.slots[k-1]
+	base := prev
+	if s.slow.ok {
+		base = s.slow.v
+	}
+	return (s.pass + slowWeight*base) / (s.tests + slowWeight)
 }
 
 // costOf returns the expected round time of bs in nanoseconds (0 when nothing is measured yet).
