@@ -28,8 +28,7 @@ type gdnTape struct {
 	delta []float32 // [T, Hv, dv]
 	khat  []float32 // [T, Hk, dk]
 	alpha []float32 // [T, Hv]
-	p     []float32 // [T, C] raw pre-conv rows
-	cs0   []float32 // conv state before the block
+	x     []float32 // [Kc−1+T, C]: the conv state before the block, then the block's raw pre-conv rows
 	s0    int       // index of the ping-pong buffer holding S₀
 }
 
@@ -117,7 +116,10 @@ func (m *model) gdn(w *gdnWeights, st *gdnState, a, out []float32, T int, tp *gd
 	Dk, Dv := Hk*dk, Hv*dv
 	C := 2*Dk + Dv
 	rho := Hv / Hk
-	P := make([]float32, T*C)
+	// The projection is written straight into the conv window X = [conv state; P], which the tape keeps as is.
+	X := make([]float32, (Kc-1+T)*C)
+	copy(X, st.conv)
+	P := X[(Kc-1)*C:]
 	z := make([]float32, T*Dv)
 	b := make([]float32, T*Hv)
 	araw := make([]float32, T*Hv)
@@ -148,13 +150,9 @@ func (m *model) gdn(w *gdnWeights, st *gdnState, a, out []float32, T int, tp *gd
 		w.a.Forward(araw, a, T)
 	}
 	if tp != nil {
-		tp.p = P
-		tp.cs0 = append([]float32(nil), st.conv...)
+		tp.x = X // never written after this point
 	}
-	// Causal depthwise conv over X = [conv state; P], then SiLU.
-	X := make([]float32, (Kc-1+T)*C)
-	copy(X, st.conv)
-	copy(X[(Kc-1)*C:], P)
+	// Causal depthwise conv over X, then SiLU.
 	Y := make([]float32, T*C)
 	m.pool.For(C, 256, func(lo, hi int) {
 		for c := lo; c < hi; c++ {
@@ -254,7 +252,7 @@ func rank1(S, delta, khat, tmp []float32) {
 // replayGDN rebuilds a GDN layer's state after the first n steps of a taped block (MODEL-REFERENCE §4.3).
 func (m *model) replayGDN(st *gdnState, tp *gdnTape, n int) {
 	ar := &m.arch
-	Hk, Hv, dk, dv, Kc := ar.KeyHeads, ar.ValueHeads, ar.KeyDim, ar.ValueDim, ar.ConvKernel
+	Hk, Hv, dk, dv := ar.KeyHeads, ar.ValueHeads, ar.KeyDim, ar.ValueDim
 	C := ar.convDim()
 	rho := Hv / Hk
 	src, dst := st.s[tp.s0], st.s[1-tp.s0]
@@ -280,10 +278,7 @@ func (m *model) replayGDN(st *gdnState, tp *gdnTape, n int) {
 	}
 	st.cur = 1 - tp.s0
 	// Conv state = rows n..n+Kc−2 of [cs₀; P].
-	X := make([]float32, (Kc-1+n)*C)
-	copy(X, tp.cs0)
-	copy(X[(Kc-1)*C:], tp.p[:n*C])
-	copy(st.conv, X[n*C:])
+	copy(st.conv, tp.x[n*C:])
 }
 
 // ffn is the SwiGLU MLP over T rows.
