@@ -277,31 +277,13 @@ func readRope(r *reader, c *TextConfig) {
 	params, pwhere := r.obj("rope_parameters")
 	pr := &reader{scopes: []scope{{pwhere, params}}}
 
-	c.RopeTheta = r.float("rope_theta", 0)
-	if pt := pr.float("rope_theta", 0); pt != 0 {
-		if c.RopeTheta != 0 && c.RopeTheta != pt {
-			r.addErr("rope_theta %v and %s.rope_theta %v disagree", c.RopeTheta, pwhere, pt)
-		}
-		c.RopeTheta = pt
-	}
-	if c.RopeTheta == 0 && !r.has("rope_theta") && !pr.has("rope_theta") {
-		c.RopeTheta = 10000
-	}
+	c.RopeTheta = ropeFloat(r, pr, pwhere, "rope_theta", 10000)
 
 	def := 0.25
 	if c.ModelType == ModelQwen3 {
 		def = 1
 	}
-	c.PartialRotaryFactor = r.float("partial_rotary_factor", 0)
-	if pf := pr.float("partial_rotary_factor", 0); pf != 0 {
-		if c.PartialRotaryFactor != 0 && c.PartialRotaryFactor != pf {
-			r.addErr("partial_rotary_factor %v and %s.partial_rotary_factor %v disagree", c.PartialRotaryFactor, pwhere, pf)
-		}
-		c.PartialRotaryFactor = pf
-	}
-	if c.PartialRotaryFactor == 0 && !r.has("partial_rotary_factor") && !pr.has("partial_rotary_factor") {
-		c.PartialRotaryFactor = def
-	}
+	c.PartialRotaryFactor = ropeFloat(r, pr, pwhere, "partial_rotary_factor", def)
 
 	if sec, ok := pr.ints("mrope_section"); ok {
 		c.MRopeSection = sec
@@ -311,6 +293,23 @@ func readRope(r *reader, c *TextConfig) {
 	scaling, swhere := r.obj("rope_scaling")
 	checkRopeType(r, &reader{scopes: []scope{{swhere, scaling}}}, swhere)
 	r.errs = append(r.errs, pr.errs...)
+}
+
+// ropeFloat reads key from the top level and from rope_parameters (pr, named pwhere); a non-zero
+// rope_parameters value wins and must agree with a non-zero top-level one. def applies only when neither
+// place has the key, so an explicit 0 stays 0 and is rejected by validation.
+func ropeFloat(r, pr *reader, pwhere, key string, def float64) float64 {
+	v := r.float(key, 0)
+	if p := pr.float(key, 0); p != 0 {
+		if v != 0 && v != p {
+			r.addErr("%s %v and %s.%s %v disagree", key, v, pwhere, key, p)
+		}
+		v = p
+	}
+	if v == 0 && !r.has(key) && !pr.has(key) {
+		v = def
+	}
+	return v
 }
 
 // checkRopeType refuses any RoPE variant but the default (YaRN, linear, dynamic, ...): applying plain RoPE to

@@ -115,16 +115,7 @@ func ParseDrafterConfig(data []byte) (*DrafterConfig, error) {
 
 	params, pwhere := r.obj("rope_parameters")
 	pr := &reader{scopes: []scope{{pwhere, params}}}
-	d.RopeTheta = r.float("rope_theta", 0)
-	if pt := pr.float("rope_theta", 0); pt != 0 {
-		if d.RopeTheta != 0 && d.RopeTheta != pt {
-			r.addErr("rope_theta %v and %s.rope_theta %v disagree", d.RopeTheta, pwhere, pt)
-		}
-		d.RopeTheta = pt
-	}
-	if d.RopeTheta == 0 && !r.has("rope_theta") && !pr.has("rope_theta") {
-		d.RopeTheta = 10000
-	}
+	d.RopeTheta = ropeFloat(r, pr, pwhere, "rope_theta", 10000)
 	if f := pr.float("partial_rotary_factor", 1); f != 1 {
 		r.unsupported("%s.partial_rotary_factor %v for a drafter (drafters rotate the whole head)", pwhere, f)
 	}
