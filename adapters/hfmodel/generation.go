@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 )
 
 // GenerationConfigFile is the name of the generation defaults file.
@@ -87,4 +88,18 @@ func ParseGenerationConfig(data []byte) (*GenerationConfig, error) {
 		return nil, err
 	}
 	return g, nil
+}
+
+// StopTokens is the model's end-of-sequence ids: generation_config.json's first (it is what generate() uses),
+// then any further ones config.json names, each once. Both backends report this list as ModelInfo.EOSTokens.
+func StopTokens(gen *GenerationConfig, cfg *TextConfig) []int32 {
+	var out []int32
+	for _, ids := range [][]int32{gen.EOSTokenIDs, cfg.EOSTokenIDs} {
+		for _, id := range ids {
+			if !slices.Contains(out, id) {
+				out = append(out, id)
+			}
+		}
+	}
+	return out
 }

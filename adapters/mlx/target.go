@@ -113,7 +113,7 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 	t := &Target{rt: rt, m: m, cfg: cfg, info: ports.ModelInfo{
 		Name: filepath.Clean(dir), Architecture: cfg.ModelType, VocabSize: a.Vocab, HiddenSize: a.Hidden,
 		ContextLength: a.ContextLength, LayerKinds: append([]ports.LayerKind(nil), a.Kinds...),
-		EOSTokens: mergeEOS(gen.EOSTokenIDs, cfg.EOSTokenIDs),
+		EOSTokens: hfmodel.StopTokens(gen, cfg),
 	}}
 	opts.Logger.Debug().Str("dir", dir).Str("model_type", cfg.ModelType).Int("layers", a.Layers).Msg("mlx target loaded")
 	return t, nil
@@ -124,20 +124,6 @@ func head(s []string, n int) []string {
 		return append(s[:n:n], fmt.Sprintf("… and %d more", len(s)-n))
 	}
 	return s
-}
-
-func mergeEOS(lists ...[]int32) []ports.Token {
-	var out []ports.Token
-	seen := map[int32]bool{}
-	for _, l := range lists {
-		for _, id := range l {
-			if !seen[id] {
-				seen[id] = true
-				out = append(out, id)
-			}
-		}
-	}
-	return out
 }
 
 // Info describes the model (see ports.Target).
