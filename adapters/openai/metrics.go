@@ -1,6 +1,8 @@
 package openai
 
 import (
+	"errors"
+	"fmt"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -44,14 +46,39 @@ func newMetrics(reg prometheus.Registerer, queueDepth func() int) *metrics {
 		acceptedPos: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "higgs_spec_decode_num_accepted_tokens_per_pos_total",
 			Help: "Rounds whose draft token at position (0 = first drafted slot) was accepted."}, []string{"position"}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.ttft, m.promptTokens, m.genTokens, m.numDrafts, m.draftTokens,
-		m.accepted, m.acceptedPos)
+	m.requests = adopt(reg, m.requests)
+	m.latency = adopt(reg, m.latency)
+	m.ttft = adopt(reg, m.ttft)
+	m.promptTokens = adopt(reg, m.promptTokens)
+	m.genTokens = adopt(reg, m.genTokens)
+	m.numDrafts = adopt(reg, m.numDrafts)
+	m.draftTokens = adopt(reg, m.draftTokens)
+	m.accepted = adopt(reg, m.accepted)
+	m.acceptedPos = adopt(reg, m.acceptedPos)
 	if queueDepth != nil {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "higgs_queue_depth",
+		// With a shared registry the first server's gauge stays: one registry exports one queue depth.
+		adopt(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "higgs_queue_depth",
 			Help: "Requests waiting for the engine (not counting those running)."},
 			func() float64 { return float64(queueDepth()) }))
 	}
 	return m
+}
+
+// adopt registers c, or returns the collector already registered under its name, so that servers given
+// one Registry share its series instead of panicking as MustRegister would. The series are fixed above, so
+// any other registration error is a programming error and still panics.
+func adopt[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	err := reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	panic(fmt.Sprintf("openai: register metrics: %v", err))
 }
 
 // observeResult accounts for a finished (or stopped) generation.

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -264,6 +265,25 @@ func TestMetricsEndpoint(t *testing.T) {
 	} {
 		assert.Contains(t, string(body), want)
 	}
+}
+
+// TestSharedRegistry gives one registry to two servers: the second must not panic (MustRegister did), and
+// both count into the same series.
+func TestSharedRegistry(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	gen := &scripted{res: goldenResult, ready: true}
+	var servers []*Server
+	for range 2 {
+		require.NotPanics(t, func() { servers = append(servers, New(gen, Options{Log: zerolog.Nop(), Registry: reg})) })
+	}
+	for _, s := range servers {
+		s.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x"}`)))
+	}
+	rec := httptest.NewRecorder()
+	servers[1].ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	assert.Contains(t, body, "higgs_prompt_tokens_total 10")
+	assert.Contains(t, body, `higgs_requests_total{endpoint="POST /v1/completions",status="200"} 2`)
 }
 
 func TestModelIDWithSlash(t *testing.T) {
