@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 )
 
 // ErrShape is wrapped by CheckShapes and the row functions when tensor shapes or slice lengths disagree.
@@ -74,7 +75,7 @@ func CheckShapes(weightShape, scalesShape, biasesShape []int, spec Spec) (out, i
 			errs = append(errs, fmt.Errorf("%w: weight shape %v and scales shape %v differ in dimension %d", ErrShape, weightShape, scalesShape, i))
 		}
 	}
-	if biasesShape != nil && !equalInts(biasesShape, scalesShape) {
+	if biasesShape != nil && !slices.Equal(biasesShape, scalesShape) {
 		errs = append(errs, fmt.Errorf("%w: biases shape %v differs from scales shape %v", ErrShape, biasesShape, scalesShape))
 	}
 	groups := scalesShape[rank-1]
@@ -91,18 +92,6 @@ func CheckShapes(weightShape, scalesShape, biasesShape []int, spec Spec) (out, i
 			ErrShape, weightShape, groups, spec.GroupSize, spec, want/32, weightShape[rank-1])
 	}
 	return out, in, nil
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Code returns code j (of width bits) from one row's little-endian bit stream: bits [j·b, j·b+b), where word

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -137,7 +138,7 @@ func dirFiles(dir string) ([]string, map[string]string, error) {
 			}
 		}
 		if len(errs) > 0 {
-			slices.SortFunc(errs, func(a, b error) int { return cmpStr(a.Error(), b.Error()) })
+			slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
 			return nil, nil, errors.Join(errs...)
 		}
 		files := make([]string, 0, len(set))
@@ -168,16 +169,6 @@ func dirFiles(dir string) ([]string, map[string]string, error) {
 	}
 	sort.Strings(files)
 	return files, nil, nil
-}
-
-func cmpStr(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // add maps one file, validates it and registers its tensors.
