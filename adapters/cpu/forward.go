@@ -26,7 +26,7 @@ type gdnState struct {
 // gdnTape is one GDN layer's record of a block (MODEL-REFERENCE §4.3).
 type gdnTape struct {
 	delta []float32 // [T, Hv, dv]
-	khat  []float32 // [T, Hk, dk]
+	y     []float32 // [T, C] post-conv rows; k̂ of key head g at row t is y[t·C+Dk+g·dk:][:dk]
 	alpha []float32 // [T, Hv]
 	x     []float32 // [Kc−1+T, C]: the conv state before the block, then the block's raw pre-conv rows
 	s0    int       // index of the ping-pong buffer holding S₀
@@ -190,10 +190,7 @@ func (m *model) gdn(w *gdnWeights, st *gdnState, a, out []float32, T int, tp *gd
 		delta = make([]float32, T*Hv*dv)
 		tp.alpha = alpha
 		tp.delta = delta
-		tp.khat = make([]float32, T*Dk)
-		for t := range T {
-			copy(tp.khat[t*Dk:(t+1)*Dk], Y[t*C+Dk:t*C+2*Dk])
-		}
+		tp.y = Y // never written after this point
 		tp.s0 = st.cur
 	}
 	src, dst := st.s[st.cur], st.s[1-st.cur]
@@ -253,7 +250,7 @@ func rank1(S, delta, khat, tmp []float32) {
 func (m *model) replayGDN(st *gdnState, tp *gdnTape, n int) {
 	ar := &m.arch
 	Hk, Hv, dk, dv := ar.KeyHeads, ar.ValueHeads, ar.KeyDim, ar.ValueDim
-	C := ar.convDim()
+	C, Dk := ar.convDim(), Hk*dk
 	rho := Hv / Hk
 	src, dst := st.s[tp.s0], st.s[1-tp.s0]
 	if n == 0 {
@@ -271,7 +268,7 @@ func (m *model) replayGDN(st *gdnState, tp *gdnTape, n int) {
 					} else {
 						decay(S, S, tp.alpha[t*Hv+h])
 					}
-					rank1(S, tp.delta[(t*Hv+h)*dv:(t*Hv+h+1)*dv], tp.khat[t*Hk*dk+kh*dk:t*Hk*dk+(kh+1)*dk], tmp)
+					rank1(S, tp.delta[(t*Hv+h)*dv:(t*Hv+h+1)*dv], tp.y[t*C+Dk+kh*dk:t*C+Dk+(kh+1)*dk], tmp)
 				}
 			}
 		})
