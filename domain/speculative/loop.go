@@ -79,6 +79,7 @@ type generation struct {
 	pending []pendingTaps
 	rb      *rollbacker
 	policy  *depthPolicy
+	samp    *ports.SamplingParams // ForwardOptions.Sampling: nil when greedy; built once, not per round
 	stop    map[ports.Token]bool
 	res     Result
 }
@@ -147,16 +148,11 @@ func (d *Decoder) start(sess ports.Session, draft ports.DraftSession, prompt []p
 		return nil, fmt.Errorf("generate: %w", err)
 	}
 	g.rb = rb
+	if !cfg.Sampling.Greedy() {
+		g.samp = &g.cfg.Sampling
+	}
 	g.res.Stats.PromptTokens = len(prompt)
 	return g, nil
-}
-
-func (g *generation) sampling() *ports.SamplingParams {
-	if g.cfg.Sampling.Greedy() {
-		return nil
-	}
-	s := g.cfg.Sampling
-	return &s
 }
 
 // run prefills, then decodes round by round until a finish reason or an error.
@@ -166,7 +162,7 @@ func (g *generation) run(ctx context.Context) error {
 	}
 	clock := g.d.clock
 	t0 := clock.Now()
-	fr, err := g.sess.Forward(ctx, g.seq, ports.ForwardOptions{Rows: 1, Taps: g.draft != nil, Sampling: g.sampling()})
+	fr, err := g.sess.Forward(ctx, g.seq, ports.ForwardOptions{Rows: 1, Taps: g.draft != nil, Sampling: g.samp})
 	if err != nil {
 		return fmt.Errorf("prefill %d tokens: %w", g.prompt, err)
 	}
@@ -254,7 +250,7 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 	}
 	g.detachPending()
 	fr, err := g.sess.Forward(ctx, block, ports.ForwardOptions{
-		Taps: g.draft != nil, RecordTape: plan.recordTape, Sampling: g.sampling()})
+		Taps: g.draft != nil, RecordTape: plan.recordTape, Sampling: g.samp})
 	if err != nil {
 		return false, fmt.Errorf("verify block of %d: %w", bs, err)
 	}
