@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"unicode/utf8"
 )
@@ -172,7 +173,8 @@ func (b *bpe) tokenize(word string, dst []int32) []int32 {
 	}
 	ids := b.mergeWord(word)
 	if cacheable {
-		b.cache.put(word, ids)
+		// word is a substring of the caller's text; keying the cache by it would keep whole prompts alive.
+		b.cache.put(strings.Clone(word), ids)
 	}
 	return append(dst, ids...)
 }
