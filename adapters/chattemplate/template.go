@@ -17,6 +17,7 @@ import (
 
 	"github.com/ardanlabs/jinja"
 
+	"github.com/higgs-go/higgs/adapters/tokenizer"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -126,7 +127,7 @@ func readSpecialTokens(cfg map[string]json.RawMessage) (SpecialTokens, error) {
 	var st SpecialTokens
 	for key, dst := range map[string]*string{"bos_token": &st.BOS, "eos_token": &st.EOS, "pad_token": &st.Pad,
 		"unk_token": &st.Unk} {
-		s, err := tokenString(cfg[key])
+		s, err := tokenizer.SpecialTokenString(cfg[key])
 		if err != nil {
 			return st, fmt.Errorf("tokenizer_config.json %s: %w", key, err)
 		}
@@ -139,7 +140,7 @@ func readSpecialTokens(cfg map[string]json.RawMessage) (SpecialTokens, error) {
 		}
 		st.Additional = []string{}
 		for _, item := range list {
-			s, err := tokenString(item)
+			s, err := tokenizer.SpecialTokenString(item)
 			if err != nil {
 				return st, fmt.Errorf("tokenizer_config.json additional_special_tokens: %w", err)
 			}
@@ -147,24 +148,6 @@ func readSpecialTokens(cfg map[string]json.RawMessage) (SpecialTokens, error) {
 		}
 	}
 	return st, nil
-}
-
-// tokenString reads null, "text" or {"content": "text"}.
-func tokenString(raw json.RawMessage) (string, error) {
-	if len(raw) == 0 || string(raw) == "null" {
-		return "", nil
-	}
-	var s string
-	if err := json.Unmarshal(raw, &s); err == nil {
-		return s, nil
-	}
-	var obj struct {
-		Content string `json:"content"`
-	}
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return "", fmt.Errorf("neither a string nor an object with content: %w", err)
-	}
-	return obj.Content, nil
 }
 
 // Render renders the conversation as transformers' apply_chat_template(tokenize=False) does: the template
