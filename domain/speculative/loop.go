@@ -40,7 +40,8 @@ func New(cfg Config, clock ports.Clock, rnd ports.Rand) (*Decoder, error) {
 
 // Generate prefills prompt into sess (which must be empty, opened with the drafter's tap layers when draft
 // != nil), then decodes. draft == nil or BlockSize == 1 means autoregressive decoding. emit receives each
-// round's committed tokens (already committed to the session) in order; an emit error stops generation and
+// round's committed tokens (already committed to the session) in order, in a slice it must not modify
+// (it may keep it: the tokens stay as they are); an emit error stops generation and
 // is returned wrapped. ctx is checked once per round; on cancellation Generate returns ctx.Err() (wrapped)
 // plus the partial Result with FinishCancelled. draft must be empty (Len 0); the caller keeps ownership of
 // sess and draft and closes them. On any other error the partial Result is returned too, and the session
@@ -268,7 +269,10 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("verify block of %d: %w", bs, err)
 	}
 	rs.Accepted = a
-	chunk := append(slices.Clone(prop.Tokens[:a]), next)
+	// The candidate tokens go straight into seq's spare capacity; seq itself grows only at commit, so an
+	// error below leaves the partial Result without them, and emitted chunks (clipped) are never overwritten.
+	cand := append(append(g.seq, prop.Tokens[:a]...), next)
+	chunk := cand[len(g.seq):]
 	finish := FinishReason("")
 	if i := slices.IndexFunc(chunk, func(t ports.Token) bool { return g.stop[t] }); i >= 0 {
 		chunk, finish = chunk[:i+1], FinishStop
@@ -299,7 +303,7 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 	}
 
 	// Commit, then emit.
-	g.seq = append(g.seq, chunk...)
+	g.seq = cand[:len(g.seq)+n]
 	g.res.Stats.Rounds = append(g.res.Stats.Rounds, rs)
 	if g.policy != nil {
 		// The cost model sees only the final Draft call: catching up context after plain rounds is a cost of

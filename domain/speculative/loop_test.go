@@ -89,3 +89,32 @@ func BenchmarkGenerate(b *testing.B) {
 		}
 	}
 }
+
+// TestEmittedChunksStayValid keeps every emitted slice without copying it (as Generate's doc allows) and checks,
+// after generation, that they still spell the result: later rounds must not overwrite earlier chunks.
+func TestEmittedChunksStayValid(t *testing.T) {
+	prompt := testPrompt(9, 32)
+	for _, mv := range modelVariants {
+		t.Run(mv.name, func(t *testing.T) {
+			m := portfake.MustNew(mv.cfg)
+			r := newRig(t, mv.cfg, portfake.MatchThenDiverge(m, 2), portfake.DrafterConfig{})
+			dec, err := New(Config{BlockSize: 6, MaxTokens: 37}, portfake.NewClock(1), nil)
+			require.NoError(t, err)
+			var kept [][]ports.Token
+			res, err := dec.Generate(t.Context(), r.sess, r.draftSession(), prompt, func(chunk []ports.Token) error {
+				kept = append(kept, chunk)
+				return nil
+			})
+			require.NoError(t, err)
+			require.Greater(t, len(kept), 2)
+			var all []ports.Token
+			for _, c := range kept {
+				all = append(all, c...)
+			}
+			assert.Equal(t, res.Tokens, all)
+			want, err := m.GreedyContinuation(prompt, 37)
+			require.NoError(t, err)
+			assert.Equal(t, want, all)
+		})
+	}
+}
