@@ -226,7 +226,7 @@ func (m *model) ffn(g *graph, w *ffnWeights, h arr, T int) arr {
 // them with gathered matmuls, gate and up fused into one gather.
 func (m *model) moe(g *graph, w *moeWeights, h arr, T int) arr {
 	a := &m.arch
-	E, K, I, H := a.Experts, a.TopK, a.MoEIntermediate, a.Hidden
+	K, I, H := a.TopK, a.MoEIntermediate, a.Hidden
 	p := g.softmax(w.router.apply(g, h), -1) // [T,E]
 	order := g.argsort(g.neg(p), -1)
 	idx := g.slice(order, []int{0, 0}, []int{T, K}) // [T,K]
@@ -246,7 +246,6 @@ func (m *model) moe(g *graph, w *moeWeights, h arr, T int) arr {
 	y := w.down.gather(g, g.mul(g.silu(gate), up), idx) // [T,K,1,H]
 	y = g.reshape(y, T, K, H)
 	y = g.sum(g.mul(y, g.reshape(wk, T, K, 1)), 1, false) // [T,H]
-	_ = E
 	if w.shared != nil {
 		s := m.ffn(g, w.shared, h, T)
 		if w.sharedGate != nil {

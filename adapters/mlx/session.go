@@ -264,7 +264,7 @@ func (s *Session) run(tokens []ports.Token, rows int, wantTaps, wantTape, wantLo
 		g := newGraph(s.t.rt, "mlx forward")
 		defer g.release()
 		x := m.embedRows(g, uploadI32(g, tokens, T))
-		old := s.st.snapshotHandles()
+		old := s.st.handles()
 		var tape *Tape
 		if wantTape && s.hasRecurrent() {
 			tape = &Tape{sess: s, gen: s.gen, t: T, start: s.n, layers: make([]*gdnTape, a.Layers)}
@@ -382,8 +382,6 @@ func (st *sessState) handles() []arr {
 	}
 	return out
 }
-
-func (st *sessState) snapshotHandles() []arr { return st.handles() }
 
 func (st *sessState) restoreHandles(h []arr) {
 	i := 0
