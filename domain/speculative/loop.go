@@ -245,7 +245,7 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 
 	// Verify (after a snapshot when the rollback plan needs one).
 	t0 := clock.Now()
-	plan, _, err := g.rb.prepare(g.sess, bs, clock)
+	plan, err := g.rb.prepare(g.sess, bs, clock)
 	if err != nil {
 		return false, err
 	}

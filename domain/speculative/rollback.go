@@ -69,10 +69,10 @@ func newRollbacker(cfg Config, sess ports.Session) (*rollbacker, error) {
 }
 
 // prepare readies a rollback of a verify block of bs positions: it decides whether to record a tape and
-// takes a snapshot when the plan may need one. It returns the time the snapshot took.
-func (r *rollbacker) prepare(sess ports.Session, bs int, clock ports.Clock) (rollbackPlan, time.Duration, error) {
+// takes a snapshot when the plan may need one (its time feeds the cost model).
+func (r *rollbacker) prepare(sess ports.Session, bs int, clock ports.Clock) (rollbackPlan, error) {
 	if !r.recurrent || bs <= 1 {
-		return rollbackPlan{prefer: RollbackKVTrim}, 0, nil
+		return rollbackPlan{prefer: RollbackKVTrim}, nil
 	}
 	useTape := r.replayer != nil && !r.tapeNone
 	var plan rollbackPlan
@@ -99,19 +99,18 @@ func (r *rollbacker) prepare(sess ports.Session, bs int, clock ports.Clock) (rol
 	if plan.prefer == RollbackSnapshotRecompute {
 		return r.snapshotInto(plan, sess, clock)
 	}
-	return plan, 0, nil
+	return plan, nil
 }
 
-func (r *rollbacker) snapshotInto(plan rollbackPlan, sess ports.Session, clock ports.Clock) (rollbackPlan, time.Duration, error) {
+func (r *rollbacker) snapshotInto(plan rollbackPlan, sess ports.Session, clock ports.Clock) (rollbackPlan, error) {
 	t0 := clock.Now()
 	snap, err := sess.Snapshot()
 	if err != nil {
-		return plan, 0, fmt.Errorf("snapshot before verify: %w", err)
+		return plan, fmt.Errorf("snapshot before verify: %w", err)
 	}
-	dt := clock.Now().Sub(t0)
-	r.snapshot.add(float64(dt))
+	r.snapshot.add(float64(clock.Now().Sub(t0)))
 	plan.snap = snap
-	return plan, dt, nil
+	return plan, nil
 }
 
 // choose is the auto cost model: the strategy with the lower expected cost per round, with periodic
