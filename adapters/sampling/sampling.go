@@ -58,11 +58,8 @@ func New(logits []float32, p ports.SamplingParams) (*Dist, error) {
 		}
 		return PointMass(tok), nil
 	}
-	// Candidates sorted by logit descending, id ascending on ties.
-	type cand struct {
-		id int
-		z  float64
-	}
+	// Candidates sorted by logit descending, id ascending on ties (a strict total order, so top-k selection
+	// and a full sort agree on the first k).
 	cands := make([]cand, 0, len(logits))
 	for j, v := range logits {
 		if v != v || math.IsInf(float64(v), -1) {
@@ -73,12 +70,13 @@ func New(logits []float32, p ports.SamplingParams) (*Dist, error) {
 	if len(cands) == 0 {
 		return nil, fmt.Errorf("sampling: no finite logit among %d", len(logits))
 	}
-	slices.SortFunc(cands, func(a, b cand) int {
-		if c := cmp.Compare(b.z, a.z); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.id, b.id)
-	})
+	if p.TopK > 0 && p.TopK < len(cands) {
+		// Only the first TopK survive: select them in O(V log k) rather than sort the whole vocabulary for
+		// every row of every verify block. The +Inf rule below keeps its meaning, as +Inf logits come first.
+		cands = topK(cands, p.TopK)
+	} else {
+		slices.SortFunc(cands, candOrder)
+	}
 	if math.IsInf(cands[0].z, 1) {
 		// +Inf logits: uniform over them (the limit of the softmax).
 		n := 0
@@ -138,6 +136,52 @@ func New(logits []float32, p ports.SamplingParams) (*Dist, error) {
 		d.probs[i] = probs[k]
 	}
 	return d, nil
+}
+
+type cand struct {
+	id int
+	z  float64
+}
+
+// candOrder sorts by z descending, then id ascending.
+func candOrder(a, b cand) int {
+	if c := cmp.Compare(b.z, a.z); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.id, b.id)
+}
+
+// topK returns the first k of cs under candOrder (0 < k < len(cs)), sorted, reordering cs in place. cs[:k] is
+// kept as a heap whose root is the worst of the k best seen so far.
+func topK(cs []cand, k int) []cand {
+	h := cs[:k]
+	siftDown := func(i int) {
+		for {
+			w, l, r := i, 2*i+1, 2*i+2
+			if l < k && candOrder(h[l], h[w]) > 0 {
+				w = l
+			}
+			if r < k && candOrder(h[r], h[w]) > 0 {
+				w = r
+			}
+			if w == i {
+				return
+			}
+			h[i], h[w] = h[w], h[i]
+			i = w
+		}
+	}
+	for i := k/2 - 1; i >= 0; i-- {
+		siftDown(i)
+	}
+	for _, c := range cs[k:] {
+		if candOrder(c, h[0]) < 0 {
+			h[0] = c
+			siftDown(0)
+		}
+	}
+	slices.SortFunc(h, candOrder)
+	return h
 }
 
 func renorm(p []float64) []float64 {

@@ -1,7 +1,9 @@
 package sampling
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -128,4 +130,49 @@ func FuzzNew(f *testing.F) {
 			t.Fatalf("sampled %d with zero probability", tok)
 		}
 	})
+}
+
+// TestTopKSelectionMatchesFullSort checks the heap selection against sorting every candidate, on rows with
+// many ties and infinities where the tie order decides the result.
+func TestTopKSelectionMatchesFullSort(t *testing.T) {
+	vals := []float64{math.Inf(1), math.Inf(-1), -3, 0, 0.5, 1, 1, 2, 7}
+	for seed := range 200 {
+		n := 1 + seed%37
+		cs := make([]cand, n)
+		x := uint32(seed*2654435761 + 1)
+		for i := range cs {
+			x ^= x << 13
+			x ^= x >> 17
+			x ^= x << 5
+			cs[i] = cand{id: i, z: vals[int(x)%len(vals)]}
+		}
+		want := slices.Clone(cs)
+		slices.SortFunc(want, candOrder)
+		for k := 1; k < n; k++ {
+			got := topK(slices.Clone(cs), k)
+			require.Equal(t, want[:k], got, "seed %d k %d", seed, k)
+		}
+	}
+}
+
+// BenchmarkNew measures one row of a Qwen-sized vocabulary with and without top-k (the latter sorts every
+// candidate).
+func BenchmarkNew(b *testing.B) {
+	logits := make([]float32, 151936)
+	x := uint32(1)
+	for i := range logits {
+		x ^= x << 13
+		x ^= x >> 17
+		x ^= x << 5
+		logits[i] = float32(x%20000) / 1000
+	}
+	for _, p := range []ports.SamplingParams{{Temperature: 0.7, TopK: 20, TopP: 0.8}, {Temperature: 0.7, TopP: 0.8}} {
+		b.Run(fmt.Sprintf("topk=%d", p.TopK), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := New(logits, p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }
