@@ -1,6 +1,8 @@
 package openai
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +13,9 @@ import (
 type sseWriter struct {
 	w     io.Writer
 	flush func() error
+	// buf and enc are reused for every event (one per token): an event is framed in buf and written at once.
+	buf bytes.Buffer
+	enc *json.Encoder
 	// err is the first write or flush failure (the client went away); it is sticky, so that nothing more is
 	// written to a dead connection.
 	err error
@@ -24,18 +29,28 @@ func newSSEWriter(w http.ResponseWriter) *sseWriter {
 // event writes v as one event. JSON escapes newlines inside strings, so the payload is one line and cannot
 // end the event early.
 func (s *sseWriter) event(v any) error {
-	b, err := marshal(v)
-	if err != nil {
-		return fmt.Errorf("sse: encode event: %w", err)
-	}
-	return s.raw(b)
-}
-
-func (s *sseWriter) raw(data []byte) error {
 	if s.err != nil {
 		return s.err
 	}
-	if _, err := fmt.Fprintf(s.w, "data: %s\n\n", data); err != nil {
+	if s.enc == nil {
+		// Same encoding as marshal: no HTML escaping.
+		s.enc = json.NewEncoder(&s.buf)
+		s.enc.SetEscapeHTML(false)
+	}
+	s.buf.Reset()
+	s.buf.WriteString("data: ")
+	if err := s.enc.Encode(v); err != nil { // Encode ends the line with '\n'
+		return fmt.Errorf("sse: encode event: %w", err)
+	}
+	s.buf.WriteByte('\n')
+	return s.write(s.buf.Bytes())
+}
+
+func (s *sseWriter) write(frame []byte) error {
+	if s.err != nil {
+		return s.err
+	}
+	if _, err := s.w.Write(frame); err != nil {
 		s.err = fmt.Errorf("sse: write: %w", err)
 		return s.err
 	}
@@ -48,4 +63,4 @@ func (s *sseWriter) raw(data []byte) error {
 	return nil
 }
 
-func (s *sseWriter) done() error { return s.raw([]byte("[DONE]")) }
+func (s *sseWriter) done() error { return s.write([]byte("data: [DONE]\n\n")) }
