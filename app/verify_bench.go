@@ -12,9 +12,9 @@ import (
 // BenchOptions configure `higgs-verify bench`.
 type BenchOptions struct {
 	Prompts   [][]ports.Token
-	MaxTokens int // generated tokens per run (default 128)
-	// Repeats is the number of measured passes over the prompts (default 3); Warmup passes run first and are
-	// discarded (default 1).
+	MaxTokens int // generated tokens per run (≥ 1)
+	// Repeats is the number of measured passes over the prompts (≥ 1); Warmup passes run first and are
+	// discarded (≥ 0).
 	Repeats, Warmup int
 	// BlockSize is the DFlash block size of "spec" (0: the drafter's block_size); Adaptive runs "spec" under
 	// the domain's adaptive depth policy.
@@ -104,14 +104,10 @@ func median(x []float64) float64 {
 // Bench decodes the same prompts autoregressively and speculatively, interleaved run by run, after warm-up
 // passes, and reports medians.
 func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) {
-	if o.MaxTokens == 0 {
-		o.MaxTokens = 128
-	}
-	if o.Repeats == 0 {
-		o.Repeats = 3
-	}
-	if o.Warmup < 0 || o.Repeats < 0 {
-		return BenchResult{}, fmt.Errorf("%w: negative repeats or warm-up", ErrBadInput)
+	// No zero-means-default here: the caller's 0 would silently measure something else than asked.
+	if o.MaxTokens < 1 || o.Repeats < 1 || o.Warmup < 0 {
+		return BenchResult{}, fmt.Errorf("%w: --max-tokens %d and --repeats %d must be ≥ 1, --warmup %d ≥ 0",
+			ErrBadInput, o.MaxTokens, o.Repeats, o.Warmup)
 	}
 	res := BenchResult{Model: m.Name, Backend: m.Backend, Prompts: len(o.Prompts), MaxTokens: o.MaxTokens,
 		Repeats: o.Repeats, Warmup: o.Warmup}

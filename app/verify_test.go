@@ -337,3 +337,22 @@ func TestLosslessReportsFirstMismatch(t *testing.T) {
 	assert.Contains(t, err.Error(), "differs")
 	assert.Equal(t, 0, res.FirstMismatch.Prompt, "the skew shows on the first prompt")
 }
+
+// Bench has no zero-means-default: a 0 from any caller is refused, never silently measured as something else.
+func TestBenchRefusesEmptyBudgets(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    BenchOptions
+		want string
+	}{
+		{"zero tokens", BenchOptions{Prompts: testPrompts, Repeats: 1}, "--max-tokens 0"},
+		{"zero repeats", BenchOptions{Prompts: testPrompts, MaxTokens: 4}, "--repeats 0"},
+		{"negative warm-up", BenchOptions{Prompts: testPrompts, MaxTokens: 4, Repeats: 1, Warmup: -1}, "--warmup -1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Bench(t.Context(), &Models{}, tc.o)
+			require.ErrorIs(t, err, ErrBadInput)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
