@@ -223,11 +223,7 @@ func (s *Session) Snapshot() (ports.RecurrentSnapshot, error) {
 	}
 	s.counts.Snapshots++
 	s.m.advance(s.m.cfg.SnapshotCost)
-	pos := s.n
-	if len(s.rec) > 0 {
-		pos = s.rec[0].pos
-	}
-	return &Snapshot{owner: s, states: slices.Clone(s.rec), pos: pos}, nil
+	return &Snapshot{owner: s, states: slices.Clone(s.rec), pos: s.rec[0].pos}, nil
 }
 
 // Restore puts the recurrent layers back to snap.
