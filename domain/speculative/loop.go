@@ -240,7 +240,7 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 		rs.DraftTime = clock.Now().Sub(t0)
 		policyDraft = lastCall
 	}
-	block := append([]ports.Token{anchor}, prop.Tokens...)
+	block := slices.Concat([]ports.Token{anchor}, prop.Tokens) // one allocation: rs.Block keeps it
 	rs.Block = block
 
 	// Verify (after a snapshot when the rollback plan needs one).
