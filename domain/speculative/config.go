@@ -61,7 +61,8 @@ type PolicyConfig struct {
 // Config is the per-generation decoding configuration.
 type Config struct {
 	// BlockSize is the verify block size, anchor included: 1 means plain autoregressive decoding; 2 or more
-	// means DFlash blocks (at most the drafter's BlockSize; Generate checks it against the drafter).
+	// means DFlash blocks, at most the drafter's BlockSize: the decoder cannot see that bound (DraftSession
+	// does not expose it), so callers check it; a larger block fails at the first Draft call.
 	BlockSize int
 	// Adaptive lets the depth policy choose each round's block size (≤ BlockSize), falling back to plain
 	// decoding when speculation does not pay.
