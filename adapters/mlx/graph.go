@@ -45,6 +45,20 @@ func (g *graph) keep(a arr) arr {
 	return a
 }
 
+// keepAll is keep for many arrays in one pass over the graph's arrays (keep scans them once per call, and a
+// forward adopts every layer's state and tape).
+func (g *graph) keepAll(as []arr) {
+	set := make(map[arr]struct{}, len(as))
+	for _, a := range as {
+		set[a] = struct{}{}
+	}
+	for i, a := range g.tmp {
+		if _, ok := set[a]; ok {
+			g.tmp[i] = 0
+		}
+	}
+}
+
 func (g *graph) done(op string, rc int32, r arr) arr {
 	if r != 0 {
 		g.tmp = append(g.tmp, r)

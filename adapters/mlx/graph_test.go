@@ -66,3 +66,38 @@ func TestEvalErrorWaitsForScheduledOps(t *testing.T) {
 		require.ErrorContains(t, err, "eval")
 	}
 }
+
+// keepAll moves exactly the named arrays out of the graph: release frees the rest, the kept ones stay
+// readable until the caller frees them.
+func TestGraphKeepAll(t *testing.T) {
+	requireMLX(t)
+	rt, err := mlxc.Open()
+	require.NoError(t, err)
+	var kept []arr
+	require.NoError(t, rt.Do(func() error {
+		g := newGraph(rt, "keep all")
+		defer g.release()
+		a := uploadF32(g, []float32{1}, 1)
+		b := uploadF32(g, []float32{2}, 1)
+		c := g.add(a, b)
+		d := g.mul(a, b)
+		g.eval(c, d)
+		kept = []arr{c, a}
+		g.keepAll(kept)
+		assert.NotContains(t, g.tmp, a)
+		assert.NotContains(t, g.tmp, c)
+		assert.Contains(t, g.tmp, b)
+		assert.Contains(t, g.tmp, d)
+		return g.err
+	}))
+	require.NoError(t, rt.Do(func() error {
+		g := newGraph(rt, "read kept")
+		defer g.release()
+		assert.Equal(t, []float32{3}, g.readF32(kept[0]))
+		assert.Equal(t, []float32{1}, g.readF32(kept[1]))
+		for _, h := range kept {
+			mlxc.ArrayFree(h)
+		}
+		return g.err
+	}))
+}

@@ -318,19 +318,14 @@ func (s *Session) run(tokens []ports.Token, rows int, wantTaps, wantTape, wantLo
 			s.st.restoreHandles(old)
 			return g.err
 		}
-		// Adopt the new state; free the old handles except those a tape now owns (S₀, cs₀).
-		for _, h := range s.st.handles() {
-			g.keep(h)
-		}
+		// Adopt every evaluated output but the greedy ids and logits (the new state, the taps, the tape's
+		// arrays) in one pass; free the old handles except those a tape now owns (S₀, cs₀).
+		g.keepAll(outs[2:])
 		keepOld := map[arr]bool{}
 		if tape != nil {
 			for _, tp := range tape.layers {
 				if tp != nil {
 					keepOld[tp.s0], keepOld[tp.cs0] = true, true
-					g.keep(tp.alpha)
-					g.keep(tp.delta)
-					g.keep(tp.keys)
-					g.keep(tp.rows)
 				}
 			}
 		}
@@ -339,9 +334,7 @@ func (s *Session) run(tokens []ports.Token, rows int, wantTaps, wantTape, wantLo
 				mlxc.ArrayFree(h)
 			}
 		}
-		if tapArr != 0 {
-			res.taps = g.keep(tapArr)
-		}
+		res.taps = tapArr
 		res.tape = tape
 		return nil
 	})
