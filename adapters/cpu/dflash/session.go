@@ -154,28 +154,38 @@ func (s *Session) appendContext(f []float32, m int) {
 	kernel.RMSNorm(s.c, s.c, d.hidNorm, d.eps)
 	s.kb = grow(s.kb, m*kvw)
 	s.vb = grow(s.vb, m*kvw)
+	s.ropeTable(m, s.n)
 	for li := range d.layers {
 		l := &d.layers[li]
 		l.k.Forward(s.kb, s.c, m)
 		l.v.Forward(s.vb, s.c, m)
 		kernel.RMSNorm(s.kb, s.kb, l.kNorm, d.eps)
-		s.ropeRows(s.kb, m, a.NumKVHeads, s.n)
+		s.ropeRows(s.kb, m, a.NumKVHeads)
 		s.k[li] = append(s.k[li], s.kb...)
 		s.v[li] = append(s.v[li], s.vb...)
 	}
 	s.n += m
 }
 
-// ropeRows rotates rows×heads head vectors of x, row r at absolute position pos0+r.
-func (s *Session) ropeRows(x []float32, rows, heads, pos0 int) {
-	hd := s.d.arch.HeadDim
-	s.cos = grow(s.cos, hd/2)
-	s.sin = grow(s.sin, hd/2)
+// ropeTable fills s.cos/s.sin with the RoPE tables of rows positions pos0.. (Dims/2 values per row), once
+// per call: every layer rotates the same positions, queries and keys alike.
+func (s *Session) ropeTable(rows, pos0 int) {
+	half := s.d.rope.Dims / 2
+	s.cos = grow(s.cos, rows*half)
+	s.sin = grow(s.sin, rows*half)
 	for r := range rows {
-		s.d.rope.Table(s.cos, s.sin, pos0+r)
+		s.d.rope.Table(s.cos[r*half:(r+1)*half], s.sin[r*half:(r+1)*half], pos0+r)
+	}
+}
+
+// ropeRows rotates rows×heads head vectors of x, row r with row r of the table ropeTable filled.
+func (s *Session) ropeRows(x []float32, rows, heads int) {
+	hd, half := s.d.arch.HeadDim, s.d.rope.Dims/2
+	for r := range rows {
+		cos, sin := s.cos[r*half:(r+1)*half], s.sin[r*half:(r+1)*half]
 		for h := range heads {
 			off := (r*heads + h) * hd
-			s.d.rope.Apply(x[off:off+hd], s.cos, s.sin)
+			s.d.rope.Apply(x[off:off+hd], cos, sin)
 		}
 	}
 }
@@ -208,6 +218,7 @@ func (s *Session) draftBlock(anchor ports.Token, bs, rows int) ([]ports.Token, e
 	s.tmp = grow(s.tmp, bs*H)
 	s.g = grow(s.g, bs*I)
 	s.u = grow(s.u, bs*I)
+	s.ropeTable(bs, s.n)
 	for li := range d.layers {
 		l := &d.layers[li]
 		// Every slot's K and V feed every layer's attention, but after the last layer only the anchor and
@@ -223,8 +234,8 @@ func (s *Session) draftBlock(anchor ports.Token, bs, rows int) ([]ports.Token, e
 		l.v.Forward(s.vb, s.h, bs)
 		kernel.RMSNorm(s.q[:nq*qw], s.q[:nq*qw], l.qNorm, d.eps)
 		kernel.RMSNorm(s.kb, s.kb, l.kNorm, d.eps)
-		s.ropeRows(s.q, nq, a.NumHeads, s.n)
-		s.ropeRows(s.kb, bs, a.NumKVHeads, s.n)
+		s.ropeRows(s.q, nq, a.NumHeads)
+		s.ropeRows(s.kb, bs, a.NumKVHeads)
 		s.attend(li, nq, bs)
 		l.o.Forward(s.tmp[:nq*H], s.att[:nq*qw], nq)
 		kernel.Add(s.x[:nq*H], s.tmp[:nq*H])
@@ -263,11 +274,15 @@ func (s *Session) attend(li, qrows, bs int) {
 	n := s.n
 	window, causal := d.layers[li].window, d.layers[li].causal
 	scale := float32(1 / math.Sqrt(float64(hd)))
+	// One score row per head, reused across calls: no allocation per round, layer or worker.
+	s.scores = grow(s.scores, nq*(n+bs))
+	hidden := func(i, j int) bool { // block key j is not visible to block query i
+		return (causal && j > i) || (window > 0 && j-i >= window) || (window > 0 && i-j >= window)
+	}
 	d.pool.For(nq, 1, func(lo, hi int) {
-		scores := make([]float32, n+bs)
-		vals := make([][]float32, 0, n+bs)
 		for h := lo; h < hi; h++ {
 			g := h / group
+			scores := s.scores[h*(n+bs) : (h+1)*(n+bs)]
 			for i := range qrows {
 				qv := s.q[(i*nq+h)*hd : (i*nq+h+1)*hd]
 				first := 0
@@ -275,28 +290,37 @@ func (s *Session) attend(li, qrows, bs int) {
 					first = max(0, n+i-window+1)
 				}
 				sc := scores[:0]
-				vals = vals[:0]
 				for j := first; j < n; j++ {
 					sc = append(sc, kernel.Dot(qv, kc[(j*nkv+g)*hd:(j*nkv+g+1)*hd])*scale)
-					vals = append(vals, vc[(j*nkv+g)*hd:(j*nkv+g+1)*hd])
 				}
 				for j := range bs {
-					if (causal && j > i) || (window > 0 && j-i >= window) || (window > 0 && i-j >= window) {
-						continue
+					if !hidden(i, j) {
+						sc = append(sc, kernel.Dot(qv, s.kb[(j*nkv+g)*hd:(j*nkv+g+1)*hd])*scale)
 					}
-					sc = append(sc, kernel.Dot(qv, s.kb[(j*nkv+g)*hd:(j*nkv+g+1)*hd])*scale)
-					vals = append(vals, s.vb[(j*nkv+g)*hd:(j*nkv+g+1)*hd])
 				}
 				kernel.Softmax(sc)
+				// The weighted sum walks the visible keys in the same order as the scores above.
 				out := s.att[(i*nq+h)*hd : (i*nq+h+1)*hd]
 				clear(out)
-				for j, p := range sc {
-					vv := vals[j]
-					for t := range out {
-						out[t] += p * vv[t]
+				k := 0
+				for j := first; j < n; j++ {
+					axpy(out, sc[k], vc[(j*nkv+g)*hd:(j*nkv+g+1)*hd])
+					k++
+				}
+				for j := range bs {
+					if !hidden(i, j) {
+						axpy(out, sc[k], s.vb[(j*nkv+g)*hd:(j*nkv+g+1)*hd])
+						k++
 					}
 				}
 			}
 		}
 	})
+}
+
+// axpy adds p·v to out element by element (the same float32 operations, in the same order, as before).
+func axpy(out []float32, p float32, v []float32) {
+	for t := range out {
+		out[t] += p * v[t]
+	}
 }
