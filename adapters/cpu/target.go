@@ -74,7 +74,7 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 		return nil, errors.Join(fmt.Errorf("load %s: %w", dir, err), st.Close())
 	}
 	t.info.Name = filepath.Clean(dir)
-	t.info.EOSTokens = mergeEOS(gen.EOSTokenIDs, cfg.EOSTokenIDs)
+	t.info.EOSTokens = hfmodel.StopTokens(gen, cfg)
 	opts.Logger.Debug().Str("dir", dir).Str("model_type", cfg.ModelType).Int("layers", a.Layers).
 		Int("threads", t.m.pool.Threads()).Bool("zero_centred_norms", t.zeroCentred()).Msg("cpu target loaded")
 	return t, nil
@@ -112,20 +112,6 @@ func head(s []string, n int) []string {
 		return append(s[:n:n], fmt.Sprintf("… and %d more", len(s)-n))
 	}
 	return s
-}
-
-func mergeEOS(lists ...[]int32) []ports.Token {
-	var out []ports.Token
-	seen := map[int32]bool{}
-	for _, l := range lists {
-		for _, id := range l {
-			if !seen[id] {
-				seen[id] = true
-				out = append(out, id)
-			}
-		}
-	}
-	return out
 }
 
 // Info describes the model (see ports.Target).
