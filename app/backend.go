@@ -70,7 +70,7 @@ func (c ModelConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// wantsDrafter reports whether a drafter should be loaded and which name to resolve.
+// drafterName reports whether a drafter should be loaded and which name to resolve.
 func (c ModelConfig) drafterName() (string, bool) {
 	if c.NoDraft || c.Draft == NoDraftName {
 		return "", false
@@ -101,17 +101,6 @@ type Models struct {
 	Backend string
 	// Close releases the models' memory (memory-mapped weights). It is safe to call more than once.
 	Close func() error
-}
-
-// ProvideTarget loads the target model named by cfg (no drafter). It exists for mains that only need a
-// target; prefer LoadModels, which also returns Close.
-func ProvideTarget(cfg ModelConfig) (ports.Target, error) {
-	cfg.NoDraft = true
-	m, err := LoadModels(context.Background(), cfg, zerolog.Nop(), nil)
-	if err != nil {
-		return nil, err
-	}
-	return m.Target, nil
 }
 
 // ProvideModels is the wire provider of LoadModels: the returned cleanup closes the models.
