@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/higgs-go/higgs/adapters/cpu"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -43,9 +42,6 @@ func forwardLogits(ctx context.Context, t ports.Target, tokens []ports.Token, ta
 	defer sess.Close()
 	rl, ok := sess.(RawLogitsSession)
 	if !ok {
-		if ct, isCPU := t.(*cpu.Target); isCPU {
-			return cpuTapLogits(ctx, ct, tokens, tapLayers)
-		}
 		return nil, nil, fmt.Errorf("session %T: %w", sess, ErrNoRawLogits)
 	}
 	fr, flat, err := rl.ForwardLogits(ctx, tokens, ports.ForwardOptions{Taps: len(tapLayers) > 0})
@@ -95,3 +91,23 @@ func Logits(ctx context.Context, m *Models, tokens []ports.Token) (LogitsResult,
 	}
 	return LogitsResult{Model: m.Name, Backend: m.Backend, Tokens: slices.Clone(tokens), Logits: rows}, nil
 }
+
+// floatTaps is a plain float32 tap matrix (rows × width).
+type floatTaps struct {
+	data        []float32
+	rows, width int
+}
+
+func (t *floatTaps) Rows() int { return t.rows }
+
+func (t *floatTaps) Slice(n int) ports.Taps {
+	n = min(max(n, 0), t.rows)
+	return &floatTaps{data: t.data[:n*t.width], rows: n, width: t.width}
+}
+
+func (t *floatTaps) Detach() ports.Taps {
+	return &floatTaps{data: append([]float32(nil), t.data...), rows: t.rows, width: t.width}
+}
+
+// Float32 exposes the matrix (read only).
+func (t *floatTaps) Float32() ([]float32, int, int) { return t.data, t.rows, t.width }

@@ -77,6 +77,13 @@ func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.
 	return res, err
 }
 
+// ForwardLogits is Forward that also returns the raw next-token logits of the returned rows (row-major
+// [rows, V]; opts.Rows 0 means every position), for reference checks such as `higgs-verify logits`. The slice
+// is the caller's.
+func (s *Session) ForwardLogits(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, []float32, error) {
+	return s.forward(ctx, tokens, opts)
+}
+
 // forward is Forward that also returns the logits of the returned rows ([rows, V]).
 func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, []float32, error) {
 	fail := func(err error) (ports.ForwardResult, []float32, error) { return ports.ForwardResult{}, nil, err }
