@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/higgs-go/higgs/ports"
@@ -40,6 +41,13 @@ type rollbackPlan struct {
 func newRollbacker(cfg Config, sess ports.Session) (*rollbacker, error) {
 	r := &rollbacker{mode: cfg.Rollback}
 	r.replayer, _ = sess.(ports.TapeReplayer)
+	if cfg.LayerKinds != nil {
+		r.recurrent = slices.Contains(cfg.LayerKinds, ports.LayerRecurrent)
+		if !r.recurrent {
+			// Attention-only and known to be: KV trim is the whole rollback, no snapshot probe needed.
+			return r, nil
+		}
+	}
 	_, snapErr := sess.Snapshot()
 	switch {
 	case snapErr == nil:
@@ -47,11 +55,7 @@ func newRollbacker(cfg Config, sess ports.Session) (*rollbacker, error) {
 	case !errors.Is(snapErr, errors.ErrUnsupported):
 		return nil, fmt.Errorf("probe recurrent snapshot: %w", snapErr)
 	}
-	if cfg.LayerKinds != nil {
-		for _, k := range cfg.LayerKinds {
-			r.recurrent = r.recurrent || k == ports.LayerRecurrent
-		}
-	} else {
+	if cfg.LayerKinds == nil {
 		r.recurrent = r.canSnap
 	}
 	if !r.recurrent {
