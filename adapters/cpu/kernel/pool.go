@@ -3,13 +3,45 @@ package kernel
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // Pool splits loops over output rows between a fixed number of goroutines. The partition of [0,n) depends only
 // on n and the worker count, and callers compute each output element inside exactly one chunk, so results never
-// depend on the worker count. A Pool is safe for concurrent use; it holds no goroutines between calls.
+// depend on the worker count. A Pool is safe for concurrent use.
+//
+// Handing a chunk to a fresh goroutine is slow on small machines: `go` puts it in the spawning P's runnext slot,
+// which other Ps steal only after sleeping, so on the 2-core development VM a second chunk of up to tens of
+// microseconds ran only after the first had finished (measured: a 2-chunk For of 2 × 27 µs took 56 µs). A Pool
+// therefore keeps one helper goroutine per extra worker that, after a chunk, polls (yielding the P) for the next
+// one for helperLinger, then exits; a decode step's stream of products keeps them hot, and an idle Pool holds no
+// goroutines. When no helper is waiting, the caller starts one and yields its P so the helper starts at once.
 type Pool struct {
 	threads int
+	// busy is held by the For call that owns the helpers; concurrent (or nested) calls fall back to fresh
+	// goroutines with the same partition.
+	busy    sync.Mutex
+	helpers []helper
+}
+
+// helperLinger is how long an idle helper polls for its next chunk before exiting.
+const helperLinger = 200 * time.Microsecond
+
+// helper is one persistent worker slot. t is the slot's chunk, rewritten only by the For call holding busy
+// after the previous chunk is done.
+type helper struct {
+	job   atomic.Pointer[task]
+	alive atomic.Bool
+	t     task
+	_     [64]byte // keep slots on separate cache lines
+}
+
+// task is one chunk handed to a helper; done is set after fn returns.
+type task struct {
+	fn     func(lo, hi int)
+	lo, hi int
+	done   atomic.Bool
 }
 
 // NewPool returns a pool of the given number of workers; threads ≤ 0 means runtime.GOMAXPROCS(0).
@@ -17,7 +49,7 @@ func NewPool(threads int) *Pool {
 	if threads <= 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
-	return &Pool{threads: threads}
+	return &Pool{threads: threads, helpers: make([]helper, threads-1)}
 }
 
 // Threads returns the number of workers.
@@ -29,7 +61,7 @@ func (p *Pool) Threads() int {
 }
 
 // For calls fn on disjoint chunks [lo,hi) covering [0,n). grain is the smallest chunk worth a goroutine (≥ 1).
-// A nil pool runs serially.
+// A nil pool runs serially. The caller runs the first chunk itself.
 func (p *Pool) For(n, grain int, fn func(lo, hi int)) {
 	if n <= 0 {
 		return
@@ -46,6 +78,41 @@ func (p *Pool) For(n, grain int, fn func(lo, hi int)) {
 		return
 	}
 	chunk := (n + workers - 1) / workers
+	if !p.busy.TryLock() {
+		p.forSpawn(n, chunk, fn)
+		return
+	}
+	defer p.busy.Unlock()
+	used, started := 0, false
+	for lo := chunk; lo < n; lo += chunk {
+		h := &p.helpers[used]
+		used++
+		h.t.fn, h.t.lo, h.t.hi = fn, lo, min(lo+chunk, n)
+		h.t.done.Store(false)
+		h.job.Store(&h.t)
+		if h.alive.CompareAndSwap(false, true) {
+			go h.run()
+			started = true
+		}
+	}
+	if started {
+		// The new helpers sit in this P's runnext slot; yielding runs them here while another P takes the caller.
+		runtime.Gosched()
+	}
+	fn(0, min(chunk, n))
+	for i := range used {
+		t := &p.helpers[i].t
+		for !t.done.Load() {
+			if !pollFor(&t.done) {
+				runtime.Gosched()
+			}
+		}
+		t.fn = nil // do not keep the caller's closure alive
+	}
+}
+
+// forSpawn is For with fresh goroutines, for calls that find the helpers in use.
+func (p *Pool) forSpawn(n, chunk int, fn func(lo, hi int)) {
 	var wg sync.WaitGroup
 	for lo := chunk; lo < n; lo += chunk {
 		hi := min(lo+chunk, n)
@@ -55,6 +122,56 @@ func (p *Pool) For(n, grain int, fn func(lo, hi int)) {
 			fn(lo, hi)
 		}()
 	}
+	runtime.Gosched()
 	fn(0, min(chunk, n))
 	wg.Wait()
+}
+
+// run executes the slot's chunks until none arrives for helperLinger. A chunk posted while it decides to exit
+// is either seen by its final check (it stays) or finds alive false and starts a new helper.
+func (h *helper) run() {
+	idle := time.Now()
+	for spins := 0; ; spins++ {
+		if t := h.job.Swap(nil); t != nil {
+			t.fn(t.lo, t.hi)
+			t.done.Store(true)
+			idle, spins = time.Now(), 0
+			continue
+		}
+		if h.job.Load() == nil && pollForJob(&h.job) {
+			continue
+		}
+		if spins%64 == 63 && time.Since(idle) > helperLinger {
+			h.alive.Store(false)
+			if h.job.Load() == nil || !h.alive.CompareAndSwap(false, true) {
+				return
+			}
+			idle = time.Now()
+		}
+		runtime.Gosched()
+	}
+}
+
+// pollSpins is how many times a waiting goroutine re-reads a flag before yielding its P (yielding costs about
+// a microsecond of latency; reading keeps it to the cache line transfer).
+const pollSpins = 200
+
+// pollFor reads f up to pollSpins times and reports whether it became true.
+func pollFor(f *atomic.Bool) bool {
+	for range pollSpins {
+		if f.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// pollForJob reads j up to pollSpins times and reports whether a job arrived.
+func pollForJob(j *atomic.Pointer[task]) bool {
+	for range pollSpins {
+		if j.Load() != nil {
+			return true
+		}
+	}
+	return false
 }
