@@ -37,10 +37,20 @@ func benchLinears(r *rand.Rand, out, in int) map[string]*Linear {
 	lb, _ := NewBF16(out, in, bf)
 	lq, _ := NewQuant(out, in, q)
 	lq8, _ := NewQuant(out, in, q8)
-	return map[string]*Linear{"f32": lf, "bf16": lb, "q4": lq, "q8": lq8}
+	fast := *lq
+	return map[string]*Linear{"f32": lf, "bf16": lb, "q4": lq, "q8": lq8, "q4fast": &fast}
 }
 
-var benchFormats = []string{"f32", "bf16", "q4", "q8"}
+// benchFormats names the benchmarked weight formats; q4fast is q4 with ModeFast kernels.
+var benchFormats = []string{"f32", "bf16", "q4", "q8", "q4fast"}
+
+// benchPool returns a pool of all workers with the kernel mode the format name asks for.
+func benchPool(name string) *Pool {
+	if name == "q4fast" {
+		return NewPoolMode(0, ModeFast)
+	}
+	return NewPool(0)
+}
 
 // BenchmarkLinear measures x·Wᵀ for decode (1 row) and verify (16 rows) shapes in every storage format on
 // cache-resident weights. GB/s counts weight bytes read once per call; GFLOP/s counts 2·rows·out·in; %peak is
@@ -58,7 +68,7 @@ func BenchmarkLinear(b *testing.B) {
 		ls := benchLinears(r, out, in)
 		for _, name := range benchFormats {
 			l := ls[name]
-			l.Pool = p
+			l.Pool = benchPool(name)
 			for _, rows := range []int{1, 16} {
 				x := randVec(r, rows*in, 1)
 				dst := make([]float32, rows*out)
@@ -113,7 +123,7 @@ func BenchmarkDecodeStream(b *testing.B) {
 		bytes := 0
 		for bytes < total {
 			l := cloneLinear(one[name])
-			l.Pool = NewPool(0)
+			l.Pool = benchPool(name)
 			stack = append(stack, l)
 			bytes += l.Bytes()
 		}

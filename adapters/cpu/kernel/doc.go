@@ -21,6 +21,10 @@
 //   - everywhere else, or with the purego build tag: pure Go plus github.com/viterin/vek (vek32.Dot has a fixed
 //     reduction order for a given length).
 //
+// ModeFast (a Pool's kernel mode, opt-in; see fast.go) lives beside these reference kernels: 4-bit products with
+// inputs quantized to int8 per group and AVX512-VNNI integer dot products. It is not bit-identical to the
+// reference, but it keeps the same contract within itself (independent of rows, worker count and CPU).
+//
 // Quantized products use y_r = Σ_g (s_rg·Σ_{j∈g} q_rj x_j + b_rg·Σ_{j∈g} x_j) on the packed codes; no matrix is
 // ever dequantized as a whole. Element-wise helpers only use operations that round each element once (mul,
 // add), so vectorised and scalar forms agree bit for bit.

@@ -355,6 +355,68 @@ def quantrow1(name, bits, gb, prefetch):
     e("\tRET")
     e()
 
+
+def fastq4(name, gs):
+    # Fast-mode 4-bit row (not bit-identical to the reference kernels; see fast.go): one input row quantized to
+    # int8 per group (xq: per group the gs/2 inputs of the low nibbles, then the gs/2 of the high nibbles;
+    # d: one step per group), integer dot products with VPDPBUSD in gs/8 lanes, then per group and lane
+    # acc += float(isum)·d_g·s_g (two rounded products and a rounded add), a fixed horizontal sum, and the bias
+    # term Σ_g b_g·xs_g in group order. fastQ4Go mirrors every operation. Registers 16-31 force EVEX encodings
+    # (AVX512-VNNI; the VEX AVX-VNNI forms may be missing).
+    P = {128: "Z", 64: "Y", 32: "X"}[gs]
+    gb = gs // 2
+    e(f"// func {name}(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32)")
+    e(f"// Fast-mode 4-bit row for group size {gs}: out[0] gets the scaled product, out[1] the bias term.")
+    e(f"TEXT ·{name}(SB), NOSPLIT, $0-64")
+    e("\tMOVQ codes+0(FP), DI")
+    e("\tMOVQ xq+8(FP), SI")
+    e("\tMOVQ d+16(FP), R8")
+    e("\tMOVQ scales+24(FP), R9")
+    e("\tMOVQ biases+32(FP), R12")
+    e("\tMOVQ xs+40(FP), R13")
+    e("\tMOVQ groups+48(FP), R10")
+    e("\tMOVQ out+56(FP), DX")
+    e("\tMOVL $0x0f, AX")
+    e(f"\tVPBROADCASTB AX, {P}31")
+    e(f"\tVPXORD {P}16, {P}16, {P}16")
+    e("\tVXORPS X13, X13, X13")
+    e("\tXORQ CX, CX")
+    e(f"{name}_group:")
+    e(f"\tVMOVDQU32 (DI), {P}17")
+    e(f"\tVPSRLW $4, {P}17, {P}18")
+    e(f"\tVPANDD {P}31, {P}17, {P}17")
+    e(f"\tVPANDD {P}31, {P}18, {P}18")
+    e(f"\tVPXORD {P}19, {P}19, {P}19")
+    e(f"\tVPDPBUSD (SI), {P}17, {P}19")
+    e(f"\tVPDPBUSD {gb}(SI), {P}18, {P}19")
+    e(f"\tVCVTDQ2PS {P}19, {P}19")
+    e(f"\tVMULPS.BCST (R8)(CX*4), {P}19, {P}19")
+    e(f"\tVMULPS.BCST (R9)(CX*4), {P}19, {P}19")
+    e(f"\tVADDPS {P}19, {P}16, {P}16")
+    e("\tVMOVSS (R12)(CX*4), X11")
+    e("\tVMULSS (R13)(CX*4), X11, X11")
+    e("\tVADDSS X11, X13, X13")
+    e(f"\tADDQ ${gb}, DI")
+    e(f"\tADDQ ${gs}, SI")
+    e("\tINCQ CX")
+    e("\tCMPQ CX, R10")
+    e(f"\tJLT {name}_group")
+    # Horizontal sum: halve to 4 lanes (v[i] + v[i+L/2]), then (v0+v1)+(v2+v3).
+    if P == "Z":
+        e("\tVEXTRACTF64X4 $1, Z16, Y17")
+        e("\tVADDPS Y17, Y16, Y16")
+    if P in ("Z", "Y"):
+        e("\tVEXTRACTF32X4 $1, Y16, X17")
+        e("\tVADDPS X17, X16, X16")
+    e("\tVMOVAPS X16, X0")
+    e("\tVHADDPS X0, X0, X0")
+    e("\tVHADDPS X0, X0, X0")
+    e("\tVMOVSS X0, (DX)")
+    e("\tVMOVSS X13, 4(DX)")
+    e("\tVZEROUPPER")
+    e("\tRET")
+    e()
+
 def quant4x2(name, bits):
     # 4 input rows × 2 weight rows (o, o+1 at codes+rowBytes, scales/biases + ng floats) in the State form
     # of quantrows(R=4): each x vector is loaded once for both weight rows, halving the loads per FMA.
@@ -485,6 +547,8 @@ quantrows("dotQ4Rows8StateAVX512", 4, 8, True)
 quantrows("dotQ4Rows4StateAVX512", 4, 4, True)
 quantrows("dotQ8Rows8StateAVX512", 8, 8, True)
 quantrows("dotQ8Rows4StateAVX512", 8, 4, True)
+for gs in (32, 64, 128):
+    fastq4(f"dotQ4FastG{gs}AVX512", gs)
 quant4x2("dotQ4Rows4x2StateAVX512", 4)
 quant4x2("dotQ8Rows4x2StateAVX512", 8)
 open(__import__("os").path.join(__import__("os").path.dirname(__file__), "tile_amd64.s"), "w").write("\n".join(out) + "\n")

@@ -310,6 +310,11 @@ func (l *Linear) forwardQuant(dst, x []float32, rows int) {
 		}
 	}
 	grain := max(1, 32768/(in*rows))
+	if q.Bits == 4 && l.Pool.Mode() == ModeFast {
+		l.forwardQuantFast(dst, x, xs, rows)
+		scratchPool.Put(xsp)
+		return
+	}
 	if useAVX512 && (q.Bits == 4 || q.Bits == 8) {
 		l.forwardQuantAVX512(dst, x, xs, rows)
 		scratchPool.Put(xsp)

@@ -19,6 +19,7 @@ import (
 // goroutines. When no helper is waiting, the caller starts one and yields its P so the helper starts at once.
 type Pool struct {
 	threads int
+	mode    Mode
 	// busy is held by the For call that owns the helpers; concurrent (or nested) calls fall back to fresh
 	// goroutines with the same partition.
 	busy    sync.Mutex
@@ -50,6 +51,21 @@ func NewPool(threads int) *Pool {
 		threads = runtime.GOMAXPROCS(0)
 	}
 	return &Pool{threads: threads, helpers: make([]helper, threads-1)}
+}
+
+// NewPoolMode is NewPool running the Linears that use it with the given kernel mode.
+func NewPoolMode(threads int, mode Mode) *Pool {
+	p := NewPool(threads)
+	p.mode = mode
+	return p
+}
+
+// Mode returns the kernel mode (ModeExact for a nil pool).
+func (p *Pool) Mode() Mode {
+	if p == nil {
+		return ModeExact
+	}
+	return p.mode
 }
 
 // Threads returns the number of workers.

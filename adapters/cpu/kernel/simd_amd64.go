@@ -150,3 +150,19 @@ func dotQ4Rows4x2StateAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT 
 
 //go:noescape
 func dotQ8Rows4x2StateAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT *float32, ng, groups, gb int, state *float32)
+
+// useVNNI selects the fast-mode 4-bit kernels (AVX512-VNNI VPDPBUSD on top of the AVX-512 set).
+var useVNNI = useAVX512 && cpu.X86.HasAVX512VNNI
+
+// The fast-mode 4-bit kernels (ModeFast; gen_tile.py fastq4) by group size: an int8-quantized input row
+// against one weight row; out[0] gets the scaled product and out[1] the bias term. fastQ4Go is their
+// operation-for-operation mirror.
+
+//go:noescape
+func dotQ4FastG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32)
+
+//go:noescape
+func dotQ4FastG64AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32)
+
+//go:noescape
+func dotQ4FastG128AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32)

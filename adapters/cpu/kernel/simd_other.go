@@ -87,3 +87,15 @@ func dotQ4Rows4x2StateAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT 
 func dotQ8Rows4x2StateAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT *float32, ng, groups, gb int, state *float32) {
 	noAVX2()
 }
+
+var useVNNI = false
+
+func dotQ4FastG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32) {
+	noAVX2()
+}
+func dotQ4FastG64AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32) {
+	noAVX2()
+}
+func dotQ4FastG128AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32) {
+	noAVX2()
+}

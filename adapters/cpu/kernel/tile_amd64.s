@@ -2107,6 +2107,144 @@ dotQ8Rows4StateAVX512_done:
 	VZEROUPPER
 	RET
 
+// func dotQ4FastG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32)
+// Fast-mode 4-bit row for group size 32: out[0] gets the scaled product, out[1] the bias term.
+TEXT ·dotQ4FastG32AVX512(SB), NOSPLIT, $0-64
+	MOVQ codes+0(FP), DI
+	MOVQ xq+8(FP), SI
+	MOVQ d+16(FP), R8
+	MOVQ scales+24(FP), R9
+	MOVQ biases+32(FP), R12
+	MOVQ xs+40(FP), R13
+	MOVQ groups+48(FP), R10
+	MOVQ out+56(FP), DX
+	MOVL $0x0f, AX
+	VPBROADCASTB AX, X31
+	VPXORD X16, X16, X16
+	VXORPS X13, X13, X13
+	XORQ CX, CX
+dotQ4FastG32AVX512_group:
+	VMOVDQU32 (DI), X17
+	VPSRLW $4, X17, X18
+	VPANDD X31, X17, X17
+	VPANDD X31, X18, X18
+	VPXORD X19, X19, X19
+	VPDPBUSD (SI), X17, X19
+	VPDPBUSD 16(SI), X18, X19
+	VCVTDQ2PS X19, X19
+	VMULPS.BCST (R8)(CX*4), X19, X19
+	VMULPS.BCST (R9)(CX*4), X19, X19
+	VADDPS X19, X16, X16
+	VMOVSS (R12)(CX*4), X11
+	VMULSS (R13)(CX*4), X11, X11
+	VADDSS X11, X13, X13
+	ADDQ $16, DI
+	ADDQ $32, SI
+	INCQ CX
+	CMPQ CX, R10
+	JLT dotQ4FastG32AVX512_group
+	VMOVAPS X16, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (DX)
+	VMOVSS X13, 4(DX)
+	VZEROUPPER
+	RET
+
+// func dotQ4FastG64AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32)
+// Fast-mode 4-bit row for group size 64: out[0] gets the scaled product, out[1] the bias term.
+TEXT ·dotQ4FastG64AVX512(SB), NOSPLIT, $0-64
+	MOVQ codes+0(FP), DI
+	MOVQ xq+8(FP), SI
+	MOVQ d+16(FP), R8
+	MOVQ scales+24(FP), R9
+	MOVQ biases+32(FP), R12
+	MOVQ xs+40(FP), R13
+	MOVQ groups+48(FP), R10
+	MOVQ out+56(FP), DX
+	MOVL $0x0f, AX
+	VPBROADCASTB AX, Y31
+	VPXORD Y16, Y16, Y16
+	VXORPS X13, X13, X13
+	XORQ CX, CX
+dotQ4FastG64AVX512_group:
+	VMOVDQU32 (DI), Y17
+	VPSRLW $4, Y17, Y18
+	VPANDD Y31, Y17, Y17
+	VPANDD Y31, Y18, Y18
+	VPXORD Y19, Y19, Y19
+	VPDPBUSD (SI), Y17, Y19
+	VPDPBUSD 32(SI), Y18, Y19
+	VCVTDQ2PS Y19, Y19
+	VMULPS.BCST (R8)(CX*4), Y19, Y19
+	VMULPS.BCST (R9)(CX*4), Y19, Y19
+	VADDPS Y19, Y16, Y16
+	VMOVSS (R12)(CX*4), X11
+	VMULSS (R13)(CX*4), X11, X11
+	VADDSS X11, X13, X13
+	ADDQ $32, DI
+	ADDQ $64, SI
+	INCQ CX
+	CMPQ CX, R10
+	JLT dotQ4FastG64AVX512_group
+	VEXTRACTF32X4 $1, Y16, X17
+	VADDPS X17, X16, X16
+	VMOVAPS X16, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (DX)
+	VMOVSS X13, 4(DX)
+	VZEROUPPER
+	RET
+
+// func dotQ4FastG128AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32)
+// Fast-mode 4-bit row for group size 128: out[0] gets the scaled product, out[1] the bias term.
+TEXT ·dotQ4FastG128AVX512(SB), NOSPLIT, $0-64
+	MOVQ codes+0(FP), DI
+	MOVQ xq+8(FP), SI
+	MOVQ d+16(FP), R8
+	MOVQ scales+24(FP), R9
+	MOVQ biases+32(FP), R12
+	MOVQ xs+40(FP), R13
+	MOVQ groups+48(FP), R10
+	MOVQ out+56(FP), DX
+	MOVL $0x0f, AX
+	VPBROADCASTB AX, Z31
+	VPXORD Z16, Z16, Z16
+	VXORPS X13, X13, X13
+	XORQ CX, CX
+dotQ4FastG128AVX512_group:
+	VMOVDQU32 (DI), Z17
+	VPSRLW $4, Z17, Z18
+	VPANDD Z31, Z17, Z17
+	VPANDD Z31, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPDPBUSD (SI), Z17, Z19
+	VPDPBUSD 64(SI), Z18, Z19
+	VCVTDQ2PS Z19, Z19
+	VMULPS.BCST (R8)(CX*4), Z19, Z19
+	VMULPS.BCST (R9)(CX*4), Z19, Z19
+	VADDPS Z19, Z16, Z16
+	VMOVSS (R12)(CX*4), X11
+	VMULSS (R13)(CX*4), X11, X11
+	VADDSS X11, X13, X13
+	ADDQ $64, DI
+	ADDQ $128, SI
+	INCQ CX
+	CMPQ CX, R10
+	JLT dotQ4FastG128AVX512_group
+	VEXTRACTF64X4 $1, Z16, Y17
+	VADDPS Y17, Y16, Y16
+	VEXTRACTF32X4 $1, Y16, X17
+	VADDPS X17, X16, X16
+	VMOVAPS X16, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (DX)
+	VMOVSS X13, 4(DX)
+	VZEROUPPER
+	RET
+
 // func dotQ4Rows4x2StateAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT *float32, ng, groups, gb int, state *float32)
 // dotQ4Rows4StateAVX512 for weight rows o and o+1 (codes rowBytes apart, scales and biases ng apart),
 // sharing each load of the packed inputs; state[0:36] is row o's, state[36:72] row o+1's.

@@ -1,0 +1,195 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseMode(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want Mode
+		err  bool
+	}{{"", ModeExact, false}, {"exact", ModeExact, false}, {"fast", ModeFast, false}, {"Fast", 0, true}, {"q8", 0, true}} {
+		m, err := ParseMode(c.in)
+		if c.err {
+			assert.Error(t, err, c.in)
+			continue
+		}
+		require.NoError(t, err, c.in)
+		assert.Equal(t, c.want, m)
+		assert.Equal(t, m, must(ParseMode(m.String())))
+	}
+	assert.Equal(t, ModeExact, (*Pool)(nil).Mode())
+	assert.Equal(t, ModeFast, NewPoolMode(2, ModeFast).Mode())
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// fastInputs returns rows of input with the awkward cases the quantizer meets: zeros, signed zeros, a group
+// of zeros, one large value per group and tiny values.
+func fastInputs(r *rand.Rand, rows, in int) []float32 {
+	x := randVec(r, rows*in, 1)
+	for i := range x {
+		switch i % 11 {
+		case 0:
+			x[i] = 0
+		case 5:
+			x[i] = float32(math.Copysign(0, -1))
+		case 7:
+			x[i] *= 1e-6
+		}
+	}
+	clear(x[in : in+128]) // row 1's first 128 inputs: whole zero groups
+	x[2*in+3] = 40        // an outlier in row 2
+	return x
+}
+
+// The VNNI kernels give fastQ4Go's bits for every group size.
+func TestFastQ4KernelsMatchGo(t *testing.T) {
+	if !useVNNI {
+		t.Skip("no AVX512-VNNI on this CPU")
+	}
+	r := rand.New(rand.NewPCG(31, 32))
+	const out, in, rows = 9, 1024, 4
+	x := fastInputs(r, rows, in)
+	for _, gs := range []int{32, 64, 128} {
+		q, _ := quantFixture(r, out, in, 4, gs)
+		ng := in / gs
+		codes := unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
+		xq := make([]int8, in)
+		d := make([]float32, ng)
+		xs := randVec(r, ng, 4)
+		for row := range rows {
+			quantizeQ8(xq, d, x[row*in:(row+1)*in], gs)
+			for o := range out {
+				c := codes[o*in/2 : (o+1)*in/2]
+				sc, bi := q.Scales[o*ng:(o+1)*ng], q.Biases[o*ng:(o+1)*ng]
+				var res [2]float32
+				fastQ4[gs/64](&c[0], &xq[0], &d[0], &sc[0], &bi[0], &xs[0], ng, &res[0])
+				p, b := fastQ4Go(c, xq, d, sc, bi, xs, gs)
+				require.Equal(t, math.Float32bits(p), math.Float32bits(res[0]), "g%d row %d out %d product", gs, row, o)
+				require.Equal(t, math.Float32bits(b), math.Float32bits(res[1]), "g%d row %d out %d bias", gs, row, o)
+			}
+		}
+	}
+}
+
+// ModeFast keeps the determinism contract on its own: one block call equals row-by-row calls for every worker
+// count, and the VNNI kernels equal the portable path.
+func TestFastQ4Deterministic(t *testing.T) {
+	r := rand.New(rand.NewPCG(33, 34))
+	const out, in, rows = 67, 512, 16
+	x := fastInputs(r, rows, in)
+	saved := useVNNI
+	defer func() { useVNNI = saved }()
+	for _, gs := range []int{32, 64, 128} {
+		q, _ := quantFixture(r, out, in, 4, gs)
+		l, err := NewQuant(out, in, q)
+		require.NoError(t, err)
+		useVNNI = saved
+		l.Pool = NewPoolMode(1, ModeFast)
+		ref := make([]float32, rows*out)
+		l.Forward(ref, x, rows)
+		for _, threads := range []int{2, 3, 7} {
+			l.Pool = NewPoolMode(threads, ModeFast)
+			got := make([]float32, rows*out)
+			l.Forward(got, x, rows)
+			assertBits(t, ref, got, "g%d threads %d", gs, threads)
+			for row := range rows {
+				one := make([]float32, out)
+				l.Forward(one, x[row*in:(row+1)*in], 1)
+				assertBits(t, ref[row*out:(row+1)*out], one, "g%d row %d alone", gs, row)
+			}
+		}
+		useVNNI = false
+		got := make([]float32, rows*out)
+		l.Forward(got, x, rows)
+		assertBits(t, ref, got, "g%d portable", gs)
+	}
+}
+
+// The fast product's error against the exact product in float64 stays within the bound the int8 rounding
+// allows: |Δx_j| ≤ d_g/2 = max_g|x|/254, so |Δy| ≤ Σ_g max_g|x|/254·Σ_{j∈g}|w_j| (plus float rounding). The
+// typical error is far smaller; the mean relative error over all elements is checked too.
+func TestFastQ4Error(t *testing.T) {
+	r := rand.New(rand.NewPCG(35, 36))
+	const out, in, rows = 41, 1024, 3
+	x := randVec(r, rows*in, 1)
+	x[5] = 30
+	for _, gs := range []int{32, 64, 128} {
+		t.Run(fmt.Sprint("g", gs), func(t *testing.T) {
+			q, deq := quantFixture(r, out, in, 4, gs)
+			l, err := NewQuant(out, in, q)
+			require.NoError(t, err)
+			l.Pool = NewPoolMode(2, ModeFast)
+			got := make([]float32, rows*out)
+			l.Forward(got, x, rows)
+			want, mag := naive(deq, x, rows, out, in)
+			var relSum float64
+			for row := range rows {
+				for o := range out {
+					var bound float64
+					for g := range in / gs {
+						var amax, wsum float64
+						for j := g * gs; j < (g+1)*gs; j++ {
+							amax = max(amax, math.Abs(float64(x[row*in+j])))
+							wsum += math.Abs(deq[o*in+j])
+						}
+						bound += amax / 254 * wsum
+					}
+					i := row*out + o
+					e := math.Abs(float64(got[i]) - want[i])
+					require.LessOrEqual(t, e, 1.01*bound+1e-5*mag[i], "row %d out %d", row, o)
+					relSum += e / mag[i]
+				}
+			}
+			assert.Less(t, relSum/float64(rows*out), 2e-3, "mean error relative to Σ|x||w|")
+		})
+	}
+}
+
+// ModeFast changes only 4-bit products; other formats keep the exact bits. A group holding NaN or Inf
+// gives NaN, not a finite number.
+func TestFastModeScope(t *testing.T) {
+	r := rand.New(rand.NewPCG(37, 38))
+	const out, in, rows = 19, 256, 5
+	x := randVec(r, rows*in, 1)
+	q8, _ := quantFixture(r, out, in, 8, 64)
+	q3, _ := quantFixture(r, out, in, 3, 32)
+	lf, _ := NewF32(out, in, randVec(r, out*in, 1))
+	l8, _ := NewQuant(out, in, q8)
+	l3, _ := NewQuant(out, in, q3)
+	for _, l := range []*Linear{lf, l8, l3} {
+		l.Pool = NewPool(2)
+		a := make([]float32, rows*out)
+		l.Forward(a, x, rows)
+		l.Pool = NewPoolMode(2, ModeFast)
+		b := make([]float32, rows*out)
+		l.Forward(b, x, rows)
+		assertBits(t, a, b, "%v", l.Format())
+	}
+	q4, _ := quantFixture(r, out, in, 4, 64)
+	l4, _ := NewQuant(out, in, q4)
+	l4.Pool = NewPoolMode(2, ModeFast)
+	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
+		xb := append([]float32(nil), x[:in]...)
+		xb[70] = bad
+		y := make([]float32, out)
+		l4.Forward(y, xb, 1)
+		for o := range out {
+			assert.True(t, math.IsNaN(float64(y[o])), "input %v out %d: %v", bad, o, y[o])
+		}
+	}
+}
