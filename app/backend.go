@@ -18,6 +18,9 @@ const (
 	BackendCPU  = "cpu"
 	BackendMLX  = "mlx"
 	BackendAuto = "auto"
+	// BackendCPUFast is reported as Models.Backend for the cpu backend with Kernels "fast", and names that
+	// combination in higgs-verify parity's --a/--b.
+	BackendCPUFast = "cpu-fast"
 )
 
 // NoDraftName as ModelConfig.Draft turns speculation off.
@@ -51,7 +54,17 @@ type ModelConfig struct {
 	Backend string
 	// Threads is the CPU worker count; 0 means GOMAXPROCS.
 	Threads int
+	// Kernels is the CPU backend's kernel mode: "exact" ("" too; the bit-exact reference) or "fast"
+	// (kernel.ModeFast: 4-bit products with int8-quantized inputs, not bit-identical to exact). Only the cpu
+	// backend has modes.
+	Kernels string
 }
+
+// Kernel modes understood by ModelConfig.Kernels.
+const (
+	KernelsExact = "exact"
+	KernelsFast  = "fast"
+)
 
 // Validate reports every problem with the configuration at once.
 func (c ModelConfig) Validate() error {
@@ -63,6 +76,15 @@ func (c ModelConfig) Validate() error {
 	}
 	if c.Threads < 0 {
 		errs = append(errs, fmt.Errorf("threads %d must be ≥ 0", c.Threads))
+	}
+	switch c.Kernels {
+	case "", KernelsExact:
+	case KernelsFast:
+		if c.Backend == BackendMLX {
+			errs = append(errs, errors.New("kernels fast needs the cpu backend (mlx has no kernel modes)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("unknown kernels %q (want exact or fast)", c.Kernels))
 	}
 	if strings.TrimSpace(c.Model) != c.Model {
 		errs = append(errs, fmt.Errorf("model %q has surrounding spaces", c.Model))
@@ -97,7 +119,8 @@ type Models struct {
 	EOS []ports.Token
 	// Name is the served model id (the directory's base name or the hub id).
 	Name string
-	// Backend is the backend actually used ("cpu" after an "auto" fallback).
+	// Backend is the backend actually used ("cpu" after an "auto" fallback; BackendCPUFast for the cpu
+	// backend with Kernels "fast").
 	Backend string
 	// Close releases the models' memory (memory-mapped weights). It is safe to call more than once.
 	Close func() error

@@ -29,6 +29,7 @@ type Config struct {
 	Adaptive        bool
 	Backend         string
 	Threads         int
+	Kernels         string
 	Host            string
 	Port            int
 	APIKey          string
@@ -47,6 +48,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Backend:         BackendCPU,
+		Kernels:         KernelsExact,
 		Host:            "127.0.0.1",
 		Port:            8000,
 		MaxBodyBytes:    4 << 20,
@@ -68,6 +70,7 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Adaptive, "adaptive", c.Adaptive, "let the adaptive depth policy choose each round's block size")
 	fs.StringVar(&c.Backend, "backend", c.Backend, "compute backend: cpu, mlx or auto")
 	fs.IntVar(&c.Threads, "threads", c.Threads, "CPU worker threads (0: GOMAXPROCS)")
+	fs.StringVar(&c.Kernels, "kernels", c.Kernels, "CPU kernels: exact (the bit-exact reference) or fast (4-bit products with int8 inputs; not bit-identical)")
 	fs.StringVar(&c.Host, "host", c.Host, "address to listen on (a wider bind such as 0.0.0.0 must be asked for)")
 	fs.IntVar(&c.Port, "port", c.Port, "TCP port to listen on (0: any free port)")
 	fs.StringVar(&c.APIKey, "api-key", c.APIKey, "require this key as 'Authorization: Bearer KEY' on /v1/ routes")
@@ -228,7 +231,7 @@ func (c Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.P
 
 // ModelConfig is the model-loading part of c.
 func (c Config) ModelConfig() ModelConfig {
-	return ModelConfig{Model: c.Model, Draft: c.Draft, NoDraft: c.NoDraft, Backend: c.Backend, Threads: c.Threads}
+	return ModelConfig{Model: c.Model, Draft: c.Draft, NoDraft: c.NoDraft, Backend: c.Backend, Threads: c.Threads, Kernels: c.Kernels}
 }
 
 // ServeConfig is the use-case part of c.

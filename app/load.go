@@ -14,6 +14,7 @@ import (
 	"github.com/higgs-go/higgs/adapters/chattemplate"
 	"github.com/higgs-go/higgs/adapters/cpu"
 	"github.com/higgs-go/higgs/adapters/cpu/dflash"
+	"github.com/higgs-go/higgs/adapters/cpu/kernel"
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/mlx"
 	"github.com/higgs-go/higgs/adapters/tokenizer"
@@ -34,6 +35,9 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 	backend, err := chooseBackend(cfg.Backend, log)
 	if err != nil {
 		return nil, err
+	}
+	if backend == BackendMLX && cfg.Kernels == KernelsFast {
+		return nil, fmt.Errorf("kernels fast needs the cpu backend (backend %q picked mlx)", cfg.Backend)
 	}
 	targetDir, name, err := resolveTarget(cfg.Model)
 	if err != nil {
@@ -67,7 +71,11 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 			return d, d.Close, nil
 		}
 	default:
-		t, err := cpu.Load(ctx, targetDir, cpu.LoadOptions{Threads: cfg.Threads, Logger: log})
+		mode := kernel.ModeExact
+		if cfg.Kernels == KernelsFast {
+			mode = kernel.ModeFast
+		}
+		t, err := cpu.Load(ctx, targetDir, cpu.LoadOptions{Threads: cfg.Threads, Kernels: mode, Logger: log})
 		if err != nil {
 			return nil, err
 		}
@@ -81,6 +89,9 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 		}
 	}
 	progress(1, steps)
+	if backend == BackendCPU && cfg.Kernels == KernelsFast {
+		backend = BackendCPUFast
+	}
 	m := &Models{Target: target, Name: name, Backend: backend, EOS: target.Info().EOSTokens}
 	closers := []func() error{closeTarget}
 	m.Close = func() error {

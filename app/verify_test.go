@@ -228,6 +228,15 @@ func TestLoadModelsBackends(t *testing.T) {
 	assert.Equal(t, []ports.Token{3, 7}, m.EOS)
 	assert.Nil(t, m.Drafter)
 	assert.Nil(t, m.Tokenizer)
+	// Kernel modes: fast is reported as cpu-fast; unknown modes and fast on mlx are refused before loading.
+	mf, err := LoadModels(t.Context(), ModelConfig{Model: target, Kernels: KernelsFast}, zerolog.Nop(), nil)
+	require.NoError(t, err)
+	defer mf.Close()
+	assert.Equal(t, BackendCPUFast, mf.Backend)
+	_, err = LoadModels(t.Context(), ModelConfig{Model: target, Kernels: "turbo"}, zerolog.Nop(), nil)
+	require.ErrorContains(t, err, `unknown kernels "turbo"`)
+	_, err = LoadModels(t.Context(), ModelConfig{Model: target, Backend: BackendMLX, Kernels: KernelsFast}, zerolog.Nop(), nil)
+	require.ErrorContains(t, err, "kernels fast needs the cpu backend")
 	assert.Equal(t, filepath.Base(target), m.Name)
 
 	// No model named: the bundled demo, with a clear error when it is absent.

@@ -28,6 +28,10 @@ var _ ports.Target = (*Target)(nil)
 type LoadOptions struct {
 	// Threads is the number of worker goroutines (≤ 0: GOMAXPROCS). Results do not depend on it.
 	Threads int
+	// Kernels is the kernel mode: kernel.ModeExact (the zero value, the reference) or kernel.ModeFast (4-bit
+	// products with int8-quantized inputs; not bit-identical to the reference, still independent of the batch
+	// and the thread count). The drafter shares the target's pool, and with it the mode.
+	Kernels kernel.Mode
 	// ContextLength caps the session length below max_position_embeddings (0: the config's value).
 	ContextLength int
 	// ForceSeparateGDNProjections is accepted for symmetry with other backends: this backend never fuses the
@@ -92,7 +96,7 @@ func build(st *safetensors.Store, cfg *hfmodel.TextConfig, a arch, opts LoadOpti
 	if un := st.Unused(); len(un) > 0 {
 		return nil, fmt.Errorf("unexpected tensors in checkpoint (%d): %v", len(un), head(un, 20))
 	}
-	m.pool = kernel.NewPool(opts.Threads)
+	m.pool = kernel.NewPoolMode(opts.Threads, opts.Kernels)
 	m.setPool()
 	t := newTarget(m, cfg)
 	t.store = st

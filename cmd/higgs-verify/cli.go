@@ -102,6 +102,7 @@ func (c *cli) root() *cobra.Command {
 // common are the flags most subcommands share.
 type common struct {
 	model, draft, backend, tokens, prompt string
+	kernels                               string
 	chat, json, noDraft                   bool
 	threads                               int
 }
@@ -117,10 +118,11 @@ func (f *common) add(fs *pflag.FlagSet, draft bool) {
 	fs.BoolVar(&f.chat, "chat", false, "apply the model's chat template to --prompt first")
 	fs.BoolVar(&f.json, "json", false, "print exactly one JSON object on stdout")
 	fs.IntVar(&f.threads, "threads", 0, "CPU worker threads (0: GOMAXPROCS)")
+	fs.StringVar(&f.kernels, "kernels", app.KernelsExact, "CPU kernels: exact (the bit-exact reference) or fast (4-bit products with int8 inputs; not bit-identical)")
 }
 
 func (f *common) modelConfig() app.ModelConfig {
-	return app.ModelConfig{Model: f.model, Draft: f.draft, NoDraft: f.noDraft, Backend: f.backend, Threads: f.threads}
+	return app.ModelConfig{Model: f.model, Draft: f.draft, NoDraft: f.noDraft, Backend: f.backend, Threads: f.threads, Kernels: f.kernels}
 }
 
 // promptInputs returns the prompt given by --tokens / --prompt (nil when neither).

@@ -272,6 +272,18 @@ func TestParityCommand(t *testing.T) {
 	for _, k := range []string{"max_abs", "max_rel", "argmax_agree", "tap_max_abs", "continuation_match", "replay_a", "replay_b"} {
 		assert.Contains(t, out, k)
 	}
+	// cpu-fast names the cpu backend with --kernels fast (these weights are not 4-bit, so it changes no bits).
+	r = runCLI(t, "parity", "--model", fixtures.hybrid, "--tokens", "1,2,3", "--a", "cpu", "--b", "cpu-fast", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var sides struct {
+		A, B struct{ Backend string }
+	}
+	oneJSON(t, r.stdout, &sides)
+	assert.Equal(t, "cpu", sides.A.Backend)
+	assert.Equal(t, "cpu-fast", sides.B.Backend)
+	r = runCLI(t, "parity", "--model", fixtures.hybrid, "--tokens", "1", "--a", "cpu", "--b", "gpu")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "want cpu, cpu-fast or mlx")
 	// Two different weight sets fail the check: exit 1, the JSON still printed.
 	r = runCLI(t, "parity", "--model", fixtures.hybrid, "--b-model", fixtures.dense, "--tokens", "1,2,3", "--a", "cpu", "--b", "cpu", "--json")
 	assert.Equal(t, 1, r.code, r.stderr)

@@ -270,14 +270,23 @@ func (c *cli) parityCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			for _, side := range []string{a, b} {
-				if side != app.BackendCPU && side != app.BackendMLX {
-					return fmt.Errorf("%w: unknown backend %q (want cpu or mlx)", app.ErrBadInput, side)
+				if side != app.BackendCPU && side != app.BackendMLX && side != app.BackendCPUFast {
+					return fmt.Errorf("%w: unknown backend %q (want cpu, cpu-fast or mlx)", app.ErrBadInput, side)
 				}
 			}
-			cfgA := f.modelConfig()
-			cfgA.Backend = a
-			cfgB := cfgA
-			cfgB.Backend = b
+			// cpu-fast is the cpu backend with fast kernels; a cpu side keeps --kernels, mlx has no modes.
+			side := func(cfg app.ModelConfig, backend string) app.ModelConfig {
+				cfg.Backend = backend
+				switch backend {
+				case app.BackendCPUFast:
+					cfg.Backend, cfg.Kernels = app.BackendCPU, app.KernelsFast
+				case app.BackendMLX:
+					cfg.Kernels = ""
+				}
+				return cfg
+			}
+			cfgA := side(f.modelConfig(), a)
+			cfgB := side(f.modelConfig(), b)
 			if bModel != "" {
 				cfgB.Model = bModel
 			}
@@ -324,8 +333,8 @@ func (c *cli) parityCmd() *cobra.Command {
 	}
 	f.add(cmd.Flags(), true)
 	fs := cmd.Flags()
-	fs.StringVar(&a, "a", "cpu", "backend A: cpu or mlx")
-	fs.StringVar(&b, "b", "mlx", "backend B: cpu or mlx")
+	fs.StringVar(&a, "a", "cpu", "backend A: cpu, cpu-fast (cpu with --kernels fast) or mlx")
+	fs.StringVar(&b, "b", "mlx", "backend B: cpu, cpu-fast (cpu with --kernels fast) or mlx")
 	fs.StringVar(&bModel, "b-model", "", "model directory for B (a second weight variant, e.g. quantized); default --model")
 	fs.IntVar(&bThreads, "b-threads", 0, "CPU worker threads for B (0: GOMAXPROCS)")
 	fs.IntVar(&o.MaxTokens, "max-tokens", 16, "greedy continuation length")
