@@ -93,10 +93,11 @@ def tilez(name, R, O, bf16):
     xptr = ["R8", "R9", "R10", "R11"][:R]
     wptr = ["R12", "R13", "SI", "DI"][:O]
     wt = "uint16" if bf16 else "float32"
-    e(f"// func {name}(x *float32, ldx int, w *{wt}, ldw int, n int, dst *float32, ldd int, scratch *float32)")
+    e(f"// func {name}(x *float32, ldx int, w *{wt}, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte)")
     e(f"// {R} input rows × {O} weight rows with 16-lane vectors holding two of dot{'BF16' if bf16 else 'F32'}AVX2's 8-lane")
-    e("// chains each; per element the same operations in the same order (n a multiple of 32).")
-    e(f"TEXT ·{name}(SB), NOSPLIT, $0-64")
+    e("// chains each; per element the same operations in the same order (n a multiple of 32). Meanwhile the 8·n")
+    e("// bytes from pf on are prefetched into L2 (two lines per step; the caller points pf at weights it needs next).")
+    e(f"TEXT ·{name}(SB), NOSPLIT, $0-72")
     e("\tMOVQ x+0(FP), R8")
     e("\tMOVQ ldx+8(FP), BX")
     e("\tSHLQ $2, BX")
@@ -109,13 +110,19 @@ def tilez(name, R, O, bf16):
         e(f"\tLEAQ ({wptr[i-1]})(BX*1), {wptr[i]}")
     e("\tMOVQ n+32(FP), DX")
     e("\tMOVQ scratch+56(FP), BX")
+    e("\tMOVQ pf+64(FP), CX")
     accs = [a for row in acc for a in row]
     for p in range(2):
         for a in accs:
             e(f"\tVPXORD Z{a}, Z{a}, Z{a}")
         e(f"\tMOVQ ${16*p}, AX")
+        if p == 1:
+            # Pass 1's offsets start 64 bytes in: aim CX at the second 4·n bytes.
+            e("\tLEAQ -64(CX)(DX*4), CX")
         lbl = f"{name}_p{p}"
         e(f"{lbl}:")
+        e("\tPREFETCHT1 (CX)(AX*4)")
+        e("\tPREFETCHT1 64(CX)(AX*4)")
         for o in range(O):
             if bf16:
                 e(f"\tVPMOVZXWD ({wptr[o]})(AX*2), {wreg[o]}")

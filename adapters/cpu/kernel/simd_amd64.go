@@ -87,11 +87,14 @@ func tileF32x4x2AVX2(x *float32, ldx int, w *float32, ldw int, n int, dst *float
 //go:noescape
 func tileBF16x4x2AVX2(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32)
 
-//go:noescape
-func tileF32x4x4AVX512(x *float32, ldx int, w *float32, ldw int, n int, dst *float32, ldd int, scratch *float32)
+// The AVX-512 tiles also prefetch 8·n bytes from pf into L2 while they run (forwardDenseAVX2 points pf at the
+// next tile's weights), so a tile's weights arrive while the previous tile computes from cache.
 
 //go:noescape
-func tileBF16x4x4AVX512(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32)
+func tileF32x4x4AVX512(x *float32, ldx int, w *float32, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte)
+
+//go:noescape
+func tileBF16x4x4AVX512(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte)
 
 // The quantized row kernels run dotQ4RowAVX2/dotQ8RowAVX2 for 8, 4 or 1 input rows sharing one decode of each
 // 16 code bytes, with x packed per 16-byte step (packQuantRows) and 16-lane vectors holding two of the one-row

@@ -37,10 +37,10 @@ func tileF32x4x2AVX2(x *float32, ldx int, w *float32, ldw int, n int, dst *float
 func tileBF16x4x2AVX2(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32) {
 	noAVX2()
 }
-func tileF32x4x4AVX512(x *float32, ldx int, w *float32, ldw int, n int, dst *float32, ldd int, scratch *float32) {
+func tileF32x4x4AVX512(x *float32, ldx int, w *float32, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte) {
 	noAVX2()
 }
-func tileBF16x4x4AVX512(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32) {
+func tileBF16x4x4AVX512(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte) {
 	noAVX2()
 }
 

@@ -489,10 +489,11 @@ tileBF16x4x2AVX2_k3:
 	VZEROUPPER
 	RET
 
-// func tileF32x4x4AVX512(x *float32, ldx int, w *float32, ldw int, n int, dst *float32, ldd int, scratch *float32)
+// func tileF32x4x4AVX512(x *float32, ldx int, w *float32, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte)
 // 4 input rows × 4 weight rows with 16-lane vectors holding two of dotF32AVX2's 8-lane
-// chains each; per element the same operations in the same order (n a multiple of 32).
-TEXT ·tileF32x4x4AVX512(SB), NOSPLIT, $0-64
+// chains each; per element the same operations in the same order (n a multiple of 32). Meanwhile the 8·n
+// bytes from pf on are prefetched into L2 (two lines per step; the caller points pf at weights it needs next).
+TEXT ·tileF32x4x4AVX512(SB), NOSPLIT, $0-72
 	MOVQ x+0(FP), R8
 	MOVQ ldx+8(FP), BX
 	SHLQ $2, BX
@@ -507,6 +508,7 @@ TEXT ·tileF32x4x4AVX512(SB), NOSPLIT, $0-64
 	LEAQ (SI)(BX*1), DI
 	MOVQ n+32(FP), DX
 	MOVQ scratch+56(FP), BX
+	MOVQ pf+64(FP), CX
 	VPXORD Z16, Z16, Z16
 	VPXORD Z17, Z17, Z17
 	VPXORD Z18, Z18, Z18
@@ -525,6 +527,8 @@ TEXT ·tileF32x4x4AVX512(SB), NOSPLIT, $0-64
 	VPXORD Z31, Z31, Z31
 	MOVQ $0, AX
 tileF32x4x4AVX512_p0:
+	PREFETCHT1 (CX)(AX*4)
+	PREFETCHT1 64(CX)(AX*4)
 	VMOVUPS (R12)(AX*4), Z0
 	VMOVUPS (R13)(AX*4), Z1
 	VMOVUPS (SI)(AX*4), Z2
@@ -617,7 +621,10 @@ tileF32x4x4AVX512_p0:
 	VPXORD Z30, Z30, Z30
 	VPXORD Z31, Z31, Z31
 	MOVQ $16, AX
+	LEAQ -64(CX)(DX*4), CX
 tileF32x4x4AVX512_p1:
+	PREFETCHT1 (CX)(AX*4)
+	PREFETCHT1 64(CX)(AX*4)
 	VMOVUPS (R12)(AX*4), Z0
 	VMOVUPS (R13)(AX*4), Z1
 	VMOVUPS (SI)(AX*4), Z2
@@ -798,10 +805,11 @@ tileF32x4x4AVX512_p1:
 	VZEROUPPER
 	RET
 
-// func tileBF16x4x4AVX512(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32)
+// func tileBF16x4x4AVX512(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte)
 // 4 input rows × 4 weight rows with 16-lane vectors holding two of dotBF16AVX2's 8-lane
-// chains each; per element the same operations in the same order (n a multiple of 32).
-TEXT ·tileBF16x4x4AVX512(SB), NOSPLIT, $0-64
+// chains each; per element the same operations in the same order (n a multiple of 32). Meanwhile the 8·n
+// bytes from pf on are prefetched into L2 (two lines per step; the caller points pf at weights it needs next).
+TEXT ·tileBF16x4x4AVX512(SB), NOSPLIT, $0-72
 	MOVQ x+0(FP), R8
 	MOVQ ldx+8(FP), BX
 	SHLQ $2, BX
@@ -816,6 +824,7 @@ TEXT ·tileBF16x4x4AVX512(SB), NOSPLIT, $0-64
 	LEAQ (SI)(BX*1), DI
 	MOVQ n+32(FP), DX
 	MOVQ scratch+56(FP), BX
+	MOVQ pf+64(FP), CX
 	VPXORD Z16, Z16, Z16
 	VPXORD Z17, Z17, Z17
 	VPXORD Z18, Z18, Z18
@@ -834,6 +843,8 @@ TEXT ·tileBF16x4x4AVX512(SB), NOSPLIT, $0-64
 	VPXORD Z31, Z31, Z31
 	MOVQ $0, AX
 tileBF16x4x4AVX512_p0:
+	PREFETCHT1 (CX)(AX*4)
+	PREFETCHT1 64(CX)(AX*4)
 	VPMOVZXWD (R12)(AX*2), Z0
 	VPSLLD $16, Z0, Z0
 	VPMOVZXWD (R13)(AX*2), Z1
@@ -930,7 +941,10 @@ tileBF16x4x4AVX512_p0:
 	VPXORD Z30, Z30, Z30
 	VPXORD Z31, Z31, Z31
 	MOVQ $16, AX
+	LEAQ -64(CX)(DX*4), CX
 tileBF16x4x4AVX512_p1:
+	PREFETCHT1 (CX)(AX*4)
+	PREFETCHT1 64(CX)(AX*4)
 	VPMOVZXWD (R12)(AX*2), Z0
 	VPSLLD $16, Z0, Z0
 	VPMOVZXWD (R13)(AX*2), Z1
