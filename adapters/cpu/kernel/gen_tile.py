@@ -1,5 +1,6 @@
 import struct
 PERM_A = 'Z15, Z8, Z8'
+Q4X2PF = int(__import__("os").environ.get("Q4X2PF", "1"))
 PERM_B = 'Z15, Z9, Z9'
 # Generates tile_amd64.s: multi-row × multi-output tiles for f32/bf16 and multi-row quantized kernels.
 out = []
@@ -440,8 +441,8 @@ def quant4x2(name, bits):
     e("// sharing each load of the packed inputs; state[0:36] is row o's, state[36:72] row o+1's.")
     e(f"TEXT ·{name}(SB), NOSPLIT, $0-80")
     e("\tMOVQ codes+0(FP), DI")
-    e("\tMOVQ rowBytes+8(FP), R8")
-    e("\tADDQ DI, R8")
+    e("\tMOVQ rowBytes+8(FP), R14")
+    e("\tLEAQ (DI)(R14*1), R8")
     e("\tMOVQ xp+16(FP), SI")
     e("\tMOVQ scales+24(FP), R9")
     e("\tMOVQ biases+32(FP), R12")
@@ -460,6 +461,11 @@ def quant4x2(name, bits):
     e(f"{name}_group:")
     e("\tTESTQ R10, R10")
     e(f"\tJE {name}_done")
+    if Q4X2PF:
+        # The next pair of weight rows (the caller's next call) at the same offset: their codes arrive while
+        # this pair computes.
+        e("\tPREFETCHT0 (DI)(R14*2)")
+        e("\tPREFETCHT0 (R8)(R14*2)")
     for o in range(2):
         for a, b in part[o]:
             e(f"\tVPXORD Z{a}, Z{a}, Z{a}")

@@ -2264,8 +2264,8 @@ dotQ4FastG128AVX512_group:
 // sharing each load of the packed inputs; state[0:36] is row o's, state[36:72] row o+1's.
 TEXT ·dotQ4Rows4x2StateAVX512(SB), NOSPLIT, $0-80
 	MOVQ codes+0(FP), DI
-	MOVQ rowBytes+8(FP), R8
-	ADDQ DI, R8
+	MOVQ rowBytes+8(FP), R14
+	LEAQ (DI)(R14*1), R8
 	MOVQ xp+16(FP), SI
 	MOVQ scales+24(FP), R9
 	MOVQ biases+32(FP), R12
@@ -2285,6 +2285,8 @@ TEXT ·dotQ4Rows4x2StateAVX512(SB), NOSPLIT, $0-80
 dotQ4Rows4x2StateAVX512_group:
 	TESTQ R10, R10
 	JE dotQ4Rows4x2StateAVX512_done
+	PREFETCHT0 (DI)(R14*2)
+	PREFETCHT0 (R8)(R14*2)
 	VPXORD Z16, Z16, Z16
 	VPXORD Z17, Z17, Z17
 	VPXORD Z18, Z18, Z18
@@ -2393,8 +2395,8 @@ dotQ4Rows4x2StateAVX512_done:
 // sharing each load of the packed inputs; state[0:36] is row o's, state[36:72] row o+1's.
 TEXT ·dotQ8Rows4x2StateAVX512(SB), NOSPLIT, $0-80
 	MOVQ codes+0(FP), DI
-	MOVQ rowBytes+8(FP), R8
-	ADDQ DI, R8
+	MOVQ rowBytes+8(FP), R14
+	LEAQ (DI)(R14*1), R8
 	MOVQ xp+16(FP), SI
 	MOVQ scales+24(FP), R9
 	MOVQ biases+32(FP), R12
@@ -2413,6 +2415,8 @@ TEXT ·dotQ8Rows4x2StateAVX512(SB), NOSPLIT, $0-80
 dotQ8Rows4x2StateAVX512_group:
 	TESTQ R10, R10
 	JE dotQ8Rows4x2StateAVX512_done
+	PREFETCHT0 (DI)(R14*2)
+	PREFETCHT0 (R8)(R14*2)
 	VPXORD Z16, Z16, Z16
 	VPXORD Z17, Z17, Z17
 	VPXORD Z18, Z18, Z18
