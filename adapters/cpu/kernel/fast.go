@@ -3,6 +3,7 @@ package kernel
 import (
 	"fmt"
 	"math"
+	"sync"
 	"unsafe"
 )
 
@@ -43,36 +44,66 @@ func ParseMode(s string) (Mode, error) {
 	return ModeExact, fmt.Errorf("unknown kernel mode %q (want exact or fast)", s)
 }
 
-// quantizeQ8 writes the fast-mode form of one input row: per group g, d[g] = max|x|/127 and the inputs
-// rounded to xq = round(x/d) in [-127, 127], the gs/2 inputs of the low nibbles (even j) first, then the gs/2
-// of the high nibbles. A group holding NaN or ±Inf gets d = NaN, so its products come out NaN.
-func quantizeQ8(xq []int8, d, x []float32, gs int) {
+// quantizeQ8 writes the fast-mode form of one input row: per group g, d[g] = max|x|/127, the inputs rounded
+// (to nearest, ties to even) to xq = round(x·(1/d)), the gs/2 inputs of the low nibbles (even j) first, then the
+// gs/2 of the high nibbles, and the group sum xs[g] (16 lanes p_l = Σ_i x_{16i+l} from +0 in order, halved to
+// four lanes as p_l + p_{l+L/2}, then (q0+q1)+(q2+q3)). |x·(1/d)| stays below 127.5, so xq fits in
+// [-127, 127]. A group holding NaN or ±Inf gets d = NaN, so its products come out NaN; a group whose max|x| is
+// below 2⁻¹⁰⁰ (zero, or so small that 1/d could overflow) gets d = 0 and zero codes. The AVX-512 kernel and
+// quantizeQ8Go give the same bits.
+func quantizeQ8(xq []int8, d, xs, x []float32, gs int) {
+	ng := len(x) / gs
+	if ng == 0 {
+		return
+	}
+	if useVNNI {
+		_, _, _ = xq[ng*gs-1], d[ng-1], xs[ng-1]
+		quantizeQ8AVX512(&xq[0], &d[0], &xs[0], &x[0], ng, gs)
+		return
+	}
+	quantizeQ8Go(xq, d, xs, x, gs)
+}
+
+// tinyQ8 is the bit pattern of 2⁻¹⁰⁰: groups with a smaller max|x| count as zero.
+const tinyQ8 = 0x0d800000
+
+// quantizeQ8Go is quantizeQ8 in Go, operation for operation.
+func quantizeQ8Go(xq []int8, d, xs, x []float32, gs int) {
+	const magic = 1 << 23 * 1.5 // adding and subtracting it rounds |v| < 2²² to an integer, ties to even
 	for g := range len(x) / gs {
 		xg := x[g*gs : (g+1)*gs]
-		var amax float32
-		finite := true
-		for _, v := range xg {
-			a := float32(math.Abs(float64(v)))
-			if !(a <= math.MaxFloat32) {
-				finite = false
+		var amax uint32 // max |x| as bits: for non-negative floats the bit order is the value order
+		var p [16]float32
+		for i := 0; i < gs; i += 16 {
+			for l, v := range xg[i : i+16] {
+				amax = max(amax, math.Float32bits(v)&0x7fffffff)
+				p[l] += v
 			}
-			amax = max(amax, a)
 		}
+		for n := 16; n > 4; n /= 2 {
+			for l := range n / 2 {
+				p[l] += p[l+n/2]
+			}
+		}
+		xs[g] = (p[0] + p[1]) + (p[2] + p[3])
 		q := xq[g*gs : (g+1)*gs]
-		if !finite || amax == 0 {
+		if amax < tinyQ8 || amax >= 0x7f800000 {
 			clear(q)
 			d[g] = 0
-			if !finite {
+			if amax >= 0x7f800000 {
 				d[g] = float32(math.NaN())
 			}
 			continue
 		}
-		dg := amax / 127
+		dg := math.Float32frombits(amax) / 127
+		inv := 1 / dg
 		d[g] = dg
-		for j, v := range xg {
-			r := math.RoundToEven(float64(v / dg))
-			r = max(-127, min(127, r))
-			q[(j&1)*(gs/2)+j/2] = int8(r)
+		h := gs / 2
+		qe, qo := q[:h], q[h:2*h]
+		for j := range qe {
+			// float32(·) rounds the product before the additions (no fused multiply-add).
+			qe[j] = int8(int32((float32(xg[2*j]*inv) + magic) - magic))
+			qo[j] = int8(int32((float32(xg[2*j+1]*inv) + magic) - magic))
 		}
 	}
 }
@@ -81,9 +112,10 @@ func quantizeQ8(xq []int8, d, x []float32, gs int) {
 // row (xq, d) and its group sums xs, written operation for operation like the dotQ4Fast kernels: per group
 // and lane l (gs/8 lanes, lane l holding code bytes 4l..4l+3), an exact integer dot product, then
 // acc_l += (float(isum)·d_g)·s_g with each product rounded; the lanes are halved down to four
-// (v_i + v_{i+L/2}) and summed as (v0+v1)+(v2+v3). The bias term is Σ_g b_g·xs_g in group order.
-func fastQ4Go(codes []byte, xq []int8, d, scales, biases, xs []float32, gs int) (prod, bias float32) {
+// (v_i + v_{i+L/2}) and summed as (v0+v1)+(v2+v3), and the bias term Σ_g b_g·xs_g (group order) is added.
+func fastQ4Go(codes []byte, xq []int8, d, scales, biases, xs []float32, gs int) float32 {
 	var acc [16]float32
+	var bias float32
 	L := gs / 8
 	for g := range len(d) {
 		cb := codes[g*gs/2 : (g+1)*gs/2]
@@ -103,45 +135,55 @@ func fastQ4Go(codes []byte, xq []int8, d, scales, biases, xs []float32, gs int) 
 			acc[i] += acc[i+n/2]
 		}
 	}
-	return (acc[0] + acc[1]) + (acc[2] + acc[3]), bias
+	return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + bias
 }
 
+var xqPool = sync.Pool{New: func() any { return new([]int8) }}
+
 // fastQ4 holds the fast-mode 4-bit kernels by group size / 64 (group 32, 64 or 128).
-var fastQ4 = [3]func(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32){
+var fastQ4 = [3]func(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32){
 	dotQ4FastG32AVX512, dotQ4FastG64AVX512, dotQ4FastG128AVX512,
 }
 
 // forwardQuantFast is the ModeFast 4-bit product: inputs quantized once per call (per row, so a row's
 // quantization does not depend on the rows beside it), then each element by itself with the VNNI kernel or
-// its Go mirror. xs holds the exact group sums of x, [row][group].
-func (l *Linear) forwardQuantFast(dst, x, xs []float32, rows int) {
+// its Go mirror.
+func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 	q := l.q
 	in, out, gs := l.In, l.Out, q.Group
 	ng := in / gs
 	rowBytes := in / 2
 	codes := unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
-	dp := getScratch(rows * ng)
+	dp := getScratch(2 * rows * ng)
 	defer scratchPool.Put(dp)
-	d := *dp
-	xq := make([]int8, rows*in)
+	d, xs := (*dp)[:rows*ng], (*dp)[rows*ng:]
+	xqp := xqPool.Get().(*[]int8)
+	defer xqPool.Put(xqp)
+	if cap(*xqp) < rows*in {
+		*xqp = make([]int8, rows*in)
+	}
+	xq := (*xqp)[:rows*in]
 	for r := range rows {
-		quantizeQ8(xq[r*in:(r+1)*in], d[r*ng:(r+1)*ng], x[r*in:(r+1)*in], gs)
+		quantizeQ8(xq[r*in:(r+1)*in], d[r*ng:(r+1)*ng], xs[r*ng:(r+1)*ng], x[r*in:(r+1)*in], gs)
 	}
 	k := fastQ4[gs/64]
 	vnni := useVNNI
 	grain := max(1, 32768/(in*rows))
 	l.Pool.For(out, grain, func(lo, hi int) {
-		var res [2]float32
+		if vnni && rows == 1 {
+			k(&codes[lo*rowBytes], &xq[0], &d[0], &q.Scales[lo*ng], &q.Biases[lo*ng], &xs[0], ng, hi-lo, &dst[lo])
+			return
+		}
 		for o := lo; o < hi; o++ {
 			c := codes[o*rowBytes : (o+1)*rowBytes]
 			sc, bi := q.Scales[o*ng:(o+1)*ng], q.Biases[o*ng:(o+1)*ng]
+			// Several rows: each weight row meets every input row while its codes are in L1.
 			for r := range rows {
 				if vnni {
-					k(&c[0], &xq[r*in], &d[r*ng], &sc[0], &bi[0], &xs[r*ng], ng, &res[0])
+					k(&c[0], &xq[r*in], &d[r*ng], &sc[0], &bi[0], &xs[r*ng], ng, 1, &dst[r*out+o])
 				} else {
-					res[0], res[1] = fastQ4Go(c, xq[r*in:(r+1)*in], d[r*ng:(r+1)*ng], sc, bi, xs[r*ng:(r+1)*ng], gs)
+					dst[r*out+o] = fastQ4Go(c, xq[r*in:(r+1)*in], d[r*ng:(r+1)*ng], sc, bi, xs[r*ng:(r+1)*ng], gs)
 				}
-				dst[r*out+o] = res[0] + res[1]
 			}
 		}
 	})

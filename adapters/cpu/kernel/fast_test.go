@@ -70,17 +70,20 @@ func TestFastQ4KernelsMatchGo(t *testing.T) {
 		codes := unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
 		xq := make([]int8, in)
 		d := make([]float32, ng)
-		xs := randVec(r, ng, 4)
+		xs := make([]float32, ng)
 		for row := range rows {
-			quantizeQ8(xq, d, x[row*in:(row+1)*in], gs)
+			quantizeQ8(xq, d, xs, x[row*in:(row+1)*in], gs)
+			// All weight rows in one call, and one at a time.
+			all := make([]float32, out)
+			fastQ4[gs/64](&codes[0], &xq[0], &d[0], &q.Scales[0], &q.Biases[0], &xs[0], ng, out, &all[0])
 			for o := range out {
 				c := codes[o*in/2 : (o+1)*in/2]
 				sc, bi := q.Scales[o*ng:(o+1)*ng], q.Biases[o*ng:(o+1)*ng]
-				var res [2]float32
-				fastQ4[gs/64](&c[0], &xq[0], &d[0], &sc[0], &bi[0], &xs[0], ng, &res[0])
-				p, b := fastQ4Go(c, xq, d, sc, bi, xs, gs)
-				require.Equal(t, math.Float32bits(p), math.Float32bits(res[0]), "g%d row %d out %d product", gs, row, o)
-				require.Equal(t, math.Float32bits(b), math.Float32bits(res[1]), "g%d row %d out %d bias", gs, row, o)
+				var one float32
+				fastQ4[gs/64](&c[0], &xq[0], &d[0], &sc[0], &bi[0], &xs[0], ng, 1, &one)
+				want := fastQ4Go(c, xq, d, sc, bi, xs, gs)
+				require.Equal(t, math.Float32bits(want), math.Float32bits(one), "g%d row %d out %d", gs, row, o)
+				require.Equal(t, math.Float32bits(want), math.Float32bits(all[o]), "g%d row %d out %d (all rows)", gs, row, o)
 			}
 		}
 	}
@@ -190,6 +193,39 @@ func TestFastModeScope(t *testing.T) {
 		l4.Forward(y, xb, 1)
 		for o := range out {
 			assert.True(t, math.IsNaN(float64(y[o])), "input %v out %d: %v", bad, o, y[o])
+		}
+	}
+}
+
+// The AVX-512 quantizer gives quantizeQ8Go's bits (codes, steps, group sums) for every group size, on groups
+// of zeros, signed zeros, tiny values, NaN, ±Inf and outliers.
+func TestQuantizeQ8MatchesGo(t *testing.T) {
+	if !useVNNI {
+		t.Skip("no AVX512-VNNI on this CPU")
+	}
+	r := rand.New(rand.NewPCG(39, 40))
+	const in = 1024
+	x := fastInputs(r, 3, in)[2*in:]
+	x[130] = float32(math.NaN())
+	x[300] = float32(math.Inf(-1))
+	for j := 384; j < 512; j++ {
+		x[j] = float32(math.Copysign(0, -1))
+	}
+	for j := 512; j < 640; j++ {
+		x[j] *= 1e-33
+	}
+	x[700] = 1e30
+	for _, gs := range []int{32, 64, 128} {
+		ng := in / gs
+		q1, q2 := make([]int8, in), make([]int8, in)
+		d1, d2 := make([]float32, ng), make([]float32, ng)
+		s1, s2 := make([]float32, ng), make([]float32, ng)
+		quantizeQ8AVX512(&q1[0], &d1[0], &s1[0], &x[0], ng, gs)
+		quantizeQ8Go(q2, d2, s2, x, gs)
+		assert.Equal(t, q2, q1, "g%d codes", gs)
+		for g := range ng {
+			assert.Equal(t, math.Float32bits(d2[g]), math.Float32bits(d1[g]), "g%d group %d step", gs, g)
+			assert.Equal(t, math.Float32bits(s2[g]), math.Float32bits(s1[g]), "g%d group %d sum", gs, g)
 		}
 	}
 }

@@ -365,30 +365,32 @@ def quantrow1(name, bits, gb, prefetch):
 
 
 def fastq4(name, gs):
-    # Fast-mode 4-bit row (not bit-identical to the reference kernels; see fast.go): one input row quantized to
+    # Fast-mode 4-bit rows (not bit-identical to the reference kernels; see fast.go): one input row quantized to
     # int8 per group (xq: per group the gs/2 inputs of the low nibbles, then the gs/2 of the high nibbles;
-    # d: one step per group), integer dot products with VPDPBUSD in gs/8 lanes, then per group and lane
-    # acc += float(isum)·d_g·s_g (two rounded products and a rounded add), a fixed horizontal sum, and the bias
-    # term Σ_g b_g·xs_g in group order. fastQ4Go mirrors every operation. Registers 16-31 force EVEX encodings
+    # d: one step per group; xs: group sums) against nrows consecutive weight rows. Per weight row: integer dot
+    # products with VPDPBUSD in gs/8 lanes, then per group and lane acc += float(isum)·d_g·s_g (two rounded
+    # products and a rounded add), a fixed horizontal sum, plus the bias term Σ_g b_g·xs_g in group order:
+    # dst[o] = product + bias. fastQ4Go mirrors every operation. Registers 16-31 force EVEX encodings
     # (AVX512-VNNI; the VEX AVX-VNNI forms may be missing).
     P = {128: "Z", 64: "Y", 32: "X"}[gs]
     gb = gs // 2
-    e(f"// func {name}(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32)")
-    e(f"// Fast-mode 4-bit row for group size {gs}: out[0] gets the scaled product, out[1] the bias term.")
-    e(f"TEXT ·{name}(SB), NOSPLIT, $0-64")
+    e(f"// func {name}(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32)")
+    e(f"// Fast-mode 4-bit rows for group size {gs}: dst[o] for nrows consecutive weight rows.")
+    e(f"TEXT ·{name}(SB), NOSPLIT, $0-72")
     e("\tMOVQ codes+0(FP), DI")
-    e("\tMOVQ xq+8(FP), SI")
-    e("\tMOVQ d+16(FP), R8")
     e("\tMOVQ scales+24(FP), R9")
     e("\tMOVQ biases+32(FP), R12")
-    e("\tMOVQ xs+40(FP), R13")
-    e("\tMOVQ groups+48(FP), R10")
-    e("\tMOVQ out+56(FP), DX")
+    e("\tMOVQ nrows+56(FP), R14")
+    e("\tMOVQ dst+64(FP), DX")
     e("\tMOVL $0x0f, AX")
     e(f"\tVPBROADCASTB AX, {P}31")
+    e(f"{name}_row:")
+    e("\tMOVQ xq+8(FP), SI")
+    e("\tMOVQ d+16(FP), R8")
+    e("\tMOVQ xs+40(FP), R13")
+    e("\tMOVQ groups+48(FP), R10")
     e(f"\tVPXORD {P}16, {P}16, {P}16")
     e("\tVXORPS X13, X13, X13")
-    e("\tXORQ CX, CX")
     e(f"{name}_group:")
     e(f"\tVMOVDQU32 (DI), {P}17")
     e(f"\tVPSRLW $4, {P}17, {P}18")
@@ -398,18 +400,21 @@ def fastq4(name, gs):
     e(f"\tVPDPBUSD (SI), {P}17, {P}19")
     e(f"\tVPDPBUSD {gb}(SI), {P}18, {P}19")
     e(f"\tVCVTDQ2PS {P}19, {P}19")
-    e(f"\tVMULPS.BCST (R8)(CX*4), {P}19, {P}19")
-    e(f"\tVMULPS.BCST (R9)(CX*4), {P}19, {P}19")
+    e(f"\tVMULPS.BCST (R8), {P}19, {P}19")
+    e(f"\tVMULPS.BCST (R9), {P}19, {P}19")
     e(f"\tVADDPS {P}19, {P}16, {P}16")
-    e("\tVMOVSS (R12)(CX*4), X11")
-    e("\tVMULSS (R13)(CX*4), X11, X11")
+    e("\tVMOVSS (R12), X11")
+    e("\tVMULSS (R13), X11, X11")
     e("\tVADDSS X11, X13, X13")
     e(f"\tADDQ ${gb}, DI")
     e(f"\tADDQ ${gs}, SI")
-    e("\tINCQ CX")
-    e("\tCMPQ CX, R10")
-    e(f"\tJLT {name}_group")
-    # Horizontal sum: halve to 4 lanes (v[i] + v[i+L/2]), then (v0+v1)+(v2+v3).
+    e("\tADDQ $4, R8")
+    e("\tADDQ $4, R9")
+    e("\tADDQ $4, R12")
+    e("\tADDQ $4, R13")
+    e("\tDECQ R10")
+    e(f"\tJNZ {name}_group")
+    # Horizontal sum: halve to 4 lanes (v[i] + v[i+L/2]), then (v0+v1)+(v2+v3); then + bias.
     if P == "Z":
         e("\tVEXTRACTF64X4 $1, Z16, Y17")
         e("\tVADDPS Y17, Y16, Y16")
@@ -419,8 +424,120 @@ def fastq4(name, gs):
     e("\tVMOVAPS X16, X0")
     e("\tVHADDPS X0, X0, X0")
     e("\tVHADDPS X0, X0, X0")
+    e("\tVADDSS X13, X0, X0")
     e("\tVMOVSS X0, (DX)")
-    e("\tVMOVSS X13, 4(DX)")
+    e("\tADDQ $4, DX")
+    e("\tDECQ R14")
+    e(f"\tJNZ {name}_row")
+    e("\tVZEROUPPER")
+    e("\tRET")
+    e()
+
+def quantq8(name):
+    # Fast-mode input quantization (quantizeQ8Go's operations): per group of gs floats (gs = 16·G),
+    # amax = max|x| (as bits), d = amax/127, inv = 1/d, xq = RNE(x·inv) (VCVTPS2DQ under the default
+    # rounding), even inputs then odd ones; xs = the 16-lane partial sums (from +0, in order) halved to 4 lanes
+    # and summed as (q0+q1)+(q2+q3). Groups with amax < 2^-100 or ≥ +Inf get zero codes and d = 0 or NaN.
+    e(f"// func {name}(xq *int8, d, xs, x *float32, groups, gs int)")
+    e("// quantizeQ8Go for groups groups of gs floats (32, 64 or 128).")
+    e(f"TEXT ·{name}(SB), NOSPLIT, $0-48")
+    e("\tMOVQ xq+0(FP), DI")
+    e("\tMOVQ d+8(FP), R8")
+    e("\tMOVQ xs+16(FP), R9")
+    e("\tMOVQ x+24(FP), SI")
+    e("\tMOVQ groups+32(FP), R10")
+    e("\tMOVQ gs+40(FP), R11")
+    e("\tMOVL $0x7fffffff, AX")
+    e("\tVPBROADCASTD AX, Z31")
+    e("\tMOVL $0x42fe0000, AX") # 127.0
+    e("\tVMOVD AX, X30")
+    e("\tMOVL $0x3f800000, AX") # 1.0
+    e("\tVMOVD AX, X29")
+    e("\tVMOVDQU32 q8even<>(SB), Z28")
+    e("\tVMOVDQU32 q8odd<>(SB), Z27")
+    e(f"{name}_group:")
+    e("\tTESTQ R10, R10")
+    e(f"\tJE {name}_done")
+    # Pass 1: max of |x| bits and the 16-lane sums.
+    e("\tVPXORD Z16, Z16, Z16")  # max
+    e("\tVPXORD Z17, Z17, Z17")  # sum
+    e("\tXORQ CX, CX")
+    e(f"{name}_scan:")
+    e("\tVMOVUPS (SI)(CX*4), Z18")
+    e("\tVPANDD Z31, Z18, Z19")
+    e("\tVPMAXUD Z19, Z16, Z16")
+    e("\tVADDPS Z18, Z17, Z17")
+    e("\tADDQ $16, CX")
+    e("\tCMPQ CX, R11")
+    e(f"\tJLT {name}_scan")
+    # Sum: halve to 4 lanes, then (q0+q1)+(q2+q3).
+    e("\tVEXTRACTF64X4 $1, Z17, Y18")
+    e("\tVADDPS Y18, Y17, Y17")
+    e("\tVEXTRACTF32X4 $1, Y17, X18")
+    e("\tVADDPS X18, X17, X17")
+    e("\tVMOVAPS X17, X0")
+    e("\tVHADDPS X0, X0, X0")
+    e("\tVHADDPS X0, X0, X0")
+    e("\tVMOVSS X0, (R9)")
+    # Max: fold to one lane.
+    e("\tVEXTRACTI64X4 $1, Z16, Y18")
+    e("\tVPMAXUD Y18, Y16, Y16")
+    e("\tVEXTRACTI32X4 $1, Y16, X18")
+    e("\tVPMAXUD X18, X16, X16")
+    e("\tVPSHUFD $0x4e, X16, X18")
+    e("\tVPMAXUD X18, X16, X16")
+    e("\tVPSHUFD $0xb1, X16, X18")
+    e("\tVPMAXUD X18, X16, X16")
+    e("\tVMOVD X16, AX")
+    e("\tCMPL AX, $0x0d800000")  # below 2^-100: a zero group (1/d would overflow for tiny d)
+    e(f"\tJB {name}_zero")
+    e("\tCMPL AX, $0x7f800000")
+    e(f"\tJAE {name}_nan")
+    e("\tVDIVSS X30, X16, X1")   # d = amax / 127
+    e("\tVMOVSS X1, (R8)")
+    e("\tVDIVSS X1, X29, X2")    # inv = 1 / d
+    e("\tVBROADCASTSS X2, Z20")
+    e("\tXORQ CX, CX")
+    e("\tMOVQ R11, BX")
+    e("\tSHRQ $1, BX")           # gs/2: offset of the odd codes
+    e("\tXORQ DX, DX")           # byte offset of the next 16 even codes
+    e(f"{name}_quant:")
+    e("\tVMULPS (SI)(CX*4), Z20, Z21")
+    e("\tVMULPS 64(SI)(CX*4), Z20, Z22")
+    e("\tVCVTPS2DQ Z21, Z21")
+    e("\tVCVTPS2DQ Z22, Z22")
+    e("\tVMOVDQA32 Z21, Z23")
+    e("\tVPERMT2D Z22, Z28, Z23")  # even lanes of Z21:Z22
+    e("\tVPERMT2D Z22, Z27, Z21")  # odd lanes
+    e("\tVPMOVDB Z23, (DI)(DX*1)")
+    e("\tLEAQ (DI)(BX*1), AX")
+    e("\tVPMOVDB Z21, (AX)(DX*1)")
+    e("\tADDQ $16, DX")
+    e("\tADDQ $32, CX")
+    e("\tCMPQ CX, R11")
+    e(f"\tJLT {name}_quant")
+    e(f"{name}_next:")
+    e("\tLEAQ (SI)(R11*4), SI")
+    e("\tADDQ R11, DI")
+    e("\tADDQ $4, R8")
+    e("\tADDQ $4, R9")
+    e("\tDECQ R10")
+    e(f"\tJMP {name}_group")
+    e(f"{name}_nan:")
+    e("\tMOVL $0x7fc00000, AX")
+    e("\tMOVL AX, (R8)")
+    e(f"\tJMP {name}_clear")
+    e(f"{name}_zero:")
+    e("\tMOVL $0, (R8)")
+    e(f"{name}_clear:")
+    e("\tXORQ CX, CX")
+    e(f"{name}_clr:")
+    e("\tMOVB $0, (DI)(CX*1)")
+    e("\tINCQ CX")
+    e("\tCMPQ CX, R11")
+    e(f"\tJLT {name}_clr")
+    e(f"\tJMP {name}_next")
+    e(f"{name}_done:")
     e("\tVZEROUPPER")
     e("\tRET")
     e()
@@ -543,6 +660,14 @@ for i in range(16):
     e(f"DATA q4float<>+{4*i}(SB)/4, ${hex(struct.unpack('<I', struct.pack('<f', float(i)))[0])}")
 e("GLOBL q4float<>(SB), RODATA|NOPTR, $64")
 e()
+e("// q8even and q8odd select the even and odd dwords of a pair of vectors (VPERMT2D indices).")
+for i in range(16):
+    e(f"DATA q8even<>+{4*i}(SB)/4, ${2*i}")
+e("GLOBL q8even<>(SB), RODATA|NOPTR, $64")
+for i in range(16):
+    e(f"DATA q8odd<>+{4*i}(SB)/4, ${2*i+1}")
+e("GLOBL q8odd<>(SB), RODATA|NOPTR, $64")
+e()
 tile("tileF32x4x2AVX2", 4, 2, False, False)
 tile("tileBF16x4x2AVX2", 4, 2, True, False)
 tilez("tileF32x4x4AVX512", 4, 4, False)
@@ -562,6 +687,7 @@ quantrows("dotQ8Rows8StateAVX512", 8, 8, True)
 quantrows("dotQ8Rows4StateAVX512", 8, 4, True)
 for gs in (32, 64, 128):
     fastq4(f"dotQ4FastG{gs}AVX512", gs)
+quantq8("quantizeQ8AVX512")
 quant4x2("dotQ4Rows4x2StateAVX512", 4)
 quant4x2("dotQ8Rows4x2StateAVX512", 8)
 open(__import__("os").path.join(__import__("os").path.dirname(__file__), "tile_amd64.s"), "w").write("\n".join(out) + "\n")

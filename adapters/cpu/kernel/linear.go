@@ -313,6 +313,10 @@ func (l *Linear) tilePrefetch(o, hi, b int) *byte {
 // forwardQuant uses y_r = Σ_g (s_rg·Σ_{j∈g} q_rj x_j + b_rg·Σ_{j∈g} x_j), unpacking one row of codes at a time.
 func (l *Linear) forwardQuant(dst, x []float32, rows int) {
 	q := l.q
+	if q.Bits == 4 && l.Pool.Mode() == ModeFast {
+		l.forwardQuantFast(dst, x, rows)
+		return
+	}
 	in, out, gs := l.In, l.Out, q.Group
 	ng := in / gs
 	wpr := q.wordsPerRow(in)
@@ -330,11 +334,6 @@ func (l *Linear) forwardQuant(dst, x []float32, rows int) {
 		}
 	}
 	grain := max(1, 32768/(in*rows))
-	if q.Bits == 4 && l.Pool.Mode() == ModeFast {
-		l.forwardQuantFast(dst, x, xs, rows)
-		scratchPool.Put(xsp)
-		return
-	}
 	if useAVX512 && (q.Bits == 4 || q.Bits == 8) {
 		l.forwardQuantAVX512(dst, x, xs, rows)
 		scratchPool.Put(xsp)

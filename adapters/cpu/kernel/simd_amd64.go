@@ -158,14 +158,19 @@ func dotQ8Rows4x2StateAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT 
 var useVNNI = useAVX512 && cpu.X86.HasAVX512VNNI
 
 // The fast-mode 4-bit kernels (ModeFast; gen_tile.py fastq4) by group size: an int8-quantized input row
-// against one weight row; out[0] gets the scaled product and out[1] the bias term. fastQ4Go is their
-// operation-for-operation mirror.
+// against nrows consecutive weight rows (codes, scales and biases contiguous), dst[o] = product + bias term.
+// fastQ4Go is their operation-for-operation mirror.
 
 //go:noescape
-func dotQ4FastG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32)
+func dotQ4FastG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32)
 
 //go:noescape
-func dotQ4FastG64AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32)
+func dotQ4FastG64AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32)
 
 //go:noescape
-func dotQ4FastG128AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32)
+func dotQ4FastG128AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32)
+
+// quantizeQ8AVX512 is quantizeQ8Go for groups groups of gs floats (32, 64 or 128); see quantizeQ8.
+//
+//go:noescape
+func quantizeQ8AVX512(xq *int8, d, xs, x *float32, groups, gs int)

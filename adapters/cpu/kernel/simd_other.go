@@ -90,12 +90,13 @@ func dotQ8Rows4x2StateAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT 
 
 var useVNNI = false
 
-func dotQ4FastG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32) {
+func dotQ4FastG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32) {
 	noAVX2()
 }
-func dotQ4FastG64AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32) {
+func dotQ4FastG64AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32) {
 	noAVX2()
 }
-func dotQ4FastG128AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32) {
+func dotQ4FastG128AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32) {
 	noAVX2()
 }
+func quantizeQ8AVX512(xq *int8, d, xs, x *float32, groups, gs int) { noAVX2() }

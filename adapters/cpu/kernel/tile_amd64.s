@@ -25,6 +25,42 @@ DATA q4float<>+56(SB)/4, $0x41600000
 DATA q4float<>+60(SB)/4, $0x41700000
 GLOBL q4float<>(SB), RODATA|NOPTR, $64
 
+// q8even and q8odd select the even and odd dwords of a pair of vectors (VPERMT2D indices).
+DATA q8even<>+0(SB)/4, $0
+DATA q8even<>+4(SB)/4, $2
+DATA q8even<>+8(SB)/4, $4
+DATA q8even<>+12(SB)/4, $6
+DATA q8even<>+16(SB)/4, $8
+DATA q8even<>+20(SB)/4, $10
+DATA q8even<>+24(SB)/4, $12
+DATA q8even<>+28(SB)/4, $14
+DATA q8even<>+32(SB)/4, $16
+DATA q8even<>+36(SB)/4, $18
+DATA q8even<>+40(SB)/4, $20
+DATA q8even<>+44(SB)/4, $22
+DATA q8even<>+48(SB)/4, $24
+DATA q8even<>+52(SB)/4, $26
+DATA q8even<>+56(SB)/4, $28
+DATA q8even<>+60(SB)/4, $30
+GLOBL q8even<>(SB), RODATA|NOPTR, $64
+DATA q8odd<>+0(SB)/4, $1
+DATA q8odd<>+4(SB)/4, $3
+DATA q8odd<>+8(SB)/4, $5
+DATA q8odd<>+12(SB)/4, $7
+DATA q8odd<>+16(SB)/4, $9
+DATA q8odd<>+20(SB)/4, $11
+DATA q8odd<>+24(SB)/4, $13
+DATA q8odd<>+28(SB)/4, $15
+DATA q8odd<>+32(SB)/4, $17
+DATA q8odd<>+36(SB)/4, $19
+DATA q8odd<>+40(SB)/4, $21
+DATA q8odd<>+44(SB)/4, $23
+DATA q8odd<>+48(SB)/4, $25
+DATA q8odd<>+52(SB)/4, $27
+DATA q8odd<>+56(SB)/4, $29
+DATA q8odd<>+60(SB)/4, $31
+GLOBL q8odd<>(SB), RODATA|NOPTR, $64
+
 // func tileF32x4x2AVX2(x *float32, ldx int, w *float32, ldw int, n int, dst *float32, ldd int, scratch *float32)
 // 4 input rows × 2 weight rows; every element runs dotF32AVX2's operations (n a multiple of 32).
 TEXT ·tileF32x4x2AVX2(SB), NOSPLIT, $0-64
@@ -2121,22 +2157,23 @@ dotQ8Rows4StateAVX512_done:
 	VZEROUPPER
 	RET
 
-// func dotQ4FastG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32)
-// Fast-mode 4-bit row for group size 32: out[0] gets the scaled product, out[1] the bias term.
-TEXT ·dotQ4FastG32AVX512(SB), NOSPLIT, $0-64
+// func dotQ4FastG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32)
+// Fast-mode 4-bit rows for group size 32: dst[o] for nrows consecutive weight rows.
+TEXT ·dotQ4FastG32AVX512(SB), NOSPLIT, $0-72
 	MOVQ codes+0(FP), DI
-	MOVQ xq+8(FP), SI
-	MOVQ d+16(FP), R8
 	MOVQ scales+24(FP), R9
 	MOVQ biases+32(FP), R12
-	MOVQ xs+40(FP), R13
-	MOVQ groups+48(FP), R10
-	MOVQ out+56(FP), DX
+	MOVQ nrows+56(FP), R14
+	MOVQ dst+64(FP), DX
 	MOVL $0x0f, AX
 	VPBROADCASTB AX, X31
+dotQ4FastG32AVX512_row:
+	MOVQ xq+8(FP), SI
+	MOVQ d+16(FP), R8
+	MOVQ xs+40(FP), R13
+	MOVQ groups+48(FP), R10
 	VPXORD X16, X16, X16
 	VXORPS X13, X13, X13
-	XORQ CX, CX
 dotQ4FastG32AVX512_group:
 	VMOVDQU32 (DI), X17
 	VPSRLW $4, X17, X18
@@ -2146,41 +2183,48 @@ dotQ4FastG32AVX512_group:
 	VPDPBUSD (SI), X17, X19
 	VPDPBUSD 16(SI), X18, X19
 	VCVTDQ2PS X19, X19
-	VMULPS.BCST (R8)(CX*4), X19, X19
-	VMULPS.BCST (R9)(CX*4), X19, X19
+	VMULPS.BCST (R8), X19, X19
+	VMULPS.BCST (R9), X19, X19
 	VADDPS X19, X16, X16
-	VMOVSS (R12)(CX*4), X11
-	VMULSS (R13)(CX*4), X11, X11
+	VMOVSS (R12), X11
+	VMULSS (R13), X11, X11
 	VADDSS X11, X13, X13
 	ADDQ $16, DI
 	ADDQ $32, SI
-	INCQ CX
-	CMPQ CX, R10
-	JLT dotQ4FastG32AVX512_group
+	ADDQ $4, R8
+	ADDQ $4, R9
+	ADDQ $4, R12
+	ADDQ $4, R13
+	DECQ R10
+	JNZ dotQ4FastG32AVX512_group
 	VMOVAPS X16, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
+	VADDSS X13, X0, X0
 	VMOVSS X0, (DX)
-	VMOVSS X13, 4(DX)
+	ADDQ $4, DX
+	DECQ R14
+	JNZ dotQ4FastG32AVX512_row
 	VZEROUPPER
 	RET
 
-// func dotQ4FastG64AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32)
-// Fast-mode 4-bit row for group size 64: out[0] gets the scaled product, out[1] the bias term.
-TEXT ·dotQ4FastG64AVX512(SB), NOSPLIT, $0-64
+// func dotQ4FastG64AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32)
+// Fast-mode 4-bit rows for group size 64: dst[o] for nrows consecutive weight rows.
+TEXT ·dotQ4FastG64AVX512(SB), NOSPLIT, $0-72
 	MOVQ codes+0(FP), DI
-	MOVQ xq+8(FP), SI
-	MOVQ d+16(FP), R8
 	MOVQ scales+24(FP), R9
 	MOVQ biases+32(FP), R12
-	MOVQ xs+40(FP), R13
-	MOVQ groups+48(FP), R10
-	MOVQ out+56(FP), DX
+	MOVQ nrows+56(FP), R14
+	MOVQ dst+64(FP), DX
 	MOVL $0x0f, AX
 	VPBROADCASTB AX, Y31
+dotQ4FastG64AVX512_row:
+	MOVQ xq+8(FP), SI
+	MOVQ d+16(FP), R8
+	MOVQ xs+40(FP), R13
+	MOVQ groups+48(FP), R10
 	VPXORD Y16, Y16, Y16
 	VXORPS X13, X13, X13
-	XORQ CX, CX
 dotQ4FastG64AVX512_group:
 	VMOVDQU32 (DI), Y17
 	VPSRLW $4, Y17, Y18
@@ -2190,43 +2234,50 @@ dotQ4FastG64AVX512_group:
 	VPDPBUSD (SI), Y17, Y19
 	VPDPBUSD 32(SI), Y18, Y19
 	VCVTDQ2PS Y19, Y19
-	VMULPS.BCST (R8)(CX*4), Y19, Y19
-	VMULPS.BCST (R9)(CX*4), Y19, Y19
+	VMULPS.BCST (R8), Y19, Y19
+	VMULPS.BCST (R9), Y19, Y19
 	VADDPS Y19, Y16, Y16
-	VMOVSS (R12)(CX*4), X11
-	VMULSS (R13)(CX*4), X11, X11
+	VMOVSS (R12), X11
+	VMULSS (R13), X11, X11
 	VADDSS X11, X13, X13
 	ADDQ $32, DI
 	ADDQ $64, SI
-	INCQ CX
-	CMPQ CX, R10
-	JLT dotQ4FastG64AVX512_group
+	ADDQ $4, R8
+	ADDQ $4, R9
+	ADDQ $4, R12
+	ADDQ $4, R13
+	DECQ R10
+	JNZ dotQ4FastG64AVX512_group
 	VEXTRACTF32X4 $1, Y16, X17
 	VADDPS X17, X16, X16
 	VMOVAPS X16, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
+	VADDSS X13, X0, X0
 	VMOVSS X0, (DX)
-	VMOVSS X13, 4(DX)
+	ADDQ $4, DX
+	DECQ R14
+	JNZ dotQ4FastG64AVX512_row
 	VZEROUPPER
 	RET
 
-// func dotQ4FastG128AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups int, out *float32)
-// Fast-mode 4-bit row for group size 128: out[0] gets the scaled product, out[1] the bias term.
-TEXT ·dotQ4FastG128AVX512(SB), NOSPLIT, $0-64
+// func dotQ4FastG128AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32)
+// Fast-mode 4-bit rows for group size 128: dst[o] for nrows consecutive weight rows.
+TEXT ·dotQ4FastG128AVX512(SB), NOSPLIT, $0-72
 	MOVQ codes+0(FP), DI
-	MOVQ xq+8(FP), SI
-	MOVQ d+16(FP), R8
 	MOVQ scales+24(FP), R9
 	MOVQ biases+32(FP), R12
-	MOVQ xs+40(FP), R13
-	MOVQ groups+48(FP), R10
-	MOVQ out+56(FP), DX
+	MOVQ nrows+56(FP), R14
+	MOVQ dst+64(FP), DX
 	MOVL $0x0f, AX
 	VPBROADCASTB AX, Z31
+dotQ4FastG128AVX512_row:
+	MOVQ xq+8(FP), SI
+	MOVQ d+16(FP), R8
+	MOVQ xs+40(FP), R13
+	MOVQ groups+48(FP), R10
 	VPXORD Z16, Z16, Z16
 	VXORPS X13, X13, X13
-	XORQ CX, CX
 dotQ4FastG128AVX512_group:
 	VMOVDQU32 (DI), Z17
 	VPSRLW $4, Z17, Z18
@@ -2236,17 +2287,20 @@ dotQ4FastG128AVX512_group:
 	VPDPBUSD (SI), Z17, Z19
 	VPDPBUSD 64(SI), Z18, Z19
 	VCVTDQ2PS Z19, Z19
-	VMULPS.BCST (R8)(CX*4), Z19, Z19
-	VMULPS.BCST (R9)(CX*4), Z19, Z19
+	VMULPS.BCST (R8), Z19, Z19
+	VMULPS.BCST (R9), Z19, Z19
 	VADDPS Z19, Z16, Z16
-	VMOVSS (R12)(CX*4), X11
-	VMULSS (R13)(CX*4), X11, X11
+	VMOVSS (R12), X11
+	VMULSS (R13), X11, X11
 	VADDSS X11, X13, X13
 	ADDQ $64, DI
 	ADDQ $128, SI
-	INCQ CX
-	CMPQ CX, R10
-	JLT dotQ4FastG128AVX512_group
+	ADDQ $4, R8
+	ADDQ $4, R9
+	ADDQ $4, R12
+	ADDQ $4, R13
+	DECQ R10
+	JNZ dotQ4FastG128AVX512_group
 	VEXTRACTF64X4 $1, Z16, Y17
 	VADDPS Y17, Y16, Y16
 	VEXTRACTF32X4 $1, Y16, X17
@@ -2254,8 +2308,111 @@ dotQ4FastG128AVX512_group:
 	VMOVAPS X16, X0
 	VHADDPS X0, X0, X0
 	VHADDPS X0, X0, X0
+	VADDSS X13, X0, X0
 	VMOVSS X0, (DX)
-	VMOVSS X13, 4(DX)
+	ADDQ $4, DX
+	DECQ R14
+	JNZ dotQ4FastG128AVX512_row
+	VZEROUPPER
+	RET
+
+// func quantizeQ8AVX512(xq *int8, d, xs, x *float32, groups, gs int)
+// quantizeQ8Go for groups groups of gs floats (32, 64 or 128).
+TEXT ·quantizeQ8AVX512(SB), NOSPLIT, $0-48
+	MOVQ xq+0(FP), DI
+	MOVQ d+8(FP), R8
+	MOVQ xs+16(FP), R9
+	MOVQ x+24(FP), SI
+	MOVQ groups+32(FP), R10
+	MOVQ gs+40(FP), R11
+	MOVL $0x7fffffff, AX
+	VPBROADCASTD AX, Z31
+	MOVL $0x42fe0000, AX
+	VMOVD AX, X30
+	MOVL $0x3f800000, AX
+	VMOVD AX, X29
+	VMOVDQU32 q8even<>(SB), Z28
+	VMOVDQU32 q8odd<>(SB), Z27
+quantizeQ8AVX512_group:
+	TESTQ R10, R10
+	JE quantizeQ8AVX512_done
+	VPXORD Z16, Z16, Z16
+	VPXORD Z17, Z17, Z17
+	XORQ CX, CX
+quantizeQ8AVX512_scan:
+	VMOVUPS (SI)(CX*4), Z18
+	VPANDD Z31, Z18, Z19
+	VPMAXUD Z19, Z16, Z16
+	VADDPS Z18, Z17, Z17
+	ADDQ $16, CX
+	CMPQ CX, R11
+	JLT quantizeQ8AVX512_scan
+	VEXTRACTF64X4 $1, Z17, Y18
+	VADDPS Y18, Y17, Y17
+	VEXTRACTF32X4 $1, Y17, X18
+	VADDPS X18, X17, X17
+	VMOVAPS X17, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (R9)
+	VEXTRACTI64X4 $1, Z16, Y18
+	VPMAXUD Y18, Y16, Y16
+	VEXTRACTI32X4 $1, Y16, X18
+	VPMAXUD X18, X16, X16
+	VPSHUFD $0x4e, X16, X18
+	VPMAXUD X18, X16, X16
+	VPSHUFD $0xb1, X16, X18
+	VPMAXUD X18, X16, X16
+	VMOVD X16, AX
+	CMPL AX, $0x0d800000
+	JB quantizeQ8AVX512_zero
+	CMPL AX, $0x7f800000
+	JAE quantizeQ8AVX512_nan
+	VDIVSS X30, X16, X1
+	VMOVSS X1, (R8)
+	VDIVSS X1, X29, X2
+	VBROADCASTSS X2, Z20
+	XORQ CX, CX
+	MOVQ R11, BX
+	SHRQ $1, BX
+	XORQ DX, DX
+quantizeQ8AVX512_quant:
+	VMULPS (SI)(CX*4), Z20, Z21
+	VMULPS 64(SI)(CX*4), Z20, Z22
+	VCVTPS2DQ Z21, Z21
+	VCVTPS2DQ Z22, Z22
+	VMOVDQA32 Z21, Z23
+	VPERMT2D Z22, Z28, Z23
+	VPERMT2D Z22, Z27, Z21
+	VPMOVDB Z23, (DI)(DX*1)
+	LEAQ (DI)(BX*1), AX
+	VPMOVDB Z21, (AX)(DX*1)
+	ADDQ $16, DX
+	ADDQ $32, CX
+	CMPQ CX, R11
+	JLT quantizeQ8AVX512_quant
+quantizeQ8AVX512_next:
+	LEAQ (SI)(R11*4), SI
+	ADDQ R11, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ R10
+	JMP quantizeQ8AVX512_group
+quantizeQ8AVX512_nan:
+	MOVL $0x7fc00000, AX
+	MOVL AX, (R8)
+	JMP quantizeQ8AVX512_clear
+quantizeQ8AVX512_zero:
+	MOVL $0, (R8)
+quantizeQ8AVX512_clear:
+	XORQ CX, CX
+quantizeQ8AVX512_clr:
+	MOVB $0, (DI)(CX*1)
+	INCQ CX
+	CMPQ CX, R11
+	JLT quantizeQ8AVX512_clr
+	JMP quantizeQ8AVX512_next
+quantizeQ8AVX512_done:
 	VZEROUPPER
 	RET
 
