@@ -489,9 +489,6 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 		k8, k4, k4x2 = dotQ8Rows8StateAVX512, dotQ8Rows4StateAVX512, dotQ8Rows4x2StateAVX512
 	}
 	k1 := dotQ8Rows1AVX512
-	if q.Bits == 4 {
-		k1 = quantRow1[gs/64]
-	}
 	// Multi-row blocks run along In in blocks of kg groups whose packed inputs (≤ 16 KiB) stay in L1 while up to
 	// quantOC weight rows pass over them; each element's accumulators wait in state between blocks.
 	grain := max(1, 32768/(in*rows))
@@ -501,9 +498,13 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 		for r := 0; r < rows; {
 			n := quantBlock(rows - r)
 			if n == 1 {
-				for o := lo; o < hi; o++ {
-					k1(&codes[o*rowBytes], &xp[r*in], &q.Scales[o*ng], &q.Biases[o*ng], &xsT[r*ng], ng, gb, &res[0])
-					dst[r*out+o] = res[0] + res[1]
+				if q.Bits == 4 {
+					quantRow1[gs/64](&codes[lo*rowBytes], &xp[r*in], &q.Scales[lo*ng], &q.Biases[lo*ng], &xsT[r*ng], ng, hi-lo, &dst[r*out+lo])
+				} else {
+					for o := lo; o < hi; o++ {
+						k1(&codes[o*rowBytes], &xp[r*in], &q.Scales[o*ng], &q.Biases[o*ng], &xsT[r*ng], ng, gb, &res[0])
+						dst[r*out+o] = res[0] + res[1]
+					}
 				}
 				r++
 				continue
@@ -544,8 +545,9 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 	})
 }
 
-// quantRow1 holds the 4-bit one-row AVX-512 kernels by group size / 64 (group 32, 64 or 128).
-var quantRow1 = [3]func(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32){
+// quantRow1 holds the 4-bit one-row AVX-512 kernels by group size / 64 (group 32, 64 or 128); each call runs a
+// worker's whole range of weight rows.
+var quantRow1 = [3]func(codes *byte, xp, scales, biases, xsT *float32, groups, nrows int, dst *float32){
 	dotQ4Row1G32AVX512, dotQ4Row1G64AVX512, dotQ4Row1G128AVX512,
 }
 

@@ -113,20 +113,20 @@ func dotQ8Rows8AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb 
 //go:noescape
 func dotQ8Rows4AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)
 
-// The 4-bit one-row kernels are specialised by group size (steps unrolled, codes prefetched ahead); same
-// signature, gb must match the name. dotQ8Rows1AVX512 is quantrows with R = 1.
+// The 4-bit one-row kernels are specialised by group size (steps unrolled, codes prefetched ahead) and run
+// nrows consecutive weight rows, dst[o] = scaled product + bias term. dotQ8Rows1AVX512 is quantrows with R = 1.
 
 //go:noescape
 func dotQ8Rows1AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)
 
 //go:noescape
-func dotQ4Row1G32AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)
+func dotQ4Row1G32AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, nrows int, dst *float32)
 
 //go:noescape
-func dotQ4Row1G64AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)
+func dotQ4Row1G64AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, nrows int, dst *float32)
 
 //go:noescape
-func dotQ4Row1G128AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)
+func dotQ4Row1G128AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, nrows int, dst *float32)
 
 // The State variants run the 8- and 4-row kernels over a range of groups, resuming from and saving to state
 // (row r's 8-lane scaled accumulator at state[8r:8r+8], its bias term at state[8R+r]), so a product can be

@@ -68,13 +68,13 @@ func dotQ8Rows8StateAVX512(codes *byte, xp, scales, biases, xsT *float32, groups
 func dotQ8Rows4StateAVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, state *float32) {
 	noAVX2()
 }
-func dotQ4Row1G32AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
+func dotQ4Row1G32AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, nrows int, dst *float32) {
 	noAVX2()
 }
-func dotQ4Row1G64AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
+func dotQ4Row1G64AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, nrows int, dst *float32) {
 	noAVX2()
 }
-func dotQ4Row1G128AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
+func dotQ4Row1G128AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, nrows int, dst *float32) {
 	noAVX2()
 }
 func dotQ8Rows1AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {

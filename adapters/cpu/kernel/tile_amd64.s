@@ -1627,17 +1627,20 @@ dotQ8Rows4AVX512_done:
 	VZEROUPPER
 	RET
 
-// func dotQ4Row1G32AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)
-// dotQ4RowAVX2 for one row of packed x with 16-byte groups; out[0] gets the scaled product, out[1] the bias term.
+// func dotQ4Row1G32AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, nrows int, dst *float32)
+// dotQ4RowAVX2 for one row of packed x with 16-byte groups against nrows consecutive weight rows
+// (codes, scales and biases contiguous): dst[o] = scaled product + bias term, as the Go loop added them.
 TEXT ·dotQ4Row1G32AVX512(SB), NOSPLIT, $0-64
 	MOVQ codes+0(FP), DI
-	MOVQ xp+8(FP), SI
 	MOVQ scales+16(FP), R9
 	MOVQ biases+24(FP), R12
-	MOVQ xsT+32(FP), R13
 	MOVQ groups+40(FP), R10
-	MOVQ out+56(FP), DX
+	MOVQ nrows+48(FP), R14
+	MOVQ dst+56(FP), DX
 	VMOVUPS q4float<>(SB), Z15
+dotQ4Row1G32AVX512_row:
+	MOVQ xp+8(FP), SI
+	MOVQ xsT+32(FP), R13
 	VXORPS Y0, Y0, Y0
 	VXORPS X13, X13, X13
 	XORQ CX, CX
@@ -1668,22 +1671,30 @@ dotQ4Row1G32AVX512_group:
 	VADDPS X10, X0, X10
 	VHADDPS X10, X10, X10
 	VHADDPS X10, X10, X10
+	VADDSS X13, X10, X10
 	VMOVSS X10, (DX)
-	VMOVSS X13, 4(DX)
+	ADDQ $4, DX
+	LEAQ (R9)(R10*4), R9
+	LEAQ (R12)(R10*4), R12
+	DECQ R14
+	JNZ dotQ4Row1G32AVX512_row
 	VZEROUPPER
 	RET
 
-// func dotQ4Row1G64AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)
-// dotQ4RowAVX2 for one row of packed x with 32-byte groups; out[0] gets the scaled product, out[1] the bias term.
+// func dotQ4Row1G64AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, nrows int, dst *float32)
+// dotQ4RowAVX2 for one row of packed x with 32-byte groups against nrows consecutive weight rows
+// (codes, scales and biases contiguous): dst[o] = scaled product + bias term, as the Go loop added them.
 TEXT ·dotQ4Row1G64AVX512(SB), NOSPLIT, $0-64
 	MOVQ codes+0(FP), DI
-	MOVQ xp+8(FP), SI
 	MOVQ scales+16(FP), R9
 	MOVQ biases+24(FP), R12
-	MOVQ xsT+32(FP), R13
 	MOVQ groups+40(FP), R10
-	MOVQ out+56(FP), DX
+	MOVQ nrows+48(FP), R14
+	MOVQ dst+56(FP), DX
 	VMOVUPS q4float<>(SB), Z15
+dotQ4Row1G64AVX512_row:
+	MOVQ xp+8(FP), SI
+	MOVQ xsT+32(FP), R13
 	VXORPS Y0, Y0, Y0
 	VXORPS X13, X13, X13
 	XORQ CX, CX
@@ -1720,22 +1731,30 @@ dotQ4Row1G64AVX512_group:
 	VADDPS X10, X0, X10
 	VHADDPS X10, X10, X10
 	VHADDPS X10, X10, X10
+	VADDSS X13, X10, X10
 	VMOVSS X10, (DX)
-	VMOVSS X13, 4(DX)
+	ADDQ $4, DX
+	LEAQ (R9)(R10*4), R9
+	LEAQ (R12)(R10*4), R12
+	DECQ R14
+	JNZ dotQ4Row1G64AVX512_row
 	VZEROUPPER
 	RET
 
-// func dotQ4Row1G128AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32)
-// dotQ4RowAVX2 for one row of packed x with 64-byte groups; out[0] gets the scaled product, out[1] the bias term.
+// func dotQ4Row1G128AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, nrows int, dst *float32)
+// dotQ4RowAVX2 for one row of packed x with 64-byte groups against nrows consecutive weight rows
+// (codes, scales and biases contiguous): dst[o] = scaled product + bias term, as the Go loop added them.
 TEXT ·dotQ4Row1G128AVX512(SB), NOSPLIT, $0-64
 	MOVQ codes+0(FP), DI
-	MOVQ xp+8(FP), SI
 	MOVQ scales+16(FP), R9
 	MOVQ biases+24(FP), R12
-	MOVQ xsT+32(FP), R13
 	MOVQ groups+40(FP), R10
-	MOVQ out+56(FP), DX
+	MOVQ nrows+48(FP), R14
+	MOVQ dst+56(FP), DX
 	VMOVUPS q4float<>(SB), Z15
+dotQ4Row1G128AVX512_row:
+	MOVQ xp+8(FP), SI
+	MOVQ xsT+32(FP), R13
 	VXORPS Y0, Y0, Y0
 	VXORPS X13, X13, X13
 	XORQ CX, CX
@@ -1784,8 +1803,13 @@ dotQ4Row1G128AVX512_group:
 	VADDPS X10, X0, X10
 	VHADDPS X10, X10, X10
 	VHADDPS X10, X10, X10
+	VADDSS X13, X10, X10
 	VMOVSS X10, (DX)
-	VMOVSS X13, 4(DX)
+	ADDQ $4, DX
+	LEAQ (R9)(R10*4), R9
+	LEAQ (R12)(R10*4), R12
+	DECQ R14
+	JNZ dotQ4Row1G128AVX512_row
 	VZEROUPPER
 	RET
 
