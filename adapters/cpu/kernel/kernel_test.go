@@ -522,3 +522,21 @@ func TestQuantAVX512MatchesAVX2AllGroups(t *testing.T) {
 		}
 	}
 }
+
+// groupSums interleaves groups but keeps each group's sequential order (the reference's bias-term inputs).
+func TestGroupSums(t *testing.T) {
+	r := rand.New(rand.NewPCG(23, 24))
+	for _, ng := range []int{1, 3, 4, 7, 9} {
+		x := randVec(r, ng*32, 100)
+		x[0] = float32(math.Copysign(0, -1))
+		got := make([]float32, ng)
+		groupSums(got, x, 32)
+		for g := range ng {
+			var s float32
+			for _, v := range x[g*32 : (g+1)*32] {
+				s += v
+			}
+			assert.Equal(t, math.Float32bits(s), math.Float32bits(got[g]), "ng %d group %d", ng, g)
+		}
+	}
+}

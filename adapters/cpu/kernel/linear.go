@@ -324,14 +324,7 @@ func (l *Linear) forwardQuant(dst, x []float32, rows int) {
 	xsp := getScratch(rows * ng)
 	xs := *xsp
 	for r := range rows {
-		xr := x[r*in : (r+1)*in]
-		for g := range ng {
-			var s float32
-			for _, v := range xr[g*gs : (g+1)*gs] {
-				s += v
-			}
-			xs[r*ng+g] = s
-		}
+		groupSums(xs[r*ng:(r+1)*ng], x[r*in:(r+1)*in], gs)
 	}
 	grain := max(1, 32768/(in*rows))
 	if useAVX512 && (q.Bits == 4 || q.Bits == 8) {
@@ -445,6 +438,33 @@ func (l *Linear) forwardQuantAVX2(dst, x, xs []float32, rows int) {
 	})
 	if xsp != nil {
 		scratchPool.Put(xsp)
+	}
+}
+
+// groupSums writes dst[g] = Σ_{j∈g} x_j, each group summed in order from +0. Four groups run side by side
+// (independent chains, so four adds per add latency); each group's own order is unchanged.
+func groupSums(dst, x []float32, gs int) {
+	ng := len(x) / gs
+	g := 0
+	for ; g+4 <= ng; g += 4 {
+		a, b := x[g*gs:(g+1)*gs], x[(g+1)*gs:(g+2)*gs]
+		c, d := x[(g+2)*gs:(g+3)*gs], x[(g+3)*gs:(g+4)*gs]
+		b, c, d = b[:len(a)], c[:len(a)], d[:len(a)]
+		var s0, s1, s2, s3 float32
+		for j, v := range a {
+			s0 += v
+			s1 += b[j]
+			s2 += c[j]
+			s3 += d[j]
+		}
+		dst[g], dst[g+1], dst[g+2], dst[g+3] = s0, s1, s2, s3
+	}
+	for ; g < ng; g++ {
+		var s float32
+		for _, v := range x[g*gs : (g+1)*gs] {
+			s += v
+		}
+		dst[g] = s
 	}
 }
 
