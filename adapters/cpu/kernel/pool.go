@@ -21,9 +21,10 @@ type Pool struct {
 	threads int
 	mode    Mode
 	// busy is held by the For call that owns the helpers; concurrent (or nested) calls fall back to fresh
-	// goroutines with the same partition.
+	// goroutines, one chunk per worker.
 	busy    sync.Mutex
 	helpers []helper
+	work    work
 }
 
 // helperLinger is how long an idle helper polls for its next chunk before exiting.
@@ -38,11 +39,10 @@ type helper struct {
 	_     [64]byte // keep slots on separate cache lines
 }
 
-// task is one chunk handed to a helper; done is set after fn returns.
+// task hands a helper the current call's work; done is set when the helper has run out of chunks.
 type task struct {
-	fn     func(lo, hi int)
-	lo, hi int
-	done   atomic.Bool
+	w    *work
+	done atomic.Bool
 }
 
 // NewPool returns a pool of the given number of workers; threads ≤ 0 means runtime.GOMAXPROCS(0).
@@ -76,8 +76,14 @@ func (p *Pool) Threads() int {
 	return p.threads
 }
 
+// chunksPerWorker is how many chunks For makes per worker (when grain allows): workers claim chunks as they
+// go, so a worker whose core is taken by another process leaves its share to the others instead of holding up
+// the call. Which goroutine runs a chunk never changes a result (each element is computed inside one chunk).
+const chunksPerWorker = 4
+
 // For calls fn on disjoint chunks [lo,hi) covering [0,n). grain is the smallest chunk worth a goroutine (≥ 1).
-// A nil pool runs serially. The caller runs the first chunk itself.
+// The partition depends only on n, grain and the worker count; the caller and the helpers claim chunks in
+// order until none is left. A nil pool runs serially.
 func (p *Pool) For(n, grain int, fn func(lo, hi int)) {
 	if n <= 0 {
 		return
@@ -86,24 +92,28 @@ func (p *Pool) For(n, grain int, fn func(lo, hi int)) {
 		grain = 1
 	}
 	workers := p.Threads()
-	if maxW := (n + grain - 1) / grain; workers > maxW {
-		workers = maxW
+	maxChunks := (n + grain - 1) / grain
+	if workers > maxChunks {
+		workers = maxChunks
 	}
 	if workers <= 1 {
 		fn(0, n)
 		return
 	}
-	chunk := (n + workers - 1) / workers
+	chunks := min(maxChunks, workers*chunksPerWorker)
+	chunk := (n + chunks - 1) / chunks
 	if !p.busy.TryLock() {
-		p.forSpawn(n, chunk, fn)
+		p.forSpawn(n, (n+workers-1)/workers, fn)
 		return
 	}
 	defer p.busy.Unlock()
-	used, started := 0, false
-	for lo := chunk; lo < n; lo += chunk {
-		h := &p.helpers[used]
-		used++
-		h.t.fn, h.t.lo, h.t.hi = fn, lo, min(lo+chunk, n)
+	w := &p.work
+	w.fn, w.n, w.chunk = fn, n, chunk
+	w.next.Store(0)
+	started := false
+	for i := range workers - 1 {
+		h := &p.helpers[i]
+		h.t.w = w
 		h.t.done.Store(false)
 		h.job.Store(&h.t)
 		if h.alive.CompareAndSwap(false, true) {
@@ -115,15 +125,37 @@ func (p *Pool) For(n, grain int, fn func(lo, hi int)) {
 		// The new helpers sit in this P's runnext slot; yielding runs them here while another P takes the caller.
 		runtime.Gosched()
 	}
-	fn(0, min(chunk, n))
-	for i := range used {
-		t := &p.helpers[i].t
-		for !t.done.Load() {
-			if !pollFor(&t.done) {
-				runtime.Gosched()
+	w.run()
+	for i := range workers - 1 {
+		h := &p.helpers[i]
+		// A helper that has not taken its job yet never will need to: withdraw it instead of waiting.
+		if !h.job.CompareAndSwap(&h.t, nil) {
+			for !h.t.done.Load() {
+				if !pollFor(&h.t.done) {
+					runtime.Gosched()
+				}
 			}
 		}
-		t.fn = nil // do not keep the caller's closure alive
+		h.t.w = nil
+	}
+	w.fn = nil // do not keep the caller's closure alive
+}
+
+// work is one For call's chunks, claimed in order by the caller and the helpers.
+type work struct {
+	fn       func(lo, hi int)
+	n, chunk int
+	next     atomic.Int64
+}
+
+// run claims and runs chunks until none is left.
+func (w *work) run() {
+	for {
+		lo := int(w.next.Add(1)-1) * w.chunk
+		if lo >= w.n {
+			return
+		}
+		w.fn(lo, min(lo+w.chunk, w.n))
 	}
 }
 
@@ -149,7 +181,7 @@ func (h *helper) run() {
 	idle := time.Now()
 	for spins := 0; ; spins++ {
 		if t := h.job.Swap(nil); t != nil {
-			t.fn(t.lo, t.hi)
+			t.w.run()
 			t.done.Store(true)
 			idle, spins = time.Now(), 0
 			continue
