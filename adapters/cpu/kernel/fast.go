@@ -138,6 +138,11 @@ func fastQ4Go(codes []byte, xq []int8, d, scales, biases, xs []float32, gs int) 
 	return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + bias
 }
 
+// fastQ4Rows holds the Rows forms (one weight row, several input rows) by group size / 64.
+var fastQ4Rows = [3]func(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int){
+	dotQ4FastRowsG32AVX512, dotQ4FastRowsG64AVX512, dotQ4FastRowsG128AVX512,
+}
+
 var xqPool = sync.Pool{New: func() any { return new([]int8) }}
 
 // fastQ4 holds the fast-mode 4-bit kernels by group size / 64 (group 32, 64 or 128).
@@ -166,7 +171,7 @@ func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 	for r := range rows {
 		quantizeQ8(xq[r*in:(r+1)*in], d[r*ng:(r+1)*ng], xs[r*ng:(r+1)*ng], x[r*in:(r+1)*in], gs)
 	}
-	k := fastQ4[gs/64]
+	k, kr := fastQ4[gs/64], fastQ4Rows[gs/64]
 	vnni := useVNNI
 	grain := max(1, 32768/(in*rows))
 	l.Pool.For(out, grain, func(lo, hi int) {
@@ -178,12 +183,12 @@ func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 			c := codes[o*rowBytes : (o+1)*rowBytes]
 			sc, bi := q.Scales[o*ng:(o+1)*ng], q.Biases[o*ng:(o+1)*ng]
 			// Several rows: each weight row meets every input row while its codes are in L1.
+			if vnni {
+				kr(&c[0], &xq[0], &d[0], &sc[0], &bi[0], &xs[0], ng, rows, &dst[o], out)
+				continue
+			}
 			for r := range rows {
-				if vnni {
-					k(&c[0], &xq[r*in], &d[r*ng], &sc[0], &bi[0], &xs[r*ng], ng, 1, &dst[r*out+o])
-				} else {
-					dst[r*out+o] = fastQ4Go(c, xq[r*in:(r+1)*in], d[r*ng:(r+1)*ng], sc, bi, xs[r*ng:(r+1)*ng], gs)
-				}
+				dst[r*out+o] = fastQ4Go(c, xq[r*in:(r+1)*in], d[r*ng:(r+1)*ng], sc, bi, xs[r*ng:(r+1)*ng], gs)
 			}
 		}
 	})

@@ -86,6 +86,21 @@ func TestFastQ4KernelsMatchGo(t *testing.T) {
 				require.Equal(t, math.Float32bits(want), math.Float32bits(all[o]), "g%d row %d out %d (all rows)", gs, row, o)
 			}
 		}
+		// The Rows form: one weight row against all input rows, results out apart.
+		xqAll, dAll, xsAll := make([]int8, rows*in), make([]float32, rows*ng), make([]float32, rows*ng)
+		for row := range rows {
+			quantizeQ8(xqAll[row*in:(row+1)*in], dAll[row*ng:(row+1)*ng], xsAll[row*ng:(row+1)*ng], x[row*in:(row+1)*in], gs)
+		}
+		for o := range out {
+			c := codes[o*in/2 : (o+1)*in/2]
+			sc, bi := q.Scales[o*ng:(o+1)*ng], q.Biases[o*ng:(o+1)*ng]
+			got := make([]float32, rows*out)
+			fastQ4Rows[gs/64](&c[0], &xqAll[0], &dAll[0], &sc[0], &bi[0], &xsAll[0], ng, rows, &got[o], out)
+			for row := range rows {
+				want := fastQ4Go(c, xqAll[row*in:(row+1)*in], dAll[row*ng:(row+1)*ng], sc, bi, xsAll[row*ng:(row+1)*ng], gs)
+				require.Equal(t, math.Float32bits(want), math.Float32bits(got[row*out+o]), "g%d rows form: row %d out %d", gs, row, o)
+			}
+		}
 	}
 }
 

@@ -375,7 +375,7 @@ def quantrow1(name, bits, gb, prefetch):
     e()
 
 
-def fastq4(name, gs):
+def fastq4(name, gs, across="w"):
     # Fast-mode 4-bit rows (not bit-identical to the reference kernels; see fast.go): one input row quantized to
     # int8 per group (xq: per group the gs/2 inputs of the low nibbles, then the gs/2 of the high nibbles;
     # d: one step per group; xs: group sums) against nrows consecutive weight rows. Per weight row: integer dot
@@ -385,20 +385,36 @@ def fastq4(name, gs):
     # (AVX512-VNNI; the VEX AVX-VNNI forms may be missing).
     P = {128: "Z", 64: "Y", 32: "X"}[gs]
     gb = gs // 2
-    e(f"// func {name}(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32)")
-    e(f"// Fast-mode 4-bit rows for group size {gs}: dst[o] for nrows consecutive weight rows.")
-    e(f"TEXT ·{name}(SB), NOSPLIT, $0-72")
-    e("\tMOVQ codes+0(FP), DI")
-    e("\tMOVQ scales+24(FP), R9")
-    e("\tMOVQ biases+32(FP), R12")
+    if across == "w":
+        e(f"// func {name}(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32)")
+        e(f"// Fast-mode 4-bit rows for group size {gs}: dst[o] for nrows consecutive weight rows.")
+        e(f"TEXT ·{name}(SB), NOSPLIT, $0-72")
+        e("\tMOVQ codes+0(FP), DI")
+        e("\tMOVQ scales+24(FP), R9")
+        e("\tMOVQ biases+32(FP), R12")
+    else:
+        e(f"// func {name}(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int)")
+        e(f"// Fast-mode 4-bit rows for group size {gs}: one weight row against nrows consecutive quantized input rows,")
+        e("// dst[r·ldd] for each (the same operations per element as the weight-row form).")
+        e(f"TEXT ·{name}(SB), NOSPLIT, $0-80")
+        e("\tMOVQ xq+8(FP), SI")
+        e("\tMOVQ d+16(FP), R8")
+        e("\tMOVQ xs+40(FP), R13")
+        e("\tMOVQ ldd+72(FP), R15")
+        e("\tSHLQ $2, R15")
     e("\tMOVQ nrows+56(FP), R14")
     e("\tMOVQ dst+64(FP), DX")
     e("\tMOVL $0x0f, AX")
     e(f"\tVPBROADCASTB AX, {P}31")
     e(f"{name}_row:")
-    e("\tMOVQ xq+8(FP), SI")
-    e("\tMOVQ d+16(FP), R8")
-    e("\tMOVQ xs+40(FP), R13")
+    if across == "w":
+        e("\tMOVQ xq+8(FP), SI")
+        e("\tMOVQ d+16(FP), R8")
+        e("\tMOVQ xs+40(FP), R13")
+    else:
+        e("\tMOVQ codes+0(FP), DI")
+        e("\tMOVQ scales+24(FP), R9")
+        e("\tMOVQ biases+32(FP), R12")
     e("\tMOVQ groups+48(FP), R10")
     e(f"\tVPXORD {P}16, {P}16, {P}16")
     e("\tVXORPS X13, X13, X13")
@@ -442,7 +458,7 @@ def fastq4(name, gs):
     e("\tVHADDPS X0, X0, X0")
     e("\tVADDSS X13, X0, X0")
     e("\tVMOVSS X0, (DX)")
-    e("\tADDQ $4, DX")
+    e("\tADDQ $4, DX" if across == "w" else "\tADDQ R15, DX")
     e("\tDECQ R14")
     e(f"\tJNZ {name}_row")
     e("\tVZEROUPPER")
@@ -702,6 +718,7 @@ quantrows("dotQ8Rows8StateAVX512", 8, 8, True)
 quantrows("dotQ8Rows4StateAVX512", 8, 4, True)
 for gs in (32, 64, 128):
     fastq4(f"dotQ4FastG{gs}AVX512", gs)
+    fastq4(f"dotQ4FastRowsG{gs}AVX512", gs, "x")
 quantq8("quantizeQ8AVX512")
 quant4x2("dotQ4Rows4x2StateAVX512", 4)
 quant4x2("dotQ8Rows4x2StateAVX512", 8)

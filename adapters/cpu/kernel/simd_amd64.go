@@ -174,3 +174,14 @@ func dotQ4FastG128AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, 
 //
 //go:noescape
 func quantizeQ8AVX512(xq *int8, d, xs, x *float32, groups, gs int)
+
+// The Rows forms run one weight row against nrows consecutive quantized input rows (dst[r·ldd]).
+
+//go:noescape
+func dotQ4FastRowsG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int)
+
+//go:noescape
+func dotQ4FastRowsG64AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int)
+
+//go:noescape
+func dotQ4FastRowsG128AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int)

@@ -100,3 +100,12 @@ func dotQ4FastG128AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, 
 	noAVX2()
 }
 func quantizeQ8AVX512(xq *int8, d, xs, x *float32, groups, gs int) { noAVX2() }
+func dotQ4FastRowsG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int) {
+	noAVX2()
+}
+func dotQ4FastRowsG64AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int) {
+	noAVX2()
+}
+func dotQ4FastRowsG128AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int) {
+	noAVX2()
+}

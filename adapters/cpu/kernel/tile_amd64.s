@@ -2235,6 +2235,63 @@ dotQ4FastG32AVX512_group:
 	VZEROUPPER
 	RET
 
+// func dotQ4FastRowsG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int)
+// Fast-mode 4-bit rows for group size 32: one weight row against nrows consecutive quantized input rows,
+// dst[r·ldd] for each (the same operations per element as the weight-row form).
+TEXT ·dotQ4FastRowsG32AVX512(SB), NOSPLIT, $0-80
+	MOVQ xq+8(FP), SI
+	MOVQ d+16(FP), R8
+	MOVQ xs+40(FP), R13
+	MOVQ ldd+72(FP), R15
+	SHLQ $2, R15
+	MOVQ nrows+56(FP), R14
+	MOVQ dst+64(FP), DX
+	MOVL $0x0f, AX
+	VPBROADCASTB AX, X31
+dotQ4FastRowsG32AVX512_row:
+	MOVQ codes+0(FP), DI
+	MOVQ scales+24(FP), R9
+	MOVQ biases+32(FP), R12
+	MOVQ groups+48(FP), R10
+	VPXORD X16, X16, X16
+	VXORPS X13, X13, X13
+dotQ4FastRowsG32AVX512_group:
+	PREFETCHT0 2048(DI)
+	PREFETCHT0 512(R9)
+	PREFETCHT0 512(R12)
+	VMOVDQU32 (DI), X17
+	VPSRLW $4, X17, X18
+	VPANDD X31, X17, X17
+	VPANDD X31, X18, X18
+	VPXORD X19, X19, X19
+	VPDPBUSD (SI), X17, X19
+	VPDPBUSD 16(SI), X18, X19
+	VCVTDQ2PS X19, X19
+	VMULPS.BCST (R8), X19, X19
+	VMULPS.BCST (R9), X19, X19
+	VADDPS X19, X16, X16
+	VMOVSS (R12), X11
+	VMULSS (R13), X11, X11
+	VADDSS X11, X13, X13
+	ADDQ $16, DI
+	ADDQ $32, SI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	ADDQ $4, R12
+	ADDQ $4, R13
+	DECQ R10
+	JNZ dotQ4FastRowsG32AVX512_group
+	VMOVAPS X16, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS X13, X0, X0
+	VMOVSS X0, (DX)
+	ADDQ R15, DX
+	DECQ R14
+	JNZ dotQ4FastRowsG32AVX512_row
+	VZEROUPPER
+	RET
+
 // func dotQ4FastG64AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32)
 // Fast-mode 4-bit rows for group size 64: dst[o] for nrows consecutive weight rows.
 TEXT ·dotQ4FastG64AVX512(SB), NOSPLIT, $0-72
@@ -2288,6 +2345,65 @@ dotQ4FastG64AVX512_group:
 	ADDQ $4, DX
 	DECQ R14
 	JNZ dotQ4FastG64AVX512_row
+	VZEROUPPER
+	RET
+
+// func dotQ4FastRowsG64AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int)
+// Fast-mode 4-bit rows for group size 64: one weight row against nrows consecutive quantized input rows,
+// dst[r·ldd] for each (the same operations per element as the weight-row form).
+TEXT ·dotQ4FastRowsG64AVX512(SB), NOSPLIT, $0-80
+	MOVQ xq+8(FP), SI
+	MOVQ d+16(FP), R8
+	MOVQ xs+40(FP), R13
+	MOVQ ldd+72(FP), R15
+	SHLQ $2, R15
+	MOVQ nrows+56(FP), R14
+	MOVQ dst+64(FP), DX
+	MOVL $0x0f, AX
+	VPBROADCASTB AX, Y31
+dotQ4FastRowsG64AVX512_row:
+	MOVQ codes+0(FP), DI
+	MOVQ scales+24(FP), R9
+	MOVQ biases+32(FP), R12
+	MOVQ groups+48(FP), R10
+	VPXORD Y16, Y16, Y16
+	VXORPS X13, X13, X13
+dotQ4FastRowsG64AVX512_group:
+	PREFETCHT0 2048(DI)
+	PREFETCHT0 512(R9)
+	PREFETCHT0 512(R12)
+	VMOVDQU32 (DI), Y17
+	VPSRLW $4, Y17, Y18
+	VPANDD Y31, Y17, Y17
+	VPANDD Y31, Y18, Y18
+	VPXORD Y19, Y19, Y19
+	VPDPBUSD (SI), Y17, Y19
+	VPDPBUSD 32(SI), Y18, Y19
+	VCVTDQ2PS Y19, Y19
+	VMULPS.BCST (R8), Y19, Y19
+	VMULPS.BCST (R9), Y19, Y19
+	VADDPS Y19, Y16, Y16
+	VMOVSS (R12), X11
+	VMULSS (R13), X11, X11
+	VADDSS X11, X13, X13
+	ADDQ $32, DI
+	ADDQ $64, SI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	ADDQ $4, R12
+	ADDQ $4, R13
+	DECQ R10
+	JNZ dotQ4FastRowsG64AVX512_group
+	VEXTRACTF32X4 $1, Y16, X17
+	VADDPS X17, X16, X16
+	VMOVAPS X16, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS X13, X0, X0
+	VMOVSS X0, (DX)
+	ADDQ R15, DX
+	DECQ R14
+	JNZ dotQ4FastRowsG64AVX512_row
 	VZEROUPPER
 	RET
 
@@ -2346,6 +2462,67 @@ dotQ4FastG128AVX512_group:
 	ADDQ $4, DX
 	DECQ R14
 	JNZ dotQ4FastG128AVX512_row
+	VZEROUPPER
+	RET
+
+// func dotQ4FastRowsG128AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int)
+// Fast-mode 4-bit rows for group size 128: one weight row against nrows consecutive quantized input rows,
+// dst[r·ldd] for each (the same operations per element as the weight-row form).
+TEXT ·dotQ4FastRowsG128AVX512(SB), NOSPLIT, $0-80
+	MOVQ xq+8(FP), SI
+	MOVQ d+16(FP), R8
+	MOVQ xs+40(FP), R13
+	MOVQ ldd+72(FP), R15
+	SHLQ $2, R15
+	MOVQ nrows+56(FP), R14
+	MOVQ dst+64(FP), DX
+	MOVL $0x0f, AX
+	VPBROADCASTB AX, Z31
+dotQ4FastRowsG128AVX512_row:
+	MOVQ codes+0(FP), DI
+	MOVQ scales+24(FP), R9
+	MOVQ biases+32(FP), R12
+	MOVQ groups+48(FP), R10
+	VPXORD Z16, Z16, Z16
+	VXORPS X13, X13, X13
+dotQ4FastRowsG128AVX512_group:
+	PREFETCHT0 2048(DI)
+	PREFETCHT0 512(R9)
+	PREFETCHT0 512(R12)
+	VMOVDQU32 (DI), Z17
+	VPSRLW $4, Z17, Z18
+	VPANDD Z31, Z17, Z17
+	VPANDD Z31, Z18, Z18
+	VPXORD Z19, Z19, Z19
+	VPDPBUSD (SI), Z17, Z19
+	VPDPBUSD 64(SI), Z18, Z19
+	VCVTDQ2PS Z19, Z19
+	VMULPS.BCST (R8), Z19, Z19
+	VMULPS.BCST (R9), Z19, Z19
+	VADDPS Z19, Z16, Z16
+	VMOVSS (R12), X11
+	VMULSS (R13), X11, X11
+	VADDSS X11, X13, X13
+	ADDQ $64, DI
+	ADDQ $128, SI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	ADDQ $4, R12
+	ADDQ $4, R13
+	DECQ R10
+	JNZ dotQ4FastRowsG128AVX512_group
+	VEXTRACTF64X4 $1, Z16, Y17
+	VADDPS Y17, Y16, Y16
+	VEXTRACTF32X4 $1, Y16, X17
+	VADDPS X17, X16, X16
+	VMOVAPS X16, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS X13, X0, X0
+	VMOVSS X0, (DX)
+	ADDQ R15, DX
+	DECQ R14
+	JNZ dotQ4FastRowsG128AVX512_row
 	VZEROUPPER
 	RET
 
