@@ -12,10 +12,10 @@ import (
 )
 
 // demoTauFloor is the acceptance floor the bundled demo must keep: greedy DFlash at block 16 on held-out Go
-// prompts, τ = committed tokens per round pooled over all prompts. The model card reports ≈2.9 over all 24
-// held-out prompts at 256 tokens and this subset pools to ≈2.87, so 2.5 leaves room for kernel-level changes in the
-// last bits of a logit without making the test flaky.
-const demoTauFloor = 2.5
+// prompts, τ = committed tokens per round pooled over all prompts. The shipped drafter pools to 3.81 on this
+// subset (the model card gives the figures over all 24 held-out prompts), so 3.0 — the goal — still leaves
+// room for kernel-level changes in the last bits of a logit without making the test flaky.
+const demoTauFloor = 3.0
 
 // TestDemoAcceptanceFloor runs the bundled demo target and drafter on fixed held-out prompts (files the target
 // never saw in training, tools/train/eval_prompts.json) and checks both the acceptance floor and losslessness:

@@ -197,6 +197,12 @@ def main():
     ap.add_argument("--eval-n", type=int, default=24)
     ap.add_argument("--tiny", action="store_true")
     ap.add_argument("--init", default="", help="continue from a saved drafter directory (same shape)")
+    ap.add_argument("--refresh-every", type=int, default=0,
+                    help="replace the generations with fresh ones (next seed) every N steps, so long runs do not "
+                         "repeat epochs over one set; with --time-budget the budget then covers generation too")
+    ap.add_argument("--val-seqs", type=int, default=0,
+                    help="generations from the last 10%% of the unseen documents (never used for training prompts) "
+                         "on which the teacher-forced block run is reported every 500 steps")
     args = ap.parse_args()
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     seed_all(args.seed)
@@ -223,7 +229,19 @@ def main():
     unseen = None
     if args.unseen_share > 0:
         udocs = tokmod.load_docs(os.path.join(args.data, "unseen.jsonl.gz"))
-        unseen = encode_stream(tok, udocs[:40] if args.tiny else udocs, ids["<|endoftext|>"])
+        if args.tiny:
+            udocs = udocs[:40]
+        if args.val_seqs:
+            cut = len(udocs) - max(1, len(udocs) // 10)
+            val_stream = encode_stream(tok, udocs[cut:], ids["<|endoftext|>"])
+            udocs = udocs[:cut]
+        unseen = encode_stream(tok, udocs, ids["<|endoftext|>"])
+    val = None
+    if args.val_seqs:
+        if unseen is None:
+            raise SystemExit("--val-seqs needs --unseen-share > 0 (validation prompts come from unseen documents)")
+        val = make_generations(target, val_stream, args.val_seqs, args.prompt_len, args.gen_len, args.gen_batch,
+                               args.seed + 7777, dev, None, 0.0).to(dev)
     seqs = make_generations(target, stream, args.gen_seqs, args.prompt_len, args.gen_len, args.gen_batch,
                             args.seed, dev, unseen, args.unseen_share)
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -255,37 +273,58 @@ def main():
     lo, hi = P - 1, Ltot - bsz          # anchor range (inclusive)
     gen = torch.Generator().manual_seed(args.seed + 1)
     seqs_dev = seqs.to(dev)
+    del seqs
     w = torch.exp(-torch.arange(bsz - 1, device=dev, dtype=torch.float32) / args.gamma)
     slot = torch.arange(bsz, device=dev)
     pos_c_full = torch.arange(Ltot, device=dev)
 
-    def step(i, total):
-        lr = args.lr * min(1.0, (i + 1) / args.warmup)
-        if i >= args.warmup:
-            pr = (i - args.warmup) / max(1, total - args.warmup)
-            lr = args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * pr)))
-        for g_ in opt.param_groups:
-            g_["lr"] = lr
-        rows = torch.randint(0, len(seqs), (args.batch,), generator=gen).to(dev)
-        x = seqs_dev[rows].long()                                        # [B, Ltot]
-        anchors = (torch.rand(args.batch, hi - lo + 1, generator=gen).argsort(-1)[:, :args.anchors] + lo).to(dev)
-        K = args.anchors
-        pos_q = (anchors[:, :, None] + slot).reshape(args.batch, K * bsz)  # [B, K*bsz]
-        lab = torch.gather(x, 1, pos_q).view(args.batch, K, bsz)[:, :, 1:]
-        block = torch.full((args.batch, K, bsz), dc.mask_token_id, device=dev, dtype=torch.long)
+    def lr_at(i, total, frac):
+        """Linear warm-up, then cosine to 5 %; progress is by step, or by spent time when frac is given."""
+        if i < args.warmup:
+            return args.lr * (i + 1) / args.warmup
+        pr = frac if frac is not None else (i - args.warmup) / max(1, total - args.warmup)
+        return args.lr * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * min(1.0, pr))))
+
+    def block_pass(x, anchors):
+        """Weighted block loss and teacher-forced expected accepted run for sequences x at anchors."""
+        B, K = anchors.shape
+        pos_q = (anchors[:, :, None] + slot).reshape(B, K * bsz)          # [B, K*bsz]
+        lab = torch.gather(x, 1, pos_q).view(B, K, bsz)[:, :, 1:]
+        block = torch.full((B, K, bsz), dc.mask_token_id, device=dev, dtype=torch.long)
         block[:, :, 0] = torch.gather(x, 1, anchors)
         mask = block_mask(anchors, Ltot, bsz)
         with torch.autocast(device_type=dev, dtype=torch.bfloat16, enabled=(dev == "cuda")):
             with torch.no_grad():
                 _, tp = target(x, taps=taps, return_hidden=True)
-            lg = drafter_logits(drafter, target, block.view(args.batch, K * bsz), tp, pos_q,
-                                pos_c_full[None].expand(args.batch, -1), mask)
-        lg = lg.float().view(args.batch, K, bsz, -1)[:, :, 1:]
-        ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), lab.reshape(-1), reduction="none").view(args.batch, K, bsz - 1)
+            lg = drafter_logits(drafter, target, block.view(B, K * bsz), tp, pos_q,
+                                pos_c_full[None].expand(B, -1), mask)
+        lg = lg.float().view(B, K, bsz, -1)[:, :, 1:]
+        ce = F.cross_entropy(lg.reshape(-1, lg.shape[-1]), lab.reshape(-1), reduction="none").view(B, K, bsz - 1)
         loss = (ce * w).sum(-1).mean() / w.sum()
         acc = (lg.argmax(-1) == lab).float()
         # expected accepted run length under teacher forcing (cumulative product of matches)
-        run = acc.cumprod(-1).sum(-1).mean() + 1
+        return loss, acc.cumprod(-1).sum(-1).mean() + 1
+
+    def anchors_for(n, g):
+        return (torch.rand(n, hi - lo + 1, generator=g).argsort(-1)[:, :args.anchors] + lo).to(dev)
+
+    val_anchors = anchors_for(len(val), torch.Generator().manual_seed(args.seed + 99)) if val is not None else None
+
+    @torch.no_grad()
+    def validate():
+        drafter.eval()
+        runs = []
+        for j in range(0, len(val), args.batch):
+            runs.append(block_pass(val[j:j + args.batch].long(), val_anchors[j:j + args.batch])[1].item())
+        drafter.train()
+        return sum(runs) / len(runs)
+
+    def step(i, total, frac):
+        lr = lr_at(i, total, frac)
+        for g_ in opt.param_groups:
+            g_["lr"] = lr
+        rows = torch.randint(0, len(seqs_dev), (args.batch,), generator=gen).to(dev)
+        loss, run = block_pass(seqs_dev[rows].long(), anchors_for(args.batch, gen))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
@@ -295,15 +334,29 @@ def main():
     total = args.steps if args.steps else 10**9
     if args.tiny:
         total = 10
+    # With --refresh-every and --time-budget, the budget is wall time for training and regeneration together and
+    # the learning-rate schedule follows the spent share of it.
+    timed = bool(args.refresh_every and args.time_budget and not args.steps)
     t1 = time.time()
     i = 0
-    losses = []
+    losses, vals = [], []
+    refresh = 0
     while i < total:
-        loss, run = step(i, total)
-        if i == 9 and args.time_budget and not args.steps:
+        if args.refresh_every and i > 0 and i % args.refresh_every == 0:
+            refresh += 1
+            torch.backends.cuda.matmul.allow_tf32 = False
+            seqs_dev = make_generations(target, stream, args.gen_seqs, P, G, args.gen_batch, args.seed + 1000 * refresh,
+                                        dev, unseen, args.unseen_share).to(dev)
+            torch.backends.cuda.matmul.allow_tf32 = True
+        frac = (time.time() - t1) / args.time_budget if timed else None
+        if timed and frac >= 1.0:
+            total = i
+            break
+        loss, run = step(i, total, frac)
+        if i == 9 and args.time_budget and not args.steps and not timed:
             torch.cuda.synchronize()
             t10 = time.time()
-        if i == 39 and args.time_budget and not args.steps:
+        if i == 39 and args.time_budget and not args.steps and not timed:
             # measured after warm-up: the first steps (allocator, cuBLAS/cudnn autotune) are several times slower
             torch.cuda.synchronize()
             per = (time.time() - t10) / 30
@@ -312,7 +365,14 @@ def main():
         if i % 100 == 0 or i == total - 1:
             losses.append((i, loss.item(), run.item()))
             print(f"step {i} loss {loss.item():.4f} block-run {run.item():.2f} {time.time() - t1:.0f}s", flush=True)
+        if val is not None and (i % 500 == 0 or i == total - 1):
+            v = validate()
+            vals.append((i, v))
+            print(f"step {i} val block-run {v:.3f}", flush=True)
         i += 1
+    if val is not None and (not vals or vals[-1][0] != total - 1):
+        vals.append((total - 1, validate()))
+        print(f"final val block-run {vals[-1][1]:.3f} after {total} steps", flush=True)
     train_s = time.time() - t1
     save_drafter(drafter, args.out)
     for f in ("tokenizer.json", "tokenizer_config.json"):
@@ -327,7 +387,8 @@ def main():
     with open(os.path.join(args.out, "train_log.json"), "w") as f:
         json.dump({"steps": total, "batch": args.batch, "anchors": args.anchors, "lr": args.lr, "seed": args.seed,
                    "gamma": args.gamma, "gen_seqs": args.gen_seqs, "unseen_share": args.unseen_share, "prompt_len": P, "gen_len": G,
-                   "train_seconds": train_s, "losses": losses, "tau": tau, "tau_per_prompt": per,
+                   "train_seconds": train_s, "losses": losses, "val_block_run": vals,
+                   "refresh_every": args.refresh_every, "tau": tau, "tau_per_prompt": per,
                    "dflash_equals_ar": match, "eval_prompts": len(prompts), "eval_max_new": args.eval_new},
                   f, indent=1)
 
