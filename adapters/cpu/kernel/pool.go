@@ -39,10 +39,12 @@ type helper struct {
 	_     [64]byte // keep slots on separate cache lines
 }
 
-// task hands a helper the current call's work; done is set when the helper has run out of chunks.
+// task hands a helper the current call's work; done is set when the helper has run out of chunks, right after
+// it puts a token in wake (buffered, drained by the caller after every call).
 type task struct {
 	w    *work
 	done atomic.Bool
+	wake chan struct{}
 }
 
 // NewPool returns a pool of the given number of workers; threads ≤ 0 means runtime.GOMAXPROCS(0).
@@ -115,6 +117,9 @@ func (p *Pool) For(n, grain int, fn func(lo, hi int)) {
 		h := &p.helpers[i]
 		h.t.w = w
 		h.t.done.Store(false)
+		if h.t.wake == nil {
+			h.t.wake = make(chan struct{}, 1)
+		}
 		h.job.Store(&h.t)
 		if h.alive.CompareAndSwap(false, true) {
 			go h.run()
@@ -130,11 +135,7 @@ func (p *Pool) For(n, grain int, fn func(lo, hi int)) {
 		h := &p.helpers[i]
 		// A helper that has not taken its job yet never will need to: withdraw it instead of waiting.
 		if !h.job.CompareAndSwap(&h.t, nil) {
-			for !h.t.done.Load() {
-				if !pollFor(&h.t.done) {
-					runtime.Gosched()
-				}
-			}
+			h.t.wait()
 		}
 		h.t.w = nil
 	}
@@ -182,6 +183,10 @@ func (h *helper) run() {
 	for spins := 0; ; spins++ {
 		if t := h.job.Swap(nil); t != nil {
 			t.w.run()
+			select {
+			case t.wake <- struct{}{}:
+			default:
+			}
 			t.done.Store(true)
 			idle, spins = time.Now(), 0
 			continue
@@ -198,6 +203,30 @@ func (h *helper) run() {
 		}
 		runtime.Gosched()
 	}
+}
+
+// waitSpin is how long a caller polls for a helper's last chunk before blocking. Chunks are short, so on a
+// quiet machine the poll ends first; when another process has taken the helper's core, blocking lets the OS
+// run the helper on this one instead of spending the time slice polling.
+const waitSpin = 50 * time.Microsecond
+
+// wait returns once the helper has finished the task, then drains its wake token.
+func (t *task) wait() {
+	start := time.Now()
+	for !t.done.Load() {
+		if pollFor(&t.done) {
+			break
+		}
+		if time.Since(start) > waitSpin {
+			<-t.wake
+			for !t.done.Load() {
+				// The token is sent just before done is set.
+			}
+			return
+		}
+		runtime.Gosched()
+	}
+	<-t.wake // sent before done was set
 }
 
 // pollSpins is how many times a waiting goroutine re-reads a flag before yielding its P (yielding costs about
