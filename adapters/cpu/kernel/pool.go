@@ -8,15 +8,18 @@ import (
 )
 
 // Pool splits loops over output rows between a fixed number of goroutines. The partition of [0,n) depends only
-// on n and the worker count, and callers compute each output element inside exactly one chunk, so results never
-// depend on the worker count. A Pool is safe for concurrent use.
+// on n, the grain and the worker count, and callers compute each output element inside exactly one chunk, so
+// results never depend on the worker count or on which goroutine runs a chunk. A Pool is safe for concurrent use.
 //
 // Handing a chunk to a fresh goroutine is slow on small machines: `go` puts it in the spawning P's runnext slot,
 // which other Ps steal only after sleeping, so on the 2-core development VM a second chunk of up to tens of
 // microseconds ran only after the first had finished (measured: a 2-chunk For of 2 × 27 µs took 56 µs). A Pool
-// therefore keeps one helper goroutine per extra worker that, after a chunk, polls (yielding the P) for the next
+// therefore keeps one helper goroutine per extra worker that, after a call, polls (yielding the P) for the next
 // one for helperLinger, then exits; a decode step's stream of products keeps them hot, and an idle Pool holds no
 // goroutines. When no helper is waiting, the caller starts one and yields its P so the helper starts at once.
+// The caller and the helpers claim chunks (several per worker) as they go, and a caller waiting for a helper's
+// last chunk blocks after a short poll, so a core taken by another process slows a call down instead of
+// stalling it.
 type Pool struct {
 	threads int
 	mode    Mode
