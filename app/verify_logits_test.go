@@ -93,7 +93,9 @@ func TestParityCPU(t *testing.T) {
 	require.NoError(t, err)
 	defer b.Close()
 	prompt := []ports.Token{3, 1, 4, 1, 5, 9, 2, 6}
-	res, err := Parity(t.Context(), a, b, ParityOptions{Prompt: prompt})
+	// Zero tolerances ask for bit-identical values: the same weights on 4 vs 1 worker threads must give them.
+	exact := ParityOptions{Prompt: prompt, MaxTokens: 16}
+	res, err := Parity(t.Context(), a, b, exact)
 	require.NoError(t, err)
 	assert.True(t, res.Pass)
 	assert.Zero(t, res.MaxAbs, "same weights, different worker counts: bit-identical")
@@ -106,14 +108,26 @@ func TestParityCPU(t *testing.T) {
 	assert.Equal(t, []int{0, 2}, res.TapLayers)
 
 	other := load(t, writeTarget(t, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 23}), NoDraftName)
-	res, err = Parity(t.Context(), a, other, ParityOptions{Prompt: prompt})
+	res, err = Parity(t.Context(), a, other, parityOptions(prompt))
 	require.ErrorIs(t, err, ErrCheckFailed)
 	assert.False(t, res.Pass)
 	assert.NotEmpty(t, res.Failures)
 
 	dense := load(t, writeTarget(t, dflashtest.TargetSpec{Family: "qwen3", Seed: 23}), NoDraftName)
-	_, err = Parity(t.Context(), dense, dense, ParityOptions{Prompt: prompt})
+	_, err = Parity(t.Context(), dense, dense, exact)
 	require.NoError(t, err, "attention-only targets skip the replay check")
+
+	for _, bad := range []func(*ParityOptions){
+		func(o *ParityOptions) { o.MaxTokens = 0 },
+		func(o *ParityOptions) { o.MaxAbs = -1 },
+		func(o *ParityOptions) { o.TapAbs = math.NaN() },
+		func(o *ParityOptions) { o.ReplayAbs = math.Inf(1) },
+	} {
+		o := parityOptions(prompt)
+		bad(&o)
+		_, err = Parity(t.Context(), dense, dense, o)
+		require.ErrorIs(t, err, ErrBadInput)
+	}
 }
 
 // TestParityCPUvsMLX runs the cross-backend parity check where libmlxc can be loaded (HIGGS_MLX_LIB).
@@ -127,8 +141,15 @@ func TestParityCPUvsMLX(t *testing.T) {
 	b, err := LoadModels(t.Context(), ModelConfig{Model: target, Draft: drafter, Backend: BackendMLX}, zerolog.Nop(), nil)
 	require.NoError(t, err)
 	defer b.Close()
-	res, err := Parity(t.Context(), a, b, ParityOptions{Prompt: []ports.Token{3, 1, 4, 1, 5, 9, 2, 6}, ReplayAbs: DefaultParityReplayAbs})
+	res, err := Parity(t.Context(), a, b, parityOptions([]ports.Token{3, 1, 4, 1, 5, 9, 2, 6}))
 	require.NoError(t, err)
 	assert.True(t, res.Pass)
 	assert.True(t, res.DrafterChecked)
+}
+
+// parityOptions is DefaultParityOptions for prompt.
+func parityOptions(prompt []ports.Token) ParityOptions {
+	o := DefaultParityOptions()
+	o.Prompt = prompt
+	return o
 }

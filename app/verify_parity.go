@@ -22,15 +22,38 @@ const (
 	DefaultParityReplayAbs = 1e-5
 )
 
-// ParityOptions configure `higgs-verify parity`.
+// ParityOptions configure `higgs-verify parity`. Every tolerance is taken as given: 0 asks for bit-identical
+// values (two CPU runs with different worker counts must pass that), so start from DefaultParityOptions.
 type ParityOptions struct {
 	Prompt    []ports.Token
-	MaxTokens int // greedy continuation length (default 16)
+	MaxTokens int // greedy continuation length, ≥ 1
 	MaxAbs    float64
 	Margin    float64
 	TapAbs    float64
 	// ReplayAbs bounds the probability difference after tape replay vs snapshot + recompute (0: bit-exact).
 	ReplayAbs float64
+}
+
+// DefaultParityOptions are the CLI's defaults: a 16-token continuation and the §7.1 fp32 tolerances.
+func DefaultParityOptions() ParityOptions {
+	return ParityOptions{MaxTokens: 16, MaxAbs: DefaultParityMaxAbs, Margin: DefaultParityMargin,
+		TapAbs: DefaultParityTapAbs, ReplayAbs: DefaultParityReplayAbs}
+}
+
+// validate refuses options no comparison can honour.
+func (o ParityOptions) validate() error {
+	if o.MaxTokens < 1 {
+		return fmt.Errorf("%w: parity max tokens %d must be ≥ 1", ErrBadInput, o.MaxTokens)
+	}
+	for _, t := range []struct {
+		name string
+		v    float64
+	}{{"max-abs", o.MaxAbs}, {"margin", o.Margin}, {"tap-abs", o.TapAbs}, {"replay-abs", o.ReplayAbs}} {
+		if !(t.v >= 0) || math.IsInf(t.v, 1) {
+			return fmt.Errorf("%w: parity tolerance %s %v must be a finite number ≥ 0", ErrBadInput, t.name, t.v)
+		}
+	}
+	return nil
 }
 
 // ParitySide describes one side of the comparison.
@@ -82,20 +105,11 @@ type ParityResult struct {
 // Parity compares two loaded model sets position by position (see ParityResult). It returns ErrCheckFailed
 // past the tolerances.
 func Parity(ctx context.Context, a, b *Models, o ParityOptions) (ParityResult, error) {
-	if o.MaxTokens == 0 {
-		o.MaxTokens = 16
-	}
-	if o.MaxAbs == 0 {
-		o.MaxAbs = DefaultParityMaxAbs
-	}
-	if o.Margin == 0 {
-		o.Margin = DefaultParityMargin
-	}
-	if o.TapAbs == 0 {
-		o.TapAbs = DefaultParityTapAbs
-	}
 	res := ParityResult{A: ParitySide{a.Name, a.Backend}, B: ParitySide{b.Name, b.Backend},
 		Tokens: slices.Clone(o.Prompt), Tolerances: o, Failures: []string{}, ArgmaxMismatch: []int{}}
+	if err := o.validate(); err != nil {
+		return res, err
+	}
 	ia, ib := a.Target.Info(), b.Target.Info()
 	if ia.VocabSize != ib.VocabSize || ia.HiddenSize != ib.HiddenSize || len(ia.LayerKinds) != len(ib.LayerKinds) {
 		return res, fmt.Errorf("%w: the two models differ in shape (vocab %d/%d, hidden %d/%d, layers %d/%d)",

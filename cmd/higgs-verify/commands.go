@@ -338,7 +338,7 @@ func (c *cli) parityCmd() *cobra.Command {
 	fs.StringVar(&bModel, "b-model", "", "model directory for B (a second weight variant, e.g. quantized); default --model")
 	fs.IntVar(&bThreads, "b-threads", 0, "CPU worker threads for B (0: GOMAXPROCS)")
 	fs.IntVar(&o.MaxTokens, "max-tokens", 16, "greedy continuation length")
-	fs.Float64Var(&o.MaxAbs, "max-abs", app.DefaultParityMaxAbs, "tolerance: max |Δlogit|")
+	fs.Float64Var(&o.MaxAbs, "max-abs", app.DefaultParityMaxAbs, "tolerance: max |Δlogit| (0: bit-identical)")
 	fs.Float64Var(&o.Margin, "margin", app.DefaultParityMargin, "argmax must agree where A's top-2 margin exceeds this")
 	fs.Float64Var(&o.TapAbs, "tap-abs", app.DefaultParityTapAbs, "tolerance: max |Δ| of tapped hidden states")
 	fs.Float64Var(&o.ReplayAbs, "replay-abs", app.DefaultParityReplayAbs, "tolerance: max |Δp| of the next-token distribution after tape replay vs recompute (0: bit-exact, as the CPU backend is)")
