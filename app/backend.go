@@ -60,6 +60,10 @@ type ModelConfig struct {
 	Kernels string
 }
 
+// MaxThreads bounds ModelConfig.Threads: each worker is a goroutine with its own scratch buffers, and more
+// workers than this is a typo, not a machine.
+const MaxThreads = 1024
+
 // Kernel modes understood by ModelConfig.Kernels.
 const (
 	KernelsExact = "exact"
@@ -74,8 +78,8 @@ func (c ModelConfig) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("unknown backend %q (want cpu, mlx or auto)", c.Backend))
 	}
-	if c.Threads < 0 {
-		errs = append(errs, fmt.Errorf("threads %d must be ≥ 0", c.Threads))
+	if c.Threads < 0 || c.Threads > MaxThreads {
+		errs = append(errs, fmt.Errorf("threads %d must be in [0, %d]", c.Threads, MaxThreads))
 	}
 	switch c.Kernels {
 	case "", KernelsExact:

@@ -58,11 +58,13 @@ func TestConfigReportsEveryProblem(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "bad.toml")
 	require.NoError(t, os.WriteFile(file, []byte("colour = \"red\"\nport = \"eighty\"\n"), 0o644))
-	_, err := LoadConfig([]string{"--config", file, "--log-format", "xml", "--max-concurrency", "0", "--backend", "gpu", "--kernels", "turbo"},
+	_, err := LoadConfig([]string{"--config", file, "--log-format", "xml", "--max-concurrency", "0", "--backend", "gpu", "--kernels", "turbo",
+		"--threads", "100000"},
 		env(map[string]string{"HIGGS_QUEUE_SIZE": "many", "HIGGS_BLOCK_SIZE": "-2"}), io.Discard)
 	require.Error(t, err)
 	for _, want := range []string{`unknown key "colour"`, "port", "HIGGS_QUEUE_SIZE", "--block-size -2", `--log-format "xml"`,
-		"--max-concurrency 0", `unknown backend "gpu"`, `unknown kernels "turbo"`} {
+		"--max-concurrency 0", `unknown backend "gpu"`, `unknown kernels "turbo"`,
+		"threads 100000 must be in [0, 1024]"} {
 		assert.ErrorContains(t, err, want)
 	}
 }
