@@ -13,8 +13,8 @@ import (
 
 // syntheticArch is a ~100M-parameter hybrid (Qwen3.5-like: 3 GDN layers per gated attention layer, dense
 // SwiGLU, tied 16k vocabulary) for benchmarks. It is built in memory: no files.
-func syntheticArch() arch {
-	a := arch{
+func syntheticArch() hfmodel.Arch {
+	a := hfmodel.Arch{
 		Hidden: 1024, Vocab: 16384, Layers: 8, Eps: 1e-6, ContextLength: 4096,
 		Heads: 8, KVHeads: 2, HeadDim: 128, RotaryDims: 32, RopeTheta: 1e7, OutputGate: true,
 		KeyHeads: 8, ValueHeads: 16, KeyDim: 64, ValueDim: 64, ConvKernel: 4,
@@ -90,7 +90,7 @@ func syntheticTarget(format string, threads int) (*Target, int, int) {
 	m.embed = lin(a.Vocab, a.Hidden)
 	m.lmHead = m.embed
 	m.finalNorm = ones(a.Hidden)
-	H, C, Dv := a.Hidden, a.convDim(), a.ValueHeads*a.ValueDim
+	H, C, Dv := a.Hidden, a.ConvDim(), a.ValueHeads*a.ValueDim
 	for i := range a.Layers {
 		ly := layer{kind: a.Kinds[i], inNorm: ones(H), postNorm: ones(H)}
 		if ly.kind == ports.LayerAttention {

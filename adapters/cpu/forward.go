@@ -250,7 +250,7 @@ func rank1(S, delta, khat, tmp []float32) {
 func (m *model) replayGDN(st *gdnState, tp *gdnTape, n int) {
 	ar := &m.arch
 	Hk, Hv, dk, dv := ar.KeyHeads, ar.ValueHeads, ar.KeyDim, ar.ValueDim
-	C, Dk := ar.convDim(), Hk*dk
+	C, Dk := ar.ConvDim(), Hk*dk
 	rho := Hv / Hk
 	src, dst := st.s[tp.s0], st.s[1-tp.s0]
 	if n == 0 {

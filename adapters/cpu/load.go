@@ -12,31 +12,6 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// archFromConfig resolves the forward-pass shape from a parsed config.
-func archFromConfig(c *hfmodel.TextConfig, contextLength int) (arch, error) {
-	a := arch{
-		Hidden: c.HiddenSize, Vocab: c.VocabSize, Layers: c.NumHiddenLayers, Eps: float32(c.RMSNormEps),
-		ContextLength: c.MaxPositionEmbeddings, Kinds: append([]ports.LayerKind(nil), c.LayerTypes...),
-		Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim, RotaryDims: c.RotaryDims(),
-		RopeTheta: c.RopeTheta, OutputGate: c.AttnOutputGate,
-		KeyHeads: c.LinearNumKeyHeads, ValueHeads: c.LinearNumValueHeads, KeyDim: c.LinearKeyHeadDim,
-		ValueDim: c.LinearValueHeadDim, ConvKernel: c.LinearConvKernelDim,
-		Intermediate: c.IntermediateSize, MoE: make([]bool, c.NumHiddenLayers),
-		Experts: c.NumExperts, TopK: c.NumExpertsPerTok, MoEIntermediate: c.MoeIntermediateSize,
-		SharedIn: c.SharedExpertIntermediateSize, NormTopK: c.NormTopKProb,
-	}
-	if contextLength > 0 && (a.ContextLength <= 0 || contextLength < a.ContextLength) {
-		a.ContextLength = contextLength
-	}
-	for i := range a.MoE {
-		a.MoE[i] = c.IsMoELayer(i)
-	}
-	if len(a.Kinds) != a.Layers {
-		return a, fmt.Errorf("config has %d layer types for %d layers", len(a.Kinds), a.Layers)
-	}
-	return a, a.validate()
-}
-
 // loader resolves canonical tensor names (hfmodel.NormaliseName) against one store.
 type loader struct {
 	st     *safetensors.Store
@@ -140,7 +115,7 @@ func (l *loader) norm(c string, n int) ([]float32, error) {
 
 // zeroCentred reports whether hybrid norm weights still need the +1, i.e. are not already folded (MLX conversion): conv1d stored
 // [C,Kc,1], switch_mlp keys, or a quantization key (MODEL-REFERENCE §2.2).
-func (l *loader) zeroCentred(a *arch) bool {
+func (l *loader) zeroCentred(a *hfmodel.Arch) bool {
 	if !l.cfg.Hybrid() {
 		return false
 	}
@@ -166,7 +141,7 @@ func (l *loader) zeroCentred(a *arch) bool {
 	return true
 }
 
-func (l *loader) load(a *arch) (*model, error) {
+func (l *loader) load(a *hfmodel.Arch) (*model, error) {
 	m := &model{arch: *a}
 	l.zeroCN = l.zeroCentred(a)
 	H := a.Hidden
@@ -206,7 +181,7 @@ func (l *loader) load(a *arch) (*model, error) {
 	return m, nil
 }
 
-func (l *loader) layer(a *arch, i int, ly *layer) error {
+func (l *loader) layer(a *hfmodel.Arch, i int, ly *layer) error {
 	p := fmt.Sprintf("layers.%d.", i)
 	H := a.Hidden
 	ly.kind = a.Kinds[i]
@@ -219,12 +194,8 @@ func (l *loader) layer(a *arch, i int, ly *layer) error {
 	}
 	if ly.kind == ports.LayerAttention {
 		at := &attnWeights{}
-		qOut := a.Heads * a.HeadDim
-		if a.OutputGate {
-			qOut *= 2
-		}
 		q := p + "self_attn."
-		if at.q, err = l.linear(q+"q_proj", qOut, H); err != nil {
+		if at.q, err = l.linear(q+"q_proj", a.QProjOut(), H); err != nil {
 			return err
 		}
 		if at.k, err = l.linear(q+"k_proj", a.KVHeads*a.HeadDim, H); err != nil {
@@ -253,9 +224,9 @@ func (l *loader) layer(a *arch, i int, ly *layer) error {
 	return err
 }
 
-func (l *loader) gdn(a *arch, q string, ly *layer) error {
+func (l *loader) gdn(a *hfmodel.Arch, q string, ly *layer) error {
 	H, Hv, Dv := a.Hidden, a.ValueHeads, a.ValueHeads*a.ValueDim
-	C := a.convDim()
+	C := a.ConvDim()
 	g := &gdnWeights{}
 	var err error
 	if l.has(q + "in_proj_qkvz.weight") {
@@ -329,7 +300,7 @@ func (l *loader) ffn(base string, inter, h int) (*ffnWeights, error) {
 	return f, nil
 }
 
-func (l *loader) moe(a *arch, p string, ly *layer) error {
+func (l *loader) moe(a *hfmodel.Arch, p string, ly *layer) error {
 	H, E, I := a.Hidden, a.Experts, a.MoEIntermediate
 	mo := &moeWeights{experts: make([]ffnWeights, E)}
 	var err error

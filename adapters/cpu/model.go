@@ -5,71 +5,9 @@ import (
 	"math"
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/ports"
 )
-
-// arch is the resolved shape of a target model: everything the forward pass needs, independent of how the
-// checkpoint spelled it.
-type arch struct {
-	Hidden, Vocab, Layers int
-	Eps                   float32
-	ContextLength         int
-	Kinds                 []ports.LayerKind
-	// Attention.
-	Heads, KVHeads, HeadDim, RotaryDims int
-	RopeTheta                           float64
-	OutputGate                          bool
-	// Gated DeltaNet.
-	KeyHeads, ValueHeads, KeyDim, ValueDim, ConvKernel int
-	// MLP / MoE.
-	Intermediate                             int
-	MoE                                      []bool
-	Experts, TopK, MoEIntermediate, SharedIn int
-	NormTopK                                 bool
-}
-
-func (a *arch) convDim() int { return 2*a.KeyHeads*a.KeyDim + a.ValueHeads*a.ValueDim }
-
-func (a *arch) validate() error {
-	switch {
-	case a.Hidden <= 0 || a.Vocab <= 0 || a.Layers <= 0:
-		return fmt.Errorf("hidden %d, vocab %d, layers %d must be positive", a.Hidden, a.Vocab, a.Layers)
-	case len(a.Kinds) != a.Layers || len(a.MoE) != a.Layers:
-		return fmt.Errorf("%d layer kinds and %d MoE flags for %d layers", len(a.Kinds), len(a.MoE), a.Layers)
-	case a.ContextLength <= 0:
-		return fmt.Errorf("context length %d must be positive", a.ContextLength)
-	}
-	var attn, rec, moe bool
-	for i, k := range a.Kinds {
-		switch k {
-		case ports.LayerAttention:
-			attn = true
-		case ports.LayerRecurrent:
-			rec = true
-		default:
-			return fmt.Errorf("layer %d: unknown kind %v", i, k)
-		}
-		moe = moe || a.MoE[i]
-	}
-	if attn {
-		if a.Heads <= 0 || a.KVHeads <= 0 || a.HeadDim <= 0 || a.Heads%a.KVHeads != 0 {
-			return fmt.Errorf("attention heads %d / kv heads %d / head dim %d invalid", a.Heads, a.KVHeads, a.HeadDim)
-		}
-		if a.RotaryDims <= 0 || a.RotaryDims > a.HeadDim || a.RotaryDims%2 != 0 {
-			return fmt.Errorf("rotary dims %d invalid for head dim %d", a.RotaryDims, a.HeadDim)
-		}
-	}
-	if rec {
-		if a.KeyHeads <= 0 || a.ValueHeads <= 0 || a.KeyDim <= 0 || a.ValueDim <= 0 || a.ConvKernel < 1 || a.ValueHeads%a.KeyHeads != 0 {
-			return fmt.Errorf("linear attention heads %d/%d dims %d/%d conv %d invalid (value heads must be a multiple of key heads)",
-				a.KeyHeads, a.ValueHeads, a.KeyDim, a.ValueDim, a.ConvKernel)
-		}
-	}
-	if moe && (a.Experts <= 0 || a.TopK <= 0 || a.TopK > a.Experts || a.MoEIntermediate <= 0) {
-		return fmt.Errorf("MoE experts %d top-k %d intermediate %d invalid", a.Experts, a.TopK, a.MoEIntermediate)
-	}
-	return nil
-}
 
 type attnWeights struct {
 	q, k, v, o *kernel.Linear
@@ -108,7 +46,7 @@ type layer struct {
 }
 
 type model struct {
-	arch      arch
+	arch      hfmodel.Arch
 	pool      *kernel.Pool
 	embed     *kernel.Linear
 	lmHead    *kernel.Linear
@@ -185,11 +123,7 @@ func (m *model) checkShapes() error {
 				errs = append(errs, fmt.Errorf("%sself_attn: missing", p))
 				break
 			}
-			qOut := a.Heads * a.HeadDim
-			if a.OutputGate {
-				qOut *= 2
-			}
-			errs = append(errs, want(p+"self_attn.q_proj", at.q, qOut, H), want(p+"self_attn.k_proj", at.k, a.KVHeads*a.HeadDim, H),
+			errs = append(errs, want(p+"self_attn.q_proj", at.q, a.QProjOut(), H), want(p+"self_attn.k_proj", at.k, a.KVHeads*a.HeadDim, H),
 				want(p+"self_attn.v_proj", at.v, a.KVHeads*a.HeadDim, H), want(p+"self_attn.o_proj", at.o, H, a.Heads*a.HeadDim),
 				vec(p+"self_attn.q_norm", at.qNorm, a.HeadDim), vec(p+"self_attn.k_norm", at.kNorm, a.HeadDim))
 		case ports.LayerRecurrent:
@@ -198,7 +132,7 @@ func (m *model) checkShapes() error {
 				errs = append(errs, fmt.Errorf("%slinear_attn: missing", p))
 				break
 			}
-			C, Dv, Hv := a.convDim(), a.ValueHeads*a.ValueDim, a.ValueHeads
+			C, Dv, Hv := a.ConvDim(), a.ValueHeads*a.ValueDim, a.ValueHeads
 			q := p + "linear_attn."
 			if g.qkvz != nil {
 				errs = append(errs, want(q+"in_proj_qkvz", g.qkvz, C+Dv, H), want(q+"in_proj_ba", g.ba, 2*Hv, H))

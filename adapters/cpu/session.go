@@ -54,7 +54,7 @@ func newSession(m *model, tapLayers []int) (*Session, error) {
 			continue
 		}
 		sz := a.ValueHeads * a.ValueDim * a.KeyDim
-		s.gdn[i] = &gdnState{conv: make([]float32, (a.ConvKernel-1)*a.convDim()), s: [2][]float32{make([]float32, sz), make([]float32, sz)}}
+		s.gdn[i] = &gdnState{conv: make([]float32, (a.ConvKernel-1)*a.ConvDim()), s: [2][]float32{make([]float32, sz), make([]float32, sz)}}
 	}
 	return s, nil
 }

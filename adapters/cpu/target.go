@@ -65,7 +65,7 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
-	a, err := archFromConfig(cfg, opts.ContextLength)
+	a, err := hfmodel.ResolveArch(cfg, opts.ContextLength)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
@@ -84,7 +84,7 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 	return t, nil
 }
 
-func build(st *safetensors.Store, cfg *hfmodel.TextConfig, a arch, opts LoadOptions) (*Target, error) {
+func build(st *safetensors.Store, cfg *hfmodel.TextConfig, a hfmodel.Arch, opts LoadOptions) (*Target, error) {
 	l, err := newLoader(st, cfg)
 	if err != nil {
 		return nil, err

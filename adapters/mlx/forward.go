@@ -89,7 +89,7 @@ func (m *model) gdn(g *graph, w *gdnWeights, st *gdnState, h arr, T int, tp *gdn
 	a := &m.arch
 	Hk, Hv, dk, dv, Kc := a.KeyHeads, a.ValueHeads, a.KeyDim, a.ValueDim, a.ConvKernel
 	rho := Hv / Hk
-	Dk, Dv, C := Hk*dk, Hv*dv, a.convDim()
+	Dk, Dv, C := Hk*dk, Hv*dv, a.ConvDim()
 	var P, z, b, ar arr
 	if w.qkvz != nil {
 		U := g.reshape(w.qkvz.apply(g, h), T, Hk, 2*dk+2*rho*dv)
@@ -195,7 +195,7 @@ func repeat(x arr, n int) []arr {
 // (decay, then rank-1 add), so it is bit-exact with the forward on MLX.
 func (m *model) replay(g *graph, tp *gdnTape, n int) (ssm, conv arr) {
 	a := &m.arch
-	Hv, dv, dk, C, Kc := a.ValueHeads, a.ValueDim, a.KeyDim, a.convDim(), a.ConvKernel
+	Hv, dv, dk, C, Kc := a.ValueHeads, a.ValueDim, a.KeyDim, a.ConvDim(), a.ConvKernel
 	S := tp.s0
 	for t := range n {
 		at := g.row(tp.alpha, t, tp.t, Hv, 1, 1)

@@ -197,7 +197,7 @@ func (l *loader) cast(a arr) arr {
 
 // zeroCentred mirrors the CPU loader's rule (MODEL-REFERENCE §2.2): hybrid HF checkpoints store norms as
 // (1+w); MLX conversions (conv1d [C,Kc,1], switch_mlp keys, a quantization key) have folded the 1 in.
-func (l *loader) zeroCentred(a *arch) bool {
+func (l *loader) zeroCentred(a *hfmodel.Arch) bool {
 	if !l.cfg.Hybrid() || l.cfg.Quantization != nil {
 		return false
 	}
@@ -218,7 +218,7 @@ func (l *loader) zeroCentred(a *arch) bool {
 	return true
 }
 
-func (l *loader) load(a *arch) (*model, error) {
+func (l *loader) load(a *hfmodel.Arch) (*model, error) {
 	m := &model{arch: *a, arena: l.g, dt: l.dt}
 	l.zeroCN = l.zeroCentred(a)
 	H := a.Hidden
@@ -250,7 +250,7 @@ func (l *loader) load(a *arch) (*model, error) {
 	return m, l.g.err
 }
 
-func (l *loader) layer(a *arch, i int, ly *layer) error {
+func (l *loader) layer(a *hfmodel.Arch, i int, ly *layer) error {
 	p := fmt.Sprintf("layers.%d.", i)
 	H := a.Hidden
 	ly.kind = a.Kinds[i]
@@ -263,13 +263,9 @@ func (l *loader) layer(a *arch, i int, ly *layer) error {
 	}
 	if ly.kind == ports.LayerAttention {
 		at := &attnWeights{}
-		qOut := a.Heads * a.HeadDim
-		if a.OutputGate {
-			qOut *= 2
-		}
 		q := p + "self_attn."
 		lin := func(name string, out, in int) (*linear, error) { return l.linear(q+name+".weight", q+name, out, in) }
-		if at.q, err = lin("q_proj", qOut, H); err != nil {
+		if at.q, err = lin("q_proj", a.QProjOut(), H); err != nil {
 			return err
 		}
 		if at.k, err = lin("k_proj", a.KVHeads*a.HeadDim, H); err != nil {
@@ -298,8 +294,8 @@ func (l *loader) layer(a *arch, i int, ly *layer) error {
 	return err
 }
 
-func (l *loader) gdn(a *arch, q string, ly *layer) error {
-	H, Hv, Dv, C, Kc := a.Hidden, a.ValueHeads, a.ValueHeads*a.ValueDim, a.convDim(), a.ConvKernel
+func (l *loader) gdn(a *hfmodel.Arch, q string, ly *layer) error {
+	H, Hv, Dv, C, Kc := a.Hidden, a.ValueHeads, a.ValueHeads*a.ValueDim, a.ConvDim(), a.ConvKernel
 	g := &gdnWeights{}
 	lin := func(name string, out, in int) (*linear, error) { return l.linear(q+name+".weight", q+name, out, in) }
 	var err error
@@ -385,7 +381,7 @@ func (l *loader) ffn(base string, inter, h int) (*ffnWeights, error) {
 	return f, l.g.err
 }
 
-func (l *loader) moe(a *arch, p string, ly *layer) error {
+func (l *loader) moe(a *hfmodel.Arch, p string, ly *layer) error {
 	H, E, I := a.Hidden, a.Experts, a.MoEIntermediate
 	mo := &moeWeights{}
 	var err error

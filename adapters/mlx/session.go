@@ -71,7 +71,7 @@ func (t *Target) newSession(tapLayers []int) (*Session, error) {
 				s.st.attn[i] = &attnState{}
 				continue
 			}
-			gs := &gdnState{conv: g.zeros(mlxc.Float32, a.ConvKernel-1, a.convDim()), ssm: g.zeros(mlxc.Float32, 1, a.ValueHeads, a.ValueDim, a.KeyDim)}
+			gs := &gdnState{conv: g.zeros(mlxc.Float32, a.ConvKernel-1, a.ConvDim()), ssm: g.zeros(mlxc.Float32, 1, a.ValueHeads, a.ValueDim, a.KeyDim)}
 			s.st.gdn[i] = gs
 			all = append(all, gs.conv, gs.ssm)
 		}

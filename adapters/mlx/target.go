@@ -73,7 +73,7 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
-	a, err := archFromConfig(cfg, opts.ContextLength)
+	a, err := hfmodel.ResolveArch(cfg, opts.ContextLength)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
