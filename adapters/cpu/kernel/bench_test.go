@@ -123,9 +123,10 @@ func BenchmarkDecodeStream(b *testing.B) {
 		// Distinct copies so every matrix comes from memory, not from the last level cache.
 		var stack []*Linear
 		bytes := 0
+		pool := benchPool(name) // one pool for the stack, as one model's layers share one
 		for bytes < total {
 			l := cloneLinear(one[name])
-			l.Pool = benchPool(name)
+			l.Pool = pool
 			stack = append(stack, l)
 			bytes += l.Bytes()
 		}
