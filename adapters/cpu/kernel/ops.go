@@ -147,6 +147,14 @@ func AddScaled(dst, x, tmp []float32, a float32) {
 type Rope struct {
 	Dims    int
 	invFreq []float64
+	// scale multiplies cos and sin (YaRN's attention factor); 0 means 1.
+	scale float64
+}
+
+// NewRopeFreqs returns RoPE with the given inverse frequencies (Dims = 2·len(invFreq)) whose cos and sin are
+// multiplied by scale, as transformers applies a scaled RoPE's attention factor.
+func NewRopeFreqs(invFreq []float64, scale float64) *Rope {
+	return &Rope{Dims: 2 * len(invFreq), invFreq: append([]float64(nil), invFreq...), scale: scale}
 }
 
 // NewRope returns RoPE over r rotary dims (even) with the given base: θ_i = base^(−2i/r).
@@ -160,6 +168,14 @@ func NewRope(r int, base float64) *Rope {
 
 // Table fills cos/sin (each Dims/2) for absolute position pos; angles in float64, rounded once.
 func (r *Rope) Table(cos, sin []float32, pos int) {
+	if r.scale != 0 && r.scale != 1 {
+		for i, f := range r.invFreq {
+			a := float64(pos) * f
+			cos[i] = float32(math.Cos(a) * r.scale)
+			sin[i] = float32(math.Sin(a) * r.scale)
+		}
+		return
+	}
 	for i, f := range r.invFreq {
 		a := float64(pos) * f
 		cos[i] = float32(math.Cos(a))
