@@ -7,94 +7,56 @@ import (
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
 	"github.com/higgs-go/higgs/adapters/cpu/weights"
 	"github.com/higgs-go/higgs/adapters/hfmodel"
-	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/ports"
 )
 
-// loader resolves canonical tensor names (hfmodel.NormaliseName) against one store.
+// loader builds the model's kernel values from one checkpoint, looked up by canonical name.
 type loader struct {
-	st     *safetensors.Store
+	ck     *hfmodel.Checkpoint
+	st     *safetensors.Store // ck.Store
 	cfg    *hfmodel.TextConfig
-	names  map[string]string // canonical → stored
-	zeroCN bool              // add 1 to zero-centred norm weights (HF hybrid checkpoints)
+	zeroCN bool // add 1 to zero-centred norm weights (HF hybrid checkpoints)
 }
 
 func newLoader(st *safetensors.Store, cfg *hfmodel.TextConfig) (*loader, error) {
-	l := &loader{st: st, cfg: cfg, names: map[string]string{}}
-	for _, n := range st.Names() {
-		c, keep := hfmodel.NormaliseName(n)
-		if !keep {
-			st.MarkUsed(n)
-			continue
-		}
-		if prev, dup := l.names[c]; dup {
-			return nil, fmt.Errorf("tensors %q and %q both normalise to %q", prev, n, c)
-		}
-		l.names[c] = n
+	ck, err := hfmodel.NewCheckpoint(st)
+	if err != nil {
+		return nil, err
 	}
-	return l, nil
-}
-
-func (l *loader) has(c string) bool { _, ok := l.names[c]; return ok }
-
-// storedBase returns the stored base name (module path as written in the checkpoint) of canonical module c whose
-// weight tensor is c+suffix.
-func (l *loader) storedBase(c, suffix string) (string, error) {
-	n, ok := l.names[c+suffix]
-	if !ok {
-		return "", fmt.Errorf("%w: %q (canonical name) in %s", safetensors.ErrMissingTensor, c+suffix, l.st.Where())
-	}
-	return strings.TrimSuffix(n, suffix), nil
-}
-
-// spec returns the quantization to use for canonical module c when it is stored quantized (its .scales exists):
-// the config's spec, or nil to infer it from the shapes when the config gives none.
-func (l *loader) spec(c string) (*quant.Spec, bool, error) {
-	if !l.has(c + ".scales") {
-		return nil, false, nil
-	}
-	if l.cfg.Quantization == nil {
-		return nil, true, nil
-	}
-	s, ok := l.cfg.Quantization.For(c)
-	if !ok {
-		return nil, true, fmt.Errorf("%s: stored quantized but config.json marks it not quantized", c)
-	}
-	return &s, true, nil
+	return &loader{ck: ck, st: st, cfg: cfg}, nil
 }
 
 // linear loads canonical module c ([out,in]).
 func (l *loader) linear(c string, out, in int) (*kernel.Linear, error) {
-	base, err := l.storedBase(c, ".weight")
+	sn, err := l.ck.Stored(c + ".weight")
 	if err != nil {
 		return nil, err
 	}
-	sp, _, err := l.spec(c)
+	sp, _, err := l.ck.QuantSpec(l.cfg.Quantization, c)
 	if err != nil {
 		return nil, err
 	}
-	return weights.LoadLinear(l.st, base, sp, out, in)
+	return weights.LoadLinear(l.st, strings.TrimSuffix(sn, ".weight"), sp, out, in)
 }
 
 // stacked loads experts [E,out,in] from canonical weight tensor name wname (module c for scales/biases).
 func (l *loader) stacked(wname, c string, E, out, in int) ([]*kernel.Linear, error) {
-	sn, ok := l.names[wname]
-	if !ok {
-		return nil, fmt.Errorf("%w: %q (canonical name) in %s", safetensors.ErrMissingTensor, wname, l.st.Where())
-	}
-	base := strings.TrimSuffix(sn, ".weight")
-	sp, _, err := l.spec(c)
+	sn, err := l.ck.Stored(wname)
 	if err != nil {
 		return nil, err
 	}
-	return weights.LoadStacked(l.st, sn, base, sp, E, out, in)
+	sp, _, err := l.ck.QuantSpec(l.cfg.Quantization, c)
+	if err != nil {
+		return nil, err
+	}
+	return weights.LoadStacked(l.st, sn, strings.TrimSuffix(sn, ".weight"), sp, E, out, in)
 }
 
 func (l *loader) vector(c string, n int) ([]float32, error) {
-	sn, ok := l.names[c]
-	if !ok {
-		return nil, fmt.Errorf("%w: %q (canonical name) in %s", safetensors.ErrMissingTensor, c, l.st.Where())
+	sn, err := l.ck.Stored(c)
+	if err != nil {
+		return nil, err
 	}
 	return weights.Vector(l.st, sn, n)
 }
@@ -113,37 +75,9 @@ func (l *loader) norm(c string, n int) ([]float32, error) {
 	return v, nil
 }
 
-// zeroCentred reports whether hybrid norm weights still need the +1, i.e. are not already folded (MLX conversion): conv1d stored
-// [C,Kc,1], switch_mlp keys, or a quantization key (MODEL-REFERENCE §2.2).
-func (l *loader) zeroCentred(a *hfmodel.Arch) bool {
-	if !l.cfg.Hybrid() {
-		return false
-	}
-	if l.cfg.Quantization != nil {
-		return false
-	}
-	for c := range l.names {
-		if strings.Contains(c, ".switch_mlp.") {
-			return false
-		}
-	}
-	for i, k := range a.Kinds {
-		if k != ports.LayerRecurrent {
-			continue
-		}
-		if sn, ok := l.names[fmt.Sprintf("layers.%d.linear_attn.conv1d.weight", i)]; ok {
-			if t, err := l.st.Tensor(sn); err == nil && len(t.Shape) == 3 && t.Shape[2] == 1 && t.Shape[1] != 1 {
-				return false
-			}
-		}
-		break
-	}
-	return true
-}
-
 func (l *loader) load(a *hfmodel.Arch) (*model, error) {
 	m := &model{arch: *a}
-	l.zeroCN = l.zeroCentred(a)
+	l.zeroCN = l.ck.ZeroCentredNorms(l.cfg)
 	H := a.Hidden
 	var err error
 	if m.embed, err = l.linear("embed_tokens", a.Vocab, H); err != nil {
@@ -151,10 +85,8 @@ func (l *loader) load(a *hfmodel.Arch) (*model, error) {
 	}
 	if l.cfg.TieWordEmbeddings {
 		m.lmHead = m.embed
-		if l.has("lm_head.weight") {
-			// Some exports store the tied head anyway; the config says to use the embedding.
-			l.st.MarkUsed(l.names["lm_head.weight"])
-		}
+		// Some exports store the tied head anyway; the config says to use the embedding.
+		l.ck.MarkUsed("lm_head.weight")
 	} else if m.lmHead, err = l.linear("lm_head", a.Vocab, H); err != nil {
 		return nil, err
 	}
@@ -229,7 +161,7 @@ func (l *loader) gdn(a *hfmodel.Arch, q string, ly *layer) error {
 	C := a.ConvDim()
 	g := &gdnWeights{}
 	var err error
-	if l.has(q + "in_proj_qkvz.weight") {
+	if l.ck.Has(q + "in_proj_qkvz.weight") {
 		if g.qkvz, err = l.linear(q+"in_proj_qkvz", C+Dv, H); err != nil {
 			return err
 		}
@@ -251,8 +183,8 @@ func (l *loader) gdn(a *hfmodel.Arch, q string, ly *layer) error {
 		}
 	}
 	convName := q + "conv1d.weight"
-	if sn, ok := l.names[convName]; ok {
-		t, err := l.st.Tensor(sn)
+	if l.ck.Has(convName) {
+		t, err := l.ck.Tensor(convName)
 		if err != nil {
 			return err
 		}
@@ -308,7 +240,7 @@ func (l *loader) moe(a *hfmodel.Arch, p string, ly *layer) error {
 		return err
 	}
 	switch {
-	case l.has(p + "switch_mlp.gate_proj.weight"):
+	case l.ck.Has(p + "switch_mlp.gate_proj.weight"):
 		// MLX stacked [E,out,in].
 		parts := []struct {
 			name    string
@@ -329,11 +261,11 @@ func (l *loader) moe(a *hfmodel.Arch, p string, ly *layer) error {
 				pt.set(e, x)
 			}
 		}
-	case l.has(p+"experts.gate_up_proj") || l.has(p+"experts.gate_up_proj.weight"):
+	case l.ck.Has(p+"experts.gate_up_proj") || l.ck.Has(p+"experts.gate_up_proj.weight"):
 		// HF Qwen3.5-MoE fused: gate_up_proj [E, 2I, H] (first half gate), down_proj [E, H, I].
 		gu, dn := p+"experts.gate_up_proj", p+"experts.down_proj"
 		guName, dnName := gu, dn
-		if !l.has(gu) {
+		if !l.ck.Has(gu) {
 			guName, dnName = gu+".weight", dn+".weight"
 		}
 		gus, err := l.stacked(guName, gu, E, 2*I, H)
@@ -366,7 +298,7 @@ func (l *loader) moe(a *hfmodel.Arch, p string, ly *layer) error {
 		if mo.shared, err = l.ffn(p+"shared_expert", a.SharedIn, H); err != nil {
 			return err
 		}
-		if l.has(p + "shared_expert_gate.weight") {
+		if l.ck.Has(p + "shared_expert_gate.weight") {
 			if mo.sharedGate, err = l.linear(p+"shared_expert_gate", 1, H); err != nil {
 				return err
 			}

@@ -3,7 +3,6 @@ package mlx
 import (
 	"fmt"
 	"math"
-	"strings"
 
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
@@ -12,53 +11,38 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// loader resolves canonical tensor names (hfmodel.NormaliseName) against one store and uploads weights into
-// the arena graph. Every upload copies (mlx_array_new_data); nothing keeps a pointer into Go or mapped memory.
+// loader uploads weights, looked up by canonical name (hfmodel.Checkpoint), into the arena graph. Every
+// upload copies (mlx_array_new_data); nothing keeps a pointer into Go or mapped memory.
 type loader struct {
-	st     *safetensors.Store
+	ck     *hfmodel.Checkpoint
 	cfg    *hfmodel.TextConfig // nil for a drafter
 	quant  *hfmodel.Quantization
 	g      *graph
 	dt     mlxc.Dtype // compute dtype of float weights (Float32, or BFloat16 when asked)
-	names  map[string]string
 	zeroCN bool
 }
 
 func newLoader(st *safetensors.Store, cfg *hfmodel.TextConfig, q *hfmodel.Quantization, g *graph) (*loader, error) {
-	l := &loader{st: st, cfg: cfg, quant: q, g: g, names: map[string]string{}, dt: mlxc.Float32}
-	for _, n := range st.Names() {
-		c, keep := hfmodel.NormaliseName(n)
-		if !keep {
-			st.MarkUsed(n)
-			continue
-		}
-		if prev, dup := l.names[c]; dup {
-			return nil, fmt.Errorf("tensors %q and %q both normalise to %q", prev, n, c)
-		}
-		l.names[c] = n
+	ck, err := hfmodel.NewCheckpoint(st)
+	if err != nil {
+		return nil, err
 	}
-	return l, nil
-}
-
-func (l *loader) has(c string) bool { _, ok := l.names[c]; return ok }
-
-func (l *loader) tensor(c string) (*safetensors.Tensor, error) {
-	n, ok := l.names[c]
-	if !ok {
-		return nil, fmt.Errorf("%w: %q (canonical name) in %s", safetensors.ErrMissingTensor, c, l.st.Where())
-	}
-	return l.st.Tensor(n)
+	return &loader{ck: ck, cfg: cfg, quant: q, g: g, dt: mlxc.Float32}, nil
 }
 
 // linear loads canonical module c whose weight tensor is wname, with logical dims [out,in] or [E,out,in].
 func (l *loader) linear(wname, c string, dims ...int) (*linear, error) {
-	t, err := l.tensor(wname)
+	t, err := l.ck.Tensor(wname)
 	if err != nil {
 		return nil, err
 	}
 	in := dims[len(dims)-1]
 	lin := &linear{out: dims[len(dims)-2], in: in}
-	if !l.has(c + ".scales") {
+	sp, quantized, err := l.ck.QuantSpec(l.quant, c)
+	if err != nil {
+		return nil, err
+	}
+	if !quantized {
 		if !sameInts(t.Shape, dims) {
 			return nil, fmt.Errorf("tensor %q: shape %v, want %v", t.Name, t.Shape, dims)
 		}
@@ -88,21 +72,17 @@ func (l *loader) linear(wname, c string, dims ...int) (*linear, error) {
 		l.g.drop(w)
 		return lin, l.g.err
 	}
-	sc, err := l.tensor(c + ".scales")
+	sc, err := l.ck.Tensor(c + ".scales")
 	if err != nil {
 		return nil, err
 	}
-	bi, err := l.tensor(c + ".biases")
+	bi, err := l.ck.Tensor(c + ".biases")
 	if err != nil {
 		return nil, fmt.Errorf("quantized %s: %w", c, err)
 	}
 	var s quant.Spec
-	if l.quant != nil {
-		sp, ok := l.quant.For(c)
-		if !ok {
-			return nil, fmt.Errorf("%s: stored quantized but config.json marks it not quantized", c)
-		}
-		s = sp
+	if sp != nil {
+		s = *sp
 	} else if n := len(t.Shape); n > 0 && len(sc.Shape) == n && sc.Shape[n-1] > 0 {
 		s = quant.Spec{Bits: t.Shape[n-1] * 32 / in, GroupSize: in / sc.Shape[n-1]}
 	}
@@ -128,7 +108,7 @@ func (l *loader) linear(wname, c string, dims ...int) (*linear, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.st.MarkUsed(l.names[c+".scales"], l.names[c+".biases"])
+	l.ck.MarkUsed(c+".scales", c+".biases")
 	lin.bits, lin.group = s.Bits, s.GroupSize
 	lin.w = uploadU32(l.g, codes, t.Shape...)
 	lin.scales = l.cast(uploadF32(l.g, scales, sc.Shape...))
@@ -161,7 +141,7 @@ func (l *loader) fuse(a, b *linear) (*linear, bool) {
 }
 
 func (l *loader) vector(c string, n int) ([]float32, error) {
-	t, err := l.tensor(c)
+	t, err := l.ck.Tensor(c)
 	if err != nil {
 		return nil, err
 	}
@@ -195,32 +175,9 @@ func (l *loader) cast(a arr) arr {
 	return r
 }
 
-// zeroCentred mirrors the CPU loader's rule (MODEL-REFERENCE §2.2): hybrid HF checkpoints store norms as
-// (1+w); MLX conversions (conv1d [C,Kc,1], switch_mlp keys, a quantization key) have folded the 1 in.
-func (l *loader) zeroCentred(a *hfmodel.Arch) bool {
-	if !l.cfg.Hybrid() || l.cfg.Quantization != nil {
-		return false
-	}
-	for c := range l.names {
-		if strings.Contains(c, ".switch_mlp.") {
-			return false
-		}
-	}
-	for i, k := range a.Kinds {
-		if k != ports.LayerRecurrent {
-			continue
-		}
-		if t, err := l.tensor(fmt.Sprintf("layers.%d.linear_attn.conv1d.weight", i)); err == nil && len(t.Shape) == 3 && t.Shape[2] == 1 && t.Shape[1] != 1 {
-			return false
-		}
-		break
-	}
-	return true
-}
-
 func (l *loader) load(a *hfmodel.Arch) (*model, error) {
 	m := &model{arch: *a, arena: l.g, dt: l.dt}
-	l.zeroCN = l.zeroCentred(a)
+	l.zeroCN = l.ck.ZeroCentredNorms(l.cfg)
 	H := a.Hidden
 	var err error
 	if m.embed, err = l.linear("embed_tokens.weight", "embed_tokens", a.Vocab, H); err != nil {
@@ -232,9 +189,8 @@ func (l *loader) load(a *hfmodel.Arch) (*model, error) {
 	}
 	if l.cfg.TieWordEmbeddings {
 		m.lmHead = m.embed
-		if l.has("lm_head.weight") {
-			l.st.MarkUsed(l.names["lm_head.weight"])
-		}
+		// Some exports store the tied head anyway; the config says to use the embedding.
+		l.ck.MarkUsed("lm_head.weight")
 	} else if m.lmHead, err = l.linear("lm_head.weight", "lm_head", a.Vocab, H); err != nil {
 		return nil, err
 	}
@@ -299,7 +255,7 @@ func (l *loader) gdn(a *hfmodel.Arch, q string, ly *layer) error {
 	g := &gdnWeights{}
 	lin := func(name string, out, in int) (*linear, error) { return l.linear(q+name+".weight", q+name, out, in) }
 	var err error
-	if l.has(q + "in_proj_qkvz.weight") {
+	if l.ck.Has(q + "in_proj_qkvz.weight") {
 		if g.qkvz, err = lin("in_proj_qkvz", C+Dv, H); err != nil {
 			return err
 		}
@@ -320,7 +276,7 @@ func (l *loader) gdn(a *hfmodel.Arch, q string, ly *layer) error {
 			return err
 		}
 	}
-	t, err := l.tensor(q + "conv1d.weight")
+	t, err := l.ck.Tensor(q + "conv1d.weight")
 	if err != nil {
 		return err
 	}
@@ -389,7 +345,7 @@ func (l *loader) moe(a *hfmodel.Arch, p string, ly *layer) error {
 		return err
 	}
 	switch {
-	case l.has(p + "switch_mlp.gate_proj.weight"):
+	case l.ck.Has(p + "switch_mlp.gate_proj.weight"):
 		c := p + "switch_mlp."
 		gate, err := l.linear(c+"gate_proj.weight", c+"gate_proj", E, I, H)
 		if err != nil {
@@ -406,10 +362,10 @@ func (l *loader) moe(a *hfmodel.Arch, p string, ly *layer) error {
 		if mo.gateUp, ok = l.fuse(gate, up); !ok {
 			mo.gate, mo.up = gate, up
 		}
-	case l.has(p+"experts.gate_up_proj") || l.has(p+"experts.gate_up_proj.weight"):
+	case l.ck.Has(p+"experts.gate_up_proj") || l.ck.Has(p+"experts.gate_up_proj.weight"):
 		gu, dn := p+"experts.gate_up_proj", p+"experts.down_proj"
 		guName, dnName := gu, dn
-		if !l.has(gu) {
+		if !l.ck.Has(gu) {
 			guName, dnName = gu+".weight", dn+".weight"
 		}
 		if mo.gateUp, err = l.linear(guName, gu, E, 2*I, H); err != nil {
@@ -452,7 +408,7 @@ func (l *loader) moe(a *hfmodel.Arch, p string, ly *layer) error {
 		if mo.shared, err = l.ffn(p+"shared_expert", a.SharedIn, H); err != nil {
 			return err
 		}
-		if l.has(p + "shared_expert_gate.weight") {
+		if l.ck.Has(p + "shared_expert_gate.weight") {
 			if mo.sharedGate, err = l.linear(p+"shared_expert_gate.weight", p+"shared_expert_gate", 1, H); err != nil {
 				return err
 			}
