@@ -1,0 +1,188 @@
+// Package toolcall finds function calls in generated text written in the Hermes format that Qwen3's chat
+// template teaches the model (and that vLLM's "hermes" parser and llama.cpp read):
+//
+//	<tool_call>
+//	{"name": "get_weather", "arguments": {"location": "Paris"}}
+//	</tool_call>
+//
+// A Parser is fed the answer text (reasoning already split off) piece by piece, as it is streamed, and
+// returns the text that is final content and the calls that are complete. Parse is the same over a whole
+// text; for any way of cutting a text into pieces the Parser returns exactly what Parse returns.
+//
+// Rules (vLLM's where it has one):
+//   - A block whose body is not a JSON object with a non-empty string "name" and an "arguments" object (or
+//     a string holding one, or nothing) is not a call: it stays in the content as written, tags included.
+//   - A block still open when the text ends is a call when its body is complete (a stop token may end the
+//     answer before "</tool_call>"); otherwise it stays content.
+//   - Whitespace that only separates a block from its neighbours (the newline before "<tool_call>", the
+//     newlines between blocks and after the last one) is not content. Text without calls is never changed.
+//   - Arguments are returned as compact JSON text with the model's key order and number spelling kept
+//     (OpenAI sends them as a string of JSON).
+//
+// The package is pure: it never fails and never panics, whatever the text.
+package toolcall
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+)
+
+// The tags Qwen3 uses; both are single (non-special) tokens in its vocabulary, so they reach the text.
+const (
+	Open  = "<tool_call>"
+	Close = "</tool_call>"
+)
+
+// Call is one function call the model made.
+type Call struct {
+	Name string
+	// Arguments is the arguments object as compact JSON text, "{}" when the model gave none.
+	Arguments string
+}
+
+// Parse splits a whole answer into its content and its calls.
+func Parse(text string) (content string, calls []Call) {
+	var p Parser
+	c1, k1 := p.Feed(text)
+	c2, k2 := p.Flush()
+	return c1 + c2, append(k1, k2...)
+}
+
+// Parser is the streaming form of Parse. The zero value is ready to use; it is not safe for concurrent use.
+type Parser struct {
+	pending  string // text not yet released: a possible partial tag, held whitespace, or an open block's body
+	inBlock  bool   // pending is the body of an open block (after Open)
+	gap      string // the whitespace before the open block: content again if the block is no call
+	afterTag bool   // the last thing released or consumed was a call (held whitespace then belongs to it)
+	emitted  bool   // some content has been released
+	called   bool   // some call has been returned
+}
+
+// Called reports whether any call has been returned so far.
+func (p *Parser) Called() bool { return p.called }
+
+// Feed adds s and returns the content that is now final and the calls that are now complete.
+func (p *Parser) Feed(s string) (content string, calls []Call) {
+	p.pending += s
+	return p.scan(false)
+}
+
+// Flush ends the text: everything held back is settled. The Parser is then empty again, but remembers
+// whether it returned calls.
+func (p *Parser) Flush() (content string, calls []Call) {
+	return p.scan(true)
+}
+
+func (p *Parser) scan(final bool) (string, []Call) {
+	var out strings.Builder
+	var calls []Call
+	for {
+		if p.inBlock {
+			i := strings.Index(p.pending, Close)
+			if i < 0 && !final {
+				return out.String(), calls // the block is still being written
+			}
+			body, rest, closed := p.pending, "", false
+			if i >= 0 {
+				body, rest, closed = p.pending[:i], p.pending[i+len(Close):], true
+			}
+			gap := p.gap
+			p.inBlock, p.gap = false, ""
+			if c, ok := parseBody(body); ok {
+				calls = append(calls, c)
+				p.called, p.afterTag = true, true
+			} else {
+				// Not a call: the block is content as written.
+				out.WriteString(p.release(gap + Open + body))
+				if closed {
+					out.WriteString(Close)
+				}
+			}
+			p.pending = rest
+			continue
+		}
+		i := strings.Index(p.pending, Open)
+		if i >= 0 {
+			// Whitespace right before a block only separates it from what comes before.
+			text := strings.TrimRight(p.pending[:i], whitespace)
+			out.WriteString(p.release(text))
+			p.gap = p.pending[len(text):i]
+			p.pending = p.pending[i+len(Open):]
+			p.inBlock = true
+			continue
+		}
+		if final {
+			text := p.pending
+			if p.afterTag && strings.TrimLeft(text, whitespace) == "" {
+				// Whitespace after the last block is not content.
+				text = ""
+			}
+			out.WriteString(p.release(text))
+			p.pending = ""
+			return out.String(), calls
+		}
+		// Hold back a possible start of Open and the trailing whitespace (it may precede a block).
+		keep := len(p.pending) - holdBack(p.pending, Open)
+		keep = len(strings.TrimRight(p.pending[:keep], whitespace))
+		out.WriteString(p.release(p.pending[:keep]))
+		p.pending = p.pending[keep:]
+		return out.String(), calls
+	}
+}
+
+const whitespace = " \t\r\n"
+
+// release returns text as content; whitespace that follows a call and starts the content is dropped.
+func (p *Parser) release(text string) string {
+	if p.afterTag && !p.emitted {
+		text = strings.TrimLeft(text, whitespace)
+	}
+	if text == "" {
+		return ""
+	}
+	p.emitted, p.afterTag = true, false
+	return text
+}
+
+// holdBack returns the length of the longest suffix of s that is a proper prefix of tag.
+func holdBack(s, tag string) int {
+	for n := min(len(tag)-1, len(s)); n > 0; n-- {
+		if strings.HasSuffix(s, tag[:n]) {
+			return n
+		}
+	}
+	return 0
+}
+
+// parseBody reads a block's body: {"name": string, "arguments": object | string holding an object | absent}.
+func parseBody(body string) (Call, bool) {
+	var v struct {
+		Name      *string         `json:"name"`
+		Arguments json.RawMessage `json:"arguments"`
+	}
+	raw := []byte(strings.TrimSpace(body))
+	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &v) != nil || v.Name == nil || *v.Name == "" {
+		return Call{}, false
+	}
+	args := bytes.TrimSpace(v.Arguments)
+	if len(args) > 0 && args[0] == '"' {
+		// Some models write the arguments as a string of JSON, as OpenAI sends them back.
+		var s string
+		if json.Unmarshal(args, &s) != nil {
+			return Call{}, false
+		}
+		args = bytes.TrimSpace([]byte(s))
+	}
+	switch {
+	case len(args) == 0 || bytes.Equal(args, []byte("null")):
+		return Call{Name: *v.Name, Arguments: "{}"}, true
+	case args[0] != '{' || !json.Valid(args):
+		return Call{}, false
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, args) != nil {
+		return Call{}, false
+	}
+	return Call{Name: *v.Name, Arguments: buf.String()}, true
+}

@@ -1,0 +1,167 @@
+package toolcall_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/adapters/toolcall"
+)
+
+type call = toolcall.Call
+
+var parseCases = []struct {
+	name    string
+	text    string
+	content string
+	calls   []call
+}{
+	{"plain text", "Hello, world!\n", "Hello, world!\n", nil},
+	{"empty", "", "", nil},
+	{"whitespace only", " \n", " \n", nil},
+	{"one call", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris\"}}\n</tool_call>", "",
+		[]call{{"get_weather", `{"location":"Paris"}`}}},
+	{"content then call", "Let me check.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>",
+		"Let me check.", []call{{"f", `{"a":1}`}}},
+	{"parallel calls", "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": \"東京\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>\n",
+		"", []call{{"f", `{"x":"東京"}`}, {"g", `{}`}}},
+	{"key order and numbers kept", `<tool_call>{"name":"s","arguments":{"z":1.50,"a":[1, 2],"m":{"q":1e3}}}</tool_call>`, "",
+		[]call{{"s", `{"z":1.50,"a":[1,2],"m":{"q":1e3}}`}}},
+	{"no HTML escaping", `<tool_call>{"name":"s","arguments":{"q":"<a> & b"}}</tool_call>`, "", []call{{"s", `{"q":"<a> & b"}`}}},
+	{"arguments as a string", `<tool_call>{"name": "f", "arguments": "{\"a\": 1}"}</tool_call>`, "", []call{{"f", `{"a":1}`}}},
+	{"arguments absent", `<tool_call>{"name": "now"}</tool_call>`, "", []call{{"now", `{}`}}},
+	{"arguments null", `<tool_call>{"name": "now", "arguments": null}</tool_call>`, "", []call{{"now", `{}`}}},
+	{"text after a call", "<tool_call>{\"name\": \"f\"}</tool_call>\n\nDone.", "Done.", []call{{"f", `{}`}}},
+	{"text between calls", "A\n<tool_call>{\"name\": \"f\"}</tool_call>\nB\n<tool_call>{\"name\": \"g\"}</tool_call>\n", "A\nB",
+		[]call{{"f", `{}`}, {"g", `{}`}}},
+	{"unclosed complete block at the end", "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n", "",
+		[]call{{"f", `{"a":1}`}}},
+	{"unclosed truncated block", "Hi\n<tool_call>\n{\"name\": \"f\", \"argu", "Hi\n<tool_call>\n{\"name\": \"f\", \"argu", nil},
+	{"malformed JSON", "A\n<tool_call>\n{name: f}\n</tool_call>\nB", "A\n<tool_call>\n{name: f}\n</tool_call>\nB", nil},
+	{"name missing", `<tool_call>{"arguments": {}}</tool_call>`, `<tool_call>{"arguments": {}}</tool_call>`, nil},
+	{"name empty", `<tool_call>{"name": ""}</tool_call>`, `<tool_call>{"name": ""}</tool_call>`, nil},
+	{"name not a string", `<tool_call>{"name": 3}</tool_call>`, `<tool_call>{"name": 3}</tool_call>`, nil},
+	{"arguments an array", `<tool_call>{"name": "f", "arguments": [1]}</tool_call>`, `<tool_call>{"name": "f", "arguments": [1]}</tool_call>`, nil},
+	{"arguments a string of non-object", `<tool_call>{"name": "f", "arguments": "x"}</tool_call>`, `<tool_call>{"name": "f", "arguments": "x"}</tool_call>`, nil},
+	{"body an array", `<tool_call>[{"name": "f"}]</tool_call>`, `<tool_call>[{"name": "f"}]</tool_call>`, nil},
+	{"trailing garbage in body", `<tool_call>{"name": "f"} x</tool_call>`, `<tool_call>{"name": "f"} x</tool_call>`, nil},
+	{"bad block then good block", "<tool_call>oops</tool_call>\n<tool_call>{\"name\": \"f\"}</tool_call>", "<tool_call>oops</tool_call>",
+		[]call{{"f", `{}`}}},
+	{"good block then bad block", "<tool_call>{\"name\": \"f\"}</tool_call>\n<tool_call>oops</tool_call>", "<tool_call>oops</tool_call>",
+		[]call{{"f", `{}`}}},
+	{"stray close tag", "a </tool_call> b", "a </tool_call> b", nil},
+	{"partial open tag at the end", "see <tool_c", "see <tool_c", nil},
+	{"close tag inside a JSON string ends the block", `<tool_call>{"name": "f", "arguments": {"s": "</tool_call>"}}</tool_call>`,
+		`<tool_call>{"name": "f", "arguments": {"s": "</tool_call>"}}</tool_call>`, nil},
+}
+
+func TestParse(t *testing.T) {
+	for _, c := range parseCases {
+		t.Run(c.name, func(t *testing.T) {
+			content, calls := toolcall.Parse(c.text)
+			assert.Equal(t, c.content, content)
+			assert.Equal(t, c.calls, calls)
+		})
+	}
+}
+
+// feedPieces runs a Parser over pieces and returns everything it released.
+func feedPieces(pieces []string) (string, []call, bool) {
+	var p toolcall.Parser
+	var sb strings.Builder
+	var calls []call
+	for _, s := range pieces {
+		c, k := p.Feed(s)
+		sb.WriteString(c)
+		calls = append(calls, k...)
+	}
+	c, k := p.Flush()
+	sb.WriteString(c)
+	return sb.String(), append(calls, k...), p.Called()
+}
+
+// TestStreamingMatchesParse cuts every case at every byte (one piece per byte, and every two-piece split):
+// the streamed result must be the whole-text result.
+func TestStreamingMatchesParse(t *testing.T) {
+	for _, c := range parseCases {
+		t.Run(c.name, func(t *testing.T) {
+			var bytes []string
+			for i := range len(c.text) {
+				bytes = append(bytes, c.text[i:i+1])
+			}
+			content, calls, called := feedPieces(bytes)
+			assert.Equal(t, c.content, content, "byte by byte")
+			assert.Equal(t, c.calls, calls, "byte by byte")
+			assert.Equal(t, len(c.calls) > 0, called)
+			for i := range len(c.text) + 1 {
+				content, calls, _ := feedPieces([]string{c.text[:i], c.text[i:]})
+				assert.Equal(t, c.content, content, "split at %d", i)
+				assert.Equal(t, c.calls, calls, "split at %d", i)
+			}
+		})
+	}
+}
+
+// TestStreamingHoldsBackOnlyWhatItMust checks what is released while the text is still being written: the
+// content before a block goes out before the block is complete, a partial tag and whitespace that may
+// precede a block wait, and a call comes out as soon as its block closes.
+func TestStreamingHoldsBackOnlyWhatItMust(t *testing.T) {
+	var p toolcall.Parser
+	steps := []struct {
+		in      string
+		content string
+		calls   []call
+	}{
+		{"Let me ", "Let me", nil},
+		{"check.\n<tool_c", " check.", nil},
+		{"all>\n{\"name\": \"f\",", "", nil},
+		{" \"arguments\": {}}\n</tool_", "", nil},
+		{"call>\n<tool_call>{\"name\": \"g\"}</tool_call>", "", []call{{"f", "{}"}, {"g", "{}"}}},
+		{"\n", "", nil},
+	}
+	for i, s := range steps {
+		c, k := p.Feed(s.in)
+		assert.Equal(t, s.content, c, "step %d", i)
+		assert.Equal(t, s.calls, k, "step %d", i)
+	}
+	c, k := p.Flush()
+	assert.Empty(t, c)
+	assert.Empty(t, k)
+	assert.True(t, p.Called())
+}
+
+// FuzzParse checks, for any text and any cut into two or three pieces, that nothing panics, that the
+// streamed result equals Parse's, that text without calls comes back unchanged, and that every call has a
+// name and a compact JSON object as arguments. The seed corpus is in testdata/fuzz/FuzzParse.
+func FuzzParse(f *testing.F) {
+	for _, c := range parseCases {
+		f.Add(c.text, uint16(len(c.text)/3), uint16(len(c.text)/2))
+	}
+	f.Fuzz(func(t *testing.T, text string, a, b uint16) {
+		content, calls := toolcall.Parse(text)
+		i, j := int(a)%(len(text)+1), int(b)%(len(text)+1)
+		if i > j {
+			i, j = j, i
+		}
+		got, gotCalls, called := feedPieces([]string{text[:i], text[i:j], text[j:]})
+		require.Equal(t, content, got, "streamed content, cuts %d %d", i, j)
+		require.Equal(t, calls, gotCalls, "streamed calls, cuts %d %d", i, j)
+		require.Equal(t, len(calls) > 0, called)
+		if len(calls) == 0 {
+			require.Equal(t, text, content, "text without calls must come back unchanged")
+		}
+		if utf8.ValidString(text) {
+			require.True(t, utf8.ValidString(content), "content %q", content)
+		}
+		for _, c := range calls {
+			require.NotEmpty(t, c.Name)
+			var obj map[string]json.RawMessage
+			require.NoError(t, json.Unmarshal([]byte(c.Arguments), &obj), "arguments %q", c.Arguments)
+			require.NotNil(t, obj, "arguments %q must be an object", c.Arguments)
+		}
+	})
+}
