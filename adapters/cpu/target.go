@@ -57,15 +57,7 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	cfg, err := hfmodel.LoadConfig(dir)
-	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", dir, err)
-	}
-	gen, err := hfmodel.LoadGenerationConfig(dir)
-	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", dir, err)
-	}
-	a, err := hfmodel.ResolveArch(cfg, opts.ContextLength)
+	cfg, a, stop, err := hfmodel.LoadTarget(dir, opts.ContextLength)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
@@ -78,7 +70,7 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 		return nil, errors.Join(fmt.Errorf("load %s: %w", dir, err), st.Close())
 	}
 	t.info.Name = filepath.Clean(dir)
-	t.info.EOSTokens = hfmodel.StopTokens(gen, cfg)
+	t.info.EOSTokens = stop
 	opts.Logger.Debug().Str("dir", dir).Str("model_type", cfg.ModelType).Int("layers", a.Layers).
 		Int("threads", t.m.pool.Threads()).Bool("zero_centred_norms", t.zeroCentred()).Msg("cpu target loaded")
 	return t, nil
@@ -93,8 +85,8 @@ func build(st *safetensors.Store, cfg *hfmodel.TextConfig, a hfmodel.Arch, opts 
 	if err != nil {
 		return nil, err
 	}
-	if un := st.Unused(); len(un) > 0 {
-		return nil, fmt.Errorf("unexpected tensors in checkpoint (%d): %v", len(un), head(un, 20))
+	if err := l.ck.Unused(); err != nil {
+		return nil, err
 	}
 	m.pool = kernel.NewPoolMode(opts.Threads, opts.Kernels)
 	m.setPool()
@@ -109,13 +101,6 @@ func newTarget(m *model, cfg *hfmodel.TextConfig) *Target {
 		Architecture: cfg.ModelType, VocabSize: m.arch.Vocab, HiddenSize: m.arch.Hidden,
 		ContextLength: m.arch.ContextLength, LayerKinds: append([]ports.LayerKind(nil), m.arch.Kinds...),
 	}}
-}
-
-func head(s []string, n int) []string {
-	if len(s) > n {
-		return append(s[:n:n], fmt.Sprintf("… and %d more", len(s)-n))
-	}
-	return s
 }
 
 // Info describes the model (see ports.Target).

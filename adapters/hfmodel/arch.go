@@ -55,6 +55,23 @@ func ResolveArch(c *TextConfig, contextLength int) (Arch, error) {
 	return a, a.Validate()
 }
 
+// LoadTarget reads a target directory's config.json and generation_config.json and resolves what a backend
+// needs before it reads any weight: the config, its Arch (contextLength as in ResolveArch) and the stop tokens
+// (StopTokens). Errors do not name dir; the caller says what it was loading.
+func LoadTarget(dir string, contextLength int) (cfg *TextConfig, a Arch, stop []int32, err error) {
+	if cfg, err = LoadConfig(dir); err != nil {
+		return nil, Arch{}, nil, err
+	}
+	gen, err := LoadGenerationConfig(dir)
+	if err != nil {
+		return nil, Arch{}, nil, err
+	}
+	if a, err = ResolveArch(cfg, contextLength); err != nil {
+		return nil, Arch{}, nil, err
+	}
+	return cfg, a, StopTokens(gen, cfg), nil
+}
+
 // ConvDim is the width of the Gated DeltaNet short convolution: the q, k and v channels together.
 func (a *Arch) ConvDim() int { return 2*a.KeyHeads*a.KeyDim + a.ValueHeads*a.ValueDim }
 

@@ -1,6 +1,8 @@
 package hfmodel
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -121,5 +123,39 @@ func TestArchValidate(t *testing.T) {
 		a.Kinds = []ports.LayerKind{ports.LayerRecurrent, ports.LayerRecurrent}
 		a.RotaryDims = 0
 		assert.NoError(t, a.Validate())
+	})
+}
+
+func TestLoadTarget(t *testing.T) {
+	write := func(t *testing.T, files map[string]string) string {
+		t.Helper()
+		dir := t.TempDir()
+		for name, body := range files {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600))
+		}
+		return dir
+	}
+	cfg := string(readTestdata(t, "qwen3-4b.json"))
+	t.Run("configs, arch and stop tokens", func(t *testing.T) {
+		dir := write(t, map[string]string{ConfigFile: cfg, GenerationConfigFile: `{"eos_token_id": [151645, 151643]}`})
+		c, a, stop, err := LoadTarget(dir, 2048)
+		require.NoError(t, err)
+		assert.Equal(t, ModelQwen3, c.ModelType)
+		assert.Equal(t, 2048, a.ContextLength)
+		assert.Equal(t, c.NumHiddenLayers, a.Layers)
+		assert.Equal(t, []int32{151645, 151643}, stop)
+	})
+	t.Run("no generation config", func(t *testing.T) {
+		c, _, stop, err := LoadTarget(write(t, map[string]string{ConfigFile: cfg}), 0)
+		require.NoError(t, err)
+		assert.Equal(t, c.EOSTokenIDs, stop)
+	})
+	t.Run("no config", func(t *testing.T) {
+		_, _, _, err := LoadTarget(write(t, nil), 0)
+		require.ErrorIs(t, err, os.ErrNotExist)
+	})
+	t.Run("bad generation config", func(t *testing.T) {
+		_, _, _, err := LoadTarget(write(t, map[string]string{ConfigFile: cfg, GenerationConfigFile: `{`}), 0)
+		require.ErrorIs(t, err, ErrInvalidConfig)
 	})
 }

@@ -67,6 +67,21 @@ func (ck *Checkpoint) MarkUsed(cs ...string) {
 	}
 }
 
+// Unused is an error naming (the first 20 of) the stored tensors nothing read or marked used, or nil: a
+// loader calls it last, so a checkpoint with tensors the model does not know is refused, not half-used.
+func (ck *Checkpoint) Unused() error {
+	un := ck.Store.Unused()
+	if len(un) == 0 {
+		return nil
+	}
+	n := len(un)
+	const show = 20
+	if n > show {
+		un = append(un[:show:show], fmt.Sprintf("… and %d more", n-show))
+	}
+	return fmt.Errorf("unexpected tensors in checkpoint (%d): %v", n, un)
+}
+
 // QuantSpec says how canonical module c is stored. quantized is whether <c>.scales exists (the MLX rule); for
 // a quantized module, spec is q's setting for c, or nil when q is nil (no quantization block: the caller
 // infers bits and group size from the shapes). A module stored quantized that q marks not quantized is an

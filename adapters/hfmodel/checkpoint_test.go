@@ -1,6 +1,7 @@
 package hfmodel
 
 import (
+	"fmt"
 	"path/filepath"
 	"testing"
 
@@ -62,8 +63,24 @@ func TestCheckpointNames(t *testing.T) {
 	require.ErrorIs(t, err, safetensors.ErrMissingTensor)
 	assert.Contains(t, err.Error(), `"norm.weight" (canonical name)`)
 
+	require.EqualError(t, ck.Unused(), "unexpected tensors in checkpoint (1): [lm_head.weight]")
 	ck.MarkUsed("lm_head.weight", "absent.weight")
 	assert.Empty(t, st.Unused())
+	assert.NoError(t, ck.Unused())
+}
+
+func TestCheckpointUnusedListsTwenty(t *testing.T) {
+	var specs []tensorSpec
+	for i := range 23 {
+		specs = append(specs, tensorSpec{fmt.Sprintf("model.layers.%02d.input_layernorm.weight", i), []int{2}})
+	}
+	ck, err := NewCheckpoint(openStore(t, specs...))
+	require.NoError(t, err)
+	err = ck.Unused()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "unexpected tensors in checkpoint (23): [model.layers.00.input_layernorm.weight ")
+	assert.Contains(t, err.Error(), "model.layers.19.input_layernorm.weight … and 3 more]")
+	assert.NotContains(t, err.Error(), "layers.20.")
 }
 
 func TestCheckpointDuplicateNames(t *testing.T) {

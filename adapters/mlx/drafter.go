@@ -87,9 +87,7 @@ func LoadDrafter(ctx context.Context, dir string, target *Target, opts DrafterOp
 			err = d.load(l)
 		}
 		if err == nil {
-			if un := st.Unused(); len(un) > 0 {
-				err = fmt.Errorf("unexpected tensors in drafter checkpoint (%d): %v", len(un), head(un, 20))
-			}
+			err = l.ck.Unused()
 		}
 		if err == nil {
 			arena.eval(arena.tmp...)

@@ -65,15 +65,7 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
-	cfg, err := hfmodel.LoadConfig(dir)
-	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", dir, err)
-	}
-	gen, err := hfmodel.LoadGenerationConfig(dir)
-	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", dir, err)
-	}
-	a, err := hfmodel.ResolveArch(cfg, opts.ContextLength)
+	cfg, a, stop, err := hfmodel.LoadTarget(dir, opts.ContextLength)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
@@ -92,9 +84,7 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 			m, err = l.load(&a)
 		}
 		if err == nil {
-			if un := st.Unused(); len(un) > 0 {
-				err = fmt.Errorf("unexpected tensors in checkpoint (%d): %v", len(un), head(un, 20))
-			}
+			err = l.ck.Unused()
 		}
 		if err == nil {
 			arena.eval(arena.tmp...)
@@ -113,17 +103,10 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 	t := &Target{rt: rt, m: m, cfg: cfg, info: ports.ModelInfo{
 		Name: filepath.Clean(dir), Architecture: cfg.ModelType, VocabSize: a.Vocab, HiddenSize: a.Hidden,
 		ContextLength: a.ContextLength, LayerKinds: append([]ports.LayerKind(nil), a.Kinds...),
-		EOSTokens: hfmodel.StopTokens(gen, cfg),
+		EOSTokens: stop,
 	}}
 	opts.Logger.Debug().Str("dir", dir).Str("model_type", cfg.ModelType).Int("layers", a.Layers).Msg("mlx target loaded")
 	return t, nil
-}
-
-func head(s []string, n int) []string {
-	if len(s) > n {
-		return append(s[:n:n], fmt.Sprintf("… and %d more", len(s)-n))
-	}
-	return s
 }
 
 // Info describes the model (see ports.Target).
