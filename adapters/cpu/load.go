@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
@@ -190,7 +191,7 @@ func (l *loader) gdn(a *hfmodel.Arch, q string, ly *layer) error {
 		}
 		hf := []int{C, 1, a.ConvKernel}
 		mlx := []int{C, a.ConvKernel, 1}
-		if !sameInts(t.Shape, hf) && !sameInts(t.Shape, mlx) {
+		if !slices.Equal(t.Shape, hf) && !slices.Equal(t.Shape, mlx) {
 			return fmt.Errorf("%s: shape %v, want %v (HF) or %v (MLX)", convName, t.Shape, hf, mlx)
 		}
 	}
@@ -306,16 +307,4 @@ func (l *loader) moe(a *hfmodel.Arch, p string, ly *layer) error {
 	}
 	ly.moe = mo
 	return nil
-}
-
-func sameInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

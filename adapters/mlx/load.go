@@ -3,6 +3,7 @@ package mlx
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
@@ -43,7 +44,7 @@ func (l *loader) linear(wname, c string, dims ...int) (*linear, error) {
 		return nil, err
 	}
 	if !quantized {
-		if !sameInts(t.Shape, dims) {
+		if !slices.Equal(t.Shape, dims) {
 			return nil, fmt.Errorf("tensor %q: shape %v, want %v", t.Name, t.Shape, dims)
 		}
 		v, err := t.Float32()
@@ -93,7 +94,7 @@ func (l *loader) linear(wname, c string, dims ...int) (*linear, error) {
 	if err != nil {
 		return nil, fmt.Errorf("quantized %s: %w", c, err)
 	}
-	if qIn != in || qOut != lin.out || !sameInts(t.Shape[:len(t.Shape)-1], dims[:len(dims)-1]) {
+	if qIn != in || qOut != lin.out || !slices.Equal(t.Shape[:len(t.Shape)-1], dims[:len(dims)-1]) {
 		return nil, fmt.Errorf("quantized %s: weight %v (%s) is logical [.., %d, %d], want %v", c, t.Shape, s, qOut, qIn, dims)
 	}
 	codes, err := t.Uint32()
@@ -280,7 +281,7 @@ func (l *loader) gdn(a *hfmodel.Arch, q string, ly *layer) error {
 	if err != nil {
 		return err
 	}
-	if !sameInts(t.Shape, []int{C, 1, Kc}) && !sameInts(t.Shape, []int{C, Kc, 1}) {
+	if !slices.Equal(t.Shape, []int{C, 1, Kc}) && !slices.Equal(t.Shape, []int{C, Kc, 1}) {
 		return fmt.Errorf("%sconv1d.weight: shape %v, want [%d 1 %d] (HF) or [%d %d 1] (MLX)", q, t.Shape, C, Kc, C, Kc)
 	}
 	cv, err := t.Float32()
@@ -416,16 +417,4 @@ func (l *loader) moe(a *hfmodel.Arch, p string, ly *layer) error {
 	}
 	ly.moe = mo
 	return l.g.err
-}
-
-func sameInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

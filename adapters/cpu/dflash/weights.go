@@ -1,13 +1,13 @@
 package dflash
 
 import (
-	"encoding/binary"
 	"fmt"
 	"strings"
-	"unsafe"
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/adapters/cpu/weights"
 	"github.com/higgs-go/higgs/adapters/hfmodel"
+	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 )
 
@@ -55,92 +55,22 @@ func (w *weightSet) vector(name string, n int) ([]float32, error) {
 	return t.Float32()
 }
 
-// linear loads the Linear `name` with logical weight [out, in]: float (F32/F16/BF16) or MLX affine-quantized
-// (`name.weight` U32 plus `name.scales` and `name.biases`; bits and group size follow from the shapes).
+// linear loads the Linear `name` with logical weight [out, in] with the loader the target uses
+// (adapters/cpu/weights): float (F32/F16/BF16) or MLX affine-quantized (`name.weight` U32 plus `name.scales`
+// and `name.biases`), whose bits and group size are the config's for the module, or follow from the shapes
+// when the config has no quantization block.
 func (w *weightSet) linear(name string, out, in int) (*kernel.Linear, error) {
-	wt, err := w.tensor(name + ".weight")
-	if err != nil {
-		return nil, err
-	}
-	if w.has(name + ".scales") {
-		return w.quantLinear(name, wt, out, in)
-	}
-	if len(wt.Shape) != 2 || wt.Shape[0] != out || wt.Shape[1] != in {
-		return nil, fmt.Errorf("tensor %q in %s: shape %v, want [%d %d]", wt.Name, wt.File, wt.Shape, out, in)
-	}
-	var l *kernel.Linear
-	switch wt.DType {
-	case safetensors.F32:
-		v, ok, err := wt.Float32View()
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			if v, err = wt.Float32(); err != nil {
-				return nil, err
-			}
-		}
-		l, err = kernel.NewF32(out, in, v)
-		if err != nil {
-			return nil, fmt.Errorf("tensor %q in %s: %w", wt.Name, wt.File, err)
-		}
-	case safetensors.BF16:
-		l, err = kernel.NewBF16(out, in, bf16Bits(wt.Data))
-		if err != nil {
-			return nil, fmt.Errorf("tensor %q in %s: %w", wt.Name, wt.File, err)
-		}
-	default:
-		v, err := wt.Float32()
-		if err != nil {
-			return nil, err
-		}
-		if l, err = kernel.NewF32(out, in, v); err != nil {
-			return nil, fmt.Errorf("tensor %q in %s: %w", wt.Name, wt.File, err)
-		}
-	}
-	l.Pool = w.pool
-	return l, nil
-}
-
-func (w *weightSet) quantLinear(name string, wt *safetensors.Tensor, out, in int) (*kernel.Linear, error) {
-	sc, err := w.tensor(name + ".scales")
-	if err != nil {
-		return nil, err
-	}
-	bi, err := w.tensor(name + ".biases")
-	if err != nil {
-		return nil, err
-	}
-	if len(wt.Shape) != 2 || len(sc.Shape) != 2 || wt.Shape[0] != out || sc.Shape[0] != out || sc.Shape[1] <= 0 ||
-		in%sc.Shape[1] != 0 || (wt.Shape[1]*32)%in != 0 {
-		return nil, fmt.Errorf("quantized %q in %s: weight %v, scales %v do not fit logical [%d %d]", name, wt.File, wt.Shape, sc.Shape, out, in)
-	}
-	if !equal(sc.Shape, bi.Shape) {
-		return nil, fmt.Errorf("quantized %q in %s: biases %v differ from scales %v", name, wt.File, bi.Shape, sc.Shape)
-	}
-	q := kernel.Quant{Bits: wt.Shape[1] * 32 / in, Group: in / sc.Shape[1]}
-	codes, ok, err := wt.Uint32View()
-	if err != nil {
-		return nil, err
-	}
+	stored, ok := w.names[name+".weight"]
 	if !ok {
-		if codes, err = wt.Uint32(); err != nil {
-			return nil, err
-		}
+		return nil, fmt.Errorf("%s: %w: %q", w.st.Where(), safetensors.ErrMissingTensor, name+".weight")
 	}
-	q.Codes = codes
-	if q.Scales, err = sc.Float32(); err != nil {
-		return nil, err
+	var spec *quant.Spec
+	if s, ok := w.quant.For(name); ok && w.has(name+".scales") {
+		spec = &s
 	}
-	if q.Biases, err = bi.Float32(); err != nil {
-		return nil, err
-	}
-	if spec, ok := w.quant.For(name); w.quant != nil && ok && (spec.Bits != q.Bits || spec.GroupSize != q.Group) {
-		return nil, fmt.Errorf("quantized %q in %s: shapes imply %d-bit/g%d but config.json says %s", name, wt.File, q.Bits, q.Group, spec)
-	}
-	l, err := kernel.NewQuant(out, in, q)
+	l, err := weights.LoadLinear(w.st, strings.TrimSuffix(stored, ".weight"), spec, out, in)
 	if err != nil {
-		return nil, fmt.Errorf("quantized %q in %s: %w", name, wt.File, err)
+		return nil, err
 	}
 	l.Pool = w.pool
 	return l, nil
@@ -155,36 +85,4 @@ func (w *weightSet) unused() error {
 		return fmt.Errorf("%s: unexpected tensors for a DFlash drafter: %s", w.st.Where(), strings.Join(u, ", "))
 	}
 	return nil
-}
-
-// bf16Bits views raw little-endian BF16 bytes as uint16s without copying when aligned, else copies.
-func bf16Bits(b []byte) []uint16 {
-	if len(b) == 0 {
-		return nil
-	}
-	if uintptr(unsafe.Pointer(&b[0]))%2 == 0 && littleEndian {
-		return unsafe.Slice((*uint16)(unsafe.Pointer(&b[0])), len(b)/2)
-	}
-	out := make([]uint16, len(b)/2)
-	for i := range out {
-		out[i] = binary.LittleEndian.Uint16(b[2*i:])
-	}
-	return out
-}
-
-var littleEndian = func() bool {
-	x := uint16(1)
-	return *(*byte)(unsafe.Pointer(&x)) == 1
-}()
-
-func equal(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

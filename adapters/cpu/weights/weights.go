@@ -6,6 +6,7 @@ package weights
 
 import (
 	"fmt"
+	"slices"
 	"unsafe"
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
@@ -66,7 +67,7 @@ func loadMatrix(st *safetensors.Store, weightName, base string, spec *quant.Spec
 		return nil, err
 	}
 	if !IsQuantized(st, base, spec) {
-		if !sameShape(t.Shape, dims) {
+		if !slices.Equal(t.Shape, dims) {
 			return nil, fmt.Errorf("tensor %q in %s: shape %v, want %v", weightName, t.File, t.Shape, dims)
 		}
 		return floatLinear(t, rows, in)
@@ -93,7 +94,7 @@ func loadMatrix(st *safetensors.Store, weightName, base string, spec *quant.Spec
 		return nil, fmt.Errorf("quantized %s: %w", base, err)
 	}
 	lead := t.Shape[:len(t.Shape)-1]
-	if qIn != in || !sameShape(lead, dims[:len(dims)-1]) {
+	if qIn != in || !slices.Equal(lead, dims[:len(dims)-1]) {
 		return nil, fmt.Errorf("quantized %s: weight %v (%s) is logical [.., %d, %d], want %v", base, t.Shape, s, qOut, qIn, dims)
 	}
 	codes, ok, err := t.Uint32View()
@@ -175,16 +176,4 @@ func Vector(st *safetensors.Store, name string, n int) ([]float32, error) {
 		return nil, fmt.Errorf("tensor %q in %s: shape %v, want %d elements", name, t.File, t.Shape, n)
 	}
 	return t.Float32()
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
