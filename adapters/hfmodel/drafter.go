@@ -28,9 +28,10 @@ type DrafterConfig struct {
 	HiddenSize, IntermediateSize, NumHiddenLayers, NumAttentionHeads, NumKeyValueHeads, HeadDim int
 	VocabSize, MaxPositionEmbeddings                                                            int
 	RMSNormEps, RopeTheta                                                                       float64
-	// RopeType is always "default" after parsing: rope_scaling / rope_parameters of any other type (YaRN,
-	// linear, dynamic, ...) are refused with ErrUnsupported.
-	RopeType string
+	// RopeType is "default", RopeLinear or RopeYaRN (other types are refused with ErrUnsupported), and
+	// RopeScaling its parameters (zero for "default"). Some Qwen3.6 drafters use YaRN (MODEL-REFERENCE §5.2).
+	RopeType    string
+	RopeScaling RopeScaling
 
 	// BlockSize is the number of tokens per draft block including the anchor (top-level block_size or
 	// dflash_config.block_size).
@@ -119,9 +120,10 @@ func ParseDrafterConfig(data []byte) (*DrafterConfig, error) {
 	if f := pr.float("partial_rotary_factor", 1); f != 1 {
 		r.unsupported("%s.partial_rotary_factor %v for a drafter (drafters rotate the whole head)", pwhere, f)
 	}
-	checkRopeType(r, pr, pwhere)
-	scaling, swhere := r.obj("rope_scaling")
-	checkRopeType(r, &reader{scopes: []scope{{swhere, scaling}}}, swhere)
+	d.RopeScaling = readRopeScaling(r, pr, pwhere)
+	if d.RopeScaling.Type != "" {
+		d.RopeType = d.RopeScaling.Type
+	}
 
 	d.BlockSize = agreeInt(r, dr, "block_size", dwhere)
 	d.NumTargetLayers = agreeInt(r, dr, "num_target_layers", dwhere)

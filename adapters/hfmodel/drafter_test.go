@@ -91,6 +91,11 @@ func TestParseDrafterVariants(t *testing.T) {
 				assert.Equal(t, []string{"full_attention", "full_attention", "full_attention", "full_attention", "full_attention"}, d.LayerTypes)
 			}},
 		{"rope_scaling default", map[string]any{"rope_scaling": map[string]any{"rope_type": "default"}}, nil},
+		{"yarn", map[string]any{"rope_scaling": map[string]any{"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 32768}},
+			func(t *testing.T, d *DrafterConfig) {
+				assert.Equal(t, RopeYaRN, d.RopeType)
+				assert.Equal(t, RopeScaling{Type: RopeYaRN, Factor: 4, OriginalMaxPositions: 32768, Truncate: true}, d.RopeScaling)
+			}},
 		{"quantized drafter", map[string]any{"quantization": map[string]any{"group_size": 64, "bits": 4}},
 			func(t *testing.T, d *DrafterConfig) {
 				require.NotNil(t, d.Quantization)
@@ -118,8 +123,8 @@ func TestParseDrafterRejects(t *testing.T) {
 	}{
 		{"not a drafter", "qwen3-4b.json", nil, false, []string{"DFlashDraftModel"}},
 		{"no architectures", "dflash-qwen3-4b-b16.json", map[string]any{"architectures": nil}, false, []string{"DFlashDraftModel"}},
-		{"yarn", "dflash-qwen3-4b-b16.json", map[string]any{"rope_scaling": map[string]any{"rope_type": "yarn", "factor": 4}}, true, []string{"yarn"}},
-		{"yarn in rope_parameters", "dflash-qwen3.6-35b-a3b.json", map[string]any{"rope_parameters": map[string]any{"rope_type": "yarn", "rope_theta": 1e7}}, true, []string{"yarn"}},
+		{"dynamic rope", "dflash-qwen3-4b-b16.json", map[string]any{"rope_scaling": map[string]any{"rope_type": "dynamic", "factor": 4}}, true, []string{"dynamic"}},
+		{"yarn without factor", "dflash-qwen3.6-35b-a3b.json", map[string]any{"rope_parameters": map[string]any{"rope_type": "yarn", "rope_theta": 1e7}}, false, []string{"factor"}},
 		{"block size disagree", "dflash-qwen3-4b-b16.json", map[string]any{"dflash_config.block_size": 8}, false, []string{"block_size"}},
 		{"block size missing", "dflash-qwen3-4b-b16.json", map[string]any{"block_size": nil}, false, []string{"block_size"}},
 		{"block size 1", "dflash-qwen3-4b-b16.json", map[string]any{"block_size": 1}, false, []string{"block_size 1"}},

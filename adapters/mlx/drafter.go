@@ -49,6 +49,7 @@ type Drafter struct {
 	norm    arr
 	layers  []draftLayer
 	arena   *graph
+	rope    ropeSpec
 	shrink  bool // DrafterOptions.ShrinkBlocks
 	closed  bool // MLX thread only, as Target.closed
 }
@@ -76,7 +77,8 @@ func LoadDrafter(ctx context.Context, dir string, target *Target, opts DrafterOp
 	if err != nil {
 		return nil, fmt.Errorf("mlx drafter %s: %w", dir, err)
 	}
-	d := &Drafter{t: target, arch: a, shrink: opts.ShrinkBlocks}
+	d := &Drafter{t: target, arch: a, shrink: opts.ShrinkBlocks,
+		rope: newRopeSpec(a.HeadDim, a.HeadDim, a.RopeTheta, a.Rope, a.MaxPositions)}
 	err = target.rt.Do(func() error {
 		arena := newGraph(target.rt, "mlx drafter load")
 		l, err := newLoader(st, nil, cfg.Quantization, arena)
@@ -312,7 +314,7 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 			for i := range d.layers {
 				ly := &d.layers[i]
 				k := g.rmsNorm(g.reshape(ly.k.apply(g, c), ctxRows, a.NumKVHeads, a.HeadDim), ly.kNorm, float32(a.RMSNormEps))
-				k = g.rope(g.expand(g.transpose(k, 1, 0, 2), 0), a.HeadDim, a.RopeTheta, s.n)
+				k = g.ropeWith(g.expand(g.transpose(k, 1, 0, 2), 0), d.rope, s.n, func(x arr) arr { return d.t.m.cast(g, x) })
 				v := g.expand(g.transpose(g.reshape(ly.v.apply(g, c), ctxRows, a.NumKVHeads, a.HeadDim), 1, 0, 2), 0)
 				if s.k[i] != 0 {
 					k, v = g.concat(2, s.k[i], k), g.concat(2, s.v[i], v)
@@ -345,8 +347,8 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 				q := g.rmsNorm(g.reshape(ly.q.apply(g, h), bs, a.NumHeads, a.HeadDim), ly.qNorm, eps)
 				k := g.rmsNorm(g.reshape(ly.k.apply(g, h), bs, a.NumKVHeads, a.HeadDim), ly.kNorm, eps)
 				v := g.reshape(ly.v.apply(g, h), bs, a.NumKVHeads, a.HeadDim)
-				q = g.rope(g.expand(g.transpose(q, 1, 0, 2), 0), a.HeadDim, a.RopeTheta, pos)
-				k = g.rope(g.expand(g.transpose(k, 1, 0, 2), 0), a.HeadDim, a.RopeTheta, pos)
+				q = g.ropeWith(g.expand(g.transpose(q, 1, 0, 2), 0), d.rope, pos, func(x arr) arr { return d.t.m.cast(g, x) })
+				k = g.ropeWith(g.expand(g.transpose(k, 1, 0, 2), 0), d.rope, pos, func(x arr) arr { return d.t.m.cast(g, x) })
 				v = g.expand(g.transpose(v, 1, 0, 2), 0)
 				if newK[i] != 0 {
 					k, v = g.concat(2, newK[i], k), g.concat(2, newV[i], v)

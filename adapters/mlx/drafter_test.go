@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -119,6 +120,38 @@ func TestDFlashTracesMatchCPU(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A YaRN drafter (some Qwen3.6 drafters): MLX traces equal the CPU's, and the scaling matters to them (the plain
+// RoPE drafter drafts differently), so the comparison would catch a backend that ignored it.
+func TestDFlashYaRNMatchesCPU(t *testing.T) {
+	requireMLX(t)
+	ts := dflashtest.TargetSpec{Family: "qwen3_next", Seed: 7}
+	ds := dflashtest.DrafterSpec{Seed: 8, Taps: []int{1, 3}, Mask: 61, BlockSize: 8}
+	yarn := func(cfg map[string]any) {
+		cfg["rope_scaling"] = map[string]any{"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 64,
+			"beta_fast": 8.0}
+		cfg["max_position_embeddings"] = 1024
+	}
+	cp, mp := loadPairs(t, ts, ds, yarn)
+	plain, _ := loadPairs(t, ts, ds)
+	differs := false
+	for _, prompt := range [][]ports.Token{{5, 9, 13, 2}, {40, 41, 42, 43, 44, 45, 46, 47, 1, 2, 3}} {
+		for _, bs := range []int{4, 8} {
+			want := generate(t, cp, prompt, bs, speculative.RollbackReplay, 32)
+			got := generate(t, mp, prompt, bs, speculative.RollbackReplay, 32)
+			require.Equal(t, want.Tokens, got.Tokens, "bs %d", bs)
+			require.Len(t, got.Stats.Rounds, len(want.Stats.Rounds))
+			for i := range want.Stats.Rounds {
+				assert.Equal(t, want.Stats.Rounds[i].Block, got.Stats.Rounds[i].Block, "bs %d round %d", bs, i)
+			}
+			base := generate(t, plain, prompt, bs, speculative.RollbackReplay, 32)
+			for i := range min(len(base.Stats.Rounds), len(want.Stats.Rounds)) {
+				differs = differs || !slices.Equal(base.Stats.Rounds[i].Block, want.Stats.Rounds[i].Block)
+			}
+		}
+	}
+	assert.True(t, differs, "the YaRN drafter drafted exactly like the plain one: the test cannot see the scaling")
 }
 
 // Sliding-window drafter layers (causal by default) past their window: MLX traces equal the CPU's.

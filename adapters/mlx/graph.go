@@ -3,6 +3,7 @@ package mlx
 import (
 	"fmt"
 
+	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
 )
 
@@ -320,6 +321,56 @@ func (g *graph) rope(x arr, dims int, base float64, offset int) arr {
 	}
 	var r arr
 	return g.done("rope", mlxc.FastRope(&r, x, int32(dims), false, mlxc.SomeFloat(float32(base)), 1, int32(offset), 0, g.s), r)
+}
+
+// ropeSpec is RoPE over the first dims of a head of width. A scaled RoPE (YaRN, linear) has freqs, the periods
+// 1/θ_i that mlx_fast_rope takes in place of a base, and scale, the factor transformers multiplies cos and sin by.
+type ropeSpec struct {
+	dims, width int
+	base        float64
+	freqs       []float32 // nil: plain RoPE from base
+	scale       float32
+}
+
+// newRopeSpec resolves a checkpoint's RoPE scaling (hfmodel.RopeScaling.Frequencies) for MLX.
+func newRopeSpec(dims, width int, base float64, s hfmodel.RopeScaling, maxPositions int) ropeSpec {
+	rs := ropeSpec{dims: dims, width: width, base: base, scale: 1}
+	if s.Type == "" {
+		return rs
+	}
+	inv, scale := s.Frequencies(dims, base, maxPositions)
+	rs.freqs = make([]float32, len(inv))
+	for i, f := range inv {
+		rs.freqs[i] = float32(1 / f)
+	}
+	rs.scale = float32(scale)
+	return rs
+}
+
+// ropeWith applies rs to x ([B, heads, T, width]) at positions offset..offset+T−1. RoPE is linear, so the
+// scaled cos and sin are applied as a rotation followed by a per-dim factor (scale on the rotated dims, exactly
+// 1 on the others).
+func (g *graph) ropeWith(x arr, rs ropeSpec, offset int, cast func(arr) arr) arr {
+	if rs.freqs == nil {
+		return g.rope(x, rs.dims, rs.base, offset)
+	}
+	if g.err != nil {
+		return 0
+	}
+	f := uploadF32(g, rs.freqs, len(rs.freqs))
+	var r arr
+	r = g.done("rope", mlxc.FastRope(&r, x, int32(rs.dims), false, 0, 1, int32(offset), f, g.s), r)
+	if rs.scale == 1 {
+		return r
+	}
+	m := make([]float32, rs.width)
+	for i := range m {
+		m[i] = 1
+		if i < rs.dims {
+			m[i] = rs.scale
+		}
+	}
+	return g.mul(r, cast(uploadF32(g, m, rs.width)))
 }
 
 // sdpa is scaled dot-product attention: q [B,Hq,T,d], k/v [B,Hkv,S,d]; causal masks key j > query i+S−T.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -27,11 +28,14 @@ type Arch struct {
 	SlidingWindows   []int  // per layer: 0 full attention, W > 0 sliding window (keys with |Δposition| < W)
 	Causal           []bool // per layer: block queries see block keys at or before their slot only
 	// EmbedScale multiplies the noise-block embeddings (dflash_config.input_embedding_scale; 1 when absent).
-	EmbedScale        float64
-	NumTargetLayers   int // informational (training-time target depth); 0 when absent
-	HasMaskToken      bool
-	RopeScalingType   string // "" or "default" are the only ones implemented
-	TieWordEmbeddings bool   // irrelevant to the drafter, kept for reporting
+	EmbedScale      float64
+	NumTargetLayers int // informational (training-time target depth); 0 when absent
+	HasMaskToken    bool
+	// Rope is the drafter's RoPE scaling (zero: plain RoPE); MaxPositions its max_position_embeddings, which
+	// YaRN's frequencies depend on.
+	Rope              hfmodel.RopeScaling
+	MaxPositions      int
+	TieWordEmbeddings bool // irrelevant to the drafter, kept for reporting
 }
 
 // Validate checks the drafter's own consistency (not yet against a target).
@@ -60,10 +64,14 @@ func (a Arch) Validate() error {
 	if !(a.RopeTheta > 0) || math.IsInf(a.RopeTheta, 0) {
 		errs = append(errs, fmt.Errorf("rope_theta %v must be > 0", a.RopeTheta))
 	}
-	switch a.RopeScalingType {
-	case "", "default":
+	switch a.Rope.Type {
+	case "", hfmodel.RopeLinear:
+	case hfmodel.RopeYaRN:
+		if a.MaxPositions <= 0 {
+			errs = append(errs, errors.New("YaRN RoPE needs max_position_embeddings"))
+		}
 	default:
-		errs = append(errs, fmt.Errorf("rope_scaling type %q is not implemented by the CPU drafter", a.RopeScalingType))
+		errs = append(errs, fmt.Errorf("rope_scaling type %q is not implemented by the CPU drafter", a.Rope.Type))
 	}
 	if a.BlockSize < 2 {
 		errs = append(errs, fmt.Errorf("block_size %d must be ≥ 2", a.BlockSize))

@@ -62,7 +62,7 @@ func build(a Arch, ws *weightSet, target Target, pool *kernel.Pool) (*Drafter, e
 	H, d := a.HiddenSize, a.HeadDim
 	qw, kvw := a.NumHeads*d, a.NumKVHeads*d
 	dr := &Drafter{arch: a, target: target, vocab: info.VocabSize, pool: pool,
-		rope: kernel.NewRope(d, a.RopeTheta), eps: float32(a.RMSNormEps)}
+		rope: kernel.NewRopeFreqs(a.Rope.Frequencies(d, a.RopeTheta, a.MaxPositions)), eps: float32(a.RMSNormEps)}
 	dr.arch.TapLayers = slices.Clone(a.TapLayers)
 	var errs []error
 	lin := func(name string, out, in int) *kernel.Linear {

@@ -86,10 +86,7 @@ func ArchFromConfig(cfg *hfmodel.DrafterConfig, info ports.ModelInfo) (Arch, err
 		NumKVHeads: cfg.NumKeyValueHeads, HeadDim: cfg.HeadDim, IntermediateSize: cfg.IntermediateSize,
 		RMSNormEps: cfg.RMSNormEps, RopeTheta: cfg.RopeTheta, BlockSize: cfg.BlockSize,
 		MaskToken: cfg.MaskTokenID, HasMaskToken: cfg.MaskTokenID >= 0, VocabSize: cfg.VocabSize,
-		NumTargetLayers: cfg.NumTargetLayers, RopeScalingType: cfg.RopeType}
-	if a.RopeScalingType == "default" {
-		a.RopeScalingType = ""
-	}
+		NumTargetLayers: cfg.NumTargetLayers, Rope: cfg.RopeScaling, MaxPositions: cfg.MaxPositionEmbeddings}
 	a.EmbedScale = 1
 	for _, t := range cfg.LayerTypes {
 		w := 0

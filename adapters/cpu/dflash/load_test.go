@@ -118,17 +118,6 @@ func TestLoadRefusesBadDrafters(t *testing.T) {
 	rng := rand.New(rand.NewPCG(23, 23))
 	ft := newFakeTarget(rng, 64, good.HiddenSize, 4)
 
-	editConfig := func(t *testing.T, dir string, edit func(map[string]any)) {
-		b, err := os.ReadFile(filepath.Join(dir, "config.json"))
-		require.NoError(t, err)
-		var m map[string]any
-		require.NoError(t, json.Unmarshal(b, &m))
-		edit(m)
-		b, err = json.Marshal(m)
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644))
-	}
-
 	for _, tc := range []struct {
 		name   string
 		arch   func(*Arch)
@@ -142,9 +131,9 @@ func TestLoadRefusesBadDrafters(t *testing.T) {
 		{name: "missing mask id", arch: func(a *Arch) { a.HasMaskToken = false }, want: "mask_token_id is missing"},
 		{name: "other vocabulary", target: func() Target { return newFakeTarget(rng, 80, 32, 4) }, want: "drafter vocab_size 64 differs from the target's 80"},
 		{name: "no tap ids", arch: func(a *Arch) { a.TapLayers = nil }, want: "refusing to guess the tap layers"},
-		{name: "yarn rope", edit: func(t *testing.T, dir string) {
-			editConfig(t, dir, func(m map[string]any) { m["rope_scaling"] = map[string]any{"rope_type": "yarn", "factor": 4.0} })
-		}, want: "yarn"},
+		{name: "dynamic rope", edit: func(t *testing.T, dir string) {
+			editConfig(t, dir, func(m map[string]any) { m["rope_scaling"] = map[string]any{"rope_type": "dynamic", "factor": 4.0} })
+		}, want: "dynamic"},
 		{name: "truncated weights", edit: func(t *testing.T, dir string) {
 			p := filepath.Join(dir, "model.safetensors")
 			b, err := os.ReadFile(p)
@@ -227,6 +216,52 @@ func rewrite(t *testing.T, dir string, edit func([]safetensors.Tensor) []safeten
 
 // TestTapPolicy: explicit ids that disagree with num_target_layers are accepted; without ids the drafter is
 // refused unless derivation is allowed, and then the ids follow the round-half-to-even formula.
+// editConfig rewrites dir/config.json through edit.
+func editConfig(t *testing.T, dir string, edit func(map[string]any)) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	require.NoError(t, err)
+	var m map[string]any
+	require.NoError(t, json.Unmarshal(b, &m))
+	edit(m)
+	b, err = json.Marshal(m)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644))
+}
+
+// TestLoadYaRN: a YaRN drafter (some Qwen3.6 drafters use it) loads and its RoPE takes effect: factor 1 drafts
+// like plain RoPE, factor 8 over a 64-position original context does not.
+func TestLoadYaRN(t *testing.T) {
+	a := testArch()
+	rng := rand.New(rand.NewPCG(23, 23))
+	ft := newFakeTarget(rng, 64, a.HiddenSize, 4)
+	dir := writeDrafter(t, rng, a, "", false, safetensors.F32)
+	f := randVec(rng, 6*len(a.TapLayers)*a.HiddenSize, 1)
+	logits := func(scaling map[string]any) []float32 {
+		editConfig(t, dir, func(m map[string]any) {
+			m["rope_scaling"] = scaling
+			m["max_position_embeddings"] = 64
+		})
+		d, err := Load(t.Context(), dir, ft, Options{})
+		require.NoError(t, err)
+		_, l := draftOnce(t, d, f, 6)
+		return l
+	}
+	plain := logits(nil)
+	same := logits(map[string]any{"rope_type": "yarn", "factor": 1.0})
+	scaled := logits(map[string]any{"rope_type": "yarn", "factor": 8.0})
+	require.Len(t, same, len(plain))
+	maxDiff := func(x, y []float32) float64 {
+		m := 0.0
+		for i := range x {
+			m = max(m, math.Abs(float64(x[i]-y[i])))
+		}
+		return m
+	}
+	assert.Less(t, maxDiff(plain, same), 1e-5, "YaRN with factor 1 is plain RoPE")
+	assert.Greater(t, maxDiff(plain, scaled), 1e-3, "YaRN factor 8 changes the drafter's logits")
+}
+
 func TestTapPolicy(t *testing.T) {
 	rng := rand.New(rand.NewPCG(24, 24))
 	a := testArch()
