@@ -19,6 +19,10 @@ type Request struct {
 	Gen          ports.GenerateRequest
 	Stream       bool
 	IncludeUsage bool
+	// ParseTools means the model was offered tools (Gen.Chat.Tools) and its answer is parsed for calls.
+	ParseTools bool
+	// ParallelToolCalls false keeps only the first call of an answer.
+	ParallelToolCalls bool
 }
 
 // params are the fields shared by /v1/chat/completions and /v1/completions. Pointers and raw messages tell
@@ -40,12 +44,14 @@ type params struct {
 		IncludeUsage *bool `json:"include_usage"`
 	} `json:"stream_options"`
 	BlockSize *int `json:"block_size"`
+	// Chat only: checked by ParseChat, refused with anything but their neutral values on /v1/completions.
+	Tools             json.RawMessage `json:"tools"`
+	ToolChoice        json.RawMessage `json:"tool_choice"`
+	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
 
 	// Fields that change the output; only their neutral values are accepted.
 	Logprobs          json.RawMessage `json:"logprobs"`
 	TopLogprobs       json.RawMessage `json:"top_logprobs"`
-	Tools             json.RawMessage `json:"tools"`
-	ToolChoice        json.RawMessage `json:"tool_choice"`
 	Functions         json.RawMessage `json:"functions"`
 	FunctionCall      json.RawMessage `json:"function_call"`
 	ResponseFormat    json.RawMessage `json:"response_format"`
@@ -159,6 +165,10 @@ func ParseChat(body []byte) (Request, error) {
 	if req.Gen.Chat, err = parseKwargs(b.ChatTemplateKwargs); err != nil {
 		return Request{}, err
 	}
+	if req.Gen.Chat.Tools, req.ParseTools, err = parseTools(b.Tools, b.ToolChoice); err != nil {
+		return Request{}, err
+	}
+	req.ParallelToolCalls = b.ParallelToolCalls == nil || *b.ParallelToolCalls
 	return req, nil
 }
 
@@ -177,6 +187,12 @@ func ParseCompletion(body []byte) (Request, error) {
 	}
 	if b.Echo != nil && *b.Echo {
 		return Request{}, unsupported("echo", "echoing the prompt is not implemented")
+	}
+	if !isNull(b.Tools) && !rawIs(b.Tools, "[]") {
+		return Request{}, unsupported("tools", "tool calling is served on /v1/chat/completions, not on raw completions")
+	}
+	if !isNull(b.ToolChoice) && !rawIs(b.ToolChoice, `"none"`, `"auto"`) {
+		return Request{}, unsupported("tool_choice", "tool calling is served on /v1/chat/completions, not on raw completions")
 	}
 	if b.BestOf != nil && *b.BestOf != 1 {
 		return Request{}, unsupported("best_of", "only best_of 1 is served")
@@ -302,14 +318,10 @@ func (p params) rejectUnsupported() error {
 		return unsupported("logprobs", "log probabilities are not returned")
 	case !isNull(p.TopLogprobs) && !rawIs(p.TopLogprobs, "0"):
 		return unsupported("top_logprobs", "log probabilities are not returned")
-	case !isNull(p.Tools) && !rawIs(p.Tools, "[]"):
-		return unsupported("tools", "tool calling is not implemented yet")
-	case !isNull(p.ToolChoice) && !rawIs(p.ToolChoice, `"none"`, `"auto"`):
-		return unsupported("tool_choice", "tool calling is not implemented yet")
 	case !isNull(p.Functions) && !rawIs(p.Functions, "[]"):
-		return unsupported("functions", "function calling is not implemented")
+		return unsupported("functions", "the deprecated functions field is not served; send tools")
 	case !isNull(p.FunctionCall) && !rawIs(p.FunctionCall, `"none"`, `"auto"`):
-		return unsupported("function_call", "function calling is not implemented")
+		return unsupported("function_call", "the deprecated function_call field is not served; send tool_choice")
 	case p.PresencePenalty != nil && *p.PresencePenalty != 0:
 		return unsupported("presence_penalty", "only 0 is served")
 	case p.FrequencyPenalty != nil && *p.FrequencyPenalty != 0:
@@ -376,8 +388,9 @@ func parseStop(raw json.RawMessage) ([]string, error) {
 
 // wireMessage is the part of a chat message higgs reads; the template sees the whole object through Raw.
 type wireMessage struct {
-	Role    *string         `json:"role"`
-	Content json.RawMessage `json:"content"`
+	Role      *string         `json:"role"`
+	Content   json.RawMessage `json:"content"`
+	ToolCalls json.RawMessage `json:"tool_calls"`
 }
 
 var roles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
@@ -415,6 +428,12 @@ func parseMessages(raw json.RawMessage) ([]ports.ChatMessage, error) {
 		}
 		if isNull(m.Content) && role != "assistant" {
 			return nil, badRequest(param+".content", "%s.content is required for role %s", param, role)
+		}
+		if !isNull(m.ToolCalls) && role != "assistant" {
+			return nil, badRequest(param+".tool_calls", "%s.tool_calls is only allowed on assistant messages", param)
+		}
+		if err := checkToolCalls(m.ToolCalls, param+".tool_calls"); err != nil {
+			return nil, err
 		}
 		msg := ports.ChatMessage{Role: role, Content: text, Raw: it}
 		// Templates know "system"; OpenAI's "developer" role means the same. Content given as parts is

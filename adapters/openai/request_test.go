@@ -19,14 +19,14 @@ func TestParseChatTranslates(t *testing.T) {
 		body string
 		want Request
 	}{
-		{"defaults", `{"messages":[{"role":"user","content":"hi"}]}`, Request{Gen: ports.GenerateRequest{
+		{"defaults", `{"messages":[{"role":"user","content":"hi"}]}`, Request{ParallelToolCalls: true, Gen: ports.GenerateRequest{
 			Messages: []ports.ChatMessage{{Role: "user", Content: "hi", Raw: []byte(`{"role":"user","content":"hi"}`)}},
 			Sampling: ports.SamplingParams{Temperature: 1, TopP: 1}}}},
 		{"everything", `{"model":"m","messages":[{"role":"system","content":"s"},{"role":"user","content":"u"}],
 			"max_completion_tokens":7,"temperature":0,"top_p":0.9,"top_k":20,"min_p":0.05,"seed":-1,"stop":["x","yz"],
 			"n":1,"stream":true,"stream_options":{"include_usage":true},"block_size":3,
 			"chat_template_kwargs":{"enable_thinking":false}}`,
-			Request{Stream: true, IncludeUsage: true, Gen: ports.GenerateRequest{Model: "m",
+			Request{Stream: true, IncludeUsage: true, ParallelToolCalls: true, Gen: ports.GenerateRequest{Model: "m",
 				Messages: []ports.ChatMessage{{Role: "system", Content: "s", Raw: []byte(`{"role":"system","content":"s"}`)},
 					{Role: "user", Content: "u", Raw: []byte(`{"role":"user","content":"u"}`)}},
 				Chat: ports.ChatOptions{EnableThinking: ptr(false)}, MaxTokens: 7,
@@ -34,15 +34,42 @@ func TestParseChatTranslates(t *testing.T) {
 				Seed:     ptr(uint64(1<<64 - 1)), Stop: []string{"x", "yz"}, BlockSize: 3}}},
 		{"stop string, top_k -1, developer and parts", `{"messages":[{"role":"developer","content":"d","name":"n"},
 			{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"stop":"END","top_k":-1,"max_tokens":2}`,
-			Request{Gen: ports.GenerateRequest{
+			Request{ParallelToolCalls: true, Gen: ports.GenerateRequest{
 				Messages: []ports.ChatMessage{{Role: "system", Content: "d", Raw: []byte(`{"role":"system","content":"d","name":"n"}`)},
 					{Role: "user", Content: "ab", Raw: []byte(`{"role":"user","content":"ab"}`)}},
 				MaxTokens: 2, Sampling: ports.SamplingParams{Temperature: 1, TopP: 1}, Stop: []string{"END"}}}},
 		{"assistant with null content", `{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[]},{"role":"user","content":"r"}]}`,
-			Request{Gen: ports.GenerateRequest{
+			Request{ParallelToolCalls: true, Gen: ports.GenerateRequest{
 				Messages: []ports.ChatMessage{{Role: "user", Content: "q", Raw: []byte(`{"role":"user","content":"q"}`)},
 					{Role: "assistant", Raw: []byte(`{"role":"assistant","content":null,"tool_calls":[]}`)},
 					{Role: "user", Content: "r", Raw: []byte(`{"role":"user","content":"r"}`)}},
+				Sampling: ports.SamplingParams{Temperature: 1, TopP: 1}}}},
+		// The tools array reaches the template as the client wrote it; the history's tool_calls and tool
+		// replies pass through in Raw unchanged.
+		{"tools, auto by default, tool round trip", `{"messages":[{"role":"user","content":"q"},` +
+			`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\": 1}"}}]},` +
+			`{"role":"tool","tool_call_id":"call_1","content":"42"}],` +
+			`"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer"}}},"description":"d"}}]}`,
+			Request{ParseTools: true, ParallelToolCalls: true, Gen: ports.GenerateRequest{
+				Messages: []ports.ChatMessage{{Role: "user", Content: "q", Raw: []byte(`{"role":"user","content":"q"}`)},
+					{Role: "assistant", Raw: []byte(`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\": 1}"}}]}`)},
+					{Role: "tool", Content: "42", Raw: []byte(`{"role":"tool","tool_call_id":"call_1","content":"42"}`)}},
+				Chat:     ports.ChatOptions{Tools: []byte(`[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer"}}},"description":"d"}}]`)},
+				Sampling: ports.SamplingParams{Temperature: 1, TopP: 1}}}},
+		{"tool_choice auto, parallel_tool_calls false", `{"messages":[{"role":"user","content":"q"}],"tools":[{"type":"function","function":{"name":"f"}}],` +
+			`"tool_choice":"auto","parallel_tool_calls":false}`,
+			Request{ParseTools: true, Gen: ports.GenerateRequest{
+				Messages: []ports.ChatMessage{{Role: "user", Content: "q", Raw: []byte(`{"role":"user","content":"q"}`)}},
+				Chat:     ports.ChatOptions{Tools: []byte(`[{"type":"function","function":{"name":"f"}}]`)},
+				Sampling: ports.SamplingParams{Temperature: 1, TopP: 1}}}},
+		// As in vLLM, "none" neither offers the tools nor parses the answer.
+		{"tool_choice none", `{"messages":[{"role":"user","content":"q"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"none"}`,
+			Request{ParallelToolCalls: true, Gen: ports.GenerateRequest{
+				Messages: []ports.ChatMessage{{Role: "user", Content: "q", Raw: []byte(`{"role":"user","content":"q"}`)}},
+				Sampling: ports.SamplingParams{Temperature: 1, TopP: 1}}}},
+		{"empty tools", `{"messages":[{"role":"user","content":"q"}],"tools":[],"tool_choice":"auto"}`,
+			Request{ParallelToolCalls: true, Gen: ports.GenerateRequest{
+				Messages: []ports.ChatMessage{{Role: "user", Content: "q", Raw: []byte(`{"role":"user","content":"q"}`)}},
 				Sampling: ports.SamplingParams{Temperature: 1, TopP: 1}}}},
 	}
 	for _, c := range cases {
@@ -130,6 +157,9 @@ func FuzzParseRequests(f *testing.F) {
 		`{"prompt":[[1,2]]}`, `{"messages":[{"role":"developer","content":"x"}]}`, `[]`, `{`, `null`, `""`,
 		`{"messages":[{"role":"user","content":"x"}],"chat_template_kwargs":{"enable_thinking":true}}`,
 		`{"response_format":{"type":"json_object"}}`, `{"max_tokens":-1}`, `{"temperature":1e999}`,
+		`{"messages":[{"role":"user","content":"q"}],"tools":[{"type":"function","function":{"name":"f","parameters":{}}}],"tool_choice":"auto","parallel_tool_calls":false}`,
+		`{"messages":[{"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","content":"x","tool_call_id":"c"}]}`,
+		`{"messages":[{"role":"user","content":"q"}],"tool_choice":{"type":"function","function":{"name":"f"}}}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -153,6 +183,9 @@ func FuzzParseRequests(f *testing.F) {
 				if !json.Valid(m.Raw) {
 					t.Fatalf("message Raw is not JSON: %q", m.Raw)
 				}
+			}
+			if r.ParseTools != (r.Gen.Chat.Tools != nil) || (r.Gen.Chat.Tools != nil && !json.Valid(r.Gen.Chat.Tools)) {
+				t.Fatalf("tools rendered %q but parsed %v", r.Gen.Chat.Tools, r.ParseTools)
 			}
 		}
 	})

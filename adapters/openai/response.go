@@ -44,9 +44,25 @@ type ChatChoice struct {
 // ChatMessage is the assistant's answer; ReasoningContent carries the text inside <think>…</think> (the
 // field name vLLM and DeepSeek use).
 type ChatMessage struct {
-	Role             string  `json:"role"`
-	Content          string  `json:"content"`
-	ReasoningContent *string `json:"reasoning_content,omitempty"`
+	Role string `json:"role"`
+	// Content is null only when the message is tool calls and nothing else, as in OpenAI's responses.
+	Content          *string    `json:"content"`
+	ReasoningContent *string    `json:"reasoning_content,omitempty"`
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
+}
+
+// ToolCall is a function call the model made. Index is set in streamed deltas only.
+type ToolCall struct {
+	Index    *int         `json:"index,omitempty"`
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall names the function and carries its arguments as a string of JSON.
+type FunctionCall struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
 }
 
 // ChatChunk is one streamed /v1/chat/completions event.
@@ -69,9 +85,10 @@ type ChatChunkChoice struct {
 
 // ChatDelta is the new text of a chunk.
 type ChatDelta struct {
-	Role             string  `json:"role,omitempty"`
-	Content          *string `json:"content,omitempty"`
-	ReasoningContent *string `json:"reasoning_content,omitempty"`
+	Role             string     `json:"role,omitempty"`
+	Content          *string    `json:"content,omitempty"`
+	ReasoningContent *string    `json:"reasoning_content,omitempty"`
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // Completion is a /v1/completions response or streamed event (Object "text_completion" in both).
@@ -111,15 +128,20 @@ func ModelOf(c ports.ModelCard) Model {
 	return Model{ID: c.ID, Object: "model", Created: c.Created, OwnedBy: c.OwnedBy}
 }
 
-// ChatCompletionOf builds the non-streamed chat response.
-func ChatCompletionOf(id string, created int64, res ports.GenerateResult) ChatCompletion {
-	msg := ChatMessage{Role: "assistant", Content: res.Content}
+// ChatCompletionOf builds the non-streamed chat response; calls are the tool calls found in the answer
+// (res.Content is then the answer without them).
+func ChatCompletionOf(id string, created int64, res ports.GenerateResult, calls []ToolCall) ChatCompletion {
+	msg := ChatMessage{Role: "assistant", ToolCalls: calls}
+	if c := res.Content; c != "" || len(calls) == 0 {
+		msg.Content = &c
+	}
 	if res.Reasoning != "" {
 		r := res.Reasoning
 		msg.ReasoningContent = &r
 	}
 	return ChatCompletion{ID: id, Object: "chat.completion", Created: created, Model: res.Model,
-		Choices: []ChatChoice{{Index: 0, Message: msg, FinishReason: res.FinishReason}}, Usage: UsageOf(res)}
+		Choices: []ChatChoice{{Index: 0, Message: msg, FinishReason: toolFinish(res.FinishReason, len(calls) > 0)}},
+		Usage:   UsageOf(res)}
 }
 
 // CompletionOf builds the non-streamed completion response.
@@ -142,6 +164,12 @@ func chatDeltaChunk(id string, created int64, model string, ev ports.GenerateEve
 	}
 	return ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model,
 		Choices: []ChatChunkChoice{{Index: 0, Delta: d}}}
+}
+
+// chatToolCallsChunk is a streamed chat chunk carrying complete tool calls.
+func chatToolCallsChunk(id string, created int64, model string, calls []ToolCall) ChatChunk {
+	return ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model,
+		Choices: []ChatChunkChoice{{Index: 0, Delta: ChatDelta{ToolCalls: calls}}}}
 }
 
 func chatFinishChunk(id string, created int64, model, finish string) ChatChunk {

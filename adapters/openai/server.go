@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/higgs-go/higgs/adapters/toolcall"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -328,7 +329,16 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 			return
 		}
 		if chat {
-			writeJSON(w, http.StatusOK, ChatCompletionOf(id, created, res))
+			var calls []ToolCall
+			if req.ParseTools {
+				var found []toolcall.Call
+				res.Content, found = toolcall.Parse(res.Content)
+				if !req.ParallelToolCalls && len(found) > 1 {
+					found = found[:1]
+				}
+				calls = toolCallsOf(found, s.opts.NewID, false, 0)
+			}
+			writeJSON(w, http.StatusOK, ChatCompletionOf(id, created, res, calls))
 		} else {
 			writeJSON(w, http.StatusOK, CompletionOf(id, created, res))
 		}
@@ -338,7 +348,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 	if ms := s.gen.Models(); model == "" && len(ms) > 0 {
 		model = ms[0].ID
 	}
-	st := &stream{w: w, id: id, created: created, chat: chat, model: model}
+	st := &stream{w: w, id: id, created: created, chat: chat, model: model, newID: s.opts.NewID,
+		parallel: req.ParallelToolCalls}
+	if chat && req.ParseTools {
+		st.tools = &toolcall.Parser{}
+	}
 	res, err := s.gen.Generate(ctx, req.Gen, func(ev ports.GenerateEvent) error {
 		first()
 		return st.send(ev)
@@ -378,6 +392,12 @@ type stream struct {
 	model   string
 	chat    bool
 	started bool
+	// tools parses the answer for tool calls (nil when the model was not offered tools); calls counts the
+	// calls sent, parallel false keeps only the first.
+	tools    *toolcall.Parser
+	calls    int
+	parallel bool
+	newID    func() string
 }
 
 func (st *stream) start() error {
@@ -401,10 +421,33 @@ func (st *stream) send(ev ports.GenerateEvent) error {
 	if err := st.start(); err != nil {
 		return err
 	}
-	if st.chat {
+	if !st.chat {
+		return st.sse.event(completionTextChunk(st.id, st.created, st.model, ev.Content, nil))
+	}
+	if st.tools == nil {
 		return st.sse.event(chatDeltaChunk(st.id, st.created, st.model, ev, ""))
 	}
-	return st.sse.event(completionTextChunk(st.id, st.created, st.model, ev.Content, nil))
+	content, calls := st.tools.Feed(ev.Content)
+	ev.Content = content
+	return st.sendParsed(ev, calls)
+}
+
+// sendParsed sends the content and reasoning that are final, then the calls that are complete.
+func (st *stream) sendParsed(ev ports.GenerateEvent, calls []toolcall.Call) error {
+	if ev.Content != "" || ev.Reasoning != "" {
+		if err := st.sse.event(chatDeltaChunk(st.id, st.created, st.model, ev, "")); err != nil {
+			return err
+		}
+	}
+	if !st.parallel && st.calls+len(calls) > 1 {
+		calls = calls[:max(0, 1-st.calls)]
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	err := st.sse.event(chatToolCallsChunk(st.id, st.created, st.model, toolCallsOf(calls, st.newID, true, st.calls)))
+	st.calls += len(calls)
+	return err
 }
 
 func (st *stream) finish(res ports.GenerateResult, includeUsage bool) error {
@@ -412,6 +455,14 @@ func (st *stream) finish(res ports.GenerateResult, includeUsage bool) error {
 		return err
 	}
 	fr := res.FinishReason
+	if st.tools != nil {
+		// The answer has ended: a block still open, or whitespace held back, is settled now.
+		content, calls := st.tools.Flush()
+		if err := st.sendParsed(ports.GenerateEvent{Content: content}, calls); err != nil {
+			return err
+		}
+		fr = toolFinish(fr, st.calls > 0)
+	}
 	var err error
 	if st.chat {
 		err = st.sse.event(chatFinishChunk(st.id, st.created, st.model, fr))

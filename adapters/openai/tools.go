@@ -1,0 +1,181 @@
+package openai
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"regexp"
+
+	"github.com/higgs-go/higgs/adapters/toolcall"
+)
+
+// toolName is OpenAI's rule for function names.
+var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+
+// constrained is why tool_choice "required" and named functions are refused: forcing a call needs decoding
+// constrained to the call grammar, and higgs samples freely; asking nicely in the prompt would be pretending.
+const constrained = "forcing a tool call needs constrained decoding, which higgs does not have; use tool_choice \"auto\" (the model decides) or \"none\""
+
+// parseTools checks tools and tool_choice. It returns the tools array to render (nil when the model is not
+// offered tools) and whether the answer is to be parsed for calls. As in vLLM, tool_choice "none" neither
+// offers the tools nor parses; "auto" (the default when tools are given) does both.
+func parseTools(tools, choice json.RawMessage) (render []byte, parse bool, err error) {
+	mode := "auto"
+	if !isNull(choice) {
+		var s string
+		if json.Unmarshal(choice, &s) == nil {
+			switch s {
+			case "none", "auto":
+				mode = s
+			case "required":
+				return nil, false, unsupported("tool_choice", "\"required\": "+constrained)
+			default:
+				return nil, false, badRequest("tool_choice", "tool_choice must be \"none\", \"auto\", \"required\" or a function object, not %q", s)
+			}
+		} else {
+			var named struct {
+				Type     string `json:"type"`
+				Function *struct {
+					Name string `json:"name"`
+				} `json:"function"`
+			}
+			if json.Unmarshal(choice, &named) != nil {
+				return nil, false, badRequest("tool_choice", "tool_choice must be a string or an object")
+			}
+			if named.Type == "function" && named.Function != nil && named.Function.Name != "" {
+				return nil, false, unsupported("tool_choice", fmt.Sprintf("naming the function %q: %s", named.Function.Name, constrained))
+			}
+			return nil, false, unsupported("tool_choice", fmt.Sprintf("an object of type %q: %s", named.Type, constrained))
+		}
+	}
+	if isNull(tools) {
+		return nil, false, nil
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(tools, &items); err != nil {
+		return nil, false, badRequest("tools", "tools must be an array of tool objects")
+	}
+	seen := make(map[string]int, len(items))
+	for i, it := range items {
+		if err := checkTool(it, i, seen); err != nil {
+			return nil, false, err
+		}
+	}
+	if len(items) == 0 || mode == "none" {
+		return nil, false, nil
+	}
+	// The template prints each tool as the client wrote it (key order included), so the array is passed on
+	// unchanged.
+	return bytes.TrimSpace(tools), true, nil
+}
+
+// checkTool checks tools[i]: {"type": "function", "function": {"name", "description"?, "parameters"?}}.
+func checkTool(raw json.RawMessage, i int, seen map[string]int) error {
+	param := fmt.Sprintf("tools[%d]", i)
+	var t struct {
+		Type     *string         `json:"type"`
+		Function json.RawMessage `json:"function"`
+	}
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return badRequest(param, "%s must be an object with type \"function\" and a function", param)
+	}
+	switch {
+	case t.Type == nil:
+		return badRequest(param+".type", "%s.type is required (\"function\")", param)
+	case *t.Type != "function":
+		return unsupported(param+".type", fmt.Sprintf("tools of type %q are not served (function only)", *t.Type))
+	case isNull(t.Function):
+		return badRequest(param+".function", "%s.function is required", param)
+	}
+	var f struct {
+		Name        *string         `json:"name"`
+		Description json.RawMessage `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+		Strict      *bool           `json:"strict"`
+	}
+	if err := json.Unmarshal(t.Function, &f); err != nil {
+		return badRequest(param+".function", "%s.function must be an object with a name", param)
+	}
+	var desc string
+	switch {
+	case f.Name == nil:
+		return badRequest(param+".function.name", "%s.function.name is required", param)
+	case !toolName.MatchString(*f.Name):
+		return badRequest(param+".function.name", "%s.function.name %q must be 1 to 64 letters, digits, underscores or dashes", param, *f.Name)
+	case !isNull(f.Description) && json.Unmarshal(f.Description, &desc) != nil:
+		return badRequest(param+".function.description", "%s.function.description must be a string", param)
+	case !isNull(f.Parameters) && !bytes.HasPrefix(bytes.TrimSpace(f.Parameters), []byte("{")):
+		return badRequest(param+".function.parameters", "%s.function.parameters must be a JSON Schema object", param)
+	case f.Strict != nil && *f.Strict:
+		return unsupported(param+".function.strict", "strict argument schemas need constrained decoding, which higgs does not have; the model's arguments are returned as written")
+	}
+	if j, dup := seen[*f.Name]; dup {
+		return badRequest(param+".function.name", "%s.function.name %q is already the name of tools[%d]; names must be unique", param, *f.Name, j)
+	}
+	seen[*f.Name] = i
+	return nil
+}
+
+// checkToolCalls checks an assistant message's tool_calls as far as the template reads them (function name
+// and arguments), so that a malformed history is a clear 400 rather than a silently odd prompt.
+func checkToolCalls(raw json.RawMessage, param string) error {
+	if isNull(raw) {
+		return nil
+	}
+	var calls []struct {
+		Type     *string `json:"type"`
+		Function *struct {
+			Name      *string         `json:"name"`
+			Arguments json.RawMessage `json:"arguments"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(raw, &calls); err != nil {
+		return badRequest(param, "%s must be an array of {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}", param)
+	}
+	for j, c := range calls {
+		pp := fmt.Sprintf("%s[%d]", param, j)
+		switch {
+		case c.Type != nil && *c.Type != "function":
+			return unsupported(pp+".type", fmt.Sprintf("tool calls of type %q are not served (function only)", *c.Type))
+		case c.Function == nil:
+			return badRequest(pp+".function", "%s.function is required", pp)
+		case c.Function.Name == nil || *c.Function.Name == "":
+			return badRequest(pp+".function.name", "%s.function.name is required", pp)
+		case isNull(c.Function.Arguments):
+			return badRequest(pp+".function.arguments", "%s.function.arguments is required (a JSON string)", pp)
+		}
+		args := bytes.TrimSpace(c.Function.Arguments)
+		if args[0] == '"' {
+			var s string
+			_ = json.Unmarshal(args, &s)
+			args = bytes.TrimSpace([]byte(s))
+		}
+		if len(args) == 0 || args[0] != '{' || !json.Valid(args) {
+			return badRequest(pp+".function.arguments", "%s.function.arguments must be a JSON object (as a string)", pp)
+		}
+	}
+	return nil
+}
+
+// toolCallsOf turns parsed calls into the wire shape, naming each with newID. Streamed calls carry their
+// index in the message (first, first+1…); a whole message's calls carry none, as in OpenAI's responses.
+func toolCallsOf(calls []toolcall.Call, newID func() string, streamed bool, first int) []ToolCall {
+	out := make([]ToolCall, len(calls))
+	for i, c := range calls {
+		out[i] = ToolCall{ID: "call_" + newID(), Type: "function", Function: FunctionCall{Name: c.Name, Arguments: c.Arguments}}
+		if streamed {
+			idx := first + i
+			out[i].Index = &idx
+		}
+	}
+	return out
+}
+
+// toolFinish is the finish reason of a message: "tool_calls" when the model stopped after making calls.
+// A message cut by max_tokens keeps "length", so the client knows the answer is incomplete.
+func toolFinish(finish string, called bool) string {
+	if called && finish == "stop" {
+		return "tool_calls"
+	}
+	return finish
+}
