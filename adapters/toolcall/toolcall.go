@@ -16,8 +16,9 @@
 //     answer before "</tool_call>"); otherwise it stays content.
 //   - Whitespace that only separates a block from its neighbours (the newline before "<tool_call>", the
 //     newlines between blocks and after the last one) is not content. Text without calls is never changed.
-//   - Arguments are returned as compact JSON text with the model's key order and number spelling kept
-//     (OpenAI sends them as a string of JSON).
+//   - Arguments are returned as the JSON text the model wrote (OpenAI sends them as a string of JSON). Keeping
+//     the model's spelling means a client that sends the call back in the history re-renders exactly what
+//     the model generated, in the spacing Qwen's template itself uses ({"a": 1}).
 //
 // The package is pure: it never fails and never panics, whatever the text.
 package toolcall
@@ -37,7 +38,7 @@ const (
 // Call is one function call the model made.
 type Call struct {
 	Name string
-	// Arguments is the arguments object as compact JSON text, "{}" when the model gave none.
+	// Arguments is the arguments object as the JSON text the model wrote, "{}" when it gave none.
 	Arguments string
 }
 
@@ -180,9 +181,5 @@ func parseBody(body string) (Call, bool) {
 	case args[0] != '{' || !json.Valid(args):
 		return Call{}, false
 	}
-	var buf bytes.Buffer
-	if json.Compact(&buf, args) != nil {
-		return Call{}, false
-	}
-	return Call{Name: *v.Name, Arguments: buf.String()}, true
+	return Call{Name: *v.Name, Arguments: string(args)}, true
 }

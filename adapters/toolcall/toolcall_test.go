@@ -24,22 +24,22 @@ var parseCases = []struct {
 	{"empty", "", "", nil},
 	{"whitespace only", " \n", " \n", nil},
 	{"one call", "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"location\": \"Paris\"}}\n</tool_call>", "",
-		[]call{{"get_weather", `{"location":"Paris"}`}}},
+		[]call{{"get_weather", `{"location": "Paris"}`}}},
 	{"content then call", "Let me check.\n<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_call>",
-		"Let me check.", []call{{"f", `{"a":1}`}}},
+		"Let me check.", []call{{"f", `{"a": 1}`}}},
 	{"parallel calls", "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": \"東京\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"g\", \"arguments\": {}}\n</tool_call>\n",
-		"", []call{{"f", `{"x":"東京"}`}, {"g", `{}`}}},
-	{"key order and numbers kept", `<tool_call>{"name":"s","arguments":{"z":1.50,"a":[1, 2],"m":{"q":1e3}}}</tool_call>`, "",
-		[]call{{"s", `{"z":1.50,"a":[1,2],"m":{"q":1e3}}`}}},
+		"", []call{{"f", `{"x": "東京"}`}, {"g", `{}`}}},
+	{"arguments as written", "<tool_call>{\"name\":\"s\",\"arguments\": {\"z\":1.50,\n \"a\":[1, 2],\"m\":{\"q\":1e3}} }</tool_call>", "",
+		[]call{{"s", "{\"z\":1.50,\n \"a\":[1, 2],\"m\":{\"q\":1e3}}"}}},
 	{"no HTML escaping", `<tool_call>{"name":"s","arguments":{"q":"<a> & b"}}</tool_call>`, "", []call{{"s", `{"q":"<a> & b"}`}}},
-	{"arguments as a string", `<tool_call>{"name": "f", "arguments": "{\"a\": 1}"}</tool_call>`, "", []call{{"f", `{"a":1}`}}},
+	{"arguments as a string", `<tool_call>{"name": "f", "arguments": " {\"a\": 1}"}</tool_call>`, "", []call{{"f", `{"a": 1}`}}},
 	{"arguments absent", `<tool_call>{"name": "now"}</tool_call>`, "", []call{{"now", `{}`}}},
 	{"arguments null", `<tool_call>{"name": "now", "arguments": null}</tool_call>`, "", []call{{"now", `{}`}}},
 	{"text after a call", "<tool_call>{\"name\": \"f\"}</tool_call>\n\nDone.", "Done.", []call{{"f", `{}`}}},
 	{"text between calls", "A\n<tool_call>{\"name\": \"f\"}</tool_call>\nB\n<tool_call>{\"name\": \"g\"}</tool_call>\n", "A\nB",
 		[]call{{"f", `{}`}, {"g", `{}`}}},
 	{"unclosed complete block at the end", "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n", "",
-		[]call{{"f", `{"a":1}`}}},
+		[]call{{"f", `{"a": 1}`}}},
 	{"unclosed truncated block", "Hi\n<tool_call>\n{\"name\": \"f\", \"argu", "Hi\n<tool_call>\n{\"name\": \"f\", \"argu", nil},
 	{"malformed JSON", "A\n<tool_call>\n{name: f}\n</tool_call>\nB", "A\n<tool_call>\n{name: f}\n</tool_call>\nB", nil},
 	{"name missing", `<tool_call>{"arguments": {}}</tool_call>`, `<tool_call>{"arguments": {}}</tool_call>`, nil},
@@ -136,7 +136,7 @@ func TestStreamingHoldsBackOnlyWhatItMust(t *testing.T) {
 
 // FuzzParse checks, for any text and any cut into two or three pieces, that nothing panics, that the
 // streamed result equals Parse's, that text without calls comes back unchanged, and that every call has a
-// name and a compact JSON object as arguments. The seed corpus is in testdata/fuzz/FuzzParse.
+// name and a JSON object as arguments. The seed corpus is in testdata/fuzz/FuzzParse.
 func FuzzParse(f *testing.F) {
 	for _, c := range parseCases {
 		f.Add(c.text, uint16(len(c.text)/3), uint16(len(c.text)/2))
