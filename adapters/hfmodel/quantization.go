@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 
 	"github.com/higgs-go/higgs/adapters/quant"
@@ -175,4 +176,30 @@ func parseSpec(where string, o object, top bool) (quant.Spec, string, error) {
 		}
 	}
 	return s, mode, errors.Join(r.errs...)
+}
+
+// CheckQuantizedLinear resolves and checks the format of a Linear stored MLX affine-quantized (weight, scales
+// and biases shapes as stored) whose logical shape is dims ([out, in], or [E, out, in] for stacked experts).
+// spec is the config's setting for the module, or nil to infer it from the shapes as mlx-lm does: bits =
+// packed width·32/in, group size = in/groups. Both backends' loaders use it, so a checkpoint is accepted or
+// refused alike on each. Callers prefix errors with the module name.
+func CheckQuantizedLinear(spec *quant.Spec, weight, scales, biases, dims []int) (quant.Spec, error) {
+	in := dims[len(dims)-1]
+	var s quant.Spec
+	if spec != nil {
+		s = *spec
+	} else if n := len(weight); n > 0 && len(scales) == n && weight[n-1] > 0 && scales[n-1] > 0 {
+		s = quant.Spec{Bits: weight[n-1] * 32 / in, GroupSize: in / scales[n-1]}
+	}
+	if err := s.Validate(); err != nil {
+		return s, err
+	}
+	qOut, qIn, err := quant.CheckShapes(weight, scales, biases, s)
+	if err != nil {
+		return s, err
+	}
+	if qIn != in || !slices.Equal(weight[:len(weight)-1], dims[:len(dims)-1]) {
+		return s, fmt.Errorf("weight %v (%s) is logical [.., %d, %d], want %v", weight, s, qOut, qIn, dims)
+	}
+	return s, nil
 }

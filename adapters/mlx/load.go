@@ -7,7 +7,6 @@ import (
 
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
-	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -81,21 +80,9 @@ func (l *loader) linear(wname, c string, dims ...int) (*linear, error) {
 	if err != nil {
 		return nil, fmt.Errorf("quantized %s: %w", c, err)
 	}
-	var s quant.Spec
-	if sp != nil {
-		s = *sp
-	} else if n := len(t.Shape); n > 0 && len(sc.Shape) == n && sc.Shape[n-1] > 0 {
-		s = quant.Spec{Bits: t.Shape[n-1] * 32 / in, GroupSize: in / sc.Shape[n-1]}
-	}
-	if err := s.Validate(); err != nil {
-		return nil, fmt.Errorf("quantized %s: %w", c, err)
-	}
-	qOut, qIn, err := quant.CheckShapes(t.Shape, sc.Shape, bi.Shape, s)
+	s, err := hfmodel.CheckQuantizedLinear(sp, t.Shape, sc.Shape, bi.Shape, dims)
 	if err != nil {
 		return nil, fmt.Errorf("quantized %s: %w", c, err)
-	}
-	if qIn != in || qOut != lin.out || !slices.Equal(t.Shape[:len(t.Shape)-1], dims[:len(dims)-1]) {
-		return nil, fmt.Errorf("quantized %s: weight %v (%s) is logical [.., %d, %d], want %v", c, t.Shape, s, qOut, qIn, dims)
 	}
 	codes, err := t.Uint32()
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 )
@@ -80,22 +81,9 @@ func loadMatrix(st *safetensors.Store, weightName, base string, spec *quant.Spec
 	if err != nil {
 		return nil, fmt.Errorf("quantized %s: %w", base, err)
 	}
-	s := quant.Spec{}
-	if spec != nil {
-		s = *spec
-	} else if n := len(t.Shape); n > 0 && len(sc.Shape) == n && t.Shape[n-1] > 0 && sc.Shape[n-1] > 0 {
-		s = quant.Spec{Bits: t.Shape[n-1] * 32 / in, GroupSize: in / sc.Shape[n-1]}
-	}
-	if err := s.Validate(); err != nil {
-		return nil, fmt.Errorf("quantized %s: %w", base, err)
-	}
-	qOut, qIn, err := quant.CheckShapes(t.Shape, sc.Shape, bi.Shape, s)
+	s, err := hfmodel.CheckQuantizedLinear(spec, t.Shape, sc.Shape, bi.Shape, dims)
 	if err != nil {
 		return nil, fmt.Errorf("quantized %s: %w", base, err)
-	}
-	lead := t.Shape[:len(t.Shape)-1]
-	if qIn != in || !slices.Equal(lead, dims[:len(dims)-1]) {
-		return nil, fmt.Errorf("quantized %s: weight %v (%s) is logical [.., %d, %d], want %v", base, t.Shape, s, qOut, qIn, dims)
 	}
 	codes, ok, err := t.Uint32View()
 	if err != nil {
