@@ -153,3 +153,57 @@ func parityOptions(prompt []ports.Token) ParityOptions {
 	o.Prompt = prompt
 	return o
 }
+
+// withRopeScaling returns a copy of the target dir whose config.json declares scaling (nil: none) and
+// max_position_embeddings maxPos.
+func withRopeScaling(t *testing.T, dir string, scaling map[string]any, maxPos int) string {
+	t.Helper()
+	out := t.TempDir()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		require.NoError(t, err)
+		if e.Name() == "config.json" {
+			cfg := map[string]any{}
+			require.NoError(t, json.Unmarshal(b, &cfg))
+			cfg["rope_scaling"] = scaling
+			cfg["max_position_embeddings"] = maxPos
+			b, err = json.Marshal(cfg)
+			require.NoError(t, err)
+		}
+		require.NoError(t, os.WriteFile(filepath.Join(out, e.Name()), b, 0o644))
+	}
+	return out
+}
+
+// TestParityYaRNTarget: a YaRN target with factor 1 computes plain RoPE, a real factor changes the logits (so the
+// scaling is applied), and where libmlxc is available the MLX backend agrees with the CPU reference on it.
+func TestParityYaRNTarget(t *testing.T) {
+	base := writeTarget(t, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 41})
+	prompt := []ports.Token{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4}
+	plain := load(t, withRopeScaling(t, base, nil, 512), NoDraftName)
+	unit := load(t, withRopeScaling(t, base, map[string]any{"rope_type": "yarn", "factor": 1.0}, 512), NoDraftName)
+	yarnDir := withRopeScaling(t, base, map[string]any{"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16}, 512)
+	yarn := load(t, yarnDir, NoDraftName)
+
+	o := parityOptions(prompt)
+	o.MaxAbs, o.TapAbs = 1e-5, 1e-5
+	res, err := Parity(t.Context(), plain, unit, o)
+	require.NoError(t, err, "YaRN with factor 1 is plain RoPE: %v", res.Failures)
+
+	res, err = Parity(t.Context(), plain, yarn, parityOptions(prompt))
+	require.ErrorIs(t, err, ErrCheckFailed, "YaRN (factor 512/16 = 32, as transformers derives it) must change the logits")
+	assert.Greater(t, res.MaxAbs, 1e-3)
+
+	if err := mlxAvailable(); err != nil {
+		t.Logf("MLX half skipped: %v", err)
+		return
+	}
+	mx, err := LoadModels(t.Context(), ModelConfig{Model: yarnDir, Draft: NoDraftName, Backend: BackendMLX}, zerolog.Nop(), nil)
+	require.NoError(t, err)
+	defer mx.Close()
+	res, err = Parity(t.Context(), yarn, mx, parityOptions(prompt))
+	require.NoError(t, err, "%v", res.Failures)
+	assert.True(t, res.Pass)
+}

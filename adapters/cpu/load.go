@@ -104,7 +104,7 @@ func (l *loader) load(a *hfmodel.Arch) (*model, error) {
 	m.rope = kernel.NewRope(2, 1)
 	for _, k := range a.Kinds {
 		if k == ports.LayerAttention {
-			m.rope = kernel.NewRope(a.RotaryDims, a.RopeTheta)
+			m.rope = kernel.NewRopeFreqs(a.Rope.Frequencies(a.RotaryDims, a.RopeTheta, a.RopeMaxPositions))
 			break
 		}
 	}

@@ -18,7 +18,11 @@ type Arch struct {
 	// Attention.
 	Heads, KVHeads, HeadDim, RotaryDims int
 	RopeTheta                           float64
-	OutputGate                          bool
+	// Rope is the checkpoint's RoPE scaling (zero: plain RoPE) and RopeMaxPositions the config's
+	// max_position_embeddings, which YaRN's frequencies depend on (ContextLength may be capped below it).
+	Rope             RopeScaling
+	RopeMaxPositions int
+	OutputGate       bool
 	// Gated DeltaNet.
 	KeyHeads, ValueHeads, KeyDim, ValueDim, ConvKernel int
 	// MLP / MoE: MoE[i] says whether layer i is sparse.
@@ -36,7 +40,7 @@ func ResolveArch(c *TextConfig, contextLength int) (Arch, error) {
 		Hidden: c.HiddenSize, Vocab: c.VocabSize, Layers: c.NumHiddenLayers, Eps: float32(c.RMSNormEps),
 		ContextLength: c.MaxPositionEmbeddings, Kinds: append([]ports.LayerKind(nil), c.LayerTypes...),
 		Heads: c.NumAttentionHeads, KVHeads: c.NumKeyValueHeads, HeadDim: c.HeadDim, RotaryDims: c.RotaryDims(),
-		RopeTheta: c.RopeTheta, OutputGate: c.AttnOutputGate,
+		RopeTheta: c.RopeTheta, Rope: c.RopeScaling, RopeMaxPositions: c.MaxPositionEmbeddings, OutputGate: c.AttnOutputGate,
 		KeyHeads: c.LinearNumKeyHeads, ValueHeads: c.LinearNumValueHeads, KeyDim: c.LinearKeyHeadDim,
 		ValueDim: c.LinearValueHeadDim, ConvKernel: c.LinearConvKernelDim,
 		Intermediate: c.IntermediateSize, MoE: make([]bool, max(c.NumHiddenLayers, 0)),

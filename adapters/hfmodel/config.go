@@ -56,6 +56,9 @@ type TextConfig struct {
 	// input all position streams are equal and M-RoPE reduces exactly to 1-D RoPE over RotaryDims.
 	MRopeSection     []int
 	MRopeInterleaved bool
+	// RopeScaling is the RoPE scaling from rope_scaling or rope_parameters (zero: plain RoPE); types other than
+	// linear and YaRN are refused.
+	RopeScaling RopeScaling
 
 	TieWordEmbeddings bool
 	// AttentionBias is always false after parsing (true is refused); kept for completeness.
@@ -289,9 +292,7 @@ func readRope(r *reader, c *TextConfig) {
 		c.MRopeSection = sec
 	}
 	c.MRopeInterleaved = pr.bool("mrope_interleaved", false)
-	checkRopeType(r, pr, pwhere)
-	scaling, swhere := r.obj("rope_scaling")
-	checkRopeType(r, &reader{scopes: []scope{{swhere, scaling}}}, swhere)
+	c.RopeScaling = readRopeScaling(r, pr, pwhere)
 	r.errs = append(r.errs, pr.errs...)
 }
 
@@ -310,23 +311,6 @@ func ropeFloat(r, pr *reader, pwhere, key string, def float64) float64 {
 		v = def
 	}
 	return v
-}
-
-// checkRopeType refuses any RoPE variant but the default (YaRN, linear, dynamic, ...): applying plain RoPE to
-// a checkpoint trained with scaling silently degrades it.
-func checkRopeType(r, sr *reader, where string) {
-	if len(sr.scopes[0].obj) == 0 {
-		return
-	}
-	t := sr.str("rope_type", "")
-	if t == "" {
-		t = sr.str("type", "default")
-	}
-	if t != "default" {
-		r.unsupported("%s type %q (only default RoPE; YaRN and other scalings are not implemented)", where, t)
-	}
-	r.errs = append(r.errs, sr.errs...)
-	sr.errs = nil
 }
 
 // maxLayers bounds num_hidden_layers before anything is sized by it: real models have at most a few hundred,

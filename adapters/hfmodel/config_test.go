@@ -306,9 +306,9 @@ func TestParseConfigRejects(t *testing.T) {
 		{"unknown text model_type", "qwen3.5-4b.json", map[string]any{"text_config.model_type": "qwen4_text"}, true, []string{"qwen4_text"}},
 		{"text model_type disagrees", "qwen3.5-4b.json", map[string]any{"text_config.model_type": "qwen3_5_moe_text"}, false, []string{"disagree"}},
 		{"drafter given as target", "dflash-qwen3-4b-b16.json", nil, false, []string{"DFlash drafter"}},
-		{"yarn", "qwen3-4b.json", map[string]any{"rope_scaling": map[string]any{"rope_type": "yarn", "factor": 4.0}}, true, []string{"yarn"}},
-		{"old-style rope_scaling type", "qwen3-4b.json", map[string]any{"rope_scaling": map[string]any{"type": "linear", "factor": 2.0}}, true, []string{"linear"}},
-		{"rope_parameters yarn", "qwen3.5-4b.json", map[string]any{"text_config.rope_parameters": map[string]any{"rope_type": "yarn", "rope_theta": 1e7, "partial_rotary_factor": 0.25}}, true, []string{"yarn"}},
+		{"dynamic rope", "qwen3-4b.json", map[string]any{"rope_scaling": map[string]any{"rope_type": "dynamic", "factor": 4.0}}, true, []string{"dynamic"}},
+		{"old-style rope_scaling type", "qwen3-4b.json", map[string]any{"rope_scaling": map[string]any{"type": "longrope", "factor": 2.0}}, true, []string{"longrope"}},
+		{"rope_parameters yarn without factor", "qwen3.5-4b.json", map[string]any{"text_config.rope_parameters": map[string]any{"rope_type": "yarn", "rope_theta": 1e7, "partial_rotary_factor": 0.25}}, false, []string{"factor"}},
 		{"sliding window", "qwen3-4b.json", map[string]any{"use_sliding_window": true}, true, []string{"use_sliding_window"}},
 		{"qwen3 sliding layer", "qwen3-4b.json", map[string]any{"layer_types": []string{"sliding_attention"}}, true, []string{"sliding_attention"}},
 		{"hidden_act", "qwen3-4b.json", map[string]any{"hidden_act": "gelu"}, true, []string{"gelu"}},
@@ -381,7 +381,7 @@ func TestParseConfigReportsAllProblems(t *testing.T) {
 		"hidden_act": "relu", "num_key_value_heads": 5, "vocab_size": 0, "rope_scaling": map[string]any{"rope_type": "yarn"},
 	}))
 	require.Error(t, err)
-	for _, w := range []string{"relu", "num_key_value_heads 5", "vocab_size", "yarn"} {
+	for _, w := range []string{"relu", "num_key_value_heads 5", "vocab_size", "rope_scaling.factor"} {
 		assert.Contains(t, err.Error(), w)
 	}
 }
@@ -440,4 +440,24 @@ func TestNormaliseName(t *testing.T) {
 		assert.Equal(t, tc.want, got, tc.in)
 		assert.Equal(t, tc.keep, keep, tc.in)
 	}
+}
+
+// TestParseConfigRopeScaling: YaRN and linear scaling are read from either place and reach the resolved Arch
+// with the config's max_position_embeddings (which YaRN needs even when the context is capped lower).
+func TestParseConfigRopeScaling(t *testing.T) {
+	c, err := ParseConfig(patch(t, "qwen3-4b.json", map[string]any{"rope_scaling": map[string]any{"rope_type": "yarn",
+		"factor": 4.0, "original_max_position_embeddings": 32768}}))
+	require.NoError(t, err)
+	want := RopeScaling{Type: RopeYaRN, Factor: 4, OriginalMaxPositions: 32768, Truncate: true}
+	assert.Equal(t, want, c.RopeScaling)
+	a, err := ResolveArch(c, 1024)
+	require.NoError(t, err)
+	assert.Equal(t, want, a.Rope)
+	assert.Equal(t, 40960, a.RopeMaxPositions)
+	assert.Equal(t, 1024, a.ContextLength)
+
+	c, err = ParseConfig(patch(t, "qwen3.5-4b.json", map[string]any{"text_config.rope_parameters": map[string]any{
+		"rope_type": "linear", "factor": 2.0, "rope_theta": 1e7, "partial_rotary_factor": 0.25}}))
+	require.NoError(t, err)
+	assert.Equal(t, RopeScaling{Type: RopeLinear, Factor: 2, Truncate: true}, c.RopeScaling)
 }

@@ -57,8 +57,10 @@ func (m *model) attention(g *graph, w *attnWeights, st *attnState, h arr, T, n i
 	v := g.reshape(w.v.apply(g, h), T, a.KVHeads, d)
 	q = g.rmsNorm(q, w.qNorm, a.Eps)
 	k = g.rmsNorm(k, w.kNorm, a.Eps)
-	q = g.rope(g.expand(g.transpose(q, 1, 0, 2), 0), a.RotaryDims, a.RopeTheta, n)
-	k = g.rope(g.expand(g.transpose(k, 1, 0, 2), 0), a.RotaryDims, a.RopeTheta, n)
+	rs := newRopeSpec(a.RotaryDims, d, a.RopeTheta, a.Rope, a.RopeMaxPositions)
+	cast := func(x arr) arr { return m.cast(g, x) }
+	q = g.ropeWith(g.expand(g.transpose(q, 1, 0, 2), 0), rs, n, cast)
+	k = g.ropeWith(g.expand(g.transpose(k, 1, 0, 2), 0), rs, n, cast)
 	v = g.expand(g.transpose(v, 1, 0, 2), 0)
 	if st.k != 0 {
 		k = g.concat(2, st.k, k)
