@@ -1,14 +1,8 @@
 package cpu
 
 import (
-	"encoding/binary"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -18,81 +12,16 @@ import (
 	"github.com/higgs-go/higgs/adapters/cpu/weights"
 	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/safetensors"
+	"github.com/higgs-go/higgs/internal/golden"
 	"github.com/higgs-go/higgs/ports"
 )
-
-// goldenRoot holds the transformers goldens written by tools/goldens/make_goldens.py (format in its README).
-const goldenRoot = "../../testdata/goldens"
-
-type goldenIndex struct {
-	Cases []struct {
-		Case string `json:"case"`
-		Dir  string `json:"dir"`
-		OK   bool   `json:"ok"`
-	} `json:"cases"`
-}
-
-type goldenArray struct {
-	File  string `json:"file"`
-	Shape []int  `json:"shape"`
-}
-
-type goldenCase struct {
-	Prompt       []ports.Token `json:"prompt"`
-	Logits       goldenArray   `json:"logits"`
-	HiddenStates goldenArray   `json:"hidden_states"`
-	Greedy       struct {
-		Tokens     []ports.Token `json:"tokens"`
-		Top2Margin []float64     `json:"top2_margin"`
-	} `json:"greedy"`
-	PromptTop2Margin []float64 `json:"prompt_top2_margin"`
-	DequantSamples   []struct {
-		Module    string `json:"module"`
-		File      string `json:"file"`
-		Shape     []int  `json:"shape"`
-		Bits      int    `json:"bits"`
-		GroupSize int    `json:"group_size"`
-	} `json:"dequant_samples"`
-	PromptArgmax []ports.Token `json:"prompt_argmax"`
-}
-
-func readF32(t *testing.T, path string, shape []int) []float32 {
-	t.Helper()
-	raw, err := os.ReadFile(path)
-	require.NoError(t, err)
-	n := 1
-	for _, d := range shape {
-		n *= d
-	}
-	require.Equal(t, 4*n, len(raw), "%s: %d bytes for shape %v", path, len(raw), shape)
-	out := make([]float32, n)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	return out
-}
 
 // The CPU backend reproduces transformers' float32 logits (max |Δ| ≤ 1e-3), hidden states after every layer,
 // and greedy continuations wherever the reference's top-2 margin exceeds 1e-3.
 func TestGoldens(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(goldenRoot, "index.json"))
-	if errors.Is(err, fs.ErrNotExist) {
-		t.Skipf("no goldens under %s yet (tools/goldens/make_goldens.py writes them)", goldenRoot)
-	}
-	require.NoError(t, err)
-	var idx goldenIndex
-	require.NoError(t, json.Unmarshal(raw, &idx))
-	require.NotEmpty(t, idx.Cases)
-	for _, c := range idx.Cases {
-		if !c.OK {
-			continue
-		}
-		t.Run(c.Case, func(t *testing.T) {
-			dir := filepath.Join(goldenRoot, c.Dir)
-			graw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-			require.NoError(t, err)
-			var g goldenCase
-			require.NoError(t, json.Unmarshal(graw, &g))
+	for _, gt := range golden.Targets(t) {
+		t.Run(gt.Name, func(t *testing.T) {
+			dir, g := gt.Dir, gt.Case
 			tg, err := Load(t.Context(), dir, LoadOptions{Threads: 2})
 			require.NoError(t, err)
 			defer tg.Close()
@@ -106,7 +35,7 @@ func TestGoldens(t *testing.T) {
 			}
 			s := openSession(t, tg, taps)
 			logits, tapData, _ := run(t, s, g.Prompt, false)
-			want := readF32(t, filepath.Join(dir, g.Logits.File), g.Logits.Shape)
+			want := golden.Floats(t, dir, g.Logits)
 			var worst float64
 			for i := range want {
 				worst = math.Max(worst, math.Abs(float64(want[i])-float64(logits[i])))
@@ -116,7 +45,7 @@ func TestGoldens(t *testing.T) {
 
 			if g.HiddenStates.File != "" {
 				require.Equal(t, []int{a.Layers + 1, T, a.Hidden}, g.HiddenStates.Shape)
-				hs := readF32(t, filepath.Join(dir, g.HiddenStates.File), g.HiddenStates.Shape)
+				hs := golden.Floats(t, dir, g.HiddenStates)
 				emb := make([]float32, T*a.Hidden)
 				require.NoError(t, tg.EmbedTokens(emb, g.Prompt))
 				layerErr := func(l int, got func(tt, j int) float32) float64 {
@@ -144,7 +73,7 @@ func TestGoldens(t *testing.T) {
 				require.NoError(t, err)
 				defer st.Close()
 				for _, ds := range g.DequantSamples {
-					want := readF32(t, filepath.Join(dir, ds.File), ds.Shape)
+					want := golden.Floats(t, dir, ds.Array)
 					spec := &quant.Spec{Bits: ds.Bits, GroupSize: ds.GroupSize}
 					n := len(ds.Shape)
 					out, in := ds.Shape[n-2], ds.Shape[n-1]

@@ -10,13 +10,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/safetensors"
+	"github.com/higgs-go/higgs/internal/golden"
 	"github.com/higgs-go/higgs/ports"
 )
 
 // nanCheckpoint copies a golden model with its final norm weights set to NaN, so every logit is NaN.
 func nanCheckpoint(t *testing.T) string {
 	t.Helper()
-	src := filepath.Join(goldenRoot, "qwen3_next_dense")
+	src := filepath.Join(golden.Dir(), "qwen3_next_dense")
 	if _, err := os.Stat(filepath.Join(src, "model.safetensors")); err != nil {
 		t.Skipf("golden %s absent: %v", src, err)
 	}

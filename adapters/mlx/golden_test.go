@@ -1,7 +1,6 @@
 package mlx
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"io/fs"
@@ -16,64 +15,19 @@ import (
 	"github.com/higgs-go/higgs/adapters/cpu"
 	"github.com/higgs-go/higgs/adapters/cpu/dflash"
 	"github.com/higgs-go/higgs/domain/speculative"
+	"github.com/higgs-go/higgs/internal/golden"
 	"github.com/higgs-go/higgs/ports"
 )
-
-// goldenRoot holds the transformers goldens written by tools/goldens/make_goldens.py.
-const goldenRoot = "../../testdata/goldens"
-
-type goldenCase struct {
-	Prompt []ports.Token `json:"prompt"`
-	Logits struct {
-		File  string `json:"file"`
-		Shape []int  `json:"shape"`
-	} `json:"logits"`
-	Greedy struct {
-		Tokens     []ports.Token `json:"tokens"`
-		Top2Margin []float64     `json:"top2_margin"`
-	} `json:"greedy"`
-}
-
-func readGoldenF32(t *testing.T, path string, n int) []float32 {
-	t.Helper()
-	raw, err := os.ReadFile(path)
-	require.NoError(t, err)
-	require.Len(t, raw, 4*n, path)
-	out := make([]float32, n)
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
-	}
-	return out
-}
 
 // TestGoldens: on every golden target the MLX backend reproduces transformers' float32 logits (max |Δ| ≤
 // 1e-3) and agrees with the CPU backend (max |Δlogit| ≤ 1e-3, identical greedy continuations, by tokens fed
 // one at a time).
 func TestGoldens(t *testing.T) {
 	requireMLX(t)
-	raw, err := os.ReadFile(filepath.Join(goldenRoot, "index.json"))
-	if errors.Is(err, fs.ErrNotExist) {
-		t.Skipf("no goldens under %s", goldenRoot)
-	}
-	require.NoError(t, err)
-	var idx struct {
-		Cases []struct {
-			Case, Dir string
-			OK        bool
-		} `json:"cases"`
-	}
-	require.NoError(t, json.Unmarshal(raw, &idx))
 	temp1 := &ports.SamplingParams{Temperature: 1}
-	for _, c := range idx.Cases {
-		if !c.OK {
-			continue
-		}
-		t.Run(c.Case, func(t *testing.T) {
-			dir := filepath.Join(goldenRoot, c.Dir)
-			graw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-			require.NoError(t, err)
-			var g goldenCase
-			require.NoError(t, json.Unmarshal(graw, &g))
+	for _, gt := range golden.Targets(t) {
+		t.Run(gt.Name, func(t *testing.T) {
+			dir, g := gt.Dir, gt.Case
 			mt, err := Load(t.Context(), dir, LoadOptions{})
 			require.NoError(t, err)
 			defer mt.Close()
@@ -94,7 +48,7 @@ func TestGoldens(t *testing.T) {
 			require.NoError(t, err)
 			cr, err := cs.Forward(t.Context(), g.Prompt, ports.ForwardOptions{Sampling: temp1})
 			require.NoError(t, err)
-			want := readGoldenF32(t, filepath.Join(dir, g.Logits.File), T*V)
+			want := golden.Floats(t, dir, g.Logits)
 			var vsHF, vsCPU float64
 			for i := range want {
 				vsHF = math.Max(vsHF, math.Abs(float64(want[i])-float64(logits[i])))
@@ -152,7 +106,7 @@ func TestDrafterGoldens(t *testing.T) {
 	requireMLX(t)
 	for _, name := range []string{"dflash_drafter_b8", "dflash_drafter_b16_taps"} {
 		t.Run(name, func(t *testing.T) {
-			ddir := filepath.Join(goldenRoot, name)
+			ddir := filepath.Join(golden.Dir(), name)
 			raw, err := os.ReadFile(filepath.Join(ddir, "trace.json"))
 			if errors.Is(err, fs.ErrNotExist) {
 				t.Skipf("no drafter golden %s", ddir)
@@ -160,7 +114,7 @@ func TestDrafterGoldens(t *testing.T) {
 			require.NoError(t, err)
 			var tr draftTrace
 			require.NoError(t, json.Unmarshal(raw, &tr))
-			tdir := filepath.Join(goldenRoot, tr.Target)
+			tdir := filepath.Join(golden.Dir(), tr.Target)
 			mt, err := Load(t.Context(), tdir, LoadOptions{})
 			require.NoError(t, err)
 			defer mt.Close()
@@ -197,32 +151,9 @@ func TestDrafterGoldens(t *testing.T) {
 // gaps of ~1e-4 flip under it; observed 0.9–22%, logged).
 func TestGoldensBFloat16(t *testing.T) {
 	requireMLX(t)
-	raw, err := os.ReadFile(filepath.Join(goldenRoot, "index.json"))
-	if errors.Is(err, fs.ErrNotExist) {
-		t.Skipf("no goldens under %s", goldenRoot)
-	}
-	require.NoError(t, err)
-	var idx struct {
-		Cases []struct {
-			Case, Dir string
-			OK        bool
-		} `json:"cases"`
-	}
-	require.NoError(t, json.Unmarshal(raw, &idx))
-	for _, c := range idx.Cases {
-		if !c.OK {
-			continue
-		}
-		t.Run(c.Case, func(t *testing.T) {
-			dir := filepath.Join(goldenRoot, c.Dir)
-			graw, err := os.ReadFile(filepath.Join(dir, "golden.json"))
-			require.NoError(t, err)
-			var g struct {
-				goldenCase
-				PromptArgmax []ports.Token `json:"prompt_argmax"`
-				Margin       []float64     `json:"prompt_top2_margin"`
-			}
-			require.NoError(t, json.Unmarshal(graw, &g))
+	for _, gt := range golden.Targets(t) {
+		t.Run(gt.Name, func(t *testing.T) {
+			dir, g := gt.Dir, gt.Case
 			mt, err := Load(t.Context(), dir, LoadOptions{BFloat16: true})
 			require.NoError(t, err)
 			defer mt.Close()
@@ -234,7 +165,8 @@ func TestGoldensBFloat16(t *testing.T) {
 			_, err = readTaps(fr.Taps)
 			require.NoError(t, err, "bf16 taps read back as float32")
 			V := mt.Info().VocabSize
-			want := readGoldenF32(t, filepath.Join(dir, g.Logits.File), len(g.Prompt)*V)
+			require.Equal(t, []int{len(g.Prompt), V}, g.Logits.Shape)
+			want := golden.Floats(t, dir, g.Logits)
 			worst, scale := 0.0, 0.0
 			for i := range want {
 				worst = math.Max(worst, math.Abs(float64(want[i])-float64(logits[i])))
@@ -243,8 +175,8 @@ func TestGoldensBFloat16(t *testing.T) {
 			t.Logf("bf16 max |Δlogit| vs transformers fp32 = %.3g (%.2g%% of max |logit| %.3g)", worst, 100*worst/scale, scale)
 			assert.LessOrEqual(t, worst, 0.25*scale)
 			for i, tok := range g.PromptArgmax {
-				if g.Margin[i] > 0.5 {
-					assert.Equal(t, tok, fr.Greedy[i], "position %d (margin %.3g)", i, g.Margin[i])
+				if g.PromptTop2Margin[i] > 0.5 {
+					assert.Equal(t, tok, fr.Greedy[i], "position %d (margin %.3g)", i, g.PromptTop2Margin[i])
 				}
 			}
 		})
