@@ -28,10 +28,11 @@
 // same layer is a sequence of op calls on opaque handles. A shared adapters/tensor interface would force
 // either the CPU path into op-at-a-time allocation (losing its fused kernels and exactness guarantees) or
 // this backend into Go-side loops (losing MLX's fusion and device residency). The duplication is the layer
-// wiring and the loader's name table (forward.go, model.go, load.go and the drafter's layers: about 1,000
-// lines); checkpoint and config parsing (hfmodel, safetensors, quant) is shared, the drafter's config rules
-// come from adapters/cpu/dflash's loader, and parity tests against the CPU backend on the same checkpoints
-// (every transformers golden, random dense/hybrid/quantized fixtures, DFlash traces) keep the two in step.
+// structs and wiring (forward.go, model.go, load.go and the drafter's layers: about 1,000 lines); what a
+// checkpoint means is shared (hfmodel: configs, the resolved Arch, canonical names, quantization and
+// zero-centred-norm rules; safetensors; quant), the drafter's config rules come from adapters/cpu/dflash's
+// loader, and parity tests against the CPU backend on the same checkpoints (every transformers golden, random
+// dense/hybrid/quantized fixtures, DFlash traces) keep the two in step.
 //
 // Numerics: float32 by default (parity with the CPU reference). LoadOptions.BFloat16 is experimental: bf16
 // weights and activations with the GDN recurrence in float32.
