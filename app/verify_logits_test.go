@@ -100,6 +100,7 @@ func TestParityCPU(t *testing.T) {
 	assert.True(t, res.Pass)
 	assert.Zero(t, res.MaxAbs, "same weights, different worker counts: bit-identical")
 	assert.Zero(t, res.TapMaxAbs)
+	assert.True(t, res.TapsCompared)
 	assert.Equal(t, res.ArgmaxChecked, res.ArgmaxAgree)
 	assert.True(t, res.ReplayA.Supported)
 	assert.True(t, res.ReplayA.Recurrent)

@@ -87,6 +87,7 @@ type ParityResult struct {
 	ArgmaxMismatch  []int         `json:"argmax_mismatch"`
 	TapLayers       []int         `json:"tap_layers"`
 	TapMaxAbs       float64       `json:"tap_max_abs"`
+	TapsCompared    bool          `json:"taps_compared"`
 	ContinuationA   []ports.Token `json:"continuation_a"`
 	ContinuationB   []ports.Token `json:"continuation_b"`
 	ContinuationOK  bool          `json:"continuation_match"`
@@ -148,14 +149,24 @@ func Parity(ctx context.Context, a, b *Models, o ParityOptions) (ParityResult, e
 			}
 		}
 	}
-	if fa, ok := ta.(dflash.FloatTaps); ok {
-		if fb, ok := tb.(dflash.FloatTaps); ok {
-			da, _, _ := fa.Float32()
-			db, _, _ := fb.Float32()
+	// The tapped hidden states are compared only when both backends can expose them as float32 of one shape;
+	// otherwise the check cannot be made, and that is reported rather than passed as a zero difference.
+	fa, okA := ta.(dflash.FloatTaps)
+	fb, okB := tb.(dflash.FloatTaps)
+	var tapProblem string
+	if okA && okB {
+		da, ra, wa := fa.Float32()
+		db, rb, wb := fb.Float32()
+		if ra != rb || wa != wb {
+			tapProblem = fmt.Sprintf("tapped hidden states differ in shape (%d×%d vs %d×%d)", ra, wa, rb, wb)
+		} else {
 			for i := range min(len(da), len(db)) {
 				res.TapMaxAbs = max(res.TapMaxAbs, math.Abs(float64(da[i])-float64(db[i])))
 			}
+			res.TapsCompared = true
 		}
+	} else {
+		tapProblem = fmt.Sprintf("tapped hidden states are not readable as float32 (a: %v, b: %v)", okA, okB)
 	}
 	ga, _, err := runDecoder(ctx, a, GenerateOptions{Prompt: o.Prompt, MaxTokens: o.MaxTokens, NoEOS: true})
 	if err != nil {
@@ -209,6 +220,9 @@ func Parity(ctx context.Context, a, b *Models, o ParityOptions) (ParityResult, e
 	}
 	if len(res.ArgmaxMismatch) > 0 {
 		fail("argmax differs at %d of %d positions with top-2 margin > %g", len(res.ArgmaxMismatch), res.ArgmaxChecked, o.Margin)
+	}
+	if tapProblem != "" {
+		fail("%s", tapProblem)
 	}
 	if res.TapMaxAbs > o.TapAbs {
 		fail("max |Δtap| %.3g > %.3g", res.TapMaxAbs, o.TapAbs)
