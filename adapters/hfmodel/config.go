@@ -138,16 +138,24 @@ func (c *TextConfig) SeparateGDNProjections(layer int) bool {
 
 // LoadConfig reads dir/config.json with ParseConfig.
 func LoadConfig(dir string) (*TextConfig, error) {
-	path := filepath.Join(dir, ConfigFile)
+	return loadFile(dir, ConfigFile, "model config", ParseConfig)
+}
+
+// loadFile reads dir/name and parses it: a read error says what was being loaded, a parse error names the
+// file.
+func loadFile[T any](dir, name, what string, parse func([]byte) (T, error)) (T, error) {
+	path := filepath.Join(dir, name)
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("load model config: %w", err)
+		var zero T
+		return zero, fmt.Errorf("load %s: %w", what, err)
 	}
-	c, err := ParseConfig(data)
+	v, err := parse(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		var zero T
+		return zero, fmt.Errorf("%s: %w", path, err)
 	}
-	return c, nil
+	return v, nil
 }
 
 // ParseConfig parses and validates a target config.json. Keys are read from text_config first, then the top

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 )
 
@@ -59,16 +57,7 @@ type DrafterConfig struct {
 
 // LoadDrafterConfig reads dir/config.json with ParseDrafterConfig.
 func LoadDrafterConfig(dir string) (*DrafterConfig, error) {
-	path := filepath.Join(dir, ConfigFile)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("load drafter config: %w", err)
-	}
-	d, err := ParseDrafterConfig(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return d, nil
+	return loadFile(dir, ConfigFile, "drafter config", ParseDrafterConfig)
 }
 
 // ParseDrafterConfig parses and validates a DFlash drafter config.json (old layout: top-level block_size and

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 )
 
@@ -29,19 +28,11 @@ type GenerationConfig struct {
 // LoadGenerationConfig reads dir/generation_config.json. A missing file is not an error: it returns the zero
 // value. Malformed values are.
 func LoadGenerationConfig(dir string) (*GenerationConfig, error) {
-	path := filepath.Join(dir, GenerationConfigFile)
-	data, err := os.ReadFile(path)
+	g, err := loadFile(dir, GenerationConfigFile, "generation config", ParseGenerationConfig)
 	if errors.Is(err, os.ErrNotExist) {
 		return &GenerationConfig{}, nil
 	}
-	if err != nil {
-		return nil, fmt.Errorf("load generation config: %w", err)
-	}
-	g, err := ParseGenerationConfig(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return g, nil
+	return g, err
 }
 
 // ParseGenerationConfig parses generation_config.json contents.
