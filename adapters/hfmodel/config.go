@@ -428,15 +428,8 @@ func readMoE(r *reader, c *TextConfig) {
 
 // validate checks values and their consistency; it returns every problem.
 func (c *TextConfig) validate() []error {
-	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
-	}
-	positive := func(name string, v int) {
-		if v <= 0 {
-			bad("%s must be positive (got %d)", name, v)
-		}
-	}
+	var errs problems
+	bad, positive := errs.bad, errs.positive
 	positive("hidden_size", c.HiddenSize)
 	positive("num_hidden_layers", c.NumHiddenLayers)
 	positive("num_attention_heads", c.NumAttentionHeads)
@@ -444,9 +437,7 @@ func (c *TextConfig) validate() []error {
 	positive("head_dim", c.HeadDim)
 	positive("vocab_size", c.VocabSize)
 	positive("max_position_embeddings", c.MaxPositionEmbeddings)
-	if c.NumAttentionHeads > 0 && c.NumKeyValueHeads > 0 && c.NumAttentionHeads%c.NumKeyValueHeads != 0 {
-		bad("num_attention_heads %d is not a multiple of num_key_value_heads %d", c.NumAttentionHeads, c.NumKeyValueHeads)
-	}
+	errs.multiple("num_attention_heads", c.NumAttentionHeads, "num_key_value_heads", c.NumKeyValueHeads)
 	if !(c.RMSNormEps > 0) {
 		bad("rms_norm_eps must be positive (got %v)", c.RMSNormEps)
 	}
@@ -481,9 +472,7 @@ func (c *TextConfig) validate() []error {
 		positive("linear_key_head_dim", c.LinearKeyHeadDim)
 		positive("linear_value_head_dim", c.LinearValueHeadDim)
 		positive("linear_conv_kernel_dim", c.LinearConvKernelDim)
-		if c.LinearNumKeyHeads > 0 && c.LinearNumValueHeads > 0 && c.LinearNumValueHeads%c.LinearNumKeyHeads != 0 {
-			bad("linear_num_value_heads %d is not a multiple of linear_num_key_heads %d", c.LinearNumValueHeads, c.LinearNumKeyHeads)
-		}
+		errs.multiple("linear_num_value_heads", c.LinearNumValueHeads, "linear_num_key_heads", c.LinearNumKeyHeads)
 		if !slices.Contains(c.LayerTypes, ports.LayerRecurrent) && len(c.LayerTypes) > 0 {
 			bad("no linear_attention layer in a %s model", c.ModelType)
 		}

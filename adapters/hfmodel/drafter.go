@@ -197,15 +197,8 @@ func readDrafterLayers(r *reader, d *DrafterConfig) {
 }
 
 func (d *DrafterConfig) validate(mask int) []error {
-	var errs []error
-	bad := func(format string, args ...any) {
-		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
-	}
-	positive := func(name string, v int) {
-		if v <= 0 {
-			bad("%s must be positive (got %d)", name, v)
-		}
-	}
+	var errs problems
+	bad, positive := errs.bad, errs.positive
 	positive("hidden_size", d.HiddenSize)
 	positive("intermediate_size", d.IntermediateSize)
 	positive("num_hidden_layers", d.NumHiddenLayers)
@@ -214,9 +207,7 @@ func (d *DrafterConfig) validate(mask int) []error {
 	positive("head_dim", d.HeadDim)
 	positive("vocab_size", d.VocabSize)
 	positive("max_position_embeddings", d.MaxPositionEmbeddings)
-	if d.NumAttentionHeads > 0 && d.NumKeyValueHeads > 0 && d.NumAttentionHeads%d.NumKeyValueHeads != 0 {
-		bad("num_attention_heads %d is not a multiple of num_key_value_heads %d", d.NumAttentionHeads, d.NumKeyValueHeads)
-	}
+	errs.multiple("num_attention_heads", d.NumAttentionHeads, "num_key_value_heads", d.NumKeyValueHeads)
 	if d.HeadDim%2 != 0 {
 		bad("head_dim %d must be even for RoPE", d.HeadDim)
 	}
