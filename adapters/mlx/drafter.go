@@ -79,30 +79,8 @@ func LoadDrafter(ctx context.Context, dir string, target *Target, opts DrafterOp
 	}
 	d := &Drafter{t: target, arch: a, shrink: opts.ShrinkBlocks,
 		rope: newRopeSpec(a.HeadDim, a.HeadDim, a.RopeTheta, a.Rope, a.MaxPositions)}
-	err = target.rt.Do(func() error {
-		arena := newGraph(target.rt, "mlx drafter load")
-		l, err := newLoader(st, nil, cfg.Quantization, arena)
-		if err == nil {
-			l.dt = target.m.dt // the drafter computes in its target's dtype
-		}
-		if err == nil {
-			err = d.load(l)
-		}
-		if err == nil {
-			err = l.ck.Unused()
-		}
-		if err == nil {
-			arena.eval(arena.tmp...)
-			err = arena.err
-		}
-		if err != nil {
-			arena.release()
-			return err
-		}
-		d.arena = arena
-		return nil
-	})
-	if err = errors.Join(err, st.Close()); err != nil {
+	// The drafter computes in its target's dtype.
+	if d.arena, err = upload(target.rt, st, "mlx drafter load", nil, cfg.Quantization, target.m.dt, d.load); err != nil {
 		return nil, fmt.Errorf("mlx drafter %s: %w", dir, err)
 	}
 	return d, nil

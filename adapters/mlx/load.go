@@ -1,6 +1,7 @@
 package mlx
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -28,6 +29,40 @@ func newLoader(st *safetensors.Store, cfg *hfmodel.TextConfig, q *hfmodel.Quanti
 		return nil, err
 	}
 	return &loader{ck: ck, cfg: cfg, quant: q, g: g, dt: mlxc.Float32}, nil
+}
+
+// upload builds weights on the MLX thread: fill loads them through a loader over st (cfg nil for a drafter,
+// q its quantization, float weights in dt) into a fresh arena named name; then every stored tensor must have
+// been used, and what is still lazy is evaluated. It returns the arena, or releases it on failure. st is
+// closed in every case: each weight has been copied into MLX.
+func upload(rt *mlxc.Runtime, st *safetensors.Store, name string, cfg *hfmodel.TextConfig, q *hfmodel.Quantization,
+	dt mlxc.Dtype, fill func(*loader) error) (*graph, error) {
+	var arena *graph
+	err := rt.Do(func() error {
+		g := newGraph(rt, name)
+		l, err := newLoader(st, cfg, q, g)
+		if err == nil {
+			l.dt = dt
+			err = fill(l)
+		}
+		if err == nil {
+			err = l.ck.Unused()
+		}
+		if err == nil {
+			g.eval(g.tmp...)
+			err = g.err
+		}
+		if err != nil {
+			g.release()
+			return err
+		}
+		arena = g
+		return nil
+	})
+	if err = errors.Join(err, st.Close()); err != nil {
+		return nil, err
+	}
+	return arena, nil
 }
 
 // linear loads canonical module c whose weight tensor is wname, with logical dims [out,in] or [E,out,in].

@@ -73,30 +73,15 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
+	dt := mlxc.Float32
+	if opts.BFloat16 {
+		dt = mlxc.BFloat16
+	}
 	var m *model
-	err = rt.Do(func() error {
-		arena := newGraph(rt, "mlx load")
-		l, err := newLoader(st, cfg, cfg.Quantization, arena)
-		if err == nil && opts.BFloat16 {
-			l.dt = mlxc.BFloat16
-		}
-		if err == nil {
-			m, err = l.load(&a)
-		}
-		if err == nil {
-			err = l.ck.Unused()
-		}
-		if err == nil {
-			arena.eval(arena.tmp...)
-			err = arena.err
-		}
-		if err != nil {
-			arena.release()
-			m = nil
-		}
+	_, err = upload(rt, st, "mlx load", cfg, cfg.Quantization, dt, func(l *loader) (err error) {
+		m, err = l.load(&a)
 		return err
 	})
-	err = errors.Join(err, st.Close())
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
