@@ -4,9 +4,15 @@
 // → OpenAI's error shape with one mapper (ErrorFor).
 //
 // Unknown request fields are ignored only when they cannot change the output (user, store, metadata…).
-// Fields that would change it and that higgs does not implement (logprobs, tools, response_format other
-// than text, penalties, logit_bias, n > 1, echo, suffix, best_of…) are refused with a 400 naming the field;
-// their neutral values are accepted because SDKs send them by default. README.md lists them.
+// Fields that would change it and that higgs does not implement (logprobs, tool_choice "required" or a named
+// function, response_format other than text, penalties, logit_bias, n > 1, echo, suffix, best_of…) are
+// refused with a 400 naming the field; their neutral values are accepted because SDKs send them by default.
+// README.md lists them.
+//
+// Tool calling is a wire-format concern and lives here, not behind the port: the Generator renders the tools
+// (ports.ChatOptions.Tools) and returns the answer text; this adapter parses that text for Hermes/Qwen3
+// <tool_call> blocks (adapters/toolcall) into message.tool_calls or streamed delta.tool_calls, so ports
+// needed no change.
 //
 // Streaming responses send their headers with the first output, so that errors found before any output
 // (validation, a full queue) still get their own status; an error after that is sent as an SSE error event.
