@@ -1,9 +1,8 @@
 // Package chattemplate renders Hugging Face chat templates (Jinja, from tokenizer_config.json or
 // chat_template.jinja) the way transformers' apply_chat_template does, on github.com/ardanlabs/jinja.
 //
-// Known differences from Python Jinja2, all outside what Qwen templates exercise: `tojson` prints a float with
-// an integral value as "1" where Python prints "1.0", escapes U+2028/U+2029, and `{{ none }}` prints "" where
-// Python prints "None".
+// `tojson` is transformers' (Python json.dumps, see pyToJSON), not the library's. A known difference from Python
+// Jinja2, outside what Qwen templates exercise: `{{ none }}` prints "" where Python prints "None".
 package chattemplate
 
 import (
@@ -86,7 +85,7 @@ func New(source string, special SpecialTokens) (*Template, error) {
 func newTemplate(named map[string]string, special SpecialTokens) (*Template, error) {
 	t := &Template{special: special}
 	for name, src := range named {
-		c, err := jinja.Compile(src)
+		c, err := jinja.Compile(rewriteToJSON(src))
 		if err != nil {
 			return nil, fmt.Errorf("compile chat template %q: %w", name, err)
 		}
@@ -190,6 +189,7 @@ func (t *Template) Render(messages []ports.ChatMessage, opts ports.ChatOptions) 
 		"tools":                 tools,
 		"documents":             jinja.None(),
 		"add_generation_prompt": jinja.NewBool(opts.AddGenerationPrompt),
+		pyToJSONName:            jinja.NewCallable("tojson", pyToJSON),
 	}
 	for key, s := range map[string]string{"bos_token": t.special.BOS, "eos_token": t.special.EOS,
 		"pad_token": t.special.Pad, "unk_token": t.special.Unk} {
