@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/cpu/dflash/dflashtest"
+	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -61,6 +62,34 @@ func TestLosslessUseCase(t *testing.T) {
 			for _, c := range res.Cases {
 				assert.True(t, c.Match)
 				assert.Equal(t, n, c.Tokens)
+			}
+		})
+	}
+}
+
+// TestLosslessFastKernels: with the opt-in fast 4-bit kernels (int8 inputs, not bit-identical to the exact ones)
+// speculative decoding is still lossless against autoregressive decoding with the same kernels, because the fast
+// kernels are batch-invariant too (a 16-row verify gives each row the 1-row decode's bits).
+func TestLosslessFastKernels(t *testing.T) {
+	drafter := writeDrafter(t, dflashtest.DrafterSpec{Seed: 19, Taps: []int{1, 3}, Mask: 62})
+	n := 24
+	if testing.Short() {
+		n = 8
+	}
+	for _, fam := range []string{"qwen3", "qwen3_next"} {
+		t.Run(fam, func(t *testing.T) {
+			target := writeTarget(t, dflashtest.TargetSpec{Family: fam, Seed: 15, Quant: &quant.Spec{Bits: 4, GroupSize: 32}})
+			m, err := LoadModels(t.Context(), ModelConfig{Model: target, Draft: drafter, Threads: 2, Kernels: KernelsFast},
+				zerolog.Nop(), nil)
+			require.NoError(t, err)
+			defer m.Close()
+			require.Equal(t, BackendCPUFast, m.Backend)
+			res, err := Lossless(t.Context(), m, LosslessOptions{Prompts: testPrompts, MaxTokens: n, NoEOS: true,
+				Rollbacks: []speculative.RollbackMode{speculative.RollbackReplay, speculative.RollbackRecompute}})
+			require.NoError(t, err)
+			assert.True(t, res.Pass)
+			for _, c := range res.Cases {
+				assert.True(t, c.Match, "%+v", c)
 			}
 		})
 	}
