@@ -432,8 +432,14 @@ func parseMessages(raw json.RawMessage) ([]ports.ChatMessage, error) {
 		if !isNull(m.ToolCalls) && role != "assistant" {
 			return nil, badRequest(param+".tool_calls", "%s.tool_calls is only allowed on assistant messages", param)
 		}
-		if err := checkToolCalls(m.ToolCalls, param+".tool_calls"); err != nil {
-			return nil, err
+		if !isNull(m.ToolCalls) {
+			calls, err := toolCallsForTemplate(m.ToolCalls, param+".tool_calls")
+			if err != nil {
+				return nil, err
+			}
+			if it, err = setKeyRaw(it, "tool_calls", calls); err != nil {
+				return nil, badRequest(param, "%s: %v", param, err)
+			}
 		}
 		msg := ports.ChatMessage{Role: role, Content: text, Raw: it}
 		// Templates know "system"; OpenAI's "developer" role means the same. Content given as parts is
@@ -488,11 +494,16 @@ func messageText(raw json.RawMessage, param string) (text string, isString bool,
 // setKey returns the JSON object obj with key set to the string v, keeping the other keys in their order
 // (templates may print the message with tojson, where order shows).
 func setKey(obj json.RawMessage, key, v string) (json.RawMessage, error) {
+	val, _ := json.Marshal(v)
+	return setKeyRaw(obj, key, val)
+}
+
+// setKeyRaw is setKey for any JSON value val.
+func setKeyRaw(obj json.RawMessage, key string, val json.RawMessage) (json.RawMessage, error) {
 	dec := json.NewDecoder(bytes.NewReader(obj))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
 		return nil, errors.New("not a JSON object")
 	}
-	val, _ := json.Marshal(v)
 	var buf bytes.Buffer
 	buf.WriteByte('{')
 	first, found := true, false

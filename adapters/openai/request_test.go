@@ -44,15 +44,15 @@ func TestParseChatTranslates(t *testing.T) {
 					{Role: "assistant", Raw: []byte(`{"role":"assistant","content":null,"tool_calls":[]}`)},
 					{Role: "user", Content: "r", Raw: []byte(`{"role":"user","content":"r"}`)}},
 				Sampling: ports.SamplingParams{Temperature: 1, TopP: 1}}}},
-		// The tools array reaches the template as the client wrote it; the history's tool_calls and tool
-		// replies pass through in Raw unchanged.
+		// The tools array reaches the template as the client wrote it; the history's tool_calls reach it with
+		// their arguments as objects (as vLLM passes them), tool replies unchanged.
 		{"tools, auto by default, tool round trip", `{"messages":[{"role":"user","content":"q"},` +
 			`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\": 1}"}}]},` +
 			`{"role":"tool","tool_call_id":"call_1","content":"42"}],` +
 			`"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer"}}},"description":"d"}}]}`,
 			Request{ParseTools: true, ParallelToolCalls: true, Gen: ports.GenerateRequest{
 				Messages: []ports.ChatMessage{{Role: "user", Content: "q", Raw: []byte(`{"role":"user","content":"q"}`)},
-					{Role: "assistant", Raw: []byte(`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":"{\"a\": 1}"}}]}`)},
+					{Role: "assistant", Raw: []byte(`{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"f","arguments":{"a":1}}}]}`)},
 					{Role: "tool", Content: "42", Raw: []byte(`{"role":"tool","tool_call_id":"call_1","content":"42"}`)}},
 				Chat:     ports.ChatOptions{Tools: []byte(`[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer"}}},"description":"d"}}]`)},
 				Sampling: ports.SamplingParams{Temperature: 1, TopP: 1}}}},

@@ -116,45 +116,68 @@ func checkTool(raw json.RawMessage, i int, seen map[string]int) error {
 	return nil
 }
 
-// checkToolCalls checks an assistant message's tool_calls as far as the template reads them (function name
-// and arguments), so that a malformed history is a clear 400 rather than a silently odd prompt.
-func checkToolCalls(raw json.RawMessage, param string) error {
-	if isNull(raw) {
-		return nil
+// toolCallsForTemplate checks an assistant message's tool_calls as far as templates read them (function
+// name and arguments), so that a malformed history is a clear 400 rather than a silently odd prompt, and
+// returns them with each function's arguments as a JSON object rather than OpenAI's string of JSON: chat
+// templates expect a mapping (Qwen3's prints it with tojson, Qwen3.5's walks its items), and vLLM and
+// transformers hand it to them that way. Absent, null or empty arguments become {}; key order is kept.
+func toolCallsForTemplate(raw json.RawMessage, param string) (json.RawMessage, error) {
+	var items []json.RawMessage
+	if err := json.Unmarshal(raw, &items); err != nil {
+		return nil, badRequest(param, "%s must be an array of {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}", param)
 	}
-	var calls []struct {
-		Type     *string `json:"type"`
-		Function *struct {
+	var buf bytes.Buffer
+	buf.WriteByte('[')
+	for j, it := range items {
+		pp := fmt.Sprintf("%s[%d]", param, j)
+		var c struct {
+			Type     *string         `json:"type"`
+			Function json.RawMessage `json:"function"`
+		}
+		if err := json.Unmarshal(it, &c); err != nil {
+			return nil, badRequest(pp, "%s must be an object with type \"function\" and a function", pp)
+		}
+		var f struct {
 			Name      *string         `json:"name"`
 			Arguments json.RawMessage `json:"arguments"`
-		} `json:"function"`
-	}
-	if err := json.Unmarshal(raw, &calls); err != nil {
-		return badRequest(param, "%s must be an array of {\"type\": \"function\", \"function\": {\"name\", \"arguments\"}}", param)
-	}
-	for j, c := range calls {
-		pp := fmt.Sprintf("%s[%d]", param, j)
+		}
 		switch {
 		case c.Type != nil && *c.Type != "function":
-			return unsupported(pp+".type", fmt.Sprintf("tool calls of type %q are not served (function only)", *c.Type))
-		case c.Function == nil:
-			return badRequest(pp+".function", "%s.function is required", pp)
-		case c.Function.Name == nil || *c.Function.Name == "":
-			return badRequest(pp+".function.name", "%s.function.name is required", pp)
-		case isNull(c.Function.Arguments):
-			return badRequest(pp+".function.arguments", "%s.function.arguments is required (a JSON string)", pp)
+			return nil, unsupported(pp+".type", fmt.Sprintf("tool calls of type %q are not served (function only)", *c.Type))
+		case isNull(c.Function):
+			return nil, badRequest(pp+".function", "%s.function is required", pp)
+		case json.Unmarshal(c.Function, &f) != nil:
+			return nil, badRequest(pp+".function", "%s.function must be an object with a name and arguments", pp)
+		case f.Name == nil || *f.Name == "":
+			return nil, badRequest(pp+".function.name", "%s.function.name is required", pp)
 		}
-		args := bytes.TrimSpace(c.Function.Arguments)
-		if args[0] == '"' {
+		args := bytes.TrimSpace(f.Arguments)
+		if len(args) > 0 && args[0] == '"' {
 			var s string
-			_ = json.Unmarshal(args, &s)
+			_ = json.Unmarshal(args, &s) // a valid string: it came out of valid JSON
 			args = bytes.TrimSpace([]byte(s))
 		}
-		if len(args) == 0 || args[0] != '{' || !json.Valid(args) {
-			return badRequest(pp+".function.arguments", "%s.function.arguments must be a JSON object (as a string)", pp)
+		switch {
+		case len(args) == 0 || bytes.Equal(args, []byte("null")):
+			args = []byte("{}")
+		case args[0] != '{' || !json.Valid(args):
+			return nil, badRequest(pp+".function.arguments", "%s.function.arguments must be a JSON object (or a string holding one)", pp)
 		}
+		fn, err := setKeyRaw(c.Function, "arguments", args)
+		if err != nil {
+			return nil, badRequest(pp+".function", "%s.function: %v", pp, err)
+		}
+		call, err := setKeyRaw(it, "function", fn)
+		if err != nil {
+			return nil, badRequest(pp, "%s: %v", pp, err)
+		}
+		if j > 0 {
+			buf.WriteByte(',')
+		}
+		buf.Write(call)
 	}
-	return nil
+	buf.WriteByte(']')
+	return buf.Bytes(), nil
 }
 
 // toolCallsOf turns parsed calls into the wire shape, naming each with newID. Streamed calls carry their

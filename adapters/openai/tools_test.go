@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -388,4 +389,53 @@ func FuzzToolCallStream(f *testing.F) {
 			require.True(t, json.Valid([]byte(c.Arguments)), c.Arguments)
 		}
 	})
+}
+
+// TestTemplateGoldensThroughRequests sends every conversation of the chat template's transformers goldens
+// that has tools or tool calls through ParseChat and renders it with the real Qwen3 template: the request
+// path (tools validated and passed on, tool_calls arguments turned into objects, tool replies) must give
+// the prompt transformers gives.
+func TestTemplateGoldensThroughRequests(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "chattemplate", "testdata", "qwen3_chat.json"))
+	require.NoError(t, err)
+	var g struct {
+		Cases []struct {
+			Name                string            `json:"name"`
+			Messages            []json.RawMessage `json:"messages"`
+			Tools               json.RawMessage   `json:"tools"`
+			AddGenerationPrompt bool              `json:"add_generation_prompt"`
+			EnableThinking      *bool             `json:"enable_thinking"`
+			Text                *string           `json:"text"`
+		} `json:"cases"`
+	}
+	require.NoError(t, json.Unmarshal(data, &g))
+	tmpl := qwen3Template(t)
+	n := 0
+	for _, c := range g.Cases {
+		hasCalls := false
+		for _, m := range c.Messages {
+			hasCalls = hasCalls || bytes.Contains(m, []byte(`"tool_calls"`)) || bytes.Contains(m, []byte(`"role": "tool"`))
+		}
+		if c.Text == nil || (isNull(c.Tools) && !hasCalls) {
+			continue
+		}
+		n++
+		msgs, err := json.Marshal(c.Messages)
+		require.NoError(t, err)
+		body := `{"messages":` + string(msgs)
+		if !isNull(c.Tools) {
+			body += `,"tools":` + string(c.Tools)
+		}
+		if c.EnableThinking != nil {
+			body += `,"chat_template_kwargs":{"enable_thinking":` + strconv.FormatBool(*c.EnableThinking) + `}`
+		}
+		req, err := ParseChat([]byte(body + `}`))
+		require.NoError(t, err, c.Name)
+		opts := req.Gen.Chat
+		opts.AddGenerationPrompt = c.AddGenerationPrompt
+		got, err := tmpl.Render(req.Gen.Messages, opts)
+		require.NoError(t, err, c.Name)
+		assert.Equal(t, *c.Text, got, c.Name)
+	}
+	require.GreaterOrEqual(t, n, 8, "the goldens have tool cases")
 }
