@@ -8,7 +8,6 @@ import (
 	"slices"
 
 	"github.com/higgs-go/higgs/adapters/cpu/dflash"
-	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/ports"
@@ -55,23 +54,19 @@ type Drafter struct {
 }
 
 // LoadDrafter reads a DFlash drafter from dir and uploads it to MLX, bound to target. The configuration is
-// resolved and validated by the CPU drafter package's loader (one definition of the DFlash config rules);
-// weights are then read with the shared safetensors/quant parsers and copied into MLX.
+// resolved and validated by dflash.ResolveArch (one definition of the DFlash config rules, without loading the
+// CPU drafter's weights); weights are then read with the shared safetensors/quant parsers and copied into MLX,
+// which checks their shapes and refuses unexpected tensors.
 func LoadDrafter(ctx context.Context, dir string, target *Target, opts DrafterOptions) (*Drafter, error) {
 	if target == nil {
 		return nil, errors.New("mlx drafter: no target")
 	}
-	cd, err := dflash.Load(ctx, dir, target, dflash.Options{Threads: 1, TapLayers: opts.TapLayers, AllowDerivedTapLayers: opts.AllowDerivedTapLayers})
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	a, cfg, err := dflash.ResolveArch(dir, target.Info(), opts.TapLayers, opts.AllowDerivedTapLayers)
 	if err != nil {
 		return nil, fmt.Errorf("mlx %w", err)
-	}
-	a := cd.Arch()
-	if err := cd.Close(); err != nil {
-		return nil, fmt.Errorf("mlx drafter %s: %w", dir, err)
-	}
-	cfg, err := hfmodel.LoadDrafterConfig(dir)
-	if err != nil {
-		return nil, fmt.Errorf("mlx drafter %s: %w", dir, err)
 	}
 	st, err := safetensors.OpenDir(dir)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/higgs-go/higgs/adapters/cpu"
 	"github.com/higgs-go/higgs/adapters/cpu/dflash"
 	"github.com/higgs-go/higgs/adapters/cpu/dflash/dflashtest"
+	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
 	"github.com/higgs-go/higgs/ports/porttest"
@@ -243,5 +244,82 @@ func TestShortBlocksMatchCPU(t *testing.T) {
 				assert.Equal(t, full[:bs-1], got, "block size %d: prefix of the trained block", bs)
 			}
 		}
+	}
+}
+
+// rewriteWeights replaces dir/model.safetensors by edit(its tensors).
+func rewriteWeights(t *testing.T, dir string, edit func([]safetensors.Tensor) []safetensors.Tensor) {
+	t.Helper()
+	path := filepath.Join(dir, "model.safetensors")
+	st, err := safetensors.OpenFile(path)
+	require.NoError(t, err)
+	var ts []safetensors.Tensor
+	for _, name := range st.Names() {
+		tn, err := st.Tensor(name)
+		require.NoError(t, err)
+		ts = append(ts, safetensors.Tensor{Name: tn.Name, DType: tn.DType, Shape: slices.Clone(tn.Shape),
+			Data: slices.Clone(tn.Data)})
+	}
+	require.NoError(t, st.Close())
+	require.NoError(t, safetensors.Write(path, edit(ts), nil))
+}
+
+// TestLoadDrafterRefusesBadDrafters: the MLX drafter resolves its config without the CPU drafter's loader, so
+// it must itself refuse every bad checkpoint with a clear error (config incompatible with the target,
+// truncated file, misshapen, missing or unexpected tensors).
+func TestLoadDrafterRefusesBadDrafters(t *testing.T) {
+	requireMLX(t)
+	tdir := t.TempDir()
+	require.NoError(t, dflashtest.WriteTarget(tdir, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 3}))
+	mt, err := Load(t.Context(), tdir, LoadOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = mt.Close() })
+	spec := dflashtest.DrafterSpec{Seed: 4, Taps: []int{1, 3}, Mask: 61, BlockSize: 8}
+	for _, tc := range []struct {
+		name string
+		spec dflashtest.DrafterSpec
+		edit func(t *testing.T, dir string)
+		want string
+	}{
+		{name: "tap outside the target", spec: dflashtest.DrafterSpec{Seed: 4, Taps: []int{1, 9}, Mask: 61, BlockSize: 8}, want: "9"},
+		{name: "truncated weights", spec: spec, edit: func(t *testing.T, dir string) {
+			p := filepath.Join(dir, "model.safetensors")
+			b, err := os.ReadFile(p)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(p, b[:len(b)/2], 0o644))
+		}, want: "model.safetensors"},
+		{name: "misshapen tensor", spec: spec, edit: func(t *testing.T, dir string) {
+			rewriteWeights(t, dir, func(ts []safetensors.Tensor) []safetensors.Tensor {
+				for i := range ts {
+					if ts[i].Name == "fc.weight" {
+						ts[i].Shape = []int{ts[i].Shape[1], ts[i].Shape[0]}
+					}
+				}
+				return ts
+			})
+		}, want: "fc.weight"},
+		{name: "missing tensor", spec: spec, edit: func(t *testing.T, dir string) {
+			rewriteWeights(t, dir, func(ts []safetensors.Tensor) []safetensors.Tensor {
+				return slices.DeleteFunc(ts, func(x safetensors.Tensor) bool { return x.Name == "norm.weight" })
+			})
+		}, want: "norm.weight"},
+		{name: "unexpected tensor", spec: spec, edit: func(t *testing.T, dir string) {
+			rewriteWeights(t, dir, func(ts []safetensors.Tensor) []safetensors.Tensor {
+				return append(ts, safetensors.Tensor{Name: "layers.0.extra.weight", DType: safetensors.F32, Shape: []int{1},
+					Data: make([]byte, 4)})
+			})
+		}, want: "layers.0.extra.weight"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			require.NoError(t, dflashtest.WriteDrafter(dir, tc.spec))
+			if tc.edit != nil {
+				tc.edit(t, dir)
+			}
+			d, err := LoadDrafter(t.Context(), dir, mt, DrafterOptions{})
+			require.Error(t, err)
+			assert.Nil(t, d)
+			assert.Contains(t, err.Error(), tc.want)
+		})
 	}
 }

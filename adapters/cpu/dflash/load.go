@@ -47,20 +47,9 @@ func Load(ctx context.Context, dir string, target Target, opts Options) (*Drafte
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	cfg, err := hfmodel.LoadDrafterConfig(dir)
+	a, cfg, err := ResolveArch(dir, target.Info(), opts.TapLayers, opts.AllowDerivedTapLayers)
 	if err != nil {
-		return nil, fmt.Errorf("drafter %s: %w", dir, err)
-	}
-	if opts.TapLayers != nil {
-		cfg.TargetLayerIDs = append([]int(nil), opts.TapLayers...)
-	}
-	cfg.AllowDerivedTapLayers = opts.AllowDerivedTapLayers
-	a, err := ArchFromConfig(cfg, target.Info())
-	if err == nil {
-		err = readExtras(dir, &a)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("drafter %s: %w", dir, err)
+		return nil, err
 	}
 	pool := opts.Pool
 	if pool == nil {
@@ -76,6 +65,32 @@ func Load(ctx context.Context, dir string, target Target, opts Options) (*Drafte
 		return nil, err
 	}
 	return d, nil
+}
+
+// ResolveArch reads dir's drafter config (and the extras the authors' code keeps beside it) and resolves it
+// against the target described by info, with every check Load makes before reading weights: the DFlash config
+// rules live here once, for this package and for other backends' drafters. tapLayers and allowDerived are
+// Options.TapLayers and Options.AllowDerivedTapLayers.
+func ResolveArch(dir string, info ports.ModelInfo, tapLayers []int, allowDerived bool) (Arch, *hfmodel.DrafterConfig, error) {
+	cfg, err := hfmodel.LoadDrafterConfig(dir)
+	if err != nil {
+		return Arch{}, nil, fmt.Errorf("drafter %s: %w", dir, err)
+	}
+	if tapLayers != nil {
+		cfg.TargetLayerIDs = append([]int(nil), tapLayers...)
+	}
+	cfg.AllowDerivedTapLayers = allowDerived
+	a, err := ArchFromConfig(cfg, info)
+	if err == nil {
+		err = readExtras(dir, &a)
+	}
+	if err == nil {
+		err = a.Validate()
+	}
+	if err != nil {
+		return Arch{}, nil, fmt.Errorf("drafter %s: %w", dir, err)
+	}
+	return a, cfg, nil
 }
 
 // ArchFromConfig resolves a parsed drafter config against the target it will draft for: the tap layers (per
