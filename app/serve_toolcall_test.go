@@ -32,7 +32,7 @@ func TestReasoningThenToolCalls(t *testing.T) {
 		calls = append(calls, k...)
 		assert.Equal(t, "Checking.", got.String(), "sizes %v", sizes)
 		assert.Equal(t, []toolcall.Call{{Name: "get_weather", Arguments: `{"location": "Paris"}`}}, calls, "sizes %v", sizes)
-		wholeContent, wholeCalls := toolcall.Parse(content)
+		wholeContent, wholeCalls := toolcall.Parse(content, nil)
 		assert.Equal(t, got.String(), wholeContent)
 		assert.Equal(t, calls, wholeCalls)
 	}

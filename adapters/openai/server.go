@@ -332,7 +332,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 			var calls []ToolCall
 			if req.ParseTools {
 				var found []toolcall.Call
-				res.Content, found = toolcall.Parse(res.Content)
+				res.Content, found = toolcall.Parse(res.Content, toolcall.ParamTypesOf(req.Gen.Chat.Tools))
 				if !req.ParallelToolCalls && len(found) > 1 {
 					found = found[:1]
 				}
@@ -351,7 +351,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 	st := &stream{w: w, id: id, created: created, chat: chat, model: model, newID: s.opts.NewID,
 		parallel: req.ParallelToolCalls}
 	if chat && req.ParseTools {
-		st.tools = &toolcall.Parser{}
+		st.tools = &toolcall.Parser{Types: toolcall.ParamTypesOf(req.Gen.Chat.Tools)}
 	}
 	res, err := s.gen.Generate(ctx, req.Gen, func(ev ports.GenerateEvent) error {
 		first()

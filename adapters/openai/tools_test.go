@@ -116,7 +116,7 @@ func post(t *testing.T, s *Server, body string) *httptest.ResponseRecorder {
 }
 
 const (
-	weatherTool  = `{"type":"function","function":{"name":"get_weather","description":"Weather at a place","parameters":{"type":"object","properties":{"location":{"type":"string"}},"required":["location"]}}}`
+	weatherTool  = `{"type":"function","function":{"name":"get_weather","description":"Weather at a place","parameters":{"type":"object","properties":{"location":{"type":"string"},"days":{"type":"integer"}},"required":["location"]}}}`
 	timeTool     = `{"type":"function","function":{"name":"get_time"}}`
 	toolsBody    = `"tools":[` + weatherTool + `,` + timeTool + `]`
 	askWeather   = `"messages":[{"role":"user","content":"Weather in Paris, and the time?"}]`
@@ -233,6 +233,9 @@ func TestToolCallsStreamMatchesWhole(t *testing.T) {
 			answer{content: "Ok.\n<tool_call>\n{\"name\": \"get_wea", reasoning: "r", finish: "length"}},
 		{"call then max_tokens keeps length", oneCallNoTxt + "\nAnd", "length",
 			answer{content: "And", reasoning: "r", calls: []FunctionCall{{"get_weather", weatherArgs}}, finish: "length"}},
+		// Qwen3.5's XML body: values are read by the request's parameter schemas.
+		{"XML call", "Looking.\n<tool_call>\n<function=get_weather>\n<parameter=location>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>", "",
+			answer{content: "Looking.", reasoning: "r", calls: []FunctionCall{{"get_weather", `{"location": "Paris", "days": 3}`}}, finish: "tool_calls"}},
 		{"unclosed complete block ended by a stop token", "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n", "",
 			answer{reasoning: "r", calls: []FunctionCall{{"get_time", "{}"}}, finish: "tool_calls"}},
 	}

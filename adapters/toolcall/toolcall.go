@@ -5,13 +5,24 @@
 //	{"name": "get_weather", "arguments": {"location": "Paris"}}
 //	</tool_call>
 //
+// or in the XML body Qwen3.5 and Qwen3-Coder write inside the same tags (vLLM's "qwen3_coder"; see xml.go):
+//
+//	<tool_call>
+//	<function=get_weather>
+//	<parameter=location>
+//	Paris
+//	</parameter>
+//	</function>
+//	</tool_call>
+//
 // A Parser is fed the answer text (reasoning already split off) piece by piece, as it is streamed, and
 // returns the text that is final content and the calls that are complete. Parse is the same over a whole
 // text; for any way of cutting a text into pieces the Parser returns exactly what Parse returns.
 //
 // Rules (vLLM's where it has one):
-//   - A block whose body is not a JSON object with a non-empty string "name" and an "arguments" object (or
-//     a string holding one, or nothing) is not a call: it stays in the content as written, tags included.
+//   - A block whose body is neither a JSON object with a non-empty string "name" and an "arguments" object
+//     (or a string holding one, or nothing) nor a well-formed XML function is not a call: it stays in the
+//     content as written, tags included.
 //   - A block still open when the text ends is a call when its body is complete (a stop token may end the
 //     answer before "</tool_call>"); otherwise it stays content.
 //   - Whitespace that only separates a block from its neighbours (the newline before "<tool_call>", the
@@ -42,9 +53,9 @@ type Call struct {
 	Arguments string
 }
 
-// Parse splits a whole answer into its content and its calls.
-func Parse(text string) (content string, calls []Call) {
-	var p Parser
+// Parse splits a whole answer into its content and its calls; types (may be nil) read XML-format values.
+func Parse(text string, types ParamTypes) (content string, calls []Call) {
+	p := Parser{Types: types}
 	c1, k1 := p.Feed(text)
 	c2, k2 := p.Flush()
 	return c1 + c2, append(k1, k2...)
@@ -52,6 +63,9 @@ func Parse(text string) (content string, calls []Call) {
 
 // Parser is the streaming form of Parse. The zero value is ready to use; it is not safe for concurrent use.
 type Parser struct {
+	// Types reads XML-format parameter values by the tools' schemas (nil: every value is a string).
+	Types ParamTypes
+
 	pending  string // text not yet released: a possible partial tag, held whitespace, or an open block's body
 	inBlock  bool   // pending is the body of an open block (after Open)
 	gap      string // the whitespace before the open block: content again if the block is no call
@@ -90,7 +104,7 @@ func (p *Parser) scan(final bool) (string, []Call) {
 			}
 			gap := p.gap
 			p.inBlock, p.gap = false, ""
-			if c, ok := parseBody(body); ok {
+			if c, ok := parseBody(body, p.Types); ok {
 				calls = append(calls, c)
 				p.called, p.afterTag = true, true
 			} else {
@@ -156,8 +170,12 @@ func holdBack(s, tag string) int {
 	return 0
 }
 
-// parseBody reads a block's body: {"name": string, "arguments": object | string holding an object | absent}.
-func parseBody(body string) (Call, bool) {
+// parseBody reads a block's body: {"name": string, "arguments": object | string holding an object | absent},
+// or an XML function.
+func parseBody(body string, types ParamTypes) (Call, bool) {
+	if strings.HasPrefix(strings.TrimSpace(body), funcOpen) {
+		return parseXMLBody(body, types)
+	}
 	var v struct {
 		Name      *string         `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`

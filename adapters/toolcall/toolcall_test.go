@@ -62,7 +62,7 @@ var parseCases = []struct {
 func TestParse(t *testing.T) {
 	for _, c := range parseCases {
 		t.Run(c.name, func(t *testing.T) {
-			content, calls := toolcall.Parse(c.text)
+			content, calls := toolcall.Parse(c.text, nil)
 			assert.Equal(t, c.content, content)
 			assert.Equal(t, c.calls, calls)
 		})
@@ -71,7 +71,7 @@ func TestParse(t *testing.T) {
 
 // feedPieces runs a Parser over pieces and returns everything it released.
 func feedPieces(pieces []string) (string, []call, bool) {
-	var p toolcall.Parser
+	p := toolcall.Parser{Types: xmlTypes}
 	var sb strings.Builder
 	var calls []call
 	for _, s := range pieces {
@@ -142,7 +142,7 @@ func FuzzParse(f *testing.F) {
 		f.Add(c.text, uint16(len(c.text)/3), uint16(len(c.text)/2))
 	}
 	f.Fuzz(func(t *testing.T, text string, a, b uint16) {
-		content, calls := toolcall.Parse(text)
+		content, calls := toolcall.Parse(text, xmlTypes)
 		i, j := int(a)%(len(text)+1), int(b)%(len(text)+1)
 		if i > j {
 			i, j = j, i
@@ -164,4 +164,69 @@ func FuzzParse(f *testing.F) {
 			require.NotNil(t, obj, "arguments %q must be an object", c.Arguments)
 		}
 	})
+}
+
+// xmlTypes are the parameter types of the tools the XML cases call (what ParamTypesOf reads from a request).
+var xmlTypes = toolcall.ParamTypesOf([]byte(`[
+	{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{
+		"location":{"type":"string"},"days":{"type":"integer"},"scale":{"type":"number"},"hourly":{"type":"boolean"},
+		"opts":{"type":"object"},"tags":{"type":"array"},"note":{"anyOf":[{"type":"string"},{"type":"null"}]},
+		"limit":{"type":["integer","null"]},"any":{}}}}},
+	{"type":"function","function":{"name":"now"}}]`))
+
+func TestParamTypesOf(t *testing.T) {
+	w := xmlTypes["get_weather"]
+	assert.Equal(t, toolcall.ParamType{Type: "string"}, w["location"])
+	assert.Equal(t, toolcall.ParamType{Type: "integer"}, w["days"])
+	assert.Equal(t, toolcall.ParamType{Type: "string", Nullable: true}, w["note"])
+	assert.Equal(t, toolcall.ParamType{Type: "integer", Nullable: true}, w["limit"])
+	assert.Equal(t, toolcall.ParamType{Type: "string"}, w["any"])
+	assert.Empty(t, xmlTypes["now"])
+	assert.Nil(t, toolcall.ParamTypesOf([]byte(`{`)))
+}
+
+func TestParseXML(t *testing.T) {
+	cases := []struct {
+		name    string
+		text    string
+		content string
+		calls   []call
+	}{
+		{"Qwen3.5 layout", "Let me look.\n<tool_call>\n<function=get_weather>\n<parameter=location>\nParis\n</parameter>\n<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>",
+			"Let me look.", []call{{"get_weather", `{"location": "Paris", "days": 3}`}}},
+		{"values by type", "<tool_call><function=get_weather><parameter=scale>2.50</parameter><parameter=hourly>True</parameter>" +
+			"<parameter=opts>{\"a\": [1, 2]}</parameter><parameter=tags>[\"x\"]</parameter><parameter=note>None</parameter>" +
+			"<parameter=limit>null</parameter><parameter=any>{\"k\": 1}</parameter><parameter=days>1.0</parameter></function></tool_call>", "",
+			[]call{{"get_weather", `{"scale": 2.5, "hourly": true, "opts": {"a":[1,2]}, "tags": ["x"], "note": null, "limit": null, "any": "{\"k\": 1}", "days": "1.0"}`}}},
+		{"multi-line string kept, HTML not escaped", "<tool_call>\n<function=get_weather>\n<parameter=location>\nline 1\n<b>line 2</b>\n\n</parameter>\n</function>\n</tool_call>", "",
+			[]call{{"get_weather", "{\"location\": \"line 1\\n<b>line 2</b>\\n\"}"}}},
+		{"unknown function: strings", "<tool_call>\n<function=other>\n<parameter=n>\n5\n</parameter>\n</function>\n</tool_call>", "",
+			[]call{{"other", `{"n": "5"}`}}},
+		{"no parameters", "<tool_call>\n<function=now>\n</function>\n</tool_call>", "", []call{{"now", `{}`}}},
+		{"bad number stays a string", "<tool_call><function=get_weather><parameter=days>three</parameter></function></tool_call>", "",
+			[]call{{"get_weather", `{"days": "three"}`}}},
+		{"two XML calls", "<tool_call>\n<function=now>\n</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n<parameter=location>\nTokyo\n</parameter>\n</function>\n</tool_call>", "",
+			[]call{{"now", `{}`}, {"get_weather", `{"location": "Tokyo"}`}}},
+		{"missing </function>", "<tool_call>\n<function=now>\n</tool_call>", "<tool_call>\n<function=now>\n</tool_call>", nil},
+		{"missing </parameter>", "<tool_call><function=now><parameter=a>1</function></tool_call>", "<tool_call><function=now><parameter=a>1</function></tool_call>", nil},
+		{"text between parameters", "<tool_call><function=now>hi<parameter=a>1</parameter></function></tool_call>", "<tool_call><function=now>hi<parameter=a>1</parameter></function></tool_call>", nil},
+		{"repeated parameter", "<tool_call><function=now><parameter=a>1</parameter><parameter=a>2</parameter></function></tool_call>",
+			"<tool_call><function=now><parameter=a>1</parameter><parameter=a>2</parameter></function></tool_call>", nil},
+		{"empty name", "<tool_call><function=></function></tool_call>", "<tool_call><function=></function></tool_call>", nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			content, calls := toolcall.Parse(c.text, xmlTypes)
+			assert.Equal(t, c.content, content)
+			assert.Equal(t, c.calls, calls)
+			for _, k := range calls {
+				assert.True(t, json.Valid([]byte(k.Arguments)), k.Arguments)
+			}
+			for i := range len(c.text) + 1 {
+				got, gotCalls, _ := feedPieces([]string{c.text[:i], c.text[i:]})
+				require.Equal(t, c.content, got, "split at %d", i)
+				require.Equal(t, c.calls, gotCalls, "split at %d", i)
+			}
+		})
+	}
 }
