@@ -69,7 +69,7 @@ func TestFastQ4KernelsMatchGo(t *testing.T) {
 		ng := in / gs
 		codes := unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
 		xq := make([]int8, in)
-		d := make([]float32, ng)
+		d := make([]float32, in/8)
 		xs := make([]float32, ng)
 		for row := range rows {
 			quantizeQ8(xq, d, xs, x[row*in:(row+1)*in], gs)
@@ -87,9 +87,10 @@ func TestFastQ4KernelsMatchGo(t *testing.T) {
 			}
 		}
 		// The Rows form: one weight row against all input rows, results out apart.
-		xqAll, dAll, xsAll := make([]int8, rows*in), make([]float32, rows*ng), make([]float32, rows*ng)
+		nd := in / 8
+		xqAll, dAll, xsAll := make([]int8, rows*in), make([]float32, rows*nd), make([]float32, rows*ng)
 		for row := range rows {
-			quantizeQ8(xqAll[row*in:(row+1)*in], dAll[row*ng:(row+1)*ng], xsAll[row*ng:(row+1)*ng], x[row*in:(row+1)*in], gs)
+			quantizeQ8(xqAll[row*in:(row+1)*in], dAll[row*nd:(row+1)*nd], xsAll[row*ng:(row+1)*ng], x[row*in:(row+1)*in], gs)
 		}
 		for o := range out {
 			c := codes[o*in/2 : (o+1)*in/2]
@@ -97,7 +98,7 @@ func TestFastQ4KernelsMatchGo(t *testing.T) {
 			got := make([]float32, rows*out)
 			fastQ4Rows[gs/64](&c[0], &xqAll[0], &dAll[0], &sc[0], &bi[0], &xsAll[0], ng, rows, &got[o], out)
 			for row := range rows {
-				want := fastQ4Go(c, xqAll[row*in:(row+1)*in], dAll[row*ng:(row+1)*ng], sc, bi, xsAll[row*ng:(row+1)*ng], gs)
+				want := fastQ4Go(c, xqAll[row*in:(row+1)*in], dAll[row*nd:(row+1)*nd], sc, bi, xsAll[row*ng:(row+1)*ng], gs)
 				require.Equal(t, math.Float32bits(want), math.Float32bits(got[row*out+o]), "g%d rows form: row %d out %d", gs, row, o)
 			}
 		}
@@ -139,8 +140,9 @@ func TestFastQ4Deterministic(t *testing.T) {
 }
 
 // The fast product's error against the exact product in float64 stays within the bound the int8 rounding
-// allows: |Δx_j| ≤ d_g/2 = max_g|x|/254, so |Δy| ≤ Σ_g max_g|x|/254·Σ_{j∈g}|w_j| (plus float rounding). The
-// typical error is far smaller; the mean relative error over all elements is checked too.
+// allows: |Δx_j| ≤ d_b/2 = max_b|x|/254 for the block b of 32 holding j, so
+// |Δy| ≤ Σ_b max_b|x|/254·Σ_{j∈b}|w_j| (plus float rounding). The typical error is far smaller; the mean
+// relative error over all elements is checked too.
 func TestFastQ4Error(t *testing.T) {
 	r := rand.New(rand.NewPCG(35, 36))
 	const out, in, rows = 41, 1024, 3
@@ -159,9 +161,9 @@ func TestFastQ4Error(t *testing.T) {
 			for row := range rows {
 				for o := range out {
 					var bound float64
-					for g := range in / gs {
+					for b := range in / 32 {
 						var amax, wsum float64
-						for j := g * gs; j < (g+1)*gs; j++ {
+						for j := b * 32; j < (b+1)*32; j++ {
 							amax = max(amax, math.Abs(float64(x[row*in+j])))
 							wsum += math.Abs(deq[o*in+j])
 						}
@@ -233,14 +235,42 @@ func TestQuantizeQ8MatchesGo(t *testing.T) {
 	for _, gs := range []int{32, 64, 128} {
 		ng := in / gs
 		q1, q2 := make([]int8, in), make([]int8, in)
-		d1, d2 := make([]float32, ng), make([]float32, ng)
+		d1, d2 := make([]float32, in/8), make([]float32, in/8)
 		s1, s2 := make([]float32, ng), make([]float32, ng)
 		quantizeQ8AVX512(&q1[0], &d1[0], &s1[0], &x[0], ng, gs)
 		quantizeQ8Go(q2, d2, s2, x, gs)
 		assert.Equal(t, q2, q1, "g%d codes", gs)
+		for i := range d1 {
+			assert.Equal(t, math.Float32bits(d2[i]), math.Float32bits(d1[i]), "g%d step %d", gs, i)
+		}
 		for g := range ng {
-			assert.Equal(t, math.Float32bits(d2[g]), math.Float32bits(d1[g]), "g%d group %d step", gs, g)
 			assert.Equal(t, math.Float32bits(s2[g]), math.Float32bits(s1[g]), "g%d group %d sum", gs, g)
 		}
 	}
+}
+
+// quantizeQ8Go by hand on one group of 64: per block of 32 its own step, codes round to nearest even, the even
+// inputs' codes first, a zero block gets d = 0.
+func TestQuantizeQ8Layout(t *testing.T) {
+	x := make([]float32, 64)
+	for j := range 32 {
+		x[j] = float32(j%5) - 2 // block 0: max |x| = 2
+	}
+	x[7] = 127 // block 0: max |x| = 127, d = 1
+	xq, d, xs := make([]int8, 64), make([]float32, 8), make([]float32, 1)
+	x[2], x[3] = 2.5, -3.5 // exact halves: ties to even
+	quantizeQ8Go(xq, d, xs, x, 64)
+	assert.Equal(t, []float32{1, 1, 1, 1, 0, 0, 0, 0}, d)
+	assert.Equal(t, int8(2), xq[1], "x[2] = 2.5 rounds to 2 (even), stored as even input 1")
+	assert.Equal(t, int8(-4), xq[32+1], "x[3] = -3.5 rounds to -4 (even), stored as odd input 1")
+	assert.Equal(t, int8(127), xq[32+3], "x[7] is odd input 3")
+	for j := 16; j < 32; j++ {
+		assert.Zero(t, xq[j], "block 1 (zeros) even codes")
+		assert.Zero(t, xq[32+j], "block 1 (zeros) odd codes")
+	}
+	var want float32
+	for _, v := range x {
+		want += v
+	}
+	assert.InDelta(t, want, xs[0], 1e-4)
 }

@@ -378,8 +378,8 @@ def quantrow1(name, bits, gb, prefetch):
 def fastq4(name, gs, across="w"):
     # Fast-mode 4-bit rows (not bit-identical to the reference kernels; see fast.go): one input row quantized to
     # int8 per group (xq: per group the gs/2 inputs of the low nibbles, then the gs/2 of the high nibbles;
-    # d: one step per group; xs: group sums) against nrows consecutive weight rows. Per weight row: integer dot
-    # products with VPDPBUSD in gs/8 lanes, then per group and lane acc += float(isum)·d_g·s_g (two rounded
+    # d: one step per 8 inputs, the same for the 4 lanes of a block of 32; xs: group sums) against nrows consecutive weight rows. Per weight row: integer dot
+    # products with VPDPBUSD in gs/8 lanes, then per group and lane acc += float(isum)·d_l·s_g (two rounded
     # products and a rounded add), a fixed horizontal sum, plus the bias term Σ_g b_g·xs_g in group order:
     # dst[o] = product + bias. fastQ4Go mirrors every operation. Registers 16-31 force EVEX encodings
     # (AVX512-VNNI; the VEX AVX-VNNI forms may be missing).
@@ -432,7 +432,7 @@ def fastq4(name, gs, across="w"):
     e(f"\tVPDPBUSD (SI), {P}17, {P}19")
     e(f"\tVPDPBUSD {gb}(SI), {P}18, {P}19")
     e(f"\tVCVTDQ2PS {P}19, {P}19")
-    e(f"\tVMULPS.BCST (R8), {P}19, {P}19")
+    e(f"\tVMULPS (R8), {P}19, {P}19")
     e(f"\tVMULPS.BCST (R9), {P}19, {P}19")
     e(f"\tVADDPS {P}19, {P}16, {P}16")
     e("\tVMOVSS (R12), X11")
@@ -440,7 +440,7 @@ def fastq4(name, gs, across="w"):
     e("\tVADDSS X11, X13, X13")
     e(f"\tADDQ ${gb}, DI")
     e(f"\tADDQ ${gs}, SI")
-    e("\tADDQ $4, R8")
+    e(f"\tADDQ ${gs//2}, R8")
     e("\tADDQ $4, R9")
     e("\tADDQ $4, R12")
     e("\tADDQ $4, R13")
@@ -466,10 +466,12 @@ def fastq4(name, gs, across="w"):
     e()
 
 def quantq8(name):
-    # Fast-mode input quantization (quantizeQ8Go's operations): per group of gs floats (gs = 16·G),
-    # amax = max|x| (as bits), d = amax/127, inv = 1/d, xq = RNE(x·inv) (VCVTPS2DQ under the default
-    # rounding), even inputs then odd ones; xs = the 16-lane partial sums (from +0, in order) halved to 4 lanes
-    # and summed as (q0+q1)+(q2+q3). Groups with amax < 2^-100 or ≥ +Inf get zero codes and d = 0 or NaN.
+    # Fast-mode input quantization (quantizeQ8Go's operations): per group of gs floats (gs = 16·G), the group
+    # sum xs = the 16-lane partial sums (from +0, in order) halved to 4 lanes and summed as (q0+q1)+(q2+q3);
+    # then per block of 32 inputs amax = max|x| (as bits), d = amax/127, inv = 1/d, xq = RNE(x·inv) (VCVTPS2DQ
+    # under the default rounding), the block's even inputs then its odd ones at the group's even and odd halves,
+    # and d written four times (one per 8 inputs, the kernels' lanes). Blocks with amax < 2^-100 or ≥ +Inf
+    # get zero codes and d = 0 or NaN.
     e(f"// func {name}(xq *int8, d, xs, x *float32, groups, gs int)")
     e("// quantizeQ8Go for groups groups of gs floats (32, 64 or 128).")
     e(f"TEXT ·{name}(SB), NOSPLIT, $0-48")
@@ -479,6 +481,8 @@ def quantq8(name):
     e("\tMOVQ x+24(FP), SI")
     e("\tMOVQ groups+32(FP), R10")
     e("\tMOVQ gs+40(FP), R11")
+    e("\tMOVQ R11, BX")
+    e("\tSHRQ $1, BX")           # gs/2: offset of the odd codes
     e("\tMOVL $0x7fffffff, AX")
     e("\tVPBROADCASTD AX, Z31")
     e("\tMOVL $0x42fe0000, AX") # 127.0
@@ -490,19 +494,14 @@ def quantq8(name):
     e(f"{name}_group:")
     e("\tTESTQ R10, R10")
     e(f"\tJE {name}_done")
-    # Pass 1: max of |x| bits and the 16-lane sums.
-    e("\tVPXORD Z16, Z16, Z16")  # max
-    e("\tVPXORD Z17, Z17, Z17")  # sum
+    # The group sum.
+    e("\tVPXORD Z17, Z17, Z17")
     e("\tXORQ CX, CX")
     e(f"{name}_scan:")
-    e("\tVMOVUPS (SI)(CX*4), Z18")
-    e("\tVPANDD Z31, Z18, Z19")
-    e("\tVPMAXUD Z19, Z16, Z16")
-    e("\tVADDPS Z18, Z17, Z17")
+    e("\tVADDPS (SI)(CX*4), Z17, Z17")
     e("\tADDQ $16, CX")
     e("\tCMPQ CX, R11")
     e(f"\tJLT {name}_scan")
-    # Sum: halve to 4 lanes, then (q0+q1)+(q2+q3).
     e("\tVEXTRACTF64X4 $1, Z17, Y18")
     e("\tVADDPS Y18, Y17, Y17")
     e("\tVEXTRACTF32X4 $1, Y17, X18")
@@ -511,7 +510,16 @@ def quantq8(name):
     e("\tVHADDPS X0, X0, X0")
     e("\tVHADDPS X0, X0, X0")
     e("\tVMOVSS X0, (R9)")
-    # Max: fold to one lane.
+    # Blocks of 32: CX indexes floats, DX the block's 16 even codes.
+    e("\tXORQ CX, CX")
+    e("\tXORQ DX, DX")
+    e("\tLEAQ (DI)(BX*1), R12")  # the group's odd codes
+    e(f"{name}_block:")
+    e("\tVMOVUPS (SI)(CX*4), Z21")
+    e("\tVMOVUPS 64(SI)(CX*4), Z22")
+    e("\tVPANDD Z31, Z21, Z16")
+    e("\tVPANDD Z31, Z22, Z19")
+    e("\tVPMAXUD Z19, Z16, Z16")
     e("\tVEXTRACTI64X4 $1, Z16, Y18")
     e("\tVPMAXUD Y18, Y16, Y16")
     e("\tVEXTRACTI32X4 $1, Y16, X18")
@@ -521,54 +529,48 @@ def quantq8(name):
     e("\tVPSHUFD $0xb1, X16, X18")
     e("\tVPMAXUD X18, X16, X16")
     e("\tVMOVD X16, AX")
-    e("\tCMPL AX, $0x0d800000")  # below 2^-100: a zero group (1/d would overflow for tiny d)
+    e("\tCMPL AX, $0x0d800000")  # below 2^-100: a zero block (1/d would overflow for tiny d)
     e(f"\tJB {name}_zero")
     e("\tCMPL AX, $0x7f800000")
     e(f"\tJAE {name}_nan")
     e("\tVDIVSS X30, X16, X1")   # d = amax / 127
-    e("\tVMOVSS X1, (R8)")
+    e("\tVBROADCASTSS X1, X3")
+    e("\tVMOVUPS X3, (R8)")
     e("\tVDIVSS X1, X29, X2")    # inv = 1 / d
     e("\tVBROADCASTSS X2, Z20")
-    e("\tXORQ CX, CX")
-    e("\tMOVQ R11, BX")
-    e("\tSHRQ $1, BX")           # gs/2: offset of the odd codes
-    e("\tXORQ DX, DX")           # byte offset of the next 16 even codes
-    e(f"{name}_quant:")
-    e("\tVMULPS (SI)(CX*4), Z20, Z21")
-    e("\tVMULPS 64(SI)(CX*4), Z20, Z22")
+    e("\tVMULPS Z21, Z20, Z21")
+    e("\tVMULPS Z22, Z20, Z22")
     e("\tVCVTPS2DQ Z21, Z21")
     e("\tVCVTPS2DQ Z22, Z22")
     e("\tVMOVDQA32 Z21, Z23")
     e("\tVPERMT2D Z22, Z28, Z23")  # even lanes of Z21:Z22
     e("\tVPERMT2D Z22, Z27, Z21")  # odd lanes
     e("\tVPMOVDB Z23, (DI)(DX*1)")
-    e("\tLEAQ (DI)(BX*1), AX")
-    e("\tVPMOVDB Z21, (AX)(DX*1)")
+    e("\tVPMOVDB Z21, (R12)(DX*1)")
+    e(f"{name}_nextblock:")
+    e("\tADDQ $16, R8")
     e("\tADDQ $16, DX")
     e("\tADDQ $32, CX")
     e("\tCMPQ CX, R11")
-    e(f"\tJLT {name}_quant")
-    e(f"{name}_next:")
+    e(f"\tJLT {name}_block")
     e("\tLEAQ (SI)(R11*4), SI")
     e("\tADDQ R11, DI")
-    e("\tADDQ $4, R8")
     e("\tADDQ $4, R9")
     e("\tDECQ R10")
     e(f"\tJMP {name}_group")
     e(f"{name}_nan:")
     e("\tMOVL $0x7fc00000, AX")
-    e("\tMOVL AX, (R8)")
-    e(f"\tJMP {name}_clear")
+    e(f"\tJMP {name}_special")
     e(f"{name}_zero:")
-    e("\tMOVL $0, (R8)")
-    e(f"{name}_clear:")
-    e("\tXORQ CX, CX")
-    e(f"{name}_clr:")
-    e("\tMOVB $0, (DI)(CX*1)")
-    e("\tINCQ CX")
-    e("\tCMPQ CX, R11")
-    e(f"\tJLT {name}_clr")
-    e(f"\tJMP {name}_next")
+    e("\tXORL AX, AX")
+    e(f"{name}_special:")
+    e("\tVMOVD AX, X3")
+    e("\tVPBROADCASTD X3, X3")
+    e("\tVMOVUPS X3, (R8)")
+    e("\tVPXOR X3, X3, X3")
+    e("\tVMOVDQU X3, (DI)(DX*1)")
+    e("\tVMOVDQU X3, (R12)(DX*1)")
+    e(f"\tJMP {name}_nextblock")
     e(f"{name}_done:")
     e("\tVZEROUPPER")
     e("\tRET")
