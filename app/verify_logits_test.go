@@ -194,7 +194,7 @@ func TestParityYaRNTarget(t *testing.T) {
 	require.NoError(t, err, "YaRN with factor 1 is plain RoPE: %v", res.Failures)
 
 	res, err = Parity(t.Context(), plain, yarn, parityOptions(prompt))
-	require.ErrorIs(t, err, ErrCheckFailed, "YaRN (factor 512/16 = 32, as transformers derives it) must change the logits")
+	require.ErrorIs(t, err, ErrCheckFailed, "YaRN (factor 4 over a 16-position original context) must change the logits")
 	assert.Greater(t, res.MaxAbs, 1e-3)
 
 	if err := mlxAvailable(); err != nil {
@@ -207,4 +207,20 @@ func TestParityYaRNTarget(t *testing.T) {
 	res, err = Parity(t.Context(), yarn, mx, parityOptions(prompt))
 	require.NoError(t, err, "%v", res.Failures)
 	assert.True(t, res.Pass)
+}
+
+func TestAbsDiff(t *testing.T) {
+	inf, nan := math.Inf(1), math.NaN()
+	for _, tc := range []struct {
+		a, b float64
+		d    float64
+		ok   bool
+	}{
+		{1, 1, 0, true}, {1, 3, 2, true}, {-inf, -inf, 0, true}, {inf, inf, 0, true},
+		{inf, 1, 0, false}, {1, -inf, 0, false}, {nan, 1, 0, false}, {nan, nan, 0, false}, {inf, -inf, 0, false},
+	} {
+		d, ok := absDiff(tc.a, tc.b)
+		assert.Equal(t, tc.ok, ok, "%v %v", tc.a, tc.b)
+		assert.Equal(t, tc.d, d, "%v %v", tc.a, tc.b)
+	}
 }

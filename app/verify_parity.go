@@ -76,17 +76,20 @@ type ReplayCheck struct {
 
 // ParityResult is the JSON object `higgs-verify parity --json` prints.
 type ParityResult struct {
-	A               ParitySide    `json:"a"`
-	B               ParitySide    `json:"b"`
-	Tokens          []ports.Token `json:"tokens"`
-	Positions       int           `json:"positions"`
-	MaxAbs          float64       `json:"max_abs"`
-	MaxRel          float64       `json:"max_rel"`
-	ArgmaxAgree     int           `json:"argmax_agree"`
-	ArgmaxChecked   int           `json:"argmax_checked"` // positions whose A top-2 margin exceeds the margin
-	ArgmaxMismatch  []int         `json:"argmax_mismatch"`
-	TapLayers       []int         `json:"tap_layers"`
-	TapMaxAbs       float64       `json:"tap_max_abs"`
+	A              ParitySide    `json:"a"`
+	B              ParitySide    `json:"b"`
+	Tokens         []ports.Token `json:"tokens"`
+	Positions      int           `json:"positions"`
+	MaxAbs         float64       `json:"max_abs"`
+	MaxRel         float64       `json:"max_rel"`
+	ArgmaxAgree    int           `json:"argmax_agree"`
+	ArgmaxChecked  int           `json:"argmax_checked"` // positions whose A top-2 margin exceeds the margin
+	ArgmaxMismatch []int         `json:"argmax_mismatch"`
+	TapLayers      []int         `json:"tap_layers"`
+	TapMaxAbs      float64       `json:"tap_max_abs"`
+	// NonFinite counts compared values that are NaN, or infinite on one side only; any fails the check (they
+	// are left out of the maxima, which stay finite and JSON-encodable).
+	NonFinite       int           `json:"non_finite"`
 	TapsCompared    bool          `json:"taps_compared"`
 	ContinuationA   []ports.Token `json:"continuation_a"`
 	ContinuationB   []ports.Token `json:"continuation_b"`
@@ -135,7 +138,11 @@ func Parity(ctx context.Context, a, b *Models, o ParityOptions) (ParityResult, e
 	res.Positions = len(la)
 	for i := range la {
 		for v := range la[i] {
-			d := math.Abs(float64(la[i][v]) - float64(lb[i][v]))
+			d, ok := absDiff(float64(la[i][v]), float64(lb[i][v]))
+			if !ok {
+				res.NonFinite++
+				continue
+			}
 			res.MaxAbs = max(res.MaxAbs, d)
 			res.MaxRel = max(res.MaxRel, d/math.Max(math.Abs(float64(la[i][v])), 1e-6))
 		}
@@ -161,7 +168,12 @@ func Parity(ctx context.Context, a, b *Models, o ParityOptions) (ParityResult, e
 			tapProblem = fmt.Sprintf("tapped hidden states differ in shape (%d×%d vs %d×%d)", ra, wa, rb, wb)
 		} else {
 			for i := range min(len(da), len(db)) {
-				res.TapMaxAbs = max(res.TapMaxAbs, math.Abs(float64(da[i])-float64(db[i])))
+				d, ok := absDiff(float64(da[i]), float64(db[i]))
+				if !ok {
+					res.NonFinite++
+					continue
+				}
+				res.TapMaxAbs = max(res.TapMaxAbs, d)
 			}
 			res.TapsCompared = true
 		}
@@ -215,6 +227,9 @@ func Parity(ctx context.Context, a, b *Models, o ParityOptions) (ParityResult, e
 		return res, fmt.Errorf("b: %w", err)
 	}
 	fail := func(format string, args ...any) { res.Failures = append(res.Failures, fmt.Sprintf(format, args...)) }
+	if res.NonFinite > 0 {
+		fail("%d logits or tapped values are NaN or infinite on one side only", res.NonFinite)
+	}
 	if res.MaxAbs > o.MaxAbs {
 		fail("max |Δlogit| %.3g > %.3g", res.MaxAbs, o.MaxAbs)
 	}
@@ -269,6 +284,7 @@ func top2(x []float32) (int, int) {
 // next forward. Targets without recurrent layers or without tape replay report Supported/Recurrent false.
 func replayCheck(ctx context.Context, t ports.Target, o ParityOptions) (ReplayCheck, error) {
 	rc := ReplayCheck{Pass: true, Recurrent: t.Info().HasRecurrent()}
+	nonFinite := 0
 	if !rc.Recurrent {
 		rc.Note = "no recurrent layers"
 		return rc, nil
@@ -367,9 +383,30 @@ func replayCheck(ctx context.Context, t ports.Target, o ParityOptions) (ReplayCh
 		}
 		rc.Cases++
 		for i := range lr {
-			rc.MaxAbs = max(rc.MaxAbs, math.Abs(lr[i]-lc[i]))
+			d, ok := absDiff(lr[i], lc[i])
+			if !ok {
+				nonFinite++
+				continue
+			}
+			rc.MaxAbs = max(rc.MaxAbs, d)
 		}
 	}
-	rc.Pass = rc.MaxAbs <= o.ReplayAbs
+	rc.Pass = rc.MaxAbs <= o.ReplayAbs && nonFinite == 0
+	if nonFinite > 0 {
+		rc.Note = fmt.Sprintf("%d probabilities NaN or infinite on one side only", nonFinite)
+	}
 	return rc, nil
+}
+
+// absDiff is |a − b| with ok false when the pair cannot be compared as numbers: a NaN on either side, or an
+// infinity the other side does not share. Equal infinities (masked logits) compare as 0.
+func absDiff(a, b float64) (float64, bool) {
+	if a == b {
+		return 0, true
+	}
+	d := math.Abs(a - b)
+	if math.IsNaN(d) || math.IsInf(d, 0) {
+		return 0, false
+	}
+	return d, true
 }

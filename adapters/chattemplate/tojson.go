@@ -42,7 +42,16 @@ func rewriteToJSON(src string) string {
 			i = open + 1
 			continue
 		}
-		end := tagEnd(src, open+2, closer)
+		var end int
+		if closer == "#}" {
+			// Comments hold no string literals: an apostrophe in one must not swallow what follows.
+			end = len(src)
+			if k := strings.Index(src[open+2:], closer); k >= 0 {
+				end = open + 2 + k + len(closer)
+			}
+		} else {
+			end = tagEnd(src, open+2, closer)
+		}
 		tag := src[open:end]
 		switch {
 		case closer == "#}":
@@ -157,6 +166,22 @@ func pyToJSON(args []jinja.Value, kwargs map[string]jinja.Value) (jinja.Value, e
 	if len(args) == 0 {
 		return jinja.Undefined(), errors.New("tojson: no value")
 	}
+	// transformers' signature: tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False).
+	params := []string{"ensure_ascii", "indent", "separators", "sort_keys"}
+	if len(args)-1 > len(params) {
+		return jinja.Undefined(), fmt.Errorf("tojson: %d positional arguments, at most %d", len(args)-1, len(params))
+	}
+	kw := make(map[string]jinja.Value, len(kwargs)+len(args)-1)
+	for i, v := range args[1:] {
+		kw[params[i]] = v
+	}
+	for k, v := range kwargs {
+		if _, dup := kw[k]; dup || !slices.Contains(params, k) {
+			return jinja.Undefined(), fmt.Errorf("tojson: unexpected or repeated argument %q", k)
+		}
+		kw[k] = v
+	}
+	kwargs = kw
 	e := jsonEncoder{item: ", ", key: ": "}
 	if v, ok := kwargs["indent"]; ok && !v.IsNone() && !v.IsUndefined() {
 		switch {
@@ -202,7 +227,10 @@ func (e *jsonEncoder) newline(depth int) {
 
 func (e *jsonEncoder) value(v jinja.Value, depth int) error {
 	switch {
-	case v.IsUndefined(), v.IsNone():
+	case v.IsUndefined():
+		// Python raises here (jinja2's Undefined is not JSON serializable); printing null would hide a template bug.
+		return errors.New("tojson: the value is undefined")
+	case v.IsNone():
 		e.sb.WriteString("null")
 	case v.IsBool():
 		e.sb.WriteString(strconv.FormatBool(v.AsBool()))

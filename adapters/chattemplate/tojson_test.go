@@ -53,6 +53,17 @@ func TestToJSON(t *testing.T) {
 	assert.Error(t, err)
 	_, err = pyToJSON([]jinja.Value{v}, map[string]jinja.Value{"separators": jinja.NewString(",")})
 	assert.Error(t, err)
+	// Positional arguments follow transformers' signature; unknown or repeated ones and undefined values fail as
+	// they do in Python.
+	got, err := pyToJSON([]jinja.Value{jinja.NewString("é"), jinja.NewBool(true)}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, `"\u00e9"`, got.AsString())
+	_, err = pyToJSON([]jinja.Value{v}, map[string]jinja.Value{"indnet": jinja.NewInt(2)})
+	assert.Error(t, err)
+	_, err = pyToJSON([]jinja.Value{v, jinja.NewBool(true)}, map[string]jinja.Value{"ensure_ascii": jinja.NewBool(true)})
+	assert.Error(t, err)
+	_, err = pyToJSON([]jinja.Value{jinja.Undefined()}, nil)
+	assert.Error(t, err)
 }
 
 // TestToJSONOverride: a template's `tojson` is pyToJSON (the library's own would print 1.0 as "1" and escape
@@ -80,6 +91,7 @@ func TestRewriteToJSON(t *testing.T) {
 		{`{% raw %}{{ x | tojson }}{% endraw %}{{ y|tojson }}`, `{% raw %}{{ x | tojson }}{% endraw %}{{ y|` + py + ` }}`},
 		{`{{ "a\"|tojson" | tojson }}`, `{{ "a\"|tojson" | ` + py + ` }}`},
 		{`{ not a tag } {{ unclosed | tojson`, `{ not a tag } {{ unclosed | ` + py},
+		{`{# don't #}{{ x | tojson }}{# "a #}{{ y|tojson }}`, `{# don't #}{{ x | ` + py + ` }}{# "a #}{{ y|` + py + ` }}`},
 	} {
 		assert.Equal(t, tc.want, rewriteToJSON(tc.in), "%s", tc.in)
 	}

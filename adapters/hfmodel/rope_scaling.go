@@ -15,7 +15,8 @@ const (
 type RopeScaling struct {
 	// Type is "" for plain RoPE, RopeLinear or RopeYaRN.
 	Type string
-	// Factor is the context extension factor as written in the config.
+	// Factor is the context extension factor as written in the config; 0 for a YaRN block without one, whose
+	// factor is then max_position_embeddings / original_max_position_embeddings.
 	Factor float64
 	// OriginalMaxPositions is original_max_position_embeddings, 0 when the config does not give it.
 	OriginalMaxPositions int
@@ -71,7 +72,14 @@ func ropeScalingFrom(r, sr *reader, where string) (s RopeScaling, ok bool) {
 		BetaFast: sr.float("beta_fast", 0), BetaSlow: sr.float("beta_slow", 0),
 		AttentionFactor: sr.float("attention_factor", 0), Mscale: sr.float("mscale", 0),
 		MscaleAllDim: sr.float("mscale_all_dim", 0), Truncate: sr.bool("truncate", true)}
-	if !(s.Factor > 0) || math.IsInf(s.Factor, 0) || (t == RopeYaRN && s.Factor < 1) {
+	switch {
+	case t == RopeYaRN && !sr.has("factor") && s.OriginalMaxPositions > 0:
+		// transformers then derives the factor from the two context lengths, which must not shrink it.
+		if mp := r.int("max_position_embeddings", 0); mp < s.OriginalMaxPositions {
+			r.addErr("%s has no factor and max_position_embeddings %d is below original_max_position_embeddings %d",
+				where, mp, s.OriginalMaxPositions)
+		}
+	case !(s.Factor > 0) || math.IsInf(s.Factor, 0) || (t == RopeYaRN && s.Factor < 1):
 		r.addErr("%s.factor %v must be a finite number ≥ 1 (> 0 for linear)", where, s.Factor)
 	}
 	if sr.has("original_max_position_embeddings") && s.OriginalMaxPositions <= 0 {
@@ -111,14 +119,16 @@ func (s RopeScaling) Frequencies(dims int, base float64, maxPositions int) (invF
 }
 
 // yarn blends interpolated (θ/factor) and extrapolated (θ) frequencies along a linear ramp between the
-// dimensions that turn beta_fast and beta_slow times over the original context.
+// dimensions that turn beta_fast and beta_slow times over the original context (original_max_position_embeddings,
+// max_position_embeddings when absent). As in transformers since v4.56 (huggingface/transformers#40320), an
+// explicit factor wins; only a block without one takes max_position_embeddings / original.
 func (s RopeScaling) yarn(extra []float64, dims int, base float64, maxPositions int) ([]float64, float64) {
 	factor := s.Factor
 	orig := maxPositions
-	// As transformers does (for DeepSeek-V3-style configs that raise max_position_embeddings and keep the
-	// pre-training length in original_max_position_embeddings): the ratio of the two replaces factor.
 	if s.OriginalMaxPositions > 0 {
 		orig = s.OriginalMaxPositions
+	}
+	if factor == 0 {
 		factor = float64(maxPositions) / float64(orig)
 	}
 	mscale := func(scale, m float64) float64 {

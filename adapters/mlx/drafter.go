@@ -287,7 +287,7 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 			for i := range d.layers {
 				ly := &d.layers[i]
 				k := g.rmsNorm(g.reshape(ly.k.apply(g, c), ctxRows, a.NumKVHeads, a.HeadDim), ly.kNorm, float32(a.RMSNormEps))
-				k = g.ropeWith(g.expand(g.transpose(k, 1, 0, 2), 0), d.rope, s.n, func(x arr) arr { return d.t.m.cast(g, x) })
+				k = g.ropeWith(g.expand(g.transpose(k, 1, 0, 2), 0), d.rope, s.n, d.t.m.dt)
 				v := g.expand(g.transpose(g.reshape(ly.v.apply(g, c), ctxRows, a.NumKVHeads, a.HeadDim), 1, 0, 2), 0)
 				if s.k[i] != 0 {
 					k, v = g.concat(2, s.k[i], k), g.concat(2, s.v[i], v)
@@ -320,8 +320,8 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 				q := g.rmsNorm(g.reshape(ly.q.apply(g, h), bs, a.NumHeads, a.HeadDim), ly.qNorm, eps)
 				k := g.rmsNorm(g.reshape(ly.k.apply(g, h), bs, a.NumKVHeads, a.HeadDim), ly.kNorm, eps)
 				v := g.reshape(ly.v.apply(g, h), bs, a.NumKVHeads, a.HeadDim)
-				q = g.ropeWith(g.expand(g.transpose(q, 1, 0, 2), 0), d.rope, pos, func(x arr) arr { return d.t.m.cast(g, x) })
-				k = g.ropeWith(g.expand(g.transpose(k, 1, 0, 2), 0), d.rope, pos, func(x arr) arr { return d.t.m.cast(g, x) })
+				q = g.ropeWith(g.expand(g.transpose(q, 1, 0, 2), 0), d.rope, pos, d.t.m.dt)
+				k = g.ropeWith(g.expand(g.transpose(k, 1, 0, 2), 0), d.rope, pos, d.t.m.dt)
 				v = g.expand(g.transpose(v, 1, 0, 2), 0)
 				if newK[i] != 0 {
 					k, v = g.concat(2, newK[i], k), g.concat(2, newV[i], v)

@@ -347,10 +347,10 @@ func newRopeSpec(dims, width int, base float64, s hfmodel.RopeScaling, maxPositi
 	return rs
 }
 
-// ropeWith applies rs to x ([B, heads, T, width]) at positions offset..offset+T−1. RoPE is linear, so the
-// scaled cos and sin are applied as a rotation followed by a per-dim factor (scale on the rotated dims, exactly
-// 1 on the others).
-func (g *graph) ropeWith(x arr, rs ropeSpec, offset int, cast func(arr) arr) arr {
+// ropeWith applies rs to x ([B, heads, T, width], of dtype dt) at positions offset..offset+T−1. RoPE is linear,
+// so the scaled cos and sin are applied as a rotation followed by a per-dim factor (scale on the rotated dims,
+// exactly 1 on the others), multiplied in float32 so that a bf16 model does not round the factor itself.
+func (g *graph) ropeWith(x arr, rs ropeSpec, offset int, dt mlxc.Dtype) arr {
 	if rs.freqs == nil {
 		return g.rope(x, rs.dims, rs.base, offset)
 	}
@@ -370,7 +370,10 @@ func (g *graph) ropeWith(x arr, rs ropeSpec, offset int, cast func(arr) arr) arr
 			m[i] = rs.scale
 		}
 	}
-	return g.mul(r, cast(uploadF32(g, m, rs.width)))
+	if dt == mlxc.Float32 {
+		return g.mul(r, uploadF32(g, m, rs.width))
+	}
+	return g.astype(g.mul(g.astype(r, mlxc.Float32), uploadF32(g, m, rs.width)), dt)
 }
 
 // sdpa is scaled dot-product attention: q [B,Hq,T,d], k/v [B,Hkv,S,d]; causal masks key j > query i+S−T.
