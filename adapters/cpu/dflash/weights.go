@@ -65,7 +65,12 @@ func (w *weightSet) linear(name string, out, in int) (*kernel.Linear, error) {
 		return nil, fmt.Errorf("%s: %w: %q", w.st.Where(), safetensors.ErrMissingTensor, name+".weight")
 	}
 	var spec *quant.Spec
-	if s, ok := w.quant.For(name); ok && w.has(name+".scales") {
+	if w.has(name + ".scales") && w.quant != nil {
+		s, ok := w.quant.For(name)
+		if !ok {
+			// The rule hfmodel.Checkpoint.QuantSpec applies for targets and the MLX drafter.
+			return nil, fmt.Errorf("%s: %s: stored quantized but config.json marks it not quantized", w.st.Where(), name)
+		}
 		spec = &s
 	}
 	l, err := weights.LoadLinear(w.st, strings.TrimSuffix(stored, ".weight"), spec, out, in)
