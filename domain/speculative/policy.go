@@ -45,9 +45,9 @@ const (
 // Probes measure a size that is not the current choice: while falling back, the most promising speculative
 // size; while speculating, alternately the largest block (refreshes every slot's acceptance) and plain
 // decoding (refreshes the baseline). A probe runs at least probeEvery rounds after the previous one and only
-// while the probes' cumulative loss — each probe's round time (its drafter catch-up included) minus the time
-// the displaced choice would have taken for the tokens the probe committed — is within budget × the decode
-// time observed so far. So the adaptive policy loses at most about that fraction to the best fixed choice it
+// when the probes' cumulative loss — each probe's round time (its drafter catch-up included) minus the time
+// the displaced choice would have taken for the tokens the probe committed — plus this probe's expected loss
+// stays within budget × the decode time observed so far. So the adaptive policy loses at most about that fraction to the best fixed choice it
 // knows (plain decoding when speculation cannot pay), while still recovering from regime changes.
 //
 // r_j blends two estimators: recent-window counts (passes and tests of slot j, both multiplied by
@@ -113,7 +113,7 @@ func (p *depthPolicy) plan() (int, string) {
 		return min(exploreBlock, p.maxBS), reasonExplore
 	}
 	best, rate := p.best(1)
-	if p.rounds-p.lastProbe >= p.probeEvery && p.spent <= p.budget*p.elapsed {
+	if p.rounds-p.lastProbe >= p.probeEvery {
 		var probe int
 		switch {
 		case best == 1:
@@ -123,7 +123,9 @@ func (p *depthPolicy) plan() (int, string) {
 		default:
 			probe = p.maxBS
 		}
-		if probe != best && probe > 0 {
+		// The budget must hold after the probe, not only before it: one probe of a slow block can cost many
+		// rounds' worth of time, which would otherwise overshoot the budget on short generations.
+		if probe != best && probe > 0 && p.spent+p.probeLoss(probe, rate) <= p.budget*p.elapsed {
 			p.probes++
 			p.lastProbe = p.rounds
 			p.probeRate = rate
@@ -164,6 +166,22 @@ func (p *depthPolicy) best(from int) (int, float64) {
 		}
 	}
 	return bestBS, bestRate
+}
+
+// probeLoss is the expected time a round of block size bs loses against committing the same expected number of
+// tokens at rate (tokens per nanosecond, the current choice's); 0 while either is unmeasured.
+func (p *depthPolicy) probeLoss(bs int, rate float64) float64 {
+	c := p.costOf(bs)
+	if c <= 0 || rate <= 0 {
+		return 0
+	}
+	expected, chain, r := 1.0, 1.0, priorAcceptance
+	for k := 1; k < bs; k++ {
+		r = p.slotAcceptance(k, r)
+		chain *= r
+		expected += chain
+	}
+	return max(0, c-expected/rate)
 }
 
 // slotStat holds one draft slot's acceptance statistics.

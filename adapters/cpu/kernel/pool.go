@@ -223,7 +223,9 @@ func (t *task) wait() {
 		if time.Since(start) > waitSpin {
 			<-t.wake
 			for !t.done.Load() {
-				// The token is sent just before done is set.
+				// The token is sent just before done is set; yield in case the helper was preempted in between
+				// (with more workers than Ps it may need this P to finish).
+				runtime.Gosched()
 			}
 			return
 		}
