@@ -62,9 +62,12 @@ type depthPolicy struct {
 	budget     float64
 	decay      float64
 
-	slots     []slotStat // slots[j-1]: acceptance statistics of draft slot j
-	draft     []ema      // draft[bs-1]: final draft call in nanoseconds at block size bs ≥ 2
-	verify    []ema      // verify[bs-1]: verify + rollback in nanoseconds at block size bs
+	slots  []slotStat // slots[j-1]: acceptance statistics of draft slot j
+	draft  []ema      // draft[bs-1]: final draft call in nanoseconds at block size bs ≥ 2
+	verify []ema      // verify[bs-1]: verify + rollback in nanoseconds at block size bs
+	// plainSeen counts observed plain-decoding rounds up to 2: the first one after prefill pays one-off
+	// warm-up (measured 2.3× a steady step on a 300M model), so the second replaces it instead of averaging.
+	plainSeen int
 	rounds    int
 	probes    int
 	lastProbe int     // round count at the last probe
@@ -104,7 +107,7 @@ func (p *depthPolicy) plan() (int, string) {
 	if p.maxBS <= 1 {
 		return 1, reasonFixed
 	}
-	if !p.verify[0].ok {
+	if p.plainSeen < 2 {
 		return 1, reasonExplore
 	}
 	if p.measured(1, +1, p.draft) == 0 {
@@ -123,9 +126,15 @@ func (p *depthPolicy) plan() (int, string) {
 		default:
 			probe = p.maxBS
 		}
-		// The budget must hold after the probe, not only before it: one probe of a slow block can cost many
-		// rounds' worth of time, which would otherwise overshoot the budget on short generations.
-		if probe != best && probe > 0 && p.spent+p.probeLoss(probe, rate) <= p.budget*p.elapsed {
+		// A speculative probe must leave the budget holding after it, not only before it: one probe of a slow
+		// block can cost many rounds' worth of time, which would otherwise overshoot the budget on short
+		// generations. A plain-decoding probe is not held back by its estimated loss: that estimate may be the
+		// stale one the probe is there to correct.
+		loss := 0.0
+		if probe > 1 {
+			loss = p.probeLoss(probe, rate)
+		}
+		if probe != best && probe > 0 && p.spent+loss <= p.budget*p.elapsed {
 			p.probes++
 			p.lastProbe = p.rounds
 			p.probeRate = rate
@@ -295,7 +304,12 @@ func (p *depthPolicy) observe(bs, accepted int, draft, catchUp, verify, rollback
 	if bs > 1 {
 		p.draft[bs-1].addWeighted(float64(draft), p.decay)
 	}
-	p.verify[bs-1].addWeighted(float64(verify+rollback), p.decay)
+	if bs == 1 && p.plainSeen < 2 {
+		p.plainSeen++
+		p.verify[0] = ema{v: float64(verify + rollback), ok: true}
+	} else {
+		p.verify[bs-1].addWeighted(float64(verify+rollback), p.decay)
+	}
 	keep := 1 - p.decay/2
 	for j := range p.slots {
 		p.slots[j].pass *= keep

@@ -57,8 +57,10 @@ func TestPolicyCheapVerifyHighAcceptancePicksLargeBlocks(t *testing.T) {
 	p := newDepthPolicy(16, PolicyConfig{})
 	cost := func(bs int) time.Duration { return 10*time.Millisecond + time.Duration(bs)*200*time.Microsecond }
 	rs := simulate(p, 400, cost, func(int, int) float64 { return 0.9 })
+	// Plain decoding twice (the first round after prefill is a warm-up), then a small speculative block.
 	assert.Equal(t, simRound{bs: 1, reason: reasonExplore}, simRound{bs: rs[0].bs, reason: rs[0].reason})
-	assert.Equal(t, simRound{bs: exploreBlock, reason: reasonExplore}, simRound{bs: rs[1].bs, reason: rs[1].reason})
+	assert.Equal(t, simRound{bs: 1, reason: reasonExplore}, simRound{bs: rs[1].bs, reason: rs[1].reason})
+	assert.Equal(t, simRound{bs: exploreBlock, reason: reasonExplore}, simRound{bs: rs[2].bs, reason: rs[2].reason})
 	large := 0
 	for _, r := range rs[100:] {
 		if r.reason == reasonBest && r.bs >= 12 {
@@ -196,7 +198,11 @@ func TestPolicyModerateRegimePicksMiddleBlock(t *testing.T) {
 func TestPolicyRespectsLimit(t *testing.T) {
 	p := newDepthPolicy(8, PolicyConfig{})
 	bs, why := p.choose(3)
-	assert.Equal(t, 1, bs, "the first round measures plain decoding")
+	assert.Equal(t, 1, bs, "the first rounds measure plain decoding")
+	assert.Equal(t, reasonExplore, why)
+	p.observe(1, 0, 0, 0, time.Millisecond, 0)
+	bs, why = p.choose(3)
+	assert.Equal(t, 1, bs, "the first plain round was a warm-up: measured again")
 	assert.Equal(t, reasonExplore, why)
 	p.observe(1, 0, 0, 0, time.Millisecond, 0)
 	bs, why = p.choose(3)
@@ -305,10 +311,32 @@ func TestPolicyMemoryCarriesAcrossGenerations(t *testing.T) {
 		return m
 	}
 	first := run(8)
-	assert.Equal(t, 2, reasons(first)[reasonExplore], "%v", reasons(first))
+	assert.Equal(t, 3, reasons(first)[reasonExplore], "%v", reasons(first))
 	second := run(8)
 	assert.Zero(t, reasons(second)[reasonExplore], "%v", reasons(second))
 	assert.Equal(t, reasonFallbackAR, second.Stats.Rounds[0].Policy)
 	other := run(4)
-	assert.Equal(t, 2, reasons(other)[reasonExplore], "another largest block explores anew: %v", reasons(other))
+	assert.Equal(t, 3, reasons(other)[reasonExplore], "another largest block explores anew: %v", reasons(other))
+}
+
+// TestPolicyWarmUpRoundDoesNotPinSpeculation: the first plain round after prefill costs several steady steps
+// (one-off warm-up); it must not make a useless drafter look worth running. Plain decoding is measured again and
+// the policy settles on it from the first choice on.
+func TestPolicyWarmUpRoundDoesNotPinSpeculation(t *testing.T) {
+	p := newDepthPolicy(16, PolicyConfig{})
+	first := true
+	cost := func(bs int) time.Duration {
+		if bs == 1 {
+			if first {
+				first = false
+				return 60 * time.Millisecond
+			}
+			return 24 * time.Millisecond
+		}
+		return 30*time.Millisecond + time.Duration(bs)*3*time.Millisecond
+	}
+	rs := simulate(p, 48, cost, func(int, int) float64 { return 0 })
+	for i, r := range rs[3:] {
+		assert.Equal(t, 1, r.bs, "round %d: %v", i+3, countReasons(rs))
+	}
 }
