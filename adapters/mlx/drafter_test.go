@@ -137,19 +137,10 @@ func TestDFlashYaRNMatchesCPU(t *testing.T) {
 	cp, mp := loadPairs(t, ts, ds, yarn)
 	plain, _ := loadPairs(t, ts, ds)
 	differs := false
-	for _, prompt := range [][]ports.Token{{5, 9, 13, 2}, {40, 41, 42, 43, 44, 45, 46, 47, 1, 2, 3}} {
-		for _, bs := range []int{4, 8} {
-			want := generate(t, cp, prompt, bs, speculative.RollbackReplay, 32)
-			got := generate(t, mp, prompt, bs, speculative.RollbackReplay, 32)
-			require.Equal(t, want.Tokens, got.Tokens, "bs %d", bs)
-			require.Len(t, got.Stats.Rounds, len(want.Stats.Rounds))
-			for i := range want.Stats.Rounds {
-				assert.Equal(t, want.Stats.Rounds[i].Block, got.Stats.Rounds[i].Block, "bs %d round %d", bs, i)
-			}
-			base := generate(t, plain, prompt, bs, speculative.RollbackReplay, 32)
-			for i := range min(len(base.Stats.Rounds), len(want.Stats.Rounds)) {
-				differs = differs || !slices.Equal(base.Stats.Rounds[i].Block, want.Stats.Rounds[i].Block)
-			}
+	for _, want := range requireSameTraces(t, cp, mp) {
+		base := generate(t, plain, want.prompt, want.bs, speculative.RollbackReplay, 32)
+		for i := range min(len(base.Stats.Rounds), len(want.res.Stats.Rounds)) {
+			differs = differs || !slices.Equal(base.Stats.Rounds[i].Block, want.res.Stats.Rounds[i].Block)
 		}
 	}
 	assert.True(t, differs, "the YaRN drafter drafted exactly like the plain one: the test cannot see the scaling")
@@ -166,6 +157,21 @@ func TestDFlashSlidingWindowMatchesCPU(t *testing.T) {
 		})
 	require.Equal(t, []int{5, 0}, cp.drafter.(*dflash.Drafter).Arch().SlidingWindows)
 	require.Equal(t, []bool{true, false}, mp.drafter.(*Drafter).arch.Causal)
+	requireSameTraces(t, cp, mp)
+}
+
+// cpuTrace is one CPU generation of requireSameTraces.
+type cpuTrace struct {
+	prompt []ports.Token
+	bs     int
+	res    speculative.Result
+}
+
+// requireSameTraces runs two prompts at block sizes 4 and 8 (32 tokens, tape replay) on both pairs and requires
+// the same tokens and the same per-round blocks; it returns the CPU runs.
+func requireSameTraces(t *testing.T, cp, mp pair) []cpuTrace {
+	t.Helper()
+	var out []cpuTrace
 	for _, prompt := range [][]ports.Token{{5, 9, 13, 2}, {40, 41, 42, 43, 44, 45, 46, 47, 1, 2, 3}} {
 		for _, bs := range []int{4, 8} {
 			want := generate(t, cp, prompt, bs, speculative.RollbackReplay, 32)
@@ -175,8 +181,10 @@ func TestDFlashSlidingWindowMatchesCPU(t *testing.T) {
 			for i := range want.Stats.Rounds {
 				assert.Equal(t, want.Stats.Rounds[i].Block, got.Stats.Rounds[i].Block, "bs %d round %d", bs, i)
 			}
+			out = append(out, cpuTrace{prompt, bs, want})
 		}
 	}
+	return out
 }
 
 func TestSlidingMask(t *testing.T) {
