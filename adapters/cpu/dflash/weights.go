@@ -65,7 +65,7 @@ func (w *weightSet) linear(name string, out, in int) (*kernel.Linear, error) {
 		return nil, fmt.Errorf("%s: %w: %q", w.st.Where(), safetensors.ErrMissingTensor, name+".weight")
 	}
 	var spec *quant.Spec
-	if w.has(name + ".scales") && w.quant != nil {
+	if w.has(name+".scales") && w.quant != nil {
 		s, ok := w.quant.For(name)
 		if !ok {
 			// The rule hfmodel.Checkpoint.QuantSpec applies for targets and the MLX drafter.
