@@ -39,8 +39,8 @@ const (
 // draft(bs) + verify(bs) (verify including rollback), each measured per block size; an unmeasured size's
 // draft time is interpolated between measured speculative sizes (constant beyond them: a drafter runs its
 // trained block whatever bs it is asked for) and its verify time between all measured sizes, block 1 (plain
-// decoding, no draft call) included. The first round measures plain decoding, the second a small block
-// (exploreBlock).
+// decoding, no draft call) included. The first two rounds measure plain decoding (the first, right after
+// prefill, is a warm-up whose sample the second replaces), the third a small block (exploreBlock).
 //
 // Probes measure a size that is not the current choice: while falling back, the most promising speculative
 // size; while speculating, alternately the largest block (refreshes every slot's acceptance) and plain
