@@ -74,6 +74,8 @@ func TestE2EBadRequests(t *testing.T) {
 		{"tool_choice required", "POST", chat, `{` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":"required"}`, auth, 400, "tool_choice", "constrained decoding"},
 		{"tool_choice named", "POST", chat, `{` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function","function":{"name":"f"}}}`, auth, 400, "tool_choice", "constrained decoding"},
 		{"tool_choice unknown", "POST", chat, `{` + msgs + `,"tool_choice":"sometimes"}`, auth, 400, "tool_choice", `"sometimes"`},
+		{"tool_choice object without function", "POST", chat, `{` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"function"}}`, auth, 400, "tool_choice", "tool_choice.function.name is missing"},
+		{"tool_choice object of another type", "POST", chat, `{` + msgs + `,"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"function":{"name":"f"}}}`, auth, 400, "tool_choice", `tool_choice.type must be "function"`},
 		{"parallel_tool_calls string", "POST", chat, `{` + msgs + `,"parallel_tool_calls":"yes"}`, auth, 400, "parallel_tool_calls", "boolean"},
 		{"tool_calls on user", "POST", chat, `{"messages":[{"role":"user","content":"q","tool_calls":[]}]}`, auth, 400, "messages[0].tool_calls", "only allowed on assistant"},
 		{"tool_calls not array", "POST", chat, `{"messages":[{"role":"assistant","content":null,"tool_calls":{}},{"role":"user","content":"q"}]}`, auth, 400, "messages[0].tool_calls", "array"},

@@ -17,8 +17,10 @@ var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 const constrained = "forcing a tool call needs constrained decoding, which higgs does not have; use tool_choice \"auto\" (the model decides) or \"none\""
 
 // parseTools checks tools and tool_choice. It returns the tools array to render (nil when the model is not
-// offered tools) and whether the answer is to be parsed for calls. As in vLLM, tool_choice "none" neither
-// offers the tools nor parses; "auto" (the default when tools are given) does both.
+// offered tools) and whether the answer is to be parsed for calls. tool_choice "none" neither offers the tools
+// nor parses — a deliberate difference from vLLM's default, which keeps them in the prompt and only skips
+// parsing (a prompt should not offer calls that will not be read); "auto" (the default when tools are given)
+// does both.
 func parseTools(tools, choice json.RawMessage) (render []byte, parse bool, err error) {
 	mode := "auto"
 	if !isNull(choice) {
@@ -42,10 +44,13 @@ func parseTools(tools, choice json.RawMessage) (render []byte, parse bool, err e
 			if json.Unmarshal(choice, &named) != nil {
 				return nil, false, badRequest("tool_choice", "tool_choice must be a string or an object")
 			}
-			if named.Type == "function" && named.Function != nil && named.Function.Name != "" {
-				return nil, false, unsupported("tool_choice", fmt.Sprintf("naming the function %q: %s", named.Function.Name, constrained))
+			switch {
+			case named.Type != "function":
+				return nil, false, badRequest("tool_choice", "tool_choice.type must be \"function\", not %q", named.Type)
+			case named.Function == nil || named.Function.Name == "":
+				return nil, false, badRequest("tool_choice", "tool_choice.function.name is missing")
 			}
-			return nil, false, unsupported("tool_choice", fmt.Sprintf("an object of type %q: %s", named.Type, constrained))
+			return nil, false, unsupported("tool_choice", fmt.Sprintf("naming the function %q: %s", named.Function.Name, constrained))
 		}
 	}
 	if isNull(tools) {

@@ -68,6 +68,7 @@ type Parser struct {
 
 	pending  string // text not yet released: a possible partial tag, held whitespace, or an open block's body
 	inBlock  bool   // pending is the body of an open block (after Open)
+	searched int    // while inBlock: pending[:searched] holds no Close that could still complete (scan resumes there)
 	gap      string // the whitespace before the open block: content again if the block is no call
 	afterTag bool   // the last thing released or consumed was a call (held whitespace then belongs to it)
 	emitted  bool   // some content has been released
@@ -94,10 +95,18 @@ func (p *Parser) scan(final bool) (string, []Call) {
 	var calls []Call
 	for {
 		if p.inBlock {
-			i := strings.Index(p.pending, Close)
+			// Resume the search where the last one stopped (less a partial Close), so a long block costs linear
+			// time over its pieces rather than quadratic.
+			from := max(0, p.searched-len(Close)+1)
+			i := strings.Index(p.pending[from:], Close)
+			if i >= 0 {
+				i += from
+			}
 			if i < 0 && !final {
+				p.searched = len(p.pending)
 				return out.String(), calls // the block is still being written
 			}
+			p.searched = 0
 			body, rest, closed := p.pending, "", false
 			if i >= 0 {
 				body, rest, closed = p.pending[:i], p.pending[i+len(Close):], true
@@ -179,12 +188,18 @@ func parseBody(body string, types ParamTypes) (Call, bool) {
 	var v struct {
 		Name      *string         `json:"name"`
 		Arguments json.RawMessage `json:"arguments"`
+		// Parameters is the name some models (Llama-style, fine-tunes) use for the arguments; without this
+		// alias their calls would run with no arguments at all.
+		Parameters json.RawMessage `json:"parameters"`
 	}
 	raw := []byte(strings.TrimSpace(body))
 	if len(raw) == 0 || raw[0] != '{' || json.Unmarshal(raw, &v) != nil || v.Name == nil || *v.Name == "" {
 		return Call{}, false
 	}
 	args := bytes.TrimSpace(v.Arguments)
+	if len(args) == 0 {
+		args = bytes.TrimSpace(v.Parameters)
+	}
 	if len(args) > 0 && args[0] == '"' {
 		// Some models write the arguments as a string of JSON, as OpenAI sends them back.
 		var s string

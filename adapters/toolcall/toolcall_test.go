@@ -33,6 +33,8 @@ var parseCases = []struct {
 		[]call{{"s", "{\"z\":1.50,\n \"a\":[1, 2],\"m\":{\"q\":1e3}}"}}},
 	{"no HTML escaping", `<tool_call>{"name":"s","arguments":{"q":"<a> & b"}}</tool_call>`, "", []call{{"s", `{"q":"<a> & b"}`}}},
 	{"arguments as a string", `<tool_call>{"name": "f", "arguments": " {\"a\": 1}"}</tool_call>`, "", []call{{"f", `{"a": 1}`}}},
+	{"parameters as an alias of arguments", `<tool_call>{"name": "f", "parameters": {"a": 1}}</tool_call>`, "", []call{{"f", `{"a": 1}`}}},
+	{"arguments win over parameters", `<tool_call>{"name": "f", "arguments": {"b": 2}, "parameters": {"a": 1}}</tool_call>`, "", []call{{"f", `{"b": 2}`}}},
 	{"arguments absent", `<tool_call>{"name": "now"}</tool_call>`, "", []call{{"now", `{}`}}},
 	{"arguments null", `<tool_call>{"name": "now", "arguments": null}</tool_call>`, "", []call{{"now", `{}`}}},
 	{"text after a call", "<tool_call>{\"name\": \"f\"}</tool_call>\n\nDone.", "Done.", []call{{"f", `{}`}}},
