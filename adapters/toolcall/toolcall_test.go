@@ -209,8 +209,11 @@ func TestParseXML(t *testing.T) {
 			[]call{{"get_weather", `{"days": "three"}`}}},
 		{"two XML calls", "<tool_call>\n<function=now>\n</function>\n</tool_call>\n<tool_call>\n<function=get_weather>\n<parameter=location>\nTokyo\n</parameter>\n</function>\n</tool_call>", "",
 			[]call{{"now", `{}`}, {"get_weather", `{"location": "Tokyo"}`}}},
-		{"missing </function>", "<tool_call>\n<function=now>\n</tool_call>", "<tool_call>\n<function=now>\n</tool_call>", nil},
-		{"missing </parameter>", "<tool_call><function=now><parameter=a>1</function></tool_call>", "<tool_call><function=now><parameter=a>1</function></tool_call>", nil},
+		// As vLLM's qwen3_coder parser: missing close tags are tolerated, a value ends at the next parameter.
+		{"missing </function>", "<tool_call>\n<function=now>\n</tool_call>", "", []call{{"now", `{}`}}},
+		{"missing </parameter>", "<tool_call><function=now><parameter=a>1</function></tool_call>", "", []call{{"now", `{"a": "1"}`}}},
+		{"missing </parameter> before the next one", "<tool_call><function=get_weather><parameter=location>\nParis\n<parameter=days>\n3\n</parameter></function></tool_call>",
+			"", []call{{"get_weather", `{"location": "Paris", "days": 3}`}}},
 		{"text between parameters", "<tool_call><function=now>hi<parameter=a>1</parameter></function></tool_call>", "<tool_call><function=now>hi<parameter=a>1</parameter></function></tool_call>", nil},
 		{"repeated parameter", "<tool_call><function=now><parameter=a>1</parameter><parameter=a>2</parameter></function></tool_call>",
 			"<tool_call><function=now><parameter=a>1</parameter><parameter=a>2</parameter></function></tool_call>", nil},

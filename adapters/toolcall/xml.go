@@ -104,8 +104,10 @@ func schemaType(raw json.RawMessage) ParamType {
 	return t
 }
 
-// parseXMLBody reads <function=NAME> <parameter=P>VALUE</parameter>… </function>. Anything else in the body
-// (text between parameters, a repeated parameter, a missing close tag) makes it no call.
+// parseXMLBody reads <function=NAME> <parameter=P>VALUE</parameter>… </function>. As vLLM's qwen3_coder
+// parser does, a missing </parameter> ends the value at the next <parameter= (or at the end), and a missing
+// </function> is tolerated. Anything else in the body (text between parameters, a repeated parameter) makes it
+// no call.
 func parseXMLBody(body string, types ParamTypes) (Call, bool) {
 	rest, ok := strings.CutPrefix(strings.TrimSpace(body), funcOpen)
 	if !ok {
@@ -116,10 +118,11 @@ func parseXMLBody(body string, types ParamTypes) (Call, bool) {
 		return Call{}, false
 	}
 	name := strings.TrimSpace(rest[:gt])
-	inner, ok := strings.CutSuffix(rest[gt+1:], funcClose)
-	if name == "" || !ok {
+	if name == "" {
 		return Call{}, false
 	}
+	inner := strings.TrimRight(rest[gt+1:], whitespace)
+	inner = strings.TrimSuffix(inner, funcClose)
 	var buf bytes.Buffer
 	buf.WriteByte('{')
 	seen := map[string]bool{}
@@ -137,9 +140,13 @@ func parseXMLBody(body string, types ParamTypes) (Call, bool) {
 			return Call{}, false
 		}
 		param := strings.TrimSpace(after[:gt])
-		value, tail, ok := strings.Cut(after[gt+1:], paramClose)
-		if param == "" || !ok || seen[param] {
+		if param == "" || seen[param] {
 			return Call{}, false
+		}
+		value, tail, closed := strings.Cut(after[gt+1:], paramClose)
+		if next := strings.Index(after[gt+1:], paramOpen); next >= 0 && (!closed || next < len(value)) {
+			// No </parameter> before the next parameter: the value ends there.
+			value, tail = after[gt+1:gt+1+next], after[gt+1+next:]
 		}
 		seen[param] = true
 		// The template puts the value on its own lines: one newline on each side is layout, not value.
