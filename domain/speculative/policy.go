@@ -39,8 +39,8 @@ const (
 // draft(bs) + verify(bs) (verify including rollback), each measured per block size; an unmeasured size's
 // draft time is interpolated between measured speculative sizes (constant beyond them: a drafter runs its
 // trained block whatever bs it is asked for) and its verify time between all measured sizes, block 1 (plain
-// decoding, no draft call) included. The first two rounds measure plain decoding (the first, right after
-// prefill, is a warm-up whose sample the second replaces), the third a small block (exploreBlock).
+// decoding, no draft call) included. The first rounds measure plain decoding (a generation's first round is a
+// warm-up and not a sample, so a fresh policy decodes plainly twice), then a small block (exploreBlock).
 //
 // Probes measure a size that is not the current choice: while falling back, the most promising speculative
 // size; while speculating, alternately the largest block (refreshes every slot's acceptance) and plain
@@ -65,9 +65,10 @@ type depthPolicy struct {
 	slots  []slotStat // slots[j-1]: acceptance statistics of draft slot j
 	draft  []ema      // draft[bs-1]: final draft call in nanoseconds at block size bs ≥ 2
 	verify []ema      // verify[bs-1]: verify + rollback in nanoseconds at block size bs
-	// plainSeen counts observed plain-decoding rounds up to 2: the first one after prefill pays one-off
-	// warm-up (measured 2.3× a steady step on a 300M model), so the second replaces it instead of averaging.
-	plainSeen int
+	// genRounds counts the rounds observed in the current generation (a remembered policy starts again at 0).
+	// A generation's first round, when plain, pays one-off warm-up after prefill (measured 2.3× a steady step
+	// on a 300M model) and is not taken as a cost sample.
+	genRounds int
 	rounds    int
 	probes    int
 	lastProbe int     // round count at the last probe
@@ -107,7 +108,7 @@ func (p *depthPolicy) plan() (int, string) {
 	if p.maxBS <= 1 {
 		return 1, reasonFixed
 	}
-	if p.plainSeen < 2 {
+	if !p.verify[0].ok {
 		return 1, reasonExplore
 	}
 	if p.measured(1, +1, p.draft) == 0 {
@@ -304,10 +305,8 @@ func (p *depthPolicy) observe(bs, accepted int, draft, catchUp, verify, rollback
 	if bs > 1 {
 		p.draft[bs-1].addWeighted(float64(draft), p.decay)
 	}
-	if bs == 1 && p.plainSeen < 2 {
-		p.plainSeen++
-		p.verify[0] = ema{v: float64(verify + rollback), ok: true}
-	} else {
+	p.genRounds++
+	if bs > 1 || p.genRounds > 1 {
 		p.verify[bs-1].addWeighted(float64(verify+rollback), p.decay)
 	}
 	keep := 1 - p.decay/2
@@ -347,7 +346,9 @@ func (m *PolicyMemory) load(maxBS int, cfg PolicyConfig) *depthPolicy {
 	if m.p == nil || m.p.maxBS != maxBS {
 		return newDepthPolicy(maxBS, cfg)
 	}
-	return m.p.clone()
+	c := m.p.clone()
+	c.genRounds = 0
+	return c
 }
 
 // store remembers a copy of p.

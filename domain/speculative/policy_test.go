@@ -340,3 +340,21 @@ func TestPolicyWarmUpRoundDoesNotPinSpeculation(t *testing.T) {
 		assert.Equal(t, 1, r.bs, "round %d: %v", i+3, countReasons(rs))
 	}
 }
+
+// TestPolicyWarmUpRoundOfLaterGenerations: with a memory, every generation's first plain round (warm-up after
+// its prefill) is left out of the plain-decoding cost, not only the first generation's.
+func TestPolicyWarmUpRoundOfLaterGenerations(t *testing.T) {
+	mem := NewPolicyMemory()
+	p := mem.load(8, PolicyConfig{})
+	p.observe(1, 0, 0, 0, 60*time.Millisecond, 0)
+	p.observe(1, 0, 0, 0, 24*time.Millisecond, 0)
+	require.True(t, p.verify[0].ok)
+	assert.Equal(t, float64(24*time.Millisecond), p.verify[0].v, "the first round was a warm-up")
+	mem.store(p)
+
+	q := mem.load(8, PolicyConfig{})
+	q.observe(1, 0, 0, 0, 60*time.Millisecond, 0)
+	assert.Equal(t, float64(24*time.Millisecond), q.verify[0].v, "a later generation's first round is a warm-up too")
+	q.observe(1, 0, 0, 0, 20*time.Millisecond, 0)
+	assert.Less(t, q.verify[0].v, float64(24*time.Millisecond), "later rounds are samples")
+}
