@@ -72,8 +72,7 @@ func LoadDrafter(ctx context.Context, dir string, target *Target, opts DrafterOp
 	if err != nil {
 		return nil, fmt.Errorf("mlx drafter %s: %w", dir, err)
 	}
-	d := &Drafter{t: target, arch: a, shrink: opts.ShrinkBlocks,
-		rope: newRopeSpec(a.HeadDim, a.HeadDim, a.RopeTheta, a.Rope, a.MaxPositions)}
+	d := &Drafter{t: target, arch: a, shrink: opts.ShrinkBlocks}
 	// The drafter computes in its target's dtype.
 	if d.arena, err = upload(target.rt, st, "mlx drafter load", nil, cfg.Quantization, target.m.dt, d.load); err != nil {
 		return nil, fmt.Errorf("mlx drafter %s: %w", dir, err)
@@ -96,6 +95,7 @@ func (d *Drafter) load(l *loader) error {
 		errs = append(errs, err)
 		return x
 	}
+	d.rope = newRopeSpec(l.g, hd, hd, a.RopeTheta, a.Rope, a.MaxPositions, l.dt)
 	d.fc = lin("fc", H, len(a.TapLayers)*H)
 	d.hidNorm = vec("hidden_norm.weight", H)
 	d.norm = vec("norm.weight", H)
@@ -287,7 +287,7 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 			for i := range d.layers {
 				ly := &d.layers[i]
 				k := g.rmsNorm(g.reshape(ly.k.apply(g, c), ctxRows, a.NumKVHeads, a.HeadDim), ly.kNorm, float32(a.RMSNormEps))
-				k = g.ropeWith(g.expand(g.transpose(k, 1, 0, 2), 0), d.rope, s.n, d.t.m.dt)
+				k = g.rope(g.expand(g.transpose(k, 1, 0, 2), 0), d.rope, s.n)
 				v := g.expand(g.transpose(g.reshape(ly.v.apply(g, c), ctxRows, a.NumKVHeads, a.HeadDim), 1, 0, 2), 0)
 				if s.k[i] != 0 {
 					k, v = g.concat(2, s.k[i], k), g.concat(2, s.v[i], v)
@@ -320,8 +320,8 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 				q := g.rmsNorm(g.reshape(ly.q.apply(g, h), bs, a.NumHeads, a.HeadDim), ly.qNorm, eps)
 				k := g.rmsNorm(g.reshape(ly.k.apply(g, h), bs, a.NumKVHeads, a.HeadDim), ly.kNorm, eps)
 				v := g.reshape(ly.v.apply(g, h), bs, a.NumKVHeads, a.HeadDim)
-				q = g.ropeWith(g.expand(g.transpose(q, 1, 0, 2), 0), d.rope, pos, d.t.m.dt)
-				k = g.ropeWith(g.expand(g.transpose(k, 1, 0, 2), 0), d.rope, pos, d.t.m.dt)
+				q = g.rope(g.expand(g.transpose(q, 1, 0, 2), 0), d.rope, pos)
+				k = g.rope(g.expand(g.transpose(k, 1, 0, 2), 0), d.rope, pos)
 				v = g.expand(g.transpose(v, 1, 0, 2), 0)
 				if newK[i] != 0 {
 					k, v = g.concat(2, newK[i], k), g.concat(2, newV[i], v)

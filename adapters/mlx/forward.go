@@ -57,9 +57,8 @@ func (m *model) attention(g *graph, w *attnWeights, st *attnState, h arr, T, n i
 	v := g.reshape(w.v.apply(g, h), T, a.KVHeads, d)
 	q = g.rmsNorm(q, w.qNorm, a.Eps)
 	k = g.rmsNorm(k, w.kNorm, a.Eps)
-	rs := newRopeSpec(a.RotaryDims, d, a.RopeTheta, a.Rope, a.RopeMaxPositions)
-	q = g.ropeWith(g.expand(g.transpose(q, 1, 0, 2), 0), rs, n, m.dt)
-	k = g.ropeWith(g.expand(g.transpose(k, 1, 0, 2), 0), rs, n, m.dt)
+	q = g.rope(g.expand(g.transpose(q, 1, 0, 2), 0), m.rope, n)
+	k = g.rope(g.expand(g.transpose(k, 1, 0, 2), 0), m.rope, n)
 	v = g.expand(g.transpose(v, 1, 0, 2), 0)
 	if st.k != 0 {
 		k = g.concat(2, st.k, k)

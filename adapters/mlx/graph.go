@@ -313,67 +313,63 @@ func (g *graph) rmsNorm(x, w arr, eps float32) arr {
 	return g.done("rms_norm", mlxc.FastRmsNorm(&r, x, w, eps, g.s), r)
 }
 
-// rope applies NeoX (non-traditional) rotary embedding over the first dims of the last axis; x is
-// [B, heads, T, d] with positions offset..offset+T−1.
-func (g *graph) rope(x arr, dims int, base float64, offset int) arr {
-	if g.err != nil {
-		return 0
-	}
-	var r arr
-	return g.done("rope", mlxc.FastRope(&r, x, int32(dims), false, mlxc.SomeFloat(float32(base)), 1, int32(offset), 0, g.s), r)
-}
-
-// ropeSpec is RoPE over the first dims of a head of width. A scaled RoPE (YaRN, linear) has freqs, the periods
-// 1/θ_i that mlx_fast_rope takes in place of a base, and scale, the factor transformers multiplies cos and sin by.
+// ropeSpec is NeoX (non-traditional) RoPE over the first dims of a head. A scaled RoPE (YaRN, linear) has
+// freqs, the periods 1/θ_i that mlx_fast_rope takes in place of a base, and may have scale, the factor
+// transformers multiplies cos and sin by, as a float32 per-dim vector over the head width. Both arrays are
+// uploaded once, with the weights.
 type ropeSpec struct {
-	dims, width int
-	base        float64
-	freqs       []float32 // nil: plain RoPE from base
-	scale       float32
+	dims  int
+	base  float64
+	freqs arr // 0: plain RoPE from base
+	scale arr // 0: cos and sin unscaled
+	dt    mlxc.Dtype
 }
 
-// newRopeSpec resolves a checkpoint's RoPE scaling (hfmodel.RopeScaling.Frequencies) for MLX.
-func newRopeSpec(dims, width int, base float64, s hfmodel.RopeScaling, maxPositions int) ropeSpec {
-	rs := ropeSpec{dims: dims, width: width, base: base, scale: 1}
+// newRopeSpec resolves a checkpoint's RoPE scaling (hfmodel.RopeScaling.Frequencies) for heads of width in
+// compute dtype dt, uploading its arrays on arena (the graph that owns the weights).
+func newRopeSpec(arena *graph, dims, width int, base float64, s hfmodel.RopeScaling, maxPositions int, dt mlxc.Dtype) ropeSpec {
+	rs := ropeSpec{dims: dims, base: base, dt: dt}
 	if s.Type == "" {
 		return rs
 	}
 	inv, scale := s.Frequencies(dims, base, maxPositions)
-	rs.freqs = make([]float32, len(inv))
+	periods := make([]float32, len(inv))
 	for i, f := range inv {
-		rs.freqs[i] = float32(1 / f)
+		periods[i] = float32(1 / f)
 	}
-	rs.scale = float32(scale)
+	rs.freqs = uploadF32(arena, periods, len(periods))
+	if scale != 1 {
+		m := make([]float32, width)
+		for i := range m {
+			m[i] = 1
+			if i < dims {
+				m[i] = float32(scale)
+			}
+		}
+		rs.scale = uploadF32(arena, m, width)
+	}
 	return rs
 }
 
-// ropeWith applies rs to x ([B, heads, T, width], of dtype dt) at positions offset..offset+T−1. RoPE is linear,
-// so the scaled cos and sin are applied as a rotation followed by a per-dim factor (scale on the rotated dims,
-// exactly 1 on the others), multiplied in float32 so that a bf16 model does not round the factor itself.
-func (g *graph) ropeWith(x arr, rs ropeSpec, offset int, dt mlxc.Dtype) arr {
-	if rs.freqs == nil {
-		return g.rope(x, rs.dims, rs.base, offset)
-	}
+// rope applies rs to x ([B, heads, T, width]) at positions offset..offset+T−1. RoPE is linear, so scaled cos
+// and sin are a rotation followed by a per-dim factor (exactly 1 past the rotated dims), multiplied in float32
+// so that a bf16 model does not round the factor itself.
+func (g *graph) rope(x arr, rs ropeSpec, offset int) arr {
 	if g.err != nil {
 		return 0
 	}
-	f := uploadF32(g, rs.freqs, len(rs.freqs))
 	var r arr
-	r = g.done("rope", mlxc.FastRope(&r, x, int32(rs.dims), false, 0, 1, int32(offset), f, g.s), r)
-	if rs.scale == 1 {
+	if rs.freqs == 0 {
+		return g.done("rope", mlxc.FastRope(&r, x, int32(rs.dims), false, mlxc.SomeFloat(float32(rs.base)), 1, int32(offset), 0, g.s), r)
+	}
+	r = g.done("rope", mlxc.FastRope(&r, x, int32(rs.dims), false, 0, 1, int32(offset), rs.freqs, g.s), r)
+	switch {
+	case rs.scale == 0:
 		return r
+	case rs.dt == mlxc.Float32:
+		return g.mul(r, rs.scale)
 	}
-	m := make([]float32, rs.width)
-	for i := range m {
-		m[i] = 1
-		if i < rs.dims {
-			m[i] = rs.scale
-		}
-	}
-	if dt == mlxc.Float32 {
-		return g.mul(r, uploadF32(g, m, rs.width))
-	}
-	return g.astype(g.mul(g.astype(r, mlxc.Float32), uploadF32(g, m, rs.width)), dt)
+	return g.astype(g.mul(g.astype(r, mlxc.Float32), rs.scale), rs.dt)
 }
 
 // sdpa is scaled dot-product attention: q [B,Hq,T,d], k/v [B,Hkv,S,d]; causal masks key j > query i+S−T.

@@ -200,6 +200,7 @@ func (l *loader) cast(a arr) arr {
 
 func (l *loader) load(a *hfmodel.Arch) (*model, error) {
 	m := &model{arch: *a, arena: l.g, dt: l.dt}
+	m.rope = newRopeSpec(l.g, a.RotaryDims, a.HeadDim, a.RopeTheta, a.Rope, a.RopeMaxPositions, l.dt)
 	l.zeroCN = l.ck.ZeroCentredNorms(l.cfg)
 	H := a.Hidden
 	var err error

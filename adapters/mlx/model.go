@@ -86,6 +86,7 @@ type model struct {
 	lmHead    *linear
 	finalNorm arr
 	layers    []layer
+	rope      ropeSpec // attention layers' RoPE
 	// arena owns every weight array; freed on Close.
 	arena *graph
 	// dt is the compute dtype of activations and float weights (the GDN recurrence and its state are always
