@@ -395,11 +395,11 @@ func (g *generation) cropDraft() error {
 	return nil
 }
 
-// detachPending copies pending taps that would otherwise be invalidated by the next Forward.
+// detachPending copies pending taps that would otherwise be invalidated by the next Forward. Each Forward adds
+// at most one entry and every earlier one was detached before it, so only the newest entries need looking at
+// (the list grows by one per plain-decoding round; scanning it all would be quadratic over a generation).
 func (g *generation) detachPending() {
-	for i := range g.pending {
-		if !g.pending[i].detached {
-			g.pending[i] = pendingTaps{taps: g.pending[i].taps.Detach(), detached: true}
-		}
+	for i := len(g.pending) - 1; i >= 0 && !g.pending[i].detached; i-- {
+		g.pending[i] = pendingTaps{taps: g.pending[i].taps.Detach(), detached: true}
 	}
 }
