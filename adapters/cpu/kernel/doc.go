@@ -17,7 +17,8 @@
 //     that share one decode of the codes) use 16-lane vectors holding two of those 8-lane chains side by side
 //     and add them in the same order, so on a CPU with AVX-512 (F, VL, BW) the bits equal the AVX2 kernels'.
 //     Multi-row 4/8-bit products run along In in L1-sized blocks, keeping each element's accumulator between
-//     blocks (no operation changes). gen_tile.py generates tile_amd64.s.
+//     blocks (no operation changes); blocks of 16 input rows (groups of 32 or 64) decode each group of codes
+//     once for all 16 rows, two weight rows at a time. gen_tile.py generates tile_amd64.s.
 //   - everywhere else, or with the purego build tag: pure Go plus github.com/viterin/vek (vek32.Dot has a fixed
 //     reduction order for a given length).
 //

@@ -680,6 +680,146 @@ def quant4x2(name, bits):
     e("\tRET")
     e()
 
+def quant16x2(name, bits, gs, fin="paired"):
+    # 16 input rows × 2 weight rows (o, and o+1 at codes+next, scales/biases+nextS), group by group: each
+    # group's codes are decoded once into registers for all 16 rows (the 4-row kernels decode them once per 4
+    # rows), then the rows pass in blocks of R (4 for 4 bits, 8 for 8 bits) with the one-row kernel's chains
+    # (lanes 0-7 its first 8-lane chain of a step, lanes 8-15 its second), each block's group end folded into
+    # its scaled accumulators in state. Per element the operations of dotQ{bits}RowAVX2.
+    # xp: packQuantRows(n=16); xsT: [group][16 rows]. state (floats): the scaled 8-lane accumulator of row
+    # i = R·b + r, weight row j at 16·((2b+j)·R/2 + r/2) + 8·(r%2); at 256 + 16j + i its bias term.
+    R = 4 if bits == 4 else 8
+    RB = 16 // R
+    steps = gs // 32 if bits == 4 else gs // 16
+    rowb = 128 if bits == 4 else 64
+    gb = gs * bits // 8
+    A = [[r*2 + j for j in range(2)] for r in range(R)]          # Z0.. : first (lo) chain per row, weight
+    B = [[2*R + r*2 + j for j in range(2)] for r in range(R)] if bits == 4 else None
+    nd = 2 * steps * (2 if bits == 4 else 1)
+    D0 = 16
+    assert D0 + nd <= 24 and (4*R if bits == 4 else 2*R) <= 16
+    def dreg(j, s, h):
+        per = 2 if bits == 4 else 1
+        return f"Z{D0 + (j*steps + s)*per + h}"
+    e(f"// func {name}(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state *float32)")
+    e(f"// dotQ{bits}RowAVX2 (group {gs}) for 16 packed input rows against weight rows o and o+1 (codes next bytes")
+    e("// on, scales and biases nextS bytes on), decoding each group once for all rows; see gen_tile.py quant16x2.")
+    e(f"TEXT ·{name}(SB), NOSPLIT, $0-72")
+    e("\tMOVQ codes+0(FP), DI")
+    e("\tMOVQ next+8(FP), R8")
+    e("\tADDQ DI, R8")
+    e("\tMOVQ xp+16(FP), SI")
+    e("\tMOVQ scales+24(FP), R9")
+    e("\tMOVQ biases+32(FP), R12")
+    e("\tMOVQ xsT+40(FP), R13")
+    e("\tMOVQ nextS+48(FP), BX")
+    e("\tMOVQ groups+56(FP), R10")
+    e("\tMOVQ state+64(FP), DX")
+    if fin == "blend":
+        e("\tMOVL $0xff00, AX")
+        e("\tKMOVW AX, K1")
+    e("\tVMOVUPS 1024(DX), Z30")
+    e("\tVMOVUPS 1088(DX), Z31")
+    def decode(ahead):
+        for j, base in enumerate(["DI", "R8"]):
+            for s_ in range(steps):
+                d = dreg(j, s_, 0)
+                e(f"\tVPMOVZXBD {16*s_ + (gb if ahead else 0)}({base}), {d}")
+                if bits == 4:
+                    h = dreg(j, s_, 1)
+                    # VPERMPS reads only the low 4 bits of each index: the table q4float gives the low nibble's
+                    # value without a mask, and the shifted byte's.
+                    e(f"\tVPSRLD $4, {d}, {h}")
+                    e(f"\tVPERMPS q4float<>(SB), {d}, {d}")
+                    e(f"\tVPERMPS q4float<>(SB), {h}, {h}")
+                else:
+                    e(f"\tVCVTDQ2PS {d}, {d}")
+    # Each group's codes are decoded during the previous group's last row block (after its products, before
+    # its group end), so the next group's first products do not wait for the decode.
+    e("\tTESTQ R10, R10")
+    e(f"\tJE {name}_done")
+    decode(False)
+    e(f"{name}_group:")
+    # The caller's next pair of weight rows, at this group: their codes, scales and biases arrive while this
+    # pair computes (a pair takes microseconds, far longer than a memory read).
+    e("\tMOVQ next+8(FP), R14")
+    e("\tPREFETCHT0 (DI)(R14*2)")
+    e("\tPREFETCHT0 (R8)(R14*2)")
+    e("\tPREFETCHT0 (R9)(BX*2)")
+    e("\tPREFETCHT0 (R12)(BX*2)")
+    e("\tVBROADCASTSS (R9), Z26")
+    e("\tVBROADCASTSS (R9)(BX*1), Z27")
+    for b in range(RB):
+        for r in range(R):
+            for j in range(2):
+                e(f"\tVPXORD Z{A[r][j]}, Z{A[r][j]}, Z{A[r][j]}")
+                if B:
+                    e(f"\tVPXORD Z{B[r][j]}, Z{B[r][j]}, Z{B[r][j]}")
+        for s_ in range(steps):
+            for r in range(R):
+                off = s_*16*rowb + (b*R + r)*rowb
+                e(f"\tVMOVUPS {off}(SI), Z24")
+                if B:
+                    e(f"\tVMOVUPS {off+64}(SI), Z25")
+                for j in range(2):
+                    e(f"\tVFMADD231PS Z24, {dreg(j, s_, 0)}, Z{A[r][j]}")
+                    if B:
+                        e(f"\tVFMADD231PS Z25, {dreg(j, s_, 1)}, Z{B[r][j]}")
+        if b == RB - 1:
+            e("\tCMPQ R10, $1")
+            e(f"\tJE {name}_last")
+            decode(True)
+            e(f"{name}_last:")
+        if B:
+            for r in range(R):
+                for j in range(2):
+                    e(f"\tVADDPS Z{B[r][j]}, Z{A[r][j]}, Z{A[r][j]}")
+        for j in range(2):
+            for k in range(R // 2):
+                so = 64 * ((2*b + j) * (R // 2) + k)
+                za, zb = A[2*k][j], A[2*k+1][j]
+                if fin == "blend":
+                    # Z28 = [a.lo | b.hi], Z29 = [a.hi | b.lo]: their sum is each row's lo+hi (addition commutes),
+                    # the one-row order, with one lane shuffle per pair of rows.
+                    e(f"\tVBLENDMPS Z{zb}, Z{za}, K1, Z28")
+                    e(f"\tVSHUFF64X2 $0x4e, Z{zb}, Z{za}, Z29")
+                    e("\tVADDPS Z29, Z28, Z28")
+                    e(f"\tVFMADD213PS {so}(DX), Z{26+j}, Z28")
+                    e(f"\tVMOVUPS Z28, {so}(DX)")
+                elif fin == "paired":
+                    # Z28 = [a.lo | b.lo], Z29 = [a.hi | b.hi]: their sum is each row's lo+hi, the one-row order.
+                    e(f"\tVSHUFF64X2 $0x44, Z{zb}, Z{za}, Z28")
+                    e(f"\tVSHUFF64X2 $0xee, Z{zb}, Z{za}, Z29")
+                    e("\tVADDPS Z29, Z28, Z28")
+                    e(f"\tVFMADD213PS {so}(DX), Z{26+j}, Z28")
+                    e(f"\tVMOVUPS Z28, {so}(DX)")
+                else:
+                    for h, z in enumerate((za, zb)):
+                        e(f"\tVEXTRACTF64X4 $1, Z{z}, Y28")
+                        e(f"\tVADDPS Y28, Y{z}, Y28")
+                        e(f"\tVFMADD213PS {so+32*h}(DX), Y{26+j}, Y28")
+                        e(f"\tVMOVUPS Y28, {so+32*h}(DX)")
+    e("\tVBROADCASTSS (R12), Z28")
+    e("\tVMULPS (R13), Z28, Z28")
+    e("\tVADDPS Z28, Z30, Z30")
+    e("\tVBROADCASTSS (R12)(BX*1), Z29")
+    e("\tVMULPS (R13), Z29, Z29")
+    e("\tVADDPS Z29, Z31, Z31")
+    e(f"\tADDQ ${64*gs}, SI")
+    e("\tADDQ $64, R13")
+    e("\tADDQ $4, R9")
+    e("\tADDQ $4, R12")
+    e(f"\tADDQ ${gb}, DI")
+    e(f"\tADDQ ${gb}, R8")
+    e("\tDECQ R10")
+    e(f"\tJNE {name}_group")
+    e(f"{name}_done:")
+    e("\tVMOVUPS Z30, 1024(DX)")
+    e("\tVMOVUPS Z31, 1088(DX)")
+    e("\tVZEROUPPER")
+    e("\tRET")
+    e()
+
 e("// Code generated by gen_tile.py; DO NOT EDIT.")
 e()
 e("//go:build amd64 && !purego")
@@ -724,4 +864,8 @@ for gs in (32, 64, 128):
 quantq8("quantizeQ8AVX512")
 quant4x2("dotQ4Rows4x2StateAVX512", 4)
 quant4x2("dotQ8Rows4x2StateAVX512", 8)
+FIN16 = __import__("os").environ.get("FIN16", "blend")
+for gs in (32, 64):
+    quant16x2(f"dotQ4Rows16x2G{gs}AVX512", 4, gs, FIN16)
+    quant16x2(f"dotQ8Rows16x2G{gs}AVX512", 8, gs, FIN16)
 open(__import__("os").path.join(__import__("os").path.dirname(__file__), "tile_amd64.s"), "w").write("\n".join(out) + "\n")

@@ -97,7 +97,7 @@ func TestLinearMatchesFloat64Reference(t *testing.T) { bothPaths(t, testLinearMa
 func testLinearMatchesFloat64Reference(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	const out, in = 37, 256
-	x := randVec(r, 16*in, 1)
+	x := randVec(r, 34*in, 1)
 	w32 := randVec(r, out*in, 0.5)
 	w64 := make([]float64, len(w32))
 	bf := make([]uint16, len(w32))
@@ -391,7 +391,7 @@ func TestTilesMatchAVX2(t *testing.T) {
 		require.NoError(t, err)
 		ls = append(ls, lq)
 	}
-	x := randVec(r, 16*in, 1)
+	x := randVec(r, 34*in, 1)
 	defer func() { quantPairs = true }()
 	for _, pairs := range []bool{true, false} {
 		quantPairs = pairs
@@ -439,7 +439,7 @@ func TestBlocksAlongIn(t *testing.T) {
 	defer func() { useAVX512 = true }()
 	r := rand.New(rand.NewPCG(19, 20))
 	const out, in = 37, 1440 // 45 groups of 32: blocks of 16, 16 and 13 groups for 8 rows
-	x := randVec(r, 16*in, 1)
+	x := randVec(r, 34*in, 1)
 	type tc struct {
 		name string
 		l    *Linear
@@ -486,12 +486,12 @@ func TestQuantAVX512MatchesAVX2AllGroups(t *testing.T) {
 	if !useAVX512 {
 		t.Skip("no AVX-512 on this CPU")
 	}
-	defer func() { useAVX512, quantPairs = true, true }()
+	defer func() { useAVX512, quantPairs, quant16 = true, true, true }()
 	r := rand.New(rand.NewPCG(21, 22))
 	const out = 13
 	// 512 inputs give even group counts; 480, 448 and 896 odd ones for groups of 32, 64 and 128.
 	for _, in := range []int{512, 480, 448, 896} {
-		x := randVec(r, 16*in, 1)
+		x := randVec(r, 34*in, 1)
 		for i := range x {
 			switch i % 7 {
 			case 0:
@@ -500,7 +500,7 @@ func TestQuantAVX512MatchesAVX2AllGroups(t *testing.T) {
 				x[i] = float32(math.Copysign(0, -1))
 			}
 		}
-		zeros := make([]float32, 16*in)
+		zeros := make([]float32, 34*in)
 		for _, bits := range []int{4, 8} {
 			for _, g := range []int{32, 64, 128} {
 				if in%g != 0 {
@@ -511,9 +511,10 @@ func TestQuantAVX512MatchesAVX2AllGroups(t *testing.T) {
 				require.NoError(t, err)
 				l.Pool = NewPool(2)
 				for _, pairs := range []bool{true, false} {
-					quantPairs = pairs
+					// pairs also switches the 16-row kernels, so the 4- and 8-row ones see blocks of 16 rows too.
+					quantPairs, quant16 = pairs, pairs
 					for _, xin := range [][]float32{x, zeros} {
-						for rows := 1; rows <= 16; rows++ {
+						for rows := 1; rows <= 34; rows++ {
 							useAVX512 = true
 							a := make([]float32, rows*out)
 							l.Forward(a, xin, rows)

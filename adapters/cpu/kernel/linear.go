@@ -468,9 +468,12 @@ func groupSums(dst, x []float32, gs int) {
 	}
 }
 
-// quantBlock is the number of input rows the next AVX-512 quantized kernel call takes when rem rows are left.
-func quantBlock(rem int) int {
+// quantBlock is the number of input rows the next AVX-512 quantized kernel call takes when rem rows are left;
+// has16 says whether a 16x2 kernel serves the weight's bits and group size.
+func quantBlock(rem int, has16 bool) int {
 	switch {
+	case rem >= 16 && has16:
+		return 16
 	case rem >= 8 && !quantPairs:
 		return 8
 	case rem >= 4:
@@ -479,7 +482,7 @@ func quantBlock(rem int) int {
 	return 1
 }
 
-// forwardQuantAVX512 is the 4- and 8-bit product on AVX-512: input rows go in blocks of 8, 4 or 1 that share
+// forwardQuantAVX512 is the 4- and 8-bit product on AVX-512: input rows go in blocks of 16, 8, 4 or 1 that share
 // each decode of the codes, with 16-lane vectors holding two of the AVX2 kernel's 8-lane chains and the bias
 // term computed beside them, so every element gets the AVX2 kernels' bits. Inputs and group sums are packed
 // once per call.
@@ -493,8 +496,10 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 	pp := getScratch(rows * (in + ng))
 	defer scratchPool.Put(pp)
 	xp, xsT := (*pp)[:rows*in], (*pp)[rows*in:]
+	k16 := quant16Kernel(q.Bits, gs)
+	has16 := k16 != nil && quant16
 	for r := 0; r < rows; {
-		n := quantBlock(rows - r)
+		n := quantBlock(rows-r, has16)
 		packQuantRows(xp[r*in:(r+n)*in], x[r*in:(r+n)*in], n, in, q.Bits)
 		t := xsT[r*ng : (r+n)*ng]
 		for i := range n {
@@ -516,7 +521,12 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 		var res [2]float32
 		var state [quantOC * 9 * 8]float32
 		for r := 0; r < rows; {
-			n := quantBlock(rows - r)
+			n := quantBlock(rows-r, has16)
+			if n == 16 {
+				forwardQuant16(k16, q, codes[lo*rowBytes:], rowBytes, xp[r*in:], xsT[r*ng:], ng, lo, hi, dst[r*out:], out)
+				r += 16
+				continue
+			}
 			if n == 1 {
 				if q.Bits == 4 {
 					quantRow1[gs/64](&codes[lo*rowBytes], &xp[r*in], &q.Scales[lo*ng], &q.Biases[lo*ng], &xsT[r*ng], ng, hi-lo, &dst[r*out+lo])
@@ -563,6 +573,52 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 			r += n
 		}
 	})
+}
+
+// quant16 enables the 16x2 kernels (tests turn it off to compare them with the 4-row kernels).
+var quant16 = true
+
+// quant16Kernel returns the 16x2 kernel for bits and group size gs, or nil. Groups of 128 would need 16
+// registers of decoded codes per weight pair, more than the kernels have left.
+func quant16Kernel(bits, gs int) func(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state *float32) {
+	switch {
+	case bits == 4 && gs == 32:
+		return dotQ4Rows16x2G32AVX512
+	case bits == 4 && gs == 64:
+		return dotQ4Rows16x2G64AVX512
+	case bits == 8 && gs == 32:
+		return dotQ8Rows16x2G32AVX512
+	case bits == 8 && gs == 64:
+		return dotQ8Rows16x2G64AVX512
+	}
+	return nil
+}
+
+// forwardQuant16 runs weight rows [lo, hi) against 16 packed input rows with a 16x2 kernel; codes start at
+// row lo, dst at input row 0 (row stride out).
+func forwardQuant16(k func(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state *float32),
+	q *Quant, codes []byte, rowBytes int, xp, xsT []float32, ng, lo, hi int, dst []float32, out int) {
+	// R is the kernels' input-row block: 4 rows for 4 bits, 8 for 8 bits (see gen_tile.py quant16x2).
+	R := 4
+	if q.Bits == 8 {
+		R = 8
+	}
+	var st [288]float32
+	for o := lo; o < hi; o += 2 {
+		next, nextS := rowBytes, 4*ng
+		if o+1 == hi {
+			next, nextS = 0, 0 // an odd last row runs as its own pair; the copy is dropped
+		}
+		clear(st[:])
+		k(&codes[(o-lo)*rowBytes], next, &xp[0], &q.Scales[o*ng], &q.Biases[o*ng], &xsT[0], nextS, ng, &st[0])
+		for j := 0; j < 2 && o+j < hi; j++ {
+			for i := range 16 {
+				b, r := i/R, i%R
+				off := 16*((2*b+j)*(R/2)+r/2) + 8*(r%2)
+				dst[i*out+o+j] = finishQuant((*[8]float32)(st[off:off+8])) + st[256+16*j+i]
+			}
+		}
+	}
 }
 
 // quantRow1 holds the 4-bit one-row AVX-512 kernels by group size / 64 (group 32, 64 or 128); each call runs a

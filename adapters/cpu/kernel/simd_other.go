@@ -88,6 +88,19 @@ func dotQ8Rows4x2StateAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT 
 	noAVX2()
 }
 
+func dotQ4Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state *float32) {
+	noAVX2()
+}
+func dotQ4Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state *float32) {
+	noAVX2()
+}
+func dotQ8Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state *float32) {
+	noAVX2()
+}
+func dotQ8Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state *float32) {
+	noAVX2()
+}
+
 var useVNNI = false
 
 func dotQ4FastG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32) {
