@@ -701,10 +701,11 @@ def quant16x2(name, bits, gs, fin="paired"):
     def dreg(j, s, h):
         per = 2 if bits == 4 else 1
         return f"Z{D0 + (j*steps + s)*per + h}"
-    e(f"// func {name}(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state *float32)")
+    e(f"// func {name}(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout int)")
     e(f"// dotQ{bits}RowAVX2 (group {gs}) for 16 packed input rows against weight rows o and o+1 (codes next bytes")
     e("// on, scales and biases nextS bytes on), decoding each group once for all rows; see gen_tile.py quant16x2.")
-    e(f"TEXT ·{name}(SB), NOSPLIT, $0-72")
+    e("// Row i's products go to dst[i·ldd] (weight row o) and, when nout is 2, dst[i·ldd+1].")
+    e(f"TEXT ·{name}(SB), NOSPLIT, $0-96")
     e("\tMOVQ codes+0(FP), DI")
     e("\tMOVQ next+8(FP), R8")
     e("\tADDQ DI, R8")
@@ -718,8 +719,11 @@ def quant16x2(name, bits, gs, fin="paired"):
     if fin == "blend":
         e("\tMOVL $0xff00, AX")
         e("\tKMOVW AX, K1")
-    e("\tVMOVUPS 1024(DX), Z30")
-    e("\tVMOVUPS 1088(DX), Z31")
+    # The state starts at zero: the scaled accumulators are read by each group end's FMA.
+    e("\tVPXORD Z30, Z30, Z30")
+    e("\tVPXORD Z31, Z31, Z31")
+    for i in range(16):
+        e(f"\tVMOVUPS Z30, {64*i}(DX)")
     def decode(ahead):
         for j, base in enumerate(["DI", "R8"]):
             for s_ in range(steps):
@@ -816,6 +820,27 @@ def quant16x2(name, bits, gs, fin="paired"):
     e(f"{name}_done:")
     e("\tVMOVUPS Z30, 1024(DX)")
     e("\tVMOVUPS Z31, 1088(DX)")
+    # Each element: the one-row kernels' horizontal sum of its 8-lane accumulator, then its bias term.
+    e("\tMOVQ ldd+80(FP), CX")
+    e("\tSHLQ $2, CX")
+    for j in range(2):
+        e("\tMOVQ dst+72(FP), R11")
+        if j == 1:
+            e("\tCMPQ nout+88(FP), $2")
+            e(f"\tJLT {name}_ret")
+            e("\tADDQ $4, R11")
+        for i in range(16):
+            b, r = divmod(i, R)
+            off = 64 * ((2*b + j) * (R // 2) + r // 2) + 32 * (r % 2)
+            e(f"\tVMOVUPS {off}(DX), X0")
+            e(f"\tVADDPS {off+16}(DX), X0, X0")
+            e("\tVHADDPS X0, X0, X0")
+            e("\tVHADDPS X0, X0, X0")
+            e(f"\tVADDSS {1024 + 64*j + 4*i}(DX), X0, X0")
+            e("\tVMOVSS X0, (R11)")
+            if i < 15:
+                e("\tADDQ CX, R11")
+    e(f"{name}_ret:")
     e("\tVZEROUPPER")
     e("\tRET")
     e()

@@ -176,8 +176,13 @@ func (l *Linear) Forward(dst, x []float32, rows int) {
 		panic(fmt.Sprintf("kernel: Linear[%d,%d].Forward with %d rows: len(x)=%d len(dst)=%d", l.Out, l.In, rows, len(x), len(dst)))
 	}
 	// Long inputs (prefill) go through in tiles of rows that stay cache-resident while every weight row passes
-	// over them. Elements do not depend on the row count, so tiling changes no bits.
+	// over them. Elements do not depend on the row count, so tiling changes no bits. A verify block (up to 16
+	// rows) stays one tile while its inputs fit in L2 (16 rows of 16384 floats: 1 MiB), so the weights stream
+	// from memory once per block, not once per tile, and 16-row kernels see all 16 rows.
 	tile := min(max(32768/l.In, 2), 64) &^ 1
+	if l.In <= 16384 {
+		tile = max(tile, 16)
+	}
 	for r0 := 0; r0 < rows; r0 += tile {
 		n := min(tile, rows-r0)
 		l.forwardTile(dst[r0*l.Out:], x[r0*l.In:], n)
@@ -580,7 +585,7 @@ var quant16 = true
 
 // quant16Kernel returns the 16x2 kernel for bits and group size gs, or nil. Groups of 128 would need 16
 // registers of decoded codes per weight pair, more than the kernels have left.
-func quant16Kernel(bits, gs int) func(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state *float32) {
+func quant16Kernel(bits, gs int) quant16Func {
 	switch {
 	case bits == 4 && gs == 32:
 		return dotQ4Rows16x2G32AVX512
@@ -594,30 +599,18 @@ func quant16Kernel(bits, gs int) func(codes *byte, next int, xp, scales, biases,
 	return nil
 }
 
-// forwardQuant16 runs weight rows [lo, hi) against 16 packed input rows with a 16x2 kernel; codes start at
-// row lo, dst at input row 0 (row stride out).
-func forwardQuant16(k func(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state *float32),
-	q *Quant, codes []byte, rowBytes int, xp, xsT []float32, ng, lo, hi int, dst []float32, out int) {
-	// R is the kernels' input-row block: 4 rows for 4 bits, 8 for 8 bits (see gen_tile.py quant16x2).
-	R := 4
-	if q.Bits == 8 {
-		R = 8
-	}
+type quant16Func func(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout int)
+
+// forwardQuant16 runs weight rows [lo, hi) against 16 packed input rows with a 16x2 kernel, two weight rows
+// per call; codes start at row lo, dst at input row 0 (row stride out).
+func forwardQuant16(k quant16Func, q *Quant, codes []byte, rowBytes int, xp, xsT []float32, ng, lo, hi int, dst []float32, out int) {
 	var st [288]float32
 	for o := lo; o < hi; o += 2 {
-		next, nextS := rowBytes, 4*ng
+		next, nextS, nout := rowBytes, 4*ng, 2
 		if o+1 == hi {
-			next, nextS = 0, 0 // an odd last row runs as its own pair; the copy is dropped
+			next, nextS, nout = 0, 0, 1 // an odd last row runs as its own pair, written once
 		}
-		clear(st[:])
-		k(&codes[(o-lo)*rowBytes], next, &xp[0], &q.Scales[o*ng], &q.Biases[o*ng], &xsT[0], nextS, ng, &st[0])
-		for j := 0; j < 2 && o+j < hi; j++ {
-			for i := range 16 {
-				b, r := i/R, i%R
-				off := 16*((2*b+j)*(R/2)+r/2) + 8*(r%2)
-				dst[i*out+o+j] = finishQuant((*[8]float32)(st[off:off+8])) + st[256+16*j+i]
-			}
-		}
+		k(&codes[(o-lo)*rowBytes], next, &xp[0], &q.Scales[o*ng], &q.Biases[o*ng], &xsT[0], nextS, ng, &st[0], &dst[o], out, nout)
 	}
 }
 
