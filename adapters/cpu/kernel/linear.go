@@ -177,8 +177,8 @@ func (l *Linear) Forward(dst, x []float32, rows int) {
 	}
 	// Long inputs (prefill) go through in tiles of rows that stay cache-resident while every weight row passes
 	// over them. Elements do not depend on the row count, so tiling changes no bits. A verify block (up to 16
-	// rows) stays one tile while its inputs fit in L2 (16 rows of 16384 floats: 1 MiB), so the weights stream
-	// from memory once per block, not once per tile, and 16-row kernels see all 16 rows.
+	// rows) stays one tile for In ≤ 16384 (its inputs, at most 1 MiB, are re-read from L2 or L3), so the
+	// weights stream from memory once per block rather than once per tile, and 16-row kernels see all 16 rows.
 	tile := min(max(32768/l.In, 2), 64) &^ 1
 	if l.In <= 16384 {
 		tile = max(tile, 16)
