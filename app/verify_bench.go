@@ -48,14 +48,17 @@ type BenchSpec struct {
 	Rounds           int     `json:"rounds"`
 	Runs             int     `json:"runs"`
 	Tokens           int     `json:"tokens"`
-	Speedup          float64 `json:"speedup"`
+	// Speedup is the median over runs of tokens/s against the autoregressive run of the same prompt and pass
+	// (run back to back), so a slow spell of a shared machine slows both sides of a ratio.
+	Speedup float64 `json:"speedup"`
 	// PredictedSpeedup is what the measured costs predict: τ committed tokens per round of
 	// draft + verify + rollback milliseconds, against the autoregressive milliseconds per token.
 	PredictedSpeedup float64 `json:"predicted_speedup"`
 }
 
 // BenchResult is the JSON object `higgs-verify bench --json` prints. Throughput is decode throughput (the
-// tokens after the first, which comes from the prefill, over the decode time), the median over runs.
+// tokens after the first, which comes from the prefill, over the decode time), the median over runs; each
+// speedup is the median of per-run ratios against the autoregressive run of the same prompt and pass.
 type BenchResult struct {
 	Model     string      `json:"model"`
 	Backend   string      `json:"backend"`
@@ -71,7 +74,9 @@ type BenchResult struct {
 }
 
 type benchAcc struct {
-	tps                           []float64
+	tps []float64
+	// ratio holds tps / the autoregressive tps of the same prompt and pass.
+	ratio                         []float64
 	draft, verify, rollback       []float64
 	rounds, committed, tokens, in int
 }
@@ -142,8 +147,14 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 		}
 	}
 	for pass := range o.Warmup + o.Repeats {
-		for _, p := range o.Prompts {
-			for _, v := range variants {
+		for pi, p := range o.Prompts {
+			// The variants of one prompt run back to back, starting each time from the next one, so none of
+			// them always runs first (after the previous prompt's longest run) or last.
+			tps := make([]float64, len(variants))
+			first := (pass*len(o.Prompts) + pi) % len(variants)
+			for k := range variants {
+				vi := (first + k) % len(variants)
+				v := variants[vi]
 				g := GenerateOptions{Prompt: p, MaxTokens: o.MaxTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS,
 					Speculative: v.bs > 1, BlockSize: v.bs, Adaptive: v.adaptive, PolicyMemory: v.mem}
 				r, _, err := runDecoder(ctx, m, g)
@@ -159,7 +170,8 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 					continue
 				}
 				a := &v.acc
-				a.tps = append(a.tps, float64(n)/st.DecodeTime.Seconds())
+				tps[vi] = float64(n) / st.DecodeTime.Seconds()
+				a.tps = append(a.tps, tps[vi])
 				a.tokens += len(r.Tokens)
 				if k := st.NumRounds(); k > 0 && v.bs > 1 {
 					var dr, vr, rb float64
@@ -175,6 +187,13 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 					a.rollback = append(a.rollback, rb/float64(k))
 				}
 			}
+			if tps[0] > 0 {
+				for vi, v := range variants[1:] {
+					if t := tps[vi+1]; t > 0 {
+						v.acc.ratio = append(v.acc.ratio, t/tps[0])
+					}
+				}
+			}
 		}
 	}
 	ar := variants[0].acc
@@ -182,25 +201,23 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 	if res.AR.TokensPerS > 0 {
 		res.AR.MsPerToken = 1000 / res.AR.TokensPerS
 	}
-	speed := func(s BenchSpec) BenchSpec {
-		if res.AR.TokensPerS > 0 {
-			s.Speedup = s.TokensPerS / res.AR.TokensPerS
-		}
+	speed := func(s BenchSpec, a *benchAcc) BenchSpec {
+		s.Speedup = median(a.ratio)
 		if round := s.DraftMsPerRound + s.VerifyMsPerRound + s.RollbackMsPerRnd; round > 0 && res.AR.MsPerToken > 0 {
 			s.PredictedSpeedup = s.Tau * res.AR.MsPerToken / round
 		}
 		return s
 	}
-	res.Spec = speed(variants[1].acc.spec(variants[1].bs, variants[1].adaptive))
+	res.Spec = speed(variants[1].acc.spec(variants[1].bs, variants[1].adaptive), &variants[1].acc)
 	res.Speedup = res.Spec.Speedup
 	rest := variants[2:]
 	if len(o.Sweep) > 0 && !o.Adaptive {
-		a := speed(rest[0].acc.spec(rest[0].bs, true))
+		a := speed(rest[0].acc.spec(rest[0].bs, true), &rest[0].acc)
 		res.Adaptive = &a
 		rest = rest[1:]
 	}
 	for _, v := range rest {
-		res.Sweep = append(res.Sweep, speed(v.acc.spec(v.bs, false)))
+		res.Sweep = append(res.Sweep, speed(v.acc.spec(v.bs, false), &v.acc))
 	}
 	return res, nil
 }

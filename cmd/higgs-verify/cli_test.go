@@ -198,6 +198,11 @@ func TestBenchCommand(t *testing.T) {
 	assert.Contains(t, out, "speedup")
 	assert.Len(t, out["sweep"], 2)
 	assert.Contains(t, out, "adaptive")
+	// One prompt, one pass: each speedup is the single ratio against the autoregressive run of that pass.
+	for _, v := range append([]any{spec, out["adaptive"]}, out["sweep"].([]any)...) {
+		s := v.(map[string]any)
+		assert.InDelta(t, s["tokens_per_s"].(float64)/ar["tokens_per_s"].(float64), s["speedup"].(float64), 1e-9)
+	}
 }
 
 func TestExitCodes(t *testing.T) {
