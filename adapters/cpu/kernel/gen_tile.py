@@ -701,11 +701,11 @@ def quant16x2(name, bits, gs, fin="paired"):
     def dreg(j, s, h):
         per = 2 if bits == 4 else 1
         return f"Z{D0 + (j*steps + s)*per + h}"
-    e(f"// func {name}(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout int)")
+    e(f"// func {name}(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)")
     e(f"// dotQ{bits}RowAVX2 (group {gs}) for 16 packed input rows against weight rows o and o+1 (codes next bytes")
     e("// on, scales and biases nextS bytes on), decoding each group once for all rows; see gen_tile.py quant16x2.")
-    e("// Row i's products go to dst[i·ldd] (weight row o) and, when nout is 2, dst[i·ldd+1].")
-    e(f"TEXT ·{name}(SB), NOSPLIT, $0-96")
+    e("// Row i < nrows's products go to dst[i·ldd] (weight row o) and, when nout is 2, dst[i·ldd+1].")
+    e(f"TEXT ·{name}(SB), NOSPLIT, $0-104")
     e("\tMOVQ codes+0(FP), DI")
     e("\tMOVQ next+8(FP), R8")
     e("\tADDQ DI, R8")
@@ -823,6 +823,7 @@ def quant16x2(name, bits, gs, fin="paired"):
     # Each element: the one-row kernels' horizontal sum of its 8-lane accumulator, then its bias term.
     e("\tMOVQ ldd+80(FP), CX")
     e("\tSHLQ $2, CX")
+    e("\tMOVQ nrows+96(FP), R10")
     for j in range(2):
         e("\tMOVQ dst+72(FP), R11")
         if j == 1:
@@ -839,7 +840,10 @@ def quant16x2(name, bits, gs, fin="paired"):
             e(f"\tVADDSS {1024 + 64*j + 4*i}(DX), X0, X0")
             e("\tVMOVSS X0, (R11)")
             if i < 15:
+                e(f"\tCMPQ R10, ${i + 1}")
+                e(f"\tJEQ {name}_w{j}")
                 e("\tADDQ CX, R11")
+        e(f"{name}_w{j}:")
     e(f"{name}_ret:")
     e("\tVZEROUPPER")
     e("\tRET")

@@ -474,10 +474,12 @@ func groupSums(dst, x []float32, gs int) {
 }
 
 // quantBlock is the number of input rows the next AVX-512 quantized kernel call takes when rem rows are left;
-// has16 says whether a 16x2 kernel serves the weight's bits and group size.
+// has16 says whether a 16x2 kernel serves the weight's bits and group size. From 8 rows on, a 16-row block
+// padded with zero rows beats blocks of 4 plus single rows (each single row is another pass over the
+// weights; a drafter's 15-row LM head took 3 + 3).
 func quantBlock(rem int, has16 bool) int {
 	switch {
-	case rem >= 16 && has16:
+	case rem >= quant16Min && has16:
 		return 16
 	case rem >= 8 && !quantPairs:
 		return 8
@@ -498,18 +500,29 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 	rowBytes := in * q.Bits / 8
 	gb := gs * q.Bits / 8
 	codes := unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
-	pp := getScratch(rows * (in + ng))
-	defer scratchPool.Put(pp)
-	xp, xsT := (*pp)[:rows*in], (*pp)[rows*in:]
 	k16 := quant16Kernel(q.Bits, gs)
 	has16 := k16 != nil && quant16
+	// A last block of 16 may hold fewer real rows: the packed rows run past rows up to padded.
+	padded := 0
 	for r := 0; r < rows; {
 		n := quantBlock(rows-r, has16)
-		packQuantRows(xp[r*in:(r+n)*in], x[r*in:(r+n)*in], n, in, q.Bits)
+		r += n
+		padded = r
+	}
+	pp := getScratch(padded * (in + ng))
+	defer scratchPool.Put(pp)
+	xp, xsT := (*pp)[:padded*in], (*pp)[padded*in:]
+	for r := 0; r < rows; {
+		n := quantBlock(rows-r, has16)
+		real := min(n, rows-r)
+		packQuantRows(xp[r*in:(r+n)*in], x[r*in:(r+real)*in], n, real, in, q.Bits)
 		t := xsT[r*ng : (r+n)*ng]
 		for i := range n {
 			for g := range ng {
-				t[g*n+i] = xs[(r+i)*ng+g]
+				t[g*n+i] = 0
+				if i < real {
+					t[g*n+i] = xs[(r+i)*ng+g]
+				}
 			}
 		}
 		r += n
@@ -528,7 +541,7 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 		for r := 0; r < rows; {
 			n := quantBlock(rows-r, has16)
 			if n == 16 {
-				forwardQuant16(k16, q, codes[lo*rowBytes:], rowBytes, xp[r*in:], xsT[r*ng:], ng, lo, hi, dst[r*out:], out)
+				forwardQuant16(k16, q, codes[lo*rowBytes:], rowBytes, xp[r*in:], xsT[r*ng:], ng, lo, hi, dst[r*out:], out, min(16, rows-r))
 				r += 16
 				continue
 			}
@@ -599,18 +612,22 @@ func quant16Kernel(bits, gs int) quant16Func {
 	return nil
 }
 
-type quant16Func func(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout int)
+type quant16Func func(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+
+// quant16Min is the fewest rows that go through a 16x2 kernel (padded to 16; see quantBlock).
+const quant16Min = 8
 
 // forwardQuant16 runs weight rows [lo, hi) against 16 packed input rows with a 16x2 kernel, two weight rows
-// per call; codes start at row lo, dst at input row 0 (row stride out).
-func forwardQuant16(k quant16Func, q *Quant, codes []byte, rowBytes int, xp, xsT []float32, ng, lo, hi int, dst []float32, out int) {
+// per call; codes start at row lo, dst at input row 0 (row stride out). Only the first nrows rows are
+// written (the rest are padding).
+func forwardQuant16(k quant16Func, q *Quant, codes []byte, rowBytes int, xp, xsT []float32, ng, lo, hi int, dst []float32, out, nrows int) {
 	var st [288]float32
 	for o := lo; o < hi; o += 2 {
 		next, nextS, nout := rowBytes, 4*ng, 2
 		if o+1 == hi {
 			next, nextS, nout = 0, 0, 1 // an odd last row runs as its own pair, written once
 		}
-		k(&codes[(o-lo)*rowBytes], next, &xp[0], &q.Scales[o*ng], &q.Biases[o*ng], &xsT[0], nextS, ng, &st[0], &dst[o], out, nout)
+		k(&codes[(o-lo)*rowBytes], next, &xp[0], &q.Scales[o*ng], &q.Biases[o*ng], &xsT[0], nextS, ng, &st[0], &dst[o], out, nout, nrows)
 	}
 }
 
@@ -635,11 +652,14 @@ func finishQuant(v *[8]float32) float32 {
 
 // packQuantRows lays out n input rows for the AVX-512 quantized kernels: per 16-byte step of codes, row by
 // row, the inputs that step multiplies (4 bits: the 16 even inputs for the low nibbles, then the 16 odd ones
-// for the high nibbles; 8 bits: 16 inputs).
-func packQuantRows(dst, x []float32, n, in, bits int) {
+// for the high nibbles; 8 bits: 16 inputs). Rows from real on are zeros (padding; x holds real rows).
+func packQuantRows(dst, x []float32, n, real, in, bits int) {
+	if real < n {
+		clear(dst[:n*in])
+	}
 	if bits == 4 {
 		for s := range in / 32 {
-			for r := range n {
+			for r := range real {
 				d := dst[(s*n+r)*32 : (s*n+r)*32+32]
 				src := x[r*in+32*s : r*in+32*s+32]
 				for t := range 16 {
@@ -650,7 +670,7 @@ func packQuantRows(dst, x []float32, n, in, bits int) {
 		return
 	}
 	for s := range in / 16 {
-		for r := range n {
+		for r := range real {
 			copy(dst[(s*n+r)*16:(s*n+r)*16+16], x[r*in+16*s:r*in+16*s+16])
 		}
 	}

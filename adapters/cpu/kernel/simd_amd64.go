@@ -157,19 +157,19 @@ func dotQ8Rows4x2StateAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT 
 // The 16x2 kernels (gen_tile.py quant16x2) run 16 packed input rows against weight rows o and o+1 (codes
 // next bytes on, scales and biases nextS bytes on; 0 and 0 repeat row o), decoding each group of codes once
 // for all 16 rows; per element the operations of dotQ4RowAVX2/dotQ8RowAVX2. Row i's results go to dst[i·ldd]
-// and (nout 2) dst[i·ldd+1]; state is 288 floats of scratch.
+// and (nout 2) dst[i·ldd+1] for i < nrows (the rows past nrows are padding); state is 288 floats of scratch.
 
 //go:noescape
-func dotQ4Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout int)
+func dotQ4Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
 
 //go:noescape
-func dotQ4Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout int)
+func dotQ4Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
 
 //go:noescape
-func dotQ8Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout int)
+func dotQ8Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
 
 //go:noescape
-func dotQ8Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout int)
+func dotQ8Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
 
 // useVNNI selects the fast-mode 4-bit kernels (AVX512-VNNI VPDPBUSD on top of the AVX-512 set).
 var useVNNI = useAVX512 && cpu.X86.HasAVX512VNNI

@@ -88,16 +88,16 @@ func dotQ8Rows4x2StateAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT 
 	noAVX2()
 }
 
-func dotQ4Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout int) {
+func dotQ4Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int) {
 	noAVX2()
 }
-func dotQ4Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout int) {
+func dotQ4Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int) {
 	noAVX2()
 }
-func dotQ8Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout int) {
+func dotQ8Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int) {
 	noAVX2()
 }
-func dotQ8Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout int) {
+func dotQ8Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int) {
 	noAVX2()
 }
 
