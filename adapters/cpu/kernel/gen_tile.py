@@ -716,6 +716,9 @@ def quant16x2(name, bits, gs, fin="paired"):
     e("\tMOVQ nextS+48(FP), BX")
     e("\tMOVQ groups+56(FP), R10")
     e("\tMOVQ state+64(FP), DX")
+    e("\tMOVQ nrows+96(FP), CX")
+    e(f"\tADDQ ${R-1}, CX")
+    e(f"\tSHRQ ${R.bit_length()-1}, CX")
     if fin == "blend":
         e("\tMOVL $0xff00, AX")
         e("\tKMOVW AX, K1")
@@ -754,6 +757,10 @@ def quant16x2(name, bits, gs, fin="paired"):
     e("\tVBROADCASTSS (R9), Z26")
     e("\tVBROADCASTSS (R9)(BX*1), Z27")
     for b in range(RB):
+        if b > 0:
+            # Row blocks past nrows are padding: skip them (CX holds the number of row blocks to run).
+            e(f"\tCMPQ CX, ${b}")
+            e(f"\tJEQ {name}_short")
         for r in range(R):
             for j in range(2):
                 e(f"\tVPXORD Z{A[r][j]}, Z{A[r][j]}, Z{A[r][j]}")
@@ -803,6 +810,13 @@ def quant16x2(name, bits, gs, fin="paired"):
                         e(f"\tVADDPS Y28, Y{z}, Y28")
                         e(f"\tVFMADD213PS {so+32*h}(DX), Y{26+j}, Y28")
                         e(f"\tVMOVUPS Y28, {so+32*h}(DX)")
+    e(f"\tJMP {name}_bias")
+    # After fewer row blocks: the next group's decode, which the last row block would have overlapped.
+    e(f"{name}_short:")
+    e("\tCMPQ R10, $1")
+    e(f"\tJE {name}_bias")
+    decode(True)
+    e(f"{name}_bias:")
     e("\tVBROADCASTSS (R12), Z28")
     e("\tVMULPS (R13), Z28, Z28")
     e("\tVADDPS Z28, Z30, Z30")

@@ -474,12 +474,15 @@ func groupSums(dst, x []float32, gs int) {
 }
 
 // quantBlock is the number of input rows the next AVX-512 quantized kernel call takes when rem rows are left;
-// has16 says whether a 16x2 kernel serves the weight's bits and group size. From 8 rows on, a 16-row block
-// padded with zero rows beats blocks of 4 plus single rows (each single row is another pass over the
-// weights; a drafter's 15-row LM head took 3 + 3).
-func quantBlock(rem int, has16 bool) int {
+// rb16 is the row block of the weight's 16x2 kernel (0: none). Under 16 rows the 16x2 kernel runs padded,
+// skipping the row blocks past rem, when at most a quarter of the rows it computes are padding: blocks of 4
+// leave single rows, each another pass over the weights (a drafter's 15-row LM head took 3 + 3), while more
+// padding costs more than those (TestExpRows-style measurements, weights in cache).
+func quantBlock(rem, rb16 int) int {
 	switch {
-	case rem >= quant16Min && has16:
+	case rb16 > 0 && rem >= 16:
+		return 16
+	case rb16 > 0 && 4*((rem+rb16-1)/rb16*rb16-rem) <= rem:
 		return 16
 	case rem >= 8 && !quantPairs:
 		return 8
@@ -501,11 +504,17 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 	gb := gs * q.Bits / 8
 	codes := unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
 	k16 := quant16Kernel(q.Bits, gs)
-	has16 := k16 != nil && quant16
+	rb16 := 0 // the 16x2 kernel's row block (gen_tile.py quant16x2)
+	if k16 != nil && quant16 {
+		rb16 = 4
+		if q.Bits == 8 {
+			rb16 = 8
+		}
+	}
 	// A last block of 16 may hold fewer real rows: the packed rows run past rows up to padded.
 	padded := 0
 	for r := 0; r < rows; {
-		n := quantBlock(rows-r, has16)
+		n := quantBlock(rows-r, rb16)
 		r += n
 		padded = r
 	}
@@ -513,7 +522,7 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 	defer scratchPool.Put(pp)
 	xp, xsT := (*pp)[:padded*in], (*pp)[padded*in:]
 	for r := 0; r < rows; {
-		n := quantBlock(rows-r, has16)
+		n := quantBlock(rows-r, rb16)
 		real := min(n, rows-r)
 		packQuantRows(xp[r*in:(r+n)*in], x[r*in:(r+real)*in], n, real, in, q.Bits)
 		t := xsT[r*ng : (r+n)*ng]
@@ -539,7 +548,7 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 		var res [2]float32
 		var state [quantOC * 9 * 8]float32
 		for r := 0; r < rows; {
-			n := quantBlock(rows-r, has16)
+			n := quantBlock(rows-r, rb16)
 			if n == 16 {
 				forwardQuant16(k16, q, codes[lo*rowBytes:], rowBytes, xp[r*in:], xsT[r*ng:], ng, lo, hi, dst[r*out:], out, min(16, rows-r))
 				r += 16
@@ -613,9 +622,6 @@ func quant16Kernel(bits, gs int) quant16Func {
 }
 
 type quant16Func func(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
-
-// quant16Min is the fewest rows that go through a 16x2 kernel (padded to 16; see quantBlock).
-const quant16Min = 8
 
 // forwardQuant16 runs weight rows [lo, hi) against 16 packed input rows with a 16x2 kernel, two weight rows
 // per call; codes start at row lo, dst at input row 0 (row stride out). Only the first nrows rows are
