@@ -226,6 +226,37 @@ CASES = [
         about="Qwen3 dense 5-layer target for the DFlash trace goldens (tied, vocab 256).",
         cfg=_q3(num_hidden_layers=5, intermediate_size=64, vocab_size=V_HYBRID),
     ),
+    dict(
+        name="qwen3_dense_yarn",
+        family="qwen3",
+        about="Qwen3 dense with YaRN RoPE scaling: factor 4 over original_max_position_embeddings 32 "
+        "(max_position_embeddings 128), rope_theta 1e4, so with head_dim 16 the frequencies span extrapolated, "
+        "ramped and interpolated dimensions; default beta_fast/beta_slow and attention factor (0.1 ln 4 + 1).",
+        cfg=_q3(
+            max_position_embeddings=128,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10_000.0, "factor": 4.0,
+                             "original_max_position_embeddings": 32},
+        ),
+    ),
+    dict(
+        name="qwen3_next_linear",
+        family="qwen3_next",
+        about="Qwen3-Next dense hybrid with linear RoPE scaling (factor 2) on partial rotary 0.25, layer_types "
+        "[lin,full,lin,full].",
+        cfg=_hybrid(
+            layer_types=[LIN, FULL, LIN, FULL],
+            full_attention_interval=2,
+            num_experts=0,
+            num_experts_per_tok=1,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=64,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            norm_topk_prob=True,
+            rope_parameters={"rope_type": "linear", "rope_theta": 10_000_000.0, "factor": 2.0,
+                             "partial_rotary_factor": 0.25},
+        ),
+    ),
 ]
 
 # MLX affine-quantized variants (MODEL-REFERENCE §1.4), derived from a case above.

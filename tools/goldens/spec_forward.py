@@ -69,6 +69,8 @@ class Model:
         self.theta = rp.get("rope_theta", c.get("rope_theta", 10000.0))
         prf = rp.get("partial_rotary_factor", c.get("partial_rotary_factor", 1.0)) if self.hybrid else 1.0
         self.r = int(self.d * prf)
+        self.freqs = rope_freqs(rp if "rope_type" in rp else c.get("rope_scaling"), self.r, self.theta,
+                                c.get("max_position_embeddings"))
         lt = c.get("layer_types")
         if not lt:
             iv = c.get("full_attention_interval", 4)
@@ -115,14 +117,56 @@ def softplus(x):
     return np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x)))
 
 
-def rope(x, pos, r, theta):
-    """x [T, heads, d]; rotate-half on the first r dims."""
+def rope_freqs(rp, r, theta, max_pos):
+    """Inverse frequencies of the r rotated dims and the cos/sin factor, for rope_parameters rp (rope_type
+    default, linear or yarn, as transformers' rope initialisers define them; an explicit factor wins)."""
+    rp = rp or {}
+    kind = rp.get("rope_type", rp.get("type", "default"))
+    half = r // 2
+    pos_freqs = theta ** (np.arange(half, dtype=np.float64) * 2.0 / r)
+    if kind == "default":
+        return 1.0 / pos_freqs, 1.0
+    factor = rp["factor"]
+    if kind == "linear":
+        return 1.0 / (factor * pos_freqs), 1.0
+    if kind != "yarn":
+        raise ValueError(f"rope_type {kind}")
+    orig = rp.get("original_max_position_embeddings") or max_pos
+
+    def mscale(scale, m=1.0):
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    att = rp.get("attention_factor")
+    if att is None:
+        if rp.get("mscale") and rp.get("mscale_all_dim"):
+            att = mscale(factor, rp["mscale"]) / mscale(factor, rp["mscale_all_dim"])
+        else:
+            att = mscale(factor)
+    beta_fast, beta_slow = rp.get("beta_fast") or 32, rp.get("beta_slow") or 1
+
+    def corr_dim(rot):
+        return (r * math.log(orig / (rot * 2 * math.pi))) / (2 * math.log(theta))
+
+    lo, hi = corr_dim(beta_fast), corr_dim(beta_slow)
+    if rp.get("truncate", True):
+        lo, hi = math.floor(lo), math.ceil(hi)
+    lo, hi = max(lo, 0), min(hi, r - 1)
+    if lo == hi:
+        hi += 0.001
+    ramp = np.clip((np.arange(half, dtype=np.float64) - lo) / (hi - lo), 0, 1)
+    extra = 1 - ramp  # 1: keep the original frequency (fast dims), 0: interpolate by the factor
+    inv = (1.0 / (factor * pos_freqs)) * (1 - extra) + (1.0 / pos_freqs) * extra
+    return inv, att
+
+
+def rope(x, pos, r, freqs):
+    """x [T, heads, d]; rotate-half on the first r dims; freqs = rope_freqs(...)."""
     if r == 0:
         return x
     half = r // 2
-    inv = theta ** (-np.arange(half, dtype=np.float64) * 2.0 / r)
+    inv, att = freqs
     ang = np.asarray(pos, dtype=np.float64)[:, None] * inv[None, :]
-    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    cos, sin = att * np.cos(ang)[:, None, :], att * np.sin(ang)[:, None, :]
     out = x.copy()
     a, b = x[..., :half], x[..., half:r]
     out[..., :half] = a * cos - b * sin
@@ -167,7 +211,7 @@ def self_attn(m, a, i, pos):
     v = (a @ w[p + "v_proj.weight"].T).reshape(T, m.Hkv, m.d)
     q = rmsnorm(q, w[p + "q_norm.weight"], m.eps, m.zero_centred)
     k = rmsnorm(k, w[p + "k_norm.weight"], m.eps, m.zero_centred)
-    q, k = rope(q, pos, m.r, m.theta), rope(k, pos, m.r, m.theta)
+    q, k = rope(q, pos, m.r, m.freqs), rope(k, pos, m.r, m.freqs)
     o = attention(q, k, v, np.tril(np.ones((T, T), dtype=bool))).reshape(T, m.Hq * m.d)
     if gate is not None:
         o = o * sigmoid(gate)
@@ -286,7 +330,10 @@ class Drafter:
         self.bs = dc.get("block_size", c.get("block_size"))
         self.n, self.Hq, self.Hkv, self.d = c["num_hidden_layers"], c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"]
         self.eps = c["rms_norm_eps"]
-        self.theta = (c.get("rope_parameters") or {}).get("rope_theta", c.get("rope_theta"))
+        rp = c.get("rope_parameters") or {}
+        self.theta = rp.get("rope_theta", c.get("rope_theta"))
+        self.freqs = rope_freqs(rp if "rope_type" in rp else c.get("rope_scaling"), self.d, self.theta,
+                                c.get("max_position_embeddings"))
         self.cache = [(np.zeros((0, self.Hkv, self.d)), np.zeros((0, self.Hkv, self.d))) for _ in range(self.n)]
 
     def draft(self, target, ctx_feats, ctx_pos, block, p0):
@@ -300,12 +347,12 @@ class Drafter:
             p = f"layers.{i}."
             h = rmsnorm(x, w[p + "input_layernorm.weight"], self.eps)
             q = (h @ w[p + "self_attn.q_proj.weight"].T).reshape(bs, self.Hq, self.d)
-            q = rope(rmsnorm(q, w[p + "self_attn.q_norm.weight"], self.eps), bpos, self.d, self.theta)
+            q = rope(rmsnorm(q, w[p + "self_attn.q_norm.weight"], self.eps), bpos, self.d, self.freqs)
             kn = (h @ w[p + "self_attn.k_proj.weight"].T).reshape(bs, self.Hkv, self.d)
-            kn = rope(rmsnorm(kn, w[p + "self_attn.k_norm.weight"], self.eps), bpos, self.d, self.theta)
+            kn = rope(rmsnorm(kn, w[p + "self_attn.k_norm.weight"], self.eps), bpos, self.d, self.freqs)
             vn = (h @ w[p + "self_attn.v_proj.weight"].T).reshape(bs, self.Hkv, self.d)
             kx = (c @ w[p + "self_attn.k_proj.weight"].T).reshape(len(c), self.Hkv, self.d)
-            kx = rope(rmsnorm(kx, w[p + "self_attn.k_norm.weight"], self.eps), ctx_pos, self.d, self.theta)
+            kx = rope(rmsnorm(kx, w[p + "self_attn.k_norm.weight"], self.eps), ctx_pos, self.d, self.freqs)
             vx = (c @ w[p + "self_attn.v_proj.weight"].T).reshape(len(c), self.Hkv, self.d)
             K0, V0 = self.cache[i]
             K0, V0 = np.concatenate([K0, kx]), np.concatenate([V0, vx])
