@@ -488,9 +488,11 @@ func TestQuantAVX512MatchesAVX2AllGroups(t *testing.T) {
 	}
 	defer func() { useAVX512, quantPairs, quant16 = true, true, true }()
 	r := rand.New(rand.NewPCG(21, 22))
-	const out = 13
-	// 512 inputs give even group counts; 480, 448 and 896 odd ones for groups of 32, 64 and 128.
-	for _, in := range []int{512, 480, 448, 896} {
+	// 512 inputs give even group counts; 480, 448 and 896 odd ones for groups of 32, 64 and 128; 64 and 128 a
+	// single group (no next group to decode ahead). 13 outputs leave an odd last weight row for every worker
+	// split; 1 output is nothing but that row.
+	for _, shape := range [][2]int{{13, 512}, {13, 480}, {13, 448}, {13, 896}, {1, 64}, {3, 128}} {
+		out, in := shape[0], shape[1]
 		x := randVec(r, 34*in, 1)
 		for i := range x {
 			switch i % 7 {
