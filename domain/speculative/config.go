@@ -56,6 +56,12 @@ type PolicyConfig struct {
 	// Decay is the weight of the newest round time in the per-block-size moving averages, in (0, 1]
 	// (default 0.2); acceptance counts forget by a factor 1−Decay/2 per round.
 	Decay float64
+	// MaxPendingRounds bounds how many forwards' target taps (the prefill's and one per plain-decoding round)
+	// may wait for the drafter while the policy decodes plainly (default 1024). Past it the oldest are given
+	// to the drafter, one per round, so the memory they hold stays bounded on long generations (a row holds
+	// the tap layers' hidden states: 80 KB at hidden size 4096 with 5 taps); each such round pays one
+	// context-only drafter call, which the next probe would have paid anyway.
+	MaxPendingRounds int
 }
 
 // Config is the per-generation decoding configuration.
@@ -116,6 +122,9 @@ func (c Config) Validate() error {
 	}
 	if c.Policy.ProbeBudget < 0 || c.Policy.ProbeBudget >= 1 || c.Policy.ProbeBudget != c.Policy.ProbeBudget {
 		errs = append(errs, fmt.Errorf("policy probe budget %v out of range [0, 1)", c.Policy.ProbeBudget))
+	}
+	if c.Policy.MaxPendingRounds < 0 {
+		errs = append(errs, fmt.Errorf("policy max pending rounds %d must be ≥ 0", c.Policy.MaxPendingRounds))
 	}
 	if c.Policy.Decay < 0 || c.Policy.Decay > 1 || c.Policy.Decay != c.Policy.Decay {
 		errs = append(errs, fmt.Errorf("policy decay %v out of range [0, 1]", c.Policy.Decay))

@@ -78,11 +78,13 @@ type generation struct {
 	maxBS   int
 	dlen    int
 	pending []pendingTaps
-	rb      *rollbacker
-	policy  *depthPolicy
-	samp    *ports.SamplingParams // ForwardOptions.Sampling: nil when greedy; built once, not per round
-	stop    map[ports.Token]bool
-	res     Result
+	// maxPending bounds len(pending) after a plain round under the policy (PolicyConfig.MaxPendingRounds).
+	maxPending int
+	rb         *rollbacker
+	policy     *depthPolicy
+	samp       *ports.SamplingParams // ForwardOptions.Sampling: nil when greedy; built once, not per round
+	stop       map[ports.Token]bool
+	res        Result
 }
 
 type pendingTaps struct {
@@ -136,6 +138,10 @@ func (d *Decoder) start(sess ports.Session, draft ports.DraftSession, prompt []p
 	} else {
 		// Without speculation the drafter is never called, so do not tap or keep context for it.
 		g.draft = nil
+	}
+	g.maxPending = cfg.Policy.MaxPendingRounds
+	if g.maxPending == 0 {
+		g.maxPending = defaultMaxPendingRounds
 	}
 	if cfg.Adaptive {
 		if cfg.Policy.Memory != nil {
@@ -301,6 +307,13 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 	if taps != nil {
 		g.pending = append(g.pending, pendingTaps{taps: taps})
 	}
+	if bs == 1 && g.policy != nil {
+		t0 := clock.Now()
+		if err := g.feedOldest(ctx, len(g.pending)-g.maxPending); err != nil {
+			return false, err
+		}
+		rs.DraftTime += clock.Now().Sub(t0)
+	}
 
 	// Commit, then emit.
 	g.seq = cand[:len(g.seq)+n]
@@ -330,13 +343,8 @@ func (g *generation) draftBlock(ctx context.Context, anchor ports.Token, bs int)
 			return ports.Proposal{}, 0, err
 		}
 	}
-	for len(g.pending) > 1 {
-		p := g.pending[0]
-		at := g.dlen + p.taps.Rows()
-		if _, err := g.draftCall(ctx, g.seq[at], p.taps, 1); err != nil {
-			return ports.Proposal{}, 0, err
-		}
-		g.pending = g.pending[1:]
+	if err := g.feedOldest(ctx, len(g.pending)-1); err != nil {
+		return ports.Proposal{}, 0, err
 	}
 	var newCtx ports.Taps
 	if len(g.pending) == 1 {
@@ -356,6 +364,30 @@ func (g *generation) draftBlock(ctx context.Context, anchor ports.Token, bs int)
 		return ports.Proposal{}, 0, fmt.Errorf("drafter returned %d distributions for %d tokens", len(prop.Dists), bs-1)
 	}
 	return prop, dt, nil
+}
+
+// feedOldest gives the drafter the k oldest pending taps (context only, no draft), keeping at least the newest
+// entry pending for the next drafting call. It bounds the pending taps while the policy decodes plainly.
+func (g *generation) feedOldest(ctx context.Context, k int) error {
+	k = min(k, len(g.pending)-1)
+	if k <= 0 {
+		return nil
+	}
+	if g.draft.Len() != g.dlen {
+		if err := g.cropDraft(); err != nil {
+			return err
+		}
+	}
+	for range k {
+		p := g.pending[0]
+		at := g.dlen + p.taps.Rows()
+		if _, err := g.draftCall(ctx, g.seq[at], p.taps, 1); err != nil {
+			return err
+		}
+		g.pending[0] = pendingTaps{} // release the taps now, not when the slice is next reallocated
+		g.pending = g.pending[1:]
+	}
+	return nil
 }
 
 // draftCall runs one Draft and restores the drafter invariant Len() == anchor position.

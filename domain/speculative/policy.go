@@ -20,6 +20,8 @@ const (
 	defaultProbeEvery  = 16
 	defaultProbeBudget = 0.02
 	defaultDecay       = 0.2
+	// defaultMaxPendingRounds is PolicyConfig.MaxPendingRounds's default.
+	defaultMaxPendingRounds = 1024
 	// exploreBlock is the first speculative block measured: verifying it costs little more than a plain
 	// step on any backend, and (drafters running their trained block for short calls) it measures the first
 	// three slots' acceptance as a full block would. Larger sizes are tried when those slots look good.

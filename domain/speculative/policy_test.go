@@ -358,3 +358,41 @@ func TestPolicyWarmUpRoundOfLaterGenerations(t *testing.T) {
 	q.observe(1, 0, 0, 0, 20*time.Millisecond, 0)
 	assert.Less(t, q.verify[0].v, float64(24*time.Millisecond), "later rounds are samples")
 }
+
+// TestPendingTapsStayBounded: while the policy decodes plainly, the taps waiting for the drafter stay within
+// MaxPendingRounds (the oldest are fed one per round, timed as that round's drafting), the drafter's context
+// stays the committed prefix, and the output is unchanged.
+func TestPendingTapsStayBounded(t *testing.T) {
+	prompt := testPrompt(6, 32)
+	const maxPending = 4
+	clock := portfake.NewClock(0)
+	cfg := portfake.Config{Tape: true, Clock: clock, ForwardCost: func(n int) time.Duration { return time.Duration(n) * time.Millisecond }}
+	m := portfake.MustNew(cfg)
+	r := newRig(t, cfg, portfake.RandomTokens(32, 5), portfake.DrafterConfig{BlockSize: 8, Clock: clock,
+		DraftCost: func(int) time.Duration { return 100 * time.Microsecond }})
+	dec, err := New(Config{BlockSize: 8, Adaptive: true, MaxTokens: 200, Policy: PolicyConfig{MaxPendingRounds: maxPending}}, clock, nil)
+	require.NoError(t, err)
+	seq := append([]ports.Token(nil), prompt...)
+	emits, maxLag := 0, 0
+	res, err := dec.Generate(t.Context(), r.sess, r.draft, prompt, func(c []ports.Token) error {
+		seq = append(seq, c...)
+		r.requireCommitted(t, seq)
+		// From the 11th emit on the prefill's taps have been fed too (they are the oldest entry).
+		if emits++; emits > 10 {
+			maxLag = max(maxLag, len(seq)-1-r.draft.Len())
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, oracle(t, m, prompt, 200), res.Tokens)
+	assert.LessOrEqual(t, maxLag, maxPending, "positions whose taps still wait for the drafter")
+	fed := 0
+	for _, rs := range res.Stats.Rounds {
+		if rs.BlockSize == 1 && rs.DraftTime > 0 {
+			fed++
+		}
+	}
+	assert.Greater(t, fed, len(res.Stats.Rounds)/2, "plain rounds past the bound feed the drafter and time it")
+	_, err = New(Config{BlockSize: 8, Adaptive: true, MaxTokens: 10, Policy: PolicyConfig{MaxPendingRounds: -1}}, clock, nil)
+	assert.ErrorContains(t, err, "max pending rounds -1")
+}
