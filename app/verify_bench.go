@@ -151,7 +151,7 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 			// The variants of one prompt run back to back, starting each time from the next one, so none of
 			// them always runs first (after the previous prompt's longest run) or last.
 			tps := make([]float64, len(variants))
-			first := (pass*len(o.Prompts) + pi) % len(variants)
+			first := (pass + pi) % len(variants)
 			for k := range variants {
 				vi := (first + k) % len(variants)
 				v := variants[vi]

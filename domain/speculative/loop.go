@@ -307,14 +307,6 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 	if taps != nil {
 		g.pending = append(g.pending, pendingTaps{taps: taps})
 	}
-	if bs == 1 && g.policy != nil {
-		t0 := clock.Now()
-		if err := g.feedOldest(ctx, len(g.pending)-g.maxPending); err != nil {
-			return false, err
-		}
-		rs.DraftTime += clock.Now().Sub(t0)
-	}
-
 	// Commit, then emit.
 	g.seq = cand[:len(g.seq)+n]
 	g.res.Stats.Rounds = append(g.res.Stats.Rounds, rs)
@@ -330,6 +322,16 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 	if finish != "" {
 		g.res.Finish = finish
 		return true, nil
+	}
+	if bs == 1 && g.policy != nil && len(g.pending) > g.maxPending {
+		// After the emit, so a drafter failure here loses no verified token. The call is drafting work of
+		// this round in the statistics; the policy does not see it (it would have been paid at the next
+		// probe anyway).
+		t0 := clock.Now()
+		if err := g.feedOldest(ctx, len(g.pending)-g.maxPending); err != nil {
+			return false, err
+		}
+		g.res.Stats.Rounds[len(g.res.Stats.Rounds)-1].DraftTime += clock.Now().Sub(t0)
 	}
 	return false, nil
 }

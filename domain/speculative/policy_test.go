@@ -385,7 +385,8 @@ func TestPendingTapsStayBounded(t *testing.T) {
 	})
 	require.NoError(t, err)
 	assert.Equal(t, oracle(t, m, prompt, 200), res.Tokens)
-	assert.LessOrEqual(t, maxLag, maxPending, "positions whose taps still wait for the drafter")
+	// At an emit the round's own feed has not run yet (it follows the emit): one entry more.
+	assert.LessOrEqual(t, maxLag, maxPending+1, "positions whose taps still wait for the drafter")
 	fed := 0
 	for _, rs := range res.Stats.Rounds {
 		if rs.BlockSize == 1 && rs.DraftTime > 0 {

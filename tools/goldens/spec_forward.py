@@ -69,8 +69,8 @@ class Model:
         self.theta = rp.get("rope_theta", c.get("rope_theta", 10000.0))
         prf = rp.get("partial_rotary_factor", c.get("partial_rotary_factor", 1.0)) if self.hybrid else 1.0
         self.r = int(self.d * prf)
-        self.freqs = rope_freqs(rp if "rope_type" in rp else c.get("rope_scaling"), self.r, self.theta,
-                                c.get("max_position_embeddings"))
+        scaling = rp if ("rope_type" in rp or "type" in rp) else c.get("rope_scaling")
+        self.freqs = rope_freqs(scaling, self.r, self.theta, c.get("max_position_embeddings"))
         lt = c.get("layer_types")
         if not lt:
             iv = c.get("full_attention_interval", 4)
@@ -126,12 +126,12 @@ def rope_freqs(rp, r, theta, max_pos):
     pos_freqs = theta ** (np.arange(half, dtype=np.float64) * 2.0 / r)
     if kind == "default":
         return 1.0 / pos_freqs, 1.0
-    factor = rp["factor"]
+    orig = rp.get("original_max_position_embeddings") or max_pos
+    factor = rp.get("factor") or max_pos / orig
     if kind == "linear":
         return 1.0 / (factor * pos_freqs), 1.0
     if kind != "yarn":
         raise ValueError(f"rope_type {kind}")
-    orig = rp.get("original_max_position_embeddings") or max_pos
 
     def mscale(scale, m=1.0):
         return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
@@ -332,8 +332,8 @@ class Drafter:
         self.eps = c["rms_norm_eps"]
         rp = c.get("rope_parameters") or {}
         self.theta = rp.get("rope_theta", c.get("rope_theta"))
-        self.freqs = rope_freqs(rp if "rope_type" in rp else c.get("rope_scaling"), self.d, self.theta,
-                                c.get("max_position_embeddings"))
+        scaling = rp if ("rope_type" in rp or "type" in rp) else c.get("rope_scaling")
+        self.freqs = rope_freqs(scaling, self.d, self.theta, c.get("max_position_embeddings"))
         self.cache = [(np.zeros((0, self.Hkv, self.d)), np.zeros((0, self.Hkv, self.d))) for _ in range(self.n)]
 
     def draft(self, target, ctx_feats, ctx_pos, block, p0):

@@ -491,7 +491,7 @@ func TestQuantAVX512MatchesAVX2AllGroups(t *testing.T) {
 	// 512 inputs give even group counts; 480, 448 and 896 odd ones for groups of 32, 64 and 128; 64 and 128 a
 	// single group (no next group to decode ahead). 13 outputs leave an odd last weight row for every worker
 	// split; 1 output is nothing but that row.
-	for _, shape := range [][2]int{{13, 512}, {13, 480}, {13, 448}, {13, 896}, {1, 64}, {3, 128}} {
+	for _, shape := range [][2]int{{13, 512}, {13, 480}, {13, 448}, {13, 896}, {1, 64}, {3, 128}, {5, 32}} {
 		out, in := shape[0], shape[1]
 		x := randVec(r, 34*in, 1)
 		for i := range x {
@@ -512,9 +512,9 @@ func TestQuantAVX512MatchesAVX2AllGroups(t *testing.T) {
 				l, err := NewQuant(out, in, q)
 				require.NoError(t, err)
 				l.Pool = NewPool(2)
-				for _, pairs := range []bool{true, false} {
-					// pairs also switches the 16-row kernels, so the 4- and 8-row ones see blocks of 16 rows too.
-					quantPairs, quant16 = pairs, pairs
+				for _, mode := range []struct{ pairs, k16 bool }{{true, true}, {false, true}, {true, false}, {false, false}} {
+					// Without the 16-row kernels the 4- and 8-row ones see blocks of 16 rows too.
+					quantPairs, quant16 = mode.pairs, mode.k16
 					for _, xin := range [][]float32{x, zeros} {
 						for rows := 1; rows <= 34; rows++ {
 							useAVX512 = true
@@ -523,7 +523,7 @@ func TestQuantAVX512MatchesAVX2AllGroups(t *testing.T) {
 							useAVX512 = false
 							b := make([]float32, rows*out)
 							l.Forward(b, xin, rows)
-							assertBits(t, b, a, "in %d q%d g%d rows %d pairs %v", in, bits, g, rows, pairs)
+							assertBits(t, b, a, "in %d q%d g%d rows %d %+v", in, bits, g, rows, mode)
 						}
 					}
 				}

@@ -475,9 +475,9 @@ func groupSums(dst, x []float32, gs int) {
 
 // quantBlock is the number of input rows the next AVX-512 quantized kernel call takes when rem rows are left;
 // rb16 is the row block of the weight's 16x2 kernel (0: none). Under 16 rows the 16x2 kernel runs padded,
-// skipping the row blocks past rem, when at most a quarter of the rows it computes are padding: blocks of 4
-// leave single rows, each another pass over the weights (a drafter's 15-row LM head took 3 + 3), while more
-// padding costs more than those (TestExpRows-style measurements, weights in cache).
+// skipping the row blocks past rem, when its padding rows number at most a quarter of rem: blocks of 4 leave
+// single rows, each another pass over the weights (a drafter's 15-row LM head took 3 + 3), while more padding
+// costs more than those (single-thread measurements with the weights in cache).
 func quantBlock(rem, rb16 int) int {
 	switch {
 	case rb16 > 0 && rem >= 16:
@@ -523,13 +523,13 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 	xp, xsT := (*pp)[:padded*in], (*pp)[padded*in:]
 	for r := 0; r < rows; {
 		n := quantBlock(rows-r, rb16)
-		real := min(n, rows-r)
-		packQuantRows(xp[r*in:(r+n)*in], x[r*in:(r+real)*in], n, real, in, q.Bits)
+		nreal := min(n, rows-r)
+		packQuantRows(xp[r*in:(r+n)*in], x[r*in:(r+nreal)*in], n, nreal, in, q.Bits)
 		t := xsT[r*ng : (r+n)*ng]
 		for i := range n {
 			for g := range ng {
 				t[g*n+i] = 0
-				if i < real {
+				if i < nreal {
 					t[g*n+i] = xs[(r+i)*ng+g]
 				}
 			}
@@ -658,14 +658,14 @@ func finishQuant(v *[8]float32) float32 {
 
 // packQuantRows lays out n input rows for the AVX-512 quantized kernels: per 16-byte step of codes, row by
 // row, the inputs that step multiplies (4 bits: the 16 even inputs for the low nibbles, then the 16 odd ones
-// for the high nibbles; 8 bits: 16 inputs). Rows from real on are zeros (padding; x holds real rows).
-func packQuantRows(dst, x []float32, n, real, in, bits int) {
-	if real < n {
+// for the high nibbles; 8 bits: 16 inputs). Rows from nreal on are zeros (padding; x holds nreal rows).
+func packQuantRows(dst, x []float32, n, nreal, in, bits int) {
+	if nreal < n {
 		clear(dst[:n*in])
 	}
 	if bits == 4 {
 		for s := range in / 32 {
-			for r := range real {
+			for r := range nreal {
 				d := dst[(s*n+r)*32 : (s*n+r)*32+32]
 				src := x[r*in+32*s : r*in+32*s+32]
 				for t := range 16 {
@@ -676,7 +676,7 @@ func packQuantRows(dst, x []float32, n, real, in, bits int) {
 		return
 	}
 	for s := range in / 16 {
-		for r := range real {
+		for r := range nreal {
 			copy(dst[(s*n+r)*16:(s*n+r)*16+16], x[r*in+16*s:r*in+16*s+16])
 		}
 	}
