@@ -96,6 +96,23 @@ def _hybrid(**kw):
 
 LIN, FULL = "linear_attention", "full_attention"
 
+
+def _next_dense(**kw):
+    """The qwen3_next_dense shape: [lin,full,lin,full], num_experts 0 (dense MLP everywhere)."""
+    base = dict(
+        layer_types=[LIN, FULL, LIN, FULL],
+        full_attention_interval=2,
+        num_experts=0,
+        num_experts_per_tok=1,
+        moe_intermediate_size=32,
+        shared_expert_intermediate_size=64,
+        decoder_sparse_step=1,
+        mlp_only_layers=[],
+        norm_topk_prob=True,
+    )
+    base.update(kw)
+    return _hybrid(**base)
+
 CASES = [
     dict(
         name="qwen3_dense_tied",
@@ -124,17 +141,7 @@ CASES = [
         family="qwen3_next",
         about="Qwen3-Next hybrid, layer_types [lin,full,lin,full] (full_attention_interval 2), partial rotary 0.25 "
         "(8 of 32 dims), num_experts 0 -> dense MLP everywhere, GDN Hk=2 Hv=4 (rho 2), untied.",
-        cfg=_hybrid(
-            layer_types=[LIN, FULL, LIN, FULL],
-            full_attention_interval=2,
-            num_experts=0,
-            num_experts_per_tok=1,
-            moe_intermediate_size=32,
-            shared_expert_intermediate_size=64,
-            decoder_sparse_step=1,
-            mlp_only_layers=[],
-            norm_topk_prob=True,
-        ),
+        cfg=_next_dense(),
     ),
     dict(
         name="qwen3_next_moe",
@@ -243,19 +250,8 @@ CASES = [
         family="qwen3_next",
         about="Qwen3-Next dense hybrid with linear RoPE scaling (factor 2) on partial rotary 0.25, layer_types "
         "[lin,full,lin,full].",
-        cfg=_hybrid(
-            layer_types=[LIN, FULL, LIN, FULL],
-            full_attention_interval=2,
-            num_experts=0,
-            num_experts_per_tok=1,
-            moe_intermediate_size=32,
-            shared_expert_intermediate_size=64,
-            decoder_sparse_step=1,
-            mlp_only_layers=[],
-            norm_topk_prob=True,
-            rope_parameters={"rope_type": "linear", "rope_theta": 10_000_000.0, "factor": 2.0,
-                             "partial_rotary_factor": 0.25},
-        ),
+        cfg=_next_dense(rope_parameters={"rope_type": "linear", "rope_theta": 10_000_000.0, "factor": 2.0,
+                                         "partial_rotary_factor": 0.25}),
     ),
 ]
 
