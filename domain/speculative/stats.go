@@ -67,7 +67,8 @@ type RoundStats struct {
 	// length cuts).
 	Committed int
 	// DraftTime, VerifyTime and RollbackTime are the measured durations of the round's phases (VerifyTime
-	// includes a recurrent snapshot taken before verify).
+	// includes a recurrent snapshot taken before verify; DraftTime includes feeding the drafter context that
+	// waited during plain rounds, also in a plain round past PolicyConfig.MaxPendingRounds).
 	DraftTime, VerifyTime, RollbackTime time.Duration
 	// Rollback says how the state was rolled back.
 	Rollback RollbackKind
