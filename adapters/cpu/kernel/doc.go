@@ -18,7 +18,10 @@
 //     and add them in the same order, so on a CPU with AVX-512 (F, VL, BW) the bits equal the AVX2 kernels'.
 //     Multi-row 4/8-bit products run along In in L1-sized blocks, keeping each element's accumulator between
 //     blocks (no operation changes); blocks of 16 input rows (groups of 32 or 64) decode each group of codes
-//     once for all 16 rows, two weight rows at a time. gen_tile.py generates tile_amd64.s.
+//     once for all 16 rows, two weight rows at a time. 2-, 3-, 5- and 6-bit codes are widened (AVX2/AVX-512
+//     shuffles and variable shifts, 8 codes per step): to float32 rows for the AVX2 kernels, and with AVX-512 to
+//     bytes, a chunk of weight rows at a time, for the 8-bit kernels, whose operations the AVX2 ones share.
+//     gen_tile.py generates tile_amd64.s.
 //   - everywhere else, or with the purego build tag: pure Go plus github.com/viterin/vek (vek32.Dot has a fixed
 //     reduction order for a given length).
 //

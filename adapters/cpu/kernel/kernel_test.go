@@ -55,20 +55,39 @@ func naive(w []float64, x []float32, rows, out, in int) (y, mag []float64) {
 	return y, mag
 }
 
-func TestPackUnpackRoundTrip(t *testing.T) {
+func TestPackUnpackRoundTrip(t *testing.T) { bothPaths(t, testPackUnpackRoundTrip) }
+
+func testPackUnpackRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
-		in := 128
-		codes := make([]uint8, in)
-		for j := range codes {
-			codes[j] = uint8(r.IntN(1 << bits))
+		// 32 codes leave the vector unpacking (8 bytes read per block of 8 codes) no whole block for some
+		// widths; longer rows end in a scalar tail of 1 to 3 blocks.
+		for _, in := range []int{32, 64, 128, 352} {
+			codes := make([]uint8, in)
+			for j := range codes {
+				codes[j] = uint8(r.IntN(1 << bits))
+			}
+			words := make([]uint32, in*bits/32)
+			PackCodes(words, codes, bits)
+			got := make([]float32, in)
+			UnpackCodes(got, words, bits, in)
+			for j := range in {
+				require.Equal(t, float32(codes[j]), got[j], "bits %d in %d code %d", bits, in, j)
+			}
 		}
-		words := make([]uint32, in*bits/32)
-		PackCodes(words, codes, bits)
-		got := make([]float32, in)
-		UnpackCodes(got, words, bits, in)
-		for j := range in {
-			require.Equal(t, float32(codes[j]), got[j], "bits %d code %d", bits, j)
+	}
+	// The byte widening of 2, 3, 5 and 6 bits (AVX-512 blocks, then the scalar tail) gives the same codes.
+	for _, bits := range []int{2, 3, 5, 6} {
+		for _, in := range []int{32, 64, 352} {
+			codes := make([]uint8, in)
+			for j := range codes {
+				codes[j] = uint8(r.IntN(1 << bits))
+			}
+			words := make([]uint32, in*bits/32)
+			PackCodes(words, codes, bits)
+			got := make([]byte, in)
+			unpackCodesBytes(got, words, bits)
+			require.Equal(t, codes, got, "bits %d in %d", bits, in)
 		}
 	}
 	// A hand-checked 4-bit word: code j%8 sits at bits 4·(j%8).
@@ -503,7 +522,8 @@ func TestQuantAVX512MatchesAVX2AllGroups(t *testing.T) {
 			}
 		}
 		zeros := make([]float32, 34*in)
-		for _, bits := range []int{4, 8} {
+		// 2, 3, 5 and 6 bits run the 8-bit kernels on codes widened to bytes.
+		for _, bits := range []int{2, 3, 4, 5, 6, 8} {
 			for _, g := range []int{32, 64, 128} {
 				if in%g != 0 {
 					continue

@@ -332,7 +332,7 @@ func (l *Linear) forwardQuant(dst, x []float32, rows int) {
 		groupSums(xs[r*ng:(r+1)*ng], x[r*in:(r+1)*in], gs)
 	}
 	grain := max(1, 32768/(in*rows))
-	if useAVX512 && (q.Bits == 4 || q.Bits == 8) {
+	if useAVX512 && (q.Bits == 4 || q.Bits == 8 || quantWide) {
 		l.forwardQuantAVX512(dst, x, xs, rows)
 		scratchPool.Put(xsp)
 		return
@@ -500,14 +500,24 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 	q := l.q
 	in, out, gs := l.In, l.Out, q.Group
 	ng := in / gs
-	rowBytes := in * q.Bits / 8
-	gb := gs * q.Bits / 8
-	codes := unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
-	k16 := quant16Kernel(q.Bits, gs)
+	// 2, 3, 5 and 6 bits run the 8-bit kernels on codes widened to bytes, a chunk of weight rows at a time
+	// (dotCodesRowAVX2, their AVX2 form, runs the operations of dotQ8RowAVX2, so the bits are unchanged).
+	wide := q.Bits != 4 && q.Bits != 8
+	kbits := q.Bits
+	if wide {
+		kbits = 8
+	}
+	rowBytes := in * kbits / 8
+	gb := gs * kbits / 8
+	var codes []byte
+	if !wide {
+		codes = unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
+	}
+	k16 := quant16Kernel(kbits, gs)
 	rb16 := 0 // the 16x2 kernel's row block (gen_tile.py quant16x2)
 	if k16 != nil && quant16 {
 		rb16 = 4
-		if q.Bits == 8 {
+		if kbits == 8 {
 			rb16 = 8
 		}
 	}
@@ -524,7 +534,7 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 	for r := 0; r < rows; {
 		n := quantBlock(rows-r, rb16)
 		nreal := min(n, rows-r)
-		packQuantRows(xp[r*in:(r+n)*in], x[r*in:(r+nreal)*in], n, nreal, in, q.Bits)
+		packQuantRows(xp[r*in:(r+n)*in], x[r*in:(r+nreal)*in], n, nreal, in, kbits)
 		t := xsT[r*ng : (r+n)*ng]
 		for i := range n {
 			for g := range ng {
@@ -537,29 +547,29 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 		r += n
 	}
 	k8, k4, k4x2 := dotQ4Rows8StateAVX512, dotQ4Rows4StateAVX512, dotQ4Rows4x2StateAVX512
-	if q.Bits == 8 {
+	if kbits == 8 {
 		k8, k4, k4x2 = dotQ8Rows8StateAVX512, dotQ8Rows4StateAVX512, dotQ8Rows4x2StateAVX512
 	}
 	k1 := dotQ8Rows1AVX512
-	// Multi-row blocks run along In in blocks of kg groups whose packed inputs (≤ 16 KiB) stay in L1 while up to
-	// quantOC weight rows pass over them; each element's accumulators wait in state between blocks.
-	grain := max(1, 32768/(in*rows))
-	l.Pool.For(out, grain, func(lo, hi int) {
+	// run computes weight rows [lo, hi) with their codes at cb (row lo first, rowBytes apart). Multi-row blocks
+	// run along In in blocks of kg groups whose packed inputs (≤ 16 KiB) stay in L1 while up to quantOC weight
+	// rows pass over them; each element's accumulators wait in state between blocks.
+	run := func(lo, hi int, cb []byte) {
 		var res [2]float32
 		var state [quantOC * 9 * 8]float32
 		for r := 0; r < rows; {
 			n := quantBlock(rows-r, rb16)
 			if n == 16 {
-				forwardQuant16(k16, q, codes[lo*rowBytes:], rowBytes, xp[r*in:], xsT[r*ng:], ng, lo, hi, dst[r*out:], out, min(16, rows-r))
+				forwardQuant16(k16, q, cb, rowBytes, xp[r*in:], xsT[r*ng:], ng, lo, hi, dst[r*out:], out, min(16, rows-r))
 				r += 16
 				continue
 			}
 			if n == 1 {
-				if q.Bits == 4 {
-					quantRow1[gs/64](&codes[lo*rowBytes], &xp[r*in], &q.Scales[lo*ng], &q.Biases[lo*ng], &xsT[r*ng], ng, hi-lo, &dst[r*out+lo])
+				if kbits == 4 {
+					quantRow1[gs/64](&cb[0], &xp[r*in], &q.Scales[lo*ng], &q.Biases[lo*ng], &xsT[r*ng], ng, hi-lo, &dst[r*out+lo])
 				} else {
 					for o := lo; o < hi; o++ {
-						k1(&codes[o*rowBytes], &xp[r*in], &q.Scales[o*ng], &q.Biases[o*ng], &xsT[r*ng], ng, gb, &res[0])
+						k1(&cb[(o-lo)*rowBytes], &xp[r*in], &q.Scales[o*ng], &q.Biases[o*ng], &xsT[r*ng], ng, gb, &res[0])
 						dst[r*out+o] = res[0] + res[1]
 					}
 				}
@@ -581,12 +591,12 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 					o := o0
 					if n == 4 && quantPairs {
 						for ; o+2 <= o1; o += 2 {
-							k4x2(&codes[o*rowBytes+g0*gb], rowBytes, &xp[r*in+g0*gs*n], &q.Scales[o*ng+g0],
+							k4x2(&cb[(o-lo)*rowBytes+g0*gb], rowBytes, &xp[r*in+g0*gs*n], &q.Scales[o*ng+g0],
 								&q.Biases[o*ng+g0], &xsT[r*ng+g0*n], ng, g1-g0, gb, &st[(o-o0)*sw])
 						}
 					}
 					for ; o < o1; o++ {
-						k(&codes[o*rowBytes+g0*gb], &xp[r*in+g0*gs*n], &q.Scales[o*ng+g0], &q.Biases[o*ng+g0],
+						k(&cb[(o-lo)*rowBytes+g0*gb], &xp[r*in+g0*gs*n], &q.Scales[o*ng+g0], &q.Biases[o*ng+g0],
 							&xsT[r*ng+g0*n], g1-g0, gb, &st[(o-o0)*sw])
 					}
 				}
@@ -599,7 +609,40 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 			}
 			r += n
 		}
+	}
+	grain := max(1, 32768/(in*rows))
+	wpr := q.wordsPerRow(in)
+	l.Pool.For(out, grain, func(lo, hi int) {
+		if !wide {
+			run(lo, hi, codes[lo*rowBytes:])
+			return
+		}
+		bp := getBytes(quantOC * in)
+		defer bytesPool.Put(bp)
+		buf := *bp
+		for c0 := lo; c0 < hi; c0 += quantOC {
+			c1 := min(c0+quantOC, hi)
+			for o := c0; o < c1; o++ {
+				unpackCodesBytes(buf[(o-c0)*in:(o-c0+1)*in], q.Codes[o*wpr:(o+1)*wpr], q.Bits)
+			}
+			run(c0, c1, buf)
+		}
 	})
+}
+
+// quantWide sends 2-, 3-, 5- and 6-bit products on AVX-512 through the 8-bit kernels on widened codes (tests
+// and benchmarks turn it off to compare with the AVX2 path).
+var quantWide = true
+
+var bytesPool = sync.Pool{New: func() any { return new([]byte) }}
+
+func getBytes(n int) *[]byte {
+	p := bytesPool.Get().(*[]byte)
+	if cap(*p) < n {
+		*p = make([]byte, n)
+	}
+	*p = (*p)[:n]
+	return p
 }
 
 // quant16 enables the 16x2 kernels (tests turn it off to compare them with the 4-row kernels).

@@ -1,6 +1,9 @@
 package kernel
 
-import "fmt"
+import (
+	"fmt"
+	"unsafe"
+)
 
 // Quant is an MLX affine-quantized [Out, In] matrix: per row a little-endian bit stream of Bits-bit codes
 // (Codes, In·Bits/32 words per row) and per group of Group columns a scale and a bias, so that
@@ -70,6 +73,10 @@ func UnpackCodes(dst []float32, words []uint32, bits, in int) {
 			d[3] = lut8[v>>24]
 		}
 	case 2:
+		if useAVX2 {
+			unpackStream(dst, words, bits, 0)
+			return
+		}
 		for w, v := range words[:in/16] {
 			d := (*[16]float32)(dst[w*16 : w*16+16])
 			*(*[4]float32)(d[0:4]) = lut2[v&255]
@@ -78,12 +85,39 @@ func UnpackCodes(dst []float32, words []uint32, bits, in int) {
 			*(*[4]float32)(d[12:16]) = lut2[v>>24]
 		}
 	default:
-		// 3, 5 and 6 bits: codes straddle word boundaries; read through a 64-bit window.
+		// 3, 5 and 6 bits: codes straddle word boundaries.
+		unpackStream(dst, words, bits, 0)
+	}
+}
+
+// unpackStream writes codes [j0, len(dst)) of a bits-bit stream (j0 a multiple of 8), with AVX2 for every
+// block of 8 codes whose 8-byte read stays inside words, then one code at a time through a 64-bit window.
+func unpackStream(dst []float32, words []uint32, bits, j0 int) {
+	if useAVX2 && bits <= 6 {
+		src := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), 4*len(words))
+		// Block b reads src[b·bits : b·bits+8].
+		blocks := 0
+		if n := len(src) - j0/8*bits; n >= 8 {
+			blocks = min((n-8)/bits+1, (len(dst)-j0)/8)
+		}
+		if blocks > 0 {
+			t := &unpackTabs[bits]
+			unpackBitsAVX2(&dst[j0], &src[j0/8*bits], blocks, bits, &t.ctl[0], &t.shifts[0], uint32(1)<<bits-1)
+			j0 += 8 * blocks
+		}
+	}
+	if j0 >= len(dst) {
+		return
+	}
+	{
 		mask := uint64(1)<<bits - 1
-		var acc uint64
-		have := 0
-		wi := 0
-		for j := range dst {
+		// Start at bit bits·j0, a byte boundary: the window holds the rest of its word.
+		bit := bits * j0
+		wi := bit / 32
+		acc := uint64(words[wi]) >> (bit % 32)
+		have := 32 - bit%32
+		wi++
+		for j := j0; j < len(dst); j++ {
 			if have < bits {
 				acc |= uint64(words[wi]) << have
 				wi++
@@ -92,6 +126,51 @@ func UnpackCodes(dst []float32, words []uint32, bits, in int) {
 			dst[j] = float32(acc & mask)
 			acc >>= bits
 			have -= bits
+		}
+	}
+}
+
+// unpackCodesBytes writes the len(dst) codes of one packed row of 2, 3, 5 or 6 bits as bytes (the layout of
+// 8-bit codes): with AVX-512 for every block of 8 codes whose 8-byte read stays inside words, then one code at
+// a time.
+func unpackCodesBytes(dst []byte, words []uint32, bits int) {
+	src := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), 4*len(words))
+	j0 := 0
+	if useAVX512 && len(src) >= 8 {
+		blocks := min((len(src)-8)/bits+1, len(dst)/8)
+		t := &unpackTabs[bits]
+		unpackBytesAVX512(&dst[0], &src[0], blocks, bits, &t.ctl[0], &t.shifts[0], uint32(1)<<bits-1)
+		j0 = 8 * blocks
+	}
+	mask := uint16(1)<<bits - 1
+	for j := j0; j < len(dst); j++ {
+		bit := bits * j
+		v := uint16(src[bit/8])
+		if b := bit/8 + 1; b < len(src) {
+			v |= uint16(src[b]) << 8
+		}
+		dst[j] = byte(v >> (bit % 8) & mask)
+	}
+}
+
+// unpackTab is unpackBitsAVX2's tables for one width: per code k of a block of 8, the VPSHUFB control that
+// puts source bytes (bits·k)/8 and the next into dword k (per 128-bit lane, both lanes holding the block's 8
+// bytes), and the right shift (bits·k) mod 8.
+type unpackTab struct {
+	ctl    [32]byte
+	shifts [8]uint32
+}
+
+var unpackTabs [7]unpackTab
+
+func init() {
+	for _, bits := range []int{2, 3, 5, 6} {
+		t := &unpackTabs[bits]
+		for k := range 8 {
+			lo := (bits * k) / 8
+			d := 16*(k/4) + 4*(k%4)
+			t.ctl[d], t.ctl[d+1], t.ctl[d+2], t.ctl[d+3] = byte(lo), byte(lo+1), 0x80, 0x80
+			t.shifts[k] = uint32(bits * k % 8)
 		}
 	}
 }

@@ -154,6 +154,17 @@ func dotQ4Rows4x2StateAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT 
 //go:noescape
 func dotQ8Rows4x2StateAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT *float32, ng, groups, gb int, state *float32)
 
+// unpackBitsAVX2 widens blocks·8 codes of a bits-bit stream (2, 3, 5 or 6 bits) at src to float32 at dst
+// with the tables of unpackTables; each block reads 8 bytes from its start (see UnpackCodes for the tail).
+//
+//go:noescape
+func unpackBitsAVX2(dst *float32, src *byte, blocks, bits int, ctl *byte, shifts *uint32, mask uint32)
+
+// unpackBytesAVX512 is unpackBitsAVX2 writing one byte per code.
+//
+//go:noescape
+func unpackBytesAVX512(dst *byte, src *byte, blocks, bits int, ctl *byte, shifts *uint32, mask uint32)
+
 // The 16x2 kernels (gen_tile.py quant16x2) run 16 packed input rows against weight rows o and o+1 (codes
 // next bytes on, scales and biases nextS bytes on; 0 and 0 repeat row o), decoding each group of codes once
 // for all 16 rows; per element the operations of dotQ4RowAVX2/dotQ8RowAVX2. Row i's results go to dst[i·ldd]

@@ -610,3 +610,71 @@ c2done:
 	MOVSS X0, (DX)
 	MOVSS X4, 4(DX)
 	RET
+
+// func unpackBitsAVX2(dst *float32, src *byte, blocks, bits int, ctl *byte, shifts *uint32, mask uint32)
+// Widens blocks of 8 codes of a little-endian bits-bit stream (bits ≤ 6: a code spans at most two bytes) to
+// exact float32: each block's 8 source bytes (only the first bits belong to it) are broadcast, ctl moves the
+// two bytes holding code k into dword k, shifts[k] drops the bits below it and mask keeps bits bits.
+TEXT ·unpackBitsAVX2(SB), NOSPLIT, $0-52
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         blocks+16(FP), CX
+	MOVQ         bits+24(FP), DX
+	MOVQ         ctl+32(FP), AX
+	VMOVDQU      (AX), Y1
+	MOVQ         shifts+40(FP), AX
+	VMOVDQU      (AX), Y2
+	MOVL         mask+48(FP), AX
+	VMOVD        AX, X3
+	VPBROADCASTD X3, Y3
+	TESTQ        CX, CX
+	JE           ubdone
+
+ubloop:
+	VPBROADCASTQ (SI), Y0
+	VPSHUFB      Y1, Y0, Y0
+	VPSRLVD      Y2, Y0, Y0
+	VPAND        Y3, Y0, Y0
+	VCVTDQ2PS    Y0, Y0
+	VMOVUPS      Y0, (DI)
+	ADDQ         DX, SI
+	ADDQ         $32, DI
+	DECQ         CX
+	JNE          ubloop
+
+ubdone:
+	VZEROUPPER
+	RET
+
+// func unpackBytesAVX512(dst *byte, src *byte, blocks, bits int, ctl *byte, shifts *uint32, mask uint32)
+// unpackBitsAVX2 writing each code as one byte (VPMOVDB) instead of a float32.
+TEXT ·unpackBytesAVX512(SB), NOSPLIT, $0-52
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         blocks+16(FP), CX
+	MOVQ         bits+24(FP), DX
+	MOVQ         ctl+32(FP), AX
+	VMOVDQU      (AX), Y1
+	MOVQ         shifts+40(FP), AX
+	VMOVDQU      (AX), Y2
+	MOVL         mask+48(FP), AX
+	VMOVD        AX, X3
+	VPBROADCASTD X3, Y3
+	TESTQ        CX, CX
+	JE           uydone
+
+uyloop:
+	VPBROADCASTQ (SI), Y0
+	VPSHUFB      Y1, Y0, Y0
+	VPSRLVD      Y2, Y0, Y0
+	VPAND        Y3, Y0, Y0
+	VPMOVDB      Y0, X0
+	VMOVQ        X0, (DI)
+	ADDQ         DX, SI
+	ADDQ         $8, DI
+	DECQ         CX
+	JNE          uyloop
+
+uydone:
+	VZEROUPPER
+	RET

@@ -101,6 +101,14 @@ func dotQ8Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *floa
 	noAVX2()
 }
 
+func unpackBitsAVX2(dst *float32, src *byte, blocks, bits int, ctl *byte, shifts *uint32, mask uint32) {
+	noAVX2()
+}
+
+func unpackBytesAVX512(dst *byte, src *byte, blocks, bits int, ctl *byte, shifts *uint32, mask uint32) {
+	noAVX2()
+}
+
 var useVNNI = false
 
 func dotQ4FastG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32) {
