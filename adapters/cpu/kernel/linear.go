@@ -617,6 +617,21 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 			run(lo, hi, codes[lo*rowBytes:])
 			return
 		}
+		if rows == 1 && quantFused {
+			// Decode widens in registers. Each step reads 16 bytes from its start, so the Linear's last row
+			// (whose last step would read past its codes) takes the widened path below.
+			safe := min(hi, out-1)
+			if safe > lo {
+				qrb := in * q.Bits / 8
+				src := unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
+				dotQbRowsAVX512(&src[lo*qrb], qrb, &xp[0], &q.Scales[lo*ng], &q.Biases[lo*ng], &xsT[0], ng, gs/16,
+					safe-lo, &dst[lo], 2*q.Bits, &qbTabs[q.Bits].ctl[0])
+				lo = safe
+			}
+			if lo == hi {
+				return
+			}
+		}
 		bp := getBytes(quantOC * in)
 		defer bytesPool.Put(bp)
 		buf := *bp
@@ -633,6 +648,10 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 // quantWide sends 2-, 3-, 5- and 6-bit products on AVX-512 through the 8-bit kernels on widened codes (tests
 // and benchmarks turn it off to compare with the AVX2 path).
 var quantWide = true
+
+// quantFused makes 2-, 3-, 5- and 6-bit decode (one input row) widen codes in registers (dotQbRowsAVX512)
+// rather than into bytes first (tests and benchmarks turn it off to compare).
+var quantFused = true
 
 var bytesPool = sync.Pool{New: func() any { return new([]byte) }}
 

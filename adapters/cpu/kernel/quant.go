@@ -163,6 +163,17 @@ type unpackTab struct {
 
 var unpackTabs [7]unpackTab
 
+// qbTab is dotQbRowsAVX512's table for one width: the shuffle for 16 codes (code k's two source bytes
+// (bits·k)/8 and the next into dword k of 128-bit lane k/4, every lane holding the step's 16 bytes), the
+// shifts (bits·k) mod 8 and the mask.
+type qbTab struct {
+	ctl    [64]byte
+	shifts [16]uint32
+	mask   [16]uint32
+}
+
+var qbTabs [7]qbTab
+
 func init() {
 	for _, bits := range []int{2, 3, 5, 6} {
 		t := &unpackTabs[bits]
@@ -171,6 +182,14 @@ func init() {
 			d := 16*(k/4) + 4*(k%4)
 			t.ctl[d], t.ctl[d+1], t.ctl[d+2], t.ctl[d+3] = byte(lo), byte(lo+1), 0x80, 0x80
 			t.shifts[k] = uint32(bits * k % 8)
+		}
+		q := &qbTabs[bits]
+		for k := range 16 {
+			lo := (bits * k) / 8
+			d := 4 * k
+			q.ctl[d], q.ctl[d+1], q.ctl[d+2], q.ctl[d+3] = byte(lo), byte(lo+1), 0x80, 0x80
+			q.shifts[k] = uint32(bits * k % 8)
+			q.mask[k] = 1<<bits - 1
 		}
 	}
 }

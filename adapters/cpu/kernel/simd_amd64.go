@@ -165,6 +165,12 @@ func unpackBitsAVX2(dst *float32, src *byte, blocks, bits int, ctl *byte, shifts
 //go:noescape
 func unpackBytesAVX512(dst *byte, src *byte, blocks, bits int, ctl *byte, shifts *uint32, mask uint32)
 
+// dotQbRowsAVX512 is dotQ8Rows1AVX512 for nrows weight rows of 2-, 3-, 5- or 6-bit codes, widened in registers
+// with the tables of qbTabs (see simd_amd64.s).
+//
+//go:noescape
+func dotQbRowsAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT *float32, groups, steps, nrows int, dst *float32, stepBytes int, tab *byte)
+
 // The 16x2 kernels (gen_tile.py quant16x2) run 16 packed input rows against weight rows o and o+1 (codes
 // next bytes on, scales and biases nextS bytes on; 0 and 0 repeat row o), decoding each group of codes once
 // for all 16 rows; per element the operations of dotQ4RowAVX2/dotQ8RowAVX2. Row i's results go to dst[i·ldd]

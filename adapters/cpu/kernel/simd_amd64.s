@@ -678,3 +678,73 @@ uyloop:
 uydone:
 	VZEROUPPER
 	RET
+
+// func dotQbRowsAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT *float32, groups, steps, nrows int, dst *float32, stepBytes int, tab *byte)
+// dotQ8Rows1AVX512 (one packed input row, 8-bit layout) against nrows consecutive weight rows of 2-, 3-, 5- or
+// 6-bit codes, widening each step's 16 codes in registers: their 16 source bytes are broadcast to the four
+// 128-bit lanes, tab's shuffle (64 bytes) moves code k's two bytes into dword k, tab's shifts (16 dwords) and
+// mask (16 dwords, after them) cut it out, exactly the values the 8-bit codes hold. dst[o] = scaled product +
+// bias term. Each step reads 16 bytes from its start: the caller keeps the last step of the last row from
+// reading past the codes.
+TEXT ·dotQbRowsAVX512(SB), NOSPLIT, $0-96
+	MOVQ      codes+0(FP), CX
+	MOVQ      rowBytes+8(FP), R8
+	MOVQ      scales+24(FP), R9
+	MOVQ      biases+32(FP), R12
+	MOVQ      nrows+64(FP), R14
+	MOVQ      dst+72(FP), DX
+	MOVQ      stepBytes+80(FP), BX
+	MOVQ      tab+88(FP), AX
+	VMOVDQU64 (AX), Z20
+	VMOVDQU64 64(AX), Z21
+	VMOVDQU64 128(AX), Z22
+
+qbrow:
+	MOVQ   xp+16(FP), SI
+	MOVQ   xsT+40(FP), R13
+	MOVQ   groups+48(FP), R10
+	MOVQ   CX, DI
+	VXORPS Y0, Y0, Y0
+	VXORPS X13, X13, X13
+
+qbgroup:
+	VPXORD Z16, Z16, Z16
+	MOVQ   steps+56(FP), R11
+
+qbstep:
+	VBROADCASTI32X4 (DI), Z8
+	VPSHUFB         Z20, Z8, Z8
+	VPSRLVD         Z21, Z8, Z8
+	VPANDD          Z22, Z8, Z8
+	VCVTDQ2PS       Z8, Z8
+	VFMADD231PS     (SI), Z8, Z16
+	ADDQ            $64, SI
+	ADDQ            BX, DI
+	DECQ            R11
+	JNE             qbstep
+
+	VBROADCASTSS  (R9), Y12
+	VEXTRACTF64X4 $1, Z16, Y10
+	VADDPS        Y10, Y16, Y16
+	VFMADD231PS   Y12, Y16, Y0
+	VMOVSS        (R12), X11
+	VMULSS        (R13), X11, X11
+	VADDSS        X11, X13, X13
+	ADDQ          $4, R9
+	ADDQ          $4, R12
+	ADDQ          $4, R13
+	DECQ          R10
+	JNE           qbgroup
+
+	VEXTRACTF128 $1, Y0, X10
+	VADDPS       X10, X0, X10
+	VHADDPS      X10, X10, X10
+	VHADDPS      X10, X10, X10
+	VADDSS       X13, X10, X10
+	VMOVSS       X10, (DX)
+	ADDQ         $4, DX
+	ADDQ         R8, CX
+	DECQ         R14
+	JNE          qbrow
+	VZEROUPPER
+	RET

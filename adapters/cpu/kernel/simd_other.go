@@ -109,6 +109,10 @@ func unpackBytesAVX512(dst *byte, src *byte, blocks, bits int, ctl *byte, shifts
 	noAVX2()
 }
 
+func dotQbRowsAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT *float32, groups, steps, nrows int, dst *float32, stepBytes int, tab *byte) {
+	noAVX2()
+}
+
 var useVNNI = false
 
 func dotQ4FastG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32) {
