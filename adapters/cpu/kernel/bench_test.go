@@ -33,16 +33,21 @@ func benchLinears(r *rand.Rand, out, in int) map[string]*Linear {
 	}
 	q, _ := quantFixture(r, out, in, 4, 64)
 	q8, _ := quantFixture(r, out, in, 8, 64)
+	q3, _ := quantFixture(r, out, in, 3, 64)
+	q6, _ := quantFixture(r, out, in, 6, 64)
 	lf, _ := NewF32(out, in, w)
 	lb, _ := NewBF16(out, in, bf)
 	lq, _ := NewQuant(out, in, q)
 	lq8, _ := NewQuant(out, in, q8)
+	lq3, _ := NewQuant(out, in, q3)
+	lq6, _ := NewQuant(out, in, q6)
 	fast := *lq
-	return map[string]*Linear{"f32": lf, "bf16": lb, "q4": lq, "q8": lq8, "q4fast": &fast}
+	return map[string]*Linear{"f32": lf, "bf16": lb, "q4": lq, "q8": lq8, "q3": lq3, "q6": lq6, "q4fast": &fast}
 }
 
-// benchFormats names the benchmarked weight formats; q4fast is q4 with ModeFast kernels.
-var benchFormats = []string{"f32", "bf16", "q4", "q8", "q4fast"}
+// benchFormats names the benchmarked weight formats (MLX affine q3/q4/q6/q8 with groups of 64); q4fast is q4
+// with ModeFast kernels.
+var benchFormats = []string{"f32", "bf16", "q4", "q8", "q3", "q6", "q4fast"}
 
 // benchPool returns a pool of all workers with the kernel mode the format name asks for.
 func benchPool(name string) *Pool {
