@@ -60,8 +60,8 @@ func TestPackUnpackRoundTrip(t *testing.T) { bothPaths(t, testPackUnpackRoundTri
 func testPackUnpackRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
-		// 32 codes leave the vector unpacking (8 bytes read per block of 8 codes) no whole block for some
-		// widths; longer rows end in a scalar tail of 1 to 3 blocks.
+		// The vector unpacking reads 8 bytes per block of 8 codes, so a row ends in a scalar tail of the
+		// blocks whose read would pass the row (3 of the 4 blocks of 32 2-bit codes).
 		for _, in := range []int{32, 64, 128, 352} {
 			codes := make([]uint8, in)
 			for j := range codes {
@@ -505,7 +505,7 @@ func TestQuantAVX512MatchesAVX2AllGroups(t *testing.T) {
 	if !useAVX512 {
 		t.Skip("no AVX-512 on this CPU")
 	}
-	defer func() { useAVX512, quantPairs, quant16 = true, true, true }()
+	defer func() { useAVX512, quantPairs, quant16, quantFused = true, true, true, true }()
 	r := rand.New(rand.NewPCG(21, 22))
 	// 512 inputs give even group counts; 480, 448 and 896 odd ones for groups of 32, 64 and 128; 64 and 128 a
 	// single group (no next group to decode ahead). 13 outputs leave an odd last weight row for every worker
@@ -532,9 +532,10 @@ func TestQuantAVX512MatchesAVX2AllGroups(t *testing.T) {
 				l, err := NewQuant(out, in, q)
 				require.NoError(t, err)
 				l.Pool = NewPool(2)
-				for _, mode := range []struct{ pairs, k16 bool }{{true, true}, {false, true}, {true, false}, {false, false}} {
-					// Without the 16-row kernels the 4- and 8-row ones see blocks of 16 rows too.
-					quantPairs, quant16 = mode.pairs, mode.k16
+				for _, mode := range []struct{ pairs, k16, fused bool }{{true, true, true}, {false, true, false}, {true, false, true}, {false, false, false}} {
+					// Without the 16-row kernels the 4- and 8-row ones see blocks of 16 rows too; without the
+					// fused decode, 2/3/5/6-bit rows take the byte widening.
+					quantPairs, quant16, quantFused = mode.pairs, mode.k16, mode.fused
 					for _, xin := range [][]float32{x, zeros} {
 						for rows := 1; rows <= 34; rows++ {
 							useAVX512 = true

@@ -332,7 +332,7 @@ func (l *Linear) forwardQuant(dst, x []float32, rows int) {
 		groupSums(xs[r*ng:(r+1)*ng], x[r*in:(r+1)*in], gs)
 	}
 	grain := max(1, 32768/(in*rows))
-	if useAVX512 && (q.Bits == 4 || q.Bits == 8 || quantWide) {
+	if useAVX512 {
 		l.forwardQuantAVX512(dst, x, xs, rows)
 		scratchPool.Put(xsp)
 		return
@@ -492,7 +492,7 @@ func quantBlock(rem, rb16 int) int {
 	return 1
 }
 
-// forwardQuantAVX512 is the 4- and 8-bit product on AVX-512: input rows go in blocks of 16, 8, 4 or 1 that share
+// forwardQuantAVX512 is the quantized product on AVX-512 (2, 3, 5 and 6 bits through the 8-bit kernels): input rows go in blocks of 16, 8, 4 or 1 that share
 // each decode of the codes, with 16-lane vectors holding two of the AVX2 kernel's 8-lane chains and the bias
 // term computed beside them, so every element gets the AVX2 kernels' bits. Inputs and group sums are packed
 // once per call.
@@ -618,11 +618,12 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 			return
 		}
 		if rows == 1 && quantFused {
-			// Decode widens in registers. Each step reads 16 bytes from its start, so the Linear's last row
-			// (whose last step would read past its codes) takes the widened path below.
-			safe := min(hi, out-1)
+			// Decode widens in registers. A row's last step reads 16 bytes from 2·bits before the row's end,
+			// 16-2·bits past it: the rows whose reads would pass the Linear's codes (the last one; the last two
+			// for 2-bit rows of 8 bytes) take the widened path below.
+			qrb := in * q.Bits / 8
+			safe := min(hi, out-(16-2*q.Bits+qrb-1)/qrb)
 			if safe > lo {
-				qrb := in * q.Bits / 8
 				src := unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
 				dotQbRowsAVX512(&src[lo*qrb], qrb, &xp[0], &q.Scales[lo*ng], &q.Biases[lo*ng], &xsT[0], ng, gs/16,
 					safe-lo, &dst[lo], 2*q.Bits, &qbTabs[q.Bits].ctl[0])
@@ -645,12 +646,8 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 	})
 }
 
-// quantWide sends 2-, 3-, 5- and 6-bit products on AVX-512 through the 8-bit kernels on widened codes (tests
-// and benchmarks turn it off to compare with the AVX2 path).
-var quantWide = true
-
 // quantFused makes 2-, 3-, 5- and 6-bit decode (one input row) widen codes in registers (dotQbRowsAVX512)
-// rather than into bytes first (tests and benchmarks turn it off to compare).
+// rather than into bytes first (tests turn it off to check the byte path on every row).
 var quantFused = true
 
 var bytesPool = sync.Pool{New: func() any { return new([]byte) }}

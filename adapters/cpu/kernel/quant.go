@@ -51,6 +51,9 @@ func init() {
 // UnpackCodes writes the in codes of one packed row as exact float32 integers into dst[:in].
 func UnpackCodes(dst []float32, words []uint32, bits, in int) {
 	dst = dst[:in]
+	if in == 0 {
+		return
+	}
 	switch bits {
 	case 4:
 		for w, v := range words[:in/8] {
@@ -74,7 +77,7 @@ func UnpackCodes(dst []float32, words []uint32, bits, in int) {
 		}
 	case 2:
 		if useAVX2 {
-			unpackStream(dst, words, bits, 0)
+			unpackStream(dst, words, bits)
 			return
 		}
 		for w, v := range words[:in/16] {
@@ -86,24 +89,22 @@ func UnpackCodes(dst []float32, words []uint32, bits, in int) {
 		}
 	default:
 		// 3, 5 and 6 bits: codes straddle word boundaries.
-		unpackStream(dst, words, bits, 0)
+		unpackStream(dst, words, bits)
 	}
 }
 
-// unpackStream writes codes [j0, len(dst)) of a bits-bit stream (j0 a multiple of 8), with AVX2 for every
-// block of 8 codes whose 8-byte read stays inside words, then one code at a time through a 64-bit window.
-func unpackStream(dst []float32, words []uint32, bits, j0 int) {
+// unpackStream writes the len(dst) codes of a bits-bit stream, with AVX2 for every block of 8 codes whose
+// 8-byte read stays inside words, then one code at a time through a 64-bit window.
+func unpackStream(dst []float32, words []uint32, bits int) {
+	j0 := 0
 	if useAVX2 && bits <= 6 {
 		src := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), 4*len(words))
 		// Block b reads src[b·bits : b·bits+8].
-		blocks := 0
-		if n := len(src) - j0/8*bits; n >= 8 {
-			blocks = min((n-8)/bits+1, (len(dst)-j0)/8)
-		}
-		if blocks > 0 {
+		if len(src) >= 8 {
+			blocks := min((len(src)-8)/bits+1, len(dst)/8)
 			t := &unpackTabs[bits]
-			unpackBitsAVX2(&dst[j0], &src[j0/8*bits], blocks, bits, &t.ctl[0], &t.shifts[0], uint32(1)<<bits-1)
-			j0 += 8 * blocks
+			unpackBitsAVX2(&dst[0], &src[0], blocks, bits, &t.ctl[0], &t.shifts[0], uint32(1)<<bits-1)
+			j0 = 8 * blocks
 		}
 	}
 	if j0 >= len(dst) {
@@ -134,6 +135,9 @@ func unpackStream(dst []float32, words []uint32, bits, j0 int) {
 // 8-bit codes): with AVX-512 for every block of 8 codes whose 8-byte read stays inside words, then one code at
 // a time.
 func unpackCodesBytes(dst []byte, words []uint32, bits int) {
+	if len(dst) == 0 {
+		return
+	}
 	src := unsafe.Slice((*byte)(unsafe.Pointer(&words[0])), 4*len(words))
 	j0 := 0
 	if useAVX512 && len(src) >= 8 {

@@ -155,7 +155,7 @@ func dotQ4Rows4x2StateAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT 
 func dotQ8Rows4x2StateAVX512(codes *byte, rowBytes int, xp, scales, biases, xsT *float32, ng, groups, gb int, state *float32)
 
 // unpackBitsAVX2 widens blocks·8 codes of a bits-bit stream (2, 3, 5 or 6 bits) at src to float32 at dst
-// with the tables of unpackTables; each block reads 8 bytes from its start (see UnpackCodes for the tail).
+// with the tables of unpackTabs; each block reads 8 bytes from its start (see unpackStream for the tail).
 //
 //go:noescape
 func unpackBitsAVX2(dst *float32, src *byte, blocks, bits int, ctl *byte, shifts *uint32, mask uint32)

@@ -684,8 +684,8 @@ uydone:
 // 6-bit codes, widening each step's 16 codes in registers: their 16 source bytes are broadcast to the four
 // 128-bit lanes, tab's shuffle (64 bytes) moves code k's two bytes into dword k, tab's shifts (16 dwords) and
 // mask (16 dwords, after them) cut it out, exactly the values the 8-bit codes hold. dst[o] = scaled product +
-// bias term. Each step reads 16 bytes from its start: the caller keeps the last step of the last row from
-// reading past the codes.
+// bias term. Each step reads 16 bytes from its start, 16-2·bits past a row's end at its last step: the caller
+// keeps that read inside the codes.
 TEXT ·dotQbRowsAVX512(SB), NOSPLIT, $0-96
 	MOVQ      codes+0(FP), CX
 	MOVQ      rowBytes+8(FP), R8
