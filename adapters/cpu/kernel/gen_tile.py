@@ -680,7 +680,7 @@ def quant4x2(name, bits):
     e("\tRET")
     e()
 
-def quant16x2(name, bits, gs, fin="paired"):
+def quant16x2(name, bits, gs, fin="paired", cbits=8):
     # 16 input rows × 2 weight rows (o, and o+1 at codes+next, scales/biases+nextS), group by group: each
     # group's codes are decoded once into registers for all 16 rows (the 4-row kernels decode them once per 4
     # rows), then the rows pass in blocks of R (4 for 4 bits, 8 for 8 bits) with the one-row kernel's chains
@@ -692,7 +692,9 @@ def quant16x2(name, bits, gs, fin="paired"):
     RB = 16 // R
     steps = gs // 32 if bits == 4 else gs // 16
     rowb = 128 if bits == 4 else 64
-    gb = gs * bits // 8
+    # cbits < 8 (bits 8): 2-, 3-, 5- or 6-bit codes widened in registers to the values 8-bit codes hold, 16
+    # per step from a 16-byte read at the step's start (qbctl/qbshift/qbmask tables, as dotQbRowsAVX512).
+    gb = gs * (bits if cbits == 8 else cbits) // 8
     A = [[r*2 + j for j in range(2)] for r in range(R)]          # Z0.. : first (lo) chain per row, weight
     B = [[2*R + r*2 + j for j in range(2)] for r in range(R)] if bits == 4 else None
     nd = 2 * steps * (2 if bits == 4 else 1)
@@ -731,7 +733,8 @@ def quant16x2(name, bits, gs, fin="paired"):
         for j, base in enumerate(["DI", "R8"]):
             for s_ in range(steps):
                 d = dreg(j, s_, 0)
-                e(f"\tVPMOVZXBD {16*s_ + (gb if ahead else 0)}({base}), {d}")
+                if cbits == 8:
+                    e(f"\tVPMOVZXBD {16*s_ + (gb if ahead else 0)}({base}), {d}")
                 if bits == 4:
                     h = dreg(j, s_, 1)
                     # VPERMPS reads only the low 4 bits of each index: the table q4float gives the low nibble's
@@ -739,6 +742,12 @@ def quant16x2(name, bits, gs, fin="paired"):
                     e(f"\tVPSRLD $4, {d}, {h}")
                     e(f"\tVPERMPS q4float<>(SB), {d}, {d}")
                     e(f"\tVPERMPS q4float<>(SB), {h}, {h}")
+                elif cbits < 8:
+                    e(f"\tVBROADCASTI32X4 {2*cbits*s_ + (gb if ahead else 0)}({base}), {d}")
+                    e(f"\tVPSHUFB qbctl{cbits}<>(SB), {d}, {d}")
+                    e(f"\tVPSRLVD qbshift{cbits}<>(SB), {d}, {d}")
+                    e(f"\tVPANDD qbmask{cbits}<>(SB), {d}, {d}")
+                    e(f"\tVCVTDQ2PS {d}, {d}")
                 else:
                     e(f"\tVCVTDQ2PS {d}, {d}")
     # Each group's codes are decoded during the previous group's last row block (after its products, before
@@ -912,4 +921,22 @@ quant4x2("dotQ8Rows4x2StateAVX512", 8)
 for gs in (32, 64):
     quant16x2(f"dotQ4Rows16x2G{gs}AVX512", 4, gs, "blend")
     quant16x2(f"dotQ8Rows16x2G{gs}AVX512", 8, gs, "blend")
+# 2-, 3-, 5- and 6-bit codes: the 8-bit kernel widening each step's 16 codes in registers. The tables move code
+# k's two source bytes into dword k of 128-bit lane k/4 (every lane holding the step's 16 bytes), shift out the
+# bits below it and mask.
+for cb in (2, 3, 5, 6):
+    for k in range(16):
+        lo = cb * k // 8
+        for i, v in enumerate((lo, lo + 1, 0x80, 0x80)):
+            e(f"DATA qbctl{cb}<>+{4*k+i}(SB)/1, ${v}")
+    e(f"GLOBL qbctl{cb}<>(SB), RODATA|NOPTR, $64")
+    for k in range(16):
+        e(f"DATA qbshift{cb}<>+{4*k}(SB)/4, ${cb * k % 8}")
+    e(f"GLOBL qbshift{cb}<>(SB), RODATA|NOPTR, $64")
+    for k in range(16):
+        e(f"DATA qbmask{cb}<>+{4*k}(SB)/4, ${(1 << cb) - 1}")
+    e(f"GLOBL qbmask{cb}<>(SB), RODATA|NOPTR, $64")
+    e()
+    for gs in (32, 64):
+        quant16x2(f"dotQ{cb}Rows16x2G{gs}AVX512", 8, gs, "blend", cb)
 open(__import__("os").path.join(__import__("os").path.dirname(__file__), "tile_amd64.s"), "w").write("\n".join(out) + "\n")

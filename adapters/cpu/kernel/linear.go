@@ -554,13 +554,16 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 	// run computes weight rows [lo, hi) with their codes at cb (row lo first, rowBytes apart). Multi-row blocks
 	// run along In in blocks of kg groups whose packed inputs (≤ 16 KiB) stay in L1 while up to quantOC weight
 	// rows pass over them; each element's accumulators wait in state between blocks.
-	run := func(lo, hi int, cb []byte) {
+	// skip16 leaves out the 16-row blocks (already computed by the in-register widening kernels).
+	run := func(lo, hi int, cb []byte, skip16 bool) {
 		var res [2]float32
 		var state [quantOC * 9 * 8]float32
 		for r := 0; r < rows; {
 			n := quantBlock(rows-r, rb16)
 			if n == 16 {
-				forwardQuant16(k16, q, cb, rowBytes, xp[r*in:], xsT[r*ng:], ng, lo, hi, dst[r*out:], out, min(16, rows-r))
+				if !skip16 {
+					forwardQuant16(k16, q, cb, rowBytes, xp[r*in:], xsT[r*ng:], ng, lo, hi, dst[r*out:], out, min(16, rows-r))
+				}
 				r += 16
 				continue
 			}
@@ -612,36 +615,64 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 	}
 	grain := max(1, 32768/(in*rows))
 	wpr := q.wordsPerRow(in)
+	// Widened in registers, a step reads 16 bytes from 2·bits before a row's end, 16-2·bits past it: the rows
+	// whose reads would pass the Linear's codes (the last one; the last two for 2-bit rows of 8 bytes) are
+	// widened to bytes instead.
+	var src []byte
+	safeRows, all16 := 0, true
+	k16w := quant16Wide(q.Bits, gs)
+	if wide && quantFused {
+		qrb := in * q.Bits / 8
+		src = unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
+		safeRows = out - (16-2*q.Bits+qrb-1)/qrb
+		for r := 0; r < rows; {
+			n := quantBlock(rows-r, rb16)
+			all16 = all16 && n == 16
+			r += n
+		}
+	}
 	l.Pool.For(out, grain, func(lo, hi int) {
 		if !wide {
-			run(lo, hi, codes[lo*rowBytes:])
+			run(lo, hi, codes[lo*rowBytes:], false)
 			return
 		}
-		if rows == 1 && quantFused {
-			// Decode widens in registers. A row's last step reads 16 bytes from 2·bits before the row's end,
-			// 16-2·bits past it: the rows whose reads would pass the Linear's codes (the last one; the last two
-			// for 2-bit rows of 8 bytes) take the widened path below.
-			qrb := in * q.Bits / 8
-			safe := min(hi, out-(16-2*q.Bits+qrb-1)/qrb)
-			if safe > lo {
-				src := unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
+		qrb := in * q.Bits / 8
+		fused := lo // rows [lo, fused) had their 16-row blocks (or, decoding, their one row) widened in registers
+		if safe := min(hi, safeRows); safe > lo {
+			switch {
+			case rows == 1:
 				dotQbRowsAVX512(&src[lo*qrb], qrb, &xp[0], &q.Scales[lo*ng], &q.Biases[lo*ng], &xsT[0], ng, gs/16,
 					safe-lo, &dst[lo], 2*q.Bits, &qbTabs[q.Bits].ctl[0])
-				lo = safe
+				fused = safe
+			case k16w != nil && rb16 > 0:
+				for r := 0; r < rows; {
+					n := quantBlock(rows-r, rb16)
+					if n == 16 {
+						forwardQuant16(k16w, q, src[lo*qrb:], qrb, xp[r*in:], xsT[r*ng:], ng, lo, safe, dst[r*out:], out, min(16, rows-r))
+					}
+					r += n
+				}
+				fused = safe
 			}
-			if lo == hi {
-				return
-			}
+		}
+		if rows == 1 || all16 {
+			lo = fused // nothing left to do for those rows
+		}
+		if lo == hi {
+			return
 		}
 		bp := getBytes(quantOC * in)
 		defer bytesPool.Put(bp)
 		buf := *bp
-		for c0 := lo; c0 < hi; c0 += quantOC {
-			c1 := min(c0+quantOC, hi)
+		for c0, c1 := lo, lo; c0 < hi; c0 = c1 {
+			c1 = min(c0+quantOC, hi)
+			if c0 < fused && c1 > fused {
+				c1 = fused // a chunk does not straddle the rows whose 16-row blocks are done
+			}
 			for o := c0; o < c1; o++ {
 				unpackCodesBytes(buf[(o-c0)*in:(o-c0+1)*in], q.Codes[o*wpr:(o+1)*wpr], q.Bits)
 			}
-			run(c0, c1, buf)
+			run(c0, c1, buf, c0 < fused)
 		}
 	})
 }
@@ -663,6 +694,18 @@ func getBytes(n int) *[]byte {
 
 // quant16 enables the 16x2 kernels (tests turn it off to compare them with the 4-row kernels).
 var quant16 = true
+
+// quant16Wide returns the 16x2 kernel widening bits-bit codes (2, 3, 5 or 6) in registers for group size gs,
+// or nil.
+func quant16Wide(bits, gs int) quant16Func {
+	k := map[[2]int]quant16Func{
+		{2, 32}: dotQ2Rows16x2G32AVX512, {2, 64}: dotQ2Rows16x2G64AVX512,
+		{3, 32}: dotQ3Rows16x2G32AVX512, {3, 64}: dotQ3Rows16x2G64AVX512,
+		{5, 32}: dotQ5Rows16x2G32AVX512, {5, 64}: dotQ5Rows16x2G64AVX512,
+		{6, 32}: dotQ6Rows16x2G32AVX512, {6, 64}: dotQ6Rows16x2G64AVX512,
+	}
+	return k[[2]int{bits, gs}]
+}
 
 // quant16Kernel returns the 16x2 kernel for bits and group size gs, or nil. Groups of 128 would need 16
 // registers of decoded codes per weight pair, more than the kernels have left.

@@ -188,6 +188,32 @@ func dotQ8Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *floa
 //go:noescape
 func dotQ8Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
 
+// The 16x2 kernels of 2-, 3-, 5- and 6-bit codes are the 8-bit ones widening each step's codes in registers.
+
+//go:noescape
+func dotQ2Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+
+//go:noescape
+func dotQ2Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+
+//go:noescape
+func dotQ3Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+
+//go:noescape
+func dotQ3Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+
+//go:noescape
+func dotQ5Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+
+//go:noescape
+func dotQ5Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+
+//go:noescape
+func dotQ6Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+
+//go:noescape
+func dotQ6Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+
 // useVNNI selects the fast-mode 4-bit kernels (AVX512-VNNI VPDPBUSD on top of the AVX-512 set).
 var useVNNI = useAVX512 && cpu.X86.HasAVX512VNNI
 
