@@ -694,6 +694,7 @@ def quant16x2(name, bits, gs, fin="paired", cbits=8):
     rowb = 128 if bits == 4 else 64
     # cbits < 8 (bits 8): 2-, 3-, 5- or 6-bit codes widened in registers to the values 8-bit codes hold, 16
     # per step from a 16-byte read at the step's start (qbctl/qbshift/qbmask tables, as dotQbRowsAVX512).
+    assert cbits == 8 or (bits == 8 and cbits in (2, 3, 5, 6))
     gb = gs * (bits if cbits == 8 else cbits) // 8
     A = [[r*2 + j for j in range(2)] for r in range(R)]          # Z0.. : first (lo) chain per row, weight
     B = [[2*R + r*2 + j for j in range(2)] for r in range(R)] if bits == 4 else None
@@ -704,6 +705,9 @@ def quant16x2(name, bits, gs, fin="paired", cbits=8):
         per = 2 if bits == 4 else 1
         return f"Z{D0 + (j*steps + s)*per + h}"
     e(f"// func {name}(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)")
+    if cbits < 8:
+        e(f"// {cbits}-bit codes widened in registers, read 16 bytes per step: up to {16 - 2*cbits} bytes past the ends of")
+        e("// rows o and o+1, which the caller keeps inside the codes. Otherwise:")
     e(f"// dotQ{bits}RowAVX2 (group {gs}) for 16 packed input rows against weight rows o and o+1 (codes next bytes")
     e("// on, scales and biases nextS bytes on), decoding each group once for all rows; see gen_tile.py quant16x2.")
     e("// Row i < nrows's products go to dst[i·ldd] (weight row o) and, when nout is 2, dst[i·ldd+1].")

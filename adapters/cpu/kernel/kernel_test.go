@@ -499,8 +499,9 @@ func TestBlocksAlongIn(t *testing.T) {
 	}
 }
 
-// Every 4/8-bit AVX-512 kernel (one-row kernels specialised by group size, 4/8-row blocks, 4×2 blocks) gives
-// the AVX2 kernels' bits for every group size and row count, also on inputs full of signed zeros.
+// Every AVX-512 quantized kernel (one-row kernels, 4/8-row, 4×2 and 16×2 blocks; 2, 3, 5 and 6 bits widened in
+// registers or to bytes for the 8-bit ones) gives the AVX2 kernels' bits for every width, group size and row
+// count, also on inputs full of signed zeros.
 func TestQuantAVX512MatchesAVX2AllGroups(t *testing.T) {
 	if !useAVX512 {
 		t.Skip("no AVX-512 on this CPU")
@@ -522,7 +523,7 @@ func TestQuantAVX512MatchesAVX2AllGroups(t *testing.T) {
 			}
 		}
 		zeros := make([]float32, 34*in)
-		// 2, 3, 5 and 6 bits run the 8-bit kernels on codes widened to bytes.
+		// 2, 3, 5 and 6 bits run the 8-bit kernels on codes widened in registers or to bytes.
 		for _, bits := range []int{2, 3, 4, 5, 6, 8} {
 			for _, g := range []int{32, 64, 128} {
 				if in%g != 0 {

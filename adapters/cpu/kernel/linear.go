@@ -492,10 +492,10 @@ func quantBlock(rem, rb16 int) int {
 	return 1
 }
 
-// forwardQuantAVX512 is the quantized product on AVX-512 (2, 3, 5 and 6 bits through the 8-bit kernels): input rows go in blocks of 16, 8, 4 or 1 that share
-// each decode of the codes, with 16-lane vectors holding two of the AVX2 kernel's 8-lane chains and the bias
-// term computed beside them, so every element gets the AVX2 kernels' bits. Inputs and group sums are packed
-// once per call.
+// forwardQuantAVX512 is the quantized product on AVX-512 (2, 3, 5 and 6 bits through the 8-bit kernels):
+// input rows go in blocks of 16, 8, 4 or 1 that share each decode of the codes, with 16-lane vectors holding
+// two of the AVX2 kernel's 8-lane chains and the bias term computed beside them, so every element gets the
+// AVX2 kernels' bits. Inputs and group sums are packed once per call.
 func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 	q := l.q
 	in, out, gs := l.In, l.Out, q.Group
@@ -619,9 +619,11 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 	// whose reads would pass the Linear's codes (the last one; the last two for 2-bit rows of 8 bytes) are
 	// widened to bytes instead.
 	var src []byte
-	safeRows, all16 := 0, true
-	k16w := quant16Wide(q.Bits, gs)
+	var k16w quant16Func
+	safeRows, all16 := 0, false
 	if wide && quantFused {
+		k16w = quant16Wide(q.Bits, gs)
+		all16 = true
 		qrb := in * q.Bits / 8
 		src = unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
 		safeRows = out - (16-2*q.Bits+qrb-1)/qrb
@@ -677,8 +679,8 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 	})
 }
 
-// quantFused makes 2-, 3-, 5- and 6-bit decode (one input row) widen codes in registers (dotQbRowsAVX512)
-// rather than into bytes first (tests turn it off to check the byte path on every row).
+// quantFused makes 2-, 3-, 5- and 6-bit decode (dotQbRowsAVX512) and 16-row blocks (quant16Wide) widen codes
+// in registers rather than into bytes first (tests turn it off to check the byte path on every row).
 var quantFused = true
 
 var bytesPool = sync.Pool{New: func() any { return new([]byte) }}
@@ -696,15 +698,28 @@ func getBytes(n int) *[]byte {
 var quant16 = true
 
 // quant16Wide returns the 16x2 kernel widening bits-bit codes (2, 3, 5 or 6) in registers for group size gs,
-// or nil.
+// or nil. Each step reads 16 bytes, up to 16-2·bits past the ends of rows o and o+1: the caller keeps those
+// reads inside the codes.
 func quant16Wide(bits, gs int) quant16Func {
-	k := map[[2]int]quant16Func{
-		{2, 32}: dotQ2Rows16x2G32AVX512, {2, 64}: dotQ2Rows16x2G64AVX512,
-		{3, 32}: dotQ3Rows16x2G32AVX512, {3, 64}: dotQ3Rows16x2G64AVX512,
-		{5, 32}: dotQ5Rows16x2G32AVX512, {5, 64}: dotQ5Rows16x2G64AVX512,
-		{6, 32}: dotQ6Rows16x2G32AVX512, {6, 64}: dotQ6Rows16x2G64AVX512,
+	switch [2]int{bits, gs} {
+	case [2]int{2, 32}:
+		return dotQ2Rows16x2G32AVX512
+	case [2]int{2, 64}:
+		return dotQ2Rows16x2G64AVX512
+	case [2]int{3, 32}:
+		return dotQ3Rows16x2G32AVX512
+	case [2]int{3, 64}:
+		return dotQ3Rows16x2G64AVX512
+	case [2]int{5, 32}:
+		return dotQ5Rows16x2G32AVX512
+	case [2]int{5, 64}:
+		return dotQ5Rows16x2G64AVX512
+	case [2]int{6, 32}:
+		return dotQ6Rows16x2G32AVX512
+	case [2]int{6, 64}:
+		return dotQ6Rows16x2G64AVX512
 	}
-	return k[[2]int{bits, gs}]
+	return nil
 }
 
 // quant16Kernel returns the 16x2 kernel for bits and group size gs, or nil. Groups of 128 would need 16

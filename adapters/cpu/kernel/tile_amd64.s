@@ -5745,6 +5745,8 @@ DATA qbmask2<>+60(SB)/4, $3
 GLOBL qbmask2<>(SB), RODATA|NOPTR, $64
 
 // func dotQ2Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+// 2-bit codes widened in registers, read 16 bytes per step: up to 12 bytes past the ends of
+// rows o and o+1, which the caller keeps inside the codes. Otherwise:
 // dotQ8RowAVX2 (group 32) for 16 packed input rows against weight rows o and o+1 (codes next bytes
 // on, scales and biases nextS bytes on), decoding each group once for all rows; see gen_tile.py quant16x2.
 // Row i < nrows's products go to dst[i·ldd] (weight row o) and, when nout is 2, dst[i·ldd+1].
@@ -6384,6 +6386,8 @@ dotQ2Rows16x2G32AVX512_ret:
 	RET
 
 // func dotQ2Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+// 2-bit codes widened in registers, read 16 bytes per step: up to 12 bytes past the ends of
+// rows o and o+1, which the caller keeps inside the codes. Otherwise:
 // dotQ8RowAVX2 (group 64) for 16 packed input rows against weight rows o and o+1 (codes next bytes
 // on, scales and biases nextS bytes on), decoding each group once for all rows; see gen_tile.py quant16x2.
 // Row i < nrows's products go to dst[i·ldd] (weight row o) and, when nout is 2, dst[i·ldd+1].
@@ -7279,6 +7283,8 @@ DATA qbmask3<>+60(SB)/4, $7
 GLOBL qbmask3<>(SB), RODATA|NOPTR, $64
 
 // func dotQ3Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+// 3-bit codes widened in registers, read 16 bytes per step: up to 10 bytes past the ends of
+// rows o and o+1, which the caller keeps inside the codes. Otherwise:
 // dotQ8RowAVX2 (group 32) for 16 packed input rows against weight rows o and o+1 (codes next bytes
 // on, scales and biases nextS bytes on), decoding each group once for all rows; see gen_tile.py quant16x2.
 // Row i < nrows's products go to dst[i·ldd] (weight row o) and, when nout is 2, dst[i·ldd+1].
@@ -7918,6 +7924,8 @@ dotQ3Rows16x2G32AVX512_ret:
 	RET
 
 // func dotQ3Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+// 3-bit codes widened in registers, read 16 bytes per step: up to 10 bytes past the ends of
+// rows o and o+1, which the caller keeps inside the codes. Otherwise:
 // dotQ8RowAVX2 (group 64) for 16 packed input rows against weight rows o and o+1 (codes next bytes
 // on, scales and biases nextS bytes on), decoding each group once for all rows; see gen_tile.py quant16x2.
 // Row i < nrows's products go to dst[i·ldd] (weight row o) and, when nout is 2, dst[i·ldd+1].
@@ -8813,6 +8821,8 @@ DATA qbmask5<>+60(SB)/4, $31
 GLOBL qbmask5<>(SB), RODATA|NOPTR, $64
 
 // func dotQ5Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+// 5-bit codes widened in registers, read 16 bytes per step: up to 6 bytes past the ends of
+// rows o and o+1, which the caller keeps inside the codes. Otherwise:
 // dotQ8RowAVX2 (group 32) for 16 packed input rows against weight rows o and o+1 (codes next bytes
 // on, scales and biases nextS bytes on), decoding each group once for all rows; see gen_tile.py quant16x2.
 // Row i < nrows's products go to dst[i·ldd] (weight row o) and, when nout is 2, dst[i·ldd+1].
@@ -9452,6 +9462,8 @@ dotQ5Rows16x2G32AVX512_ret:
 	RET
 
 // func dotQ5Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+// 5-bit codes widened in registers, read 16 bytes per step: up to 6 bytes past the ends of
+// rows o and o+1, which the caller keeps inside the codes. Otherwise:
 // dotQ8RowAVX2 (group 64) for 16 packed input rows against weight rows o and o+1 (codes next bytes
 // on, scales and biases nextS bytes on), decoding each group once for all rows; see gen_tile.py quant16x2.
 // Row i < nrows's products go to dst[i·ldd] (weight row o) and, when nout is 2, dst[i·ldd+1].
@@ -10347,6 +10359,8 @@ DATA qbmask6<>+60(SB)/4, $63
 GLOBL qbmask6<>(SB), RODATA|NOPTR, $64
 
 // func dotQ6Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+// 6-bit codes widened in registers, read 16 bytes per step: up to 4 bytes past the ends of
+// rows o and o+1, which the caller keeps inside the codes. Otherwise:
 // dotQ8RowAVX2 (group 32) for 16 packed input rows against weight rows o and o+1 (codes next bytes
 // on, scales and biases nextS bytes on), decoding each group once for all rows; see gen_tile.py quant16x2.
 // Row i < nrows's products go to dst[i·ldd] (weight row o) and, when nout is 2, dst[i·ldd+1].
@@ -10986,6 +11000,8 @@ dotQ6Rows16x2G32AVX512_ret:
 	RET
 
 // func dotQ6Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+// 6-bit codes widened in registers, read 16 bytes per step: up to 4 bytes past the ends of
+// rows o and o+1, which the caller keeps inside the codes. Otherwise:
 // dotQ8RowAVX2 (group 64) for 16 packed input rows against weight rows o and o+1 (codes next bytes
 // on, scales and biases nextS bytes on), decoding each group once for all rows; see gen_tile.py quant16x2.
 // Row i < nrows's products go to dst[i·ldd] (weight row o) and, when nout is 2, dst[i·ldd+1].
