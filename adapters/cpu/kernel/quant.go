@@ -110,24 +110,22 @@ func unpackStream(dst []float32, words []uint32, bits int) {
 	if j0 >= len(dst) {
 		return
 	}
-	{
-		mask := uint64(1)<<bits - 1
-		// Start at bit bits·j0, a byte boundary: the window holds the rest of its word.
-		bit := bits * j0
-		wi := bit / 32
-		acc := uint64(words[wi]) >> (bit % 32)
-		have := 32 - bit%32
-		wi++
-		for j := j0; j < len(dst); j++ {
-			if have < bits {
-				acc |= uint64(words[wi]) << have
-				wi++
-				have += 32
-			}
-			dst[j] = float32(acc & mask)
-			acc >>= bits
-			have -= bits
+	mask := uint64(1)<<bits - 1
+	// Start at bit bits·j0, a byte boundary: the window holds the rest of its word.
+	bit := bits * j0
+	wi := bit / 32
+	acc := uint64(words[wi]) >> (bit % 32)
+	have := 32 - bit%32
+	wi++
+	for j := j0; j < len(dst); j++ {
+		if have < bits {
+			acc |= uint64(words[wi]) << have
+			wi++
+			have += 32
 		}
+		dst[j] = float32(acc & mask)
+		acc >>= bits
+		have -= bits
 	}
 }
 
