@@ -688,7 +688,9 @@ def quant16x2(name, bits, gs, fin="paired", cbits=8):
     # its scaled accumulators in state. Per element the operations of dotQ{bits}RowAVX2.
     # xp: packQuantRows(n=16); xsT: [group][16 rows]. state (floats): the scaled 8-lane accumulator of row
     # i = R·b + r, weight row j at 16·((2b+j)·R/2 + r/2) + 8·(r%2); at 256 + 16j + i its bias term.
-    R = 4 if bits == 4 else 8
+    # Groups of 128 hold twice the decoded codes (16 registers for two weight rows), so their row blocks are
+    # half as tall.
+    R = (4 if bits == 4 else 8) if gs <= 64 else (2 if bits == 4 else 4)
     RB = 16 // R
     steps = gs // 32 if bits == 4 else gs // 16
     rowb = 128 if bits == 4 else 64
@@ -699,8 +701,8 @@ def quant16x2(name, bits, gs, fin="paired", cbits=8):
     A = [[r*2 + j for j in range(2)] for r in range(R)]          # Z0.. : first (lo) chain per row, weight
     B = [[2*R + r*2 + j for j in range(2)] for r in range(R)] if bits == 4 else None
     nd = 2 * steps * (2 if bits == 4 else 1)
-    D0 = 16
-    assert D0 + nd <= 24 and (4*R if bits == 4 else 2*R) <= 16
+    D0 = 4*R if bits == 4 else 2*R  # the decoded codes follow the chains
+    assert D0 + nd <= 24
     def dreg(j, s, h):
         per = 2 if bits == 4 else 1
         return f"Z{D0 + (j*steps + s)*per + h}"
@@ -922,7 +924,7 @@ quant4x2("dotQ4Rows4x2StateAVX512", 4)
 quant4x2("dotQ8Rows4x2StateAVX512", 8)
 # Group ends: "blend" (one shuffle per pair of rows) measured at least as fast as "paired" (two) and "split"
 # (an extract per row) on Zen 4; the others stay for machines where that differs.
-for gs in (32, 64):
+for gs in (32, 64, 128):
     quant16x2(f"dotQ4Rows16x2G{gs}AVX512", 4, gs, "blend")
     quant16x2(f"dotQ8Rows16x2G{gs}AVX512", 8, gs, "blend")
 # 2-, 3-, 5- and 6-bit codes: the 8-bit kernel widening each step's 16 codes in registers. The tables move code
@@ -941,6 +943,6 @@ for cb in (2, 3, 5, 6):
         e(f"DATA qbmask{cb}<>+{4*k}(SB)/4, ${(1 << cb) - 1}")
     e(f"GLOBL qbmask{cb}<>(SB), RODATA|NOPTR, $64")
     e()
-    for gs in (32, 64):
+    for gs in (32, 64, 128):
         quant16x2(f"dotQ{cb}Rows16x2G{gs}AVX512", 8, gs, "blend", cb)
 open(__import__("os").path.join(__import__("os").path.dirname(__file__), "tile_amd64.s"), "w").write("\n".join(out) + "\n")

@@ -47,7 +47,7 @@ func TestQuantKernelsStayInBounds(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
 	for _, tail := range []bool{true, false} {
 		for _, bits := range []int{2, 3, 4, 5, 6, 8} {
-			for _, g := range []int{32, 64} {
+			for _, g := range []int{32, 64, 128} {
 				// {2, g} and {3, g} with groups of 32: 2-bit rows of 8 bytes, where a decode step's 16-byte read
 				// spans two rows.
 				for _, shape := range [][2]int{{1, g}, {2, g}, {3, g}, {3, 2 * g}, {13, 3 * g}} {

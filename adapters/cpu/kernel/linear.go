@@ -514,12 +514,9 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 		codes = unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
 	}
 	k16 := quant16Kernel(kbits, gs)
-	rb16 := 0 // the 16x2 kernel's row block (gen_tile.py quant16x2)
+	rb16 := 0 // the 16x2 kernel's row block
 	if k16 != nil && quant16 {
-		rb16 = 4
-		if kbits == 8 {
-			rb16 = 8
-		}
+		rb16 = quant16Block(kbits, gs)
 	}
 	// A last block of 16 may hold fewer real rows: the packed rows run past rows up to padded.
 	padded := 0
@@ -718,12 +715,19 @@ func quant16Wide(bits, gs int) quant16Func {
 		return dotQ6Rows16x2G32AVX512
 	case [2]int{6, 64}:
 		return dotQ6Rows16x2G64AVX512
+	case [2]int{2, 128}:
+		return dotQ2Rows16x2G128AVX512
+	case [2]int{3, 128}:
+		return dotQ3Rows16x2G128AVX512
+	case [2]int{5, 128}:
+		return dotQ5Rows16x2G128AVX512
+	case [2]int{6, 128}:
+		return dotQ6Rows16x2G128AVX512
 	}
 	return nil
 }
 
-// quant16Kernel returns the 16x2 kernel for bits and group size gs, or nil. Groups of 128 would need 16
-// registers of decoded codes per weight pair, more than the kernels have left.
+// quant16Kernel returns the 16x2 kernel for bits (4 or 8) and group size gs, or nil.
 func quant16Kernel(bits, gs int) quant16Func {
 	switch {
 	case bits == 4 && gs == 32:
@@ -734,8 +738,25 @@ func quant16Kernel(bits, gs int) quant16Func {
 		return dotQ8Rows16x2G32AVX512
 	case bits == 8 && gs == 64:
 		return dotQ8Rows16x2G64AVX512
+	case bits == 4 && gs == 128:
+		return dotQ4Rows16x2G128AVX512
+	case bits == 8 && gs == 128:
+		return dotQ8Rows16x2G128AVX512
 	}
 	return nil
+}
+
+// quant16Block is the input-row block of the 16x2 kernels (gen_tile.py quant16x2): 4 rows for 4 bits and 8
+// for 8 (and the widened widths), half that for groups of 128.
+func quant16Block(kbits, gs int) int {
+	r := 8
+	if kbits == 4 {
+		r = 4
+	}
+	if gs > 64 {
+		r /= 2
+	}
+	return r
 }
 
 type quant16Func func(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)

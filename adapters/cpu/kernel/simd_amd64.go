@@ -214,6 +214,24 @@ func dotQ6Rows16x2G32AVX512(codes *byte, next int, xp, scales, biases, xsT *floa
 //go:noescape
 func dotQ6Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
 
+//go:noescape
+func dotQ2Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+
+//go:noescape
+func dotQ3Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+
+//go:noescape
+func dotQ4Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+
+//go:noescape
+func dotQ5Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+
+//go:noescape
+func dotQ6Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+
+//go:noescape
+func dotQ8Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+
 // useVNNI selects the fast-mode 4-bit kernels (AVX512-VNNI VPDPBUSD on top of the AVX-512 set).
 var useVNNI = useAVX512 && cpu.X86.HasAVX512VNNI
 

@@ -138,6 +138,25 @@ func dotQ6Rows16x2G64AVX512(codes *byte, next int, xp, scales, biases, xsT *floa
 	noAVX2()
 }
 
+func dotQ2Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int) {
+	noAVX2()
+}
+func dotQ3Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int) {
+	noAVX2()
+}
+func dotQ4Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int) {
+	noAVX2()
+}
+func dotQ5Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int) {
+	noAVX2()
+}
+func dotQ6Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int) {
+	noAVX2()
+}
+func dotQ8Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int) {
+	noAVX2()
+}
+
 var useVNNI = false
 
 func dotQ4FastG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32) {
