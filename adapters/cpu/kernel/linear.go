@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -492,6 +493,21 @@ func quantBlock(rem, rb16 int) int {
 	return 1
 }
 
+// quantRowBlock is one call's block of input rows: n rows from row r (a last block of 16 may run past the
+// input rows; see quantBlock).
+type quantRowBlock struct{ r, n int }
+
+// quantBlocks splits rows into the blocks quantBlock picks, in order.
+func quantBlocks(rows, rb16 int) []quantRowBlock {
+	var bs []quantRowBlock
+	for r := 0; r < rows; {
+		n := quantBlock(rows-r, rb16)
+		bs = append(bs, quantRowBlock{r, n})
+		r += n
+	}
+	return bs
+}
+
 // forwardQuantAVX512 is the quantized product on AVX-512 (2, 3, 5 and 6 bits through the 8-bit kernels):
 // input rows go in blocks of 16, 8, 4 or 1 that share each decode of the codes, with 16-lane vectors holding
 // two of the AVX2 kernel's 8-lane chains and the bias term computed beside them, so every element gets the
@@ -507,29 +523,24 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 	if wide {
 		kbits = 8
 	}
-	rowBytes := in * kbits / 8
+	rowBytes := in * kbits / 8 // of the codes the kernels read (widened ones for 2, 3, 5 and 6 bits)
+	qrb := in * q.Bits / 8     // of the packed codes
 	gb := gs * kbits / 8
-	var codes []byte
-	if !wide {
-		codes = unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
-	}
+	codes := unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
 	k16 := quant16Kernel(kbits, gs)
 	rb16 := 0 // the 16x2 kernel's row block
 	if k16 != nil && quant16 {
 		rb16 = quant16Block(kbits, gs)
 	}
 	// A last block of 16 may hold fewer real rows: the packed rows run past rows up to padded.
-	padded := 0
-	for r := 0; r < rows; {
-		n := quantBlock(rows-r, rb16)
-		r += n
-		padded = r
-	}
+	blocks := quantBlocks(rows, rb16)
+	last := blocks[len(blocks)-1]
+	padded := last.r + last.n
 	pp := getScratch(padded * (in + ng))
 	defer scratchPool.Put(pp)
 	xp, xsT := (*pp)[:padded*in], (*pp)[padded*in:]
-	for r := 0; r < rows; {
-		n := quantBlock(rows-r, rb16)
+	for _, b := range blocks {
+		r, n := b.r, b.n
 		nreal := min(n, rows-r)
 		packQuantRows(xp[r*in:(r+n)*in], x[r*in:(r+nreal)*in], n, nreal, in, kbits)
 		t := xsT[r*ng : (r+n)*ng]
@@ -541,7 +552,6 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 				}
 			}
 		}
-		r += n
 	}
 	k8, k4, k4x2 := dotQ4Rows8StateAVX512, dotQ4Rows4StateAVX512, dotQ4Rows4x2StateAVX512
 	if kbits == 8 {
@@ -555,13 +565,12 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 	run := func(lo, hi int, cb []byte, skip16 bool) {
 		var res [2]float32
 		var state [quantOC * 9 * 8]float32
-		for r := 0; r < rows; {
-			n := quantBlock(rows-r, rb16)
+		for _, b := range blocks {
+			r, n := b.r, b.n
 			if n == 16 {
 				if !skip16 {
 					forwardQuant16(k16, q, cb, rowBytes, xp[r*in:], xsT[r*ng:], ng, lo, hi, dst[r*out:], out, min(16, rows-r))
 				}
-				r += 16
 				continue
 			}
 			if n == 1 {
@@ -573,7 +582,6 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 						dst[r*out+o] = res[0] + res[1]
 					}
 				}
-				r++
 				continue
 			}
 			k := k8
@@ -607,7 +615,6 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 					}
 				}
 			}
-			r += n
 		}
 	}
 	grain := max(1, 32768/(in*rows))
@@ -615,41 +622,30 @@ func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 	// Widened in registers, a step reads 16 bytes from 2·bits before a row's end, 16-2·bits past it: the rows
 	// whose reads would pass the Linear's codes (the last one; the last two for 2-bit rows of 8 bytes) are
 	// widened to bytes instead.
-	var src []byte
 	var k16w quant16Func
 	safeRows, all16 := 0, false
 	if wide && quantFused {
 		k16w = quant16Wide(q.Bits, gs)
-		all16 = true
-		qrb := in * q.Bits / 8
-		src = unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
 		safeRows = out - (16-2*q.Bits+qrb-1)/qrb
-		for r := 0; r < rows; {
-			n := quantBlock(rows-r, rb16)
-			all16 = all16 && n == 16
-			r += n
-		}
+		all16 = !slices.ContainsFunc(blocks, func(b quantRowBlock) bool { return b.n != 16 })
 	}
 	l.Pool.For(out, grain, func(lo, hi int) {
 		if !wide {
 			run(lo, hi, codes[lo*rowBytes:], false)
 			return
 		}
-		qrb := in * q.Bits / 8
 		fused := lo // rows [lo, fused) had their 16-row blocks (or, decoding, their one row) widened in registers
 		if safe := min(hi, safeRows); safe > lo {
 			switch {
 			case rows == 1:
-				dotQbRowsAVX512(&src[lo*qrb], qrb, &xp[0], &q.Scales[lo*ng], &q.Biases[lo*ng], &xsT[0], ng, gs/16,
+				dotQbRowsAVX512(&codes[lo*qrb], qrb, &xp[0], &q.Scales[lo*ng], &q.Biases[lo*ng], &xsT[0], ng, gs/16,
 					safe-lo, &dst[lo], 2*q.Bits, &qbTabs[q.Bits].ctl[0])
 				fused = safe
 			case k16w != nil && rb16 > 0:
-				for r := 0; r < rows; {
-					n := quantBlock(rows-r, rb16)
-					if n == 16 {
-						forwardQuant16(k16w, q, src[lo*qrb:], qrb, xp[r*in:], xsT[r*ng:], ng, lo, safe, dst[r*out:], out, min(16, rows-r))
+				for _, b := range blocks {
+					if b.n == 16 {
+						forwardQuant16(k16w, q, codes[lo*qrb:], qrb, xp[b.r*in:], xsT[b.r*ng:], ng, lo, safe, dst[b.r*out:], out, min(16, rows-b.r))
 					}
-					r += n
 				}
 				fused = safe
 			}
