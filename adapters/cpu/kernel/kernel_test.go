@@ -63,12 +63,7 @@ func testPackUnpackRoundTrip(t *testing.T) {
 		// The vector unpacking reads 8 bytes per block of 8 codes, so a row ends in a scalar tail of the
 		// blocks whose read would pass the row (3 of the 4 blocks of 32 2-bit codes).
 		for _, in := range []int{32, 64, 128, 352} {
-			codes := make([]uint8, in)
-			for j := range codes {
-				codes[j] = uint8(r.IntN(1 << bits))
-			}
-			words := make([]uint32, in*bits/32)
-			PackCodes(words, codes, bits)
+			codes, words := randomPacked(r, bits, in)
 			got := make([]float32, in)
 			UnpackCodes(got, words, bits, in)
 			for j := range in {
@@ -79,12 +74,7 @@ func testPackUnpackRoundTrip(t *testing.T) {
 	// The byte widening of 2, 3, 5 and 6 bits (AVX-512 blocks, then the scalar tail) gives the same codes.
 	for _, bits := range []int{2, 3, 5, 6} {
 		for _, in := range []int{32, 64, 352} {
-			codes := make([]uint8, in)
-			for j := range codes {
-				codes[j] = uint8(r.IntN(1 << bits))
-			}
-			words := make([]uint32, in*bits/32)
-			PackCodes(words, codes, bits)
+			codes, words := randomPacked(r, bits, in)
 			got := make([]byte, in)
 			unpackCodesBytes(got, words, bits)
 			require.Equal(t, codes, got, "bits %d in %d", bits, in)
@@ -94,6 +84,17 @@ func testPackUnpackRoundTrip(t *testing.T) {
 	got := make([]float32, 8)
 	UnpackCodes(got, []uint32{0x76543210}, 4, 8)
 	assert.Equal(t, []float32{0, 1, 2, 3, 4, 5, 6, 7}, got)
+}
+
+// randomPacked returns in random bits-bit codes and their packed row.
+func randomPacked(r *rand.Rand, bits, in int) ([]uint8, []uint32) {
+	codes := make([]uint8, in)
+	for j := range codes {
+		codes[j] = uint8(r.IntN(1 << bits))
+	}
+	words := make([]uint32, in*bits/32)
+	PackCodes(words, codes, bits)
+	return codes, words
 }
 
 // bothPaths runs f with every kernel set this CPU has: the AVX-512 tiles, AVX2 alone, and the portable ones.
