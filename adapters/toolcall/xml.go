@@ -104,24 +104,31 @@ func schemaType(raw json.RawMessage) ParamType {
 	return t
 }
 
+// tagName reads an opening tag open+NAME+">" at the start of s: NAME (trimmed, non-empty, on one line, with no
+// "<") and what follows the ">".
+func tagName(s, open string) (name, rest string, ok bool) {
+	after, ok := strings.CutPrefix(s, open)
+	if !ok {
+		return "", "", false
+	}
+	gt := strings.IndexByte(after, '>')
+	if gt <= 0 || strings.ContainsAny(after[:gt], "<\n") {
+		return "", "", false
+	}
+	name = strings.TrimSpace(after[:gt])
+	return name, after[gt+1:], name != ""
+}
+
 // parseXMLBody reads <function=NAME> <parameter=P>VALUE</parameter>… </function>. As vLLM's qwen3_coder
 // parser does, a missing </parameter> ends the value at the next <parameter= (or at the end), and a missing
 // </function> is tolerated. Anything else in the body (text between parameters, a repeated parameter) makes it
 // no call.
 func parseXMLBody(body string, types ParamTypes) (Call, bool) {
-	rest, ok := strings.CutPrefix(strings.TrimSpace(body), funcOpen)
+	name, rest, ok := tagName(strings.TrimSpace(body), funcOpen)
 	if !ok {
 		return Call{}, false
 	}
-	gt := strings.IndexByte(rest, '>')
-	if gt <= 0 || strings.ContainsAny(rest[:gt], "<\n") {
-		return Call{}, false
-	}
-	name := strings.TrimSpace(rest[:gt])
-	if name == "" {
-		return Call{}, false
-	}
-	inner := strings.TrimRight(rest[gt+1:], whitespace)
+	inner := strings.TrimRight(rest, whitespace)
 	inner = strings.TrimSuffix(inner, funcClose)
 	var buf bytes.Buffer
 	buf.WriteByte('{')
@@ -131,22 +138,14 @@ func parseXMLBody(body string, types ParamTypes) (Call, bool) {
 		if inner == "" {
 			break
 		}
-		after, ok := strings.CutPrefix(inner, paramOpen)
-		if !ok {
+		param, body, ok := tagName(inner, paramOpen)
+		if !ok || seen[param] {
 			return Call{}, false
 		}
-		gt := strings.IndexByte(after, '>')
-		if gt <= 0 || strings.ContainsAny(after[:gt], "<\n") {
-			return Call{}, false
-		}
-		param := strings.TrimSpace(after[:gt])
-		if param == "" || seen[param] {
-			return Call{}, false
-		}
-		value, tail, closed := strings.Cut(after[gt+1:], paramClose)
-		if next := strings.Index(after[gt+1:], paramOpen); next >= 0 && (!closed || next < len(value)) {
+		value, tail, closed := strings.Cut(body, paramClose)
+		if next := strings.Index(body, paramOpen); next >= 0 && (!closed || next < len(value)) {
 			// No </parameter> before the next parameter: the value ends there.
-			value, tail = after[gt+1:gt+1+next], after[gt+1+next:]
+			value, tail = body[:next], body[next:]
 		}
 		seen[param] = true
 		// The template puts the value on its own lines: one newline on each side is layout, not value.
