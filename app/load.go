@@ -13,7 +13,6 @@ import (
 
 	"github.com/higgs-go/higgs/adapters/chattemplate"
 	"github.com/higgs-go/higgs/adapters/cpu"
-	"github.com/higgs-go/higgs/adapters/cpu/dflash"
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/mlx"
@@ -81,7 +80,7 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 		}
 		target, closeTarget = t, t.Close
 		loadDrafter = func(dir string) (ports.Drafter, func() error, error) {
-			d, err := dflash.Load(ctx, dir, t, dflash.Options{Pool: t.Pool()})
+			d, err := cpu.LoadDrafter(ctx, dir, t, cpu.DrafterOptions{})
 			if err != nil {
 				return nil, nil, err
 			}

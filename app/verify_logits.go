@@ -9,13 +9,6 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// RawLogitsSession is the optional session ability `higgs-verify logits` and `parity` need: Forward that also
-// returns the next-token logits ([rows, V], row-major) of the rows it returns. ports.Session only exposes
-// greedy tokens and distributions, which is all decoding needs.
-type RawLogitsSession interface {
-	ForwardLogits(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, []float32, error)
-}
-
 // ErrNoRawLogits is wrapped when the backend's sessions do not expose raw logits. It wraps
 // errors.ErrUnsupported.
 var ErrNoRawLogits = fmt.Errorf("this backend's sessions do not expose raw logits: %w", errors.ErrUnsupported)
@@ -40,7 +33,7 @@ func forwardLogits(ctx context.Context, t ports.Target, tokens []ports.Token, ta
 		return nil, nil, fmt.Errorf("open session: %w", err)
 	}
 	defer sess.Close()
-	rl, ok := sess.(RawLogitsSession)
+	rl, ok := sess.(ports.LogitsForwarder)
 	if !ok {
 		return nil, nil, fmt.Errorf("session %T: %w", sess, ErrNoRawLogits)
 	}
@@ -58,10 +51,11 @@ func forwardLogits(ctx context.Context, t ports.Target, tokens []ports.Token, ta
 	}
 	// Taps handles may die with the session (MLX arrays): copy them out while it is open.
 	var taps ports.Taps
-	if ft, ok := fr.Taps.(interface {
-		Float32() ([]float32, int, int)
-	}); ok {
-		data, r, w := ft.Float32()
+	if ht, ok := fr.Taps.(ports.HostTaps); ok {
+		data, r, w, err := ht.Host()
+		if err != nil {
+			return nil, nil, fmt.Errorf("read taps: %w", err)
+		}
 		taps = &floatTaps{data: slices.Clone(data[:r*w]), rows: r, width: w}
 	}
 	return rows, taps, nil
@@ -109,5 +103,5 @@ func (t *floatTaps) Detach() ports.Taps {
 	return &floatTaps{data: append([]float32(nil), t.data...), rows: t.rows, width: t.width}
 }
 
-// Float32 exposes the matrix (read only).
-func (t *floatTaps) Float32() ([]float32, int, int) { return t.data, t.rows, t.width }
+// Host exposes the matrix (read only; see ports.HostTaps).
+func (t *floatTaps) Host() ([]float32, int, int, error) { return t.data, t.rows, t.width, nil }

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/higgs-go/higgs/adapters/cpu/dflash/dflashtest"
+	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -86,8 +86,8 @@ func checkArgmaxAgainstGreedy(t *testing.T, m *Models, prompt []ports.Token, log
 }
 
 func TestParityCPU(t *testing.T) {
-	hybrid := writeTarget(t, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 21})
-	drafter := writeDrafter(t, dflashtest.DrafterSpec{Seed: 22, Taps: []int{0, 2}, Mask: 60, BlockSize: 8})
+	hybrid := writeTarget(t, synth.TargetSpec{Family: "qwen3_next", Seed: 21})
+	drafter := writeDrafter(t, synth.DrafterSpec{Seed: 22, Taps: []int{0, 2}, Mask: 60, BlockSize: 8})
 	a := load(t, hybrid, drafter)
 	b, err := LoadModels(t.Context(), ModelConfig{Model: hybrid, Draft: drafter, Threads: 1}, zerolog.Nop(), nil)
 	require.NoError(t, err)
@@ -108,13 +108,13 @@ func TestParityCPU(t *testing.T) {
 	assert.Zero(t, res.ReplayA.MaxAbs, "tape replay is bit-exact with recompute")
 	assert.Equal(t, []int{0, 2}, res.TapLayers)
 
-	other := load(t, writeTarget(t, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 23}), NoDraftName)
+	other := load(t, writeTarget(t, synth.TargetSpec{Family: "qwen3_next", Seed: 23}), NoDraftName)
 	res, err = Parity(t.Context(), a, other, parityOptions(prompt))
 	require.ErrorIs(t, err, ErrCheckFailed)
 	assert.False(t, res.Pass)
 	assert.NotEmpty(t, res.Failures)
 
-	dense := load(t, writeTarget(t, dflashtest.TargetSpec{Family: "qwen3", Seed: 23}), NoDraftName)
+	dense := load(t, writeTarget(t, synth.TargetSpec{Family: "qwen3", Seed: 23}), NoDraftName)
 	_, err = Parity(t.Context(), dense, dense, exact)
 	require.NoError(t, err, "attention-only targets skip the replay check")
 
@@ -136,8 +136,8 @@ func TestParityCPUvsMLX(t *testing.T) {
 	if err := mlxAvailable(); err != nil {
 		t.Skipf("MLX backend unavailable: %v", err)
 	}
-	target := writeTarget(t, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 31})
-	drafter := writeDrafter(t, dflashtest.DrafterSpec{Seed: 32, Taps: []int{0, 2}, Mask: 60, BlockSize: 8})
+	target := writeTarget(t, synth.TargetSpec{Family: "qwen3_next", Seed: 31})
+	drafter := writeDrafter(t, synth.DrafterSpec{Seed: 32, Taps: []int{0, 2}, Mask: 60, BlockSize: 8})
 	a := load(t, target, drafter)
 	b, err := LoadModels(t.Context(), ModelConfig{Model: target, Draft: drafter, Backend: BackendMLX}, zerolog.Nop(), nil)
 	require.NoError(t, err)
@@ -181,7 +181,7 @@ func withRopeScaling(t *testing.T, dir string, scaling map[string]any, maxPos in
 // TestParityYaRNTarget: a YaRN target with factor 1 computes plain RoPE, a real factor changes the logits (so the
 // scaling is applied), and where libmlxc is available the MLX backend agrees with the CPU reference on it.
 func TestParityYaRNTarget(t *testing.T) {
-	base := writeTarget(t, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 41})
+	base := writeTarget(t, synth.TargetSpec{Family: "qwen3_next", Seed: 41})
 	prompt := []ports.Token{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4}
 	plain := load(t, withRopeScaling(t, base, nil, 512), NoDraftName)
 	unit := load(t, withRopeScaling(t, base, map[string]any{"rope_type": "yarn", "factor": 1.0}, 512), NoDraftName)

@@ -7,7 +7,6 @@ import (
 	"math"
 	"slices"
 
-	"github.com/higgs-go/higgs/adapters/cpu/dflash"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -158,13 +157,15 @@ func Parity(ctx context.Context, a, b *Models, o ParityOptions) (ParityResult, e
 	}
 	// The tapped hidden states are compared only when both backends can expose them as float32 of one shape;
 	// otherwise the check cannot be made, and that is reported rather than passed as a zero difference.
-	fa, okA := ta.(dflash.FloatTaps)
-	fb, okB := tb.(dflash.FloatTaps)
+	fa, okA := ta.(ports.HostTaps)
+	fb, okB := tb.(ports.HostTaps)
 	var tapProblem string
 	if okA && okB {
-		da, ra, wa := fa.Float32()
-		db, rb, wb := fb.Float32()
-		if ra != rb || wa != wb {
+		da, ra, wa, errA := fa.Host()
+		db, rb, wb, errB := fb.Host()
+		if err := errors.Join(errA, errB); err != nil {
+			tapProblem = fmt.Sprintf("tapped hidden states could not be read: %v", err)
+		} else if ra != rb || wa != wb {
 			tapProblem = fmt.Sprintf("tapped hidden states differ in shape (%d×%d vs %d×%d)", ra, wa, rb, wb)
 		} else {
 			for i := range min(len(da), len(db)) {

@@ -10,9 +10,9 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/higgs-go/higgs/adapters/cpu/dflash/dflashtest"
 	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/safetensors"
+	"github.com/higgs-go/higgs/adapters/synth"
 )
 
 // SynthOptions describe a synthetic random hybrid target (qwen3_next layout) and a DFlash drafter for it.
@@ -64,9 +64,9 @@ func Synth(ctx context.Context, o SynthOptions) (SynthResult, error) {
 			return SynthResult{}, fmt.Errorf("synth: %w", err)
 		}
 	}
-	ts := dflashtest.TargetSpec{Family: "qwen3_next", Seed: o.Seed, Layers: o.Layers, Vocab: o.Vocab,
+	ts := synth.TargetSpec{Family: "qwen3_next", Seed: o.Seed, Layers: o.Layers, Vocab: o.Vocab,
 		Context: 4096, Wide: o.Wide, BF16: !o.F32, Quant: o.Quant}
-	if err := dflashtest.WriteTarget(tdir, ts); err != nil {
+	if err := synth.WriteTarget(tdir, ts); err != nil {
 		return SynthResult{}, fmt.Errorf("synth target: %w", err)
 	}
 	// Four taps spread over the depth, as published drafters use.
@@ -76,9 +76,9 @@ func Synth(ctx context.Context, o SynthOptions) (SynthResult, error) {
 			taps = append(taps, t)
 		}
 	}
-	ds := dflashtest.DrafterSpec{Seed: o.Seed + 1, Taps: taps, Mask: int32(o.Vocab - 1), Vocab: o.Vocab,
+	ds := synth.DrafterSpec{Seed: o.Seed + 1, Taps: taps, Mask: int32(o.Vocab - 1), Vocab: o.Vocab,
 		Wide: o.Wide, BF16: !o.F32, Quant: o.Quant, NumTargetLayers: o.Layers}
-	if err := dflashtest.WriteDrafter(ddir, ds); err != nil {
+	if err := synth.WriteDrafter(ddir, ds); err != nil {
 		return SynthResult{}, fmt.Errorf("synth drafter: %w", err)
 	}
 	params, err := countParams(tdir, o.Quant)

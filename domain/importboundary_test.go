@@ -1,5 +1,8 @@
 // Package domain_test holds the import-boundary test of the hexagonal layout: the domain depends only on
-// the standard library and ports, and ports only on the standard library.
+// the standard library and ports, and ports only on the standard library; adapters (tests included) never
+// import the domain or app; the backends are siblings (adapters/cpu and adapters/mlx import nothing from each
+// other, except that MLX's parity tests use the CPU reference as their oracle), and the model graphs
+// (adapters/model) know no backend.
 package domain_test
 
 import (
@@ -45,6 +48,14 @@ var rules = []rule{
 	}},
 	{tree: "ports/portfake", allowed: func(p string, _ bool) bool { return p == module+"/ports" || testOnly(p) }},
 	{tree: "ports/porttest", allowed: func(p string, _ bool) bool { return p == module+"/ports" || testOnly(p) }},
+	{tree: "adapters", allowed: func(p string, _ bool) bool {
+		return !within(p, module+"/domain") && !within(p, module+"/app") && !within(p, module+"/cmd")
+	}},
+	{tree: "adapters/cpu", allowed: func(p string, _ bool) bool { return !within(p, module+"/adapters/mlx") }},
+	{tree: "adapters/mlx", allowed: func(p string, test bool) bool { return test || !within(p, module+"/adapters/cpu") }},
+	{tree: "adapters/model", allowed: func(p string, _ bool) bool {
+		return !within(p, module+"/adapters/cpu") && !within(p, module+"/adapters/mlx")
+	}},
 }
 
 // stdlib reports whether an import path belongs to the standard library: its first element has no dot.
@@ -115,7 +126,8 @@ func moduleRoot(t *testing.T) string {
 func TestImportBoundary(t *testing.T) {
 	v, err := violations(moduleRoot(t))
 	require.NoError(t, err)
-	assert.Empty(t, v, "domain may import only the standard library and ports; ports only the standard library")
+	assert.Empty(t, v, "domain may import only the standard library and ports; ports only the standard library; "+
+		"adapters never the domain, app or cmd; the backends not each other; adapters/model no backend")
 }
 
 // TestImportBoundaryDetectsViolations runs the checker over a synthetic tree, so a checker that accepts
@@ -133,6 +145,13 @@ func TestImportBoundaryDetectsViolations(t *testing.T) {
 		"ports/portfake/fake.go":        `package portfake; import ("math/rand/v2"; "github.com/higgs-go/higgs/ports")`,
 		"ports/porttest/suite.go":       `package porttest; import "github.com/stretchr/testify/require"`,
 		"ports/porttest/bad.go":         `package porttest; import "github.com/higgs-go/higgs/adapters/cpu"`,
+		"adapters/openai/ok.go":         `package openai; import "github.com/higgs-go/higgs/ports"`,
+		"adapters/openai/bad_test.go":   `package openai; import "github.com/higgs-go/higgs/domain/speculative"`,
+		"adapters/cpu/bad.go":           `package cpu; import "github.com/higgs-go/higgs/adapters/mlx"`,
+		"adapters/mlx/bad.go":           `package mlx; import "github.com/higgs-go/higgs/adapters/cpu"`,
+		"adapters/mlx/oracle_test.go":   `package mlx; import "github.com/higgs-go/higgs/adapters/cpu"`,
+		"adapters/model/bad.go":         `package model; import "github.com/higgs-go/higgs/adapters/cpu"`,
+		"adapters/cpu/app.go":           `package cpu; import "github.com/higgs-go/higgs/app"`,
 	}
 	for name, src := range files {
 		p := filepath.Join(root, filepath.FromSlash(name))
@@ -147,5 +166,10 @@ func TestImportBoundaryDetectsViolations(t *testing.T) {
 		"domain/speculative/fake.go imports github.com/higgs-go/higgs/ports/portfake",
 		"ports/bad.go imports github.com/higgs-go/higgs/domain/speculative",
 		"ports/porttest/bad.go imports github.com/higgs-go/higgs/adapters/cpu",
+		"adapters/openai/bad_test.go imports github.com/higgs-go/higgs/domain/speculative",
+		"adapters/cpu/bad.go imports github.com/higgs-go/higgs/adapters/mlx",
+		"adapters/mlx/bad.go imports github.com/higgs-go/higgs/adapters/cpu",
+		"adapters/model/bad.go imports github.com/higgs-go/higgs/adapters/cpu",
+		"adapters/cpu/app.go imports github.com/higgs-go/higgs/app",
 	}, v)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
 	"github.com/higgs-go/higgs/adapters/hfmodel"
+	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -86,35 +87,41 @@ func syntheticTarget(format string, threads int) (*Target, int, int) {
 		bytes += l.Bytes()
 		return l
 	}
-	m := &model{arch: a, pool: kernel.NewPool(threads), rope: kernel.NewRope(a.RotaryDims, a.RopeTheta)}
-	m.embed = lin(a.Vocab, a.Hidden)
-	m.lmHead = m.embed
-	m.finalNorm = ones(a.Hidden)
+	pool := kernel.NewPool(threads)
+	lw := func(out, in int) *weight {
+		l := lin(out, in)
+		l.Pool = pool
+		return &weight{lin: l}
+	}
+	vec := func(v []float32) *weight { return &weight{vec: v} }
+	m := &model.Target[*weight]{Arch: a, Rope: &weight{rope: kernel.NewRope(a.RotaryDims, a.RopeTheta)}}
+	m.Embed = lw(a.Vocab, a.Hidden)
+	m.LMHead = m.Embed
+	m.FinalNorm = vec(ones(a.Hidden))
 	H, C, Dv := a.Hidden, a.ConvDim(), a.ValueHeads*a.ValueDim
 	for i := range a.Layers {
-		ly := layer{kind: a.Kinds[i], inNorm: ones(H), postNorm: ones(H)}
-		if ly.kind == ports.LayerAttention {
-			ly.attn = &attnWeights{q: lin(2*a.Heads*a.HeadDim, H), k: lin(a.KVHeads*a.HeadDim, H), v: lin(a.KVHeads*a.HeadDim, H),
-				o: lin(H, a.Heads*a.HeadDim), qNorm: ones(a.HeadDim), kNorm: ones(a.HeadDim)}
+		ly := model.Layer[*weight]{Kind: a.Kinds[i], InNorm: vec(ones(H)), PostNorm: vec(ones(H))}
+		if ly.Kind == ports.LayerAttention {
+			ly.Attn = &model.Attention[*weight]{Q: lw(2*a.Heads*a.HeadDim, H), K: lw(a.KVHeads*a.HeadDim, H), V: lw(a.KVHeads*a.HeadDim, H),
+				O: lw(H, a.Heads*a.HeadDim), QNorm: vec(ones(a.HeadDim)), KNorm: vec(ones(a.HeadDim))}
 		} else {
-			g := &gdnWeights{qkv: lin(C, H), z: lin(Dv, H), b: lin(a.ValueHeads, H), a: lin(a.ValueHeads, H), out: lin(H, Dv),
-				conv: make([]float32, C*a.ConvKernel), negA: make([]float32, a.ValueHeads), dtBias: ones(a.ValueHeads), norm: ones(a.ValueDim)}
-			for j := range g.conv {
-				g.conv[j] = r.Float32() - 0.5
+			conv, negA := make([]float32, C*a.ConvKernel), make([]float32, a.ValueHeads)
+			for j := range conv {
+				conv[j] = r.Float32() - 0.5
 			}
-			for j := range g.negA {
-				g.negA[j] = -r.Float32()
+			for j := range negA {
+				negA[j] = -r.Float32()
 			}
-			ly.gdn = g
+			ly.GDN = &model.DeltaNet[*weight]{QKV: lw(C, H), Z: lw(Dv, H), B: lw(a.ValueHeads, H), A: lw(a.ValueHeads, H), Out: lw(H, Dv),
+				Conv: vec(conv), NegA: vec(negA), DtBias: vec(ones(a.ValueHeads)), Norm: vec(ones(a.ValueDim)),
+				KeyHeads: a.KeyHeads, ValueHeads: a.ValueHeads, KeyDim: a.KeyDim, ValueDim: a.ValueDim, ConvKernel: a.ConvKernel}
 		}
-		ly.mlp = &ffnWeights{gate: lin(a.Intermediate, H), up: lin(a.Intermediate, H), down: lin(H, a.Intermediate)}
-		m.layers = append(m.layers, ly)
+		ly.MLP = &model.FFN[*weight]{Gate: lw(a.Intermediate, H), Up: lw(a.Intermediate, H), Down: lw(H, a.Intermediate), Inter: a.Intermediate}
+		m.Layers = append(m.Layers, ly)
 	}
-	if err := m.checkShapes(); err != nil {
-		panic(err)
-	}
-	m.setPool()
-	return newTarget(m, &hfmodel.TextConfig{ModelType: "synthetic"}), params, bytes
+	return &Target{m: m, pool: pool, cfg: &hfmodel.TextConfig{ModelType: "synthetic"}, info: ports.ModelInfo{
+		Architecture: "synthetic", VocabSize: a.Vocab, HiddenSize: a.Hidden, ContextLength: a.ContextLength,
+		LayerKinds: append([]ports.LayerKind(nil), a.Kinds...)}}, params, bytes
 }
 
 // BenchmarkTarget measures a decode step (1 token), a 16-token verify step (with tape) after a 64-token prefix
@@ -133,7 +140,7 @@ func BenchmarkTarget(b *testing.B) {
 		tg, params, wbytes := syntheticTarget(format, 0)
 		prefix := make([]ports.Token, 64)
 		for i := range prefix {
-			prefix[i] = ports.Token(i * 37 % tg.m.arch.Vocab)
+			prefix[i] = ports.Token(i * 37 % tg.m.Arch.Vocab)
 		}
 		for _, T := range []int{1, 16} {
 			name := "decode"
@@ -179,7 +186,7 @@ func BenchmarkTarget(b *testing.B) {
 		b.Run(format+"/prefill512", func(b *testing.B) {
 			prompt := make([]ports.Token, 512)
 			for i := range prompt {
-				prompt[i] = ports.Token(i * 101 % tg.m.arch.Vocab)
+				prompt[i] = ports.Token(i * 101 % tg.m.Arch.Vocab)
 			}
 			for b.Loop() {
 				ps, err := tg.NewSession(b.Context(), nil)

@@ -33,7 +33,10 @@ func TestPortConformance(t *testing.T) {
 					if !ok {
 						return nil, errors.New("not cpu taps")
 					}
-					data, rows, width := c.Float32()
+					data, rows, width, err := c.Host()
+					if err != nil {
+						return nil, err
+					}
 					out := make([][]float32, rows)
 					for r := range out {
 						out[r] = data[r*width : (r+1)*width]

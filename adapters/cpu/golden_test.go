@@ -25,7 +25,7 @@ func TestGoldens(t *testing.T) {
 			tg, err := Load(t.Context(), dir, LoadOptions{Threads: 2})
 			require.NoError(t, err)
 			defer tg.Close()
-			a := tg.m.arch
+			a := tg.m.Arch
 			T := len(g.Prompt)
 			require.Equal(t, []int{T, a.Vocab}, g.Logits.Shape)
 

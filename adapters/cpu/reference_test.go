@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -73,63 +74,63 @@ func softmax64(x []float64) []float64 {
 	return y
 }
 
-func swiglu64(f *ffnWeights, x []float64) []float64 {
-	g, u := apply64(mat64(f.gate), x), apply64(mat64(f.up), x)
+func swiglu64(f *model.FFN[*weight], x []float64) []float64 {
+	g, u := apply64(mat64(f.Gate.lin), x), apply64(mat64(f.Up.lin), x)
 	for i := range g {
 		g[i] = silu64(g[i]) * u[i]
 	}
-	return apply64(mat64(f.down), g)
+	return apply64(mat64(f.Down.lin), g)
 }
 
-func refForward(m *model, tokens []ports.Token) [][]float64 {
-	a := &m.arch
+func refForward(m *model.Target[*weight], tokens []ports.Token) [][]float64 {
+	a := &m.Arch
 	T, H := len(tokens), a.Hidden
 	eps := float64(a.Eps)
-	emb := mat64(m.embed)
+	emb := mat64(m.Embed.lin)
 	x := make([][]float64, T)
 	for t, tok := range tokens {
 		x[t] = append([]float64(nil), emb[tok]...)
 	}
-	for li := range m.layers {
-		ly := &m.layers[li]
+	for li := range m.Layers {
+		ly := &m.Layers[li]
 		n := make([][]float64, T)
 		for t := range T {
-			n[t] = rms64(x[t], ly.inNorm, eps)
+			n[t] = rms64(x[t], ly.InNorm.vec, eps)
 		}
 		var mix [][]float64
-		if ly.kind == ports.LayerAttention {
-			mix = refAttention(m, ly.attn, n)
+		if ly.Kind == ports.LayerAttention {
+			mix = refAttention(m, ly.Attn, n)
 		} else {
-			mix = refGDN(m, ly.gdn, n)
+			mix = refGDN(m, ly.GDN, n)
 		}
 		for t := range T {
 			for i := range H {
 				x[t][i] += mix[t][i]
 			}
-			p := rms64(x[t], ly.postNorm, eps)
+			p := rms64(x[t], ly.PostNorm.vec, eps)
 			var f []float64
-			if ly.moe != nil {
-				f = refMoE(m, ly.moe, p)
+			if ly.MoE != nil {
+				f = refMoE(m, ly.MoE, p)
 			} else {
-				f = swiglu64(ly.mlp, p)
+				f = swiglu64(ly.MLP, p)
 			}
 			for i := range H {
 				x[t][i] += f[i]
 			}
 		}
 	}
-	head := mat64(m.lmHead)
+	head := mat64(m.LMHead.lin)
 	logits := make([][]float64, T)
 	for t := range T {
-		logits[t] = apply64(head, rms64(x[t], m.finalNorm, eps))
+		logits[t] = apply64(head, rms64(x[t], m.FinalNorm.vec, eps))
 	}
 	return logits
 }
 
-func refAttention(m *model, w *attnWeights, n [][]float64) [][]float64 {
-	a := &m.arch
+func refAttention(m *model.Target[*weight], w *model.Attention[*weight], n [][]float64) [][]float64 {
+	a := &m.Arch
 	T, Hq, Hkv, d, r := len(n), a.Heads, a.KVHeads, a.HeadDim, a.RotaryDims
-	wq, wk, wv, wo := mat64(w.q), mat64(w.k), mat64(w.v), mat64(w.o)
+	wq, wk, wv, wo := mat64(w.Q.lin), mat64(w.K.lin), mat64(w.V.lin), mat64(w.O.lin)
 	rope := func(v []float64, pos int) {
 		for i := range r / 2 {
 			th := float64(pos) * math.Pow(a.RopeTheta, -float64(2*i)/float64(r))
@@ -152,12 +153,12 @@ func refAttention(m *model, w *attnWeights, n [][]float64) [][]float64 {
 			} else {
 				q[t][h] = qa[h*d : (h+1)*d]
 			}
-			q[t][h] = rms64(q[t][h], w.qNorm, float64(a.Eps))
+			q[t][h] = rms64(q[t][h], w.QNorm.vec, float64(a.Eps))
 			rope(q[t][h], t)
 		}
 		k[t], v[t] = make([][]float64, Hkv), make([][]float64, Hkv)
 		for h := range Hkv {
-			k[t][h] = rms64(ka[h*d:(h+1)*d], w.kNorm, float64(a.Eps))
+			k[t][h] = rms64(ka[h*d:(h+1)*d], w.KNorm.vec, float64(a.Eps))
 			rope(k[t][h], t)
 			v[t][h] = va[h*d : (h+1)*d]
 		}
@@ -191,8 +192,8 @@ func refAttention(m *model, w *attnWeights, n [][]float64) [][]float64 {
 	return out
 }
 
-func refGDN(m *model, w *gdnWeights, n [][]float64) [][]float64 {
-	a := &m.arch
+func refGDN(m *model.Target[*weight], w *model.DeltaNet[*weight], n [][]float64) [][]float64 {
+	a := &m.Arch
 	T, Hk, Hv, dk, dv, Kc := len(n), a.KeyHeads, a.ValueHeads, a.KeyDim, a.ValueDim, a.ConvKernel
 	Dk, Dv := Hk*dk, Hv*dv
 	C := 2*Dk + Dv
@@ -201,10 +202,10 @@ func refGDN(m *model, w *gdnWeights, n [][]float64) [][]float64 {
 	b := make([][]float64, T)
 	ar := make([][]float64, T)
 	for t := range T {
-		if w.qkvz != nil {
+		if w.QKVZ != nil {
 			// Ungroup the Qwen3-Next layout by key head (MODEL-REFERENCE §3.4).
 			rho := Hv / Hk
-			u, bb := apply64(mat64(w.qkvz), n[t]), apply64(mat64(w.ba), n[t])
+			u, bb := apply64(mat64(w.QKVZ.lin), n[t]), apply64(mat64(w.BA.lin), n[t])
 			gw := 2*dk + 2*rho*dv
 			P[t], z[t], b[t], ar[t] = make([]float64, C), make([]float64, Dv), make([]float64, Hv), make([]float64, Hv)
 			for g := range Hk {
@@ -217,8 +218,8 @@ func refGDN(m *model, w *gdnWeights, n [][]float64) [][]float64 {
 				copy(ar[t][g*rho:], bb[g*2*rho+rho:(g+1)*2*rho])
 			}
 		} else {
-			P[t], z[t] = apply64(mat64(w.qkv), n[t]), apply64(mat64(w.z), n[t])
-			b[t], ar[t] = apply64(mat64(w.b), n[t]), apply64(mat64(w.a), n[t])
+			P[t], z[t] = apply64(mat64(w.QKV.lin), n[t]), apply64(mat64(w.Z.lin), n[t])
+			b[t], ar[t] = apply64(mat64(w.B.lin), n[t]), apply64(mat64(w.A.lin), n[t])
 		}
 	}
 	Y := make([][]float64, T)
@@ -229,7 +230,7 @@ func refGDN(m *model, w *gdnWeights, n [][]float64) [][]float64 {
 			for j := range Kc {
 				src := t + j - (Kc - 1)
 				if src >= 0 {
-					s += float64(w.conv[c*Kc+j]) * P[src][c]
+					s += float64(w.Conv.vec[c*Kc+j]) * P[src][c]
 				}
 			}
 			Y[t][c] = silu64(s)
@@ -260,9 +261,9 @@ func refGDN(m *model, w *gdnWeights, n [][]float64) [][]float64 {
 			k := l2(Y[t][Dk+kh*dk:Dk+(kh+1)*dk], 1)
 			v := Y[t][2*Dk+h*dv : 2*Dk+(h+1)*dv]
 			beta := sig64(b[t][h])
-			x := ar[t][h] + float64(w.dtBias[h])
+			x := ar[t][h] + float64(w.DtBias.vec[h])
 			sp := math.Max(x, 0) + math.Log1p(math.Exp(-math.Abs(x)))
-			alpha := math.Exp(float64(w.negA[h]) * sp)
+			alpha := math.Exp(float64(w.NegA.vec[h]) * sp)
 			Sh := S[h]
 			for i := range Sh {
 				Sh[i] *= alpha
@@ -283,19 +284,19 @@ func refGDN(m *model, w *gdnWeights, n [][]float64) [][]float64 {
 					oh[i] += Sh[i*dk+j] * q[j]
 				}
 			}
-			normed := rms64(oh, w.norm, float64(a.Eps))
+			normed := rms64(oh, w.Norm.vec, float64(a.Eps))
 			for i := range dv {
 				oh[i] = normed[i] * silu64(z[t][h*dv+i])
 			}
 		}
-		out[t] = apply64(mat64(w.out), o)
+		out[t] = apply64(mat64(w.Out.lin), o)
 	}
 	return out
 }
 
-func refMoE(m *model, w *moeWeights, x []float64) []float64 {
-	a := &m.arch
-	p := softmax64(apply64(mat64(w.router), x))
+func refMoE(m *model.Target[*weight], w *model.MoE[*weight], x []float64) []float64 {
+	a := &m.Arch
+	p := softmax64(apply64(mat64(w.Router.lin), x))
 	idx := make([]int, len(p))
 	for i := range idx {
 		idx[i] = i
@@ -312,16 +313,16 @@ func refMoE(m *model, w *moeWeights, x []float64) []float64 {
 		if a.NormTopK {
 			wt /= sum
 		}
-		f := swiglu64(&w.experts[e], x)
+		f := swiglu64(expertFFN(w, e), x)
 		for i := range y {
 			y[i] += wt * f[i]
 		}
 	}
-	if w.shared != nil {
-		f := swiglu64(w.shared, x)
+	if w.Shared != nil {
+		f := swiglu64(w.Shared, x)
 		g := 1.0
-		if w.sharedGate != nil {
-			g = sig64(apply64(mat64(w.sharedGate), x)[0])
+		if w.SharedGate != nil {
+			g = sig64(apply64(mat64(w.SharedGate.lin), x)[0])
 		}
 		for i := range y {
 			y[i] += g * f[i]
@@ -354,4 +355,24 @@ func TestMatchesFloat64Reference(t *testing.T) {
 			t.Logf("max |Δlogit| = %.3g", worst)
 		})
 	}
+}
+
+// expertFFN is expert e of a MoE block as a plain MLP (gate and up cut from a fused matrix).
+func expertFFN(w *model.MoE[*weight], e int) *model.FFN[*weight] {
+	f := &model.FFN[*weight]{Down: &weight{lin: w.Down.experts[e]}, Inter: w.Inter}
+	if w.GateUp == nil {
+		f.Gate, f.Up = &weight{lin: w.Gate.experts[e]}, &weight{lin: w.Up.experts[e]}
+		return f
+	}
+	gu := w.GateUp.experts[e]
+	g, err := gu.Rows(0, w.Inter)
+	if err != nil {
+		panic(err)
+	}
+	u, err := gu.Rows(w.Inter, 2*w.Inter)
+	if err != nil {
+		panic(err)
+	}
+	f.Gate, f.Up = &weight{lin: g}, &weight{lin: u}
+	return f
 }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/adapters/sampling"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -16,6 +16,8 @@ var (
 	_ ports.Taps              = (*Taps)(nil)
 	_ ports.Tape              = (*Tape)(nil)
 	_ ports.RecurrentSnapshot = (*Snapshot)(nil)
+	_ ports.HostTaps          = (*Taps)(nil)
+	_ ports.LogitsForwarder   = (*Session)(nil)
 )
 
 // errClosed is returned by every method of a closed session.
@@ -23,12 +25,11 @@ var errClosed = errors.New("cpu: session is closed")
 
 // Session is one sequence's KV caches and recurrent state. It is not safe for concurrent use.
 type Session struct {
-	m       *model
+	t       *Target
 	taps    []int
 	tapSlot map[int][]int // layer → positions in the tap list
-	n       int           // positions held by the attention caches (Len)
-	rec     int           // position the recurrent layers are at
-	attn    []*attnState
+	pos     model.Position
+	kv      []*kvCache
 	gdn     []*gdnState
 	gen     uint64 // Forward counter: a tape is only valid for the Forward that made it
 	lastTap *Tape
@@ -37,22 +38,23 @@ type Session struct {
 	broken  error // set when a Forward stopped half-way: the caches no longer match any position
 }
 
-func newSession(m *model, tapLayers []int) (*Session, error) {
-	s := &Session{m: m, taps: append([]int(nil), tapLayers...), tapSlot: map[int][]int{}}
+func newSession(t *Target, tapLayers []int) (*Session, error) {
+	a := &t.m.Arch
+	s := &Session{t: t, taps: append([]int(nil), tapLayers...), tapSlot: map[int][]int{}}
 	for i, l := range tapLayers {
-		if l < 0 || l >= m.arch.Layers {
-			return nil, fmt.Errorf("tap layer %d outside [0,%d)", l, m.arch.Layers)
+		if l < 0 || l >= a.Layers {
+			return nil, fmt.Errorf("tap layer %d outside [0,%d)", l, a.Layers)
 		}
 		s.tapSlot[l] = append(s.tapSlot[l], i)
 	}
-	a := &m.arch
-	s.attn = make([]*attnState, a.Layers)
+	s.kv = make([]*kvCache, a.Layers)
 	s.gdn = make([]*gdnState, a.Layers)
 	for i, k := range a.Kinds {
 		if k == ports.LayerAttention {
-			s.attn[i] = &attnState{}
+			s.kv[i] = &kvCache{}
 			continue
 		}
+		s.pos.Recurrent = true
 		sz := a.ValueHeads * a.ValueDim * a.KeyDim
 		s.gdn[i] = &gdnState{conv: make([]float32, (a.ConvKernel-1)*a.ConvDim()), s: [2][]float32{make([]float32, sz), make([]float32, sz)}}
 	}
@@ -60,16 +62,7 @@ func newSession(m *model, tapLayers []int) (*Session, error) {
 }
 
 // Len returns the number of positions held.
-func (s *Session) Len() int { return s.n }
-
-func (s *Session) hasRecurrent() bool {
-	for _, g := range s.gdn {
-		if g != nil {
-			return true
-		}
-	}
-	return false
-}
+func (s *Session) Len() int { return s.pos.N }
 
 // Forward runs tokens at positions Len()..Len()+len(tokens)−1 (see ports.Session).
 func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, error) {
@@ -96,87 +89,40 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	if err := ctx.Err(); err != nil {
 		return fail(fmt.Errorf("cpu forward: %w", err))
 	}
-	m := s.m
-	a := &m.arch
+	m := s.t.m
+	a := &m.Arch
 	T := len(tokens)
-	switch {
-	case T == 0:
-		return fail(errors.New("cpu forward: no tokens"))
-	case opts.Rows < 0:
-		return fail(fmt.Errorf("cpu forward: rows %d is negative", opts.Rows))
-	case s.n+T > a.ContextLength:
-		return fail(fmt.Errorf("cpu forward: %d held + %d new > %d: %w", s.n, T, a.ContextLength, ports.ErrContextFull))
-	case s.hasRecurrent() && s.rec != s.n:
-		return fail(fmt.Errorf("cpu forward: recurrent state is at position %d but the KV caches at %d (finish the rollback with Restore or ReplayTape)", s.rec, s.n))
-	}
-	if opts.Sampling != nil {
-		if err := opts.Sampling.Validate(); err != nil {
-			return fail(fmt.Errorf("cpu forward: %w", err))
-		}
-	}
-	x := make([]float32, T*a.Hidden)
-	if err := m.embedTokens(x, tokens); err != nil {
+	rows, err := s.pos.CheckForward(tokens, opts, a.Vocab, a.ContextLength)
+	if err != nil {
 		return fail(fmt.Errorf("cpu forward: %w", err))
 	}
+	be := ops{s.t.pool}
 	s.gen++
 	s.replay = false
 	s.lastTap = nil
-	var tape *Tape
-	if opts.RecordTape && s.hasRecurrent() {
-		tape = &Tape{sess: s, gen: s.gen, t: T, start: s.n, layers: make([]*gdnTape, a.Layers)}
+	st := &pass{pool: s.t.pool, kv: s.kv, gdn: s.gdn}
+	if opts.RecordTape && s.pos.Recurrent {
+		st.tape = &Tape{sess: s, gen: s.gen, t: T, start: s.pos.N, layers: make([]*gdnTape, a.Layers)}
 	}
-	var taps *Taps
+	tapped := make([]act, len(s.taps))
+	var tap func(int, act)
 	if opts.Taps {
-		taps = &Taps{data: make([]float32, T*len(s.taps)*a.Hidden), rows: T, width: len(s.taps) * a.Hidden}
-	}
-	H := a.Hidden
-	h := make([]float32, T*H)
-	out := make([]float32, T*H)
-	for i := range m.layers {
-		if err := ctx.Err(); err != nil {
-			if i > 0 {
-				s.broken = err
-			}
-			return fail(fmt.Errorf("cpu forward: layer %d: %w", i, err))
-		}
-		ly := &m.layers[i]
-		kernel.RMSNorm(h, x, ly.inNorm, a.Eps)
-		if ly.kind == ports.LayerAttention {
-			m.attention(ly.attn, s.attn[i], h, out, T, s.n)
-		} else {
-			var tp *gdnTape
-			if tape != nil {
-				tp = &gdnTape{}
-				tape.layers[i] = tp
-			}
-			m.gdn(ly.gdn, s.gdn[i], h, out, T, tp)
-		}
-		kernel.Add(x, out)
-		kernel.RMSNorm(h, x, ly.postNorm, a.Eps)
-		if ly.moe != nil {
-			m.moe(ly.moe, h, out, T)
-		} else {
-			ffn(ly.mlp, h, out, T)
-		}
-		kernel.Add(x, out)
-		if taps != nil {
-			for _, slot := range s.tapSlot[i] {
-				for t := range T {
-					copy(taps.data[t*taps.width+slot*H:t*taps.width+(slot+1)*H], x[t*H:(t+1)*H])
-				}
+		tap = func(layer int, x act) {
+			for _, slot := range s.tapSlot[layer] {
+				tapped[slot] = x
 			}
 		}
 	}
-	s.n += T
-	s.rec = s.n
-	rows := T
-	if opts.Rows > 0 && opts.Rows < T {
-		rows = opts.Rows
+	x, err := model.Forward(ctx, m, be, st, be.Embed(m.Embed, tokens), s.pos.N, tap)
+	if err != nil {
+		if st.touched {
+			s.broken = err
+		}
+		return fail(fmt.Errorf("cpu forward: %w", err))
 	}
-	last := x[(T-rows)*H:]
-	kernel.RMSNorm(last, last, m.finalNorm, a.Eps)
-	logits := make([]float32, rows*a.Vocab)
-	m.lmHead.Forward(logits, last, rows)
+	s.pos.N += T
+	s.pos.Rec = s.pos.N
+	logits := model.Logits(m, be, x, T-rows, T).v
 	res := ports.ForwardResult{Greedy: make([]ports.Token, rows)}
 	for r := range rows {
 		row := logits[r*a.Vocab : (r+1)*a.Vocab]
@@ -184,22 +130,27 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 		if res.Greedy[r] == ports.NoToken {
 			// Every logit is NaN (corrupt weights or a numerical blow-up): there is no token to return, and
 			// NoToken handed on would be committed and fed back as input.
-			return fail(fmt.Errorf("cpu forward: position %d: no finite logit among %d (every logit is NaN)", s.n-rows+r, a.Vocab))
+			return fail(fmt.Errorf("cpu forward: position %d: no finite logit among %d (every logit is NaN)", s.pos.N-rows+r, a.Vocab))
 		}
 		if opts.Sampling != nil {
 			d, err := sampling.New(row, *opts.Sampling)
 			if err != nil {
-				return fail(fmt.Errorf("cpu forward: position %d: %w", s.n-rows+r, err))
+				return fail(fmt.Errorf("cpu forward: position %d: %w", s.pos.N-rows+r, err))
 			}
 			res.Dists = append(res.Dists, d)
 		}
 	}
-	if taps != nil {
+	if opts.Taps {
+		taps := &Taps{data: []float32{}, rows: T}
+		if len(tapped) > 0 {
+			all := be.Concat(tapped...)
+			taps.data, taps.width = all.v, all.width()
+		}
 		res.Taps = taps
 	}
-	if tape != nil {
-		s.lastTap = tape
-		res.Tape = tape
+	if st.tape != nil {
+		s.lastTap = st.tape
+		res.Tape = st.tape
 	}
 	return res, logits, nil
 }
@@ -209,20 +160,16 @@ func (s *Session) TrimKV(n int) error {
 	if s.closed {
 		return errClosed
 	}
-	if n < 0 || n > s.n {
-		return fmt.Errorf("cpu: trim to %d outside [0,%d]", n, s.n)
+	if err := s.pos.Trim(n); err != nil {
+		return fmt.Errorf("cpu: %w", err)
 	}
-	a := &s.m.arch
+	a := &s.t.m.Arch
 	w := a.KVHeads * a.HeadDim
-	for _, st := range s.attn {
+	for _, st := range s.kv {
 		if st != nil {
 			st.k = st.k[:n*w]
 			st.v = st.v[:n*w]
 		}
-	}
-	s.n = n
-	if !s.hasRecurrent() {
-		s.rec = n
 	}
 	return nil
 }
@@ -245,10 +192,10 @@ func (s *Session) Snapshot() (ports.RecurrentSnapshot, error) {
 	if s.closed {
 		return nil, errClosed
 	}
-	if !s.hasRecurrent() {
+	if !s.pos.Recurrent {
 		return nil, fmt.Errorf("cpu: snapshot: model has no recurrent layers: %w", errors.ErrUnsupported)
 	}
-	p := &Snapshot{sess: s, pos: s.rec, conv: make([][]float32, len(s.gdn)), ssm: make([][]float32, len(s.gdn))}
+	p := &Snapshot{sess: s, pos: s.pos.Rec, conv: make([][]float32, len(s.gdn)), ssm: make([][]float32, len(s.gdn))}
 	for i, g := range s.gdn {
 		if g != nil {
 			p.conv[i] = append([]float32(nil), g.conv...)
@@ -274,7 +221,7 @@ func (s *Session) Restore(rs ports.RecurrentSnapshot) error {
 			copy(g.s[g.cur], p.ssm[i])
 		}
 	}
-	s.rec = p.pos
+	s.pos.Rec = p.pos
 	s.replay = true
 	return nil
 }
@@ -305,21 +252,21 @@ func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
 		return fmt.Errorf("cpu replay: tape %T was not recorded by this session", t)
 	}
 	if tp.gen != s.gen || s.lastTap != tp {
-		return errors.New("cpu replay: tape is not from the latest Forward of this session")
+		return fmt.Errorf("cpu replay: %w", model.ErrStaleTape)
 	}
-	if n < 0 || n > tp.t {
-		return fmt.Errorf("cpu replay: %d steps outside [0,%d]", n, tp.t)
+	if err := model.CheckReplay(n, tp.t); err != nil {
+		return fmt.Errorf("cpu replay: %w", err)
 	}
 	if n == tp.t && !s.replay {
-		s.rec = tp.start + n
+		s.pos.Rec = tp.start + n
 		return nil
 	}
 	for i, g := range s.gdn {
 		if g != nil {
-			s.m.replayGDN(g, tp.layers[i], n)
+			replayGDN(s.t.pool, s.t.m.Layers[i].GDN, g, tp.layers[i], n)
 		}
 	}
-	s.rec = tp.start + n
+	s.pos.Rec = tp.start + n
 	s.replay = true
 	return nil
 }
@@ -327,7 +274,7 @@ func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
 // Close releases the session's memory.
 func (s *Session) Close() error {
 	s.closed = true
-	s.attn, s.gdn, s.lastTap = nil, nil, nil
+	s.kv, s.gdn, s.lastTap = nil, nil, nil
 	return nil
 }
 
@@ -351,22 +298,7 @@ func (t *Taps) Slice(n int) ports.Taps {
 // calls: copying it would only cost the speculative decoder a copy per round (the whole prompt's on the first).
 func (t *Taps) Detach() ports.Taps { return t }
 
-// Float32 exposes the matrix without copying (row-major; width = len(tapLayers)·HiddenSize). Read only.
-func (t *Taps) Float32() (data []float32, rows, width int) { return t.data, t.rows, t.width }
-
-// embedTokens writes the embedding rows of tokens into dst, rejecting ids outside the vocabulary.
-func (m *model) embedTokens(dst []float32, tokens []ports.Token) error {
-	H := m.arch.Hidden
-	if len(dst) < len(tokens)*H {
-		return fmt.Errorf("embed: destination holds %d values, need %d", len(dst), len(tokens)*H)
-	}
-	for i, tok := range tokens {
-		if tok < 0 || int(tok) >= m.arch.Vocab {
-			return fmt.Errorf("token %d at index %d outside the vocabulary [0,%d)", tok, i, m.arch.Vocab)
-		}
-	}
-	for i, tok := range tokens {
-		m.embed.Row(dst[i*H:(i+1)*H], int(tok))
-	}
-	return nil
+// Host exposes the matrix without copying (see ports.HostTaps).
+func (t *Taps) Host() (data []float32, rows, width int, err error) {
+	return t.data, t.rows, t.width, nil
 }

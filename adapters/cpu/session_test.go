@@ -37,7 +37,7 @@ func run(t testing.TB, s *Session, tokens []ports.Token, tape bool) (logits []fl
 	t.Helper()
 	res, logits, err := s.forward(context.Background(), tokens, ports.ForwardOptions{Taps: true, RecordTape: tape})
 	require.NoError(t, err)
-	data, rows, _ := res.Taps.(*Taps).Float32()
+	data, rows, _, _ := res.Taps.(*Taps).Host()
 	require.Equal(t, len(tokens), rows)
 	return logits, append([]float32(nil), data...), res
 }
@@ -177,8 +177,8 @@ func TestDeterministicAcrossThreads(t *testing.T) {
 
 // stateOf copies a session's whole state for comparison.
 func stateOf(s *Session) (kv [][]float32, conv [][]float32, ssm [][]float32) {
-	for i := range s.attn {
-		if st := s.attn[i]; st != nil {
+	for i := range s.kv {
+		if st := s.kv[i]; st != nil {
 			kv = append(kv, append(append([]float32(nil), st.k...), st.v...))
 		}
 		if g := s.gdn[i]; g != nil {
@@ -192,7 +192,7 @@ func stateOf(s *Session) (kv [][]float32, conv [][]float32, ssm [][]float32) {
 func requireSameState(t *testing.T, want, got *Session, what string) {
 	t.Helper()
 	require.Equal(t, want.Len(), got.Len(), "%s: Len", what)
-	require.Equal(t, want.rec, got.rec, "%s: recurrent position", what)
+	require.Equal(t, want.pos.Rec, got.pos.Rec, "%s: recurrent position", what)
 	wk, wc, ws := stateOf(want)
 	gk, gc, gs := stateOf(got)
 	for i := range wk {
@@ -344,15 +344,15 @@ func TestForwardOutputs(t *testing.T) {
 	taps := res.Taps
 	assert.Equal(t, 5, taps.Rows())
 	view := taps.Slice(2)
-	d, rows, width := view.(*Taps).Float32()
+	d, rows, width, _ := view.(*Taps).Host()
 	assert.Equal(t, 2, rows)
 	assert.Equal(t, 2*fxH, width)
 	assert.Len(t, d, 2*width)
 	det := taps.Detach()
 	_, err = s.Forward(t.Context(), toks[:1], ports.ForwardOptions{})
 	require.NoError(t, err)
-	dd, _, _ := det.(*Taps).Float32()
-	full, _, _ := taps.(*Taps).Float32()
+	dd, _, _, _ := det.(*Taps).Host()
+	full, _, _, _ := taps.(*Taps).Host()
 	assert.Equal(t, full, dd)
 
 	_, err = s.Snapshot()

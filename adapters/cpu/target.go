@@ -18,6 +18,7 @@ import (
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
 	"github.com/higgs-go/higgs/adapters/hfmodel"
+	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -43,11 +44,11 @@ type LoadOptions struct {
 
 // Target is a loaded model. It is safe for concurrent use; sessions are not.
 type Target struct {
-	m     *model
+	m     *model.Target[*weight]
+	pool  *kernel.Pool
 	cfg   *hfmodel.TextConfig
 	info  ports.ModelInfo
 	store *safetensors.Store
-	zc    bool
 }
 
 // Load reads a model directory (config.json, generation_config.json, safetensors) and builds the target. Any
@@ -72,35 +73,27 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 	t.info.Name = filepath.Clean(dir)
 	t.info.EOSTokens = stop
 	opts.Logger.Debug().Str("dir", dir).Str("model_type", cfg.ModelType).Int("layers", a.Layers).
-		Int("threads", t.m.pool.Threads()).Bool("zero_centred_norms", t.zeroCentred()).Msg("cpu target loaded")
+		Int("threads", t.pool.Threads()).Bool("zero_centred_norms", t.m.ZeroCentred).Msg("cpu target loaded")
 	return t, nil
 }
 
 func build(st *safetensors.Store, cfg *hfmodel.TextConfig, a hfmodel.Arch, opts LoadOptions) (*Target, error) {
-	l, err := newLoader(st, cfg)
+	ck, err := hfmodel.NewCheckpoint(st)
 	if err != nil {
 		return nil, err
 	}
-	m, err := l.load(&a)
+	pool := kernel.NewPoolMode(opts.Threads, opts.Kernels)
+	m, err := model.LoadTarget(&loader{ck: ck, quant: cfg.Quantization, pool: pool}, ck, cfg, &a)
 	if err != nil {
 		return nil, err
 	}
-	if err := l.ck.Unused(); err != nil {
+	if err := ck.Unused(); err != nil {
 		return nil, err
 	}
-	m.pool = kernel.NewPoolMode(opts.Threads, opts.Kernels)
-	m.setPool()
-	t := newTarget(m, cfg)
-	t.store = st
-	t.zc = l.zeroCN
-	return t, nil
-}
-
-func newTarget(m *model, cfg *hfmodel.TextConfig) *Target {
-	return &Target{m: m, cfg: cfg, info: ports.ModelInfo{
-		Architecture: cfg.ModelType, VocabSize: m.arch.Vocab, HiddenSize: m.arch.Hidden,
-		ContextLength: m.arch.ContextLength, LayerKinds: append([]ports.LayerKind(nil), m.arch.Kinds...),
-	}}
+	return &Target{m: m, pool: pool, cfg: cfg, store: st, info: ports.ModelInfo{
+		Architecture: cfg.ModelType, VocabSize: a.Vocab, HiddenSize: a.Hidden,
+		ContextLength: a.ContextLength, LayerKinds: append([]ports.LayerKind(nil), a.Kinds...),
+	}}, nil
 }
 
 // Info describes the model (see ports.Target).
@@ -111,7 +104,7 @@ func (t *Target) NewSession(ctx context.Context, tapLayers []int) (ports.Session
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s, err := newSession(t.m, tapLayers)
+	s, err := newSession(t, tapLayers)
 	if err != nil {
 		return nil, fmt.Errorf("cpu new session: %w", err)
 	}
@@ -122,26 +115,34 @@ func (t *Target) NewSession(ctx context.Context, tapLayers []int) (ports.Session
 func (t *Target) Config() *hfmodel.TextConfig { return t.cfg }
 
 // Pool returns the worker pool the target runs on, for a drafter to share.
-func (t *Target) Pool() *kernel.Pool { return t.m.pool }
+func (t *Target) Pool() *kernel.Pool { return t.pool }
 
 // Threads returns the number of workers.
-func (t *Target) Threads() int { return t.m.pool.Threads() }
+func (t *Target) Threads() int { return t.pool.Threads() }
 
 // EmbedTokens writes the embedding rows (H each, dequantized when quantized) of tokens into dst. Ids outside
 // the vocabulary are an error.
 func (t *Target) EmbedTokens(dst []float32, tokens []ports.Token) error {
-	return t.m.embedTokens(dst, tokens)
+	H := t.m.Arch.Hidden
+	if len(dst) < len(tokens)*H {
+		return fmt.Errorf("embed: destination holds %d values, need %d", len(dst), len(tokens)*H)
+	}
+	if err := model.CheckTokens(tokens, t.m.Arch.Vocab); err != nil {
+		return err
+	}
+	copy(dst, ops{t.pool}.Embed(t.m.Embed, tokens).v)
+	return nil
 }
 
 // LMHead computes logits [rows, V] from hidden [rows, H] with the target's output head (the embedding when
 // tied). No final norm is applied: the caller applies its own.
 func (t *Target) LMHead(dst []float32, hidden []float32, rows int) error {
-	a := &t.m.arch
+	a := &t.m.Arch
 	if rows < 0 || len(hidden) < rows*a.Hidden || len(dst) < rows*a.Vocab {
 		return fmt.Errorf("cpu lm head: %d rows need %d hidden and %d logit values, got %d and %d",
 			rows, rows*a.Hidden, rows*a.Vocab, len(hidden), len(dst))
 	}
-	t.m.lmHead.Forward(dst, hidden, rows)
+	t.m.LMHead.lin.Forward(dst, hidden, rows)
 	return nil
 }
 
@@ -154,5 +155,3 @@ func (t *Target) Close() error {
 	t.store = nil
 	return err
 }
-
-func (t *Target) zeroCentred() bool { return t.zc }

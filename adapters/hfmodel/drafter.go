@@ -50,6 +50,11 @@ type DrafterConfig struct {
 
 	Quantization *Quantization
 
+	// EmbedScale multiplies the noise block's embeddings (input_embedding_scale; 1 when absent).
+	EmbedScale float64
+	// IsCausal, when non-nil, overrides every layer's causality (is_causal).
+	IsCausal *bool
+
 	// AllowDerivedTapLayers, set by the caller (never by parsing), lets ResolveTapLayers fall back to the
 	// reference formula when the config has no target_layer_ids.
 	AllowDerivedTapLayers bool
@@ -124,9 +129,10 @@ func ParseDrafterConfig(data []byte) (*DrafterConfig, error) {
 	d.MaskTokenID = int32(max(min(mask, math.MaxInt32), -1))
 
 	readDrafterLayers(r, d)
+	extra := readDrafterExtras(&reader{scopes: []scope{{dwhere, dc}, {"", top}}}, d)
 	d.Quantization = readQuantization(r, top)
 
-	errs := append(append(r.errs, dr.errs...), pr.errs...)
+	errs := append(append(append(r.errs, dr.errs...), pr.errs...), extra...)
 	errs = append(errs, d.validate(mask)...)
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -194,6 +200,41 @@ func readDrafterLayers(r *reader, d *DrafterConfig) {
 		d.SlidingWindow = window
 	}
 	d.LayerTypes = types
+}
+
+// readDrafterExtras reads the DFlash settings newer drafter configs carry beside the Qwen3 fields, each from
+// dflash_config first, then the top level, as the authors' reference does: input_embedding_scale (scales the
+// noise embeddings), is_causal (overrides every layer's causality), output_multiplier and
+// final_logit_softcapping (monotonic logit transforms: they cannot change a greedy draft, so a positive
+// multiplier and any finite cap are accepted and ignored). DFlash-2 settings (conv_kernel_size, selector_rank,
+// …) are refused.
+func readDrafterExtras(x *reader, d *DrafterConfig) []error {
+	finite := func(key string, def float64) float64 {
+		f := x.float(key, def)
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			x.addErr("%s %v is not a finite number", key, f)
+			return def
+		}
+		return f
+	}
+	d.EmbedScale = finite("input_embedding_scale", 1)
+	if d.EmbedScale < 0 {
+		x.addErr("input_embedding_scale %v must be ≥ 0", d.EmbedScale)
+	}
+	if f := finite("output_multiplier", 1); f <= 0 {
+		x.unsupported("output_multiplier %v: only positive multipliers (which leave greedy drafts unchanged) are supported", f)
+	}
+	finite("final_logit_softcapping", 0)
+	if x.has("is_causal") {
+		c := x.bool("is_causal", false)
+		d.IsCausal = &c
+	}
+	for _, k := range []string{"conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k"} {
+		if x.has(k) {
+			x.unsupported("%s: DFlash-2 drafters (dynamic convolutions, candidate selector) are not supported", k)
+		}
+	}
+	return x.errs
 }
 
 func (d *DrafterConfig) validate(mask int) []error {
@@ -303,21 +344,4 @@ func DeriveTapLayers(numDraftLayers, numTargetLayers int) ([]int, error) {
 		ids[i] = int(math.RoundToEven(1 + float64(i)*span/float64(numDraftLayers-1)))
 	}
 	return ids, nil
-}
-
-// ValidateAgainst checks the drafter fits the target and reports every mismatch: hidden sizes must match (the
-// drafter reads the target's hidden states and embeddings), tap layers must resolve inside the target, and
-// the mask token must have an embedding row in the target's vocabulary.
-func (d *DrafterConfig) ValidateAgainst(t *TextConfig) error {
-	var errs []error
-	if d.HiddenSize != t.HiddenSize {
-		errs = append(errs, fmt.Errorf("%w: drafter hidden_size %d differs from the target's %d", ErrInvalidConfig, d.HiddenSize, t.HiddenSize))
-	}
-	if _, _, err := d.ResolveTapLayers(t.NumHiddenLayers); err != nil {
-		errs = append(errs, fmt.Errorf("drafter tap layers: %w", err))
-	}
-	if d.MaskTokenID < 0 || int(d.MaskTokenID) >= t.VocabSize {
-		errs = append(errs, fmt.Errorf("%w: drafter mask_token_id %d is outside the target's vocabulary (%d)", ErrInvalidConfig, d.MaskTokenID, t.VocabSize))
-	}
-	return errors.Join(errs...)
 }

@@ -1,6 +1,8 @@
 package hfmodel
 
 import (
+	"github.com/higgs-go/higgs/ports"
+
 	"os"
 	"path/filepath"
 	"testing"
@@ -28,7 +30,8 @@ func TestParseDrafterLayouts(t *testing.T) {
 
 		target, err := ParseConfig(readTestdata(t, "qwen3-4b.json"))
 		require.NoError(t, err)
-		require.NoError(t, d.ValidateAgainst(target))
+		_, err = DrafterArchFrom(d, infoOf(target))
+		require.NoError(t, err)
 		ids, derived, err := d.ResolveTapLayers(target.NumHiddenLayers)
 		require.NoError(t, err)
 		assert.False(t, derived)
@@ -50,16 +53,17 @@ func TestParseDrafterLayouts(t *testing.T) {
 		// Qwen3.5-35B-A3B-shaped target: 40 layers, hidden 2048; num_target_layers 41 is tolerated.
 		target, err := ParseConfig(readTestdata(t, "qwen3.5-35b-a3b.json"))
 		require.NoError(t, err)
-		require.NoError(t, d.ValidateAgainst(target))
+		_, err = DrafterArchFrom(d, infoOf(target))
+		require.NoError(t, err)
 
 		// The wrong target: every mismatch is reported at once.
 		small, err := ParseConfig(readTestdata(t, "qwen3-4b.json"))
 		require.NoError(t, err)
-		err = d.ValidateAgainst(small)
+		_, err = DrafterArchFrom(d, infoOf(small))
 		require.ErrorIs(t, err, ErrInvalidConfig)
 		assert.Contains(t, err.Error(), "hidden_size 2048 differs from the target's 2560")
 		assert.Contains(t, err.Error(), "tap layer 37 is outside the target's 36 layers")
-		assert.Contains(t, err.Error(), "mask_token_id 248070 is outside the target's vocabulary (151936)")
+		assert.Contains(t, err.Error(), "mask_token_id 248070 is outside the target's vocabulary of 151936")
 	})
 }
 
@@ -263,4 +267,9 @@ func TestGenerationConfig(t *testing.T) {
 	_, err = LoadGenerationConfig(dir)
 	require.ErrorIs(t, err, ErrInvalidConfig)
 	assert.Contains(t, err.Error(), GenerationConfigFile)
+}
+
+// infoOf is the target description a backend would report for config t.
+func infoOf(t *TextConfig) ports.ModelInfo {
+	return ports.ModelInfo{HiddenSize: t.HiddenSize, VocabSize: t.VocabSize, LayerKinds: t.LayerTypes}
 }

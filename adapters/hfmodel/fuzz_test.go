@@ -1,6 +1,8 @@
 package hfmodel
 
 import (
+	"github.com/higgs-go/higgs/ports"
+
 	"os"
 	"path/filepath"
 	"testing"
@@ -71,7 +73,7 @@ func FuzzParseDrafterConfig(f *testing.F) {
 		}
 		d.AllowDerivedTapLayers = true
 		_, _, _ = d.ResolveTapLayers(40)
-		_ = d.ValidateAgainst(&TextConfig{HiddenSize: d.HiddenSize, NumHiddenLayers: 40, VocabSize: 1000})
+		_, _ = DrafterArchFrom(d, ports.ModelInfo{HiddenSize: d.HiddenSize, VocabSize: 1000, LayerKinds: make([]ports.LayerKind, 40)})
 	})
 }
 

@@ -22,17 +22,14 @@
 // MLXC_SRC=/path/to/mlx-c go generate ./adapters/mlx/internal/mlxc (a test checks it is current when
 // MLXC_SRC is set).
 //
-// Why the model structure is duplicated from adapters/cpu: the CPU backend is written directly on its own
-// deterministic kernels (fused loops over Go slices with a fixed reduction order that make verify and
-// token-by-token decoding bit-identical), not on a tensor interface; MLX is a lazy graph library where the
-// same layer is a sequence of op calls on opaque handles. A shared adapters/tensor interface would force
-// either the CPU path into op-at-a-time allocation (losing its fused kernels and exactness guarantees) or
-// this backend into Go-side loops (losing MLX's fusion and device residency). The duplication is the layer
-// structs and wiring (forward.go, model.go, load.go and the drafter's layers: about 1,000 lines); what a
-// checkpoint means is shared (hfmodel: configs, the resolved Arch, canonical names, quantization and
-// zero-centred-norm rules; safetensors; quant), the drafter's config rules come from adapters/cpu/dflash's
-// loader, and parity tests against the CPU backend on the same checkpoints (every transformers golden, random
-// dense/hybrid/quantized fixtures, DFlash traces) keep the two in step.
+// The model structure is not here: every architecture (the load sequence, the layer loop, the attention,
+// Gated DeltaNet and MoE blocks, the DFlash drafter's passes) is written once in adapters/model, over the
+// block-level interfaces this package implements (ops.go: one lazy graph per forward; state.go: the KV caches,
+// the recurrent state and its tape as MLX arrays). What stays here is MLX's own: the graph arena, device
+// residency, chunked evaluation of long blocks, sessions, snapshots and tapes, and `unsafe`, which is confined
+// to internal/mlxc. Parity tests against the CPU backend on the same checkpoints (every transformers golden,
+// random dense/hybrid/quantized fixtures, DFlash traces) keep the two backends in step; they are the only
+// place this package touches adapters/cpu (as the test oracle).
 //
 // Numerics: float32 by default (parity with the CPU reference). LoadOptions.BFloat16 is experimental: bf16
 // weights and activations with the GDN recurrence in float32.

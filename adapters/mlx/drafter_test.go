@@ -12,19 +12,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/cpu"
-	"github.com/higgs-go/higgs/adapters/cpu/dflash"
-	"github.com/higgs-go/higgs/adapters/cpu/dflash/dflashtest"
+	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/adapters/safetensors"
+	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
 	"github.com/higgs-go/higgs/ports/porttest"
 )
 
-// The MLX target lends what the CPU drafter borrows, and its taps are readable by it.
-var (
-	_ dflash.Target    = (*Target)(nil)
-	_ dflash.FloatTaps = (*Taps)(nil)
-)
+// The MLX taps are readable on the host (by a drafter on another device, or a reference check).
+var _ ports.HostTaps = (*Taps)(nil)
 
 type wallClock struct{}
 
@@ -58,17 +55,17 @@ func generate(t *testing.T, p pair, prompt []ports.Token, bs int, rb speculative
 	return res
 }
 
-func loadPairs(t *testing.T, ts dflashtest.TargetSpec, ds dflashtest.DrafterSpec, edit ...func(cfg map[string]any)) (cpuPair, mlxPair pair) {
+func loadPairs(t *testing.T, ts synth.TargetSpec, ds synth.DrafterSpec, edit ...func(cfg map[string]any)) (cpuPair, mlxPair pair) {
 	t.Helper()
 	return loadPairsShrink(t, false, ts, ds, edit...)
 }
 
 // loadPairsShrink loads both pairs with the drafters' ShrinkBlocks option set to shrink.
-func loadPairsShrink(t *testing.T, shrink bool, ts dflashtest.TargetSpec, ds dflashtest.DrafterSpec, edit ...func(cfg map[string]any)) (cpuPair, mlxPair pair) {
+func loadPairsShrink(t *testing.T, shrink bool, ts synth.TargetSpec, ds synth.DrafterSpec, edit ...func(cfg map[string]any)) (cpuPair, mlxPair pair) {
 	t.Helper()
 	tdir, ddir := t.TempDir(), t.TempDir()
-	require.NoError(t, dflashtest.WriteTarget(tdir, ts))
-	require.NoError(t, dflashtest.WriteDrafter(ddir, ds))
+	require.NoError(t, synth.WriteTarget(tdir, ts))
+	require.NoError(t, synth.WriteDrafter(ddir, ds))
 	if len(edit) > 0 {
 		path := filepath.Join(ddir, "config.json")
 		raw, err := os.ReadFile(path)
@@ -85,7 +82,7 @@ func loadPairsShrink(t *testing.T, shrink bool, ts dflashtest.TargetSpec, ds dfl
 	ct, err := cpu.Load(t.Context(), tdir, cpu.LoadOptions{Threads: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ct.Close() })
-	cd, err := dflash.Load(t.Context(), ddir, ct, dflash.Options{Pool: ct.Pool(), ShrinkBlocks: shrink})
+	cd, err := cpu.LoadDrafter(t.Context(), ddir, ct, cpu.DrafterOptions{ShrinkBlocks: shrink})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cd.Close() })
 	mt, err := Load(t.Context(), tdir, LoadOptions{})
@@ -103,8 +100,8 @@ func TestDFlashTracesMatchCPU(t *testing.T) {
 	requireMLX(t)
 	for _, family := range []string{"qwen3", "qwen3_next"} {
 		t.Run(family, func(t *testing.T) {
-			cp, mp := loadPairs(t, dflashtest.TargetSpec{Family: family, Seed: 1},
-				dflashtest.DrafterSpec{Seed: 2, Taps: []int{0, 2, 3}, NumTargetLayers: 36, Mask: 63})
+			cp, mp := loadPairs(t, synth.TargetSpec{Family: family, Seed: 1},
+				synth.DrafterSpec{Seed: 2, Taps: []int{0, 2, 3}, NumTargetLayers: 36, Mask: 63})
 			for _, prompt := range [][]ports.Token{{5, 9, 13, 2}, {40, 41, 42, 43, 44, 45, 46, 47, 1, 2, 3}} {
 				for _, bs := range []int{4, 8} {
 					for _, rb := range []speculative.RollbackMode{speculative.RollbackReplay, speculative.RollbackRecompute} {
@@ -127,8 +124,8 @@ func TestDFlashTracesMatchCPU(t *testing.T) {
 // RoPE drafter drafts differently), so the comparison would catch a backend that ignored it.
 func TestDFlashYaRNMatchesCPU(t *testing.T) {
 	requireMLX(t)
-	ts := dflashtest.TargetSpec{Family: "qwen3_next", Seed: 7}
-	ds := dflashtest.DrafterSpec{Seed: 8, Taps: []int{1, 3}, Mask: 61, BlockSize: 8}
+	ts := synth.TargetSpec{Family: "qwen3_next", Seed: 7}
+	ds := synth.DrafterSpec{Seed: 8, Taps: []int{1, 3}, Mask: 61, BlockSize: 8}
 	yarn := func(cfg map[string]any) {
 		cfg["rope_scaling"] = map[string]any{"rope_type": "yarn", "factor": 16.0, "original_max_position_embeddings": 64,
 			"beta_fast": 8.0}
@@ -149,14 +146,14 @@ func TestDFlashYaRNMatchesCPU(t *testing.T) {
 // Sliding-window drafter layers (causal by default) past their window: MLX traces equal the CPU's.
 func TestDFlashSlidingWindowMatchesCPU(t *testing.T) {
 	requireMLX(t)
-	cp, mp := loadPairs(t, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 5},
-		dflashtest.DrafterSpec{Seed: 6, Taps: []int{1, 3}, Mask: 61, BlockSize: 8},
+	cp, mp := loadPairs(t, synth.TargetSpec{Family: "qwen3_next", Seed: 5},
+		synth.DrafterSpec{Seed: 6, Taps: []int{1, 3}, Mask: 61, BlockSize: 8},
 		func(cfg map[string]any) {
 			cfg["layer_types"] = []string{"sliding_attention", "full_attention"}
 			cfg["sliding_window"] = 5
 		})
-	require.Equal(t, []int{5, 0}, cp.drafter.(*dflash.Drafter).Arch().SlidingWindows)
-	require.Equal(t, []bool{true, false}, mp.drafter.(*Drafter).arch.Causal)
+	require.Equal(t, []int{5, 0}, cp.drafter.(*cpu.Drafter).Arch().SlidingWindows)
+	require.Equal(t, []bool{true, false}, mp.drafter.(*Drafter).m.Arch.Causal)
 	requireSameTraces(t, cp, mp)
 }
 
@@ -189,7 +186,7 @@ func requireSameTraces(t *testing.T, cp, mp pair) []cpuTrace {
 
 func TestSlidingMask(t *testing.T) {
 	// pos 6, window 3, lo 4: context keys 4,5; block slots 0..2; causal.
-	m := slidingMask(6, 4, 3, 3, true)
+	m := visibility(6, 4, 3, 3, model.Attend[*weight]{Pos: 6, Window: 3, Causal: true})
 	want := []bool{
 		true, true, true, false, false, // slot 0 (pos 6): keys 4,5 (Δ 2,1), block 0
 		false, true, true, true, false, // slot 1 (pos 7): key 5 (Δ2), block 0,1
@@ -201,8 +198,8 @@ func TestSlidingMask(t *testing.T) {
 // The DraftSession conformance suite on the MLX drafter.
 func TestDraftConformance(t *testing.T) {
 	requireMLX(t)
-	_, mp := loadPairs(t, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 3},
-		dflashtest.DrafterSpec{Seed: 4, Taps: []int{1, 3}, Mask: 60, BlockSize: 8})
+	_, mp := loadPairs(t, synth.TargetSpec{Family: "qwen3_next", Seed: 3},
+		synth.DrafterSpec{Seed: 4, Taps: []int{1, 3}, Mask: 60, BlockSize: 8})
 	porttest.DraftSuite{
 		OpenTarget: func(t *testing.T) ports.Session {
 			s, err := mp.target.NewSession(t.Context(), mp.drafter.TapLayers())
@@ -241,8 +238,8 @@ func TestShortBlocksMatchCPU(t *testing.T) {
 		return pr.Tokens
 	}
 	for _, shrink := range []bool{false, true} {
-		cp, mp := loadPairsShrink(t, shrink, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 21},
-			dflashtest.DrafterSpec{Seed: 22, Taps: []int{0, 3}, Mask: 63})
+		cp, mp := loadPairsShrink(t, shrink, synth.TargetSpec{Family: "qwen3_next", Seed: 21},
+			synth.DrafterSpec{Seed: 22, Taps: []int{0, 3}, Mask: 63})
 		full := draft(mp, 16)
 		assert.Equal(t, draft(cp, 16), full, "shrink %v: full block", shrink)
 		for _, bs := range []int{2, 4, 8} {
@@ -278,18 +275,18 @@ func rewriteWeights(t *testing.T, dir string, edit func([]safetensors.Tensor) []
 func TestLoadDrafterRefusesBadDrafters(t *testing.T) {
 	requireMLX(t)
 	tdir := t.TempDir()
-	require.NoError(t, dflashtest.WriteTarget(tdir, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 3}))
+	require.NoError(t, synth.WriteTarget(tdir, synth.TargetSpec{Family: "qwen3_next", Seed: 3}))
 	mt, err := Load(t.Context(), tdir, LoadOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = mt.Close() })
-	spec := dflashtest.DrafterSpec{Seed: 4, Taps: []int{1, 3}, Mask: 61, BlockSize: 8}
+	spec := synth.DrafterSpec{Seed: 4, Taps: []int{1, 3}, Mask: 61, BlockSize: 8}
 	for _, tc := range []struct {
 		name string
-		spec dflashtest.DrafterSpec
+		spec synth.DrafterSpec
 		edit func(t *testing.T, dir string)
 		want string
 	}{
-		{name: "tap outside the target", spec: dflashtest.DrafterSpec{Seed: 4, Taps: []int{1, 9}, Mask: 61, BlockSize: 8}, want: "9"},
+		{name: "tap outside the target", spec: synth.DrafterSpec{Seed: 4, Taps: []int{1, 9}, Mask: 61, BlockSize: 8}, want: "9"},
 		{name: "truncated weights", spec: spec, edit: func(t *testing.T, dir string) {
 			p := filepath.Join(dir, "model.safetensors")
 			b, err := os.ReadFile(p)
@@ -320,7 +317,7 @@ func TestLoadDrafterRefusesBadDrafters(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			require.NoError(t, dflashtest.WriteDrafter(dir, tc.spec))
+			require.NoError(t, synth.WriteDrafter(dir, tc.spec))
 			if tc.edit != nil {
 				tc.edit(t, dir)
 			}

@@ -9,9 +9,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/higgs-go/higgs/adapters/cpu/dflash/dflashtest"
 	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/safetensors"
+	"github.com/higgs-go/higgs/adapters/synth"
 )
 
 // requireMLX skips the test when libmlxc cannot be loaded (CI has none).
@@ -22,17 +22,17 @@ func requireMLX(t testing.TB) {
 	}
 }
 
-// fixture is a tiny random checkpoint written by dflashtest (the same writer the CPU drafter tests use),
+// fixture is a tiny random checkpoint written by adapters/synth (the same writer the CPU drafter tests use),
 // optionally re-stored with every Linear MLX affine-quantized.
 type fixture struct {
-	spec  dflashtest.TargetSpec
+	spec  synth.TargetSpec
 	quant *quant.Spec
 }
 
 func writeFixture(t testing.TB, f fixture) string {
 	t.Helper()
 	dir := t.TempDir()
-	require.NoError(t, dflashtest.WriteTarget(dir, f.spec))
+	require.NoError(t, synth.WriteTarget(dir, f.spec))
 	if f.quant != nil {
 		quantize(t, dir, *f.quant)
 	}

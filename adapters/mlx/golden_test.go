@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/cpu"
-	"github.com/higgs-go/higgs/adapters/cpu/dflash"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/internal/golden"
 	"github.com/higgs-go/higgs/ports"
@@ -124,7 +123,7 @@ func TestDrafterGoldens(t *testing.T) {
 			ct, err := cpu.Load(t.Context(), tdir, cpu.LoadOptions{Threads: 2})
 			require.NoError(t, err)
 			defer ct.Close()
-			cd, err := dflash.Load(t.Context(), ddir, ct, dflash.Options{Pool: ct.Pool()})
+			cd, err := cpu.LoadDrafter(t.Context(), ddir, ct, cpu.DrafterOptions{})
 			require.NoError(t, err)
 			defer cd.Close()
 			accepted, rounds := 0, 0

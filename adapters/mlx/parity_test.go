@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/cpu"
-	"github.com/higgs-go/higgs/adapters/cpu/dflash/dflashtest"
 	"github.com/higgs-go/higgs/adapters/quant"
+	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -17,10 +17,10 @@ import (
 func parityFixtures() map[string]fixture {
 	q4 := &quant.Spec{Bits: 4, GroupSize: 32}
 	return map[string]fixture{
-		"qwen3 f32":         {spec: dflashtest.TargetSpec{Family: "qwen3", Seed: 11, Layers: 3, Vocab: 96}},
-		"qwen3_next f32":    {spec: dflashtest.TargetSpec{Family: "qwen3_next", Seed: 12, Layers: 4, Vocab: 96}},
-		"qwen3 q4":          {spec: dflashtest.TargetSpec{Family: "qwen3", Seed: 13, Layers: 2, Vocab: 96}, quant: q4},
-		"qwen3_next q4 g32": {spec: dflashtest.TargetSpec{Family: "qwen3_next", Seed: 14, Layers: 4, Vocab: 96}, quant: q4},
+		"qwen3 f32":         {spec: synth.TargetSpec{Family: "qwen3", Seed: 11, Layers: 3, Vocab: 96}},
+		"qwen3_next f32":    {spec: synth.TargetSpec{Family: "qwen3_next", Seed: 12, Layers: 4, Vocab: 96}},
+		"qwen3 q4":          {spec: synth.TargetSpec{Family: "qwen3", Seed: 13, Layers: 2, Vocab: 96}, quant: q4},
+		"qwen3_next q4 g32": {spec: synth.TargetSpec{Family: "qwen3_next", Seed: 14, Layers: 4, Vocab: 96}, quant: q4},
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -42,10 +43,14 @@ type LoadOptions struct {
 // Target is a target model whose weights live in MLX arrays. It is safe for concurrent use (every MLX call
 // runs on the backend's one MLX thread); sessions are not.
 type Target struct {
-	rt   *mlxc.Runtime
-	m    *model
-	cfg  *hfmodel.TextConfig
-	info ports.ModelInfo
+	rt *mlxc.Runtime
+	m  *model.Target[*weight]
+	// arena owns every weight array; freed on Close. dt is the compute dtype of activations and float
+	// weights.
+	arena *graph
+	dt    mlxc.Dtype
+	cfg   *hfmodel.TextConfig
+	info  ports.ModelInfo
 	// closed is read and written only on the MLX thread, so a Close racing a session's Forward turns into
 	// an error instead of a use of freed arrays.
 	closed bool
@@ -77,15 +82,21 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 	if opts.BFloat16 {
 		dt = mlxc.BFloat16
 	}
-	var m *model
-	_, err = upload(rt, st, "mlx load", cfg, cfg.Quantization, dt, func(l *loader) (err error) {
-		m, err = l.load(&a)
-		return err
+	var m *model.Target[*weight]
+	arena, err := upload(rt, st, "mlx load", cfg.Quantization, dt, func(l *loader) (err error) {
+		if m, err = model.LoadTarget(l, l.ck, cfg, &a); err != nil {
+			return err
+		}
+		if !m.Embed.quantized() {
+			// Rows are looked up in the [V,H] layout: transpose the stored [H,V] view back.
+			m.Embed.byRow = l.g.transpose(m.Embed.wt, 1, 0)
+		}
+		return l.g.err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
-	t := &Target{rt: rt, m: m, cfg: cfg, info: ports.ModelInfo{
+	t := &Target{rt: rt, m: m, arena: arena, dt: dt, cfg: cfg, info: ports.ModelInfo{
 		Name: filepath.Clean(dir), Architecture: cfg.ModelType, VocabSize: a.Vocab, HiddenSize: a.Hidden,
 		ContextLength: a.ContextLength, LayerKinds: append([]ports.LayerKind(nil), a.Kinds...),
 		EOSTokens: stop,
@@ -117,59 +128,8 @@ func (t *Target) Close() error {
 	return t.rt.Do(func() error {
 		if !t.closed {
 			t.closed = true
-			t.m.arena.release()
+			t.arena.release()
 		}
 		return nil
-	})
-}
-
-// EmbedTokens writes the embedding rows (H each, dequantized when quantized) of tokens into dst: the
-// target's half of the dflash.Target contract, so the CPU drafter can run beside an MLX target.
-func (t *Target) EmbedTokens(dst []float32, tokens []ports.Token) error {
-	a := &t.m.arch
-	if len(dst) < len(tokens)*a.Hidden {
-		return fmt.Errorf("mlx embed: destination holds %d values, need %d", len(dst), len(tokens)*a.Hidden)
-	}
-	for i, tok := range tokens {
-		if tok < 0 || int(tok) >= a.Vocab {
-			return fmt.Errorf("mlx embed: token %d at index %d outside the vocabulary [0,%d)", tok, i, a.Vocab)
-		}
-	}
-	if len(tokens) == 0 {
-		return nil
-	}
-	return t.rt.Do(func() error {
-		if t.closed {
-			return errTargetClosed
-		}
-		g := newGraph(t.rt, "mlx embed")
-		defer g.release()
-		e := g.astype(t.m.embedRows(g, uploadI32(g, tokens, len(tokens))), mlxc.Float32)
-		g.eval(e)
-		copy(dst, g.readF32(e))
-		return g.err
-	})
-}
-
-// LMHead computes logits [rows, V] from hidden [rows, H] with the target's output head (no final norm).
-func (t *Target) LMHead(dst, hidden []float32, rows int) error {
-	a := &t.m.arch
-	if rows < 0 || len(hidden) < rows*a.Hidden || len(dst) < rows*a.Vocab {
-		return fmt.Errorf("mlx lm head: %d rows need %d hidden and %d logit values, got %d and %d",
-			rows, rows*a.Hidden, rows*a.Vocab, len(hidden), len(dst))
-	}
-	if rows == 0 {
-		return nil
-	}
-	return t.rt.Do(func() error {
-		if t.closed {
-			return errTargetClosed
-		}
-		g := newGraph(t.rt, "mlx lm head")
-		defer g.release()
-		l := t.m.f32(g, t.m.lmHead.apply(g, t.m.cast(g, uploadF32(g, hidden[:rows*a.Hidden], rows, a.Hidden))))
-		g.eval(l)
-		copy(dst, g.readF32(l))
-		return g.err
 	})
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/higgs-go/higgs/adapters/cpu/dflash/dflashtest"
+	"github.com/higgs-go/higgs/adapters/synth"
 )
 
 // Without libmlxc every entry point fails with the one ErrUnavailable error (wrapping errors.ErrUnsupported)
@@ -20,7 +20,7 @@ func TestUnavailable(t *testing.T) {
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 	assert.ErrorIs(t, err, ErrUnavailable)
 	dir := t.TempDir()
-	require.NoError(t, dflashtest.WriteTarget(dir, dflashtest.TargetSpec{Family: "qwen3", Seed: 1}))
+	require.NoError(t, synth.WriteTarget(dir, synth.TargetSpec{Family: "qwen3", Seed: 1}))
 	_, err = Load(t.Context(), dir, LoadOptions{})
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 	assert.ErrorContains(t, err, "libmlxc not found")

@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/higgs-go/higgs/adapters/cpu/dflash/dflashtest"
 	"github.com/higgs-go/higgs/adapters/mlx"
+	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/app"
 )
 
@@ -43,17 +43,17 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 	}
-	must(dflashtest.WriteTarget(fixtures.dense, dflashtest.TargetSpec{Family: "qwen3", Seed: 1, EOS: []int32{3}}))
-	must(dflashtest.WriteTarget(fixtures.hybrid, dflashtest.TargetSpec{Family: "qwen3_next", Seed: 2}))
+	must(synth.WriteTarget(fixtures.dense, synth.TargetSpec{Family: "qwen3", Seed: 1, EOS: []int32{3}}))
+	must(synth.WriteTarget(fixtures.hybrid, synth.TargetSpec{Family: "qwen3_next", Seed: 2}))
 	// A model with a tokenizer and chat template: helper-4's hand-made tokenizer (532 ids) and a matching vocab.
 	fixtures.text = mk("text")
-	must(dflashtest.WriteTarget(fixtures.text, dflashtest.TargetSpec{Family: "qwen3", Seed: 4, Vocab: 532}))
+	must(synth.WriteTarget(fixtures.text, synth.TargetSpec{Family: "qwen3", Seed: 4, Vocab: 532}))
 	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
 		b, err := os.ReadFile(filepath.Join("..", "..", "adapters", "tokenizer", "testdata", "handmade", f))
 		must(err)
 		must(os.WriteFile(filepath.Join(fixtures.text, f), b, 0o644))
 	}
-	must(dflashtest.WriteDrafter(fixtures.drafter, dflashtest.DrafterSpec{Seed: 3, Taps: []int{0, 2, 3}, NumTargetLayers: 36, Mask: 63, BlockSize: 8}))
+	must(synth.WriteDrafter(fixtures.drafter, synth.DrafterSpec{Seed: 3, Taps: []int{0, 2, 3}, NumTargetLayers: 36, Mask: 63, BlockSize: 8}))
 	code := m.Run()
 	_ = os.RemoveAll(dir)
 	os.Exit(code)

@@ -1,8 +1,9 @@
-// Package dflashtest writes tiny random checkpoints — a dense Qwen3 or hybrid Qwen3-Next target and a DFlash
-// drafter for it — in the Hugging Face / DFlash authors' layouts, for tests of the drafter, the verify use
-// cases and the higgs-verify command. The weights are random (so drafts are mostly rejected); they exercise
-// shapes, bookkeeping and numerics, not acceptance quality.
-package dflashtest
+// Package synth writes random synthetic checkpoints — a dense Qwen3 or hybrid Qwen3-Next target and a DFlash
+// drafter for it — in the Hugging Face / DFlash authors' layouts: the models `higgs-verify synth` builds for
+// benchmarks (Wide scales them up to hundreds of millions of parameters) and the tiny fixtures the backends'
+// tests load. The weights are random (so drafts are mostly rejected); they exercise shapes, bookkeeping,
+// numerics and speed, not acceptance quality.
+package synth
 
 import (
 	"encoding/json"
@@ -180,7 +181,7 @@ func (s TargetSpec) LayerTypes() []string {
 func WriteTarget(dir string, s TargetSpec) error {
 	s.defaults()
 	if s.Family != "qwen3" && s.Family != "qwen3_next" {
-		return fmt.Errorf("dflashtest: family %q (want qwen3 or qwen3_next)", s.Family)
+		return fmt.Errorf("synth: family %q (want qwen3 or qwen3_next)", s.Family)
 	}
 	hybrid := s.Family == "qwen3_next"
 	dm := scaled(s.Wide)
@@ -286,7 +287,7 @@ func WriteDrafter(dir string, s DrafterSpec) error {
 		s.RopeTheta = 10000
 	}
 	if len(s.Taps) == 0 {
-		return fmt.Errorf("dflashtest: a drafter needs tap layers")
+		return fmt.Errorf("synth: a drafter needs tap layers")
 	}
 	dm := scaled(s.Wide)
 	H, D, I := dm.hidden, dm.headD, dm.inter

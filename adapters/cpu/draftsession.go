@@ -1,0 +1,145 @@
+package cpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/adapters/model"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// contextChunk bounds how many context rows are projected at once, so a long prompt never needs a
+// rows × taps·H scratch matrix.
+const contextChunk = 128
+
+// DraftSession is one sequence's drafter state: per layer the K/V of the committed context positions
+// (RoPE'd at their absolute positions). It is not safe for concurrent use.
+type DraftSession struct {
+	d      *Drafter
+	n      int // committed context positions projected into the caches
+	kv     []*kvCache
+	closed bool
+	// queued holds context rows (taps, nq rows) given by context-only calls (bs = 1) and not yet projected:
+	// they are projected together by the next drafting call, as one multi-row product instead of one
+	// matrix–vector product per plain-decoding round.
+	queued []float32
+	nq     int
+	// logits are the last drafted block's logits (rows × V), for tests and reference checks.
+	logits []float32
+}
+
+var errDraftClosed = errors.New("cpu drafter: session is closed")
+
+// Len returns the number of committed context positions cached (queued rows included).
+func (s *DraftSession) Len() int { return s.n + s.nq }
+
+// Crop truncates the context cache to n positions.
+func (s *DraftSession) Crop(n int) error {
+	if s.closed {
+		return errDraftClosed
+	}
+	if n < 0 || n > s.Len() {
+		return fmt.Errorf("cpu drafter: crop to %d outside 0..%d", n, s.Len())
+	}
+	a := &s.d.m.Arch
+	if n >= s.n {
+		width := len(a.TapLayers) * a.HiddenSize
+		s.nq = n - s.n
+		s.queued = s.queued[:s.nq*width]
+		return nil
+	}
+	s.queued, s.nq = s.queued[:0], 0
+	kvw := a.NumKVHeads * a.HeadDim
+	for _, c := range s.kv {
+		c.k = c.k[:n*kvw]
+		c.v = c.v[:n*kvw]
+	}
+	s.n = n
+	return nil
+}
+
+// Close releases the session's caches.
+func (s *DraftSession) Close() error {
+	s.closed = true
+	s.kv, s.queued = nil, nil
+	return nil
+}
+
+// Draft appends newCtx's rows to the context cache, then drafts bs−1 tokens for the block [anchor, mask…]
+// at positions Len()..Len()+bs−1. bs = 1 only appends the context. A block shorter than the trained one runs
+// the trained block and returns its first bs−1 proposals, unless the drafter was loaded with
+// DrafterOptions.ShrinkBlocks. newCtx must expose its rows on the host (ports.HostTaps).
+func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int) (ports.Proposal, error) {
+	if s.closed {
+		return ports.Proposal{}, errDraftClosed
+	}
+	d := s.d
+	a := &d.m.Arch
+	vocab := d.t.m.Arch.Vocab
+	// bs = 1 only appends context (the decoder feeds queued context that way); it drafts nothing.
+	if bs < 1 || bs > a.BlockSize {
+		return ports.Proposal{}, fmt.Errorf("cpu drafter: block size %d outside 1..%d", bs, a.BlockSize)
+	}
+	if anchor < 0 || int(anchor) >= vocab {
+		return ports.Proposal{}, fmt.Errorf("cpu drafter: anchor token %d outside the vocabulary of %d", anchor, vocab)
+	}
+	if err := ctx.Err(); err != nil {
+		return ports.Proposal{}, err
+	}
+	width := len(a.TapLayers) * a.HiddenSize
+	var data []float32
+	var rows int
+	if newCtx != nil && newCtx.Rows() > 0 {
+		ht, ok := newCtx.(ports.HostTaps)
+		if !ok {
+			return ports.Proposal{}, fmt.Errorf("cpu drafter: context taps of type %T cannot be read on the host", newCtx)
+		}
+		var w int
+		var err error
+		if data, rows, w, err = ht.Host(); err != nil {
+			return ports.Proposal{}, fmt.Errorf("cpu drafter: context taps: %w", err)
+		}
+		if w != width {
+			return ports.Proposal{}, fmt.Errorf("cpu drafter: context taps are %d wide, want %d (%d taps × hidden %d)", w, width, len(a.TapLayers), a.HiddenSize)
+		}
+		if len(data) < rows*width {
+			return ports.Proposal{}, fmt.Errorf("cpu drafter: context taps hold %d values for %d rows of %d", len(data), rows, width)
+		}
+		data = data[:rows*width]
+	}
+	if bs == 1 {
+		// Context only: queue the rows (newCtx is only readable during the call) for the next drafting call.
+		s.queued = append(s.queued, data...)
+		s.nq += rows
+		return ports.Proposal{Tokens: []ports.Token{}}, nil
+	}
+	if s.nq > 0 {
+		s.project(s.queued, s.nq, width)
+		s.queued, s.nq = s.queued[:0], 0
+	}
+	s.project(data, rows, width)
+	nb := a.BlockSize
+	if d.shrink {
+		nb = bs
+	}
+	be := ops{d.t.pool}
+	logits := model.Block(d.m, be, &pass{pool: d.t.pool, kv: s.kv}, model.NoiseBlock(anchor, a.MaskToken, nb), s.n, bs-1)
+	s.logits = logits.v
+	out := make([]ports.Token, bs-1)
+	for r := range out {
+		out[r] = ports.Token(kernel.Argmax(logits.row(r)))
+	}
+	return ports.Proposal{Tokens: out}, nil
+}
+
+// project appends rows context rows of data (rows × width) in chunks of at most contextChunk rows.
+func (s *DraftSession) project(data []float32, rows, width int) {
+	be := ops{s.d.t.pool}
+	for lo := 0; lo < rows; lo += contextChunk {
+		hi := min(rows, lo+contextChunk)
+		model.Context(s.d.m, be, &pass{pool: s.d.t.pool, kv: s.kv}, act{data[lo*width : hi*width], hi - lo}, s.n)
+		s.n += hi - lo
+	}
+}

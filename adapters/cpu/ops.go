@@ -1,0 +1,222 @@
+package cpu
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/adapters/model"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// act is an activation: t rows, row-major, len(v)/t values each.
+type act struct {
+	v []float32
+	t int
+}
+
+func (x act) width() int {
+	if x.t == 0 {
+		return 0
+	}
+	return len(x.v) / x.t
+}
+
+func (x act) row(r int) []float32 {
+	w := x.width()
+	return x.v[r*w : (r+1)*w]
+}
+
+// weight is the CPU backend's weight handle: a matrix, stacked experts (one matrix view each), a vector (or a
+// convolution [channels, taps]) or a RoPE table.
+type weight struct {
+	lin     *kernel.Linear
+	experts []*kernel.Linear
+	vec     []float32
+	rope    *kernel.Rope
+}
+
+// ops computes on the deterministic kernels. Every output element is computed by one goroutine in a fixed
+// order, whatever the number of rows beside it or of workers, which keeps a verified block bit-identical to
+// token-by-token decoding.
+type ops struct{ pool *kernel.Pool }
+
+var _ model.Backend[act, *weight] = ops{}
+
+func (o ops) Embed(w *weight, tokens []ports.Token) act {
+	H := w.lin.In
+	out := make([]float32, len(tokens)*H)
+	for i, tok := range tokens {
+		w.lin.Row(out[i*H:(i+1)*H], int(tok))
+	}
+	return act{out, len(tokens)}
+}
+
+func (o ops) Linear(w *weight, x act) act {
+	out := make([]float32, x.t*w.lin.Out)
+	w.lin.Forward(out, x.v, x.t)
+	return act{out, x.t}
+}
+
+func (o ops) Norm(x act, w *weight, eps float32) act {
+	out := make([]float32, len(x.v))
+	kernel.RMSNorm(out, x.v, w.vec, eps)
+	return act{out, x.t}
+}
+
+func (o ops) Add(x, y act) act {
+	out := slices.Clone(x.v)
+	kernel.Add(out, y.v)
+	return act{out, x.t}
+}
+
+func (o ops) Gate(x, g act, a model.Act) act {
+	out := make([]float32, len(x.v))
+	f := kernel.Sigmoid
+	if a == model.SiLU {
+		f = kernel.SiLU
+	}
+	if g.width() == 1 && x.width() != 1 {
+		w := x.width()
+		for r := range x.t {
+			s := f(g.v[r])
+			for j, v := range x.v[r*w : (r+1)*w] {
+				out[r*w+j] = v * s
+			}
+		}
+		return act{out, x.t}
+	}
+	// The float64 exp per element is costly for verify blocks: split it between the workers.
+	o.pool.For(len(out), 4096, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			out[j] = x.v[j] * f(g.v[j])
+		}
+	})
+	return act{out, x.t}
+}
+
+func (o ops) Split(x act, groups int, widths ...int) []act {
+	gw := 0
+	for _, w := range widths {
+		gw += w
+	}
+	outs := make([]act, len(widths))
+	for i, w := range widths {
+		outs[i] = act{make([]float32, x.t*groups*w), x.t}
+	}
+	for t := range x.t {
+		src := x.v[t*groups*gw:]
+		for g := range groups {
+			off := g * gw
+			for i, w := range widths {
+				copy(outs[i].v[(t*groups+g)*w:(t*groups+g+1)*w], src[off:off+w])
+				off += w
+			}
+		}
+	}
+	return outs
+}
+
+func (o ops) Concat(xs ...act) act {
+	T, W := xs[0].t, 0
+	for _, x := range xs {
+		W += x.width()
+	}
+	out := make([]float32, T*W)
+	for t := range T {
+		off := t * W
+		for _, x := range xs {
+			off += copy(out[off:], x.row(t))
+		}
+	}
+	return act{out, T}
+}
+
+func (o ops) Rows(x act, lo, hi int) act {
+	w := x.width()
+	return act{x.v[lo*w : hi*w], hi - lo}
+}
+
+func (o ops) Scale(x act, s float32) act {
+	out := slices.Clone(x.v)
+	kernel.Scale(out, s)
+	return act{out, x.t}
+}
+
+func (o ops) GatedNorm(x, z act, w *weight, eps float32) act {
+	out := make([]float32, len(x.v))
+	o.pool.GatedRMSNorm(out, x.v, z.v, w.vec, eps)
+	return act{out, x.t}
+}
+
+// Experts routes each row to its top-k experts and sums their outputs in rank order, so a row's result does
+// not depend on the rows beside it; each expert runs once over the rows routed to it.
+func (o ops) Experts(m *model.MoE[*weight], x act, K int, normTopK bool) act {
+	T, H := x.t, x.width()
+	probs := o.Linear(m.Router, x).v
+	E := len(probs) / max(T, 1)
+	idx := make([]int, T*K)
+	wts := make([]float32, T*K)
+	order := make([]int, E)
+	for t := range T {
+		p := probs[t*E : (t+1)*E]
+		kernel.Softmax(p)
+		for e := range order {
+			order[e] = e
+		}
+		slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(p[b], p[a]) })
+		var sum float32
+		for j := range K {
+			idx[t*K+j] = order[j]
+			wts[t*K+j] = p[order[j]]
+			sum += p[order[j]]
+		}
+		if normTopK {
+			for j := range K {
+				wts[t*K+j] /= sum
+			}
+		}
+	}
+	// Group (token, slot) pairs by expert so each expert runs once over its rows.
+	slotOut := make([]float32, T*K*H)
+	rowsOf := make([][]int, E)
+	for i, e := range idx {
+		rowsOf[e] = append(rowsOf[e], i)
+	}
+	for e, slots := range rowsOf {
+		if len(slots) == 0 {
+			continue
+		}
+		n := len(slots)
+		xin := make([]float32, n*H)
+		for r, s := range slots {
+			t := s / K
+			copy(xin[r*H:(r+1)*H], x.v[t*H:(t+1)*H])
+		}
+		y := o.expert(m, e, act{xin, n})
+		for r, s := range slots {
+			copy(slotOut[s*H:(s+1)*H], y.v[r*H:(r+1)*H])
+		}
+	}
+	out := make([]float32, T*H)
+	tmp := make([]float32, H)
+	for t := range T {
+		row := out[t*H : (t+1)*H]
+		for j := range K {
+			kernel.AddScaled(row, slotOut[(t*K+j)*H:(t*K+j+1)*H], tmp, wts[t*K+j])
+		}
+	}
+	return act{out, T}
+}
+
+// expert runs expert e's SwiGLU over x.
+func (o ops) expert(m *model.MoE[*weight], e int, x act) act {
+	pick := func(w *weight) *weight { return &weight{lin: w.experts[e]} }
+	f := &model.FFN[*weight]{Down: pick(m.Down), Inter: m.Inter}
+	if m.GateUp != nil {
+		f.GateUp = pick(m.GateUp)
+	} else {
+		f.Gate, f.Up = pick(m.Gate), pick(m.Up)
+	}
+	return model.FeedForward[act, *weight](o, f, x)
+}

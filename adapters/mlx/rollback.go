@@ -1,0 +1,207 @@
+package mlx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/model"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// Snapshot holds handles to every recurrent layer's (immutable) state arrays at one position.
+type Snapshot struct {
+	sess *Session
+	pos  int
+	conv []arr
+	ssm  []arr
+}
+
+// Position returns the session length the snapshot was taken at.
+func (p *Snapshot) Position() int { return p.pos }
+
+// dup returns a new handle to the same array (MLX arrays are immutable, so this is a snapshot).
+func dup(rt *mlxc.Runtime, a arr) (arr, error) {
+	var r arr
+	if err := rt.Check(mlxc.ArraySet(&r, a)); err != nil {
+		return 0, err
+	}
+	return r, nil
+}
+
+// Snapshot copies the recurrent state (see ports.Session). A model without recurrent layers has nothing to
+// snapshot: the error wraps errors.ErrUnsupported, which the speculative decoder reads as "TrimKV alone".
+func (s *Session) Snapshot() (ports.RecurrentSnapshot, error) {
+	if s.closed {
+		return nil, errClosed
+	}
+	if !s.pos.Recurrent {
+		return nil, fmt.Errorf("mlx: snapshot: model has no recurrent layers: %w", errors.ErrUnsupported)
+	}
+	p := &Snapshot{sess: s, pos: s.pos.Rec, conv: make([]arr, len(s.st.gdn)), ssm: make([]arr, len(s.st.gdn))}
+	err := s.t.rt.Do(func() error {
+		for i, g := range s.st.gdn {
+			if g == nil {
+				continue
+			}
+			var err error
+			if p.conv[i], err = dup(s.t.rt, g.conv); err != nil {
+				return err
+			}
+			if p.ssm[i], err = dup(s.t.rt, g.ssm); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	// The snapshot's handles live as long as the snapshot does: the ports give it no Close, and a decoder
+	// that snapshots every round must not pin every past state until the session closes.
+	hs := append(append([]arr(nil), p.conv...), p.ssm...)
+	rt := s.t.rt
+	runtime.AddCleanup(p, func(hs []arr) { rt.FreeLater(hs...) }, hs)
+	if err != nil {
+		return nil, fmt.Errorf("mlx: snapshot: %w", err)
+	}
+	return p, nil
+}
+
+// Restore puts the recurrent layers back to a snapshot of this session; the snapshot stays valid.
+func (s *Session) Restore(rs ports.RecurrentSnapshot) error {
+	if s.closed {
+		return errClosed
+	}
+	p, ok := rs.(*Snapshot)
+	if !ok || p == nil || p.sess != s {
+		return fmt.Errorf("mlx: restore: snapshot %T was not taken from this session", rs)
+	}
+	err := s.t.rt.Do(func() error {
+		for i, g := range s.st.gdn {
+			if g == nil {
+				continue
+			}
+			c, err := dup(s.t.rt, p.conv[i])
+			if err != nil {
+				return err
+			}
+			ss, err := dup(s.t.rt, p.ssm[i])
+			if err != nil {
+				mlxc.ArrayFree(c)
+				return err
+			}
+			s.freeState(g.conv)
+			s.freeState(g.ssm)
+			g.conv, g.ssm = c, ss
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mlx: restore: %w", err)
+	}
+	s.pos.Rec = p.pos
+	s.replay = true
+	return nil
+}
+
+// freeState frees a state handle unless the latest tape holds it as S₀ / cs₀.
+func (s *Session) freeState(h arr) {
+	if s.lastTap != nil {
+		for _, tp := range s.lastTap.layers {
+			if tp != nil && (tp.s0 == h || tp.cs0 == h) {
+				return
+			}
+		}
+	}
+	mlxc.ArrayFree(h)
+}
+
+// Tape is a block's recurrent record (see ports.Tape); valid until the session's next Forward.
+type Tape struct {
+	sess   *Session
+	gen    uint64
+	t      int
+	start  int
+	layers []*gdnTape
+}
+
+// Len returns the number of positions recorded.
+func (tp *Tape) Len() int { return tp.t }
+
+// free releases the tape's arrays, including S₀/cs₀ unless the session still uses them as its state.
+func (tp *Tape) free() {
+	live := map[arr]bool{}
+	for _, h := range tp.sess.st.handles() {
+		live[h] = true
+	}
+	for _, l := range tp.layers {
+		if l == nil {
+			continue
+		}
+		for _, h := range []arr{l.alpha, l.delta, l.keys, l.rows, l.s0, l.cs0} {
+			if h != 0 && !live[h] {
+				mlxc.ArrayFree(h)
+			}
+		}
+	}
+	tp.layers = nil
+}
+
+// ReplayTape rolls the recurrent layers back to the state after the first n positions of the taped block
+// (bit-exact with the MLX forward: same ops, same order). n == Len keeps the verify's end state.
+func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
+	if s.closed {
+		return errClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("mlx replay: %w", err)
+	}
+	tp, ok := t.(*Tape)
+	if !ok || tp == nil || tp.sess != s {
+		return fmt.Errorf("mlx replay: tape %T was not recorded by this session", t)
+	}
+	if tp.gen != s.gen || s.lastTap != tp {
+		return fmt.Errorf("mlx replay: %w", model.ErrStaleTape)
+	}
+	if err := model.CheckReplay(n, tp.t); err != nil {
+		return fmt.Errorf("mlx replay: %w", err)
+	}
+	if n == tp.t && !s.replay {
+		s.pos.Rec = tp.start + n
+		return nil
+	}
+	err := s.t.rt.Do(func() error {
+		g := newGraph(s.t.rt, "mlx replay")
+		defer g.release()
+		type upd struct {
+			st        *gdnState
+			ssm, conv arr
+		}
+		var us []upd
+		var outs []arr
+		for i, st := range s.st.gdn {
+			if st == nil {
+				continue
+			}
+			ssm, conv := replay(g, s.t.m.Layers[i].GDN, tp.layers[i], n)
+			us = append(us, upd{st, ssm, conv})
+			outs = append(outs, ssm, conv)
+		}
+		g.eval(outs...)
+		if g.err != nil {
+			return g.err
+		}
+		for _, u := range us {
+			s.freeState(u.st.ssm)
+			s.freeState(u.st.conv)
+			u.st.ssm, u.st.conv = g.keep(u.ssm), g.keep(u.conv)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	s.pos.Rec = tp.start + n
+	s.replay = true
+	return nil
+}

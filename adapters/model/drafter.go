@@ -1,0 +1,136 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/higgs-go/higgs/adapters/hfmodel"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// Drafter is a DFlash drafter's weights on one backend (MODEL-REFERENCE §5): a Qwen3 attention stack fed with
+// the target's tapped hidden states as context and a noise block [anchor, mask…] as queries. It has no
+// embedding or LM head of its own: Embed and Head are its target's.
+type Drafter[W comparable] struct {
+	Arch           hfmodel.DrafterArch
+	FC, HiddenNorm W
+	Norm           W
+	Rope           W
+	Layers         []DraftLayer[W]
+	Embed, Head    W
+}
+
+// DraftLayer is one drafter layer.
+type DraftLayer[W comparable] struct {
+	InNorm, PostNorm W
+	Attn             *Attention[W]
+	MLP              *FFN[W]
+	Window           int
+	Causal           bool
+}
+
+// LoadDrafter loads a DFlash drafter of architecture a from ck through be, bound to target (whose
+// embedding and LM head it uses). The caller checks afterwards that nothing in the checkpoint was left
+// unread (ck.Unused).
+func LoadDrafter[W comparable](be Loader[W], ck *hfmodel.Checkpoint, a hfmodel.DrafterArch, target *Target[W]) (*Drafter[W], error) {
+	l := &loader[W]{be: be, ck: ck}
+	H, d := a.HiddenSize, a.HeadDim
+	qw, kvw := a.NumHeads*d, a.NumKVHeads*d
+	dr := &Drafter[W]{Arch: a.Clone(), Embed: target.Embed, Head: target.LMHead}
+	var err error
+	if dr.Rope, err = be.Rope(Rope{Dims: d, Width: d, Base: a.RopeTheta, Scaling: a.Rope, MaxPositions: a.MaxPositions}); err != nil {
+		return nil, err
+	}
+	if dr.FC, err = l.linear("fc", H, len(a.TapLayers)*H); err != nil {
+		return nil, err
+	}
+	if dr.HiddenNorm, err = l.norm("hidden_norm.weight", H); err != nil {
+		return nil, err
+	}
+	if dr.Norm, err = l.norm("norm.weight", H); err != nil {
+		return nil, err
+	}
+	for i := range a.NumLayers {
+		p := fmt.Sprintf("layers.%d.", i)
+		var ly DraftLayer[W]
+		var errs []error
+		ly.InNorm, err = l.norm(p+"input_layernorm.weight", H)
+		errs = append(errs, err)
+		ly.PostNorm, err = l.norm(p+"post_attention_layernorm.weight", H)
+		errs = append(errs, err)
+		ly.Attn, err = l.attention(p+"self_attn.", qw, qw, kvw, d, H)
+		errs = append(errs, err)
+		if err := errors.Join(errs...); err != nil {
+			return nil, err
+		}
+		if ly.MLP, err = l.ffn(p+"mlp", a.IntermediateSize, H); err != nil {
+			return nil, err
+		}
+		if len(a.SlidingWindows) > 0 {
+			ly.Window = a.SlidingWindows[i]
+		}
+		if len(a.Causal) > 0 {
+			ly.Causal = a.Causal[i]
+		}
+		dr.Layers = append(dr.Layers, ly)
+	}
+	return dr, nil
+}
+
+// Context projects context rows f [m, taps·H] (the target's tapped hidden states of committed positions
+// pos..pos+m−1) into every layer's cache: c = hidden_norm(fc(f)), then each layer's k-normed K (rotated at
+// its position) and V. Context rows skip input_layernorm (MODEL-REFERENCE §5.2).
+func Context[X any, W comparable](d *Drafter[W], be Backend[X, W], st State[X, W], f X, pos int) {
+	eps := float32(d.Arch.RMSNormEps)
+	c := be.Norm(be.Linear(d.FC, f), d.HiddenNorm, eps)
+	for i := range d.Layers {
+		w := d.Layers[i].Attn
+		k := be.Norm(be.Linear(w.K, c), w.KNorm, eps)
+		st.Remember(i, k, be.Linear(w.V, c), Attend[W]{Pos: pos, HeadDim: d.Arch.HeadDim, Rope: d.Rope})
+	}
+}
+
+// Block runs the noise block [anchor, mask…] (len(block) slots at positions pos.., after every cached
+// context position) through the layers and returns the logits of slots 1..rows (rows ≤ len(block)−1). Every
+// slot's K and V feed every layer's attention, but after the last layer only the anchor and the returned
+// rows are read: there, queries, attention output and MLP run on those rows alone (each row's result is the
+// same as in the full computation).
+func Block[X any, W comparable](d *Drafter[W], be Backend[X, W], st State[X, W], block []ports.Token, pos, rows int) X {
+	a := &d.Arch
+	eps := float32(a.RMSNormEps)
+	bs := len(block)
+	x := be.Embed(d.Embed, block)
+	if a.EmbedScale != 0 && a.EmbedScale != 1 {
+		x = be.Scale(x, float32(a.EmbedScale))
+	}
+	for i := range d.Layers {
+		ly := &d.Layers[i]
+		w := ly.Attn
+		nq := bs
+		if i == len(d.Layers)-1 {
+			nq = rows + 1
+		}
+		h := be.Norm(x, ly.InNorm, eps)
+		hq := h
+		if nq < bs {
+			hq, x = be.Rows(h, 0, nq), be.Rows(x, 0, nq)
+		}
+		q := be.Norm(be.Linear(w.Q, hq), w.QNorm, eps)
+		k := be.Norm(be.Linear(w.K, h), w.KNorm, eps)
+		v := be.Linear(w.V, h)
+		o := st.Attention(i, q, k, v, Attend[W]{Pos: pos, HeadDim: a.HeadDim, Rope: d.Rope, Causal: ly.Causal, Window: ly.Window})
+		x = be.Add(x, be.Linear(w.O, o))
+		x = be.Add(x, FeedForward(be, ly.MLP, be.Norm(x, ly.PostNorm, eps)))
+	}
+	return be.Linear(d.Head, be.Norm(be.Rows(x, 1, rows+1), d.Norm, eps))
+}
+
+// NoiseBlock is the drafter's input for one round: the anchor, then n−1 mask tokens.
+func NoiseBlock(anchor, mask ports.Token, n int) []ports.Token {
+	b := make([]ports.Token, n)
+	b[0] = anchor
+	for i := 1; i < n; i++ {
+		b[i] = mask
+	}
+	return b
+}

@@ -1,0 +1,17 @@
+package ports
+
+import "context"
+
+// HostTaps is an optional Taps ability: the tapped hidden states copied to (or already in) host memory, so
+// a consumer on another device, or a reference check, can read them. data is row-major [rows, width] with
+// width = len(tapLayers)·HiddenSize; it is read-only and stays valid as long as the taps do.
+type HostTaps interface {
+	Host() (data []float32, rows, width int, err error)
+}
+
+// LogitsForwarder is an optional Session ability for reference checks (`higgs-verify logits` and `parity`):
+// Forward that also returns the raw next-token logits of the returned rows, row-major [rows, VocabSize]. The
+// slice is the caller's.
+type LogitsForwarder interface {
+	ForwardLogits(ctx context.Context, tokens []Token, opts ForwardOptions) (ForwardResult, []float32, error)
+}
