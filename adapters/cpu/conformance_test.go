@@ -4,6 +4,9 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/ports"
 	"github.com/higgs-go/higgs/ports/porttest"
 )
@@ -45,6 +48,31 @@ func TestPortConformance(t *testing.T) {
 				},
 				ContextLength: 40,
 			}.Run(t)
+		})
+	}
+}
+
+// The end-to-end speculative suite on a dense and a hybrid target with a DFlash drafter whose tap ids
+// disagree with its num_target_layers: greedy speculative output equals greedy output for every block size
+// and both rollbacks.
+func TestSpeculativeConformance(t *testing.T) {
+	for _, family := range []string{"qwen3", "qwen3_next"} {
+		t.Run(family, func(t *testing.T) {
+			tdir, ddir := t.TempDir(), t.TempDir()
+			require.NoError(t, synth.WriteTarget(tdir, synth.TargetSpec{Family: family, Seed: 1}))
+			require.NoError(t, synth.WriteDrafter(ddir, synth.DrafterSpec{Seed: 2, Taps: []int{0, 2, 3}, NumTargetLayers: 36, Mask: 63}))
+			tg, err := Load(t.Context(), tdir, LoadOptions{Threads: 2})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = tg.Close() })
+			d, err := LoadDrafter(t.Context(), ddir, tg, DrafterOptions{})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = d.Close() })
+			n := 40
+			if testing.Short() {
+				n = 16
+			}
+			accepted := porttest.SpeculativeSuite{Target: tg, Drafter: d, Tokens: n}.Run(t)
+			t.Logf("%s: %d draft tokens accepted over the suite", family, accepted)
 		})
 	}
 }

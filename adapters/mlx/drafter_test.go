@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -15,7 +14,6 @@ import (
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/adapters/synth"
-	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
 	"github.com/higgs-go/higgs/ports/porttest"
 )
@@ -23,36 +21,28 @@ import (
 // The MLX taps are readable on the host (by a drafter on another device, or a reference check).
 var _ ports.HostTaps = (*Taps)(nil)
 
-type wallClock struct{}
-
-func (wallClock) Now() time.Time { return time.Now() }
-
 type pair struct {
 	target  ports.Target
 	drafter ports.Drafter
 }
 
-func generate(t *testing.T, p pair, prompt []ports.Token, bs int, rb speculative.RollbackMode, n int) speculative.Result {
+// trace is one greedy speculative generation: its tokens and rounds.
+type trace struct {
+	Tokens []ports.Token
+	Rounds []porttest.Round
+}
+
+// generate decodes n tokens with the ports-level speculative loop (porttest.Speculate); bs 1 decodes plainly.
+func generate(t *testing.T, p pair, prompt []ports.Token, bs int, rb porttest.Rollback, n int) trace {
 	t.Helper()
-	ctx := t.Context()
-	info := p.target.Info()
-	dec, err := speculative.New(speculative.Config{BlockSize: bs, MaxTokens: n, Rollback: rb, LayerKinds: info.LayerKinds,
-		ContextLength: info.ContextLength}, wallClock{}, nil)
-	require.NoError(t, err)
-	var taps []int
-	var ds ports.DraftSession
-	if bs > 1 {
-		taps = p.drafter.TapLayers()
-		ds, err = p.drafter.NewSession(ctx)
+	if bs == 1 {
+		toks, err := porttest.Greedy(t.Context(), p.target, prompt, n)
 		require.NoError(t, err)
-		defer ds.Close()
+		return trace{Tokens: toks}
 	}
-	sess, err := p.target.NewSession(ctx, taps)
+	toks, rounds, err := porttest.Speculate(t.Context(), p.target, p.drafter, prompt, bs, rb, n)
 	require.NoError(t, err)
-	defer sess.Close()
-	res, err := dec.Generate(ctx, sess, ds, prompt, func([]ports.Token) error { return nil })
-	require.NoError(t, err)
-	return res
+	return trace{toks, rounds}
 }
 
 func loadPairs(t *testing.T, ts synth.TargetSpec, ds synth.DrafterSpec, edit ...func(cfg map[string]any)) (cpuPair, mlxPair pair) {
@@ -104,14 +94,14 @@ func TestDFlashTracesMatchCPU(t *testing.T) {
 				synth.DrafterSpec{Seed: 2, Taps: []int{0, 2, 3}, NumTargetLayers: 36, Mask: 63})
 			for _, prompt := range [][]ports.Token{{5, 9, 13, 2}, {40, 41, 42, 43, 44, 45, 46, 47, 1, 2, 3}} {
 				for _, bs := range []int{4, 8} {
-					for _, rb := range []speculative.RollbackMode{speculative.RollbackReplay, speculative.RollbackRecompute} {
+					for _, rb := range []porttest.Rollback{porttest.RollbackReplay, porttest.RollbackRecompute} {
 						want := generate(t, cp, prompt, bs, rb, 24)
 						got := generate(t, mp, prompt, bs, rb, 24)
 						require.Equal(t, want.Tokens, got.Tokens, "bs %d %s", bs, rb)
-						require.Len(t, got.Stats.Rounds, len(want.Stats.Rounds))
-						for i := range want.Stats.Rounds {
-							assert.Equal(t, want.Stats.Rounds[i].Block, got.Stats.Rounds[i].Block, "round %d", i)
-							assert.Equal(t, want.Stats.Rounds[i].Accepted, got.Stats.Rounds[i].Accepted, "round %d", i)
+						require.Len(t, got.Rounds, len(want.Rounds))
+						for i := range want.Rounds {
+							assert.Equal(t, want.Rounds[i].Block, got.Rounds[i].Block, "round %d", i)
+							assert.Equal(t, want.Rounds[i].Accepted, got.Rounds[i].Accepted, "round %d", i)
 						}
 					}
 				}
@@ -135,9 +125,9 @@ func TestDFlashYaRNMatchesCPU(t *testing.T) {
 	plain, _ := loadPairs(t, ts, ds)
 	differs := false
 	for _, want := range requireSameTraces(t, cp, mp) {
-		base := generate(t, plain, want.prompt, want.bs, speculative.RollbackReplay, 32)
-		for i := range min(len(base.Stats.Rounds), len(want.res.Stats.Rounds)) {
-			differs = differs || !slices.Equal(base.Stats.Rounds[i].Block, want.res.Stats.Rounds[i].Block)
+		base := generate(t, plain, want.prompt, want.bs, porttest.RollbackReplay, 32)
+		for i := range min(len(base.Rounds), len(want.res.Rounds)) {
+			differs = differs || !slices.Equal(base.Rounds[i].Block, want.res.Rounds[i].Block)
 		}
 	}
 	assert.True(t, differs, "the YaRN drafter drafted exactly like the plain one: the test cannot see the scaling")
@@ -161,7 +151,7 @@ func TestDFlashSlidingWindowMatchesCPU(t *testing.T) {
 type cpuTrace struct {
 	prompt []ports.Token
 	bs     int
-	res    speculative.Result
+	res    trace
 }
 
 // requireSameTraces runs two prompts at block sizes 4 and 8 (32 tokens, tape replay) on both pairs and requires
@@ -171,12 +161,12 @@ func requireSameTraces(t *testing.T, cp, mp pair) []cpuTrace {
 	var out []cpuTrace
 	for _, prompt := range [][]ports.Token{{5, 9, 13, 2}, {40, 41, 42, 43, 44, 45, 46, 47, 1, 2, 3}} {
 		for _, bs := range []int{4, 8} {
-			want := generate(t, cp, prompt, bs, speculative.RollbackReplay, 32)
-			got := generate(t, mp, prompt, bs, speculative.RollbackReplay, 32)
+			want := generate(t, cp, prompt, bs, porttest.RollbackReplay, 32)
+			got := generate(t, mp, prompt, bs, porttest.RollbackReplay, 32)
 			require.Equal(t, want.Tokens, got.Tokens, "bs %d", bs)
-			require.Len(t, got.Stats.Rounds, len(want.Stats.Rounds))
-			for i := range want.Stats.Rounds {
-				assert.Equal(t, want.Stats.Rounds[i].Block, got.Stats.Rounds[i].Block, "bs %d round %d", bs, i)
+			require.Len(t, got.Rounds, len(want.Rounds))
+			for i := range want.Rounds {
+				assert.Equal(t, want.Rounds[i].Block, got.Rounds[i].Block, "bs %d round %d", bs, i)
 			}
 			out = append(out, cpuTrace{prompt, bs, want})
 		}
@@ -325,6 +315,19 @@ func TestLoadDrafterRefusesBadDrafters(t *testing.T) {
 			require.Error(t, err)
 			assert.Nil(t, d)
 			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+// The end-to-end speculative suite on MLX pairs (dense and hybrid): greedy speculative output equals greedy
+// output for every block size and both rollbacks.
+func TestSpeculativeConformance(t *testing.T) {
+	requireMLX(t)
+	for _, family := range []string{"qwen3", "qwen3_next"} {
+		t.Run(family, func(t *testing.T) {
+			_, mp := loadPairs(t, synth.TargetSpec{Family: family, Seed: 1},
+				synth.DrafterSpec{Seed: 2, Taps: []int{0, 2, 3}, NumTargetLayers: 36, Mask: 63})
+			porttest.SpeculativeSuite{Target: mp.target, Drafter: mp.drafter, Tokens: 24}.Run(t)
 		})
 	}
 }

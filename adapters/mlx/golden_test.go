@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/cpu"
-	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/internal/golden"
 	"github.com/higgs-go/higgs/ports"
+	"github.com/higgs-go/higgs/ports/porttest"
 )
 
 // TestGoldens: on every golden target the MLX backend reproduces transformers' float32 logits (max |Δ| ≤
@@ -128,13 +128,13 @@ func TestDrafterGoldens(t *testing.T) {
 			defer cd.Close()
 			accepted, rounds := 0, 0
 			for ri, run := range tr.Runs {
-				got := generate(t, pair{mt, md}, run.Prompt, run.BlockSize, speculative.RollbackAuto, tr.MaxNewTokens)
-				want := generate(t, pair{ct, cd}, run.Prompt, run.BlockSize, speculative.RollbackAuto, tr.MaxNewTokens)
+				got := generate(t, pair{mt, md}, run.Prompt, run.BlockSize, porttest.RollbackReplay, tr.MaxNewTokens)
+				want := generate(t, pair{ct, cd}, run.Prompt, run.BlockSize, porttest.RollbackReplay, tr.MaxNewTokens)
 				assert.Equal(t, run.Tokens, got.Tokens, "run %d tokens vs reference", ri)
-				require.Len(t, got.Stats.Rounds, len(want.Stats.Rounds), "run %d rounds vs cpu", ri)
-				for i, r := range want.Stats.Rounds {
-					assert.Equal(t, r.Block, got.Stats.Rounds[i].Block, "run %d round %d block", ri, i)
-					assert.Equal(t, r.Accepted, got.Stats.Rounds[i].Accepted, "run %d round %d accepted", ri, i)
+				require.Len(t, got.Rounds, len(want.Rounds), "run %d rounds vs cpu", ri)
+				for i, r := range want.Rounds {
+					assert.Equal(t, r.Block, got.Rounds[i].Block, "run %d round %d block", ri, i)
+					assert.Equal(t, r.Accepted, got.Rounds[i].Accepted, "run %d round %d accepted", ri, i)
 					accepted += r.Accepted
 					rounds++
 				}

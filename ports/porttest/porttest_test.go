@@ -1,6 +1,7 @@
 package porttest_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 
@@ -79,5 +80,58 @@ func TestPortfakeDraftSession(t *testing.T) {
 				return d
 			}, dr.BlockSize(), m.Info().VocabSize)
 		})
+	}
+}
+
+func TestPortfakeSpeculative(t *testing.T) {
+	for name, cfg := range map[string]portfake.Config{
+		"hybrid-tape":     {Tape: true},
+		"hybrid-snapshot": {},
+		"attention-only":  {Layers: []ports.LayerKind{ports.LayerAttention}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := portfake.MustNew(cfg)
+			for pname, p := range map[string]portfake.Proposer{
+				"random":  portfake.RandomTokens(m.Info().VocabSize, 5),
+				"partial": portfake.MatchThenDiverge(m, 2),
+			} {
+				t.Run(pname, func(t *testing.T) {
+					dr, err := portfake.NewDrafter(portfake.DrafterConfig{BlockSize: 8, TapLayers: []int{0}, Propose: p})
+					require.NoError(t, err)
+					porttest.SpeculativeSuite{Target: m, Drafter: dr}.Run(t)
+				})
+			}
+		})
+	}
+}
+
+// replayTooFar keeps the verify's whole block whatever ReplayTape is asked: a rollback bug Speculate must
+// expose.
+type replayTooFar struct{ *portfake.TapeSession }
+
+func (s replayTooFar) ReplayTape(ctx context.Context, tape ports.Tape, _ int) error {
+	return s.TapeSession.ReplayTape(ctx, tape, tape.Len())
+}
+
+type brokenTarget struct{ *portfake.Model }
+
+func (b brokenTarget) NewSession(ctx context.Context, taps []int) (ports.Session, error) {
+	s, err := b.Model.NewSession(ctx, taps)
+	if err != nil {
+		return nil, err
+	}
+	return replayTooFar{s.(*portfake.TapeSession)}, nil
+}
+
+func TestSpeculateCatchesBrokenRollback(t *testing.T) {
+	m := portfake.MustNew(portfake.Config{Tape: true})
+	dr, err := portfake.NewDrafter(portfake.DrafterConfig{BlockSize: 8, TapLayers: []int{0}, Propose: portfake.MatchThenDiverge(m, 1)})
+	require.NoError(t, err)
+	prompt := []ports.Token{3, 1, 4}
+	want, err := porttest.Greedy(t.Context(), m, prompt, 20)
+	require.NoError(t, err)
+	got, _, err := porttest.Speculate(t.Context(), brokenTarget{m}, dr, prompt, 4, porttest.RollbackReplay, 20)
+	if err == nil {
+		require.NotEqual(t, want, got, "a rollback that keeps rejected positions must change the output or fail")
 	}
 }
