@@ -12,32 +12,16 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// DrafterOptions tune LoadDrafter.
-type DrafterOptions struct {
-	// TapLayers, when non-nil, overrides the config's target_layer_ids (for drafters published without them).
-	TapLayers []int
-	// AllowDerivedTapLayers lets a drafter without target_layer_ids use the reference formula of
-	// MODEL-REFERENCE §1.3 (round-half-to-even); by default such a drafter is refused, because the formula is
-	// wrong for most published checkpoints.
-	AllowDerivedTapLayers bool
-	// ShrinkBlocks makes a Draft call with bs < BlockSize() run a block of only bs slots (anchor + bs−1
-	// masks). By default such a call still runs the trained block (anchor + BlockSize()−1 masks) and returns
-	// its first bs−1 proposals: DFlash denoises the block jointly with bidirectional attention and drafters are
-	// trained on full blocks only, so fewer mask slots change every slot's prediction and acceptance collapses
-	// (demo drafter, block 16: τ 1.12 at bs 2 shrunk against the first slot of the full block's 2.07 at bs 16).
-	// The block forward costs the drafter's layers on BlockSize rows either way; only the LM head (the larger
-	// cost on a big vocabulary) is limited to the bs−1 returned rows. Set it to reproduce the authors' loop,
-	// which drafts shortened blocks literally.
-	ShrinkBlocks bool
-}
+// DrafterOptions tune LoadDrafter (see model.DrafterOptions).
+type DrafterOptions = model.DrafterOptions
 
 // Drafter is a loaded DFlash drafter bound to one CPU target, whose embedding, LM head and worker pool it
 // shares. It is immutable after loading and safe for concurrent use; each generation opens its own session.
 type Drafter struct {
-	t      *Target
-	m      *model.Drafter[*weight]
-	shrink bool
-	store  *safetensors.Store
+	t     *Target
+	m     *model.Drafter[*weight]
+	opts  DrafterOptions
+	store *safetensors.Store
 }
 
 var (
@@ -68,7 +52,7 @@ func LoadDrafter(ctx context.Context, dir string, target *Target, opts DrafterOp
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("drafter %s: %w", dir, err), st.Close())
 	}
-	d.shrink = opts.ShrinkBlocks
+	d.opts = opts
 	return d, nil
 }
 
@@ -98,7 +82,7 @@ func (d *Drafter) TapLayers() []int { return slices.Clone(d.m.Arch.TapLayers) }
 
 // ShrinksBlocks reports whether a short Draft call runs a shortened block (DrafterOptions.ShrinkBlocks)
 // instead of the trained one.
-func (d *Drafter) ShrinksBlocks() bool { return d.shrink }
+func (d *Drafter) ShrinksBlocks() bool { return d.opts.ShrinkBlocks }
 
 // MaskToken is the id the noise block is filled with.
 func (d *Drafter) MaskToken() ports.Token { return d.m.Arch.MaskToken }
@@ -108,11 +92,7 @@ func (d *Drafter) NewSession(ctx context.Context) (ports.DraftSession, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	kv := make([]*kvCache, len(d.m.Layers))
-	for i := range kv {
-		kv[i] = &kvCache{}
-	}
-	return &DraftSession{d: d, kv: kv}, nil
+	return &DraftSession{d: d, kv: model.PerLayer[kvCache](len(d.m.Layers))}, nil
 }
 
 // Close releases the weights' memory mapping. Sessions must not be used afterwards.

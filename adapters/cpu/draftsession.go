@@ -79,11 +79,8 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 	a := &d.m.Arch
 	vocab := d.t.m.Arch.Vocab
 	// bs = 1 only appends context (the decoder feeds queued context that way); it drafts nothing.
-	if bs < 1 || bs > a.BlockSize {
-		return ports.Proposal{}, fmt.Errorf("cpu drafter: block size %d outside 1..%d", bs, a.BlockSize)
-	}
-	if anchor < 0 || int(anchor) >= vocab {
-		return ports.Proposal{}, fmt.Errorf("cpu drafter: anchor token %d outside the vocabulary of %d", anchor, vocab)
+	if err := model.CheckDraft(anchor, bs, a.BlockSize, vocab); err != nil {
+		return ports.Proposal{}, fmt.Errorf("cpu drafter: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return ports.Proposal{}, err
@@ -120,10 +117,7 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 		s.queued, s.nq = s.queued[:0], 0
 	}
 	s.project(data, rows, width)
-	nb := a.BlockSize
-	if d.shrink {
-		nb = bs
-	}
+	nb := d.opts.BlockRows(bs, a.BlockSize)
 	be := ops{d.t.pool}
 	logits := model.Block(d.m, be, &pass{pool: d.t.pool, kv: s.kv}, model.NoiseBlock(anchor, a.MaskToken, nb), s.n, bs-1)
 	s.logits = logits.v

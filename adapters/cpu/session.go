@@ -10,15 +10,12 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-var (
-	_ ports.Session           = (*Session)(nil)
-	_ ports.TapeReplayer      = (*Session)(nil)
-	_ ports.Taps              = (*Taps)(nil)
-	_ ports.Tape              = (*Tape)(nil)
-	_ ports.RecurrentSnapshot = (*Snapshot)(nil)
-	_ ports.HostTaps          = (*Taps)(nil)
-	_ ports.LogitsForwarder   = (*Session)(nil)
-)
+// A session has every optional ability the speculative decoder and the reference checks look for.
+var _ interface {
+	ports.Session
+	ports.TapeReplayer
+	ports.LogitsForwarder
+} = (*Session)(nil)
 
 // errClosed is returned by every method of a closed session.
 var errClosed = errors.New("cpu: session is closed")
@@ -26,8 +23,7 @@ var errClosed = errors.New("cpu: session is closed")
 // Session is one sequence's KV caches and recurrent state. It is not safe for concurrent use.
 type Session struct {
 	t       *Target
-	taps    []int
-	tapSlot map[int][]int // layer → positions in the tap list
+	taps    model.TapSlots
 	pos     model.Position
 	kv      []*kvCache
 	gdn     []*gdnState
@@ -40,13 +36,11 @@ type Session struct {
 
 func newSession(t *Target, tapLayers []int) (*Session, error) {
 	a := &t.m.Arch
-	s := &Session{t: t, taps: append([]int(nil), tapLayers...), tapSlot: map[int][]int{}}
-	for i, l := range tapLayers {
-		if l < 0 || l >= a.Layers {
-			return nil, fmt.Errorf("tap layer %d outside [0,%d)", l, a.Layers)
-		}
-		s.tapSlot[l] = append(s.tapSlot[l], i)
+	taps, err := model.NewTapSlots(tapLayers, a.Layers)
+	if err != nil {
+		return nil, err
 	}
+	s := &Session{t: t, taps: taps}
 	s.kv = make([]*kvCache, a.Layers)
 	s.gdn = make([]*gdnState, a.Layers)
 	for i, k := range a.Kinds {
@@ -104,14 +98,9 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	if opts.RecordTape && s.pos.Recurrent {
 		st.tape = &Tape{sess: s, gen: s.gen, t: T, start: s.pos.N, layers: make([]*gdnTape, a.Layers)}
 	}
-	tapped := make([]act, len(s.taps))
-	var tap func(int, act)
-	if opts.Taps {
-		tap = func(layer int, x act) {
-			for _, slot := range s.tapSlot[layer] {
-				tapped[slot] = x
-			}
-		}
+	tapped, tap := model.Collect[act](s.taps)
+	if !opts.Taps {
+		tap = nil
 	}
 	x, err := model.Forward(ctx, m, be, st, be.Embed(m.Embed, tokens), s.pos.N, tap)
 	if err != nil {
@@ -226,6 +215,8 @@ func (s *Session) Restore(rs ports.RecurrentSnapshot) error {
 	return nil
 }
 
+var _ ports.RecurrentSnapshot = (*Snapshot)(nil)
+
 // Tape is a block's recurrent record (see ports.Tape); valid until the session's next Forward.
 type Tape struct {
 	sess   *Session
@@ -234,6 +225,8 @@ type Tape struct {
 	start  int
 	layers []*gdnTape
 }
+
+var _ ports.Tape = (*Tape)(nil)
 
 // Len returns the number of positions recorded.
 func (tp *Tape) Len() int { return tp.t }
@@ -248,16 +241,16 @@ func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
 		return fmt.Errorf("cpu replay: %w", err)
 	}
 	tp, ok := t.(*Tape)
-	if !ok || tp == nil || tp.sess != s {
-		return fmt.Errorf("cpu replay: tape %T was not recorded by this session", t)
+	mine := ok && tp != nil && tp.sess == s
+	length := 0
+	if mine {
+		length = tp.t
 	}
-	if tp.gen != s.gen || s.lastTap != tp {
-		return fmt.Errorf("cpu replay: %w", model.ErrStaleTape)
-	}
-	if err := model.CheckReplay(n, tp.t); err != nil {
+	skip, err := model.CheckReplay(t, mine, mine && tp.gen == s.gen && s.lastTap == tp, n, length, s.replay)
+	if err != nil {
 		return fmt.Errorf("cpu replay: %w", err)
 	}
-	if n == tp.t && !s.replay {
+	if skip {
 		s.pos.Rec = tp.start + n
 		return nil
 	}
@@ -283,6 +276,11 @@ type Taps struct {
 	data        []float32
 	rows, width int
 }
+
+var _ interface {
+	ports.Taps
+	ports.HostTaps
+} = (*Taps)(nil)
 
 // Rows returns the number of positions.
 func (t *Taps) Rows() int { return t.rows }

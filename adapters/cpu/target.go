@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 
 	"github.com/rs/zerolog"
 
@@ -58,21 +57,16 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	cfg, a, stop, err := hfmodel.LoadTarget(dir, opts.ContextLength)
+	f, err := hfmodel.OpenTarget(dir, opts.ContextLength)
 	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", dir, err)
+		return nil, err
 	}
-	st, err := safetensors.OpenDir(dir)
+	t, err := build(f.Store, f.Config, f.Arch, opts)
 	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", dir, err)
+		return nil, errors.Join(fmt.Errorf("load %s: %w", dir, err), f.Store.Close())
 	}
-	t, err := build(st, cfg, a, opts)
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("load %s: %w", dir, err), st.Close())
-	}
-	t.info.Name = filepath.Clean(dir)
-	t.info.EOSTokens = stop
-	opts.Logger.Debug().Str("dir", dir).Str("model_type", cfg.ModelType).Int("layers", a.Layers).
+	t.info = f.Info(dir)
+	opts.Logger.Debug().Str("dir", dir).Str("model_type", f.Config.ModelType).Int("layers", f.Arch.Layers).
 		Int("threads", t.pool.Threads()).Bool("zero_centred_norms", t.m.ZeroCentred).Msg("cpu target loaded")
 	return t, nil
 }
@@ -90,10 +84,7 @@ func build(st *safetensors.Store, cfg *hfmodel.TextConfig, a hfmodel.Arch, opts 
 	if err := ck.Unused(); err != nil {
 		return nil, err
 	}
-	return &Target{m: m, pool: pool, cfg: cfg, store: st, info: ports.ModelInfo{
-		Architecture: cfg.ModelType, VocabSize: a.Vocab, HiddenSize: a.Hidden,
-		ContextLength: a.ContextLength, LayerKinds: append([]ports.LayerKind(nil), a.Kinds...),
-	}}, nil
+	return &Target{m: m, pool: pool, cfg: cfg, store: st}, nil
 }
 
 // Info describes the model (see ports.Target).

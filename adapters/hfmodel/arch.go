@@ -2,6 +2,9 @@ package hfmodel
 
 import (
 	"fmt"
+	"path/filepath"
+
+	"github.com/higgs-go/higgs/adapters/safetensors"
 
 	"github.com/higgs-go/higgs/ports"
 )
@@ -130,4 +133,32 @@ func (a *Arch) Validate() error {
 		return fmt.Errorf("MoE experts %d top-k %d intermediate %d invalid", a.Experts, a.TopK, a.MoEIntermediate)
 	}
 	return nil
+}
+
+// TargetFiles is a target directory opened for loading: what LoadTarget resolves, and the mapped weights.
+type TargetFiles struct {
+	Config *TextConfig
+	Arch   Arch
+	Stop   []int32
+	Store  *safetensors.Store
+}
+
+// OpenTarget is LoadTarget followed by mapping dir's safetensors; errors name dir. The caller closes Store.
+func OpenTarget(dir string, contextLength int) (*TargetFiles, error) {
+	cfg, a, stop, err := LoadTarget(dir, contextLength)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	st, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	return &TargetFiles{Config: cfg, Arch: a, Stop: stop, Store: st}, nil
+}
+
+// Info is the description a backend reports for the target loaded from dir (ports.Target.Info).
+func (f *TargetFiles) Info(dir string) ports.ModelInfo {
+	return ports.ModelInfo{Name: filepath.Clean(dir), Architecture: f.Config.ModelType, VocabSize: f.Arch.Vocab,
+		HiddenSize: f.Arch.Hidden, ContextLength: f.Arch.ContextLength,
+		LayerKinds: append([]ports.LayerKind(nil), f.Arch.Kinds...), EOSTokens: f.Stop}
 }

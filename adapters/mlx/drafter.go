@@ -18,17 +18,8 @@ var (
 	_ ports.DraftSession = (*DraftSession)(nil)
 )
 
-// DrafterOptions tune LoadDrafter.
-type DrafterOptions struct {
-	// TapLayers, when non-nil, overrides the config's target_layer_ids.
-	TapLayers []int
-	// AllowDerivedTapLayers accepts the reference formula for drafters without target_layer_ids.
-	AllowDerivedTapLayers bool
-	// ShrinkBlocks makes a Draft call with bs < BlockSize() run a block of only bs slots; by default it runs
-	// the trained block and returns its first bs−1 proposals, as the CPU drafter does (see
-	// dflash.Options.ShrinkBlocks: drafters are trained on full blocks only, so a shrunk block drafts worse).
-	ShrinkBlocks bool
-}
+// DrafterOptions tune LoadDrafter (see model.DrafterOptions).
+type DrafterOptions = model.DrafterOptions
 
 // Drafter is a DFlash drafter whose weights live in MLX, bound to an MLX target (it borrows the target's
 // embedding and LM head on the device). Safe for concurrent use; sessions are not.
@@ -36,7 +27,7 @@ type Drafter struct {
 	t      *Target
 	m      *model.Drafter[*weight]
 	arena  *graph
-	shrink bool // DrafterOptions.ShrinkBlocks
+	opts   DrafterOptions
 	closed bool // MLX thread only, as Target.closed
 }
 
@@ -58,7 +49,7 @@ func LoadDrafter(ctx context.Context, dir string, target *Target, opts DrafterOp
 	if err != nil {
 		return nil, fmt.Errorf("mlx drafter %s: %w", dir, err)
 	}
-	d := &Drafter{t: target, shrink: opts.ShrinkBlocks}
+	d := &Drafter{t: target, opts: opts}
 	// The drafter computes in its target's dtype.
 	d.arena, err = upload(target.rt, st, "mlx drafter load", cfg.Quantization, target.dt, func(l *loader) (err error) {
 		d.m, err = model.LoadDrafter(l, l.ck, a, target.m)
@@ -81,11 +72,7 @@ func (d *Drafter) NewSession(ctx context.Context) (ports.DraftSession, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	kv := make([]*kvCache, len(d.m.Layers))
-	for i := range kv {
-		kv[i] = &kvCache{}
-	}
-	return &DraftSession{d: d, kv: kv}, nil
+	return &DraftSession{d: d, kv: model.PerLayer[kvCache](len(d.m.Layers))}, nil
 }
 
 // Close frees the drafter's weights; sessions must be closed first.
@@ -178,11 +165,8 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 	d := s.d
 	a := &d.m.Arch
 	vocab := d.t.info.VocabSize
-	if bs < 1 || bs > a.BlockSize {
-		return ports.Proposal{}, fmt.Errorf("mlx drafter: block size %d outside 1..%d", bs, a.BlockSize)
-	}
-	if anchor < 0 || int(anchor) >= vocab {
-		return ports.Proposal{}, fmt.Errorf("mlx drafter: anchor token %d outside the vocabulary of %d", anchor, vocab)
+	if err := model.CheckDraft(anchor, bs, a.BlockSize, vocab); err != nil {
+		return ports.Proposal{}, fmt.Errorf("mlx drafter: %w", err)
 	}
 	if err := ctx.Err(); err != nil {
 		return ports.Proposal{}, err
@@ -247,10 +231,7 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 			outs = append(outs, c.k, c.v)
 		}
 		if bs > 1 {
-			nb := a.BlockSize
-			if d.shrink {
-				nb = bs
-			}
+			nb := d.opts.BlockRows(bs, a.BlockSize)
 			logits := model.Block(d.m, be, st, model.NoiseBlock(anchor, a.MaskToken, nb), s.n+ctxRows, bs-1)
 			ids = g.astype(g.argmax(logits.a, -1), mlxc.Int32)
 			outs = append(outs, ids)

@@ -116,6 +116,8 @@ func (s *Session) freeState(h arr) {
 	mlxc.ArrayFree(h)
 }
 
+var _ ports.RecurrentSnapshot = (*Snapshot)(nil)
+
 // Tape is a block's recurrent record (see ports.Tape); valid until the session's next Forward.
 type Tape struct {
 	sess   *Session
@@ -124,6 +126,8 @@ type Tape struct {
 	start  int
 	layers []*gdnTape
 }
+
+var _ ports.Tape = (*Tape)(nil)
 
 // Len returns the number of positions recorded.
 func (tp *Tape) Len() int { return tp.t }
@@ -157,20 +161,20 @@ func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
 		return fmt.Errorf("mlx replay: %w", err)
 	}
 	tp, ok := t.(*Tape)
-	if !ok || tp == nil || tp.sess != s {
-		return fmt.Errorf("mlx replay: tape %T was not recorded by this session", t)
+	mine := ok && tp != nil && tp.sess == s
+	length := 0
+	if mine {
+		length = tp.t
 	}
-	if tp.gen != s.gen || s.lastTap != tp {
-		return fmt.Errorf("mlx replay: %w", model.ErrStaleTape)
-	}
-	if err := model.CheckReplay(n, tp.t); err != nil {
+	skip, err := model.CheckReplay(t, mine, mine && tp.gen == s.gen && s.lastTap == tp, n, length, s.replay)
+	if err != nil {
 		return fmt.Errorf("mlx replay: %w", err)
 	}
-	if n == tp.t && !s.replay {
+	if skip {
 		s.pos.Rec = tp.start + n
 		return nil
 	}
-	err := s.t.rt.Do(func() error {
+	err = s.t.rt.Do(func() error {
 		g := newGraph(s.t.rt, "mlx replay")
 		defer g.release()
 		type upd struct {

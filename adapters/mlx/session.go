@@ -12,15 +12,12 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-var (
-	_ ports.Session           = (*Session)(nil)
-	_ ports.TapeReplayer      = (*Session)(nil)
-	_ ports.Taps              = (*Taps)(nil)
-	_ ports.Tape              = (*Tape)(nil)
-	_ ports.RecurrentSnapshot = (*Snapshot)(nil)
-	_ ports.HostTaps          = (*Taps)(nil)
-	_ ports.LogitsForwarder   = (*Session)(nil)
-)
+// A session has every optional ability the speculative decoder and the reference checks look for.
+var _ interface {
+	ports.Session
+	ports.TapeReplayer
+	ports.LogitsForwarder
+} = (*Session)(nil)
 
 var errClosed = errors.New("mlx: session is closed")
 
@@ -31,8 +28,7 @@ var errClosed = errors.New("mlx: session is closed")
 // runtime cleanup queues them for the MLX thread), because the ports give them no Close of their own.
 type Session struct {
 	t       *Target
-	taps    []int
-	tapSlot map[int][]int
+	taps    model.TapSlots
 	pos     model.Position
 	st      sessState
 	gen     uint64
@@ -58,17 +54,15 @@ type sessState struct {
 
 func (t *Target) newSession(tapLayers []int) (*Session, error) {
 	a := &t.m.Arch
-	s := &Session{t: t, taps: append([]int(nil), tapLayers...), tapSlot: map[int][]int{}}
-	for i, l := range tapLayers {
-		if l < 0 || l >= a.Layers {
-			return nil, fmt.Errorf("tap layer %d outside [0,%d)", l, a.Layers)
-		}
-		s.tapSlot[l] = append(s.tapSlot[l], i)
+	taps, err := model.NewTapSlots(tapLayers, a.Layers)
+	if err != nil {
+		return nil, err
 	}
+	s := &Session{t: t, taps: taps}
 	s.st.kv = make([]*kvCache, a.Layers)
 	s.st.gdn = make([]*gdnState, a.Layers)
 	s.pos.Recurrent = t.info.HasRecurrent()
-	err := t.rt.Do(func() error {
+	err = t.rt.Do(func() error {
 		if t.closed {
 			return errTargetClosed
 		}
@@ -173,7 +167,7 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	if opts.Taps {
 		taps = &Taps{sess: s, rows: T}
 		if len(tapParts) > 0 {
-			taps.width = len(s.taps) * a.Hidden
+			taps.width = s.taps.Len() * a.Hidden
 			taps.a = tapParts[0]
 			if len(tapParts) > 1 {
 				err := s.t.rt.Do(func() error {
@@ -256,18 +250,14 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 		if wantTape && s.pos.Recurrent {
 			st.tape = &Tape{sess: s, gen: s.gen, t: T, start: s.pos.N, layers: make([]*gdnTape, m.Arch.Layers)}
 		}
-		tapRows := make([]act, len(s.taps))
-		x, err := model.Forward(ctx, m, be, st, be.Embed(m.Embed, tokens), s.pos.N, func(layer int, x act) {
-			for _, slot := range s.tapSlot[layer] {
-				tapRows[slot] = x
-			}
-		})
+		tapRows, tap := model.Collect[act](s.taps)
+		x, err := model.Forward(ctx, m, be, st, be.Embed(m.Embed, tokens), s.pos.N, tap)
 		if err != nil {
 			s.st.restoreHandles(old)
 			return err
 		}
 		var tapArr arr
-		if wantTaps && len(s.taps) > 0 {
+		if wantTaps && s.taps.Len() > 0 {
 			tapArr = be.Concat(tapRows...).a
 		}
 		lg := be.f32(model.Logits(m, be, x, T-rows, T).a)

@@ -14,6 +14,11 @@ type Taps struct {
 	rows, width int
 }
 
+var _ interface {
+	ports.Taps
+	ports.HostTaps
+} = (*Taps)(nil)
+
 // Rows returns the number of positions.
 func (t *Taps) Rows() int { return t.rows }
 

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 
 	"github.com/rs/zerolog"
 
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
 	"github.com/higgs-go/higgs/adapters/model"
-	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -70,20 +68,17 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
-	cfg, a, stop, err := hfmodel.LoadTarget(dir, opts.ContextLength)
+	f, err := hfmodel.OpenTarget(dir, opts.ContextLength)
 	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", dir, err)
+		return nil, err
 	}
-	st, err := safetensors.OpenDir(dir)
-	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", dir, err)
-	}
+	cfg, a := f.Config, f.Arch
 	dt := mlxc.Float32
 	if opts.BFloat16 {
 		dt = mlxc.BFloat16
 	}
 	var m *model.Target[*weight]
-	arena, err := upload(rt, st, "mlx load", cfg.Quantization, dt, func(l *loader) (err error) {
+	arena, err := upload(rt, f.Store, "mlx load", cfg.Quantization, dt, func(l *loader) (err error) {
 		if m, err = model.LoadTarget(l, l.ck, cfg, &a); err != nil {
 			return err
 		}
@@ -96,11 +91,7 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
-	t := &Target{rt: rt, m: m, arena: arena, dt: dt, cfg: cfg, info: ports.ModelInfo{
-		Name: filepath.Clean(dir), Architecture: cfg.ModelType, VocabSize: a.Vocab, HiddenSize: a.Hidden,
-		ContextLength: a.ContextLength, LayerKinds: append([]ports.LayerKind(nil), a.Kinds...),
-		EOSTokens: stop,
-	}}
+	t := &Target{rt: rt, m: m, arena: arena, dt: dt, cfg: cfg, info: f.Info(dir)}
 	opts.Logger.Debug().Str("dir", dir).Str("model_type", cfg.ModelType).Int("layers", a.Layers).Msg("mlx target loaded")
 	return t, nil
 }

@@ -3,6 +3,7 @@ package model
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/higgs-go/higgs/ports"
 )
@@ -67,13 +68,61 @@ func (p *Position) Trim(n int) error {
 	return nil
 }
 
-// CheckReplay validates ReplayTape(n) of a tape of t positions.
-func CheckReplay(n, t int) error {
-	if n < 0 || n > t {
-		return fmt.Errorf("%d steps outside [0,%d]", n, t)
+// CheckReplay validates ReplayTape(n) of tape, whose type is the backend's own when mine (and then recorded
+// by this session) and which is the session's latest Forward's when latest, of length positions. skip
+// reports that nothing is to be replayed: n is the whole block and no replay ran since that Forward, so the
+// recurrent layers already hold its end state.
+func CheckReplay(tape ports.Tape, mine, latest bool, n, length int, replayed bool) (skip bool, err error) {
+	switch {
+	case !mine:
+		return false, fmt.Errorf("tape %T was not recorded by this session", tape)
+	case !latest:
+		return false, ErrStaleTape
+	case n < 0 || n > length:
+		return false, fmt.Errorf("%d steps outside [0,%d]", n, length)
 	}
-	return nil
+	return n == length && !replayed, nil
 }
 
 // ErrStaleTape is returned by ReplayTape for a tape that is not from the session's latest Forward.
 var ErrStaleTape = errors.New("tape is not from the latest Forward of this session")
+
+// PerLayer returns n fresh zero states, one per layer (a session's or a draft session's caches).
+func PerLayer[T any](n int) []*T {
+	out := make([]*T, n)
+	for i := range out {
+		out[i] = new(T)
+	}
+	return out
+}
+
+// TapSlots maps a session's tap layers to their slots in its tap matrix (a layer may be tapped twice).
+type TapSlots struct {
+	layers []int
+	slots  map[int][]int
+}
+
+// NewTapSlots validates tap layers against a model of n layers.
+func NewTapSlots(layers []int, n int) (TapSlots, error) {
+	t := TapSlots{layers: slices.Clone(layers), slots: map[int][]int{}}
+	for i, l := range layers {
+		if l < 0 || l >= n {
+			return TapSlots{}, fmt.Errorf("tap layer %d outside [0,%d)", l, n)
+		}
+		t.slots[l] = append(t.slots[l], i)
+	}
+	return t, nil
+}
+
+// Len is the number of taps.
+func (t TapSlots) Len() int { return len(t.layers) }
+
+// Collect returns the per-slot outputs a pass fills and the Forward callback that fills them.
+func Collect[X any](t TapSlots) (tapped []X, tap func(layer int, x X)) {
+	tapped = make([]X, len(t.layers))
+	return tapped, func(layer int, x X) {
+		for _, slot := range t.slots[layer] {
+			tapped[slot] = x
+		}
+	}
+}

@@ -8,6 +8,45 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
+// DrafterOptions tune how a backend loads a drafter and drafts with it.
+type DrafterOptions struct {
+	// TapLayers, when non-nil, overrides the config's target_layer_ids (for drafters published without them).
+	TapLayers []int
+	// AllowDerivedTapLayers lets a drafter without target_layer_ids use the reference formula of
+	// MODEL-REFERENCE §1.3 (round-half-to-even); by default such a drafter is refused, because the formula is
+	// wrong for most published checkpoints.
+	AllowDerivedTapLayers bool
+	// ShrinkBlocks makes a Draft call with bs < the trained block size run a block of only bs slots (anchor +
+	// bs−1 masks). By default such a call still runs the trained block and returns its first bs−1 proposals:
+	// DFlash denoises the block jointly with bidirectional attention and drafters are trained on full blocks
+	// only, so fewer mask slots change every slot's prediction and acceptance collapses (demo drafter, block
+	// 16: τ 1.12 at bs 2 shrunk against the first slot of the full block's 2.07 at bs 16). The block forward
+	// costs the drafter's layers on the trained block's rows either way; only the LM head (the larger cost on
+	// a big vocabulary) is limited to the bs−1 returned rows. Set it to reproduce the authors' loop, which
+	// drafts shortened blocks literally.
+	ShrinkBlocks bool
+}
+
+// BlockRows is how many slots a Draft call of bs runs: the trained block, or bs with ShrinkBlocks.
+func (o DrafterOptions) BlockRows(bs, trained int) int {
+	if o.ShrinkBlocks {
+		return bs
+	}
+	return trained
+}
+
+// CheckDraft validates a Draft call: bs in 1..blockSize (1 only appends context) and the anchor inside a
+// vocabulary of vocab tokens.
+func CheckDraft(anchor ports.Token, bs, blockSize, vocab int) error {
+	if bs < 1 || bs > blockSize {
+		return fmt.Errorf("block size %d outside 1..%d", bs, blockSize)
+	}
+	if anchor < 0 || int(anchor) >= vocab {
+		return fmt.Errorf("anchor token %d outside the vocabulary of %d", anchor, vocab)
+	}
+	return nil
+}
+
 // Drafter is a DFlash drafter's weights on one backend (MODEL-REFERENCE §5): a Qwen3 attention stack fed with
 // the target's tapped hidden states as context and a noise block [anchor, mask…] as queries. It has no
 // embedding or LM head of its own: Embed and Head are its target's.
