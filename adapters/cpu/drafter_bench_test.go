@@ -1,0 +1,50 @@
+package cpu
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/adapters/synth"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// BenchmarkDraftRound measures one drafting round of the trained block (16) after a 400-position context:
+// the per-round cost on the decode hot path (context projection excluded; the session is cropped back to
+// the same context each round).
+func BenchmarkDraftRound(b *testing.B) {
+	tdir, ddir := b.TempDir(), b.TempDir()
+	require.NoError(b, synth.WriteTarget(tdir, synth.TargetSpec{Family: "qwen3", Seed: 1, Wide: 2}))
+	require.NoError(b, synth.WriteDrafter(ddir, synth.DrafterSpec{Seed: 2, Taps: []int{0, 2, 3}, Mask: 63, Wide: 2}))
+	ctx := b.Context()
+	target, err := Load(ctx, tdir, LoadOptions{Threads: 2})
+	require.NoError(b, err)
+	defer target.Close()
+	d, err := LoadDrafter(ctx, ddir, target, DrafterOptions{})
+	require.NoError(b, err)
+	defer d.Close()
+	sess, err := target.NewSession(ctx, d.TapLayers())
+	require.NoError(b, err)
+	defer sess.Close()
+	prompt := make([]ports.Token, 400)
+	for i := range prompt {
+		prompt[i] = ports.Token(i % 60)
+	}
+	fr, err := sess.Forward(ctx, prompt, ports.ForwardOptions{Taps: true, Rows: 1})
+	require.NoError(b, err)
+	ds, err := d.NewSession(ctx)
+	require.NoError(b, err)
+	defer ds.Close()
+	_, err = ds.Draft(ctx, fr.Greedy[0], fr.Taps, 1)
+	require.NoError(b, err)
+	n := ds.Len()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := ds.Draft(ctx, fr.Greedy[0], nil, d.BlockSize()); err != nil {
+			b.Fatal(err)
+		}
+		if err := ds.Crop(n); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
