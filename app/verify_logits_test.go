@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/synth"
+	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -86,8 +87,8 @@ func checkArgmaxAgainstGreedy(t *testing.T, m *Models, prompt []ports.Token, log
 }
 
 func TestParityCPU(t *testing.T) {
-	hybrid := writeTarget(t, synth.TargetSpec{Family: "qwen3_next", Seed: 21})
-	drafter := writeDrafter(t, synth.DrafterSpec{Seed: 22, Taps: []int{0, 2}, Mask: 60, BlockSize: 8})
+	hybrid := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 21})
+	drafter := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 22, Taps: []int{0, 2}, Mask: 60, BlockSize: 8})
 	a := load(t, hybrid, drafter)
 	b, err := LoadModels(t.Context(), ModelConfig{Model: hybrid, Draft: drafter, Threads: 1}, zerolog.Nop(), nil)
 	require.NoError(t, err)
@@ -108,13 +109,13 @@ func TestParityCPU(t *testing.T) {
 	assert.Zero(t, res.ReplayA.MaxAbs, "tape replay is bit-exact with recompute")
 	assert.Equal(t, []int{0, 2}, res.TapLayers)
 
-	other := load(t, writeTarget(t, synth.TargetSpec{Family: "qwen3_next", Seed: 23}), NoDraftName)
+	other := load(t, testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 23}), NoDraftName)
 	res, err = Parity(t.Context(), a, other, parityOptions(prompt))
 	require.ErrorIs(t, err, ErrCheckFailed)
 	assert.False(t, res.Pass)
 	assert.NotEmpty(t, res.Failures)
 
-	dense := load(t, writeTarget(t, synth.TargetSpec{Family: "qwen3", Seed: 23}), NoDraftName)
+	dense := load(t, testmodel.Synth(t, synth.TargetSpec{Family: "qwen3", Seed: 23}), NoDraftName)
 	_, err = Parity(t.Context(), dense, dense, exact)
 	require.NoError(t, err, "attention-only targets skip the replay check")
 
@@ -136,8 +137,8 @@ func TestParityCPUvsMLX(t *testing.T) {
 	if err := mlxAvailable(); err != nil {
 		t.Skipf("MLX backend unavailable: %v", err)
 	}
-	target := writeTarget(t, synth.TargetSpec{Family: "qwen3_next", Seed: 31})
-	drafter := writeDrafter(t, synth.DrafterSpec{Seed: 32, Taps: []int{0, 2}, Mask: 60, BlockSize: 8})
+	target := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 31})
+	drafter := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 32, Taps: []int{0, 2}, Mask: 60, BlockSize: 8})
 	a := load(t, target, drafter)
 	b, err := LoadModels(t.Context(), ModelConfig{Model: target, Draft: drafter, Backend: BackendMLX}, zerolog.Nop(), nil)
 	require.NoError(t, err)
@@ -159,29 +160,16 @@ func parityOptions(prompt []ports.Token) ParityOptions {
 // max_position_embeddings maxPos.
 func withRopeScaling(t *testing.T, dir string, scaling map[string]any, maxPos int) string {
 	t.Helper()
-	out := t.TempDir()
-	entries, err := os.ReadDir(dir)
-	require.NoError(t, err)
-	for _, e := range entries {
-		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		require.NoError(t, err)
-		if e.Name() == "config.json" {
-			cfg := map[string]any{}
-			require.NoError(t, json.Unmarshal(b, &cfg))
-			cfg["rope_scaling"] = scaling
-			cfg["max_position_embeddings"] = maxPos
-			b, err = json.Marshal(cfg)
-			require.NoError(t, err)
-		}
-		require.NoError(t, os.WriteFile(filepath.Join(out, e.Name()), b, 0o644))
-	}
-	return out
+	return testmodel.Copy(t, dir, func(cfg map[string]any) {
+		cfg["rope_scaling"] = scaling
+		cfg["max_position_embeddings"] = maxPos
+	})
 }
 
 // TestParityYaRNTarget: a YaRN target with factor 1 computes plain RoPE, a real factor changes the logits (so the
 // scaling is applied), and where libmlxc is available the MLX backend agrees with the CPU reference on it.
 func TestParityYaRNTarget(t *testing.T) {
-	base := writeTarget(t, synth.TargetSpec{Family: "qwen3_next", Seed: 41})
+	base := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 41})
 	prompt := []ports.Token{3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5, 8, 9, 7, 9, 3, 2, 3, 8, 4}
 	plain := load(t, withRopeScaling(t, base, nil, 512), NoDraftName)
 	unit := load(t, withRopeScaling(t, base, map[string]any{"rope_type": "yarn", "factor": 1.0}, 512), NoDraftName)

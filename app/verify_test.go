@@ -2,10 +2,8 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"math"
-	"os"
 	"path/filepath"
 	"testing"
 
@@ -16,22 +14,9 @@ import (
 	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/domain/speculative"
+	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 )
-
-func writeTarget(t *testing.T, s synth.TargetSpec) string {
-	t.Helper()
-	dir := t.TempDir()
-	require.NoError(t, synth.WriteTarget(dir, s))
-	return dir
-}
-
-func writeDrafter(t *testing.T, s synth.DrafterSpec) string {
-	t.Helper()
-	dir := t.TempDir()
-	require.NoError(t, synth.WriteDrafter(dir, s))
-	return dir
-}
 
 func load(t *testing.T, model, draft string) *Models {
 	t.Helper()
@@ -46,14 +31,14 @@ var testPrompts = [][]ports.Token{{1}, {5, 9, 13, 2}, {40, 41, 42, 43, 44, 45, 4
 // TestLosslessUseCase runs the lossless use case on a dense and a hybrid target with a drafter whose tap ids
 // disagree with num_target_layers, for block sizes 2..16 under forced tape replay and forced recompute.
 func TestLosslessUseCase(t *testing.T) {
-	drafter := writeDrafter(t, synth.DrafterSpec{Seed: 9, Taps: []int{1, 3}, NumTargetLayers: 41, Mask: 62})
+	drafter := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 9, Taps: []int{1, 3}, NumTargetLayers: 41, Mask: 62})
 	n := 32
 	if testing.Short() {
 		n = 12
 	}
 	for _, fam := range []string{"qwen3", "qwen3_next"} {
 		t.Run(fam, func(t *testing.T) {
-			m := load(t, writeTarget(t, synth.TargetSpec{Family: fam, Seed: 5}), drafter)
+			m := load(t, testmodel.Synth(t, synth.TargetSpec{Family: fam, Seed: 5}), drafter)
 			res, err := Lossless(t.Context(), m, LosslessOptions{Prompts: testPrompts, MaxTokens: n, NoEOS: true,
 				Rollbacks: []speculative.RollbackMode{speculative.RollbackReplay, speculative.RollbackRecompute}})
 			require.NoError(t, err)
@@ -71,14 +56,14 @@ func TestLosslessUseCase(t *testing.T) {
 // speculative decoding is still lossless against autoregressive decoding with the same kernels, because the fast
 // kernels are batch-invariant too (a 16-row verify gives each row the 1-row decode's bits).
 func TestLosslessFastKernels(t *testing.T) {
-	drafter := writeDrafter(t, synth.DrafterSpec{Seed: 19, Taps: []int{1, 3}, Mask: 62})
+	drafter := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 19, Taps: []int{1, 3}, Mask: 62})
 	n := 24
 	if testing.Short() {
 		n = 8
 	}
 	for _, fam := range []string{"qwen3", "qwen3_next"} {
 		t.Run(fam, func(t *testing.T) {
-			target := writeTarget(t, synth.TargetSpec{Family: fam, Seed: 15, Quant: &quant.Spec{Bits: 4, GroupSize: 32}})
+			target := testmodel.Synth(t, synth.TargetSpec{Family: fam, Seed: 15, Quant: &quant.Spec{Bits: 4, GroupSize: 32}})
 			m, err := LoadModels(t.Context(), ModelConfig{Model: target, Draft: drafter, Threads: 2, Kernels: KernelsFast},
 				zerolog.Nop(), nil)
 			require.NoError(t, err)
@@ -104,8 +89,8 @@ func TestSpeculativeSamplingDistribution(t *testing.T) {
 	if testing.Short() {
 		t.Skip("statistical test (~1 s) skipped in -short mode")
 	}
-	m := load(t, writeTarget(t, synth.TargetSpec{Family: "qwen3_next", Seed: 6, Vocab: 64, EmbedScale: 4}),
-		writeDrafter(t, synth.DrafterSpec{Seed: 7, Taps: []int{0, 3}, Mask: 61, BlockSize: 4}))
+	m := load(t, testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 6, Vocab: 64, EmbedScale: 4}),
+		testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 7, Taps: []int{0, 3}, Mask: 61, BlockSize: 4}))
 	dt, err := distributionTest(t.Context(), m, LosslessOptions{Prompts: [][]ports.Token{{5, 6}}, Temperature: 1.0,
 		Seed: 11, Samples: 400, NoEOS: true}, 4)
 	require.NoError(t, err)
@@ -143,8 +128,8 @@ func TestChiSquareSurvival(t *testing.T) {
 }
 
 func TestGenerateReproducibleWithSeed(t *testing.T) {
-	m := load(t, writeTarget(t, synth.TargetSpec{Family: "qwen3_next", Seed: 8}),
-		writeDrafter(t, synth.DrafterSpec{Seed: 9, Taps: []int{0, 2}, Mask: 60, BlockSize: 8}))
+	m := load(t, testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 8}),
+		testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 9, Taps: []int{0, 2}, Mask: 60, BlockSize: 8}))
 	o := GenerateOptions{Prompt: []ports.Token{3, 4}, MaxTokens: 20, Speculative: true, NoEOS: true,
 		Sampling: ports.SamplingParams{Temperature: 0.9, TopP: 0.95}, Seed: 123}
 	a, err := Generate(t.Context(), m, o)
@@ -162,25 +147,14 @@ func TestGenerateReproducibleWithSeed(t *testing.T) {
 // TestBadInputBeforeGeneration: incompatible drafters and bad requests fail at load or validation time with
 // a clear error.
 func TestBadInputBeforeGeneration(t *testing.T) {
-	target := writeTarget(t, synth.TargetSpec{Family: "qwen3", Seed: 1})
-	otherVocab := writeDrafter(t, synth.DrafterSpec{Seed: 1, Taps: []int{0}, Mask: 10, Vocab: 128})
-	noMask := writeDrafter(t, synth.DrafterSpec{Seed: 1, Taps: []int{0}, Mask: 10})
-	cfgPath := filepath.Join(noMask, "config.json")
-	raw, err := os.ReadFile(cfgPath)
-	require.NoError(t, err)
-	var cfg map[string]any
-	require.NoError(t, json.Unmarshal(raw, &cfg))
-	delete(cfg["dflash_config"].(map[string]any), "mask_token_id")
-	raw, err = json.Marshal(cfg)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(cfgPath, raw, 0o644))
-	truncated := writeDrafter(t, synth.DrafterSpec{Seed: 1, Taps: []int{0}, Mask: 10})
-	wpath := filepath.Join(truncated, "model.safetensors")
-	w, err := os.ReadFile(wpath)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(wpath, w[:len(w)/2], 0o644))
-	tapOutside := writeDrafter(t, synth.DrafterSpec{Seed: 1, Taps: []int{0, 4}, Mask: 10})
-	maskOutside := writeDrafter(t, synth.DrafterSpec{Seed: 1, Taps: []int{0}, Mask: 64})
+	target := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3", Seed: 1})
+	otherVocab := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 1, Taps: []int{0}, Mask: 10, Vocab: 128})
+	noMask := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 1, Taps: []int{0}, Mask: 10})
+	testmodel.EditConfig(t, noMask, func(cfg map[string]any) { delete(cfg["dflash_config"].(map[string]any), "mask_token_id") })
+	truncated := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 1, Taps: []int{0}, Mask: 10})
+	testmodel.Truncate(t, truncated, "model.safetensors")
+	tapOutside := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 1, Taps: []int{0, 4}, Mask: 10})
+	maskOutside := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 1, Taps: []int{0}, Mask: 64})
 
 	for _, tc := range []struct {
 		name, draft, want string
@@ -199,7 +173,7 @@ func TestBadInputBeforeGeneration(t *testing.T) {
 		})
 	}
 
-	m := load(t, target, writeDrafter(t, synth.DrafterSpec{Seed: 1, Taps: []int{0}, Mask: 10, BlockSize: 8}))
+	m := load(t, target, testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 1, Taps: []int{0}, Mask: 10, BlockSize: 8}))
 	for _, tc := range []struct {
 		name string
 		o    GenerateOptions
@@ -220,7 +194,7 @@ func TestBadInputBeforeGeneration(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
-	_, err = Lossless(t.Context(), m, LosslessOptions{Prompts: testPrompts, BlockSizes: []int{16}, MaxTokens: 4})
+	_, err := Lossless(t.Context(), m, LosslessOptions{Prompts: testPrompts, BlockSizes: []int{16}, MaxTokens: 4})
 	require.ErrorIs(t, err, ErrBadInput)
 	for _, tc := range []struct {
 		name string
@@ -242,7 +216,7 @@ func TestBadInputBeforeGeneration(t *testing.T) {
 }
 
 func TestLoadModelsBackends(t *testing.T) {
-	target := writeTarget(t, synth.TargetSpec{Family: "qwen3", Seed: 1, EOS: []int32{3, 7}})
+	target := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3", Seed: 1, EOS: []int32{3, 7}})
 	if mlxAvailable() != nil {
 		_, err := LoadModels(t.Context(), ModelConfig{Model: target, Backend: "mlx"}, zerolog.Nop(), nil)
 		require.ErrorIs(t, err, errors.ErrUnsupported)
@@ -362,8 +336,8 @@ func (s skewedSession) Forward(ctx context.Context, toks []ports.Token, o ports.
 }
 
 func TestLosslessReportsFirstMismatch(t *testing.T) {
-	m := load(t, writeTarget(t, synth.TargetSpec{Family: "qwen3", Seed: 41}),
-		writeDrafter(t, synth.DrafterSpec{Seed: 42, Taps: []int{1}, Mask: 60, BlockSize: 4}))
+	m := load(t, testmodel.Synth(t, synth.TargetSpec{Family: "qwen3", Seed: 41}),
+		testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 42, Taps: []int{1}, Mask: 60, BlockSize: 4}))
 	bad := *m
 	bad.Target = skewedTarget{m.Target}
 	res, err := Lossless(t.Context(), &bad, LosslessOptions{Prompts: testPrompts, MaxTokens: 24, NoEOS: true})

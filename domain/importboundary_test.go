@@ -2,7 +2,8 @@
 // the standard library and ports, and ports only on the standard library; adapters (tests included) never
 // import the domain or app; the backends are siblings (adapters/cpu and adapters/mlx import nothing from each
 // other, except that MLX's parity tests use the CPU reference as their oracle), and the model graphs
-// (adapters/model) know no backend.
+// (adapters/model) know no backend; the test-support checkpoint writers (internal/testmodel) are imported by
+// _test.go files only.
 package domain_test
 
 import (
@@ -56,6 +57,7 @@ var rules = []rule{
 	{tree: "adapters/model", allowed: func(p string, _ bool) bool {
 		return !within(p, module+"/adapters/cpu") && !within(p, module+"/adapters/mlx")
 	}},
+	{tree: ".", allowed: func(p string, test bool) bool { return test || !within(p, module+"/internal/testmodel") }},
 }
 
 // stdlib reports whether an import path belongs to the standard library: its first element has no dot.
@@ -152,6 +154,9 @@ func TestImportBoundaryDetectsViolations(t *testing.T) {
 		"adapters/mlx/oracle_test.go":   `package mlx; import "github.com/higgs-go/higgs/adapters/cpu"`,
 		"adapters/model/bad.go":         `package model; import "github.com/higgs-go/higgs/adapters/cpu"`,
 		"adapters/cpu/app.go":           `package cpu; import "github.com/higgs-go/higgs/app"`,
+		"app/fixture.go":                `package app; import "github.com/higgs-go/higgs/internal/testmodel"`,
+		"app/fixture_test.go":           `package app; import "github.com/higgs-go/higgs/internal/testmodel"`,
+		"adapters/cpu/x_test.go":        `package cpu; import "github.com/higgs-go/higgs/internal/testmodel"`,
 	}
 	for name, src := range files {
 		p := filepath.Join(root, filepath.FromSlash(name))
@@ -171,5 +176,6 @@ func TestImportBoundaryDetectsViolations(t *testing.T) {
 		"adapters/mlx/bad.go imports github.com/higgs-go/higgs/adapters/cpu",
 		"adapters/model/bad.go imports github.com/higgs-go/higgs/adapters/cpu",
 		"adapters/cpu/app.go imports github.com/higgs-go/higgs/app",
+		"app/fixture.go imports github.com/higgs-go/higgs/internal/testmodel",
 	}, v)
 }

@@ -2,7 +2,6 @@ package chattemplate_test
 
 import (
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/chattemplate"
+	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -31,15 +31,6 @@ func TestNamedTemplatesPickToolUseWhenToolsAreGiven(t *testing.T) {
 	require.NoError(t, err)
 	// Keys keep the client's order; the separators and the unescaped non-ASCII and <&> are json.dumps'.
 	assert.Equal(t, `<s>TOOLS [{"type": "function", "function": {"name": "f", "z": 1, "a": "é<&>", "n": [1.5, -2, null, true]}}][user] hi</s>`, got)
-}
-
-func writeDir(t *testing.T, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	for name, content := range files {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
-	}
-	return dir
 }
 
 func TestLoad(t *testing.T) {
@@ -63,7 +54,7 @@ func TestLoad(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			tmpl, err := chattemplate.Load(writeDir(t, c.files))
+			tmpl, err := chattemplate.Load(testmodel.Files(t, c.files))
 			if c.wantErr != "" {
 				require.Error(t, err)
 				assert.Contains(t, err.Error(), c.wantErr)

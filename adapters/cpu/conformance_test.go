@@ -6,17 +6,19 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/synth"
+	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 	"github.com/higgs-go/higgs/ports/porttest"
 )
 
 // The ports conformance suite on dense, hybrid and quantized hybrid MoE targets.
 func TestPortConformance(t *testing.T) {
-	for name, f := range map[string]fixture{
+	for name, f := range map[string]testmodel.TargetSpec{
 		"qwen3":             {Family: "qwen3", Seed: 81, Layers: 2, Tied: true},
-		"qwen3_5 hybrid":    {Family: "qwen3_5", Seed: 82, Layers: 4, Gate: true, Partial: 0.25},
-		"qwen3_next moe q4": {Family: "qwen3_next", Seed: 83, Layers: 4, MoE: true, Experts: "switch", MLXLayout: true, QuantBits: 4, QuantGS: 32},
+		"qwen3_5 hybrid":    {Family: "qwen3_5", Seed: 82, Layers: 4, OutputGate: true, PartialRotary: 0.25},
+		"qwen3_next moe q4": {Family: "qwen3_next", Seed: 83, Layers: 4, MoE: true, ExpertLayout: testmodel.ExpertsSwitch, MLXLayout: true, Quant: &quant.Spec{Bits: 4, GroupSize: 32}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f.Context = 40
@@ -29,7 +31,7 @@ func TestPortConformance(t *testing.T) {
 					}
 					return s
 				},
-				Vocab:     fxV,
+				Vocab:     testmodel.Vocab,
 				TapLayers: []int{f.Layers - 1, 0},
 				ReadTaps: func(tp ports.Taps) ([][]float32, error) {
 					c, ok := tp.(*Taps)
@@ -58,9 +60,7 @@ func TestPortConformance(t *testing.T) {
 func TestSpeculativeConformance(t *testing.T) {
 	for _, family := range []string{"qwen3", "qwen3_next"} {
 		t.Run(family, func(t *testing.T) {
-			tdir, ddir := t.TempDir(), t.TempDir()
-			require.NoError(t, synth.WriteTarget(tdir, synth.TargetSpec{Family: family, Seed: 1}))
-			require.NoError(t, synth.WriteDrafter(ddir, synth.DrafterSpec{Seed: 2, Taps: []int{0, 2, 3}, NumTargetLayers: 36, Mask: 63}))
+			tdir, ddir := testmodel.Synth(t, synth.TargetSpec{Family: family, Seed: 1}), testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 2, Taps: []int{0, 2, 3}, NumTargetLayers: 36, Mask: 63})
 			tg, err := Load(t.Context(), tdir, LoadOptions{Threads: 2})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = tg.Close() })

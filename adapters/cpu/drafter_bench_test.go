@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/synth"
+	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -13,9 +14,7 @@ import (
 // the per-round cost on the decode hot path (context projection excluded; the session is cropped back to
 // the same context each round).
 func BenchmarkDraftRound(b *testing.B) {
-	tdir, ddir := b.TempDir(), b.TempDir()
-	require.NoError(b, synth.WriteTarget(tdir, synth.TargetSpec{Family: "qwen3", Seed: 1, Wide: 2}))
-	require.NoError(b, synth.WriteDrafter(ddir, synth.DrafterSpec{Seed: 2, Taps: []int{0, 2, 3}, Mask: 63, Wide: 2}))
+	tdir, ddir := testmodel.Synth(b, synth.TargetSpec{Family: "qwen3", Seed: 1, Wide: 2}), testmodel.SynthDrafter(b, synth.DrafterSpec{Seed: 2, Taps: []int{0, 2, 3}, Mask: 63, Wide: 2})
 	ctx := b.Context()
 	target, err := Load(ctx, tdir, LoadOptions{Threads: 2})
 	require.NoError(b, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/synth"
+	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 	"github.com/higgs-go/higgs/ports/porttest"
 )
@@ -25,9 +26,7 @@ type draftPair struct {
 
 func loadDraftPair(t *testing.T, ts synth.TargetSpec, ds synth.DrafterSpec, threads int) draftPair {
 	t.Helper()
-	tdir, ddir := t.TempDir(), t.TempDir()
-	require.NoError(t, synth.WriteTarget(tdir, ts))
-	require.NoError(t, synth.WriteDrafter(ddir, ds))
+	tdir, ddir := testmodel.Synth(t, ts), testmodel.SynthDrafter(t, ds)
 	target, err := Load(t.Context(), tdir, LoadOptions{Threads: threads})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = target.Close() })
@@ -134,9 +133,7 @@ func TestStoredFormsOfTargets(t *testing.T) {
 // session length is the same after either); with ShrinkBlocks the block really shrinks.
 func TestShortBlocksArePrefixesOfTheTrainedBlock(t *testing.T) {
 	ctx := t.Context()
-	tdir, ddir := t.TempDir(), t.TempDir()
-	require.NoError(t, synth.WriteTarget(tdir, synth.TargetSpec{Family: "qwen3_next", Seed: 21}))
-	require.NoError(t, synth.WriteDrafter(ddir, synth.DrafterSpec{Seed: 22, Taps: []int{0, 3}, Mask: 63}))
+	tdir, ddir := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 21}), testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 22, Taps: []int{0, 3}, Mask: 63})
 	target, err := Load(ctx, tdir, LoadOptions{Threads: 2})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = target.Close() })

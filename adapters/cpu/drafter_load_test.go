@@ -3,8 +3,6 @@ package cpu
 import (
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -14,6 +12,7 @@ import (
 	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/adapters/synth"
+	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -37,13 +36,13 @@ func TestLoadDrafterLayoutsAndDTypes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 21))
 	target, _ := loadTinyTarget(t, tinyTargetSpec(21), 2)
 	target1, _ := loadTinyTarget(t, tinyTargetSpec(21), 1)
-	vals, shapes := genDraftWeights(rng, a)
-	f := draftRandVec(rng, 6*len(a.TapLayers)*a.HiddenSize, 1)
+	w := testmodel.RandomDrafterWeights(rng, a)
+	f := testmodel.NormalVec(rng, 6*len(a.TapLayers)*a.HiddenSize, 1)
 
 	mk := func(prefix string, nested bool, dt safetensors.DType) string {
 		dir := t.TempDir()
-		writeDraftWeights(t, dir, vals, shapes, prefix, dt, nil)
-		writeDraftConfig(t, dir, a, nested)
+		testmodel.WriteDrafterWeights(t, dir, w, testmodel.DrafterStorage{Prefix: prefix, DType: dt})
+		testmodel.WriteDrafterConfig(t, dir, a, testmodel.DrafterStorage{Nested: nested})
 		return dir
 	}
 	base := loadTinyDrafter(t, mk("", false, safetensors.F32), target, DrafterOptions{})
@@ -94,16 +93,16 @@ func TestLoadDrafterQuantized(t *testing.T) {
 	target, _ := loadTinyTarget(t, tinyTargetSpec(22), 2)
 	for _, spec := range []quant.Spec{{Bits: 4, GroupSize: 32}, {Bits: 8, GroupSize: 32}, {Bits: 3, GroupSize: 32}} {
 		t.Run(spec.String(), func(t *testing.T) {
-			vals, shapes := genDraftWeights(rng, a)
+			w := testmodel.RandomDrafterWeights(rng, a)
 			qdir := t.TempDir()
-			writeDraftWeights(t, qdir, vals, shapes, "model.", safetensors.F32, &spec) // vals now dequantized
-			writeDraftConfig(t, qdir, a, false)
+			testmodel.WriteDrafterWeights(t, qdir, w, testmodel.DrafterStorage{Prefix: "model.", Quant: &spec}) // w now dequantized
+			testmodel.WriteDrafterConfig(t, qdir, a, testmodel.DrafterStorage{})
 			fdir := t.TempDir()
-			writeDraftWeights(t, fdir, vals, shapes, "", safetensors.F32, nil)
-			writeDraftConfig(t, fdir, a, false)
+			testmodel.WriteDrafterWeights(t, fdir, w, testmodel.DrafterStorage{})
+			testmodel.WriteDrafterConfig(t, fdir, a, testmodel.DrafterStorage{})
 			qd := loadTinyDrafter(t, qdir, target, DrafterOptions{})
 			fd := loadTinyDrafter(t, fdir, target, DrafterOptions{})
-			f := draftRandVec(rng, 5*len(a.TapLayers)*a.HiddenSize, 1)
+			f := testmodel.NormalVec(rng, 5*len(a.TapLayers)*a.HiddenSize, 1)
 			_, ql := draftOnce(t, qd, f, 5)
 			_, fl := draftOnce(t, fd, f, 5)
 			require.Len(t, ql, len(fl))
@@ -136,26 +135,23 @@ func TestLoadDrafterRefusesBadDrafters(t *testing.T) {
 		{name: "other vocabulary", target: vocab80, want: "drafter vocab_size 64 differs from the target's 80"},
 		{name: "no tap ids", arch: func(a *hfmodel.DrafterArch) { a.TapLayers = nil }, want: "refusing to guess the tap layers"},
 		{name: "dynamic rope", edit: func(t *testing.T, dir string) {
-			editDraftConfig(t, dir, func(m map[string]any) { m["rope_scaling"] = map[string]any{"rope_type": "dynamic", "factor": 4.0} })
+			testmodel.EditConfig(t, dir, func(m map[string]any) { m["rope_scaling"] = map[string]any{"rope_type": "dynamic", "factor": 4.0} })
 		}, want: "dynamic"},
 		{name: "truncated weights", edit: func(t *testing.T, dir string) {
-			p := filepath.Join(dir, "model.safetensors")
-			b, err := os.ReadFile(p)
-			require.NoError(t, err)
-			require.NoError(t, os.WriteFile(p, b[:len(b)-100], 0o644))
+			testmodel.Truncate(t, dir, "model.safetensors")
 		}, want: "model.safetensors"},
 		{name: "missing tensor", edit: func(t *testing.T, dir string) {
-			rewriteDraftWeights(t, dir, func(ts []safetensors.Tensor) []safetensors.Tensor { return ts[1:] })
+			testmodel.RewriteWeights(t, dir, func(ts []safetensors.Tensor) []safetensors.Tensor { return ts[1:] })
 		}, want: "tensor not found"},
 		{name: "unexpected tensor", edit: func(t *testing.T, dir string) {
-			rewriteDraftWeights(t, dir, func(ts []safetensors.Tensor) []safetensors.Tensor {
+			testmodel.RewriteWeights(t, dir, func(ts []safetensors.Tensor) []safetensors.Tensor {
 				x, err := safetensors.FromFloat32("embed_tokens.weight", safetensors.F32, []int{2, 2}, []float32{1, 2, 3, 4})
 				require.NoError(t, err)
 				return append(ts, x)
 			})
 		}, want: "a DFlash drafter: unexpected tensors in checkpoint (1): [embed_tokens.weight]"},
 		{name: "wrong shape", edit: func(t *testing.T, dir string) {
-			rewriteDraftWeights(t, dir, func(ts []safetensors.Tensor) []safetensors.Tensor {
+			testmodel.RewriteWeights(t, dir, func(ts []safetensors.Tensor) []safetensors.Tensor {
 				for i := range ts {
 					if ts[i].Name == "fc.weight" {
 						x, err := safetensors.FromFloat32("fc.weight", safetensors.F32, []int{64, 64}, make([]float32, 64*64))
@@ -167,16 +163,16 @@ func TestLoadDrafterRefusesBadDrafters(t *testing.T) {
 			})
 		}, want: `"fc.weight"`},
 		{name: "negative output multiplier", edit: func(t *testing.T, dir string) {
-			editDraftConfig(t, dir, func(m map[string]any) { m["output_multiplier"] = -1.0 })
+			testmodel.EditConfig(t, dir, func(m map[string]any) { m["output_multiplier"] = -1.0 })
 		}, want: "output_multiplier -1"},
 		{name: "dflash-2 drafter", edit: func(t *testing.T, dir string) {
-			editDraftConfig(t, dir, func(m map[string]any) { m["dflash_config"].(map[string]any)["conv_kernel_size"] = 4 })
+			testmodel.EditConfig(t, dir, func(m map[string]any) { m["dflash_config"].(map[string]any)["conv_kernel_size"] = 4 })
 		}, want: "DFlash-2 drafters"},
 		{name: "bad embedding scale", edit: func(t *testing.T, dir string) {
-			editDraftConfig(t, dir, func(m map[string]any) { m["dflash_config"].(map[string]any)["input_embedding_scale"] = "x" })
+			testmodel.EditConfig(t, dir, func(m map[string]any) { m["dflash_config"].(map[string]any)["input_embedding_scale"] = "x" })
 		}, want: "input_embedding_scale"},
 		{name: "block size 1", edit: func(t *testing.T, dir string) {
-			editDraftConfig(t, dir, func(m map[string]any) { m["block_size"] = 1 })
+			testmodel.EditConfig(t, dir, func(m map[string]any) { m["block_size"] = 1 })
 		}, want: "block_size 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -184,7 +180,7 @@ func TestLoadDrafterRefusesBadDrafters(t *testing.T) {
 			if tc.arch != nil {
 				tc.arch(&a)
 			}
-			dir := writeTinyDrafter(t, rng, a, "", false, safetensors.F32)
+			dir := testmodel.Drafter(t, rng, a, testmodel.DrafterStorage{})
 			if tc.edit != nil {
 				tc.edit(t, dir)
 			}
@@ -209,10 +205,10 @@ func TestLoadDrafterYaRN(t *testing.T) {
 	a := tinyDraftArch()
 	rng := rand.New(rand.NewPCG(23, 23))
 	target, _ := loadTinyTarget(t, tinyTargetSpec(23), 2)
-	dir := writeTinyDrafter(t, rng, a, "", false, safetensors.F32)
-	f := draftRandVec(rng, 6*len(a.TapLayers)*a.HiddenSize, 1)
+	dir := testmodel.Drafter(t, rng, a, testmodel.DrafterStorage{})
+	f := testmodel.NormalVec(rng, 6*len(a.TapLayers)*a.HiddenSize, 1)
 	logits := func(scaling map[string]any) []float32 {
-		editDraftConfig(t, dir, func(m map[string]any) {
+		testmodel.EditConfig(t, dir, func(m map[string]any) {
 			m["rope_scaling"] = scaling
 			m["max_position_embeddings"] = 64
 		})
@@ -244,7 +240,7 @@ func TestDrafterTapPolicy(t *testing.T) {
 	a := tinyDraftArch()
 	a.NumTargetLayers = 41 // informational, disagrees with the 4-layer target
 	target, _ := loadTinyTarget(t, tinyTargetSpec(24), 1)
-	d := loadTinyDrafter(t, writeTinyDrafter(t, rng, a, "", false, safetensors.F32), target, DrafterOptions{})
+	d := loadTinyDrafter(t, testmodel.Drafter(t, rng, a, testmodel.DrafterStorage{}), target, DrafterOptions{})
 	assert.Equal(t, []int{0, 2}, d.TapLayers())
 	require.NoError(t, d.Close())
 
@@ -271,9 +267,9 @@ func writeDrafterWithTapWidth(t *testing.T, rng *rand.Rand, a hfmodel.DrafterArc
 	shapeArch := a
 	shapeArch.TapLayers = make([]int, nTaps)
 	dir := t.TempDir()
-	vals, shapes := genDraftWeights(rng, shapeArch)
-	writeDraftWeights(t, dir, vals, shapes, "", safetensors.F32, nil)
-	writeDraftConfig(t, dir, a, false)
+	w := testmodel.RandomDrafterWeights(rng, shapeArch)
+	testmodel.WriteDrafterWeights(t, dir, w, testmodel.DrafterStorage{})
+	testmodel.WriteDrafterConfig(t, dir, a, testmodel.DrafterStorage{})
 	return dir
 }
 
@@ -315,8 +311,8 @@ func TestLoadDrafterExtras(t *testing.T) {
 	rng := rand.New(rand.NewPCG(25, 25))
 	a := tinyDraftArch()
 	target, _ := loadTinyTarget(t, tinyTargetSpec(25), 1)
-	dir := writeTinyDrafter(t, rng, a, "", true, safetensors.F32)
-	editDraftConfig(t, dir, func(m map[string]any) {
+	dir := testmodel.Drafter(t, rng, a, testmodel.DrafterStorage{Nested: true})
+	testmodel.EditConfig(t, dir, func(m map[string]any) {
 		m["dflash_config"].(map[string]any)["input_embedding_scale"] = 1.5
 		m["is_causal"] = true
 		m["output_multiplier"] = 2.0

@@ -12,6 +12,7 @@ import (
 
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/safetensors"
+	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -244,7 +245,7 @@ func checkDraftAgainstReference(t *testing.T, a hfmodel.DrafterArch, shrink bool
 	require.NoError(t, err)
 	sess := s.(*DraftSession)
 	for round, m := range []int{5, 3, 1, 4} {
-		f := draftRandVec(rng, m*width, 1)
+		f := testmodel.NormalVec(rng, m*width, 1)
 		all = append(all, f...)
 		anchor := ports.Token(rng.IntN(60))
 		bs := []int{8, 4, 2, 6}[round]
@@ -297,7 +298,7 @@ func TestDraftIncrementalEqualsOneShot(t *testing.T) {
 	a := tinyDraftArch()
 	rng := rand.New(rand.NewPCG(5, 5))
 	width := len(a.TapLayers) * a.HiddenSize
-	f := draftRandVec(rng, 300*width, 1) // > contextChunk to exercise chunking
+	f := testmodel.NormalVec(rng, 300*width, 1) // > contextChunk to exercise chunking
 	for _, threads := range []int{1, 3} {
 		d, _, _ := newTinyDrafter(t, 11, a, threads, DrafterOptions{})
 		one, err := d.NewSession(t.Context())
@@ -363,7 +364,7 @@ func TestDraftLogitsAcrossThreads(t *testing.T) {
 	a := tinyDraftArch()
 	rng := rand.New(rand.NewPCG(8, 8))
 	width := len(a.TapLayers) * a.HiddenSize
-	f := draftRandVec(rng, 20*width, 1)
+	f := testmodel.NormalVec(rng, 20*width, 1)
 	var first []float32
 	for _, threads := range []int{1, 2, 5} {
 		d, _, _ := newTinyDrafter(t, 13, a, threads, DrafterOptions{})

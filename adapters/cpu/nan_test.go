@@ -11,6 +11,7 @@ import (
 
 	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/internal/golden"
+	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -21,29 +22,17 @@ func nanCheckpoint(t *testing.T) string {
 	if _, err := os.Stat(filepath.Join(src, "model.safetensors")); err != nil {
 		t.Skipf("golden %s absent: %v", src, err)
 	}
-	dst := t.TempDir()
-	cfg, err := os.ReadFile(filepath.Join(src, "config.json"))
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dst, "config.json"), cfg, 0o644))
-	st, err := safetensors.OpenFile(filepath.Join(src, "model.safetensors"))
-	require.NoError(t, err)
-	defer st.Close()
-	var out []safetensors.Tensor
-	for _, name := range st.Names() {
-		tn, err := st.Tensor(name)
-		require.NoError(t, err)
-		c := safetensors.Tensor{Name: tn.Name, DType: tn.DType, Shape: tn.Shape, Data: append([]byte(nil), tn.Data...)}
-		if name == "model.norm.weight" {
+	ts := testmodel.Tensors(t, src)
+	for _, c := range ts {
+		if c.Name == "model.norm.weight" {
 			require.Equal(t, safetensors.F32, c.DType)
 			nan := math.Float32bits(float32(math.NaN()))
 			for i := 0; i+4 <= len(c.Data); i += 4 {
 				c.Data[i], c.Data[i+1], c.Data[i+2], c.Data[i+3] = byte(nan), byte(nan>>8), byte(nan>>16), byte(nan>>24)
 			}
 		}
-		out = append(out, c)
 	}
-	require.NoError(t, safetensors.Write(filepath.Join(dst, "model.safetensors"), out, nil))
-	return dst
+	return testmodel.WithTensors(t, src, ts)
 }
 
 // A forward whose logits are all NaN (corrupt weights) is an error naming the position, not a greedy token of

@@ -9,6 +9,8 @@ import (
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
 	"github.com/higgs-go/higgs/adapters/model"
+	"github.com/higgs-go/higgs/adapters/quant"
+	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -333,12 +335,12 @@ func refMoE(m *model.Target[*weight], w *model.MoE[*weight], x []float64) []floa
 
 // The production float32 forward agrees with the float64 reference to 1e-4 on every logit.
 func TestMatchesFloat64Reference(t *testing.T) {
-	for name, f := range map[string]fixture{
+	for name, f := range map[string]testmodel.TargetSpec{
 		"qwen3":                     {Family: "qwen3", Seed: 71, Layers: 2},
-		"qwen3_5 gated partial":     {Family: "qwen3_5", Seed: 72, Layers: 4, Gate: true, Partial: 0.25},
-		"qwen3_next moe":            {Family: "qwen3_next", Seed: 73, Layers: 4, MoE: true, MLPOnly: []int{0}},
-		"qwen3_5_moe norm q4":       {Family: "qwen3_5_moe", Seed: 74, Layers: 4, Gate: true, MoE: true, NormTopK: true, Experts: "switch", MLXLayout: true, QuantBits: 4, QuantGS: 32},
-		"qwen3_5 hf layout ungated": {Family: "qwen3_5", Seed: 75, Layers: 4, Partial: 1},
+		"qwen3_5 gated partial":     {Family: "qwen3_5", Seed: 72, Layers: 4, OutputGate: true, PartialRotary: 0.25},
+		"qwen3_next moe":            {Family: "qwen3_next", Seed: 73, Layers: 4, MoE: true, MLPOnlyLayers: []int{0}},
+		"qwen3_5_moe norm q4":       {Family: "qwen3_5_moe", Seed: 74, Layers: 4, OutputGate: true, MoE: true, NormTopK: true, ExpertLayout: testmodel.ExpertsSwitch, MLXLayout: true, Quant: &quant.Spec{Bits: 4, GroupSize: 32}},
+		"qwen3_5 hf layout ungated": {Family: "qwen3_5", Seed: 75, Layers: 4, PartialRotary: 1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			tg := loadFixture(t, f, 2)
@@ -347,8 +349,8 @@ func TestMatchesFloat64Reference(t *testing.T) {
 			want := refForward(tg.m, toks)
 			var worst float64
 			for tt := range toks {
-				for j := range fxV {
-					worst = math.Max(worst, math.Abs(want[tt][j]-float64(got[tt*fxV+j])))
+				for j := range testmodel.Vocab {
+					worst = math.Max(worst, math.Abs(want[tt][j]-float64(got[tt*testmodel.Vocab+j])))
 				}
 			}
 			require.Less(t, worst, 1e-4, "max |Δlogit|")

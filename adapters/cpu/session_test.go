@@ -5,20 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/safetensors"
+	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 )
 
-func loadFixture(t testing.TB, f fixture, threads int) *Target {
+func loadFixture(t testing.TB, f testmodel.TargetSpec, threads int) *Target {
 	t.Helper()
-	tg, err := Load(context.Background(), f.write(t), LoadOptions{Threads: threads})
+	tg, err := Load(context.Background(), testmodel.Target(t, f), LoadOptions{Threads: threads})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tg.Close() })
 	return tg
@@ -57,21 +57,21 @@ func tokensOf(seed, n int) []ports.Token {
 	x := uint32(seed*7919 + 13)
 	for i := range out {
 		x = x*1664525 + 1013904223
-		out[i] = ports.Token(x >> 8 % fxV)
+		out[i] = ports.Token(x >> 8 % testmodel.Vocab)
 	}
 	return out
 }
 
-var consistencyFixtures = map[string]fixture{
+var consistencyFixtures = map[string]testmodel.TargetSpec{
 	"qwen3 tied":                 {Family: "qwen3", Seed: 1, Layers: 2, Tied: true},
 	"qwen3 untied bf16":          {Family: "qwen3", Seed: 2, Layers: 2, BF16: true},
-	"qwen3_5 gated partial":      {Family: "qwen3_5", Seed: 3, Layers: 4, Gate: true, Partial: 0.25},
-	"qwen3_5 ungated full rope":  {Family: "qwen3_5", Seed: 4, Layers: 4, Partial: 1, Tied: true},
-	"qwen3_5_moe norm_topk":      {Family: "qwen3_5_moe", Seed: 5, Layers: 4, Gate: true, MoE: true, NormTopK: true, Experts: "fused"},
-	"qwen3_next mlp_only":        {Family: "qwen3_next", Seed: 6, Layers: 4, MoE: true, MLPOnly: []int{1}},
-	"qwen3_next mlx switch q4":   {Family: "qwen3_next", Seed: 7, Layers: 4, MoE: true, Experts: "switch", MLXLayout: true, QuantBits: 4, QuantGS: 32},
-	"qwen3_5 q3 g32":             {Family: "qwen3_5", Seed: 8, Layers: 4, Gate: true, QuantBits: 3, QuantGS: 32, MLXLayout: true},
-	"qwen3 q8 tied quantized lm": {Family: "qwen3", Seed: 9, Layers: 2, Tied: true, QuantBits: 8, QuantGS: 64},
+	"qwen3_5 gated partial":      {Family: "qwen3_5", Seed: 3, Layers: 4, OutputGate: true, PartialRotary: 0.25},
+	"qwen3_5 ungated full rope":  {Family: "qwen3_5", Seed: 4, Layers: 4, PartialRotary: 1, Tied: true},
+	"qwen3_5_moe norm_topk":      {Family: "qwen3_5_moe", Seed: 5, Layers: 4, OutputGate: true, MoE: true, NormTopK: true, ExpertLayout: testmodel.ExpertsFused},
+	"qwen3_next mlp_only":        {Family: "qwen3_next", Seed: 6, Layers: 4, MoE: true, MLPOnlyLayers: []int{1}},
+	"qwen3_next mlx switch q4":   {Family: "qwen3_next", Seed: 7, Layers: 4, MoE: true, ExpertLayout: testmodel.ExpertsSwitch, MLXLayout: true, Quant: &quant.Spec{Bits: 4, GroupSize: 32}},
+	"qwen3_5 q3 g32":             {Family: "qwen3_5", Seed: 8, Layers: 4, OutputGate: true, Quant: &quant.Spec{Bits: 3, GroupSize: 32}, MLXLayout: true},
+	"qwen3 q8 tied quantized lm": {Family: "qwen3", Seed: 9, Layers: 2, Tied: true, Quant: &quant.Spec{Bits: 8, GroupSize: 64}},
 }
 
 // A block forward gives the same bits as token-by-token decoding and as any other split.
@@ -107,17 +107,17 @@ func TestBlockEqualsTokenByToken(t *testing.T) {
 
 // The same logical model stored in different forms gives bit-identical logits.
 func TestStorageFormsAgree(t *testing.T) {
-	groups := map[string][]fixture{
+	groups := map[string][]testmodel.TargetSpec{
 		"hybrid moe: next fused / 3.5 separate, per-expert / fused / switch, HF / MLX layout": {
 			{Family: "qwen3_next", Seed: 11, Layers: 4, MoE: true, NormTopK: true},
-			{Family: "qwen3_5_moe", Seed: 11, Layers: 4, MoE: true, NormTopK: true, Gate: true, Experts: "fused"},
-			{Family: "qwen3_5_moe", Seed: 11, Layers: 4, MoE: true, NormTopK: true, Gate: true, Experts: "switch", MLXLayout: true},
-			{Family: "qwen3_next", Seed: 11, Layers: 4, MoE: true, NormTopK: true, Experts: "switch", MLXLayout: true},
+			{Family: "qwen3_5_moe", Seed: 11, Layers: 4, MoE: true, NormTopK: true, OutputGate: true, ExpertLayout: testmodel.ExpertsFused},
+			{Family: "qwen3_5_moe", Seed: 11, Layers: 4, MoE: true, NormTopK: true, OutputGate: true, ExpertLayout: testmodel.ExpertsSwitch, MLXLayout: true},
+			{Family: "qwen3_next", Seed: 11, Layers: 4, MoE: true, NormTopK: true, ExpertLayout: testmodel.ExpertsSwitch, MLXLayout: true},
 		},
 		"tied / untied head": {
-			{Family: "qwen3_5", Seed: 12, Layers: 2, Tied: true, Gate: true},
-			{Family: "qwen3_5", Seed: 12, Layers: 2, HeadCopy: true, Gate: true, MLXLayout: true},
-			{Family: "qwen3_5", Seed: 12, Layers: 2, HeadCopy: true, Gate: true, BF16: false},
+			{Family: "qwen3_5", Seed: 12, Layers: 2, Tied: true, OutputGate: true},
+			{Family: "qwen3_5", Seed: 12, Layers: 2, HeadCopy: true, OutputGate: true, MLXLayout: true},
+			{Family: "qwen3_5", Seed: 12, Layers: 2, HeadCopy: true, OutputGate: true, BF16: false},
 		},
 	}
 	for name, fs := range groups {
@@ -139,17 +139,17 @@ func TestStorageFormsAgree(t *testing.T) {
 
 // A quantized model matches the f32 model holding its dequantized weights.
 func TestQuantizedMatchesDequantized(t *testing.T) {
-	for _, f := range []fixture{
-		{Family: "qwen3_next", Seed: 21, Layers: 4, MoE: true, Experts: "switch", QuantBits: 4, QuantGS: 32},
-		{Family: "qwen3", Seed: 22, Layers: 2, Tied: true, QuantBits: 6, QuantGS: 64},
-		{Family: "qwen3_5", Seed: 23, Layers: 2, Gate: true, QuantBits: 2, QuantGS: 32},
-		{Family: "qwen3_5", Seed: 24, Layers: 2, Gate: true, QuantBits: 5, QuantGS: 64},
+	for _, f := range []testmodel.TargetSpec{
+		{Family: "qwen3_next", Seed: 21, Layers: 4, MoE: true, ExpertLayout: testmodel.ExpertsSwitch, Quant: &quant.Spec{Bits: 4, GroupSize: 32}},
+		{Family: "qwen3", Seed: 22, Layers: 2, Tied: true, Quant: &quant.Spec{Bits: 6, GroupSize: 64}},
+		{Family: "qwen3_5", Seed: 23, Layers: 2, OutputGate: true, Quant: &quant.Spec{Bits: 2, GroupSize: 32}},
+		{Family: "qwen3_5", Seed: 24, Layers: 2, OutputGate: true, Quant: &quant.Spec{Bits: 5, GroupSize: 64}},
 	} {
-		t.Run(fmt.Sprintf("%s-q%d-g%d", f.Family, f.QuantBits, f.QuantGS), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s-q%d-g%d", f.Family, f.Quant.Bits, f.Quant.GroupSize), func(t *testing.T) {
 			q := f
 			q.MLXLayout = true
 			d := f
-			d.Dequant = true
+			d.StoreDequantized = true
 			toks := tokensOf(3, 10)
 			lq, _, _ := run(t, openSession(t, loadFixture(t, q, 2), nil), toks, false)
 			ld, _, _ := run(t, openSession(t, loadFixture(t, d, 2), nil), toks, false)
@@ -207,7 +207,7 @@ func requireSameState(t *testing.T, want, got *Session, what string) {
 // Rollback after a verified block: tape replay and snapshot+recompute both give exactly the state reached by
 // feeding only the committed tokens, for every accepted count, on attention, GDN and MoE layers together.
 func TestRollbackExact(t *testing.T) {
-	f := fixture{Family: "qwen3_next", Seed: 31, Layers: 4, MoE: true, MLPOnly: []int{2}}
+	f := testmodel.TargetSpec{Family: "qwen3_next", Seed: 31, Layers: 4, MoE: true, MLPOnlyLayers: []int{2}}
 	tg := loadFixture(t, f, 2)
 	prompt := tokensOf(5, 6)
 	next := []ports.Token{7}
@@ -255,7 +255,7 @@ func TestRollbackExact(t *testing.T) {
 
 // Replaying the same tape twice (different n, then the full block) still gives the right states.
 func TestReplayTwice(t *testing.T) {
-	tg := loadFixture(t, fixture{Family: "qwen3_5", Seed: 32, Layers: 4, Gate: true}, 2)
+	tg := loadFixture(t, testmodel.TargetSpec{Family: "qwen3_5", Seed: 32, Layers: 4, OutputGate: true}, 2)
 	prompt, block := tokensOf(7, 4), tokensOf(8, 8)
 	s := openSession(t, tg, nil)
 	run(t, s, prompt, false)
@@ -279,14 +279,14 @@ func TestReplayTwice(t *testing.T) {
 }
 
 func TestSessionErrors(t *testing.T) {
-	f := fixture{Family: "qwen3_5", Seed: 41, Layers: 2, Gate: true, Context: 16}
+	f := testmodel.TargetSpec{Family: "qwen3_5", Seed: 41, Layers: 2, OutputGate: true, Context: 16}
 	tg := loadFixture(t, f, 1)
 	ctx := t.Context()
 	_, err := tg.NewSession(ctx, []int{2})
 	assert.Error(t, err, "tap layer out of range")
 
 	s := openSession(t, tg, nil)
-	_, err = s.Forward(ctx, []ports.Token{fxV}, ports.ForwardOptions{})
+	_, err = s.Forward(ctx, []ports.Token{testmodel.Vocab}, ports.ForwardOptions{})
 	assert.ErrorContains(t, err, "vocabulary")
 	_, err = s.Forward(ctx, []ports.Token{-2}, ports.ForwardOptions{})
 	assert.ErrorContains(t, err, "vocabulary")
@@ -323,7 +323,7 @@ func TestSessionErrors(t *testing.T) {
 }
 
 func TestForwardOutputs(t *testing.T) {
-	tg := loadFixture(t, fixture{Family: "qwen3", Seed: 51, Layers: 2}, 2)
+	tg := loadFixture(t, testmodel.TargetSpec{Family: "qwen3", Seed: 51, Layers: 2}, 2)
 	s := openSession(t, tg, []int{1, 0})
 	toks := tokensOf(9, 5)
 	res, logits, err := s.forward(t.Context(), toks, ports.ForwardOptions{Taps: true, Sampling: &ports.SamplingParams{Temperature: 0.7, TopK: 5}})
@@ -331,7 +331,7 @@ func TestForwardOutputs(t *testing.T) {
 	require.Len(t, res.Greedy, 5)
 	require.Len(t, res.Dists, 5)
 	for r := range 5 {
-		row := logits[r*fxV : (r+1)*fxV]
+		row := logits[r*testmodel.Vocab : (r+1)*testmodel.Vocab]
 		best := 0
 		for j, v := range row {
 			if v > row[best] {
@@ -346,7 +346,7 @@ func TestForwardOutputs(t *testing.T) {
 	view := taps.Slice(2)
 	d, rows, width, _ := view.(*Taps).Host()
 	assert.Equal(t, 2, rows)
-	assert.Equal(t, 2*fxH, width)
+	assert.Equal(t, 2*testmodel.Hidden, width)
 	assert.Len(t, d, 2*width)
 	det := taps.Detach()
 	_, err = s.Forward(t.Context(), toks[:1], ports.ForwardOptions{})
@@ -359,41 +359,24 @@ func TestForwardOutputs(t *testing.T) {
 	assert.ErrorIs(t, err, errors.ErrUnsupported, "attention-only models have no recurrent state")
 
 	info := tg.Info()
-	assert.Equal(t, fxV, info.VocabSize)
+	assert.Equal(t, testmodel.Vocab, info.VocabSize)
 	assert.Equal(t, []ports.Token{3}, info.EOSTokens)
 	assert.False(t, info.HasRecurrent())
 
 	// The drafter API: EmbedTokens + LMHead reproduce the model's own embedding and head.
-	emb := make([]float32, 2*fxH)
+	emb := make([]float32, 2*testmodel.Hidden)
 	require.NoError(t, tg.EmbedTokens(emb, toks[:2]))
-	lg := make([]float32, 2*fxV)
+	lg := make([]float32, 2*testmodel.Vocab)
 	require.NoError(t, tg.LMHead(lg, emb, 2))
-	assert.Error(t, tg.EmbedTokens(emb, []ports.Token{fxV}))
+	assert.Error(t, tg.EmbedTokens(emb, []ports.Token{testmodel.Vocab}))
 	assert.Error(t, tg.LMHead(lg, emb, 3))
 }
 
 func TestLoadRefusesBadCheckpoints(t *testing.T) {
-	f := fixture{Family: "qwen3_5", Seed: 61, Layers: 2, Gate: true}
-	dir := f.write(t)
-	st, err := safetensors.OpenFile(filepath.Join(dir, "model.safetensors"))
-	require.NoError(t, err)
-	var ts []safetensors.Tensor
-	for _, n := range st.Names() {
-		tn, err := st.Tensor(n)
-		require.NoError(t, err)
-		c := *tn
-		c.Data = append([]byte(nil), tn.Data...)
-		ts = append(ts, c)
-	}
-	require.NoError(t, st.Close())
-	write := func(ts []safetensors.Tensor) string {
-		d := t.TempDir()
-		cfg, err := os.ReadFile(filepath.Join(dir, "config.json"))
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(filepath.Join(d, "config.json"), cfg, 0o644))
-		require.NoError(t, safetensors.Write(filepath.Join(d, "model.safetensors"), ts, nil))
-		return d
-	}
+	f := testmodel.TargetSpec{Family: "qwen3_5", Seed: 61, Layers: 2, OutputGate: true}
+	dir := testmodel.Target(t, f)
+	ts := testmodel.Tensors(t, dir)
+	write := func(ts []safetensors.Tensor) string { return testmodel.WithTensors(t, dir, ts) }
 	extra, err := safetensors.FromFloat32("model.language_model.layers.0.bogus.weight", safetensors.F32, []int{2}, []float32{1, 2})
 	require.NoError(t, err)
 	_, err = Load(t.Context(), write(append(append([]safetensors.Tensor(nil), ts...), extra)), LoadOptions{})
@@ -460,7 +443,7 @@ func (c *countdownCtx) Err() error {
 
 // A Forward interrupted between layers leaves the session refusing further use.
 func TestInterruptedForward(t *testing.T) {
-	tg := loadFixture(t, fixture{Family: "qwen3_5", Seed: 42, Layers: 4, Gate: true}, 1)
+	tg := loadFixture(t, testmodel.TargetSpec{Family: "qwen3_5", Seed: 42, Layers: 4, OutputGate: true}, 1)
 	s := openSession(t, tg, nil)
 	_, err := s.Forward(&countdownCtx{Context: t.Context(), n: 3}, tokensOf(1, 3), ports.ForwardOptions{})
 	require.ErrorIs(t, err, context.Canceled)

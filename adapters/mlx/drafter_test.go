@@ -1,9 +1,6 @@
 package mlx
 
 import (
-	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
@@ -14,6 +11,7 @@ import (
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/adapters/synth"
+	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 	"github.com/higgs-go/higgs/ports/porttest"
 )
@@ -53,21 +51,13 @@ func loadPairs(t *testing.T, ts synth.TargetSpec, ds synth.DrafterSpec, edit ...
 // loadPairsShrink loads both pairs with the drafters' ShrinkBlocks option set to shrink.
 func loadPairsShrink(t *testing.T, shrink bool, ts synth.TargetSpec, ds synth.DrafterSpec, edit ...func(cfg map[string]any)) (cpuPair, mlxPair pair) {
 	t.Helper()
-	tdir, ddir := t.TempDir(), t.TempDir()
-	require.NoError(t, synth.WriteTarget(tdir, ts))
-	require.NoError(t, synth.WriteDrafter(ddir, ds))
+	tdir, ddir := testmodel.Synth(t, ts), testmodel.SynthDrafter(t, ds)
 	if len(edit) > 0 {
-		path := filepath.Join(ddir, "config.json")
-		raw, err := os.ReadFile(path)
-		require.NoError(t, err)
-		cfg := map[string]any{}
-		require.NoError(t, json.Unmarshal(raw, &cfg))
-		for _, e := range edit {
-			e(cfg)
-		}
-		raw, err = json.Marshal(cfg)
-		require.NoError(t, err)
-		require.NoError(t, os.WriteFile(path, raw, 0o644))
+		testmodel.EditConfig(t, ddir, func(cfg map[string]any) {
+			for _, e := range edit {
+				e(cfg)
+			}
+		})
 	}
 	ct, err := cpu.Load(t.Context(), tdir, cpu.LoadOptions{Threads: 1})
 	require.NoError(t, err)
@@ -242,30 +232,12 @@ func TestShortBlocksMatchCPU(t *testing.T) {
 	}
 }
 
-// rewriteWeights replaces dir/model.safetensors by edit(its tensors).
-func rewriteWeights(t *testing.T, dir string, edit func([]safetensors.Tensor) []safetensors.Tensor) {
-	t.Helper()
-	path := filepath.Join(dir, "model.safetensors")
-	st, err := safetensors.OpenFile(path)
-	require.NoError(t, err)
-	var ts []safetensors.Tensor
-	for _, name := range st.Names() {
-		tn, err := st.Tensor(name)
-		require.NoError(t, err)
-		ts = append(ts, safetensors.Tensor{Name: tn.Name, DType: tn.DType, Shape: slices.Clone(tn.Shape),
-			Data: slices.Clone(tn.Data)})
-	}
-	require.NoError(t, st.Close())
-	require.NoError(t, safetensors.Write(path, edit(ts), nil))
-}
-
 // TestLoadDrafterRefusesBadDrafters: the MLX drafter resolves its config without the CPU drafter's loader, so
 // it must itself refuse every bad checkpoint with a clear error (config incompatible with the target,
 // truncated file, misshapen, missing or unexpected tensors).
 func TestLoadDrafterRefusesBadDrafters(t *testing.T) {
 	requireMLX(t)
-	tdir := t.TempDir()
-	require.NoError(t, synth.WriteTarget(tdir, synth.TargetSpec{Family: "qwen3_next", Seed: 3}))
+	tdir := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 3})
 	mt, err := Load(t.Context(), tdir, LoadOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = mt.Close() })
@@ -278,13 +250,10 @@ func TestLoadDrafterRefusesBadDrafters(t *testing.T) {
 	}{
 		{name: "tap outside the target", spec: synth.DrafterSpec{Seed: 4, Taps: []int{1, 9}, Mask: 61, BlockSize: 8}, want: "9"},
 		{name: "truncated weights", spec: spec, edit: func(t *testing.T, dir string) {
-			p := filepath.Join(dir, "model.safetensors")
-			b, err := os.ReadFile(p)
-			require.NoError(t, err)
-			require.NoError(t, os.WriteFile(p, b[:len(b)/2], 0o644))
+			testmodel.Truncate(t, dir, "model.safetensors")
 		}, want: "model.safetensors"},
 		{name: "misshapen tensor", spec: spec, edit: func(t *testing.T, dir string) {
-			rewriteWeights(t, dir, func(ts []safetensors.Tensor) []safetensors.Tensor {
+			testmodel.RewriteWeights(t, dir, func(ts []safetensors.Tensor) []safetensors.Tensor {
 				for i := range ts {
 					if ts[i].Name == "fc.weight" {
 						ts[i].Shape = []int{ts[i].Shape[1], ts[i].Shape[0]}
@@ -294,20 +263,19 @@ func TestLoadDrafterRefusesBadDrafters(t *testing.T) {
 			})
 		}, want: "fc.weight"},
 		{name: "missing tensor", spec: spec, edit: func(t *testing.T, dir string) {
-			rewriteWeights(t, dir, func(ts []safetensors.Tensor) []safetensors.Tensor {
+			testmodel.RewriteWeights(t, dir, func(ts []safetensors.Tensor) []safetensors.Tensor {
 				return slices.DeleteFunc(ts, func(x safetensors.Tensor) bool { return x.Name == "norm.weight" })
 			})
 		}, want: "norm.weight"},
 		{name: "unexpected tensor", spec: spec, edit: func(t *testing.T, dir string) {
-			rewriteWeights(t, dir, func(ts []safetensors.Tensor) []safetensors.Tensor {
+			testmodel.RewriteWeights(t, dir, func(ts []safetensors.Tensor) []safetensors.Tensor {
 				return append(ts, safetensors.Tensor{Name: "layers.0.extra.weight", DType: safetensors.F32, Shape: []int{1},
 					Data: make([]byte, 4)})
 			})
 		}, want: "layers.0.extra.weight"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			require.NoError(t, synth.WriteDrafter(dir, tc.spec))
+			dir := testmodel.SynthDrafter(t, tc.spec)
 			if tc.edit != nil {
 				tc.edit(t, dir)
 			}

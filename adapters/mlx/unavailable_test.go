@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/synth"
+	"github.com/higgs-go/higgs/internal/testmodel"
 )
 
 // Without libmlxc every entry point fails with the one ErrUnavailable error (wrapping errors.ErrUnsupported)
@@ -19,8 +20,7 @@ func TestUnavailable(t *testing.T) {
 	err := Available()
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 	assert.ErrorIs(t, err, ErrUnavailable)
-	dir := t.TempDir()
-	require.NoError(t, synth.WriteTarget(dir, synth.TargetSpec{Family: "qwen3", Seed: 1}))
+	dir := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3", Seed: 1})
 	_, err = Load(t.Context(), dir, LoadOptions{})
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 	assert.ErrorContains(t, err, "libmlxc not found")

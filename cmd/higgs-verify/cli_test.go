@@ -18,6 +18,7 @@ import (
 	"github.com/higgs-go/higgs/adapters/mlx"
 	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/app"
+	"github.com/higgs-go/higgs/internal/testmodel"
 )
 
 // fixtures are tiny random checkpoints shared by the tests (written once).
@@ -45,14 +46,10 @@ func TestMain(m *testing.M) {
 	}
 	must(synth.WriteTarget(fixtures.dense, synth.TargetSpec{Family: "qwen3", Seed: 1, EOS: []int32{3}}))
 	must(synth.WriteTarget(fixtures.hybrid, synth.TargetSpec{Family: "qwen3_next", Seed: 2}))
-	// A model with a tokenizer and chat template: helper-4's hand-made tokenizer (532 ids) and a matching vocab.
+	// A model with a tokenizer and chat template: testmodel's hand-made tokenizer and a vocabulary that matches it.
 	fixtures.text = mk("text")
-	must(synth.WriteTarget(fixtures.text, synth.TargetSpec{Family: "qwen3", Seed: 4, Vocab: 532}))
-	for _, f := range []string{"tokenizer.json", "tokenizer_config.json"} {
-		b, err := os.ReadFile(filepath.Join("..", "..", "adapters", "tokenizer", "testdata", "handmade", f))
-		must(err)
-		must(os.WriteFile(filepath.Join(fixtures.text, f), b, 0o644))
-	}
+	must(synth.WriteTarget(fixtures.text, synth.TargetSpec{Family: "qwen3", Seed: 4, Vocab: testmodel.TokenizerVocab}))
+	must(testmodel.CopyTokenizer(fixtures.text))
 	must(synth.WriteDrafter(fixtures.drafter, synth.DrafterSpec{Seed: 3, Taps: []int{0, 2, 3}, NumTargetLayers: 36, Mask: 63, BlockSize: 8}))
 	code := m.Run()
 	_ = os.RemoveAll(dir)
