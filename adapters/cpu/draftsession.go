@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
 	"github.com/higgs-go/higgs/adapters/model"
@@ -28,6 +29,7 @@ type DraftSession struct {
 	nq     int
 	// logits are the last drafted block's logits (rows × V), for tests and reference checks.
 	logits []float32
+	mem    arena // the activations of the latest Draft
 }
 
 var errDraftClosed = errors.New("cpu drafter: session is closed")
@@ -112,15 +114,16 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 		s.nq += rows
 		return ports.Proposal{Tokens: []ports.Token{}}, nil
 	}
+	s.mem.reset()
 	if s.nq > 0 {
 		s.project(s.queued, s.nq, width)
 		s.queued, s.nq = s.queued[:0], 0
 	}
 	s.project(data, rows, width)
 	nb := d.opts.BlockRows(bs, a.BlockSize)
-	be := ops{d.t.pool}
-	logits := model.Block(d.m, be, &pass{pool: d.t.pool, kv: s.kv}, model.NoiseBlock(anchor, a.MaskToken, nb), s.n, bs-1)
-	s.logits = logits.v
+	be := ops{pool: d.t.pool, mem: &s.mem}
+	logits := model.Block(d.m, be, &pass{pool: d.t.pool, mem: &s.mem, kv: s.kv}, model.NoiseBlock(anchor, a.MaskToken, nb), s.n, bs-1)
+	s.logits = slices.Clone(logits.v)
 	out := make([]ports.Token, bs-1)
 	for r := range out {
 		out[r] = ports.Token(kernel.Argmax(logits.row(r)))
@@ -130,10 +133,10 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 
 // project appends rows context rows of data (rows × width) in chunks of at most contextChunk rows.
 func (s *DraftSession) project(data []float32, rows, width int) {
-	be := ops{s.d.t.pool}
+	be := ops{pool: s.d.t.pool, mem: &s.mem}
 	for lo := 0; lo < rows; lo += contextChunk {
 		hi := min(rows, lo+contextChunk)
-		model.Context(s.d.m, be, &pass{pool: s.d.t.pool, kv: s.kv}, act{data[lo*width : hi*width], hi - lo}, s.n)
+		model.Context(s.d.m, be, &pass{pool: s.d.t.pool, mem: &s.mem, kv: s.kv}, act{data[lo*width : hi*width], hi - lo}, s.n)
 		s.n += hi - lo
 	}
 }

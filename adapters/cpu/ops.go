@@ -39,13 +39,19 @@ type weight struct {
 // ops computes on the deterministic kernels. Every output element is computed by one goroutine in a fixed
 // order, whatever the number of rows beside it or of workers, which keeps a verified block bit-identical to
 // token-by-token decoding.
-type ops struct{ pool *kernel.Pool }
+type ops struct {
+	pool *kernel.Pool
+	mem  *arena // nil: every value is freshly allocated
+}
 
 var _ model.Backend[act, *weight] = ops{}
 
+// buf returns n zeroed values for an op's result.
+func (o ops) buf(n int) []float32 { return o.mem.get(n) }
+
 func (o ops) Embed(w *weight, tokens []ports.Token) act {
 	H := w.lin.In
-	out := make([]float32, len(tokens)*H)
+	out := o.buf(len(tokens) * H)
 	for i, tok := range tokens {
 		w.lin.Row(out[i*H:(i+1)*H], int(tok))
 	}
@@ -53,25 +59,26 @@ func (o ops) Embed(w *weight, tokens []ports.Token) act {
 }
 
 func (o ops) Linear(w *weight, x act) act {
-	out := make([]float32, x.t*w.lin.Out)
+	out := o.buf(x.t * w.lin.Out)
 	w.lin.Forward(out, x.v, x.t)
 	return act{out, x.t}
 }
 
 func (o ops) Norm(x act, w *weight, eps float32) act {
-	out := make([]float32, len(x.v))
+	out := o.buf(len(x.v))
 	kernel.RMSNorm(out, x.v, w.vec, eps)
 	return act{out, x.t}
 }
 
 func (o ops) Add(x, y act) act {
-	out := slices.Clone(x.v)
+	out := o.buf(len(x.v))
+	copy(out, x.v)
 	kernel.Add(out, y.v)
 	return act{out, x.t}
 }
 
 func (o ops) Gate(x, g act, a model.Act) act {
-	out := make([]float32, len(x.v))
+	out := o.buf(len(x.v))
 	f := kernel.Sigmoid
 	if a == model.SiLU {
 		f = kernel.SiLU
@@ -102,7 +109,7 @@ func (o ops) Split(x act, groups int, widths ...int) []act {
 	}
 	outs := make([]act, len(widths))
 	for i, w := range widths {
-		outs[i] = act{make([]float32, x.t*groups*w), x.t}
+		outs[i] = act{o.buf(x.t * groups * w), x.t}
 	}
 	for t := range x.t {
 		src := x.v[t*groups*gw:]
@@ -122,7 +129,7 @@ func (o ops) Concat(xs ...act) act {
 	for _, x := range xs {
 		W += x.width()
 	}
-	out := make([]float32, T*W)
+	out := o.buf(T * W)
 	for t := range T {
 		off := t * W
 		for _, x := range xs {
@@ -138,13 +145,14 @@ func (o ops) Rows(x act, lo, hi int) act {
 }
 
 func (o ops) Scale(x act, s float32) act {
-	out := slices.Clone(x.v)
+	out := o.buf(len(x.v))
+	copy(out, x.v)
 	kernel.Scale(out, s)
 	return act{out, x.t}
 }
 
 func (o ops) GatedNorm(x, z act, w *weight, eps float32) act {
-	out := make([]float32, len(x.v))
+	out := o.buf(len(x.v))
 	o.pool.GatedRMSNorm(out, x.v, z.v, w.vec, eps)
 	return act{out, x.t}
 }
@@ -178,7 +186,7 @@ func (o ops) Experts(m *model.MoE[*weight], x act, K int, normTopK bool) act {
 		}
 	}
 	// Group (token, slot) pairs by expert so each expert runs once over its rows.
-	slotOut := make([]float32, T*K*H)
+	slotOut := o.buf(T * K * H)
 	rowsOf := make([][]int, E)
 	for i, e := range idx {
 		rowsOf[e] = append(rowsOf[e], i)
@@ -188,7 +196,7 @@ func (o ops) Experts(m *model.MoE[*weight], x act, K int, normTopK bool) act {
 			continue
 		}
 		n := len(slots)
-		xin := make([]float32, n*H)
+		xin := o.buf(n * H)
 		for r, s := range slots {
 			t := s / K
 			copy(xin[r*H:(r+1)*H], x.v[t*H:(t+1)*H])
@@ -198,8 +206,8 @@ func (o ops) Experts(m *model.MoE[*weight], x act, K int, normTopK bool) act {
 			copy(slotOut[s*H:(s+1)*H], y.v[r*H:(r+1)*H])
 		}
 	}
-	out := make([]float32, T*H)
-	tmp := make([]float32, H)
+	out := o.buf(T * H)
+	tmp := o.buf(H)
 	for t := range T {
 		row := out[t*H : (t+1)*H]
 		for j := range K {

@@ -32,6 +32,7 @@ type Session struct {
 	replay  bool // a ReplayTape ran since the last Forward
 	closed  bool
 	broken  error // set when a Forward stopped half-way: the caches no longer match any position
+	mem     arena // the activations of the latest Forward (and its tape)
 }
 
 func newSession(t *Target, tapLayers []int) (*Session, error) {
@@ -90,11 +91,12 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	if err != nil {
 		return fail(fmt.Errorf("cpu forward: %w", err))
 	}
-	be := ops{s.t.pool}
+	s.mem.reset()
+	be := ops{pool: s.t.pool, mem: &s.mem}
 	s.gen++
 	s.replay = false
 	s.lastTap = nil
-	st := &pass{pool: s.t.pool, kv: s.kv, gdn: s.gdn}
+	st := &pass{pool: s.t.pool, mem: &s.mem, kv: s.kv, gdn: s.gdn}
 	if opts.RecordTape && s.pos.Recurrent {
 		st.tape = &Tape{sess: s, gen: s.gen, t: T, start: s.pos.N, layers: make([]*gdnTape, a.Layers)}
 	}
@@ -111,7 +113,9 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	}
 	s.pos.N += T
 	s.pos.Rec = s.pos.N
-	logits := model.Logits(m, be, x, T-rows, T).v
+	// What the caller keeps (logits, taps) is allocated outside the arena.
+	fresh := ops{pool: s.t.pool}
+	logits := model.Logits(m, fresh, x, T-rows, T).v
 	res := ports.ForwardResult{Greedy: make([]ports.Token, rows)}
 	for r := range rows {
 		row := logits[r*a.Vocab : (r+1)*a.Vocab]
@@ -132,7 +136,7 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	if opts.Taps {
 		taps := &Taps{data: []float32{}, rows: T}
 		if len(tapped) > 0 {
-			all := be.Concat(tapped...)
+			all := fresh.Concat(tapped...)
 			taps.data, taps.width = all.v, all.width()
 		}
 		res.Taps = taps

@@ -36,6 +36,7 @@ type gdnTape struct {
 // changed, so an interrupted pass can mark its session unusable.
 type pass struct {
 	pool    *kernel.Pool
+	mem     *arena
 	kv      []*kvCache
 	gdn     []*gdnState
 	tape    *Tape // nil unless the forward records one
@@ -45,8 +46,9 @@ type pass struct {
 var _ model.State[act, *weight] = (*pass)(nil)
 
 // rotate applies RoPE to each head of x's rows, row r at position pos+r (a copy: arguments stay unwritten).
-func rotate(x act, rope *kernel.Rope, d, pos int) []float32 {
-	out := append([]float32(nil), x.v...)
+func rotate(mem *arena, x act, rope *kernel.Rope, d, pos int) []float32 {
+	out := mem.get(len(x.v))
+	copy(out, x.v)
 	heads := x.width() / d
 	half := rope.Dims / 2
 	cos, sin := make([]float32, half), make([]float32, half)
@@ -62,7 +64,7 @@ func rotate(x act, rope *kernel.Rope, d, pos int) []float32 {
 
 func (p *pass) Remember(layer int, k, v act, a model.Attend[*weight]) {
 	c := p.kv[layer]
-	c.k = append(c.k, rotate(k, a.Rope.rope, a.HeadDim, a.Pos)...)
+	c.k = append(c.k, rotate(p.mem, k, a.Rope.rope, a.HeadDim, a.Pos)...)
 	c.v = append(c.v, v.v...)
 	p.touched = true
 }
@@ -74,8 +76,8 @@ func (p *pass) Remember(layer int, k, v act, a model.Attend[*weight]) {
 func (p *pass) Attention(layer int, q, k, v act, a model.Attend[*weight]) act {
 	d := a.HeadDim
 	c := p.kv[layer]
-	qr := rotate(q, a.Rope.rope, d, a.Pos)
-	kr := rotate(k, a.Rope.rope, d, a.Pos)
+	qr := rotate(p.mem, q, a.Rope.rope, d, a.Pos)
+	kr := rotate(p.mem, k, a.Rope.rope, d, a.Pos)
 	Hq, Hkv := q.width()/d, k.width()/d
 	kvw := Hkv * d
 	n := len(c.k) / kvw // cached positions, all before the block
@@ -85,7 +87,7 @@ func (p *pass) Attention(layer int, q, k, v act, a model.Attend[*weight]) act {
 	hidden := func(i, j int) bool { // block key j is not visible to query slot i
 		return (a.Causal && j > i) || (a.Window > 0 && (j-i >= a.Window || i-j >= a.Window))
 	}
-	out := make([]float32, q.t*Hq*d)
+	out := p.mem.get(q.t * Hq * d)
 	p.pool.For(q.t*Hq, 1, func(lo, hi int) {
 		scores := make([]float32, n+bs)
 		tmp := make([]float32, d)
@@ -145,7 +147,7 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) 
 	}
 	p.touched = true
 	// The conv window X = [conv state; P], which the tape keeps as is.
-	X := make([]float32, (Kc-1+T)*C)
+	X := p.mem.get((Kc - 1 + T) * C)
 	copy(X, st.conv)
 	copy(X[(Kc-1)*C:], pr.v)
 	if tp != nil {
@@ -153,7 +155,7 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) 
 	}
 	// Causal depthwise conv over X, then SiLU.
 	conv := w.Conv.vec
-	Y := make([]float32, T*C)
+	Y := p.mem.get(T * C)
 	p.pool.For(C, 256, func(lo, hi int) {
 		for c := lo; c < hi; c++ {
 			wc := conv[c*Kc : (c+1)*Kc]
@@ -176,8 +178,8 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) 
 		}
 	}
 	negA, dtBias := w.NegA.vec, w.DtBias.vec
-	beta := make([]float32, T*Hv)
-	alpha := make([]float32, T*Hv)
+	beta := p.mem.get(T * Hv)
+	alpha := p.mem.get(T * Hv)
 	for t := range T {
 		for h := range Hv {
 			i := t*Hv + h
@@ -188,13 +190,13 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) 
 	}
 	var delta []float32
 	if tp != nil {
-		delta = make([]float32, T*Hv*dv)
+		delta = p.mem.get(T * Hv * dv)
 		tp.alpha, tp.delta = alpha, delta
 		tp.y = Y // never written after this point
 		tp.s0 = st.cur
 	}
 	src, dst := st.s[st.cur], st.s[1-st.cur]
-	o := make([]float32, T*Dv)
+	o := p.mem.get(T * Dv)
 	p.pool.For(Hv, 1, func(lo, hi int) {
 		tmp := make([]float32, dk)
 		d := make([]float32, dv)

@@ -121,7 +121,7 @@ func (t *Target) EmbedTokens(dst []float32, tokens []ports.Token) error {
 	if err := model.CheckTokens(tokens, t.m.Arch.Vocab); err != nil {
 		return err
 	}
-	copy(dst, ops{t.pool}.Embed(t.m.Embed, tokens).v)
+	copy(dst, ops{pool: t.pool}.Embed(t.m.Embed, tokens).v)
 	return nil
 }
 

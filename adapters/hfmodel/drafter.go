@@ -218,8 +218,9 @@ func readDrafterExtras(x *reader, d *DrafterConfig) []error {
 		return f
 	}
 	d.EmbedScale = finite("input_embedding_scale", 1)
-	if d.EmbedScale < 0 {
-		x.addErr("input_embedding_scale %v must be ≥ 0", d.EmbedScale)
+	if d.EmbedScale <= 0 {
+		// 0 would erase the noise block's embeddings; no published drafter uses it.
+		x.addErr("input_embedding_scale %v must be > 0", d.EmbedScale)
 	}
 	if f := finite("output_multiplier", 1); f <= 0 {
 		x.unsupported("output_multiplier %v: only positive multipliers (which leave greedy drafts unchanged) are supported", f)

@@ -139,6 +139,7 @@ func Block[X any, W comparable](d *Drafter[W], be Backend[X, W], st State[X, W],
 	eps := float32(a.RMSNormEps)
 	bs := len(block)
 	x := be.Embed(d.Embed, block)
+	// The parser refuses a scale of 0, so 0 here is an arch built without one: no scaling.
 	if a.EmbedScale != 0 && a.EmbedScale != 1 {
 		x = be.Scale(x, float32(a.EmbedScale))
 	}

@@ -1,0 +1,41 @@
+package cpu
+
+// arena recycles one sequence's activation buffers from pass to pass: the n-th buffer a pass asks for is
+// the n-th of the previous pass when that one is large enough, so steady decoding and verify rounds allocate
+// (and leave the garbage collector) almost nothing. Buffers over maxArena values are allocated afresh, so a
+// long prefill does not pin its size. A nil arena allocates every buffer. Values from a pass stay valid until
+// the next reset: nothing a Forward returns to its caller may live in it.
+type arena struct {
+	bufs [][]float32
+	next int
+}
+
+const maxArena = 1 << 16
+
+// reset starts a pass: every buffer may be handed out again.
+func (a *arena) reset() {
+	if a != nil {
+		a.next = 0
+	}
+}
+
+// get returns n zeroed values.
+func (a *arena) get(n int) []float32 {
+	if a == nil || n > maxArena {
+		return make([]float32, n)
+	}
+	if a.next < len(a.bufs) && cap(a.bufs[a.next]) >= n {
+		b := a.bufs[a.next][:n]
+		clear(b)
+		a.next++
+		return b
+	}
+	b := make([]float32, n)
+	if a.next < len(a.bufs) {
+		a.bufs[a.next] = b
+	} else {
+		a.bufs = append(a.bufs, b)
+	}
+	a.next++
+	return b
+}
