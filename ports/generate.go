@@ -19,6 +19,9 @@ var (
 
 // GenerateRequest is one completion request, already translated from the wire format.
 type GenerateRequest struct {
+	// ID names the request in logs and events (the HTTP adapter passes its response id); empty: the
+	// Generator names it.
+	ID string
 	// Model is the requested model name; empty means the default.
 	Model string
 	// Exactly one of Prompt (raw completion) and Messages (chat) is set.

@@ -78,6 +78,7 @@ func (c *cli) root() *cobra.Command {
 			if err != nil || c.logLevel == "" {
 				return fmt.Errorf("%w: --log-level %q (want trace, debug, info, warn, error or disabled)", app.ErrBadInput, c.logLevel)
 			}
+			app.UseDurationUnits()
 			c.log = zerolog.New(zerolog.ConsoleWriter{Out: c.stderr, NoColor: true}).Level(lvl).With().Timestamp().Logger()
 			return nil
 		},
