@@ -85,7 +85,9 @@ func (lv *live) observe(rs speculative.RoundStats) {
 		return
 	}
 	now := lv.s.clock.Now().UnixMilli()
-	if rs.Policy != lv.policy || rs.BlockSize != lv.policyBS {
+	// A new decision is announced when its code changes, or its block size for codes other than "length"
+	// (which shortens the block by one each of the last rounds: one announcement says it).
+	if rs.Policy != lv.policy || rs.BlockSize != lv.policyBS && rs.Policy != "length" {
 		lv.policy, lv.policyBS = rs.Policy, rs.BlockSize
 		lv.s.events.publish(ports.Event{Type: "policy", ID: lv.id, TimeMS: now,
 			Policy: &ports.PolicyUsage{Mode: rs.Decision.Mode(), Reason: rs.Decision.Reason()}})

@@ -130,7 +130,7 @@ func TestEventsAccountForEveryRound(t *testing.T) {
 		assert.Equal(t, resp.Usage.CompletionTokens, committed)
 		assert.Positive(t, policies, "the first decision is announced")
 		if !adaptive {
-			assert.Equal(t, 1, policies, "a fixed block size is one decision (the last, budget-shortened round aside)")
+			assert.LessOrEqual(t, policies, 2, "a fixed block size is one decision, plus the budget-shortened last rounds")
 			assert.Positive(t, spec.Rounds)
 			assert.Zero(t, spec.PlainSteps)
 		}

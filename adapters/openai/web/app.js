@@ -110,7 +110,8 @@ function onRound(g, r) {
     const s = document.createElement("span");
     s.className = "tok " + t.kind;
     s.dataset.kind = t.kind;
-    s.textContent = t.text === "" ? "·" : t.text;
+    // Whitespace is drawn so that a newline or a tab token stays visible on its one line.
+    s.textContent = t.text === "" ? "·" : t.text.replace(/\n/g, "↵").replace(/\t/g, "⇥");
     s.title = t.kind + " · id " + t.id;
     span.appendChild(s);
   }
