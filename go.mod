@@ -6,6 +6,7 @@ require (
 	github.com/chromedp/chromedp v0.23.0
 	github.com/google/wire v0.7.0
 	github.com/rs/zerolog v1.35.1
+	mvdan.cc/sh/v3 v3.14.1
 )
 
 require (
