@@ -91,7 +91,8 @@ func TestBrowserPage(t *testing.T) {
 		return n
 	}
 
-	const prompt = "Write a Go function that reverses a slice of ints."
+	// The chat form the demo was trained on (README.md's first example).
+	const prompt = "Complete this Go code:\n\n// String returns the contents of the unread portion of the buffer\n// as a string.\nfunc (b *Buffer) String() string {\n"
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.WaitVisible(`#live-status[data-connected="1"]`),
 		chromedp.SetValue(`#p-max`, "48"),

@@ -329,7 +329,13 @@ async function send() {
     }
     $("output").dataset.id = id;
     $("output").dataset.done = "1";
-    if (state.mode === "chat") { state.history.push({ role: "assistant", content: out }); showHistory(); $("output").textContent = ""; $("output").dataset.text = out; }
+    if (state.mode === "chat") {
+      // The answer joins the conversation; the box is cleared for the next turn.
+      state.history.push({ role: "assistant", content: out });
+      showHistory();
+      $("output").textContent = "";
+      $("prompt").value = "";
+    }
   } catch (e) {
     if (state.mode === "chat" && state.history.length && state.history[state.history.length - 1].role === "user") state.history.pop();
     $("error").textContent = e.name === "AbortError" ? "stopped" : e.message;
@@ -346,9 +352,10 @@ function setMode(mode) {
   for (const b of document.querySelectorAll(".tab")) b.classList.toggle("active", b.dataset.mode === mode);
   $("history").hidden = mode !== "chat";
   $("clear").hidden = mode !== "chat";
+  // The demo is a Go-code model: these are the forms it was trained on.
   $("prompt").placeholder = mode === "chat"
-    ? "Ask for Go code, e.g. Write a Go function that reverses a slice of ints."
-    : "Start of a Go file, e.g. package main\n\nimport \"fmt\"\n\nfunc main() {";
+    ? "Complete this Go code:\n\n// Len returns the number of bytes of the unread portion of the buffer.\nfunc (b *Buffer) Len() int {"
+    : "// Len returns the number of bytes of the unread portion of the buffer.\nfunc (b *Buffer) Len() int {";
 }
 
 $("send").addEventListener("click", send);
