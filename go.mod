@@ -3,8 +3,15 @@ module github.com/higgs-go/higgs
 go 1.26.0
 
 require (
+	github.com/chromedp/chromedp v0.23.0
 	github.com/google/wire v0.7.0
 	github.com/rs/zerolog v1.35.1
+	mvdan.cc/sh/v3 v3.14.1
+)
+
+require (
+	github.com/chromedp/cdproto v0.159.0 // indirect
+	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 )
 
 require (

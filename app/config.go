@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/pelletier/go-toml/v2"
@@ -248,8 +249,19 @@ func (c Config) ServeConfig() ServeConfig {
 		MaxConcurrency: c.MaxConcurrency, QueueSize: c.QueueSize}
 }
 
-// NewLogger builds the process logger from c (console for people, json for machines).
+// durationUnits is set once: zerolog keeps its duration format process-wide.
+var durationUnits sync.Once
+
+// UseDurationUnits makes zerolog's Dur fields print as Go durations with their unit ("41.9ms", "30s")
+// instead of bare numbers of a unit the reader must guess. Both binaries call it when building their logger.
+func UseDurationUnits() {
+	durationUnits.Do(func() { zerolog.DurationFieldFormat = zerolog.DurationFormatString })
+}
+
+// NewLogger builds the process logger from c (console for people, json for machines), with durations
+// printed with their units.
 func NewLogger(c Config, w io.Writer) zerolog.Logger {
+	UseDurationUnits()
 	lvl, err := zerolog.ParseLevel(c.LogLevel)
 	if err != nil {
 		lvl = zerolog.InfoLevel

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -87,4 +88,17 @@ func TestConfigNoDraftTurnsSpeculationOff(t *testing.T) {
 
 func TestEnvName(t *testing.T) {
 	assert.Equal(t, "HIGGS_MAX_BODY_BYTES", EnvName("max-body-bytes"))
+}
+
+// Log durations carry their unit: "took=41.9" was a number of milliseconds nobody could tell from seconds.
+func TestLoggerDurationsHaveUnits(t *testing.T) {
+	for _, format := range []string{"json", "console"} {
+		cfg := DefaultConfig()
+		cfg.LogFormat = format
+		var buf strings.Builder
+		log := NewLogger(cfg, &buf)
+		log.Info().Dur("took", 41900*time.Microsecond).Dur("deadline", 30*time.Second).Msg("x")
+		assert.Contains(t, buf.String(), "41.9ms", format)
+		assert.Contains(t, buf.String(), "30s", format)
+	}
 }

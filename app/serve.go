@@ -103,6 +103,9 @@ type Serve struct {
 	engine atomic.Pointer[loaded]
 	// seed returns a fresh seed for requests without one.
 	seed func() uint64
+	// events feeds live views (Events); ids numbers requests that come without an ID.
+	events *hub
+	ids    atomic.Uint64
 }
 
 var _ ports.Generator = (*Serve)(nil)
@@ -112,8 +115,11 @@ func NewServe(cfg ServeConfig, log zerolog.Logger) (*Serve, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("serve config: %w", err)
 	}
-	return &Serve{cfg: cfg, log: log, clock: systemClock{}, gate: newGate(cfg.MaxConcurrency, cfg.QueueSize),
-		seed: rand.Uint64}, nil
+	s := &Serve{cfg: cfg, log: log, clock: systemClock{}, gate: newGate(cfg.MaxConcurrency, cfg.QueueSize),
+		seed: rand.Uint64}
+	s.events = newHub(s.helloEvent)
+	s.gate.changed = s.publishQueue
+	return s, nil
 }
 
 // systemClock is the real ports.Clock.
@@ -329,14 +335,30 @@ func (s *Serve) Generate(ctx context.Context, req ports.GenerateRequest, emit fu
 		return ports.GenerateResult{}, fmt.Errorf("generate: %w", err)
 	}
 	defer release()
-	return s.run(ctx, l, p, emit)
+	id := req.ID
+	if id == "" {
+		id = s.requestID()
+	}
+	lv := s.newLive(l, id, p, req.Messages != nil)
+	res, err := s.run(ctx, l, p, lv, emit)
+	switch {
+	case err == nil:
+		lv.end(res.FinishReason, res)
+	case ctx.Err() != nil:
+		lv.end("cancelled", res)
+	default:
+		lv.end("error", res)
+	}
+	return res, err
 }
 
 // errStopString stops the decoder when a stop string appeared.
 var errStopString = errors.New("stop string reached")
 
-func (s *Serve) run(ctx context.Context, l *loaded, p prepared, emit func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
+func (s *Serve) run(ctx context.Context, l *loaded, p prepared, lv *live, emit func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
 	res := ports.GenerateResult{Model: l.name, PromptTokens: len(p.prompt)}
+	// Observing costs one atomic load per round while nobody listens (BenchmarkServeEvents).
+	p.cfg.Observe = lv.observe
 	// The seed's second word is fixed so that a request seed alone determines the stream.
 	rnd := rand.New(rand.NewPCG(p.seed, 0x9e3779b97f4a7c15))
 	dec, err := speculative.New(p.cfg, s.clock, rnd)
@@ -362,13 +384,18 @@ func (s *Serve) run(ctx context.Context, l *loaded, p prepared, emit func(ports.
 		draft = ds
 	}
 	pipe := newTextPipe(l.Tokenizer.NewStreamDecoder(true), p.stop, p.think, p.inThink, l.eos, emit)
-	out, genErr := dec.Generate(ctx, sess, draft, p.prompt, pipe.push)
+	out, genErr := dec.Generate(ctx, sess, draft, p.prompt, lv.committed(pipe.push))
 	res.CompletionTokens = len(out.Tokens)
 	res.Spec = out.Stats.SpecUsage()
 	switch {
 	case errors.Is(genErr, errStopString):
 		res.FinishReason = "stop"
 	case genErr != nil:
+		if ctx.Err() != nil {
+			s.log.Debug().Err(genErr).Int("completion_tokens", res.CompletionTokens).Int("rounds", res.Spec.Rounds).
+				Int("plain_steps", res.Spec.PlainSteps).Dur("decode", out.Stats.DecodeTime).
+				Msg("generation cancelled (client gone, request timeout or shutdown)")
+		}
 		return res, fmt.Errorf("generate: %w", genErr)
 	case out.Finish == speculative.FinishStop:
 		res.FinishReason = "stop"
@@ -382,7 +409,8 @@ func (s *Serve) run(ctx context.Context, l *loaded, p prepared, emit func(ports.
 	}
 	res.Content, res.Reasoning = pipe.content.String(), pipe.reasoning.String()
 	s.log.Debug().Int("prompt_tokens", res.PromptTokens).Int("completion_tokens", res.CompletionTokens).
-		Int("rounds", res.Spec.Rounds).Float64("tau", res.Spec.Tau).Str("finish", res.FinishReason).
+		Int("rounds", res.Spec.Rounds).Int("plain_steps", res.Spec.PlainSteps).Float64("tau", res.Spec.Tau).
+		Str("policy", res.Spec.Policy.Mode).Str("finish", res.FinishReason).
 		Dur("prefill", out.Stats.PrefillTime).Dur("decode", out.Stats.DecodeTime).Msg("generation done")
 	return res, nil
 }

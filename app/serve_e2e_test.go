@@ -67,7 +67,8 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	if !o.notReady {
 		require.NoError(t, serve.SetEngine(eng))
 	}
-	api := oaiapi.New(serve, oaiapi.Options{APIKey: o.apiKey, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout, Log: zerolog.Nop()})
+	api := oaiapi.New(serve, oaiapi.Options{APIKey: o.apiKey, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
+		Log: zerolog.Nop(), Events: serve.Events()})
 	srv := httptest.NewServer(api)
 	hc := &http.Client{Transport: &http.Transport{}}
 	key := o.apiKey

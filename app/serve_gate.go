@@ -14,6 +14,8 @@ type gate struct {
 	queue int
 	mu    sync.Mutex
 	wait  int
+	// changed, when set, is called (outside the lock) after the number waiting or running changed.
+	changed func()
 }
 
 func newGate(concurrency, queue int) *gate {
@@ -23,9 +25,10 @@ func newGate(concurrency, queue int) *gate {
 // acquire waits for a slot. It fails with ports.ErrBusy when the queue is full, or with ctx's error when ctx
 // ends first (the request then leaves the queue). The returned release must be called exactly once.
 func (g *gate) acquire(ctx context.Context) (release func(), err error) {
-	release = func() { <-g.slots }
+	release = func() { <-g.slots; g.notify() }
 	select {
 	case g.slots <- struct{}{}:
+		g.notify()
 		return release, nil
 	default:
 	}
@@ -36,10 +39,12 @@ func (g *gate) acquire(ctx context.Context) (release func(), err error) {
 	}
 	g.wait++
 	g.mu.Unlock()
+	g.notify()
 	defer func() {
 		g.mu.Lock()
 		g.wait--
 		g.mu.Unlock()
+		g.notify()
 	}()
 	select {
 	case g.slots <- struct{}{}:
@@ -48,6 +53,15 @@ func (g *gate) acquire(ctx context.Context) (release func(), err error) {
 		return nil, ctx.Err()
 	}
 }
+
+func (g *gate) notify() {
+	if g.changed != nil {
+		g.changed()
+	}
+}
+
+// running returns the number of generations holding a slot.
+func (g *gate) running() int { return len(g.slots) }
 
 // waiting returns the number of queued requests.
 func (g *gate) waiting() int {

@@ -19,8 +19,8 @@ import (
 )
 
 // ServeSet is the wire provider set of higgsd.
-var ServeSet = wire.NewSet(ProvideServe, wire.Bind(new(ports.Generator), new(*Serve)), ProvideAPI, ProvideLoader,
-	NewServer)
+var ServeSet = wire.NewSet(ProvideServe, wire.Bind(new(ports.Generator), new(*Serve)), ProvideEvents, ProvideAPI,
+	ProvideLoader, NewServer)
 
 // LoadFunc loads the engine; progress (may be nil) receives work done and total (LoadModels counts steps). The returned close
 // releases the models.
@@ -31,10 +31,13 @@ func ProvideServe(cfg Config, log zerolog.Logger) (*Serve, error) {
 	return NewServe(cfg.ServeConfig(), log)
 }
 
-// ProvideAPI builds the OpenAI-compatible HTTP adapter over gen.
-func ProvideAPI(cfg Config, gen ports.Generator, log zerolog.Logger) *openai.Server {
+// ProvideEvents exposes the live event stream of s (the web page's feed) as its port.
+func ProvideEvents(s *Serve) ports.EventSource { return s.Events() }
+
+// ProvideAPI builds the OpenAI-compatible HTTP adapter over gen, with the page's event stream.
+func ProvideAPI(cfg Config, gen ports.Generator, events ports.EventSource, log zerolog.Logger) *openai.Server {
 	return openai.New(gen, openai.Options{APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
-		RequestTimeout: cfg.RequestTimeout, Log: log})
+		RequestTimeout: cfg.RequestTimeout, Log: log, Events: events})
 }
 
 // ProvideLoader loads the configured models with LoadModels.
@@ -62,7 +65,7 @@ var ErrLoadModels = errors.New("load models")
 type Server struct {
 	cfg   Config
 	serve *Serve
-	api   http.Handler
+	api   *openai.Server
 	load  LoadFunc
 	log   zerolog.Logger
 	// OnListen, when set, is called with the bound address (tests listen on port 0).
@@ -76,8 +79,9 @@ func NewServer(cfg Config, serve *Serve, api *openai.Server, load LoadFunc, log 
 	return &Server{cfg: cfg, serve: serve, api: api, load: load, log: log}
 }
 
-// Run serves until ctx ends (SIGINT/SIGTERM in higgsd), then stops accepting connections, lets in-flight
-// requests finish for up to ShutdownTimeout, and cancels those still running.
+// Run serves until ctx ends (SIGINT/SIGTERM in higgsd), then drains: the listener stays open, /health answers
+// 503 draining and new generations are refused while those in flight finish for up to ShutdownTimeout; then
+// it stops accepting connections and cancels what still runs.
 func (s *Server) Run(ctx context.Context) error {
 	ln, err := net.Listen("tcp", s.cfg.Addr())
 	if err != nil {
@@ -157,18 +161,24 @@ func (s *Server) Run(ctx context.Context) error {
 }
 
 func (s *Server) shutdown(hs *http.Server, cancelAll context.CancelFunc) {
-	s.log.Info().Dur("deadline", s.cfg.ShutdownTimeout).Msg("shutting down: no new connections; finishing in-flight requests")
+	s.log.Info().Dur("deadline", s.cfg.ShutdownTimeout).Msg("shutting down: draining (health 503, no new generations); finishing in-flight requests")
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := hs.Shutdown(ctx); err != nil {
+	if err := s.api.Drain(ctx); err != nil {
 		s.log.Warn().Msg("in-flight requests did not finish in time; cancelling them")
 		cancelAll()
 		// Cancelled generations stop within one decoding round; give their handlers a moment to answer.
 		ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel2()
-		if err := hs.Shutdown(ctx2); err != nil {
-			_ = hs.Close()
+		if err := s.api.Drain(ctx2); err != nil {
+			s.log.Warn().Msg("cancelled requests did not end in time")
 		}
+	}
+	// Nothing generates now; what is left are idle connections and finished responses being written.
+	ctx3, cancel3 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel3()
+	if err := hs.Shutdown(ctx3); err != nil {
+		_ = hs.Close()
 	}
 	s.log.Info().Msg("stopped")
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -89,12 +90,27 @@ func TestRunLoadsServesAndShutsDownGracefully(t *testing.T) {
 
 	// A streaming request in flight when shutdown starts finishes normally.
 	resp, err := h.hc.Post(h.url(t)+"/v1/completions", "application/json",
-		strings.NewReader(`{"prompt":"x","max_tokens":60,"stream":true,"block_size":1}`))
+		strings.NewReader(`{"prompt":"x","max_tokens":200,"stream":true,"block_size":1}`))
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	require.True(t, sc.Scan())
 	h.cancel()
+	// While it drains, the listener stays open: /health answers 503 draining instead of refusing connections.
+	probe := &http.Client{Transport: &http.Transport{}}
+	defer probe.CloseIdleConnections()
+	var health string
+	require.Eventually(t, func() bool {
+		r, err := probe.Get(h.url(t) + "/health")
+		if err != nil {
+			return false
+		}
+		defer r.Body.Close()
+		b, _ := io.ReadAll(r.Body)
+		health = string(b)
+		return r.StatusCode == http.StatusServiceUnavailable
+	}, 5*time.Second, time.Millisecond)
+	assert.JSONEq(t, `{"status":"draining"}`, health)
 	last := ""
 	for sc.Scan() {
 		if sc.Text() != "" {

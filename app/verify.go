@@ -83,7 +83,11 @@ type RoundJSON struct {
 
 // StatsJSON is the generation account in higgs-verify's JSON.
 type StatsJSON struct {
+	// Rounds counts every decoding step (the entries of the rounds list); DraftRounds those that drafted
+	// (block size ≥ 2), PlainSteps the others. MeanAccepted and Tau are per draft–verify round (Tau 1 without).
 	Rounds              int     `json:"rounds"`
+	DraftRounds         int     `json:"draft_rounds"`
+	PlainSteps          int     `json:"plain_steps"`
 	MeanAccepted        float64 `json:"mean_accepted"`
 	Tau                 float64 `json:"tau"`
 	Drafted             int     `json:"draft_tokens"`
@@ -120,7 +124,7 @@ func statsJSON(res speculative.Result, bs int) ([]RoundJSON, StatsJSON) {
 			BlockSize: r.BlockSize, DraftMS: ms(r.DraftTime), VerifyMS: ms(r.VerifyTime), RollbackMS: ms(r.RollbackTime),
 			Rollback: string(r.Rollback), Policy: r.Policy})
 	}
-	s := StatsJSON{Rounds: st.NumRounds(), MeanAccepted: st.MeanAccepted(), Tau: st.Tau(), Drafted: st.Drafted(),
+	s := StatsJSON{Rounds: st.NumRounds(), DraftRounds: st.DraftRounds(), PlainSteps: st.PlainSteps(), MeanAccepted: st.MeanAccepted(), Tau: st.Tau(), Drafted: st.Drafted(),
 		Accepted: st.Accepted(), AcceptedPerPosition: st.AcceptedPerPosition(), PromptTokens: st.PromptTokens,
 		GeneratedTokens: len(res.Tokens), PrefillMS: ms(st.PrefillTime), DecodeMS: ms(st.DecodeTime),
 		BlockSize: bs, Finish: string(res.Finish)}

@@ -143,6 +143,10 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 			if b < 2 || b > m.Drafter.BlockSize() {
 				return res, fmt.Errorf("%w: sweep block size %d outside 2..%d", ErrBadInput, b, m.Drafter.BlockSize())
 			}
+			if b == bs && !o.Adaptive || slices.ContainsFunc(variants[2:], func(v *variant) bool { return v.bs == b && !v.adaptive }) {
+				// Already measured as the main figure (or listed twice): one row per configuration.
+				continue
+			}
 			variants = append(variants, &variant{bs: b})
 		}
 	}

@@ -20,6 +20,18 @@ type PromptInput struct {
 	Chat   bool
 }
 
+// DefaultPrompts are the prompts lossless and bench use when given none: beginnings of Go functions in the
+// standard library's style, which the bundled demo model (trained on Go's standard library) continues
+// sensibly, and which any code-capable model can continue.
+func DefaultPrompts() []PromptInput {
+	return []PromptInput{
+		{Text: "// String returns the contents of the unread portion of the buffer\n// as a string.\nfunc (b *Buffer) String() string {\n"},
+		{Text: "// Len returns the number of bytes of the unread portion of the buffer.\nfunc (b *Buffer) Len() int {"},
+		{Text: "// IsSpace reports whether the byte is an ASCII space character.\nfunc IsSpace(c byte) bool {\n"},
+		{Text: "package main\n\nimport \"fmt\"\n\nfunc main() {\n"},
+	}
+}
+
 // ParseTokenList parses "1,2,3" (spaces allowed) into token ids.
 func ParseTokenList(s string) ([]ports.Token, error) {
 	s = strings.TrimSpace(s)

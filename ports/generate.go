@@ -19,6 +19,9 @@ var (
 
 // GenerateRequest is one completion request, already translated from the wire format.
 type GenerateRequest struct {
+	// ID names the request in logs and events (the HTTP adapter passes its response id); empty: the
+	// Generator names it.
+	ID string
 	// Model is the requested model name; empty means the default.
 	Model string
 	// Exactly one of Prompt (raw completion) and Messages (chat) is set.
@@ -43,18 +46,44 @@ type GenerateEvent struct {
 	Reasoning string
 }
 
-// SpecUsage is the speculative-decoding account of one request.
+// SpecUsage is the speculative-decoding account of one request. Rounds, Drafted, Accepted and
+// AcceptedPerPosition count draft–verify rounds only, as vLLM's spec_decode counters do; plain decoding steps
+// (the adaptive policy falling back, or speculation off) are counted in PlainSteps.
 type SpecUsage struct {
-	// Rounds is the number of draft–verify rounds.
+	// Rounds is the number of draft–verify rounds (block size ≥ 2), vLLM's num_drafts.
 	Rounds int `json:"rounds"`
+	// PlainSteps is the number of decoding steps that drafted nothing (block size 1).
+	PlainSteps int `json:"plain_steps"`
 	// Drafted is the number of draft tokens proposed (sum of block size − 1 over rounds).
 	Drafted int `json:"draft_tokens"`
 	// Accepted is the number of draft tokens accepted.
 	Accepted int `json:"accepted_tokens"`
-	// Tau is the mean number of tokens committed per round (accepted + 1), the DFlash acceptance length.
+	// Tau is 1 + Accepted/Rounds, the mean number of tokens a draft–verify round commits (the DFlash
+	// acceptance length); 1 when there was no round (every plain step commits one token).
 	Tau float64 `json:"tau"`
-	// AcceptedPerPosition[i] counts rounds whose draft slot i+1 was accepted.
-	AcceptedPerPosition []int `json:"accepted_per_position,omitempty"`
+	// AcceptedPerPosition[i] counts rounds whose draft slot i+1 was accepted. It always has BlockSize−1
+	// entries (empty when the request could not speculate).
+	AcceptedPerPosition []int `json:"accepted_per_position"`
+	// BlockSize is the largest block the request could verify, anchor included (1: no speculation).
+	BlockSize int `json:"block_size"`
+	// BlockSizes counts the draft–verify rounds per block size used, in increasing block size.
+	BlockSizes []BlockSizeUse `json:"block_sizes"`
+	// Policy says what chose the block sizes and why; nil only in accounts built by hand.
+	Policy *PolicyUsage `json:"policy,omitempty"`
+}
+
+// BlockSizeUse is the number of draft–verify rounds that verified blocks of one size.
+type BlockSizeUse struct {
+	BlockSize int `json:"block_size"`
+	Rounds    int `json:"rounds"`
+}
+
+// PolicyUsage is the depth decision in force at the end of a request.
+type PolicyUsage struct {
+	// Mode is "speculative" (drafting blocks) or "plain" (decoding without drafts).
+	Mode string `json:"mode"`
+	// Reason says why, in words, from the measurements behind the decision.
+	Reason string `json:"reason"`
 }
 
 // GenerateResult is the account of a finished request.

@@ -5,7 +5,8 @@ import (
 )
 
 // Usage is the token account of a response. Speculative is higgs' extension: the request's speculative
-// decoding figures (rounds, draft tokens, accepted tokens, τ, accepted per draft position).
+// decoding figures (draft–verify rounds, plain steps, draft and accepted tokens, τ, accepted per draft
+// position, block sizes used, and the depth policy's decision with its reason).
 type Usage struct {
 	PromptTokens     int              `json:"prompt_tokens"`
 	CompletionTokens int              `json:"completion_tokens"`
@@ -16,8 +17,12 @@ type Usage struct {
 // UsageOf builds the usage object of a finished request.
 func UsageOf(res ports.GenerateResult) *Usage {
 	spec := res.Spec
+	// Always arrays, never null: clients index them without checking.
 	if spec.AcceptedPerPosition == nil {
 		spec.AcceptedPerPosition = []int{}
+	}
+	if spec.BlockSizes == nil {
+		spec.BlockSizes = []ports.BlockSizeUse{}
 	}
 	return &Usage{PromptTokens: res.PromptTokens, CompletionTokens: res.CompletionTokens,
 		TotalTokens: res.PromptTokens + res.CompletionTokens, Speculative: &spec}

@@ -36,6 +36,8 @@ type Options struct {
 	// Registry receives the metrics and is served on /metrics; nil means a fresh registry.
 	Registry *prometheus.Registry
 	Log      zerolog.Logger
+	// Events, when set, is served as GET /v1/events and feeds the live view of the page at /.
+	Events ports.EventSource
 	// Now and NewID make responses reproducible in tests; nil means the clock and random ids.
 	Now   func() time.Time
 	NewID func() string
@@ -55,6 +57,7 @@ type Server struct {
 	metrics *metrics
 	reg     *prometheus.Registry
 	handler http.Handler
+	drain   *drainer
 }
 
 // DefaultMaxBodyBytes is the request body limit when Options.MaxBodyBytes is 0.
@@ -79,17 +82,20 @@ func New(gen ports.Generator, opts Options) *Server {
 	if q, ok := gen.(QueueDepther); ok {
 		depth = q.QueueDepth
 	}
-	s := &Server{gen: gen, opts: opts, log: opts.Log, reg: reg, metrics: newMetrics(reg, depth)}
+	s := &Server{gen: gen, opts: opts, log: opts.Log, reg: reg, metrics: newMetrics(reg, depth), drain: newDrainer()}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.chat)
 	mux.HandleFunc("POST /v1/completions", s.completion)
 	mux.HandleFunc("GET /v1/models", s.models)
 	mux.HandleFunc("GET /v1/models/{id...}", s.model)
 	mux.HandleFunc("GET /health", s.health)
+	mux.HandleFunc("GET /v1/events", s.events)
+	mux.HandleFunc("GET /{$}", s.page)
+	mux.Handle("GET /ui/", pageAssets())
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	// The mux answers a wrong method with a plain-text 405; these catch-alls answer in OpenAI's shape.
 	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/completions": "POST",
-		"/v1/models": "GET", "/v1/models/{id...}": "GET", "/health": "GET", "/metrics": "GET"} {
+		"/v1/models": "GET", "/v1/models/{id...}": "GET", "/health": "GET", "/metrics": "GET", "/v1/events": "GET"} {
 		mux.HandleFunc(path, methodNotAllowed(allow))
 	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -182,6 +188,32 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
+// StatusCancelled is the status recorded (in higgs_requests_total) for a request cancelled before its
+// response ended: the client went away, or shutdown cancelled it. 499 is nginx's "client closed request".
+const StatusCancelled = 499
+
+// markStatus makes every statusWriter around w record code, whatever was written before (a stream that
+// started with 200 and was then cancelled counts as cancelled).
+func markStatus(w http.ResponseWriter, code int) {
+	for {
+		if sw, ok := w.(*statusWriter); ok {
+			sw.status = code
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return
+		}
+		w = u.Unwrap()
+	}
+}
+
+// cancelled accounts for a generation whose request context ended before its response did.
+func (s *Server) cancelled(w http.ResponseWriter, r *http.Request, err error, start time.Time, streamed bool) {
+	markStatus(w, StatusCancelled)
+	s.log.Debug().Err(err).Str("path", r.URL.Path).Bool("streamed", streamed).Dur("after", time.Since(start)).
+		Msg("generation cancelled: the client went away or the server is shutting down")
+}
+
 func (s *Server) instrument(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -244,6 +276,11 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 }
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
+	if s.drain.isDraining() {
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+		return
+	}
 	if rd, ok := s.gen.(Readier); ok && !rd.Ready() {
 		w.Header().Set("Retry-After", "5")
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "loading"})
@@ -296,6 +333,11 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 // generate runs one chat or completion request, streamed or not.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]byte) (Request, error), chat bool) {
 	start := time.Now()
+	if !s.drain.enter() {
+		s.fail(w, r, errShuttingDown)
+		return
+	}
+	defer s.drain.leave()
 	body, err := s.readBody(w, r)
 	if err != nil {
 		s.fail(w, r, err)
@@ -317,6 +359,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 		prefix = "chatcmpl-"
 	}
 	id, created := prefix+s.opts.NewID(), s.opts.Now().Unix()
+	req.Gen.ID = id
 	var firstOnce sync.Once
 	first := func() {
 		firstOnce.Do(func() { s.metrics.ttft.WithLabelValues(r.Pattern).Observe(time.Since(start).Seconds()) })
@@ -325,6 +368,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 		res, err := s.gen.Generate(ctx, req.Gen, func(ports.GenerateEvent) error { first(); return nil })
 		s.metrics.observeResult(res)
 		if err != nil {
+			if r.Context().Err() != nil && errors.Is(err, context.Canceled) {
+				s.cancelled(w, r, err, start, false)
+			}
 			s.fail(w, r, err)
 			return
 		}
@@ -359,13 +405,16 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 	})
 	s.metrics.observeResult(res)
 	if err != nil {
+		gone := r.Context().Err() != nil && errors.Is(err, context.Canceled)
+		if gone || st.sse != nil && st.sse.err != nil {
+			s.cancelled(w, r, err, start, true)
+		}
 		if !st.started {
 			s.fail(w, r, err)
 			return
 		}
 		if st.sse.err != nil {
 			// The client went away: nothing more can reach it, and its leaving is no server failure.
-			s.log.Debug().Err(err).Str("path", r.URL.Path).Msg("client gone during the stream")
 			return
 		}
 		// Headers are gone: report in the stream (as vLLM does), then end it.
@@ -378,7 +427,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 		return
 	}
 	if err := st.finish(res, req.IncludeUsage); err != nil {
-		s.log.Debug().Err(err).Msg("client gone before the end of the stream")
+		s.cancelled(w, r, err, start, true)
 	}
 }
 

@@ -53,7 +53,9 @@ func (s *scripted) Generate(_ context.Context, req ports.GenerateRequest, emit f
 }
 
 var goldenResult = ports.GenerateResult{Model: "toy", PromptTokens: 5, CompletionTokens: 7, FinishReason: "stop",
-	Spec:    ports.SpecUsage{Rounds: 3, Drafted: 9, Accepted: 4, Tau: 7.0 / 3, AcceptedPerPosition: []int{2, 1, 1}},
+	Spec: ports.SpecUsage{Rounds: 3, PlainSteps: 2, Drafted: 9, Accepted: 4, Tau: 7.0 / 3, AcceptedPerPosition: []int{2, 1, 1},
+		BlockSize: 4, BlockSizes: []ports.BlockSizeUse{{BlockSize: 4, Rounds: 3}},
+		Policy: &ports.PolicyUsage{Mode: "speculative", Reason: "fixed block size 4: the adaptive policy is off"}},
 	Content: "Hello, world!\n", Reasoning: "hmm"}
 
 func newTestServer(gen ports.Generator) *Server {
@@ -259,7 +261,7 @@ func TestMetricsEndpoint(t *testing.T) {
 	s.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
 	for _, want := range []string{
-		"higgs_spec_decode_num_drafts_total 3", "higgs_spec_decode_num_draft_tokens_total 9",
+		"higgs_spec_decode_num_drafts_total 3", "higgs_decode_plain_steps_total 2", "higgs_spec_decode_num_draft_tokens_total 9",
 		"higgs_spec_decode_num_accepted_tokens_total 4", `higgs_spec_decode_num_accepted_tokens_per_pos_total{position="2"} 1`,
 		"higgs_prompt_tokens_total 5", "higgs_generation_tokens_total 7",
 	} {

@@ -78,6 +78,7 @@ func (c *cli) root() *cobra.Command {
 			if err != nil || c.logLevel == "" {
 				return fmt.Errorf("%w: --log-level %q (want trace, debug, info, warn, error or disabled)", app.ErrBadInput, c.logLevel)
 			}
+			app.UseDurationUnits()
 			c.log = zerolog.New(zerolog.ConsoleWriter{Out: c.stderr, NoColor: true}).Level(lvl).With().Timestamp().Logger()
 			return nil
 		},
@@ -210,8 +211,9 @@ func parseRollbacks(s string) ([]speculative.RollbackMode, error) {
 	return out, nil
 }
 
-// readPrompts resolves --prompts FILE, or --tokens/--prompt, into token ids for m.
-func readPrompts(m *app.Models, f *common, file string) ([][]ports.Token, error) {
+// readPrompts resolves --prompts FILE, or --tokens/--prompt, into token ids for m; with none given, the
+// commands that take several prompts (lossless, bench: defaults true) use app.DefaultPrompts.
+func readPrompts(m *app.Models, f *common, file string, defaults ...bool) ([][]ports.Token, error) {
 	var inputs []app.PromptInput
 	one, err := f.promptInput()
 	if err != nil {
@@ -231,6 +233,12 @@ func readPrompts(m *app.Models, f *common, file string) ([][]ports.Token, error)
 		}
 		for _, p := range more {
 			p.Chat = p.Chat || (f.chat && p.Tokens == nil)
+			inputs = append(inputs, p)
+		}
+	}
+	if len(inputs) == 0 && len(defaults) > 0 && defaults[0] {
+		for _, p := range app.DefaultPrompts() {
+			p.Chat = f.chat
 			inputs = append(inputs, p)
 		}
 	}

@@ -168,7 +168,7 @@ func (c *cli) losslessCmd() *cobra.Command {
 				return err
 			}
 			defer cleanup()
-			ps, err := readPrompts(m, &f, prompts)
+			ps, err := readPrompts(m, &f, prompts, true)
 			if err != nil {
 				return err
 			}
@@ -199,7 +199,7 @@ func (c *cli) losslessCmd() *cobra.Command {
 	}
 	f.add(cmd.Flags(), true)
 	fs := cmd.Flags()
-	fs.StringVar(&prompts, "prompts", "", "prompts file: a JSON array (strings, token-id arrays, {text,chat}/{tokens} objects) or one text prompt per line")
+	fs.StringVar(&prompts, "prompts", "", "prompts file: a JSON array (strings, token-id arrays, {text,chat}/{tokens} objects) or one text prompt per line (default, without --prompt/--tokens: 4 built-in Go-code prompts)")
 	fs.StringVar(&sizes, "block-sizes", "", "block sizes to check (default 2,4,8,16 up to the drafter's block_size)")
 	fs.IntVar(&maxTokens, "max-tokens", 64, "tokens generated per run")
 	fs.StringVar(&stopIDs, "stop-ids", "", "extra stop token ids")
@@ -366,7 +366,7 @@ func (c *cli) benchCmd() *cobra.Command {
 				return err
 			}
 			defer cleanup()
-			if o.Prompts, err = readPrompts(m, &f, prompts); err != nil {
+			if o.Prompts, err = readPrompts(m, &f, prompts, true); err != nil {
 				return err
 			}
 			res, err := app.Bench(ctx, m, o)
@@ -398,7 +398,7 @@ func (c *cli) benchCmd() *cobra.Command {
 	}
 	f.add(cmd.Flags(), true)
 	fs := cmd.Flags()
-	fs.StringVar(&prompts, "prompts", "", "prompts file (see lossless)")
+	fs.StringVar(&prompts, "prompts", "", "prompts file (see lossless; default, without --prompt/--tokens: 4 built-in Go-code prompts)")
 	fs.IntVar(&o.MaxTokens, "max-tokens", 128, "tokens generated per run")
 	fs.IntVar(&o.Repeats, "repeats", 3, "measured passes over the prompts")
 	fs.IntVar(&o.Warmup, "warmup", 1, "discarded warm-up passes")

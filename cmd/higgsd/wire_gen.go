@@ -18,7 +18,8 @@ func initServer(cfg app.Config, log zerolog.Logger) (*app.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	server := app.ProvideAPI(cfg, serve, log)
+	eventSource := app.ProvideEvents(serve)
+	server := app.ProvideAPI(cfg, serve, eventSource, log)
 	loadFunc := app.ProvideLoader(cfg, log)
 	appServer := app.NewServer(cfg, serve, server, loadFunc, log)
 	return appServer, nil

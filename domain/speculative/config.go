@@ -86,6 +86,10 @@ type Config struct {
 	Sampling ports.SamplingParams
 	// Rollback chooses how recurrent state is rolled back after a partial accept.
 	Rollback RollbackMode
+	// Observe, when non-nil, is called after each decoding step with its account, once its tokens are
+	// committed and emitted, on the goroutine running Generate (a slow observer slows decoding). It may keep
+	// rs: nothing in it is modified afterwards.
+	Observe func(rs RoundStats)
 	// LayerKinds, when non-nil, are the target's layer kinds (ports.ModelInfo.LayerKinds). Without them the
 	// decoder asks the session: a Snapshot failing with errors.ErrUnsupported means attention-only.
 	LayerKinds []ports.LayerKind

@@ -159,6 +159,7 @@ func (d *Decoder) start(sess ports.Session, draft ports.DraftSession, prompt []p
 		g.samp = &g.cfg.Sampling
 	}
 	g.res.Stats.PromptTokens = len(prompt)
+	g.res.Stats.MaxBlockSize = g.maxBS
 	return g, nil
 }
 
@@ -221,16 +222,20 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 	clock := g.d.clock
 	remaining := g.budget - g.generated()
 	limit := min(g.maxBS, remaining+1)
-	bs, why := limit, reasonFixed
+	dec := Decision{Code: reasonFixed, BlockSize: limit, MaxBlockSize: g.maxBS}
 	switch {
 	case g.policy != nil:
-		bs, why = g.policy.choose(limit)
+		dec = g.policy.choose(limit)
 	case limit < g.maxBS:
-		why = reasonLength
+		dec.Code, dec.Left = reasonLength, limit
 	}
+	bs := dec.BlockSize
 	preLen := g.sess.Len()
 	anchor := g.seq[len(g.seq)-1]
-	rs := RoundStats{BlockSize: bs, Policy: why}
+	rs := RoundStats{BlockSize: bs, Policy: dec.Code, Decision: dec}
+	if dec.Code != reasonProbe && dec.Code != reasonLength || g.res.Stats.Decision.Code == "" {
+		g.res.Stats.Decision = dec
+	}
 
 	// Draft.
 	var prop ports.Proposal
@@ -318,6 +323,9 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 	if err := g.emit(slices.Clip(chunk)); err != nil {
 		g.res.Finish = FinishCancelled
 		return false, fmt.Errorf("emit: %w", err)
+	}
+	if g.cfg.Observe != nil {
+		g.cfg.Observe(rs)
 	}
 	if finish != "" {
 		g.res.Finish = finish

@@ -96,13 +96,38 @@ func newDepthPolicy(maxBS int, cfg PolicyConfig) *depthPolicy {
 	return p
 }
 
-// choose returns the block size for the next round, at most limit (the budget-shortened maximum), and why.
-func (p *depthPolicy) choose(limit int) (int, string) {
+// choose returns the decision for the next round: a block size of at most limit (the budget-shortened
+// maximum), why, and the estimates behind it.
+func (p *depthPolicy) choose(limit int) Decision {
 	bs, why := p.plan()
+	d := Decision{Code: why, BlockSize: bs, MaxBlockSize: p.maxBS, Adaptive: true, ProbeEvery: p.probeEvery,
+		ProbeBudget: p.budget}
 	if bs > limit {
-		return limit, reasonLength
+		d.Code, d.BlockSize, d.Left = reasonLength, limit, limit
 	}
-	return bs, why
+	switch d.Code {
+	case reasonBest:
+		d.Candidate = bs
+	case reasonFallbackAR:
+		d.Candidate, _ = p.best(2)
+	}
+	if plain := p.costOf(1); d.Candidate > 1 && plain > 0 {
+		if c := p.costOf(d.Candidate); c > 0 {
+			d.ExpectedTau, d.CostSteps = p.expected(d.Candidate), c/plain
+		}
+	}
+	return d
+}
+
+// expected returns E[committed tokens | bs] = 1 + Σ_{k<bs} Π_{j≤k} r_j.
+func (p *depthPolicy) expected(bs int) float64 {
+	e, chain, r := 1.0, 1.0, priorAcceptance
+	for k := 1; k < bs; k++ {
+		r = p.slotAcceptance(k, r)
+		chain *= r
+		e += chain
+	}
+	return e
 }
 
 func (p *depthPolicy) plan() (int, string) {
@@ -187,12 +212,7 @@ func (p *depthPolicy) probeLoss(bs int, rate float64) float64 {
 	if c <= 0 || rate <= 0 {
 		return 0
 	}
-	expected, chain, r := 1.0, 1.0, priorAcceptance
-	for k := 1; k < bs; k++ {
-		r = p.slotAcceptance(k, r)
-		chain *= r
-		expected += chain
-	}
+	expected := p.expected(bs)
 	return max(0, c-expected/rate)
 }
 

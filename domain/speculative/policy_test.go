@@ -25,7 +25,8 @@ func simulate(p *depthPolicy, rounds int, cost func(bs int) time.Duration, accep
 	rng := rand.New(rand.NewPCG(1, 2))
 	out := make([]simRound, 0, rounds)
 	for i := range rounds {
-		bs, why := p.choose(p.maxBS)
+		d := p.choose(p.maxBS)
+		bs, why := d.BlockSize, d.Code
 		if bs < 1 || bs > p.maxBS {
 			panic("policy chose an impossible block size")
 		}
@@ -197,19 +198,23 @@ func TestPolicyModerateRegimePicksMiddleBlock(t *testing.T) {
 
 func TestPolicyRespectsLimit(t *testing.T) {
 	p := newDepthPolicy(8, PolicyConfig{})
-	bs, why := p.choose(3)
+	d := p.choose(3)
+	bs, why := d.BlockSize, d.Code
 	assert.Equal(t, 1, bs, "the first rounds measure plain decoding")
 	assert.Equal(t, reasonExplore, why)
 	p.observe(1, 0, 0, 0, time.Millisecond, 0)
-	bs, why = p.choose(3)
+	d = p.choose(3)
+	bs, why = d.BlockSize, d.Code
 	assert.Equal(t, 1, bs, "the first plain round was a warm-up: measured again")
 	assert.Equal(t, reasonExplore, why)
 	p.observe(1, 0, 0, 0, time.Millisecond, 0)
-	bs, why = p.choose(3)
+	d = p.choose(3)
+	bs, why = d.BlockSize, d.Code
 	assert.Equal(t, 3, bs)
 	assert.Equal(t, reasonLength, why)
 	one := newDepthPolicy(1, PolicyConfig{})
-	bs, why = one.choose(1)
+	d = one.choose(1)
+	bs, why = d.BlockSize, d.Code
 	assert.Equal(t, 1, bs)
 	assert.Equal(t, reasonFixed, why)
 	one.observe(5, 3, 1, 1, 1, 1) // out of range: ignored, no panic

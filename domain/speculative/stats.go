@@ -45,8 +45,15 @@ type Result struct {
 
 // Stats account for one generation.
 type Stats struct {
-	// Rounds holds one entry per decoding round (the first token, sampled from the prefill, is not a round).
+	// Rounds holds one entry per decoding step (the first token, sampled from the prefill, is not one): the
+	// draft–verify rounds (BlockSize ≥ 2) and the plain steps (BlockSize 1) in the order they ran.
 	Rounds []RoundStats
+	// MaxBlockSize is the largest block the generation could verify (Config.BlockSize, 1 without a drafter):
+	// AcceptedPerPosition has MaxBlockSize−1 entries.
+	MaxBlockSize int
+	// Decision is the depth decision in force at the end: the last one that was not a probe or a
+	// budget-shortened block (those are exceptions, not what the policy chose), else the last one.
+	Decision Decision
 	// PromptTokens is the prompt length.
 	PromptTokens int
 	// PrefillTime is the time of the prefill forward and first-token sampling.
@@ -55,7 +62,7 @@ type Stats struct {
 	DecodeTime time.Duration
 }
 
-// RoundStats account for one decoding round.
+// RoundStats account for one decoding step: a draft–verify round, or a plain step when BlockSize is 1.
 type RoundStats struct {
 	// Block is what the target verified: [last committed token, d1..d_{bs-1}].
 	Block []ports.Token
@@ -73,12 +80,30 @@ type RoundStats struct {
 	// Rollback says how the state was rolled back.
 	Rollback RollbackKind
 	// Policy says why this block size was chosen: "fixed", or the adaptive policy's reason ("explore",
-	// "best", "probe", "fallback-ar", "length").
-	Policy string
+	// "best", "probe", "fallback-ar", "length"); Decision holds the measurements behind it.
+	Policy   string
+	Decision Decision
 }
 
-// NumRounds returns the number of decoding rounds.
+// Drafting reports whether the round drafted (a draft–verify round rather than a plain step).
+func (r RoundStats) Drafting() bool { return r.BlockSize > 1 }
+
+// NumRounds returns the number of decoding steps, draft–verify rounds and plain steps together.
 func (s Stats) NumRounds() int { return len(s.Rounds) }
+
+// DraftRounds returns the number of draft–verify rounds (block size ≥ 2), vLLM's num_drafts.
+func (s Stats) DraftRounds() int {
+	n := 0
+	for _, r := range s.Rounds {
+		if r.Drafting() {
+			n++
+		}
+	}
+	return n
+}
+
+// PlainSteps returns the number of plain decoding steps (block size 1: no draft).
+func (s Stats) PlainSteps() int { return len(s.Rounds) - s.DraftRounds() }
 
 // Drafted returns the number of draft tokens verified (sum of BlockSize-1 over rounds).
 func (s Stats) Drafted() int {
@@ -98,33 +123,56 @@ func (s Stats) Accepted() int {
 	return n
 }
 
-// MeanAccepted returns the mean number of accepted draft tokens per round; 0 when there were no rounds.
+// MeanAccepted returns the mean number of accepted draft tokens per draft–verify round; 0 when nothing was
+// drafted.
 func (s Stats) MeanAccepted() float64 {
-	if len(s.Rounds) == 0 {
+	d := s.DraftRounds()
+	if d == 0 {
 		return 0
 	}
-	return float64(s.Accepted()) / float64(len(s.Rounds))
+	return float64(s.Accepted()) / float64(d)
 }
 
-// Tau returns the DFlash acceptance length: the mean of accepted+1 over rounds; 0 when there were no rounds.
-func (s Stats) Tau() float64 {
-	if len(s.Rounds) == 0 {
-		return 0
-	}
-	return s.MeanAccepted() + 1
-}
+// Tau returns the DFlash acceptance length, vLLM's mean acceptance length: 1 + accepted / draft–verify
+// rounds, the tokens a round commits on average. With no draft–verify round it is 1, what each plain step
+// commits (no speculation, no gain), so a value above 1 always means speculation paid in tokens per forward.
+func (s Stats) Tau() float64 { return s.MeanAccepted() + 1 }
 
-// AcceptedPerPosition returns, at index i, the number of rounds whose draft slot i+1 was accepted. Its
-// length is the largest BlockSize-1 over rounds.
+// AcceptedPerPosition returns, at index i, the number of draft–verify rounds whose draft slot i+1 was
+// accepted. Its length is MaxBlockSize−1 whatever the rounds did (zeros where nothing was accepted; empty
+// when the generation could not speculate); without MaxBlockSize, the largest BlockSize−1 over rounds.
 func (s Stats) AcceptedPerPosition() []int {
-	width := 0
-	for _, r := range s.Rounds {
-		width = max(width, r.BlockSize-1)
+	width := s.MaxBlockSize - 1
+	if s.MaxBlockSize == 0 {
+		for _, r := range s.Rounds {
+			width = max(width, r.BlockSize-1)
+		}
 	}
-	out := make([]int, width)
+	out := make([]int, max(width, 0))
 	for _, r := range s.Rounds {
-		for i := range r.Accepted {
+		for i := range min(r.Accepted, len(out)) {
 			out[i]++
+		}
+	}
+	return out
+}
+
+// BlockSizes returns how many draft–verify rounds used each block size (≥ 2), in increasing block size.
+func (s Stats) BlockSizes() []ports.BlockSizeUse {
+	var counts []int // counts[bs]
+	for _, r := range s.Rounds {
+		if !r.Drafting() {
+			continue
+		}
+		if r.BlockSize >= len(counts) {
+			counts = append(counts, make([]int, r.BlockSize+1-len(counts))...)
+		}
+		counts[r.BlockSize]++
+	}
+	out := []ports.BlockSizeUse{}
+	for bs, n := range counts {
+		if n > 0 {
+			out = append(out, ports.BlockSizeUse{BlockSize: bs, Rounds: n})
 		}
 	}
 	return out
@@ -133,10 +181,14 @@ func (s Stats) AcceptedPerPosition() []int {
 // SpecUsage converts the stats into the wire-level account of ports.SpecUsage.
 func (s Stats) SpecUsage() ports.SpecUsage {
 	return ports.SpecUsage{
-		Rounds:              s.NumRounds(),
+		Rounds:              s.DraftRounds(),
+		PlainSteps:          s.PlainSteps(),
 		Drafted:             s.Drafted(),
 		Accepted:            s.Accepted(),
 		Tau:                 s.Tau(),
 		AcceptedPerPosition: s.AcceptedPerPosition(),
+		BlockSize:           max(s.MaxBlockSize, 1),
+		BlockSizes:          s.BlockSizes(),
+		Policy:              &ports.PolicyUsage{Mode: s.Decision.Mode(), Reason: s.Decision.Reason()},
 	}
 }

@@ -2,6 +2,7 @@ package speculative
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -11,25 +12,76 @@ import (
 )
 
 func TestStatsTotals(t *testing.T) {
-	s := Stats{Rounds: []RoundStats{
+	s := Stats{MaxBlockSize: 5, Rounds: []RoundStats{
 		{BlockSize: 4, Accepted: 3, Committed: 4},
 		{BlockSize: 4, Accepted: 1, Committed: 2},
 		{BlockSize: 1, Accepted: 0, Committed: 1},
 		{BlockSize: 3, Accepted: 0, Committed: 1},
 	}}
 	assert.Equal(t, 4, s.NumRounds())
+	assert.Equal(t, 3, s.DraftRounds(), "a plain step is not a draft–verify round")
+	assert.Equal(t, 1, s.PlainSteps())
 	assert.Equal(t, 3+3+0+2, s.Drafted())
 	assert.Equal(t, 4, s.Accepted())
-	assert.InDelta(t, 1.0, s.MeanAccepted(), 1e-12)
-	assert.InDelta(t, 2.0, s.Tau(), 1e-12)
-	assert.Equal(t, []int{2, 1, 1}, s.AcceptedPerPosition())
+	assert.InDelta(t, 4.0/3, s.MeanAccepted(), 1e-12)
+	assert.InDelta(t, 1+4.0/3, s.Tau(), 1e-12)
+	assert.Equal(t, []int{2, 1, 1, 0}, s.AcceptedPerPosition(), "MaxBlockSize−1 entries")
 	u := s.SpecUsage()
-	assert.Equal(t, ports.SpecUsage{Rounds: 4, Drafted: 8, Accepted: 4, Tau: 2, AcceptedPerPosition: []int{2, 1, 1}}, u)
+	assert.Equal(t, ports.SpecUsage{Rounds: 3, PlainSteps: 1, Drafted: 8, Accepted: 4, Tau: s.Tau(),
+		AcceptedPerPosition: []int{2, 1, 1, 0}, BlockSize: 5,
+		BlockSizes: []ports.BlockSizeUse{{BlockSize: 3, Rounds: 1}, {BlockSize: 4, Rounds: 2}},
+		Policy:     &ports.PolicyUsage{Mode: "plain", Reason: s.Decision.Reason()}}, u)
 
 	var empty Stats
-	assert.Zero(t, empty.Tau())
+	assert.InDelta(t, 1.0, empty.Tau(), 1e-12, "no round: τ is what a plain step commits")
 	assert.Zero(t, empty.MeanAccepted())
 	assert.Empty(t, empty.AcceptedPerPosition())
+	eu := Stats{MaxBlockSize: 16}.SpecUsage()
+	assert.Equal(t, make([]int, 15), eu.AcceptedPerPosition, "present, with its documented length, when nothing was drafted")
+	assert.Equal(t, []ports.BlockSizeUse{}, eu.BlockSizes)
+	assert.NotEmpty(t, eu.Policy.Reason)
+}
+
+func TestDecisionReasons(t *testing.T) {
+	cases := []struct {
+		d    Decision
+		mode string
+		want string
+	}{
+		{Decision{Code: reasonFixed, BlockSize: 8}, "speculative", "fixed block size 8: the adaptive policy is off"},
+		{Decision{Code: reasonFixed, BlockSize: 1}, "plain", "speculation is off for this request (block size 1, or no drafter loaded)"},
+		{Decision{Code: reasonLength, BlockSize: 3, Left: 3}, "speculative", "block shortened to 3: only 3 tokens were left of the request's budget"},
+		{Decision{Code: reasonExplore, BlockSize: 1}, "plain", "exploring: measuring what a plain decoding step costs before any speculative block"},
+		{Decision{Code: reasonExplore, BlockSize: 4}, "speculative", "exploring: measuring a first speculative block of 4 (plain decoding measured)"},
+		{Decision{Code: reasonProbe, BlockSize: 16, ProbeEvery: 16, ProbeBudget: 0.02}, "speculative",
+			"probe: re-measuring block 16 (at most one probe per 16 rounds, probes losing at most 2% of decode time)"},
+		{Decision{Code: reasonFallbackAR, BlockSize: 1, Candidate: 16, ExpectedTau: 2.7, CostSteps: 5.6}, "plain",
+			"plain decoding: the best speculative choice, a block of 16 expects τ 2.7 tokens per round and costs 5.6 plain decoding steps (0.48× plain decoding's rate), is below break-even"},
+		{Decision{Code: reasonBest, BlockSize: 8, Candidate: 8, ExpectedTau: 4, CostSteps: 2}, "speculative",
+			"speculating: a block of 8 expects τ 4 tokens per round and costs 2 plain decoding steps (2× plain decoding's rate), the highest expected rate measured"},
+		{Decision{}, "plain", "no decoding step ran: the first token, sampled after the prefill, ended the request"},
+	}
+	for _, c := range cases {
+		assert.Equal(t, c.mode, c.d.Mode(), "%+v", c.d)
+		assert.Equal(t, c.want, c.d.Reason())
+	}
+}
+
+// The policy's decisions carry the measurements they were made from: a fallback names the speculative block
+// it rejected, with a cost above its expected τ.
+func TestPolicyDecisionMeasurements(t *testing.T) {
+	p := newDepthPolicy(16, PolicyConfig{})
+	// Verifying costs a plain step per row and nothing is ever accepted: speculation cannot pay.
+	rs := simulate(p, 200, func(bs int) time.Duration { return time.Duration(bs) * time.Millisecond },
+		func(int, int) float64 { return 0 })
+	require.NotEmpty(t, rs)
+	d := p.choose(16)
+	require.Equal(t, reasonFallbackAR, d.Code, "%v", countReasons(rs))
+	assert.Equal(t, 1, d.BlockSize)
+	assert.Greater(t, d.Candidate, 1)
+	assert.Greater(t, d.CostSteps, d.ExpectedTau, "below break-even: the round costs more steps than it commits")
+	assert.Contains(t, d.Reason(), "below break-even")
+	assert.Equal(t, "plain", d.Mode())
 }
 
 func TestStatsFromGeneration(t *testing.T) {

@@ -1,0 +1,46 @@
+package openai
+
+import (
+	"net/http"
+	"time"
+)
+
+// eventsKeepAlive is how often an idle event stream gets a comment line, so that proxies and browsers do not
+// time it out.
+const eventsKeepAlive = 15 * time.Second
+
+// events streams every generation on the server as server-sent events (`data: <ports.Event JSON>`), until the
+// client leaves or the server drains. The schema is documented in README.md.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	if s.opts.Events == nil {
+		writeError(w, &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+			Message: "this server has no event stream"})
+		return
+	}
+	ch, cancel := s.opts.Events.Subscribe()
+	defer cancel()
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	sse := newSSEWriter(w)
+	tick := time.NewTicker(eventsKeepAlive)
+	defer tick.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-s.drain.started:
+			return
+		case <-tick.C:
+			if sse.write([]byte(": keep-alive\n\n")) != nil {
+				return
+			}
+		case ev, ok := <-ch:
+			if !ok || sse.event(ev) != nil {
+				return
+			}
+		}
+	}
+}

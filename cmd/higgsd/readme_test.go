@@ -1,0 +1,163 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/app"
+	"github.com/higgs-go/higgs/internal/readme"
+)
+
+// TestREADMECommands checks every higgsd command README.md shows (their flags must make a valid
+// configuration), then serves the bundled demo as `go run ./cmd/higgsd` does, through the real wiring, and
+// runs every curl command of the README against it: each must succeed, and where the README shows the
+// response that follows, the generated text must be the one shown (greedy decoding is deterministic).
+func TestREADMECommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("serves the demo model; skipped with -short")
+	}
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	cmds, blocks, err := readme.Commands(filepath.Join(root, "README.md"), map[string]string{"HOME": t.TempDir()})
+	require.NoError(t, err)
+	t.Chdir(root)
+	noEnv := func(string) string { return "" }
+	var daemons, curls int
+	for _, c := range cmds {
+		args := c.Args
+		switch {
+		case args[0] == "bin/higgsd":
+			args = args[1:]
+		case len(args) > 2 && args[0] == "go" && args[1] == "run" && args[2] == "./cmd/higgsd":
+			args = args[3:]
+		default:
+			continue
+		}
+		daemons++
+		_, err := app.LoadConfig(args, noEnv, io.Discard)
+		assert.NoError(t, err, "README.md:%d: higgsd %s", c.Line, strings.Join(args, " "))
+	}
+	require.Positive(t, daemons, "README.md shows no higgsd command")
+
+	cfg, err := app.LoadConfig([]string{"--port", "0"}, noEnv, io.Discard)
+	require.NoError(t, err)
+	srv, err := initServer(cfg, zerolog.Nop())
+	require.NoError(t, err)
+	addr := make(chan net.Addr, 1)
+	srv.OnListen = func(a net.Addr) { addr <- a }
+	srv.Progress = func(int64, int64) {}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	base := "http://" + (<-addr).String()
+	hc := &http.Client{Transport: &http.Transport{}, Timeout: time.Minute}
+	defer hc.CloseIdleConnections()
+	require.Eventually(t, func() bool {
+		r, err := hc.Get(base + "/health")
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == http.StatusOK
+	}, 30*time.Second, 10*time.Millisecond, "the demo did not load")
+
+	for _, c := range cmds {
+		if c.Args[0] != "curl" {
+			continue
+		}
+		curls++
+		req := curlRequest(t, c, base)
+		resp, err := hc.Do(req)
+		require.NoError(t, err, "README.md:%d", c.Line)
+		if resp.Header.Get("Content-Type") == "text/event-stream" {
+			// The event stream never ends by itself: its first event is the hello.
+			line, err := bufio.NewReader(resp.Body).ReadString('\n')
+			resp.Body.Close()
+			require.NoError(t, err)
+			assert.Contains(t, line, `"type":"hello"`, "README.md:%d", c.Line)
+			continue
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode, "README.md:%d: %s", c.Line, body)
+		got := answerText(t, body)
+		// The response the README shows is the next block, when it is JSON.
+		if i := c.Block + 1; i < len(blocks) && blocks[i].Lang == "json" {
+			assert.Equal(t, answerText(t, []byte(blocks[i].Text)), got,
+				"README.md:%d: the README shows another answer than the demo gives (block at line %d)", c.Line, blocks[i].Line)
+		}
+	}
+	assert.Positive(t, curls, "README.md shows no curl command")
+	t.Logf("%d higgsd and %d curl commands checked", daemons, curls)
+}
+
+// curlRequest builds the request of a README curl command (flags -s, -N, -H and -d; the URL's host replaced
+// by base).
+func curlRequest(t *testing.T, c readme.Command, base string) *http.Request {
+	t.Helper()
+	var url, data string
+	hdr := http.Header{}
+	args := c.Args[1:]
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "-H" && i+1 < len(args):
+			k, v, _ := strings.Cut(args[i+1], ":")
+			hdr.Set(k, strings.TrimSpace(v))
+			i++
+		case a == "-d" && i+1 < len(args):
+			data = args[i+1]
+			i++
+		case strings.HasPrefix(a, "http://"):
+			url = a
+		case slices.Contains([]string{"-s", "-N", "-sN"}, a):
+		default:
+			t.Fatalf("README.md:%d: curl flag %q is not understood by this test", c.Line, a)
+		}
+	}
+	require.NotEmpty(t, url, "README.md:%d: curl without a URL", c.Line)
+	rest, ok := strings.CutPrefix(url, "http://127.0.0.1:8000")
+	require.True(t, ok, "README.md:%d: the README's examples talk to http://127.0.0.1:8000", c.Line)
+	method := http.MethodGet
+	var body io.Reader
+	if data != "" {
+		method, body = http.MethodPost, strings.NewReader(data)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, base+rest, body)
+	require.NoError(t, err)
+	req.Header = hdr
+	return req
+}
+
+// answerText is the generated text of a chat or completion response.
+func answerText(t *testing.T, body []byte) string {
+	t.Helper()
+	var r struct {
+		Choices []struct {
+			Text    string `json:"text"`
+			Message struct {
+				Content string `json:"content"`
+			} `json:"message"`
+		} `json:"choices"`
+	}
+	require.NoError(t, json.Unmarshal(body, &r), "%s", body)
+	require.Len(t, r.Choices, 1, "%s", body)
+	return r.Choices[0].Text + r.Choices[0].Message.Content
+}
