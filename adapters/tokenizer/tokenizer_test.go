@@ -18,6 +18,7 @@ import (
 	"golang.org/x/text/unicode/norm"
 
 	"github.com/higgs-go/higgs/adapters/tokenizer"
+	"github.com/higgs-go/higgs/internal/testmodel"
 )
 
 func TestQwen3Basics(t *testing.T) {
@@ -300,7 +301,6 @@ func FuzzParse(f *testing.F) {
 
 func TestLoadReadsGzip(t *testing.T) {
 	// testdata/qwen3 only has tokenizer.json.gz; a plain tokenizer.json is preferred when both exist.
-	dir := t.TempDir()
 	f, err := os.Open(filepath.Join("testdata", "qwen3", "tokenizer.json.gz"))
 	require.NoError(t, err)
 	defer f.Close()
@@ -309,8 +309,7 @@ func TestLoadReadsGzip(t *testing.T) {
 	var buf bytes.Buffer
 	_, err = io.Copy(&buf, zr)
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"), buf.Bytes(), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json.gz"), []byte("not gzip"), 0o644))
+	dir := testmodel.Files(t, map[string]string{"tokenizer.json": buf.String(), "tokenizer.json.gz": "not gzip"})
 	tok, err := tokenizer.Load(dir)
 	require.NoError(t, err)
 	assert.Equal(t, 151669, tok.VocabSize())
