@@ -36,6 +36,39 @@ func (m RollbackMode) String() string {
 	return fmt.Sprintf("RollbackMode(%d)", int(m))
 }
 
+// Verification says how drafted tokens are verified at temperature > 0. Greedy decoding (temperature 0) always
+// takes the longest prefix of drafts equal to the target's argmax, whatever the mode.
+type Verification int
+
+const (
+	// VerifyResidual is speculative rejection sampling: a draft d drawn from q is accepted with probability
+	// min(1, p(d)/q(d)) and the first rejection is corrected from the residual ∝ max(0, p−q). Its numbers come
+	// from the Rand's sequential stream, so how many a round consumes depends on the block size and on where
+	// the drafts were rejected: the output has the target's distribution, but one seed gives different texts
+	// under different block sizes or adaptive-policy decisions.
+	VerifyResidual Verification = iota
+	// VerifyMatch is sample-and-match: the target's token at sequence position j is drawn by inverse CDF from
+	// the target's distribution with that position's own number, ports.PositionRand.Uniform(j); a draft is
+	// accepted iff it equals that token, and the first mismatch is replaced by it. The output is exactly what
+	// plain sampling with the same numbers produces, whatever the block sizes, the policy's choices or the
+	// drafts: a function of (model, prompt, parameters, seed) alone. With point-mass drafts (DFlash's) a draft
+	// is accepted with probability p(d), as under VerifyResidual; drafts drawn from a distribution q are
+	// accepted with probability Σ p·q rather than Σ min(p, q). The Rand given to New must implement
+	// ports.PositionRand.
+	VerifyMatch
+)
+
+// String returns the mode's configuration name: residual or match.
+func (v Verification) String() string {
+	switch v {
+	case VerifyResidual:
+		return "residual"
+	case VerifyMatch:
+		return "match"
+	}
+	return fmt.Sprintf("Verification(%d)", int(v))
+}
+
 // PolicyConfig tunes the adaptive depth policy (Config.Adaptive). The zero value means the defaults.
 type PolicyConfig struct {
 	// ProbeEvery is the least number of rounds between probes of a block size other than the current choice
@@ -84,6 +117,8 @@ type Config struct {
 	StopTokens []ports.Token
 	// Sampling are the target's sampling parameters; Temperature 0 means greedy.
 	Sampling ports.SamplingParams
+	// Verify chooses how drafts are verified when Sampling is not greedy (default VerifyResidual).
+	Verify Verification
 	// Rollback chooses how recurrent state is rolled back after a partial accept.
 	Rollback RollbackMode
 	// LayerKinds, when non-nil, are the target's layer kinds (ports.ModelInfo.LayerKinds). Without them the
@@ -113,6 +148,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Sampling.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("sampling: %w", err))
+	}
+	if c.Verify < VerifyResidual || c.Verify > VerifyMatch {
+		errs = append(errs, fmt.Errorf("unknown verification %d", int(c.Verify)))
 	}
 	if c.Rollback < RollbackAuto || c.Rollback > RollbackRecompute {
 		errs = append(errs, fmt.Errorf("unknown rollback mode %d", int(c.Rollback)))
