@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/higgs-go/higgs/adapters/sampling"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -303,6 +304,7 @@ func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) 
 		ContextLength: ctxLen,
 		StopTokens:    stops,
 		Sampling:      req.Sampling,
+		Verify:        verification(req.Seed != nil),
 		LayerKinds:    l.info.LayerKinds,
 	}
 	if p.cfg.Adaptive {
@@ -312,6 +314,19 @@ func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) 
 		return p, fmt.Errorf("%w: %w", ports.ErrInvalidRequest, err)
 	}
 	return p, nil
+}
+
+// verification picks how a sampled request's drafts are verified. A request that names a seed gets
+// sample-and-match, whose output is a function of (model, prompt, parameters, seed) alone — the same under
+// any block size, adaptive-policy decision or timing, as the seed parameter promises. Without a seed nothing
+// can be reproduced anyway, and residual rejection sampling is kept: with DFlash's point-mass drafts both
+// accept each draft with probability p(d) (τ measured equal on the demo, README), and residual sampling
+// accepts more than matching would from a drafter that samples its drafts.
+func verification(seeded bool) speculative.Verification {
+	if seeded {
+		return speculative.VerifyMatch
+	}
+	return speculative.VerifyResidual
 }
 
 // Generate runs one request: tokenize, validate, wait for the engine, decode speculatively, and stream text.
@@ -337,9 +352,7 @@ var errStopString = errors.New("stop string reached")
 
 func (s *Serve) run(ctx context.Context, l *loaded, p prepared, emit func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
 	res := ports.GenerateResult{Model: l.name, PromptTokens: len(p.prompt)}
-	// The seed's second word is fixed so that a request seed alone determines the stream.
-	rnd := rand.New(rand.NewPCG(p.seed, 0x9e3779b97f4a7c15))
-	dec, err := speculative.New(p.cfg, s.clock, rnd)
+	dec, err := speculative.New(p.cfg, s.clock, sampling.NewSource(p.seed))
 	if err != nil {
 		return res, fmt.Errorf("%w: %w", ports.ErrInvalidRequest, err)
 	}
