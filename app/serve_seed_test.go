@@ -53,7 +53,7 @@ func TestE2ESeededRequestIsReproducible(t *testing.T) {
 	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0),
 		option.WithHTTPClient(hc))
 	p := openai.CompletionNewParams{Model: openai.CompletionNewParamsModel(m.Name),
-		Prompt: openai.CompletionNewParamsPromptUnion{OfString: openai.String("func (s *Server) ")},
+		Prompt:    openai.CompletionNewParamsPromptUnion{OfString: openai.String("func (s *Server) ")},
 		MaxTokens: openai.Int(40), Seed: openai.Int(42)}
 	var first string
 	for i := range 6 {
