@@ -248,17 +248,12 @@ func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) 
 		p.prompt = ids
 	}
 	ctxLen := l.info.ContextLength
-	switch {
-	case req.MaxTokens < 0:
-		errs = append(errs, invalid("max_tokens %d must be ≥ 1", req.MaxTokens))
-	case ctxLen > 0 && len(p.prompt) >= ctxLen:
-		errs = append(errs, invalid("this model's maximum context length is %d tokens, and the prompt has %d tokens",
-			ctxLen, len(p.prompt)))
-	case ctxLen > 0 && req.MaxTokens > ctxLen-len(p.prompt):
-		errs = append(errs, invalid("max_tokens %d is too large: this model's maximum context length is %d tokens and the prompt has %d tokens (at most %d can be generated)",
-			req.MaxTokens, ctxLen, len(p.prompt), ctxLen-len(p.prompt)))
-	case ctxLen == 0 && req.MaxTokens == 0:
-		errs = append(errs, invalid("max_tokens is required: the model does not state its context length"))
+	// The sign of max_tokens was checked where the request was parsed; whether it fits is the decoder's own
+	// invariant, asked here so that a request that cannot run is refused before it queues.
+	if len(p.prompt) > 0 {
+		if _, err := speculative.TokenBudget(len(p.prompt), req.MaxTokens, ctxLen); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ports.ErrInvalidRequest, err))
+		}
 	}
 	if err := req.Sampling.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ports.ErrInvalidRequest, err))

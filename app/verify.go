@@ -139,16 +139,13 @@ func checkGenerate(m *Models, o GenerateOptions) (int, error) {
 			break
 		}
 	}
-	// The contract promises exactly MaxTokens tokens unless a stop token ends generation, so a budget the
-	// context cannot hold is refused here rather than silently cut short by the decoder.
-	switch ctxLen := m.Target.Info().ContextLength; {
-	case o.MaxTokens <= 0:
+	// The contract promises exactly MaxTokens tokens unless a stop token ends generation, so 0 (the decoder's
+	// "as many as fit") is refused; whether the budget fits is the decoder's own check, asked before loading
+	// sessions.
+	if o.MaxTokens <= 0 {
 		errs = append(errs, fmt.Errorf("max tokens %d must be > 0", o.MaxTokens))
-	case ctxLen > 0 && len(o.Prompt) >= ctxLen:
-		errs = append(errs, fmt.Errorf("prompt of %d tokens leaves no room in the context length %d", len(o.Prompt), ctxLen))
-	case ctxLen > 0 && o.MaxTokens > ctxLen-len(o.Prompt):
-		errs = append(errs, fmt.Errorf("max tokens %d exceeds the %d positions the context length %d leaves after the %d-token prompt",
-			o.MaxTokens, ctxLen-len(o.Prompt), ctxLen, len(o.Prompt)))
+	} else if _, err := speculative.TokenBudget(len(o.Prompt), o.MaxTokens, m.Target.Info().ContextLength); err != nil {
+		errs = append(errs, err)
 	}
 	for _, t := range o.StopIDs {
 		if t < 0 || int(t) >= vocab {

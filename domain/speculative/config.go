@@ -108,7 +108,8 @@ type Config struct {
 	Adaptive bool
 	// Policy tunes the adaptive policy; ignored unless Adaptive.
 	Policy PolicyConfig
-	// MaxTokens, when > 0, bounds the number of generated tokens (prompt excluded).
+	// MaxTokens, when > 0, is the number of tokens to generate (prompt excluded) unless a stop token comes
+	// first; 0 means as many as the context length leaves. It must fit in that room (TokenBudget).
 	MaxTokens int
 	// ContextLength, when > 0, is the target's context length: prompt plus generated tokens never exceed it,
 	// so the session is never asked to hold more positions. Generation then ends with FinishLength.
@@ -126,21 +127,55 @@ type Config struct {
 	LayerKinds []ports.LayerKind
 }
 
+// TokenBudget is the domain's one check of a generation's length: it returns how many tokens a generation
+// from a prompt of promptLen tokens may produce — maxTokens, or, when that is 0, all the room contextLength
+// leaves — or an error. Negative limits and a generation bounded by neither are errors (as in
+// Config.Validate); a prompt that leaves no room, or a maxTokens past the room, is an error wrapping
+// ports.ErrContextFull. Generate applies it to its Config; callers call it to refuse a request before
+// queueing it, so each problem has one message wherever it is found.
+func TokenBudget(promptLen, maxTokens, contextLength int) (int, error) {
+	if errs := limitProblems(maxTokens, contextLength); len(errs) > 0 {
+		return 0, errors.Join(errs...)
+	}
+	if contextLength == 0 {
+		return maxTokens, nil
+	}
+	room := contextLength - promptLen
+	switch {
+	case room <= 0:
+		return 0, fmt.Errorf("%w: this model's maximum context length is %d tokens, and the prompt has %d tokens",
+			ports.ErrContextFull, contextLength, promptLen)
+	case maxTokens > room:
+		return 0, fmt.Errorf("%w: max tokens %d is too large: this model's maximum context length is %d tokens and the prompt has %d tokens (at most %d can be generated)",
+			ports.ErrContextFull, maxTokens, contextLength, promptLen, room)
+	case maxTokens == 0:
+		return room, nil
+	}
+	return maxTokens, nil
+}
+
+// limitProblems are the checks of the length limits that need no prompt.
+func limitProblems(maxTokens, contextLength int) []error {
+	var errs []error
+	if maxTokens < 0 {
+		errs = append(errs, fmt.Errorf("max tokens %d must be ≥ 1 (or 0: as many as the context length leaves)", maxTokens))
+	}
+	if contextLength < 0 {
+		errs = append(errs, fmt.Errorf("context length %d must be ≥ 0", contextLength))
+	}
+	if maxTokens == 0 && contextLength == 0 {
+		errs = append(errs, errors.New("max tokens is required: the model does not state its context length"))
+	}
+	return errs
+}
+
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	var errs []error
 	if c.BlockSize < 1 {
 		errs = append(errs, fmt.Errorf("block size %d must be ≥ 1", c.BlockSize))
 	}
-	if c.MaxTokens < 0 {
-		errs = append(errs, fmt.Errorf("max tokens %d must be ≥ 0", c.MaxTokens))
-	}
-	if c.ContextLength < 0 {
-		errs = append(errs, fmt.Errorf("context length %d must be ≥ 0", c.ContextLength))
-	}
-	if c.MaxTokens == 0 && c.ContextLength == 0 {
-		errs = append(errs, errors.New("unbounded generation: set max tokens or context length"))
-	}
+	errs = append(errs, limitProblems(c.MaxTokens, c.ContextLength)...)
 	for i, s := range c.StopTokens {
 		if s < 0 {
 			errs = append(errs, fmt.Errorf("stop token %d: id %d must be ≥ 0", i, s))

@@ -122,16 +122,9 @@ func (d *Decoder) start(sess ports.Session, draft ports.DraftSession, prompt []p
 	if emit == nil {
 		errs = append(errs, errors.New("nil emit function"))
 	}
-	budget := cfg.MaxTokens
-	if cfg.ContextLength > 0 {
-		room := cfg.ContextLength - len(prompt)
-		if room <= 0 {
-			errs = append(errs, fmt.Errorf("prompt of %d tokens leaves no room in context length %d: %w",
-				len(prompt), cfg.ContextLength, ports.ErrContextFull))
-		}
-		if budget == 0 || room < budget {
-			budget = room
-		}
+	budget, err := TokenBudget(len(prompt), cfg.MaxTokens, cfg.ContextLength)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
