@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/higgs-go/higgs/adapters/sampling"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -253,17 +254,12 @@ func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) 
 		p.prompt = ids
 	}
 	ctxLen := l.info.ContextLength
-	switch {
-	case req.MaxTokens < 0:
-		errs = append(errs, invalid("max_tokens %d must be ≥ 1", req.MaxTokens))
-	case ctxLen > 0 && len(p.prompt) >= ctxLen:
-		errs = append(errs, invalid("this model's maximum context length is %d tokens, and the prompt has %d tokens",
-			ctxLen, len(p.prompt)))
-	case ctxLen > 0 && req.MaxTokens > ctxLen-len(p.prompt):
-		errs = append(errs, invalid("max_tokens %d is too large: this model's maximum context length is %d tokens and the prompt has %d tokens (at most %d can be generated)",
-			req.MaxTokens, ctxLen, len(p.prompt), ctxLen-len(p.prompt)))
-	case ctxLen == 0 && req.MaxTokens == 0:
-		errs = append(errs, invalid("max_tokens is required: the model does not state its context length"))
+	// The sign of max_tokens was checked where the request was parsed; whether it fits is the decoder's own
+	// invariant, asked here so that a request that cannot run is refused before it queues.
+	if len(p.prompt) > 0 {
+		if _, err := speculative.TokenBudget(len(p.prompt), req.MaxTokens, ctxLen); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %w", ports.ErrInvalidRequest, err))
+		}
 	}
 	if err := req.Sampling.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("%w: %w", ports.ErrInvalidRequest, err))
@@ -309,6 +305,7 @@ func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) 
 		ContextLength: ctxLen,
 		StopTokens:    stops,
 		Sampling:      req.Sampling,
+		Verify:        verification(req.Seed != nil),
 		LayerKinds:    l.info.LayerKinds,
 	}
 	if p.cfg.Adaptive {
@@ -318,6 +315,19 @@ func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) 
 		return p, fmt.Errorf("%w: %w", ports.ErrInvalidRequest, err)
 	}
 	return p, nil
+}
+
+// verification picks how a sampled request's drafts are verified. A request that names a seed gets
+// sample-and-match, whose output is a function of (model, prompt, parameters, seed) alone — the same under
+// any block size, adaptive-policy decision or timing, as the seed parameter promises. Without a seed nothing
+// can be reproduced anyway, and residual rejection sampling is kept: with DFlash's point-mass drafts both
+// accept each draft with probability p(d) (τ measured equal on the demo, README), and residual sampling
+// accepts more than matching would from a drafter that samples its drafts.
+func verification(seeded bool) speculative.Verification {
+	if seeded {
+		return speculative.VerifyMatch
+	}
+	return speculative.VerifyResidual
 }
 
 // Generate runs one request: tokenize, validate, wait for the engine, decode speculatively, and stream text.
@@ -359,9 +369,7 @@ func (s *Serve) run(ctx context.Context, l *loaded, p prepared, lv *live, emit f
 	res := ports.GenerateResult{Model: l.name, PromptTokens: len(p.prompt)}
 	// Observing costs one atomic load per round while nobody listens (BenchmarkServeEvents).
 	p.cfg.Observe = lv.observe
-	// The seed's second word is fixed so that a request seed alone determines the stream.
-	rnd := rand.New(rand.NewPCG(p.seed, 0x9e3779b97f4a7c15))
-	dec, err := speculative.New(p.cfg, s.clock, rnd)
+	dec, err := speculative.New(p.cfg, s.clock, sampling.NewSource(p.seed))
 	if err != nil {
 		return res, fmt.Errorf("%w: %w", ports.ErrInvalidRequest, err)
 	}

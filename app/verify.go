@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"time"
 
+	"github.com/higgs-go/higgs/adapters/sampling"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -28,17 +28,6 @@ type SystemClock struct{}
 // Now returns time.Now().
 func (SystemClock) Now() time.Time { return time.Now() }
 
-// SeededRand is a reproducible ports.Rand (PCG seeded with seed).
-type SeededRand struct{ r *rand.Rand }
-
-// NewSeededRand returns a source that yields the same sequence for the same seed on every run.
-func NewSeededRand(seed uint64) *SeededRand {
-	return &SeededRand{r: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))}
-}
-
-// Float64 returns a uniform number in [0, 1).
-func (s *SeededRand) Float64() float64 { return s.r.Float64() }
-
 // GenerateOptions configure one verify generation.
 type GenerateOptions struct {
 	// Prompt are the prompt ids (non-empty).
@@ -55,6 +44,9 @@ type GenerateOptions struct {
 	Sampling ports.SamplingParams
 	// Seed seeds the sampler when Temperature > 0.
 	Seed uint64
+	// Verify is how drafts are verified when Temperature > 0; VerifyMatch (the reproducible one) makes the
+	// output a function of the seed alone, whatever the block size.
+	Verify speculative.Verification
 	// StopIDs are extra stop ids on top of the model's EOS ids.
 	StopIDs []ports.Token
 	// NoEOS drops the model's EOS ids (only StopIDs stop generation).
@@ -151,16 +143,13 @@ func checkGenerate(m *Models, o GenerateOptions) (int, error) {
 			break
 		}
 	}
-	// The contract promises exactly MaxTokens tokens unless a stop token ends generation, so a budget the
-	// context cannot hold is refused here rather than silently cut short by the decoder.
-	switch ctxLen := m.Target.Info().ContextLength; {
-	case o.MaxTokens <= 0:
+	// The contract promises exactly MaxTokens tokens unless a stop token ends generation, so 0 (the decoder's
+	// "as many as fit") is refused; whether the budget fits is the decoder's own check, asked before loading
+	// sessions.
+	if o.MaxTokens <= 0 {
 		errs = append(errs, fmt.Errorf("max tokens %d must be > 0", o.MaxTokens))
-	case ctxLen > 0 && len(o.Prompt) >= ctxLen:
-		errs = append(errs, fmt.Errorf("prompt of %d tokens leaves no room in the context length %d", len(o.Prompt), ctxLen))
-	case ctxLen > 0 && o.MaxTokens > ctxLen-len(o.Prompt):
-		errs = append(errs, fmt.Errorf("max tokens %d exceeds the %d positions the context length %d leaves after the %d-token prompt",
-			o.MaxTokens, ctxLen-len(o.Prompt), ctxLen, len(o.Prompt)))
+	} else if _, err := speculative.TokenBudget(len(o.Prompt), o.MaxTokens, m.Target.Info().ContextLength); err != nil {
+		errs = append(errs, err)
 	}
 	for _, t := range o.StopIDs {
 		if t < 0 || int(t) >= vocab {
@@ -204,11 +193,11 @@ func runDecoder(ctx context.Context, m *Models, o GenerateOptions) (speculative.
 		stops = append(stops, m.EOS...)
 	}
 	cfg := speculative.Config{BlockSize: bs, Adaptive: o.Adaptive && bs > 1, MaxTokens: o.MaxTokens,
-		ContextLength: info.ContextLength, StopTokens: stops, Sampling: o.Sampling, Rollback: o.Rollback,
+		ContextLength: info.ContextLength, StopTokens: stops, Sampling: o.Sampling, Verify: o.Verify, Rollback: o.Rollback,
 		LayerKinds: info.LayerKinds, Policy: speculative.PolicyConfig{Memory: o.PolicyMemory}}
 	var rnd ports.Rand
 	if !o.Sampling.Greedy() {
-		rnd = NewSeededRand(o.Seed)
+		rnd = sampling.NewSource(o.Seed)
 	}
 	dec, err := speculative.New(cfg, SystemClock{}, rnd)
 	if err != nil {

@@ -25,6 +25,12 @@ type BenchOptions struct {
 	Sweep   []int
 	StopIDs []ports.Token
 	NoEOS   bool
+	// Sampling, when not greedy, makes every run sample (autoregressive runs too); Seed seeds run k of a pass
+	// (prompt k) with Seed + pass·prompts + k, the same for every variant, and Verify is how the speculative
+	// variants verify their drafts. Under VerifyMatch every variant then generates the same tokens.
+	Sampling ports.SamplingParams
+	Seed     uint64
+	Verify   speculative.Verification
 }
 
 // BenchAR is the autoregressive figure.
@@ -71,6 +77,10 @@ type BenchResult struct {
 	MaxTokens int         `json:"max_tokens"`
 	Repeats   int         `json:"repeats"`
 	Warmup    int         `json:"warmup"`
+	// Temperature, Seed and Verify describe sampled runs (absent when greedy).
+	Temperature float64 `json:"temperature,omitempty"`
+	Seed        uint64  `json:"seed,omitempty"`
+	Verify      string  `json:"verify,omitempty"`
 }
 
 type benchAcc struct {
@@ -116,6 +126,9 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 	}
 	res := BenchResult{Model: m.Name, Backend: m.Backend, Prompts: len(o.Prompts), MaxTokens: o.MaxTokens,
 		Repeats: o.Repeats, Warmup: o.Warmup}
+	if !o.Sampling.Greedy() {
+		res.Temperature, res.Seed, res.Verify = o.Sampling.Temperature, o.Seed, o.Verify.String()
+	}
 	if m.Drafter == nil {
 		return res, fmt.Errorf("%w: bench needs a drafter (--draft DIR)", ErrBadInput)
 	}
@@ -160,7 +173,8 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 				vi := (first + k) % len(variants)
 				v := variants[vi]
 				g := GenerateOptions{Prompt: p, MaxTokens: o.MaxTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS,
-					Speculative: v.bs > 1, BlockSize: v.bs, Adaptive: v.adaptive, PolicyMemory: v.mem}
+					Speculative: v.bs > 1, BlockSize: v.bs, Adaptive: v.adaptive, PolicyMemory: v.mem,
+					Sampling: o.Sampling, Seed: o.Seed + uint64(pass*len(o.Prompts)+pi), Verify: o.Verify}
 				r, _, err := runDecoder(ctx, m, g)
 				if err != nil {
 					return res, err

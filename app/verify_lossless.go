@@ -37,10 +37,15 @@ type LosslessOptions struct {
 	StopIDs    []ports.Token
 	NoEOS      bool
 	Rollbacks  []speculative.RollbackMode // nil: the domain's cost model only
-	// Temperature > 0 adds the seeded distribution test (the greedy comparison always runs).
+	// Temperature > 0 adds the seeded distribution test (the greedy comparison always runs) and, under
+	// VerifyMatch, the seeded comparison: speculative sampling with the seed must give plain sampling's tokens
+	// with that seed, token for token, for every prompt and block size.
 	Temperature float64
 	Seed        uint64
 	Samples     int // per sampler; 0: DefaultDistSamples
+	// Verify is how sampled drafts are verified (VerifyMatch: reproducible; VerifyResidual: rejection
+	// sampling).
+	Verify speculative.Verification
 }
 
 // LosslessCase is one prompt × block size × rollback comparison.
@@ -52,9 +57,12 @@ type LosslessCase struct {
 	Match     bool    `json:"match"`
 	Tau       float64 `json:"tau"`
 	Rounds    int     `json:"rounds"`
+	// Adaptive marks a seeded case run under the adaptive depth policy (≤ BlockSize).
+	Adaptive bool `json:"adaptive,omitempty"`
 }
 
-// Mismatch locates the first differing token.
+// Mismatch locates the first differing token. Temperature is 0 for the greedy comparison and the sampling
+// temperature for the seeded one.
 type Mismatch struct {
 	Prompt    int         `json:"prompt"`
 	BlockSize int         `json:"block_size"`
@@ -62,6 +70,10 @@ type Mismatch struct {
 	Position  int         `json:"position"` // index into the generated tokens
 	AR        ports.Token `json:"ar_token"` // -1 when the AR output ended first
 	Spec      ports.Token `json:"spec_token"`
+	// Temperature, Seed and Adaptive say which comparison failed: temperature 0 is the greedy one.
+	Temperature float64 `json:"temperature,omitempty"`
+	Seed        uint64  `json:"seed,omitempty"`
+	Adaptive    bool    `json:"adaptive,omitempty"`
 }
 
 // DistStat is one chi-square test of homogeneity.
@@ -98,6 +110,11 @@ type LosslessResult struct {
 	Cases         []LosslessCase `json:"cases"`
 	FirstMismatch *Mismatch      `json:"first_mismatch,omitempty"`
 	Distribution  *DistTest      `json:"distribution,omitempty"`
+	// Verify names the verification of the sampled runs (residual or match) when Temperature > 0.
+	Verify string `json:"verify,omitempty"`
+	// SeededCases are the seeded comparisons (Temperature > 0 under match): speculative against plain
+	// sampling with the same seed, token for token.
+	SeededCases []LosslessCase `json:"seeded_cases,omitempty"`
 }
 
 func (o LosslessOptions) blockSizes(drafterBS int) ([]int, error) {
@@ -177,6 +194,14 @@ func Lossless(ctx context.Context, m *Models, o LosslessOptions) (LosslessResult
 		}
 	}
 	if o.Temperature > 0 {
+		res.Verify = o.Verify.String()
+	}
+	if o.Temperature > 0 && o.Verify == speculative.VerifyMatch {
+		if err := seededComparison(ctx, m, o, sizes, &res); err != nil {
+			return res, err
+		}
+	}
+	if o.Temperature > 0 {
 		dt, err := distributionTest(ctx, m, o, sizes[len(sizes)-1])
 		res.Distribution = &dt
 		if err != nil {
@@ -185,6 +210,47 @@ func Lossless(ctx context.Context, m *Models, o LosslessOptions) (LosslessResult
 		}
 	}
 	return res, nil
+}
+
+// seededComparison runs plain sampling and speculative sampling with the same seed (o.Seed) on every prompt
+// and block size, fixed and under the adaptive policy, and stops at the first differing token (ErrCheckFailed):
+// under sample-and-match the output is a function of the seed alone.
+func seededComparison(ctx context.Context, m *Models, o LosslessOptions, sizes []int, res *LosslessResult) error {
+	params := ports.SamplingParams{Temperature: o.Temperature}
+	res.SeededCases = []LosslessCase{}
+	for pi, prompt := range o.Prompts {
+		base := GenerateOptions{Prompt: prompt, MaxTokens: o.MaxTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS,
+			Sampling: params, Seed: o.Seed, Verify: o.Verify}
+		plain, _, err := runDecoder(ctx, m, base)
+		if err != nil {
+			return fmt.Errorf("prompt %d, seeded plain sampling: %w", pi, err)
+		}
+		for _, bs := range sizes {
+			for _, adaptive := range []bool{false, true} {
+				so := base
+				so.Speculative, so.BlockSize, so.Adaptive = true, bs, adaptive
+				sp, _, err := runDecoder(ctx, m, so)
+				if err != nil {
+					return fmt.Errorf("prompt %d, block size %d, seeded: %w", pi, bs, err)
+				}
+				rb := speculative.RollbackAuto.String()
+				c := LosslessCase{Prompt: pi, BlockSize: bs, Rollback: rb, Tokens: len(sp.Tokens),
+					Tau: sp.Stats.Tau(), Rounds: sp.Stats.NumRounds(), Match: true, Adaptive: adaptive}
+				if pos, ok := firstDiff(plain.Tokens, sp.Tokens); !ok {
+					c.Match = false
+					res.SeededCases = append(res.SeededCases, c)
+					res.Pass = false
+					res.FirstMismatch = &Mismatch{Prompt: pi, BlockSize: bs, Rollback: rb, Position: pos,
+						AR: at(plain.Tokens, pos), Spec: at(sp.Tokens, pos), Temperature: o.Temperature, Seed: o.Seed,
+						Adaptive: adaptive}
+					return fmt.Errorf("%w: prompt %d, block size %d (adaptive %v), T %g seed %d: generated token %d differs (plain sampling %d, speculative %d)",
+						ErrCheckFailed, pi, bs, adaptive, o.Temperature, o.Seed, pos, at(plain.Tokens, pos), at(sp.Tokens, pos))
+				}
+				res.SeededCases = append(res.SeededCases, c)
+			}
+		}
+	}
+	return nil
 }
 
 func at(t []ports.Token, i int) ports.Token {
@@ -215,7 +281,7 @@ func distributionTest(ctx context.Context, m *Models, o LosslessOptions, bs int)
 		PValue: 1}
 	sample := func(spec bool, seed uint64) ([]ports.Token, error) {
 		g := GenerateOptions{Prompt: o.Prompts[0], MaxTokens: DistTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS,
-			Sampling: ports.SamplingParams{Temperature: o.Temperature}, Seed: seed, Speculative: spec}
+			Sampling: ports.SamplingParams{Temperature: o.Temperature}, Seed: seed, Speculative: spec, Verify: o.Verify}
 		if spec {
 			g.BlockSize = bs
 		}
@@ -376,6 +442,16 @@ func gammaQ(a, x float64) float64 {
 		}
 	}
 	return math.Exp(-x+a*math.Log(x)-lg) * h
+}
+
+// ParseVerification maps "residual" and "match" to a speculative.Verification.
+func ParseVerification(s string) (speculative.Verification, error) {
+	for _, v := range []speculative.Verification{speculative.VerifyResidual, speculative.VerifyMatch} {
+		if strings.EqualFold(s, v.String()) {
+			return v, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: unknown verification %q (want match or residual)", ErrBadInput, s)
 }
 
 // ParseRollback maps "auto", "replay", "recompute" to a RollbackMode.

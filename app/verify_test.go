@@ -184,8 +184,8 @@ func TestBadInputBeforeGeneration(t *testing.T) {
 		{"empty prompt", GenerateOptions{MaxTokens: 4}, "empty prompt"},
 		{"token outside vocab", GenerateOptions{Prompt: []ports.Token{64}, MaxTokens: 4}, "outside the vocabulary"},
 		{"no budget", GenerateOptions{Prompt: []ports.Token{1}}, "max tokens 0"},
-		{"budget past the context", GenerateOptions{Prompt: []ports.Token{1, 2}, MaxTokens: 511}, "max tokens 511 exceeds the 510 positions"},
-		{"prompt fills the context", GenerateOptions{Prompt: make([]ports.Token, 512), MaxTokens: 1}, "no room in the context length 512"},
+		{"budget past the context", GenerateOptions{Prompt: []ports.Token{1, 2}, MaxTokens: 511}, "max tokens 511 is too large"},
+		{"prompt fills the context", GenerateOptions{Prompt: make([]ports.Token, 512), MaxTokens: 1}, "maximum context length is 512 tokens, and the prompt has 512 tokens"},
 		{"bad temperature", GenerateOptions{Prompt: []ports.Token{1}, MaxTokens: 4, Sampling: ports.SamplingParams{Temperature: -1}}, "temperature"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -367,4 +367,44 @@ func TestBenchRefusesEmptyBudgets(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+// TestSeededGenerateIndependentOfBlockSize: under VerifyMatch a seeded verify generation gives plain
+// sampling's tokens whatever the block size or the adaptive policy; the lossless use case checks exactly that
+// at T > 0 and reports it in seeded_cases.
+func TestSeededGenerateIndependentOfBlockSize(t *testing.T) {
+	m := load(t, testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 6, Vocab: 64, EmbedScale: 4}),
+		testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 7, Taps: []int{0, 3}, Mask: 61, BlockSize: 8}))
+	base := GenerateOptions{Prompt: []ports.Token{5, 6}, MaxTokens: 24, NoEOS: true, Seed: 77,
+		Sampling: ports.SamplingParams{Temperature: 0.7}, Verify: speculative.VerifyMatch}
+	plain, err := Generate(t.Context(), m, base)
+	require.NoError(t, err)
+	for _, bs := range []int{2, 3, 8} {
+		for _, adaptive := range []bool{false, true} {
+			o := base
+			o.Speculative, o.BlockSize, o.Adaptive = true, bs, adaptive
+			got, err := Generate(t.Context(), m, o)
+			require.NoError(t, err)
+			assert.Equal(t, plain.Tokens, got.Tokens, "block %d adaptive %v", bs, adaptive)
+		}
+	}
+
+	res, err := Lossless(t.Context(), m, LosslessOptions{Prompts: testPrompts[:2], BlockSizes: []int{2, 8}, MaxTokens: 12,
+		NoEOS: true, Temperature: 0.7, Seed: 3, Samples: 40, Verify: speculative.VerifyMatch})
+	require.NoError(t, err)
+	assert.True(t, res.Pass)
+	assert.Equal(t, "match", res.Verify)
+	require.Len(t, res.SeededCases, 2*2*2)
+	accepted := false
+	for _, c := range res.SeededCases {
+		assert.True(t, c.Match, "%+v", c)
+		accepted = accepted || c.Tau > 1
+	}
+	assert.True(t, accepted, "some seeded case must accept drafts, or the comparison exercises nothing")
+
+	res, err = Lossless(t.Context(), m, LosslessOptions{Prompts: testPrompts[:1], BlockSizes: []int{2}, MaxTokens: 8,
+		NoEOS: true, Temperature: 0.7, Seed: 3, Samples: 40, Verify: speculative.VerifyResidual})
+	require.NoError(t, err)
+	assert.Equal(t, "residual", res.Verify)
+	assert.Empty(t, res.SeededCases, "residual sampling promises a distribution, not a seed's tokens")
 }

@@ -31,7 +31,8 @@ type GenerateRequest struct {
 	// MaxTokens bounds the generated tokens; 0 means up to the context length.
 	MaxTokens int
 	Sampling  SamplingParams
-	// Seed makes sampling reproducible; nil means a fresh seed.
+	// Seed makes sampling reproducible: the output is then a function of the model, the prompt, the
+	// parameters and the seed, whatever the block size or the speculation policy does; nil means a fresh seed.
 	Seed *uint64
 	// Stop strings end generation when they appear in the output (not included in it).
 	Stop []string

@@ -221,7 +221,7 @@ func TestExitCodes(t *testing.T) {
 		{"lossless without drafter", []string{"lossless", "--model", fixtures.dense, "--tokens", "1"}, 2, "needs a drafter"},
 		{"bench with zero tokens", []string{"bench", "--model", fixtures.dense, "--draft", fixtures.drafter, "--tokens", "1", "--max-tokens", "0"}, 2, "--max-tokens 0"},
 		{"bench with zero repeats", []string{"bench", "--model", fixtures.dense, "--draft", fixtures.drafter, "--tokens", "1", "--repeats", "0"}, 2, "--repeats 0"},
-		{"max tokens past the context", []string{"generate", "--model", fixtures.dense, "--tokens", "1,2", "--max-tokens", "511"}, 2, "max tokens 511 exceeds"},
+		{"max tokens past the context", []string{"generate", "--model", fixtures.dense, "--tokens", "1,2", "--max-tokens", "511"}, 2, "max tokens 511 is too large"},
 		{"drafter for another hidden size", []string{"generate", "--model", fixtures.dense, "--draft", fixtures.dense, "--tokens", "1"}, 2, "not a DFlash drafter"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -390,4 +390,34 @@ func TestNonFiniteResultIsBadInput(t *testing.T) {
 	require.ErrorIs(t, err, app.ErrBadInput)
 	assert.Contains(t, err.Error(), "NaN")
 	assert.Empty(t, c.stdout.(*bytes.Buffer).String())
+}
+
+// TestSampledBenchAndLossless: bench at --temperature reports the sampling and the verification, lossless at
+// --temperature under match adds the seeded comparison, and an unknown --verify is bad usage.
+func TestSampledBenchAndLossless(t *testing.T) {
+	r := runCLI(t, "bench", "--model", fixtures.hybrid, "--draft", fixtures.drafter, "--tokens", "1,2,3",
+		"--max-tokens", "8", "--repeats", "1", "--warmup", "0", "--temperature", "0.7", "--seed", "5", "--verify", "residual", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var b map[string]any
+	oneJSON(t, r.stdout, &b)
+	assert.Equal(t, 0.7, b["temperature"])
+	assert.Equal(t, "residual", b["verify"])
+	assert.Contains(t, b["spec"], "tau")
+
+	r = runCLI(t, "lossless", "--model", fixtures.hybrid, "--draft", fixtures.drafter, "--tokens", "1,2,3",
+		"--max-tokens", "8", "--block-sizes", "2,4", "--temperature", "0.7", "--samples", "20", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var l struct {
+		Pass        bool             `json:"pass"`
+		Verify      string           `json:"verify"`
+		SeededCases []map[string]any `json:"seeded_cases"`
+	}
+	oneJSON(t, r.stdout, &l)
+	assert.True(t, l.Pass)
+	assert.Equal(t, "match", l.Verify, "match is the default")
+	assert.Len(t, l.SeededCases, 2*2)
+
+	r = runCLI(t, "generate", "--model", fixtures.hybrid, "--tokens", "1", "--verify", "maybe")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, `unknown verification "maybe"`)
 }

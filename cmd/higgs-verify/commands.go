@@ -7,6 +7,7 @@ import (
 	"sort"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/higgs-go/higgs/app"
 	"github.com/higgs-go/higgs/ports"
@@ -67,6 +68,7 @@ type decodeFlags struct {
 	topP, minP           float64
 	seed                 uint64
 	stopIDs, rollback    string
+	verify               string
 }
 
 func (c *cli) generateCmd() *cobra.Command {
@@ -85,6 +87,10 @@ func (c *cli) generateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			ver, err := app.ParseVerification(d.verify)
+			if err != nil {
+				return err
+			}
 			m, cleanup, err := c.loadModels(ctx, f.modelConfig())
 			if err != nil {
 				return err
@@ -95,7 +101,7 @@ func (c *cli) generateCmd() *cobra.Command {
 				return err
 			}
 			o := app.GenerateOptions{Prompt: prompts[0], MaxTokens: d.maxTokens, Speculative: m.Drafter != nil,
-				BlockSize: d.blockSize, Adaptive: d.adaptive, Seed: d.seed, StopIDs: stops, Rollback: rb,
+				BlockSize: d.blockSize, Adaptive: d.adaptive, Seed: d.seed, Verify: ver, StopIDs: stops, Rollback: rb,
 				Sampling: ports.SamplingParams{Temperature: d.temperature, TopK: d.topK, TopP: d.topP, MinP: d.minP}}
 			res, err := app.Generate(ctx, m, o)
 			if err != nil {
@@ -134,12 +140,18 @@ func (c *cli) generateCmd() *cobra.Command {
 	fs.Uint64Var(&d.seed, "seed", 0, "sampling seed (with --temperature > 0)")
 	fs.StringVar(&d.stopIDs, "stop-ids", "", "extra stop token ids, e.g. 151645,151643")
 	fs.StringVar(&d.rollback, "rollback", "auto", "recurrent rollback: auto, replay or recompute")
+	addVerifyFlag(fs, &d.verify)
 	return cmd
+}
+
+// addVerifyFlag adds --verify, how sampled drafts are verified.
+func addVerifyFlag(fs *pflag.FlagSet, v *string) {
+	fs.StringVar(v, "verify", "match", "verification at --temperature > 0: match (sample-and-match: the output is a function of the seed alone) or residual (rejection sampling)")
 }
 
 func (c *cli) losslessCmd() *cobra.Command {
 	var f common
-	var prompts, sizes, stopIDs, rollbacks string
+	var prompts, sizes, stopIDs, rollbacks, verify string
 	var maxTokens, samples int
 	var temperature float64
 	var seed uint64
@@ -163,6 +175,10 @@ func (c *cli) losslessCmd() *cobra.Command {
 			if temperature < 0 {
 				return fmt.Errorf("%w: --temperature %v must be ≥ 0", app.ErrBadInput, temperature)
 			}
+			ver, err := app.ParseVerification(verify)
+			if err != nil {
+				return err
+			}
 			m, cleanup, err := c.loadModels(ctx, f.modelConfig())
 			if err != nil {
 				return err
@@ -173,7 +189,7 @@ func (c *cli) losslessCmd() *cobra.Command {
 				return err
 			}
 			res, err := app.Lossless(ctx, m, app.LosslessOptions{Prompts: ps, BlockSizes: bs, MaxTokens: maxTokens,
-				StopIDs: stops, Rollbacks: rbs, Temperature: temperature, Seed: seed, Samples: samples})
+				StopIDs: stops, Rollbacks: rbs, Temperature: temperature, Seed: seed, Samples: samples, Verify: ver})
 			if err != nil && !errorsIsCheck(err) {
 				return err
 			}
@@ -182,9 +198,13 @@ func (c *cli) losslessCmd() *cobra.Command {
 					fmt.Fprintf(w, "prompt %d block %2d rollback %-9s %3d tokens tau %.2f match %v\n",
 						cs.Prompt, cs.BlockSize, cs.Rollback, cs.Tokens, cs.Tau, cs.Match)
 				}
+				for _, cs := range res.SeededCases {
+					fmt.Fprintf(w, "prompt %d block %2d adaptive %-5v T=%g seed %d: %3d tokens tau %.2f same as plain sampling %v\n",
+						cs.Prompt, cs.BlockSize, cs.Adaptive, temperature, seed, cs.Tokens, cs.Tau, cs.Match)
+				}
 				if mm := res.FirstMismatch; mm != nil {
-					fmt.Fprintf(w, "FIRST MISMATCH: prompt %d block %d position %d: autoregressive %d, speculative %d\n",
-						mm.Prompt, mm.BlockSize, mm.Position, mm.AR, mm.Spec)
+					fmt.Fprintf(w, "FIRST MISMATCH: prompt %d block %d position %d: autoregressive %d, speculative %d (T=%g)\n",
+						mm.Prompt, mm.BlockSize, mm.Position, mm.AR, mm.Spec, mm.Temperature)
 				}
 				if dt := res.Distribution; dt != nil {
 					fmt.Fprintf(w, "distribution test T=%g: %d samples each, chi2 %.2f, %d dof, p %.3g (threshold %g) pass %v\n",
@@ -207,6 +227,7 @@ func (c *cli) losslessCmd() *cobra.Command {
 	fs.Float64Var(&temperature, "temperature", 0, "> 0 adds the seeded distribution test at this temperature")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the distribution test")
 	fs.IntVar(&samples, "samples", app.DefaultDistSamples, "samples per sampler in the distribution test")
+	addVerifyFlag(fs, &verify)
 	return cmd
 }
 
@@ -347,7 +368,7 @@ func (c *cli) parityCmd() *cobra.Command {
 
 func (c *cli) benchCmd() *cobra.Command {
 	var f common
-	var prompts, sweep, stopIDs string
+	var prompts, sweep, stopIDs, verify string
 	var o app.BenchOptions
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -359,6 +380,9 @@ func (c *cli) benchCmd() *cobra.Command {
 				return err
 			}
 			if o.StopIDs, err = parseStopIDs(stopIDs); err != nil {
+				return err
+			}
+			if o.Verify, err = app.ParseVerification(verify); err != nil {
 				return err
 			}
 			m, cleanup, err := c.loadModels(ctx, f.modelConfig())
@@ -376,6 +400,9 @@ func (c *cli) benchCmd() *cobra.Command {
 			return c.emit(f.json, res, func(w io.Writer) {
 				fmt.Fprintf(w, "model %s (%s), %d prompts × %d tokens, %d repeats after %d warm-up\n",
 					res.Model, res.Backend, res.Prompts, res.MaxTokens, res.Repeats, res.Warmup)
+				if res.Verify != "" {
+					fmt.Fprintf(w, "sampling T=%g from seed %d, verification %s\n", res.Temperature, res.Seed, res.Verify)
+				}
 				fmt.Fprintf(w, "%-22s %10s %8s %10s %10s %8s %10s\n", "", "tok/s", "tau", "draft ms", "verify ms", "speedup", "predicted")
 				fmt.Fprintf(w, "%-22s %10.2f %8s %10s %10s %8s %10s\n", "autoregressive", res.AR.TokensPerS, "-", "-", "-", "1.00", "-")
 				row := func(name string, s app.BenchSpec) {
@@ -406,5 +433,11 @@ func (c *cli) benchCmd() *cobra.Command {
 	fs.BoolVar(&o.Adaptive, "adaptive", false, "run the main figure under the adaptive depth policy")
 	fs.StringVar(&sweep, "block-sizes", "", "also measure these fixed block sizes (and the adaptive policy), e.g. 2,4,8,16")
 	fs.StringVar(&stopIDs, "stop-ids", "", "extra stop token ids")
+	fs.Float64Var(&o.Sampling.Temperature, "temperature", 0, "sampling temperature of every run (0: greedy)")
+	fs.IntVar(&o.Sampling.TopK, "top-k", 0, "top-k (0: off)")
+	fs.Float64Var(&o.Sampling.TopP, "top-p", 1, "top-p (1: off)")
+	fs.Float64Var(&o.Sampling.MinP, "min-p", 0, "min-p (0: off)")
+	fs.Uint64Var(&o.Seed, "seed", 0, "sampling seed of the first run; each prompt and pass adds one, the same for every variant")
+	addVerifyFlag(fs, &verify)
 	return cmd
 }

@@ -83,6 +83,32 @@ func acceptSampled(drafts []ports.Token, qs, ps []ports.Distribution, rnd ports.
 	return len(drafts), y, nil
 }
 
+// acceptMatch applies sample-and-match (VerifyMatch): ps[i] is the target distribution of the token at
+// sequence position pos+i (len(drafts)+1 of them); the target's token there is ps[i].Sample(noise.Uniform(pos+i)),
+// and drafts[i] is accepted iff it equals that token. It returns the number of accepted drafts and the target's
+// token at the first mismatch (or after the last draft) — the very token plain decoding draws at that position
+// with the same numbers, which is what makes the output independent of how it was split into blocks.
+func acceptMatch(drafts []ports.Token, ps []ports.Distribution, noise ports.PositionRand, pos int) (int, ports.Token, error) {
+	if len(ps) != len(drafts)+1 {
+		return 0, ports.NoToken, fmt.Errorf("accept: %d target distributions for %d drafts, want %d",
+			len(ps), len(drafts), len(drafts)+1)
+	}
+	for i, p := range ps {
+		if p == nil {
+			return 0, ports.NoToken, fmt.Errorf("accept: nil distribution at slot %d", i)
+		}
+		y := p.Sample(noise.Uniform(pos+i), ports.NoToken)
+		if y == ports.NoToken {
+			return 0, ports.NoToken, fmt.Errorf("accept: slot %d: target distribution has no mass", i)
+		}
+		if i < len(drafts) && drafts[i] == y {
+			continue
+		}
+		return i, y, nil
+	}
+	return 0, ports.NoToken, errors.New("accept: no target distribution") // unreachable: len(ps) ≥ 1
+}
+
 // sampleResidual draws from r ∝ max(0, p−q) knowing p and q only through Prob and Sample: propose y ~ p and
 // keep it with probability max(0, p(y)−q(y))/p(y), which is ≤ 1, so this is exact rejection sampling.
 func sampleResidual(p, q ports.Distribution, rnd ports.Rand) (ports.Token, error) {
@@ -102,8 +128,8 @@ func sampleResidual(p, q ports.Distribution, rnd ports.Rand) (ports.Token, error
 	return ports.NoToken, fmt.Errorf("residual sampling gave up after %d tries (target and draft distributions nearly equal)", maxResidualTries)
 }
 
-// sampleFirst picks the first token from the prefill's last row.
-func sampleFirst(fr ports.ForwardResult, greedy bool, rnd ports.Rand) (ports.Token, error) {
+// sampleFirst picks the first token from the prefill's last row, with the number draw returns when sampling.
+func sampleFirst(fr ports.ForwardResult, greedy bool, draw func() float64) (ports.Token, error) {
 	if greedy {
 		if len(fr.Greedy) != 1 {
 			return ports.NoToken, fmt.Errorf("prefill returned %d greedy rows, want 1", len(fr.Greedy))
@@ -113,7 +139,7 @@ func sampleFirst(fr ports.ForwardResult, greedy bool, rnd ports.Rand) (ports.Tok
 	if len(fr.Dists) != 1 || fr.Dists[0] == nil {
 		return ports.NoToken, fmt.Errorf("prefill returned %d distributions, want 1", len(fr.Dists))
 	}
-	y := fr.Dists[0].Sample(rnd.Float64(), ports.NoToken)
+	y := fr.Dists[0].Sample(draw(), ports.NoToken)
 	if y == ports.NoToken {
 		return ports.NoToken, errors.New("prefill distribution has no mass")
 	}

@@ -104,6 +104,11 @@ func TestContextLength(t *testing.T) {
 	res, err := r.generate(t, t.Context(), Config{BlockSize: 4, ContextLength: ctxLen, MaxTokens: 5}, nil, prompt)
 	require.NoError(t, err)
 	assert.Len(t, res.Tokens, 5)
+	// MaxTokens past the room left is refused before anything runs.
+	r = newRig(t, cfg, nil, portfake.DrafterConfig{})
+	_, err = r.generate(t, t.Context(), Config{BlockSize: 1, ContextLength: ctxLen, MaxTokens: ctxLen - len(prompt) + 1}, nil, prompt)
+	require.ErrorIs(t, err, ports.ErrContextFull)
+	assert.Empty(t, r.fake.Calls())
 	// A prompt that fills the context leaves no room.
 	for _, n := range []int{ctxLen, ctxLen + 3} {
 		r := newRig(t, cfg, nil, portfake.DrafterConfig{})

@@ -36,6 +36,39 @@ func (m RollbackMode) String() string {
 	return fmt.Sprintf("RollbackMode(%d)", int(m))
 }
 
+// Verification says how drafted tokens are verified at temperature > 0. Greedy decoding (temperature 0) always
+// takes the longest prefix of drafts equal to the target's argmax, whatever the mode.
+type Verification int
+
+const (
+	// VerifyResidual is speculative rejection sampling: a draft d drawn from q is accepted with probability
+	// min(1, p(d)/q(d)) and the first rejection is corrected from the residual ∝ max(0, p−q). Its numbers come
+	// from the Rand's sequential stream, so how many a round consumes depends on the block size and on where
+	// the drafts were rejected: the output has the target's distribution, but one seed gives different texts
+	// under different block sizes or adaptive-policy decisions.
+	VerifyResidual Verification = iota
+	// VerifyMatch is sample-and-match: the target's token at sequence position j is drawn by inverse CDF from
+	// the target's distribution with that position's own number, ports.PositionRand.Uniform(j); a draft is
+	// accepted iff it equals that token, and the first mismatch is replaced by it. The output is exactly what
+	// plain sampling with the same numbers produces, whatever the block sizes, the policy's choices or the
+	// drafts: a function of (model, prompt, parameters, seed) alone. With point-mass drafts (DFlash's) a draft
+	// is accepted with probability p(d), as under VerifyResidual; drafts drawn from a distribution q are
+	// accepted with probability Σ p·q rather than Σ min(p, q). The Rand given to New must implement
+	// ports.PositionRand.
+	VerifyMatch
+)
+
+// String returns the mode's configuration name: residual or match.
+func (v Verification) String() string {
+	switch v {
+	case VerifyResidual:
+		return "residual"
+	case VerifyMatch:
+		return "match"
+	}
+	return fmt.Sprintf("Verification(%d)", int(v))
+}
+
 // PolicyConfig tunes the adaptive depth policy (Config.Adaptive). The zero value means the defaults.
 type PolicyConfig struct {
 	// ProbeEvery is the least number of rounds between probes of a block size other than the current choice
@@ -75,7 +108,8 @@ type Config struct {
 	Adaptive bool
 	// Policy tunes the adaptive policy; ignored unless Adaptive.
 	Policy PolicyConfig
-	// MaxTokens, when > 0, bounds the number of generated tokens (prompt excluded).
+	// MaxTokens, when > 0, is the number of tokens to generate (prompt excluded) unless a stop token comes
+	// first; 0 means as many as the context length leaves. It must fit in that room (TokenBudget).
 	MaxTokens int
 	// ContextLength, when > 0, is the target's context length: prompt plus generated tokens never exceed it,
 	// so the session is never asked to hold more positions. Generation then ends with FinishLength.
@@ -84,6 +118,8 @@ type Config struct {
 	StopTokens []ports.Token
 	// Sampling are the target's sampling parameters; Temperature 0 means greedy.
 	Sampling ports.SamplingParams
+	// Verify chooses how drafts are verified when Sampling is not greedy (default VerifyResidual).
+	Verify Verification
 	// Rollback chooses how recurrent state is rolled back after a partial accept.
 	Rollback RollbackMode
 	// Observe, when non-nil, is called after each decoding step with its account, once its tokens are
@@ -95,21 +131,55 @@ type Config struct {
 	LayerKinds []ports.LayerKind
 }
 
+// TokenBudget is the domain's one check of a generation's length: it returns how many tokens a generation
+// from a prompt of promptLen tokens may produce — maxTokens, or, when that is 0, all the room contextLength
+// leaves — or an error. Negative limits and a generation bounded by neither are errors (as in
+// Config.Validate); a prompt that leaves no room, or a maxTokens past the room, is an error wrapping
+// ports.ErrContextFull. Generate applies it to its Config; callers call it to refuse a request before
+// queueing it, so each problem has one message wherever it is found.
+func TokenBudget(promptLen, maxTokens, contextLength int) (int, error) {
+	if errs := limitProblems(maxTokens, contextLength); len(errs) > 0 {
+		return 0, errors.Join(errs...)
+	}
+	if contextLength == 0 {
+		return maxTokens, nil
+	}
+	room := contextLength - promptLen
+	switch {
+	case room <= 0:
+		return 0, fmt.Errorf("%w: this model's maximum context length is %d tokens, and the prompt has %d tokens",
+			ports.ErrContextFull, contextLength, promptLen)
+	case maxTokens > room:
+		return 0, fmt.Errorf("%w: max tokens %d is too large: this model's maximum context length is %d tokens and the prompt has %d tokens (at most %d can be generated)",
+			ports.ErrContextFull, maxTokens, contextLength, promptLen, room)
+	case maxTokens == 0:
+		return room, nil
+	}
+	return maxTokens, nil
+}
+
+// limitProblems are the checks of the length limits that need no prompt.
+func limitProblems(maxTokens, contextLength int) []error {
+	var errs []error
+	if maxTokens < 0 {
+		errs = append(errs, fmt.Errorf("max tokens %d must be ≥ 1 (or 0: as many as the context length leaves)", maxTokens))
+	}
+	if contextLength < 0 {
+		errs = append(errs, fmt.Errorf("context length %d must be ≥ 0", contextLength))
+	}
+	if maxTokens == 0 && contextLength == 0 {
+		errs = append(errs, errors.New("max tokens is required: the model does not state its context length"))
+	}
+	return errs
+}
+
 // Validate reports every problem at once.
 func (c Config) Validate() error {
 	var errs []error
 	if c.BlockSize < 1 {
 		errs = append(errs, fmt.Errorf("block size %d must be ≥ 1", c.BlockSize))
 	}
-	if c.MaxTokens < 0 {
-		errs = append(errs, fmt.Errorf("max tokens %d must be ≥ 0", c.MaxTokens))
-	}
-	if c.ContextLength < 0 {
-		errs = append(errs, fmt.Errorf("context length %d must be ≥ 0", c.ContextLength))
-	}
-	if c.MaxTokens == 0 && c.ContextLength == 0 {
-		errs = append(errs, errors.New("unbounded generation: set max tokens or context length"))
-	}
+	errs = append(errs, limitProblems(c.MaxTokens, c.ContextLength)...)
 	for i, s := range c.StopTokens {
 		if s < 0 {
 			errs = append(errs, fmt.Errorf("stop token %d: id %d must be ≥ 0", i, s))
@@ -117,6 +187,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Sampling.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("sampling: %w", err))
+	}
+	if c.Verify < VerifyResidual || c.Verify > VerifyMatch {
+		errs = append(errs, fmt.Errorf("unknown verification %d", int(c.Verify)))
 	}
 	if c.Rollback < RollbackAuto || c.Rollback > RollbackRecompute {
 		errs = append(errs, fmt.Errorf("unknown rollback mode %d", int(c.Rollback)))

@@ -7,10 +7,19 @@
 //
 // Greedy (temperature 0): the longest prefix of drafts equal to the target's argmax, plus the target's
 // token after it (bonus or correction), so the output equals greedy plain decoding token for token.
-// Temperature > 0: lossless speculative sampling. A draft d with distribution q (Proposal.Dists) is
-// accepted with probability min(1, p(d)/q(d)); on rejection the correction is drawn from max(0, p−q)
-// renormalised (by exact rejection sampling through ports.Distribution); point-mass drafts (Dists nil, as
-// DFlash drafts) are accepted with probability p(d) and corrected with Distribution.Sample(u, d).
+// Temperature > 0, Config.Verify chooses between two exact rules:
+//
+//   - VerifyResidual, lossless speculative sampling: a draft d with distribution q (Proposal.Dists) is
+//     accepted with probability min(1, p(d)/q(d)); on rejection the correction is drawn from max(0, p−q)
+//     renormalised (by exact rejection sampling through ports.Distribution); point-mass drafts (Dists nil,
+//     as DFlash drafts) are accepted with probability p(d) and corrected with Distribution.Sample(u, d).
+//     Its numbers come from the Rand's stream in the order the rounds use them.
+//   - VerifyMatch, sample-and-match: the target's token at sequence position j is p_j.Sample(u_j) with u_j =
+//     ports.PositionRand.Uniform(j), the same number plain decoding uses at j; a draft is accepted iff it
+//     equals that token and the first mismatch is replaced by it. Every committed token is therefore the
+//     target's own sample with its position's number: the output has the target's distribution and is the
+//     same for one seed whatever the block sizes, the policy's choices, the drafts or the timing (given a
+//     backend whose per-position distributions do not depend on the block, as the CPU backend's do).
 //
 // # Rollback
 //

@@ -16,9 +16,12 @@ type Decoder struct {
 	cfg   Config
 	clock ports.Clock
 	rnd   ports.Rand
+	// noise is rnd's position-keyed ability; set when sampling under VerifyMatch.
+	noise ports.PositionRand
 }
 
-// New validates cfg and returns a Decoder. rnd may be nil when cfg.Sampling is greedy.
+// New validates cfg and returns a Decoder. rnd may be nil when cfg.Sampling is greedy; under VerifyMatch it
+// must implement ports.PositionRand.
 func New(cfg Config, clock ports.Clock, rnd ports.Rand) (*Decoder, error) {
 	var errs []error
 	if err := cfg.Validate(); err != nil {
@@ -27,15 +30,23 @@ func New(cfg Config, clock ports.Clock, rnd ports.Rand) (*Decoder, error) {
 	if clock == nil {
 		errs = append(errs, errors.New("nil clock"))
 	}
-	if rnd == nil && !cfg.Sampling.Greedy() {
+	var noise ports.PositionRand
+	switch {
+	case cfg.Sampling.Greedy():
+	case rnd == nil:
 		errs = append(errs, fmt.Errorf("temperature %v needs a random source", cfg.Sampling.Temperature))
+	case cfg.Verify == VerifyMatch:
+		var ok bool
+		if noise, ok = rnd.(ports.PositionRand); !ok {
+			errs = append(errs, fmt.Errorf("verification %s needs a position-keyed random source (ports.PositionRand), got %T", cfg.Verify, rnd))
+		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("speculative config: %w", err)
 	}
 	cfg.StopTokens = slices.Clone(cfg.StopTokens)
 	cfg.LayerKinds = slices.Clone(cfg.LayerKinds)
-	return &Decoder{cfg: cfg, clock: clock, rnd: rnd}, nil
+	return &Decoder{cfg: cfg, clock: clock, rnd: rnd, noise: noise}, nil
 }
 
 // Generate prefills prompt into sess (which must be empty, opened with the drafter's tap layers when draft
@@ -111,16 +122,9 @@ func (d *Decoder) start(sess ports.Session, draft ports.DraftSession, prompt []p
 	if emit == nil {
 		errs = append(errs, errors.New("nil emit function"))
 	}
-	budget := cfg.MaxTokens
-	if cfg.ContextLength > 0 {
-		room := cfg.ContextLength - len(prompt)
-		if room <= 0 {
-			errs = append(errs, fmt.Errorf("prompt of %d tokens leaves no room in context length %d: %w",
-				len(prompt), cfg.ContextLength, ports.ErrContextFull))
-		}
-		if budget == 0 || room < budget {
-			budget = room
-		}
+	budget, err := TokenBudget(len(prompt), cfg.MaxTokens, cfg.ContextLength)
+	if err != nil {
+		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("generate: %w", err)
@@ -183,7 +187,7 @@ func (g *generation) run(ctx context.Context) error {
 		}
 		g.pending = append(g.pending, pendingTaps{taps: fr.Taps})
 	}
-	first, err := sampleFirst(fr, g.cfg.Sampling.Greedy(), g.d.rnd)
+	first, err := sampleFirst(fr, g.cfg.Sampling.Greedy(), g.uniform(len(g.seq)))
 	if err != nil {
 		return fmt.Errorf("first token: %w", err)
 	}
@@ -215,6 +219,18 @@ func (g *generation) run(ctx context.Context) error {
 }
 
 func (g *generation) generated() int { return len(g.seq) - g.prompt }
+
+// uniform returns the draw for the token at sequence position pos: the position's own number under
+// VerifyMatch, the stream's next one otherwise. Greedy decoding draws nothing.
+func (g *generation) uniform(pos int) func() float64 {
+	switch {
+	case g.cfg.Sampling.Greedy():
+		return nil
+	case g.d.noise != nil:
+		return func() float64 { return g.d.noise.Uniform(pos) }
+	}
+	return g.d.rnd.Float64
+}
 
 // round runs one draft → verify → accept → roll back → commit → emit cycle. It reports whether generation
 // finished.
@@ -271,9 +287,13 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 	// Accept.
 	var a int
 	var next ports.Token
-	if g.cfg.Sampling.Greedy() {
+	switch {
+	case g.cfg.Sampling.Greedy():
 		a, next, err = acceptGreedy(prop.Tokens, fr.Greedy)
-	} else {
+	case g.d.noise != nil:
+		// fr.Dists[i] is the distribution of the token at sequence position len(seq)+i.
+		a, next, err = acceptMatch(prop.Tokens, fr.Dists, g.d.noise, len(g.seq))
+	default:
 		a, next, err = acceptSampled(prop.Tokens, prop.Dists, fr.Dists, g.d.rnd)
 	}
 	if err != nil {

@@ -1,6 +1,7 @@
 package speculative
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -112,20 +113,54 @@ func TestConfigValidate(t *testing.T) {
 	require.NoError(t, Config{BlockSize: 16, ContextLength: 10, Adaptive: true, Sampling: ports.SamplingParams{Temperature: 0.7, TopP: 0.9}}.Validate())
 	err := Config{
 		BlockSize: 0, MaxTokens: -1, ContextLength: -2, StopTokens: []ports.Token{-3},
-		Sampling: ports.SamplingParams{Temperature: -1}, Rollback: RollbackMode(9),
+		Sampling: ports.SamplingParams{Temperature: -1}, Rollback: RollbackMode(9), Verify: Verification(4),
 		Policy: PolicyConfig{ProbeEvery: -1, Decay: 2}, LayerKinds: []ports.LayerKind{7},
 	}.Validate()
 	require.Error(t, err)
 	for _, want := range []string{"block size 0", "max tokens -1", "context length -2", "stop token 0", "temperature",
-		"rollback mode 9", "probe interval -1", "decay 2", "layer 0"} {
+		"rollback mode 9", "verification 4", "probe interval -1", "decay 2", "layer 0"} {
 		assert.ErrorContains(t, err, want)
 	}
-	assert.ErrorContains(t, Config{BlockSize: 2}.Validate(), "unbounded generation")
+	assert.ErrorContains(t, Config{BlockSize: 2}.Validate(), "max tokens is required")
 
 	_, err = New(Config{BlockSize: 2, MaxTokens: 3, Sampling: ports.SamplingParams{Temperature: 1}}, portfake.NewClock(1), nil)
 	assert.ErrorContains(t, err, "random source")
 	_, err = New(Config{BlockSize: 2, MaxTokens: 3}, nil, nil)
 	assert.ErrorContains(t, err, "nil clock")
+}
+
+// TestTokenBudget: the one check of a generation's length, whose messages Validate and callers share.
+func TestTokenBudget(t *testing.T) {
+	tests := []struct {
+		name                     string
+		prompt, maxTokens, ctxLn int
+		want                     int
+		err                      string
+		full                     bool
+	}{
+		{"max tokens within the room", 10, 5, 20, 5, "", false},
+		{"max tokens exactly the room", 10, 10, 20, 10, "", false},
+		{"zero: all the room", 10, 0, 20, 10, "", false},
+		{"no context length: max tokens", 500, 7, 0, 7, "", false},
+		{"max tokens past the room", 10, 11, 20, 0, "max tokens 11 is too large: this model's maximum context length is 20 tokens and the prompt has 10 tokens (at most 10 can be generated)", true},
+		{"prompt fills the context", 20, 0, 20, 0, "this model's maximum context length is 20 tokens, and the prompt has 20 tokens", true},
+		{"prompt past the context", 25, 3, 20, 0, "the prompt has 25 tokens", true},
+		{"negative max tokens", 1, -1, 20, 0, "max tokens -1 must be ≥ 1", false},
+		{"negative context length", 1, 3, -2, 0, "context length -2 must be ≥ 0", false},
+		{"unbounded", 1, 0, 0, 0, "max tokens is required: the model does not state its context length", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := TokenBudget(tt.prompt, tt.maxTokens, tt.ctxLn)
+			if tt.err == "" {
+				require.NoError(t, err)
+				assert.Equal(t, tt.want, got)
+				return
+			}
+			require.ErrorContains(t, err, tt.err)
+			assert.Equal(t, tt.full, errors.Is(err, ports.ErrContextFull), "wraps ErrContextFull")
+		})
+	}
 }
 
 func TestRollbackModeString(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 )
 
 var (
-	_ ports.Clock = (*Clock)(nil)
-	_ ports.Rand  = (*Rand)(nil)
+	_ ports.Clock        = (*Clock)(nil)
+	_ ports.PositionRand = (*Rand)(nil)
 )
 
 // Clock is a manual clock: Now returns the current fake time and then advances it by Step. Fakes given the
@@ -46,18 +46,23 @@ func (c *Clock) Advance(d time.Duration) {
 	c.now = c.now.Add(d)
 }
 
-// Rand is a seeded PCG source implementing ports.Rand. Not safe for concurrent use.
+// Rand is a seeded source implementing ports.PositionRand: a PCG stream for Float64 and a hash of (seed,
+// position) for Uniform. Float64 is not safe for concurrent use.
 type Rand struct {
-	r *rand.Rand
+	r    *rand.Rand
+	seed uint64
 }
 
 // NewRand returns a source seeded with seed.
 func NewRand(seed uint64) *Rand {
-	return &Rand{r: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))}
+	return &Rand{r: rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)), seed: seed}
 }
 
-// Float64 returns a uniform number in [0, 1).
+// Float64 returns the next uniform number in [0, 1) of the stream.
 func (r *Rand) Float64() float64 { return r.r.Float64() }
+
+// Uniform returns the uniform number in [0, 1) of position pos, a pure function of the seed and pos.
+func (r *Rand) Uniform(pos int) float64 { return unit(hash(r.seed, 0x706f73, uint64(pos))) }
 
 // mix is splitmix64's finaliser, the fakes' deterministic hash.
 func mix(x uint64) uint64 {
