@@ -98,7 +98,7 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	s.lastTap = nil
 	st := &pass{pool: s.t.pool, mem: &s.mem, kv: s.kv, gdn: s.gdn}
 	if opts.RecordTape && s.pos.Recurrent {
-		st.tape = &Tape{sess: s, gen: s.gen, t: T, start: s.pos.N, layers: make([]*gdnTape, a.Layers)}
+		st.tape = &Tape{TapeHeader: model.TapeHeader{Session: s, Forward: s.gen, Length: T, Start: s.pos.N}, layers: make([]*gdnTape, a.Layers)}
 	}
 	tapped, tap := model.Collect[act](s.taps)
 	if !opts.Taps {
@@ -223,17 +223,12 @@ var _ ports.RecurrentSnapshot = (*Snapshot)(nil)
 
 // Tape is a block's recurrent record (see ports.Tape); valid until the session's next Forward.
 type Tape struct {
-	sess   *Session
-	gen    uint64
-	t      int
-	start  int
+	model.TapeHeader
 	layers []*gdnTape
 }
 
 var _ ports.Tape = (*Tape)(nil)
 
-// Len returns the number of positions recorded.
-func (tp *Tape) Len() int { return tp.t }
 
 // ReplayTape rolls the recurrent layers back to the state after the first n positions of the taped block,
 // bit-exact with feeding only those n tokens. n == Len keeps the verify's end state.
@@ -241,21 +236,13 @@ func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
 	if s.closed {
 		return errClosed
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("cpu replay: %w", err)
-	}
-	tp, ok := t.(*Tape)
-	mine := ok && tp != nil && tp.sess == s
-	length := 0
-	if mine {
-		length = tp.t
-	}
-	skip, err := model.CheckReplay(t, mine, mine && tp.gen == s.gen && s.lastTap == tp, n, length, s.replay)
+	skip, err := model.CheckReplay(ctx, t, s, s.gen, s.lastTap, n, s.replay)
 	if err != nil {
 		return fmt.Errorf("cpu replay: %w", err)
 	}
+	tp := t.(*Tape)
 	if skip {
-		s.pos.Rec = tp.start + n
+		s.pos.Rec = tp.Start + n
 		return nil
 	}
 	for i, g := range s.gdn {
@@ -263,7 +250,7 @@ func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
 			replayGDN(s.t.pool, s.t.m.Layers[i].GDN, g, tp.layers[i], n)
 		}
 	}
-	s.pos.Rec = tp.start + n
+	s.pos.Rec = tp.Start + n
 	s.replay = true
 	return nil
 }

@@ -120,17 +120,13 @@ var _ ports.RecurrentSnapshot = (*Snapshot)(nil)
 
 // Tape is a block's recurrent record (see ports.Tape); valid until the session's next Forward.
 type Tape struct {
+	model.TapeHeader
 	sess   *Session
-	gen    uint64
-	t      int
-	start  int
 	layers []*gdnTape
 }
 
 var _ ports.Tape = (*Tape)(nil)
 
-// Len returns the number of positions recorded.
-func (tp *Tape) Len() int { return tp.t }
 
 // free releases the tape's arrays, including S₀/cs₀ unless the session still uses them as its state.
 func (tp *Tape) free() {
@@ -157,21 +153,13 @@ func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
 	if s.closed {
 		return errClosed
 	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("mlx replay: %w", err)
-	}
-	tp, ok := t.(*Tape)
-	mine := ok && tp != nil && tp.sess == s
-	length := 0
-	if mine {
-		length = tp.t
-	}
-	skip, err := model.CheckReplay(t, mine, mine && tp.gen == s.gen && s.lastTap == tp, n, length, s.replay)
+	skip, err := model.CheckReplay(ctx, t, s, s.gen, s.lastTap, n, s.replay)
 	if err != nil {
 		return fmt.Errorf("mlx replay: %w", err)
 	}
+	tp := t.(*Tape)
 	if skip {
-		s.pos.Rec = tp.start + n
+		s.pos.Rec = tp.Start + n
 		return nil
 	}
 	err = s.t.rt.Do(func() error {
@@ -205,7 +193,7 @@ func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
 	if err != nil {
 		return err
 	}
-	s.pos.Rec = tp.start + n
+	s.pos.Rec = tp.Start + n
 	s.replay = true
 	return nil
 }

@@ -248,7 +248,7 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 		old := s.st.handles()
 		st := &pass{o: be, kv: s.st.kv, gdn: s.st.gdn}
 		if wantTape && s.pos.Recurrent {
-			st.tape = &Tape{sess: s, gen: s.gen, t: T, start: s.pos.N, layers: make([]*gdnTape, m.Arch.Layers)}
+			st.tape = &Tape{TapeHeader: model.TapeHeader{Session: s, Forward: s.gen, Length: T, Start: s.pos.N}, sess: s, layers: make([]*gdnTape, m.Arch.Layers)}
 		}
 		tapRows, tap := model.Collect[act](s.taps)
 		x, err := model.Forward(ctx, m, be, st, be.Embed(m.Embed, tokens), s.pos.N, tap)

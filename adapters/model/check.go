@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -68,20 +69,48 @@ func (p *Position) Trim(n int) error {
 	return nil
 }
 
-// CheckReplay validates ReplayTape(n) of tape, whose type is the backend's own when mine (and then recorded
-// by this session) and which is the session's latest Forward's when latest, of length positions. skip
-// reports that nothing is to be replayed: n is the whole block and no replay ran since that Forward, so the
-// recurrent layers already hold its end state.
-func CheckReplay(tape ports.Tape, mine, latest bool, n, length int, replayed bool) (skip bool, err error) {
-	switch {
-	case !mine:
-		return false, fmt.Errorf("tape %T was not recorded by this session", tape)
-	case !latest:
-		return false, ErrStaleTape
-	case n < 0 || n > length:
-		return false, fmt.Errorf("%d steps outside [0,%d]", n, length)
+// TapeHeader is what every backend's tape records beside its layers' arrays: the session and the number of
+// its Forward call that recorded it, the block's length and its first position.
+type TapeHeader struct {
+	Session       any
+	Forward       uint64
+	Length, Start int
+}
+
+// Len returns the number of positions recorded.
+func (h TapeHeader) Len() int { return h.Length }
+
+// Recorder names the session and Forward call that recorded the tape.
+func (h TapeHeader) Recorder() (any, uint64) { return h.Session, h.Forward }
+
+// RecordedTape is what CheckReplay asks of a backend's tape: the session that recorded it and the number of
+// that session's Forward call that did.
+type RecordedTape interface {
+	ports.Tape
+	Recorder() (session any, forward uint64)
+}
+
+// CheckReplay validates ReplayTape(ctx, t, n) on session, whose latest Forward is number forward and recorded
+// latest (nil when it recorded none); replayed says a replay or restore ran since. skip reports that nothing
+// is to be replayed: n is the whole block and the recurrent layers still hold its end state.
+func CheckReplay(ctx context.Context, t ports.Tape, session any, forward uint64, latest any, n int, replayed bool) (skip bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
 	}
-	return n == length && !replayed, nil
+	rt, ok := t.(RecordedTape)
+	if !ok || rt == nil {
+		return false, fmt.Errorf("tape %T was not recorded by this session", t)
+	}
+	owner, gen := rt.Recorder()
+	switch {
+	case owner != session:
+		return false, fmt.Errorf("tape %T was not recorded by this session", t)
+	case gen != forward || latest != any(t):
+		return false, ErrStaleTape
+	case n < 0 || n > t.Len():
+		return false, fmt.Errorf("%d steps outside [0,%d]", n, t.Len())
+	}
+	return n == t.Len() && !replayed, nil
 }
 
 // ErrStaleTape is returned by ReplayTape for a tape that is not from the session's latest Forward.
