@@ -229,7 +229,6 @@ type Tape struct {
 
 var _ ports.Tape = (*Tape)(nil)
 
-
 // ReplayTape rolls the recurrent layers back to the state after the first n positions of the taped block,
 // bit-exact with feeding only those n tokens. n == Len keeps the verify's end state.
 func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {

@@ -127,7 +127,6 @@ type Tape struct {
 
 var _ ports.Tape = (*Tape)(nil)
 
-
 // free releases the tape's arrays, including S₀/cs₀ unless the session still uses them as its state.
 func (tp *Tape) free() {
 	live := map[arr]bool{}
