@@ -313,6 +313,14 @@ func (p params) translate() (Request, error) {
 // rejectUnsupported refuses fields that would change the output if honoured: silently ignoring them would
 // hand the client something other than what it asked for.
 func (p params) rejectUnsupported() error {
+	// logprobs is a boolean on chat and an integer on completions; either way a value of another type is a
+	// type error, not an unsupported feature.
+	if !isNull(p.Logprobs) && !isBoolOrNumber(p.Logprobs) {
+		return badRequest("logprobs", "logprobs must be a boolean (chat) or an integer (completions), not %s", rawKind(p.Logprobs))
+	}
+	if !isNull(p.TopLogprobs) && !isNumber(p.TopLogprobs) {
+		return badRequest("top_logprobs", "top_logprobs must be an integer, not %s", rawKind(p.TopLogprobs))
+	}
 	switch {
 	case !isNull(p.Logprobs) && !rawIs(p.Logprobs, "false", "0"):
 		return unsupported("logprobs", "log probabilities are not returned")
@@ -357,6 +365,37 @@ func (p params) rejectUnsupported() error {
 	return nil
 }
 
+func isNumber(r json.RawMessage) bool {
+	var n json.Number
+	return json.Unmarshal(r, &n) == nil
+}
+
+func isBoolOrNumber(r json.RawMessage) bool {
+	var b bool
+	return json.Unmarshal(r, &b) == nil || isNumber(r)
+}
+
+// rawKind names the JSON type of a value for error messages ("a string", "an object"…).
+func rawKind(r json.RawMessage) string {
+	t := bytes.TrimSpace(r)
+	if len(t) == 0 {
+		return "nothing"
+	}
+	switch t[0] {
+	case '"':
+		return "a string"
+	case '{':
+		return "an object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "a boolean"
+	case 'n':
+		return "null"
+	}
+	return "a number"
+}
+
 func parseStop(raw json.RawMessage) ([]string, error) {
 	if isNull(raw) {
 		return nil, nil
@@ -388,9 +427,10 @@ func parseStop(raw json.RawMessage) ([]string, error) {
 
 // wireMessage is the part of a chat message higgs reads; the template sees the whole object through Raw.
 type wireMessage struct {
-	Role      *string         `json:"role"`
-	Content   json.RawMessage `json:"content"`
-	ToolCalls json.RawMessage `json:"tool_calls"`
+	Role       *string         `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCalls  json.RawMessage `json:"tool_calls"`
+	ToolCallID json.RawMessage `json:"tool_call_id"`
 }
 
 var roles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
@@ -404,6 +444,8 @@ func parseMessages(raw json.RawMessage) ([]ports.ChatMessage, error) {
 		return nil, badRequest("messages", "messages must not be empty")
 	}
 	out := make([]ports.ChatMessage, 0, len(items))
+	// callIDs are the ids of the calls of the latest assistant message, which tool messages answer.
+	var callIDs map[string]bool
 	for i, it := range items {
 		param := fmt.Sprintf("messages[%d]", i)
 		var m wireMessage
@@ -432,11 +474,20 @@ func parseMessages(raw json.RawMessage) ([]ports.ChatMessage, error) {
 		if !isNull(m.ToolCalls) && role != "assistant" {
 			return nil, badRequest(param+".tool_calls", "%s.tool_calls is only allowed on assistant messages", param)
 		}
+		if role == "assistant" {
+			callIDs = nil
+		}
+		if role == "tool" {
+			if err := checkToolReply(m.ToolCallID, callIDs, param); err != nil {
+				return nil, err
+			}
+		}
 		if !isNull(m.ToolCalls) {
 			calls, err := toolCallsForTemplate(m.ToolCalls, param+".tool_calls")
 			if err != nil {
 				return nil, err
 			}
+			callIDs = toolCallIDs(m.ToolCalls)
 			if it, err = setKeyRaw(it, "tool_calls", calls); err != nil {
 				return nil, badRequest(param, "%s: %v", param, err)
 			}
