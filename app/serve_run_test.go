@@ -47,7 +47,8 @@ func startRun(t *testing.T, shutdown time.Duration, delay time.Duration, release
 		progress(10, 10)
 		return eng, func() error { h.closed.Add(1); return nil }, nil
 	}
-	srv := NewServer(cfg, serve, oaiapi.New(serve, oaiapi.Options{Log: zerolog.Nop()}), load, zerolog.Nop())
+	api := oaiapi.New(serve, oaiapi.Options{Log: zerolog.Nop()})
+	srv := NewServer(cfg, serve, api, ProvideMessages(cfg, serve, api, zerolog.Nop()), load, zerolog.Nop())
 	srv.OnListen = func(a net.Addr) { h.addr <- a }
 	srv.Progress = func(int64, int64) {}
 	ctx, cancel := context.WithCancel(context.Background())
