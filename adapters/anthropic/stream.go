@@ -60,7 +60,9 @@ type (
 		Type    string  `json:"type"`
 		Message Message `json:"message"`
 	}
-	ping              struct{ Type string `json:"type"` }
+	ping struct {
+		Type string `json:"type"`
+	}
 	contentBlockStart struct {
 		Type         string `json:"type"`
 		Index        int    `json:"index"`
@@ -90,7 +92,9 @@ type (
 		StopReason   string  `json:"stop_reason"`
 		StopSequence *string `json:"stop_sequence"`
 	}
-	messageStop struct{ Type string `json:"type"` }
+	messageStop struct {
+		Type string `json:"type"`
+	}
 )
 
 // stream writes one request's events. Headers and message_start go out with the first output, so that
