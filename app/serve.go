@@ -294,6 +294,7 @@ func (s *Serve) encodePrompt(l *loaded, req ports.GenerateRequest) (prompt []por
 	if chat {
 		promptParam = "messages"
 	}
+	var plain []ports.Span // client-written text that must not become control tokens
 	switch {
 	case chat && req.Prompt != "":
 		errs = append(errs, invalid("messages", "set either a prompt or messages, not both"))
@@ -307,15 +308,22 @@ func (s *Serve) encodePrompt(l *loaded, req ports.GenerateRequest) (prompt []por
 		t, err := l.Template.Render(req.Messages, opts)
 		if err != nil {
 			errs = append(errs, invalid("messages", "chat template: %v", err))
+			break
 		}
 		text = t
+		if !s.cfg.SpecialTokensInContent {
+			if plain, err = s.plainSpans(l, req.Messages, opts, text); err != nil {
+				errs = append(errs, err)
+				text = ""
+			}
+		}
 	case req.Prompt == "":
 		errs = append(errs, invalid("prompt", "prompt must not be empty"))
 	default:
 		text = req.Prompt
 	}
 	if text != "" {
-		ids, err := l.Tokenizer.Encode(text)
+		ids, err := encodeText(l.Tokenizer, text, plain)
 		switch {
 		case err != nil:
 			errs = append(errs, invalid(promptParam, "tokenize prompt: %v", err))
