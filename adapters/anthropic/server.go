@@ -50,6 +50,7 @@ type Server struct {
 	gen  ports.Generator
 	opts Options
 	log  zerolog.Logger
+	mux  *http.ServeMux // the routes alone, for ServeHTTP
 }
 
 // New builds the adapter; Routes gives its handlers.
@@ -63,7 +64,11 @@ func New(gen ports.Generator, opts Options) *Server {
 	if opts.NewID == nil {
 		opts.NewID = randomID
 	}
-	return &Server{gen: gen, opts: opts, log: opts.Log}
+	s := &Server{gen: gen, opts: opts, log: opts.Log, mux: http.NewServeMux()}
+	for p, h := range s.Routes() {
+		s.mux.Handle(p, h)
+	}
+	return s
 }
 
 func randomID() string {
@@ -85,13 +90,7 @@ func (s *Server) Routes() map[string]http.Handler {
 }
 
 // ServeHTTP serves the routes alone (tests; higgsd mounts Routes beside the OpenAI API).
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	mux := http.NewServeMux()
-	for p, h := range s.Routes() {
-		mux.Handle(p, h)
-	}
-	mux.ServeHTTP(w, r)
-}
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
 func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Allow", "POST")
