@@ -33,7 +33,9 @@ type scripted struct {
 	got    ports.GenerateRequest
 }
 
-func (s *scripted) Models() []ports.ModelCard { return []ports.ModelCard{{ID: "toy", OwnedBy: "higgs"}} }
+func (s *scripted) Models() []ports.ModelCard {
+	return []ports.ModelCard{{ID: "toy", OwnedBy: "higgs"}}
+}
 
 func (s *scripted) Generate(_ context.Context, req ports.GenerateRequest, emit func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
 	s.got = req
@@ -45,7 +47,9 @@ func (s *scripted) Generate(_ context.Context, req ports.GenerateRequest, emit f
 	return s.res, s.err
 }
 
-func (s *scripted) CountTokens(context.Context, ports.GenerateRequest) (int, error) { return s.count, nil }
+func (s *scripted) CountTokens(context.Context, ports.GenerateRequest) (int, error) {
+	return s.count, nil
+}
 
 // reasoned is an answer of a reasoning model that calls two tools; the app splits reasoning off, the
 // adapter parses the calls.
