@@ -366,7 +366,7 @@ func (p params) rejectUnsupported() error {
 }
 
 func isNumber(r json.RawMessage) bool {
-	var n json.Number
+	var n float64 // not json.Number, which also takes a string holding a number
 	return json.Unmarshal(r, &n) == nil
 }
 

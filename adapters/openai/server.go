@@ -281,13 +281,20 @@ func BearerToken(header string) string {
 	return strings.TrimSpace(token)
 }
 
-// RefuseUnread prepares the answer to a request refused before its body was read: the connection is closed
-// after the answer. Otherwise net/http drains up to 256 KiB of the unread body before it writes the
-// status, and a client that declares a body and never sends it would never get its refusal.
+// RefuseUnread prepares the answer to a request refused before its body was read: the body is not read and
+// the connection is closed after the answer. Otherwise net/http drains up to 256 KiB of the unread body
+// before it writes the status (a client that declares a body and never sends it would never get its
+// refusal), and again after the answer (holding the connection for as long as the client withholds it).
 func RefuseUnread(w http.ResponseWriter, r *http.Request) {
-	if r.ContentLength != 0 {
-		w.Header().Set("Connection", "close")
+	if r.ContentLength == 0 {
+		return
 	}
+	w.Header().Set("Connection", "close")
+	// Closing the body under a read deadline in the past ends it at once without reading it (net/http
+	// clears deadlines before its own drain, so only a body already closed is safe); writes are not
+	// affected.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	_ = r.Body.Close()
 }
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
@@ -344,12 +351,15 @@ func ReadBody(w http.ResponseWriter, r *http.Request, limit int64, timeout time.
 	// Where the writer cannot set deadlines (a test recorder) the body is read without one.
 	hasDeadline := rc.SetReadDeadline(time.Now().Add(timeout)) == nil
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		// Closed while the deadline is past, the body ends without net/http draining the rest after the
+		// answer (it clears deadlines first, so an open body would hold the connection for the client).
+		w.Header().Set("Connection", "close")
+		_ = r.Body.Close()
+		return nil, fmt.Errorf("%w after %s", errBodyTimeout, timeout)
+	}
 	if hasDeadline {
 		_ = rc.SetReadDeadline(time.Time{})
-	}
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
-		w.Header().Set("Connection", "close")
-		return nil, fmt.Errorf("%w after %s", errBodyTimeout, timeout)
 	}
 	return body, err
 }
