@@ -320,3 +320,33 @@ func TestCountTokensAndMethods(t *testing.T) {
 	assert.Equal(t, "POST", resp.Header.Get("Allow"))
 	assert.Contains(t, string(b), `"type":"invalid_request_error"`)
 }
+
+// Streamed and whole answers hold the same text, whitespace included, when tools are parsed.
+func TestStreamedTextMatchesWhole(t *testing.T) {
+	for _, events := range [][]ports.GenerateEvent{
+		{{Content: "\n"}, {Content: "Hello"}, {Content: " world\n"}},
+		{{Content: "  "}},
+		{{Content: "\n"}, {Content: "<tool_call>\n{\"name\": \"lookup\", \"arguments\": {}}\n</tool_call>"}},
+	} {
+		var whole strings.Builder
+		for _, ev := range events {
+			whole.WriteString(ev.Content)
+		}
+		gen := &scripted{events: events, res: ports.GenerateResult{FinishReason: "stop", Content: whole.String()}}
+		_, client := newTestServer(t, gen, Options{})
+		msg, err := client.Messages.New(t.Context(), params())
+		require.NoError(t, err)
+		stream := client.Messages.NewStreaming(t.Context(), params())
+		var acc sdk.Message
+		for stream.Next() {
+			require.NoError(t, acc.Accumulate(stream.Current()))
+		}
+		require.NoError(t, stream.Err())
+		_ = stream.Close()
+		require.Equal(t, len(msg.Content), len(acc.Content), "%q", whole.String())
+		for i := range msg.Content {
+			assert.Equal(t, msg.Content[i].Type, acc.Content[i].Type)
+			assert.Equal(t, msg.Content[i].Text, acc.Content[i].Text)
+		}
+	}
+}

@@ -113,6 +113,9 @@ type stream struct {
 	tools    *toolcall.Parser
 	calls    int
 	parallel bool
+	// ws is whitespace-only text not yet sent: it opens no text block of its own, so it waits for text to
+	// lead (or is dropped at a call, as the whole message drops whitespace-only text beside calls).
+	ws string
 }
 
 func (st *stream) start() error {
@@ -161,17 +164,21 @@ func (st *stream) text(s string) error {
 
 // parsed streams final text, then the calls that are complete.
 func (st *stream) parsed(content string, calls []toolcall.Call) error {
-	// Whitespace alone between or after calls is no text block worth opening.
-	if st.open == "text" || len(bytes.TrimSpace([]byte(content))) > 0 {
-		if err := st.text(content); err != nil {
+	switch {
+	case st.open == "text" || len(bytes.TrimSpace([]byte(content))) > 0:
+		if err := st.text(st.ws + content); err != nil {
 			return err
 		}
+		st.ws = ""
+	default:
+		st.ws += content
 	}
 	for _, c := range calls {
 		if !st.parallel && st.calls > 0 {
 			break
 		}
 		st.calls++
+		st.ws = ""
 		if err := st.closeBlock(); err != nil {
 			return err
 		}
@@ -233,6 +240,11 @@ func (st *stream) finish(res ports.GenerateResult) error {
 		content, calls := st.tools.Flush()
 		if err := st.parsed(content, calls); err != nil {
 			return err
+		}
+		if st.calls == 0 {
+			if err := st.text(st.ws); err != nil {
+				return err
+			}
 		}
 	}
 	if err := st.closeBlock(); err != nil {

@@ -18,8 +18,11 @@ let proc;
 let client;
 
 // higgsd is started on a free port; its JSON log says where it listens and when the models are loaded.
+// A fixed block size (--adaptive=false) keeps the drafter in use whatever the machine's speed, so that the
+// speculative path is what the SDK sees.
 before(async () => {
-  proc = spawn(higgsd, ['--port', '0', '--api-key', apiKey, '--log-format', 'json', '--queue-size', '4'], {
+  proc = spawn(higgsd, ['--port', '0', '--api-key', apiKey, '--log-format', 'json', '--queue-size', '4',
+    '--adaptive=false', '--block-size', '4'], {
     cwd: repoRoot,
     stdio: ['ignore', 'ignore', 'pipe'],
   });
