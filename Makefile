@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: all build run test lint generate wire-check bench fuzz
+.PHONY: all build run test sdk-test lint generate wire-check bench fuzz
 
 all: build
 
@@ -14,10 +14,24 @@ build:
 run:
 	$(GO) run ./cmd/higgsd
 
-# The whole suite: vet, every test, the race detector on the domain and ports, and a stale-wire check.
+# The whole suite: vet, every test, the race detector on the domain and ports, a stale-wire check, and the
+# official Anthropic SDK against a real higgsd.
 test: lint wire-check
 	$(GO) test -count=1 $(PKGS)
 	$(GO) test -count=1 -race ./domain/... ./ports/...
+	$(MAKE) --no-print-directory sdk-test
+
+# The official Anthropic TypeScript SDK (pinned in tests/anthropic-sdk/package-lock.json) drives a real higgsd
+# serving the bundled demo. It needs node and `npm ci --prefix tests/anthropic-sdk`, which .ci/run does (and
+# there, with HIGGS_SDK_TESTS=required, their absence fails the run); elsewhere it is skipped with a message.
+sdk-test:
+	@if ! command -v node >/dev/null 2>&1 || [ ! -d tests/anthropic-sdk/node_modules/@anthropic-ai/sdk ]; then \
+	  if [ "$$HIGGS_SDK_TESTS" = required ]; then \
+	    echo "sdk-test: node and tests/anthropic-sdk/node_modules are required: npm ci --prefix tests/anthropic-sdk"; exit 1; fi; \
+	  echo "sdk-test: SKIPPED: the Anthropic SDK test needs node and 'npm ci --prefix tests/anthropic-sdk' (.ci/run does both)"; \
+	  exit 0; fi; \
+	$(GO) build -o bin/higgsd ./cmd/higgsd && \
+	  cd tests/anthropic-sdk && HIGGSD=bin/higgsd node --test --test-concurrency=1 messages.test.mjs
 
 lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \

@@ -35,6 +35,7 @@ type Config struct {
 	Port            int
 	APIKey          string
 	MaxBodyBytes    int64
+	BodyTimeout     time.Duration
 	RequestTimeout  time.Duration
 	ShutdownTimeout time.Duration
 	QueueSize       int
@@ -42,7 +43,10 @@ type Config struct {
 	LogLevel        string
 	LogFormat       string
 	ServedModelName string
-	ConfigFile      string
+	// SpecialTokensInContent restores the unsafe encoding of user, system and tool message content, where
+	// special-token text (<|im_end|>) typed by a client becomes the control token.
+	SpecialTokensInContent bool
+	ConfigFile             string
 }
 
 // DefaultConfig serves the bundled demo on 127.0.0.1:8000.
@@ -57,6 +61,7 @@ func DefaultConfig() Config {
 		Host:            "127.0.0.1",
 		Port:            8000,
 		MaxBodyBytes:    4 << 20,
+		BodyTimeout:     30 * time.Second,
 		RequestTimeout:  10 * time.Minute,
 		ShutdownTimeout: 30 * time.Second,
 		QueueSize:       64,
@@ -78,8 +83,10 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.StringVar(&c.Kernels, "kernels", c.Kernels, "CPU kernels: exact (the bit-exact reference) or fast (4-bit products with int8 inputs; not bit-identical)")
 	fs.StringVar(&c.Host, "host", c.Host, "address to listen on (a wider bind such as 0.0.0.0 must be asked for)")
 	fs.IntVar(&c.Port, "port", c.Port, "TCP port to listen on (0: any free port)")
-	fs.StringVar(&c.APIKey, "api-key", c.APIKey, "require this key as 'Authorization: Bearer KEY' on /v1/ routes")
+	fs.StringVar(&c.APIKey, "api-key", c.APIKey, "require this key on /v1/ routes ('Authorization: Bearer KEY'; the Messages API also takes 'x-api-key: KEY')")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body accepted, in bytes")
+	fs.DurationVar(&c.BodyTimeout, "body-timeout", c.BodyTimeout, "longest a client may take to send a request body (a slower one is answered 408)")
+	fs.BoolVar(&c.SpecialTokensInContent, "special-tokens-in-content", c.SpecialTokensInContent, "encode special-token text (<|im_end|>…) in user, system and tool message content as control tokens, letting clients forge turns (default: plain text)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "longest a generation request may take (0: no limit)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "on SIGINT/SIGTERM, how long in-flight requests may finish before they are cancelled")
 	fs.IntVar(&c.QueueSize, "queue-size", c.QueueSize, "requests that may wait for the engine; more are answered 429")
@@ -210,6 +217,9 @@ func (c Config) Validate() error {
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, fmt.Errorf("--max-body-bytes %d must be at least 1024", c.MaxBodyBytes))
 	}
+	if c.BodyTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--body-timeout %v must be > 0", c.BodyTimeout))
+	}
 	if c.RequestTimeout < 0 {
 		errs = append(errs, fmt.Errorf("--request-timeout %v must be ≥ 0", c.RequestTimeout))
 	}
@@ -246,7 +256,20 @@ func (c Config) ServeConfig() ServeConfig {
 		bs = 1
 	}
 	return ServeConfig{ServedModelName: c.ServedModelName, BlockSize: bs, Adaptive: c.Adaptive,
-		MaxConcurrency: c.MaxConcurrency, QueueSize: c.QueueSize}
+		MaxConcurrency: c.MaxConcurrency, QueueSize: c.QueueSize, SpecialTokensInContent: c.SpecialTokensInContent}
+}
+
+// ExposedWithoutKey reports whether the server listens beyond this machine with no API key: anyone who can
+// reach the port may then use the model.
+func (c Config) ExposedWithoutKey() bool {
+	if c.APIKey != "" {
+		return false
+	}
+	if c.Host == "localhost" {
+		return false
+	}
+	ip := net.ParseIP(c.Host)
+	return ip == nil || !ip.IsLoopback()
 }
 
 // durationUnits is set once: zerolog keeps its duration format process-wide.

@@ -102,3 +102,16 @@ func TestLoggerDurationsHaveUnits(t *testing.T) {
 		assert.Contains(t, buf.String(), "30s", format)
 	}
 }
+
+func TestConfigSafetyFlags(t *testing.T) {
+	cfg, err := LoadConfig([]string{"--special-tokens-in-content", "--body-timeout", "5s"}, env(nil), io.Discard)
+	require.NoError(t, err)
+	assert.True(t, cfg.ServeConfig().SpecialTokensInContent)
+	assert.Equal(t, 5*time.Second, cfg.BodyTimeout)
+	def, err := LoadConfig(nil, env(nil), io.Discard)
+	require.NoError(t, err)
+	assert.False(t, def.ServeConfig().SpecialTokensInContent, "client text is plain text by default")
+	assert.Equal(t, 30*time.Second, def.BodyTimeout)
+	_, err = LoadConfig([]string{"--body-timeout", "0s"}, env(nil), io.Discard)
+	assert.ErrorContains(t, err, "--body-timeout")
+}

@@ -32,6 +32,10 @@ type ServeConfig struct {
 	// QueueSize is the number of requests that may wait for the engine; one more is refused with
 	// ports.ErrBusy.
 	QueueSize int
+	// SpecialTokensInContent encodes special-token text in user, system and tool message content as control
+	// tokens (the old behaviour). By default that content is plain text: only the template's own markup is
+	// special, so a client cannot close its turn and forge a system turn by typing <|im_end|><|im_start|>.
+	SpecialTokensInContent bool
 }
 
 // Validate reports every problem at once.
@@ -109,7 +113,10 @@ type Serve struct {
 	ids    atomic.Uint64
 }
 
-var _ ports.Generator = (*Serve)(nil)
+var (
+	_ ports.Generator    = (*Serve)(nil)
+	_ ports.TokenCounter = (*Serve)(nil)
+)
 
 // NewServe returns a Serve that is not ready until SetEngine.
 func NewServe(cfg ServeConfig, log zerolog.Logger) (*Serve, error) {
@@ -190,8 +197,9 @@ func (s *Serve) Models() []ports.ModelCard {
 	return []ports.ModelCard{{ID: l.name, Created: l.Created, OwnedBy: "higgs"}}
 }
 
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ports.ErrInvalidRequest, fmt.Sprintf(format, args...))
+// invalid is a problem with the request's param (the OpenAI wire name; "" when no single field is at fault).
+func invalid(param, format string, args ...any) error {
+	return &ports.RequestError{Param: param, Message: fmt.Sprintf(format, args...)}
 }
 
 // prepared is a validated request ready for the engine.
@@ -211,73 +219,43 @@ func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) 
 	if req.Model != "" && req.Model != l.name {
 		return p, fmt.Errorf("%w: the model %q does not exist; this server serves %q", ports.ErrUnknownModel, req.Model, l.name)
 	}
-	var errs []error
-	var text string
 	chat := req.Messages != nil
-	switch {
-	case chat && req.Prompt != "":
-		errs = append(errs, invalid("set either a prompt or messages, not both"))
-	case chat && len(req.Messages) == 0:
-		errs = append(errs, invalid("messages must not be empty"))
-	case chat && l.Template == nil:
-		errs = append(errs, invalid("model %q has no chat template; use /v1/completions", l.name))
-	case chat:
-		opts := req.Chat
-		opts.AddGenerationPrompt = true
-		t, err := l.Template.Render(req.Messages, opts)
-		if err != nil {
-			errs = append(errs, invalid("chat template: %v", err))
-		}
-		text = t
-	case req.Prompt == "":
-		errs = append(errs, invalid("prompt must not be empty"))
-	default:
-		text = req.Prompt
+	promptParam := "prompt"
+	if chat {
+		promptParam = "messages"
 	}
-	if text != "" {
-		ids, err := l.Tokenizer.Encode(text)
-		switch {
-		case err != nil:
-			errs = append(errs, invalid("tokenize prompt: %v", err))
-		case len(ids) == 0:
-			errs = append(errs, invalid("the prompt tokenizes to nothing"))
-		}
-		// A tokenizer may know more ids than the model embeds (added tokens past the embedding table); a prompt
-		// that uses one is refused here with its reason rather than failing inside the forward as a 500.
-		for _, id := range ids {
-			if id < 0 || int(id) >= l.info.VocabSize {
-				errs = append(errs, invalid("the prompt encodes to token id %d, outside this model's vocabulary of %d (the tokenizer knows ids the model cannot embed)",
-					id, l.info.VocabSize))
-				break
-			}
-		}
-		p.prompt = ids
-	}
+	ids, text, errs := s.encodePrompt(l, req)
+	p.prompt = ids
 	ctxLen := l.info.ContextLength
 	// The sign of max_tokens was checked where the request was parsed; whether it fits is the decoder's own
-	// invariant, asked here so that a request that cannot run is refused before it queues.
+	// invariant (speculative.TokenBudget), asked here so that a request that cannot run is refused before it
+	// queues, naming the field at fault.
 	if len(p.prompt) > 0 {
 		if _, err := speculative.TokenBudget(len(p.prompt), req.MaxTokens, ctxLen); err != nil {
-			errs = append(errs, fmt.Errorf("%w: %w", ports.ErrInvalidRequest, err))
+			param := "max_tokens"
+			if ctxLen > 0 && len(p.prompt) >= ctxLen {
+				param = promptParam
+			}
+			errs = append(errs, invalid(param, "%v", err))
 		}
 	}
 	if err := req.Sampling.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("%w: %w", ports.ErrInvalidRequest, err))
+		errs = append(errs, invalid("", "%v", err))
 	}
 	bs := l.blockSize
 	switch {
 	case req.BlockSize < 0:
-		errs = append(errs, invalid("block_size %d must be ≥ 1", req.BlockSize))
+		errs = append(errs, invalid("block_size", "block_size %d must be ≥ 1", req.BlockSize))
 	case req.BlockSize > 1 && l.Drafter == nil:
-		errs = append(errs, invalid("block_size %d needs speculative decoding, which is off on this server (no drafter)", req.BlockSize))
+		errs = append(errs, invalid("block_size", "block_size %d needs speculative decoding, which is off on this server (no drafter)", req.BlockSize))
 	case req.BlockSize > l.maxBlock:
-		errs = append(errs, invalid("block_size %d exceeds the drafter's block size %d", req.BlockSize, l.maxBlock))
+		errs = append(errs, invalid("block_size", "block_size %d exceeds the drafter's block size %d", req.BlockSize, l.maxBlock))
 	case req.BlockSize > 0:
 		bs = req.BlockSize
 	}
 	for i, st := range req.Stop {
 		if st == "" {
-			errs = append(errs, invalid("stop[%d] must not be empty", i))
+			errs = append(errs, invalid("stop", "stop[%d] must not be empty", i))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -312,7 +290,7 @@ func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) 
 		p.cfg.Policy.Memory = l.policyMemory(bs, req.Sampling.Greedy())
 	}
 	if err := p.cfg.Validate(); err != nil {
-		return p, fmt.Errorf("%w: %w", ports.ErrInvalidRequest, err)
+		return p, invalid("", "%v", err)
 	}
 	return p, nil
 }
@@ -328,6 +306,79 @@ func verification(seeded bool) speculative.Verification {
 		return speculative.VerifyMatch
 	}
 	return speculative.VerifyResidual
+}
+
+// encodePrompt renders (chat) and tokenizes a request's prompt, checking it against the model's vocabulary.
+func (s *Serve) encodePrompt(l *loaded, req ports.GenerateRequest) (prompt []ports.Token, text string, errs []error) {
+	chat := req.Messages != nil
+	promptParam := "prompt"
+	if chat {
+		promptParam = "messages"
+	}
+	var plain []ports.Span // client-written text that must not become control tokens
+	switch {
+	case chat && req.Prompt != "":
+		errs = append(errs, invalid("messages", "set either a prompt or messages, not both"))
+	case chat && len(req.Messages) == 0:
+		errs = append(errs, invalid("messages", "messages must not be empty"))
+	case chat && l.Template == nil:
+		errs = append(errs, invalid("messages", "model %q has no chat template; use /v1/completions", l.name))
+	case chat:
+		opts := req.Chat
+		opts.AddGenerationPrompt = true
+		t, err := l.Template.Render(req.Messages, opts)
+		if err != nil {
+			errs = append(errs, invalid("messages", "chat template: %v", err))
+			break
+		}
+		text = t
+		if !s.cfg.SpecialTokensInContent {
+			if plain, err = s.plainSpans(l, req.Messages, opts, text); err != nil {
+				errs = append(errs, err)
+				text = ""
+			}
+		}
+	case req.Prompt == "":
+		errs = append(errs, invalid("prompt", "prompt must not be empty"))
+	default:
+		text = req.Prompt
+	}
+	if text != "" {
+		ids, err := encodeText(l.Tokenizer, text, plain)
+		switch {
+		case err != nil:
+			errs = append(errs, invalid(promptParam, "tokenize prompt: %v", err))
+		case len(ids) == 0:
+			errs = append(errs, invalid(promptParam, "the prompt tokenizes to nothing"))
+		}
+		// A tokenizer may know more ids than the model embeds (added tokens past the embedding table); a prompt
+		// that uses one is refused here with its reason rather than failing inside the forward as a 500.
+		for _, id := range ids {
+			if id < 0 || int(id) >= l.info.VocabSize {
+				errs = append(errs, invalid(promptParam, "the prompt encodes to token id %d, outside this model's vocabulary of %d (the tokenizer knows ids the model cannot embed)",
+					id, l.info.VocabSize))
+				break
+			}
+		}
+		prompt = ids
+	}
+	return prompt, text, errs
+}
+
+// CountTokens returns the number of prompt tokens req would have (ports.TokenCounter), without generating.
+func (s *Serve) CountTokens(_ context.Context, req ports.GenerateRequest) (int, error) {
+	l := s.engine.Load()
+	if l == nil {
+		return 0, fmt.Errorf("count tokens: %w", ports.ErrNotReady)
+	}
+	if req.Model != "" && req.Model != l.name {
+		return 0, fmt.Errorf("%w: the model %q does not exist; this server serves %q", ports.ErrUnknownModel, req.Model, l.name)
+	}
+	ids, _, errs := s.encodePrompt(l, req)
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	return len(ids), nil
 }
 
 // Generate runs one request: tokenize, validate, wait for the engine, decode speculatively, and stream text.
@@ -371,7 +422,7 @@ func (s *Serve) run(ctx context.Context, l *loaded, p prepared, lv *live, emit f
 	p.cfg.Observe = lv.observe
 	dec, err := speculative.New(p.cfg, s.clock, sampling.NewSource(p.seed))
 	if err != nil {
-		return res, fmt.Errorf("%w: %w", ports.ErrInvalidRequest, err)
+		return res, invalid("", "%v", err)
 	}
 	var taps []int
 	if p.cfg.BlockSize > 1 {
@@ -414,6 +465,10 @@ func (s *Serve) run(ctx context.Context, l *loaded, p prepared, lv *live, emit f
 	}
 	if err := pipe.finish(); err != nil {
 		return res, fmt.Errorf("generate: %w", err)
+	}
+	if pipe.stop.hit != "" {
+		// The stop string may also be found only in the text held back when generation ended.
+		res.FinishReason, res.StopSequence = "stop", pipe.stop.hit
 	}
 	res.Content, res.Reasoning = pipe.content.String(), pipe.reasoning.String()
 	s.log.Debug().Int("prompt_tokens", res.PromptTokens).Int("completion_tokens", res.CompletionTokens).

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/higgs-go/higgs/adapters/anthropic"
 	oaiapi "github.com/higgs-go/higgs/adapters/openai"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -69,6 +70,11 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	}
 	api := oaiapi.New(serve, oaiapi.Options{APIKey: o.apiKey, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
 		Log: zerolog.Nop(), Events: serve.Events()})
+	msgs := anthropic.New(serve, anthropic.Options{APIKey: o.apiKey, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
+		Metrics: api, Log: zerolog.Nop()})
+	for pattern, h := range msgs.Routes() {
+		api.Mount(pattern, h)
+	}
 	srv := httptest.NewServer(api)
 	hc := &http.Client{Transport: &http.Transport{}}
 	key := o.apiKey

@@ -14,12 +14,14 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"golang.org/x/term"
 
+	"github.com/higgs-go/higgs/adapters/anthropic"
 	"github.com/higgs-go/higgs/adapters/openai"
 	"github.com/higgs-go/higgs/ports"
 )
 
 // ServeSet is the wire provider set of higgsd.
 var ServeSet = wire.NewSet(ProvideServe, wire.Bind(new(ports.Generator), new(*Serve)), ProvideEvents, ProvideAPI,
+	ProvideMessages,
 	ProvideLoader, NewServer)
 
 // LoadFunc loads the engine; progress (may be nil) receives work done and total (LoadModels counts steps). The returned close
@@ -37,7 +39,13 @@ func ProvideEvents(s *Serve) ports.EventSource { return s.Events() }
 // ProvideAPI builds the OpenAI-compatible HTTP adapter over gen, with the page's event stream.
 func ProvideAPI(cfg Config, gen ports.Generator, events ports.EventSource, log zerolog.Logger) *openai.Server {
 	return openai.New(gen, openai.Options{APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
-		RequestTimeout: cfg.RequestTimeout, Log: log, Events: events})
+		BodyTimeout: cfg.BodyTimeout, RequestTimeout: cfg.RequestTimeout, Log: log, Events: events})
+}
+
+// ProvideMessages builds the Anthropic Messages API adapter over gen, feeding the OpenAI adapter's metrics.
+func ProvideMessages(cfg Config, gen ports.Generator, api *openai.Server, log zerolog.Logger) *anthropic.Server {
+	return anthropic.New(gen, anthropic.Options{APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
+		BodyTimeout: cfg.BodyTimeout, RequestTimeout: cfg.RequestTimeout, Metrics: api, Log: log})
 }
 
 // ProvideLoader loads the configured models with LoadModels.
@@ -74,8 +82,11 @@ type Server struct {
 	Progress func(done, total int64)
 }
 
-// NewServer assembles the runner.
-func NewServer(cfg Config, serve *Serve, api *openai.Server, load LoadFunc, log zerolog.Logger) *Server {
+// NewServer assembles the runner: the Messages API is mounted beside the OpenAI API on one listener.
+func NewServer(cfg Config, serve *Serve, api *openai.Server, msgs *anthropic.Server, load LoadFunc, log zerolog.Logger) *Server {
+	for pattern, h := range msgs.Routes() {
+		api.Mount(pattern, h)
+	}
 	return &Server{cfg: cfg, serve: serve, api: api, load: load, log: log}
 }
 
@@ -94,6 +105,10 @@ func (s *Server) Run(ctx context.Context) error {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	s.log.Info().Str("addr", ln.Addr().String()).Msg("listening (models loading)")
+	if s.cfg.ExposedWithoutKey() {
+		s.log.Warn().Str("host", s.cfg.Host).
+			Msg("listening beyond this machine without --api-key: anyone who can reach the port can use the model; set --api-key")
+	}
 	if s.OnListen != nil {
 		s.OnListen(ln.Addr())
 	}

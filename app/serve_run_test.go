@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -48,7 +49,8 @@ func startRun(t *testing.T, shutdown time.Duration, delay time.Duration, release
 		progress(10, 10)
 		return eng, func() error { h.closed.Add(1); return nil }, nil
 	}
-	srv := NewServer(cfg, serve, oaiapi.New(serve, oaiapi.Options{Log: zerolog.Nop()}), load, zerolog.Nop())
+	api := oaiapi.New(serve, oaiapi.Options{Log: zerolog.Nop()})
+	srv := NewServer(cfg, serve, api, ProvideMessages(cfg, serve, api, zerolog.Nop()), load, zerolog.Nop())
 	srv.OnListen = func(a net.Addr) { h.addr <- a }
 	srv.Progress = func(int64, int64) {}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -167,4 +169,67 @@ func TestRunShutdownWhileLoading(t *testing.T) {
 		t.Fatal("Run did not return")
 	}
 	assert.Zero(t, h.closed.Load())
+}
+
+func TestExposedWithoutKey(t *testing.T) {
+	for _, c := range []struct {
+		host, key string
+		exposed   bool
+	}{
+		{"127.0.0.1", "", false}, {"localhost", "", false}, {"::1", "", false}, {"127.0.0.2", "", false},
+		{"0.0.0.0", "", true}, {"::", "", true}, {"192.168.1.5", "", true}, {"myhost.lan", "", true},
+		{"0.0.0.0", "k", false},
+	} {
+		cfg := DefaultConfig()
+		cfg.Host, cfg.APIKey = c.host, c.key
+		assert.Equal(t, c.exposed, cfg.ExposedWithoutKey(), "%s key %q", c.host, c.key)
+	}
+}
+
+// A wide bind without a key is warned about at start; the default bind is not.
+func TestRunWarnsWideBindWithoutKey(t *testing.T) {
+	for _, c := range []struct {
+		host string
+		warn bool
+	}{{"0.0.0.0", true}, {"127.0.0.1", false}} {
+		var logs strings.Builder
+		cfg := DefaultConfig()
+		cfg.Host, cfg.Port = c.host, 0
+		log := zerolog.New(&syncWriter{w: &logs})
+		serve, err := NewServe(cfg.ServeConfig(), log)
+		require.NoError(t, err)
+		api := oaiapi.New(serve, oaiapi.Options{Log: log})
+		load := func(ctx context.Context, _ func(done, total int64)) (Engine, func() error, error) {
+			<-ctx.Done()
+			return Engine{}, nil, ctx.Err()
+		}
+		srv := NewServer(cfg, serve, api, ProvideMessages(cfg, serve, api, log), load, log)
+		listening := make(chan struct{})
+		srv.OnListen = func(net.Addr) { close(listening) }
+		srv.Progress = func(int64, int64) {}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- srv.Run(ctx) }()
+		<-listening
+		cancel()
+		<-done
+		got := logs.String()
+		if c.warn {
+			assert.Contains(t, got, `"level":"warn","host":"0.0.0.0","message":"listening beyond this machine without --api-key`)
+		} else {
+			assert.NotContains(t, got, "without --api-key")
+		}
+	}
+}
+
+// syncWriter serialises writes from the server's goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	w  *strings.Builder
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

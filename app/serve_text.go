@@ -96,6 +96,8 @@ func (p *textPipe) send(text string, final bool) error {
 type stopMatcher struct {
 	stops   []string
 	pending string
+	// hit is the stop string found (the earliest in the text; the first listed on a tie), "" before one is.
+	hit string
 }
 
 // feed adds s and returns the text that is final. hit reports that a stop string was found; the returned
@@ -108,7 +110,7 @@ func (m *stopMatcher) feed(s string) (out string, hit bool) {
 	at := -1
 	for _, st := range m.stops {
 		if i := strings.Index(m.pending, st); i >= 0 && (at < 0 || i < at) {
-			at = i
+			at, m.hit = i, st
 		}
 	}
 	if at >= 0 {

@@ -17,6 +17,21 @@ var (
 	ErrNotReady = errors.New("model not ready")
 )
 
+// RequestError is a problem with one parameter of a request. It matches ErrInvalidRequest with errors.Is, and
+// adapters find it with errors.As to name the parameter in their error shape. Message is written for the
+// client as it stands (no "invalid request:" prefix).
+type RequestError struct {
+	// Param is the request field at fault as the OpenAI wire names it (max_tokens, block_size, messages…);
+	// "" when no single field is.
+	Param   string
+	Message string
+}
+
+func (e *RequestError) Error() string { return e.Message }
+
+// Is makes a RequestError match ErrInvalidRequest.
+func (e *RequestError) Is(target error) bool { return target == ErrInvalidRequest }
+
 // GenerateRequest is one completion request, already translated from the wire format.
 type GenerateRequest struct {
 	// ID names the request in logs and events (the HTTP adapter passes its response id); empty: the
@@ -94,6 +109,8 @@ type GenerateResult struct {
 	CompletionTokens int
 	// FinishReason is "stop" (stop token or string) or "length" (max tokens or context).
 	FinishReason string
+	// StopSequence is the stop string that ended the output; "" when it ended otherwise.
+	StopSequence string
 	Spec         SpecUsage
 	// Content and Reasoning hold the whole output (also when streamed).
 	Content   string
@@ -115,4 +132,10 @@ type Generator interface {
 	// final; an error from emit stops generation and is returned. Cancelling ctx stops generation within one
 	// decoding round.
 	Generate(ctx context.Context, req GenerateRequest, emit func(GenerateEvent) error) (GenerateResult, error)
+}
+
+// TokenCounter is an optional Generator ability (found by type assertion): the number of prompt tokens a
+// request would have, checked as Generate checks it but without generating or waiting for the engine.
+type TokenCounter interface {
+	CountTokens(ctx context.Context, req GenerateRequest) (int, error)
 }

@@ -23,3 +23,18 @@ type StreamDecoder interface {
 	// Flush returns whatever is still held back (incomplete bytes become U+FFFD, as Hugging Face does).
 	Flush() string
 }
+
+// Span is the byte range [Start, End) of a text.
+type Span struct{ Start, End int }
+
+// PlainEncoder is an optional Tokenizer ability (found by type assertion): encoding where text a client
+// wrote is text even when it spells a special token, so that only a chat template's own markup is control
+// tokens.
+type PlainEncoder interface {
+	// SpecialIn returns the first special token written in text ("<|im_end|>"); "" when there is none.
+	SpecialIn(text string) string
+	// EncodePlain is Encode, except that special tokens written inside the plain spans (sorted, disjoint
+	// byte ranges of text) are encoded as the plain text they are. Where the spans hold no special-token
+	// text the ids equal Encode's.
+	EncodePlain(text string, plain []Span) ([]Token, error)
+}

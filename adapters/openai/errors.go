@@ -65,6 +65,9 @@ func ErrorFor(err error) *Error {
 	switch {
 	case errors.As(err, &apiErr):
 		return apiErr
+	case errors.Is(err, errBodyTimeout):
+		return &Error{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout",
+			Message: "the request body did not arrive in time"}
 	case errors.As(err, &maxBytes):
 		return &Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
 			Code: "request_too_large", Message: fmt.Sprintf("request body larger than %d bytes", maxBytes.Limit)}
@@ -72,7 +75,14 @@ func ErrorFor(err error) *Error {
 		return &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Param: "model",
 			Code: "model_not_found", Message: err.Error()}
 	case errors.Is(err, ports.ErrInvalidRequest):
-		return &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: err.Error()}
+		// A RequestError names its parameter and carries a message written for the client; a joined list of
+		// them reads as one message per line, with the first one's parameter.
+		e := &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Message: err.Error()}
+		var re *ports.RequestError
+		if errors.As(err, &re) {
+			e.Param = re.Param
+		}
+		return e
 	case errors.Is(err, ports.ErrBusy):
 		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "server_busy",
 			Message: "the server's request queue is full; retry later", RetryAfter: 1}

@@ -313,6 +313,14 @@ func (p params) translate() (Request, error) {
 // rejectUnsupported refuses fields that would change the output if honoured: silently ignoring them would
 // hand the client something other than what it asked for.
 func (p params) rejectUnsupported() error {
+	// logprobs is a boolean on chat and an integer on completions; either way a value of another type is a
+	// type error, not an unsupported feature.
+	if !isNull(p.Logprobs) && !isBoolOrNumber(p.Logprobs) {
+		return badRequest("logprobs", "logprobs must be a boolean (chat) or an integer (completions), not %s", rawKind(p.Logprobs))
+	}
+	if !isNull(p.TopLogprobs) && !isNumber(p.TopLogprobs) {
+		return badRequest("top_logprobs", "top_logprobs must be an integer, not %s", rawKind(p.TopLogprobs))
+	}
 	switch {
 	case !isNull(p.Logprobs) && !rawIs(p.Logprobs, "false", "0"):
 		return unsupported("logprobs", "log probabilities are not returned")
@@ -388,9 +396,10 @@ func parseStop(raw json.RawMessage) ([]string, error) {
 
 // wireMessage is the part of a chat message higgs reads; the template sees the whole object through Raw.
 type wireMessage struct {
-	Role      *string         `json:"role"`
-	Content   json.RawMessage `json:"content"`
-	ToolCalls json.RawMessage `json:"tool_calls"`
+	Role       *string         `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCalls  json.RawMessage `json:"tool_calls"`
+	ToolCallID json.RawMessage `json:"tool_call_id"`
 }
 
 var roles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
@@ -404,6 +413,8 @@ func parseMessages(raw json.RawMessage) ([]ports.ChatMessage, error) {
 		return nil, badRequest("messages", "messages must not be empty")
 	}
 	out := make([]ports.ChatMessage, 0, len(items))
+	// callIDs are the ids of the calls of the latest assistant message, which tool messages answer.
+	var callIDs map[string]bool
 	for i, it := range items {
 		param := fmt.Sprintf("messages[%d]", i)
 		var m wireMessage
@@ -432,11 +443,20 @@ func parseMessages(raw json.RawMessage) ([]ports.ChatMessage, error) {
 		if !isNull(m.ToolCalls) && role != "assistant" {
 			return nil, badRequest(param+".tool_calls", "%s.tool_calls is only allowed on assistant messages", param)
 		}
+		if role == "assistant" {
+			callIDs = nil
+		}
+		if role == "tool" {
+			if err := checkToolReply(m.ToolCallID, callIDs, param); err != nil {
+				return nil, err
+			}
+		}
 		if !isNull(m.ToolCalls) {
 			calls, err := toolCallsForTemplate(m.ToolCalls, param+".tool_calls")
 			if err != nil {
 				return nil, err
 			}
+			callIDs = toolCallIDs(m.ToolCalls)
 			if it, err = setKeyRaw(it, "tool_calls", calls); err != nil {
 				return nil, badRequest(param, "%s: %v", param, err)
 			}
@@ -489,59 +509,6 @@ func messageText(raw json.RawMessage, param string) (text string, isString bool,
 		sb.WriteString(*p.Text)
 	}
 	return sb.String(), false, nil
-}
-
-// setKey returns the JSON object obj with key set to the string v, keeping the other keys in their order
-// (templates may print the message with tojson, where order shows).
-func setKey(obj json.RawMessage, key, v string) (json.RawMessage, error) {
-	val, _ := json.Marshal(v)
-	return setKeyRaw(obj, key, val)
-}
-
-// setKeyRaw is setKey for any JSON value val.
-func setKeyRaw(obj json.RawMessage, key string, val json.RawMessage) (json.RawMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader(obj))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, errors.New("not a JSON object")
-	}
-	var buf bytes.Buffer
-	buf.WriteByte('{')
-	first, found := true, false
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
-			return nil, err
-		}
-		k, _ := t.(string)
-		var raw json.RawMessage
-		if err := dec.Decode(&raw); err != nil {
-			return nil, err
-		}
-		if !first {
-			buf.WriteByte(',')
-		}
-		first = false
-		kb, _ := json.Marshal(k)
-		buf.Write(kb)
-		buf.WriteByte(':')
-		if k == key {
-			buf.Write(val)
-			found = true
-		} else {
-			buf.Write(raw)
-		}
-	}
-	if !found {
-		if !first {
-			buf.WriteByte(',')
-		}
-		kb, _ := json.Marshal(key)
-		buf.Write(kb)
-		buf.WriteByte(':')
-		buf.Write(val)
-	}
-	buf.WriteByte('}')
-	return buf.Bytes(), nil
 }
 
 func parseKwargs(raw json.RawMessage) (ports.ChatOptions, error) {

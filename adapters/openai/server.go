@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -31,6 +32,9 @@ type Options struct {
 	APIKey string
 	// MaxBodyBytes bounds request bodies (default 4 MiB).
 	MaxBodyBytes int64
+	// BodyTimeout bounds the time a client may take to send a request body (default DefaultBodyTimeout);
+	// a slower body is answered 408 and the connection closed.
+	BodyTimeout time.Duration
 	// RequestTimeout bounds a generation request (0: no limit).
 	RequestTimeout time.Duration
 	// Registry receives the metrics and is served on /metrics; nil means a fresh registry.
@@ -56,6 +60,7 @@ type Server struct {
 	log     zerolog.Logger
 	metrics *metrics
 	reg     *prometheus.Registry
+	mux     *http.ServeMux
 	handler http.Handler
 	drain   *drainer
 }
@@ -63,10 +68,16 @@ type Server struct {
 // DefaultMaxBodyBytes is the request body limit when Options.MaxBodyBytes is 0.
 const DefaultMaxBodyBytes = 4 << 20
 
+// DefaultBodyTimeout is the body read limit when Options.BodyTimeout is 0.
+const DefaultBodyTimeout = 30 * time.Second
+
 // New builds the API's handler.
 func New(gen ports.Generator, opts Options) *Server {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = DefaultBodyTimeout
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -84,28 +95,44 @@ func New(gen ports.Generator, opts Options) *Server {
 	}
 	s := &Server{gen: gen, opts: opts, log: opts.Log, reg: reg, metrics: newMetrics(reg, depth), drain: newDrainer()}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/chat/completions", s.chat)
-	mux.HandleFunc("POST /v1/completions", s.completion)
-	mux.HandleFunc("GET /v1/models", s.models)
-	mux.HandleFunc("GET /v1/models/{id...}", s.model)
-	mux.HandleFunc("GET /health", s.health)
-	mux.HandleFunc("GET /v1/events", s.events)
+	s.mux = mux
+	// Authentication is per route (it only guards /v1/ paths), so that a mounted API can answer its own way.
+	handle := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.authenticate(h)) }
+	handle("POST /v1/chat/completions", s.chat)
+	handle("POST /v1/completions", s.completion)
+	handle("GET /v1/models", s.models)
+	handle("GET /v1/models/{id...}", s.model)
+	handle("GET /health", s.health)
+	handle("GET /v1/events", s.events)
 	mux.HandleFunc("GET /{$}", s.page)
 	mux.Handle("GET /ui/", pageAssets())
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	// The mux answers a wrong method with a plain-text 405; these catch-alls answer in OpenAI's shape.
 	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/completions": "POST",
 		"/v1/models": "GET", "/v1/models/{id...}": "GET", "/health": "GET", "/metrics": "GET", "/v1/events": "GET"} {
-		mux.HandleFunc(path, methodNotAllowed(allow))
+		handle(path, methodNotAllowed(allow))
 	}
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	handle("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
 	})
 	// instrument is outermost so that it records the 500 the recoverer writes after a panic.
-	s.handler = s.instrument(s.recoverer(s.authenticate(mux)))
+	s.handler = s.instrument(s.recoverer(mux))
 	return s
 }
+
+// Mount serves another API's handler (the Anthropic Messages API) on pattern beside this one's routes, so
+// that it shares the listener, the request metrics and the panic recovery. The mounted handler
+// authenticates requests itself. Mount before serving.
+func (s *Server) Mount(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// ObserveTTFT records a mounted API's time to first token for endpoint (its route pattern).
+func (s *Server) ObserveTTFT(endpoint string, d time.Duration) {
+	s.metrics.ttft.WithLabelValues(endpoint).Observe(d.Seconds())
+}
+
+// ObserveResult accounts a mounted API's finished generation in the token and speculation counters.
+func (s *Server) ObserveResult(res ports.GenerateResult) { s.metrics.observeResult(res) }
 
 // Registry returns the registry the metrics are registered in.
 func (s *Server) Registry() *prometheus.Registry { return s.reg }
@@ -261,11 +288,12 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	if s.opts.APIKey == "" {
 		return next
 	}
-	want := []byte("Bearer " + s.opts.APIKey)
+	want := []byte(s.opts.APIKey)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/v1/") {
-			got := []byte(r.Header.Get("Authorization"))
-			if subtle.ConstantTimeCompare(got, want) != 1 {
+			if subtle.ConstantTimeCompare([]byte(BearerToken(r.Header.Get("Authorization"))), want) != 1 {
+				RefuseUnread(w, r)
+				w.Header().Set("WWW-Authenticate", `Bearer realm="higgs"`)
 				writeError(w, &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error",
 					Code: "invalid_api_key", Message: "missing or incorrect API key: send Authorization: Bearer <key>"})
 				return
@@ -273,6 +301,32 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// BearerToken returns the credentials of an Authorization header with the Bearer scheme, compared without
+// regard to case as RFC 9110 says schemes are; "" for any other header.
+func BearerToken(header string) string {
+	scheme, token, ok := strings.Cut(strings.TrimSpace(header), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(token)
+}
+
+// RefuseUnread prepares the answer to a request refused before its body was read: the body is not read and
+// the connection is closed after the answer. Otherwise net/http drains up to 256 KiB of the unread body
+// before it writes the status (a client that declares a body and never sends it would never get its
+// refusal), and again after the answer (holding the connection for as long as the client withholds it).
+func RefuseUnread(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength == 0 {
+		return
+	}
+	w.Header().Set("Connection", "close")
+	// Closing the body under a read deadline in the past ends it at once without reading it (net/http
+	// clears deadlines before its own drain, so only a body already closed is safe); writes are not
+	// affected.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	_ = r.Body.Close()
 }
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
@@ -311,15 +365,40 @@ func (s *Server) model(w http.ResponseWriter, r *http.Request) {
 
 // readBody reads the limited body.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, err
-		}
+	body, err := ReadBody(w, r, s.opts.MaxBodyBytes, s.opts.BodyTimeout)
+	var mbe *http.MaxBytesError
+	if err != nil && !errors.As(err, &mbe) && !errors.Is(err, errBodyTimeout) {
 		return nil, badRequest("", "could not read the request body: %v", err)
 	}
-	return body, nil
+	return body, err
+}
+
+// errBodyTimeout is returned by ReadBody when the body did not arrive within its time limit.
+var errBodyTimeout = errors.New("request body read timed out")
+
+// ErrBodyTimeout reports whether err is ReadBody's timeout.
+func ErrBodyTimeout(err error) bool { return errors.Is(err, errBodyTimeout) }
+
+// ReadBody reads a request body of at most limit bytes within timeout: the time limit is a read deadline
+// on the connection, so a client that declares a body and trickles or withholds it cannot hold the
+// connection. On a timeout the connection is closed after the answer. A *http.MaxBytesError is returned
+// (wrapped) for a body over the limit.
+func ReadBody(w http.ResponseWriter, r *http.Request, limit int64, timeout time.Duration) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	// Where the writer cannot set deadlines (a test recorder) the body is read without one.
+	hasDeadline := rc.SetReadDeadline(time.Now().Add(timeout)) == nil
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		// Closed while the deadline is past, the body ends without net/http draining the rest after the
+		// answer (it clears deadlines first, so an open body would hold the connection for the client).
+		w.Header().Set("Connection", "close")
+		_ = r.Body.Close()
+		return nil, fmt.Errorf("%w after %s", errBodyTimeout, timeout)
+	}
+	if hasDeadline {
+		_ = rc.SetReadDeadline(time.Time{})
+	}
+	return body, err
 }
 
 func (s *Server) chat(w http.ResponseWriter, r *http.Request) {

@@ -185,6 +185,39 @@ func toolCallsForTemplate(raw json.RawMessage, param string) (json.RawMessage, e
 	return buf.Bytes(), nil
 }
 
+// toolCallIDs returns the ids of an assistant message's tool_calls (already checked by toolCallsForTemplate).
+func toolCallIDs(raw json.RawMessage) map[string]bool {
+	var calls []struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(raw, &calls) // checked to be an array of objects before
+	ids := make(map[string]bool, len(calls))
+	for _, c := range calls {
+		if c.ID != "" {
+			ids[c.ID] = true
+		}
+	}
+	return ids
+}
+
+// checkToolReply checks a tool message's tool_call_id: required, and the id of a call of the latest
+// assistant message (callIDs; nil when there is none), as OpenAI requires. A reply to no call would reach the
+// template as an orphan the model was never trained on.
+func checkToolReply(raw json.RawMessage, callIDs map[string]bool, param string) error {
+	var id string
+	switch {
+	case isNull(raw):
+		return badRequest(param+".tool_call_id", "%s.tool_call_id is required for role tool", param)
+	case json.Unmarshal(raw, &id) != nil:
+		return badRequest(param+".tool_call_id", "%s.tool_call_id must be a string", param)
+	case id == "":
+		return badRequest(param+".tool_call_id", "%s.tool_call_id must not be empty", param)
+	case !callIDs[id]:
+		return badRequest(param+".tool_call_id", "%s.tool_call_id %q matches no tool call of the preceding assistant message", param, id)
+	}
+	return nil
+}
+
 // toolCallsOf turns parsed calls into the wire shape, naming each with newID. Streamed calls carry their
 // index in the message (first, first+1…); a whole message's calls carry none, as in OpenAI's responses.
 func toolCallsOf(calls []toolcall.Call, newID func() string, streamed bool, first int) []ToolCall {

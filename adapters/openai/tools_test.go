@@ -433,7 +433,7 @@ func TestTemplateGoldensThroughRequests(t *testing.T) {
 			continue
 		}
 		n++
-		msgs, err := json.Marshal(c.Messages)
+		msgs, err := json.Marshal(withCallIDs(t, c.Messages))
 		require.NoError(t, err)
 		body := `{"messages":` + string(msgs)
 		if !isNull(c.Tools) {
@@ -451,4 +451,45 @@ func TestTemplateGoldensThroughRequests(t *testing.T) {
 		assert.Equal(t, *c.Text, got, c.Name)
 	}
 	require.GreaterOrEqual(t, n, 8, "the goldens have tool cases")
+}
+
+// withCallIDs gives the goldens' tool calls and replies the ids OpenAI requires (transformers' test
+// conversations have none, and Qwen3's template does not print them): each assistant call gets an id, and
+// the tool messages after it answer those ids in order. Key order is kept: the template prints arguments.
+func withCallIDs(t *testing.T, msgs []json.RawMessage) []json.RawMessage {
+	t.Helper()
+	out := make([]json.RawMessage, len(msgs))
+	var pending []string
+	n := 0
+	for i, m := range msgs {
+		var obj struct {
+			Role       string            `json:"role"`
+			ToolCalls  []json.RawMessage `json:"tool_calls"`
+			ToolCallID *string           `json:"tool_call_id"`
+		}
+		require.NoError(t, json.Unmarshal(m, &obj))
+		if len(obj.ToolCalls) > 0 {
+			pending = pending[:0]
+			for j, c := range obj.ToolCalls {
+				n++
+				id := "call_" + strconv.Itoa(n)
+				var err error
+				obj.ToolCalls[j], err = setKey(c, "id", id)
+				require.NoError(t, err)
+				pending = append(pending, id)
+			}
+			calls, err := json.Marshal(obj.ToolCalls)
+			require.NoError(t, err)
+			m, err = setKeyRaw(m, "tool_calls", calls)
+			require.NoError(t, err)
+		}
+		if obj.Role == "tool" && obj.ToolCallID == nil && len(pending) > 0 {
+			var err error
+			m, err = setKey(m, "tool_call_id", pending[0])
+			require.NoError(t, err)
+			pending = pending[1:]
+		}
+		out[i] = m
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package tokenizer_test
 
 import (
 	"github.com/higgs-go/higgs/adapters/tokenizer"
+	"github.com/higgs-go/higgs/ports"
 
 	"math/rand/v2"
 	"os"
@@ -96,4 +97,28 @@ func BenchmarkLoadQwen3(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkEncodePlainGoCode encodes the same Go source as BenchmarkEncodeGoCode wrapped in a chat turn, with
+// the source as one plain span (the cost of keeping client text out of the control tokens), beside Encode
+// of the same prompt.
+func BenchmarkEncodePlainGoCode(b *testing.B) {
+	body := goRootFile(b, "src/net/http/server.go")
+	text := "<|im_start|>user\n" + body + "<|im_end|>\n<|im_start|>assistant\n"
+	span := []ports.Span{{Start: len("<|im_start|>user\n"), End: len("<|im_start|>user\n") + len(body)}}
+	tok := tokenizers(b)["qwen3"]
+	b.Run("Encode", func(b *testing.B) {
+		b.SetBytes(int64(len(text)))
+		for b.Loop() {
+			tok.EncodeWith(text, true)
+		}
+	})
+	b.Run("EncodePlain", func(b *testing.B) {
+		b.SetBytes(int64(len(text)))
+		for b.Loop() {
+			if _, err := tok.EncodePlain(text, span); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

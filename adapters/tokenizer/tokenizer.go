@@ -27,6 +27,8 @@ type Tokenizer struct {
 	// rawAdded matches added tokens with normalized=false against the raw text; normAdded matches the others
 	// against normalized text.
 	rawAdded, normAdded *addedMatcher
+	// rawPlain and normPlain are the same matchers without the special tokens: what plain text is split by.
+	rawPlain, normPlain *addedMatcher
 
 	tokens  []string // id → token string (added tokens' content for added ids); "" for holes
 	valid   []bool   // id is assigned
@@ -177,7 +179,7 @@ func (t *Tokenizer) buildVocab(vocab map[string]int32, added []addedTokenJSON) e
 		t.tokens[id], t.valid[id] = tok, true
 		t.lookup[tok] = id
 	}
-	var raw, normed []*addedToken
+	var raw, normed, rawPlain, normPlain []*addedToken
 	for _, a := range tokens {
 		t.tokens[a.id], t.valid[a.id], t.special[a.id] = a.content, true, a.special
 		t.lookup[a.content] = a.id
@@ -185,6 +187,14 @@ func (t *Tokenizer) buildVocab(vocab map[string]int32, added []addedTokenJSON) e
 			normed = append(normed, a)
 		} else {
 			raw = append(raw, a)
+		}
+		if a.special {
+			continue
+		}
+		if a.normalized {
+			normPlain = append(normPlain, a)
+		} else {
+			rawPlain = append(rawPlain, a)
 		}
 	}
 	for id, tok := range t.tokens {
@@ -194,6 +204,8 @@ func (t *Tokenizer) buildVocab(vocab map[string]int32, added []addedTokenJSON) e
 	}
 	t.rawAdded = newAddedMatcher(raw, func(a *addedToken) string { return a.content })
 	t.normAdded = newAddedMatcher(normed, func(a *addedToken) string { return t.norm.apply(a.content) })
+	t.rawPlain = newAddedMatcher(rawPlain, func(a *addedToken) string { return a.content })
+	t.normPlain = newAddedMatcher(normPlain, func(a *addedToken) string { return t.norm.apply(a.content) })
 	return nil
 }
 

@@ -20,7 +20,8 @@ func initServer(cfg app.Config, log zerolog.Logger) (*app.Server, error) {
 	}
 	eventSource := app.ProvideEvents(serve)
 	server := app.ProvideAPI(cfg, serve, eventSource, log)
+	anthropicServer := app.ProvideMessages(cfg, serve, server, log)
 	loadFunc := app.ProvideLoader(cfg, log)
-	appServer := app.NewServer(cfg, serve, server, loadFunc, log)
+	appServer := app.NewServer(cfg, serve, server, anthropicServer, loadFunc, log)
 	return appServer, nil
 }

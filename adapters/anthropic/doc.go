@@ -1,0 +1,12 @@
+// Package anthropic is higgsd's second wire format: Anthropic's Messages API (POST /v1/messages and
+// POST /v1/messages/count_tokens) over the same ports.Generator the OpenAI adapter calls. It only
+// translates: a request body becomes the one ports.GenerateRequest both APIs share (Anthropic content
+// blocks become the OpenAI-shaped chat messages the chat template reads: tool_use blocks become tool_calls,
+// tool_result blocks tool messages, thinking blocks reasoning_content), and the generator's text comes back
+// as Anthropic content blocks (thinking, text, tool_use parsed by adapters/toolcall), streamed with
+// Anthropic's event sequence. Every error leaves in Anthropic's shape
+// ({"type":"error","error":{"type","message"}}) through one mapper, ErrorFor.
+//
+// Unknown top-level fields are refused, as Anthropic's API does ("Extra inputs are not permitted"), so a
+// feature higgs does not have (server tools, MCP servers, structured output) is never silently dropped.
+package anthropic

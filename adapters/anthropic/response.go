@@ -1,0 +1,104 @@
+package anthropic
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/higgs-go/higgs/adapters/toolcall"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// Message is a non-streamed Messages response (and, without content, the message of message_start).
+type Message struct {
+	ID           string  `json:"id"`
+	Type         string  `json:"type"`
+	Role         string  `json:"role"`
+	Model        string  `json:"model"`
+	Content      []Block `json:"content"`
+	StopReason   *string `json:"stop_reason"`
+	StopSequence *string `json:"stop_sequence"`
+	Usage        Usage   `json:"usage"`
+}
+
+// Block is a content block: thinking (Thinking, Signature), text (Text) or tool_use (ID, Name, Input).
+type Block struct {
+	Type      string          `json:"type"`
+	Thinking  *string         `json:"thinking,omitempty"`
+	Signature *string         `json:"signature,omitempty"`
+	Text      *string         `json:"text,omitempty"`
+	ID        string          `json:"id,omitempty"`
+	Name      string          `json:"name,omitempty"`
+	Input     json.RawMessage `json:"input,omitempty"`
+}
+
+// Usage is the token account. higgs serves no prompt cache, so the cache figures are 0. Speculative is
+// higgs' extension, as on the OpenAI side.
+type Usage struct {
+	InputTokens              int              `json:"input_tokens"`
+	OutputTokens             int              `json:"output_tokens"`
+	CacheCreationInputTokens int              `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int              `json:"cache_read_input_tokens"`
+	Speculative              *ports.SpecUsage `json:"speculative,omitempty"`
+}
+
+// UsageOf builds the usage of a finished request.
+func UsageOf(res ports.GenerateResult) Usage {
+	spec := res.Spec
+	if spec.AcceptedPerPosition == nil {
+		spec.AcceptedPerPosition = []int{}
+	}
+	return Usage{InputTokens: res.PromptTokens, OutputTokens: res.CompletionTokens, Speculative: &spec}
+}
+
+// StopReason translates how generation ended: "stop_sequence" for a stop string, "tool_use" when the model
+// stopped after calling tools, "max_tokens" when cut by the limit (also after calls: the answer may be
+// incomplete), "end_turn" otherwise.
+func StopReason(res ports.GenerateResult, called bool) (reason string, sequence *string) {
+	switch {
+	case res.StopSequence != "":
+		s := res.StopSequence
+		return "stop_sequence", &s
+	case res.FinishReason == "length":
+		return "max_tokens", nil
+	case called:
+		return "tool_use", nil
+	}
+	return "end_turn", nil
+}
+
+func textBlockOf(s string) Block { return Block{Type: "text", Text: &s} }
+
+func thinkingBlockOf(s string) Block {
+	sig := ""
+	return Block{Type: "thinking", Thinking: &s, Signature: &sig}
+}
+
+// toolUseBlock names a parsed call; its arguments are the JSON object the model wrote (toolcall checks it).
+func toolUseBlock(c toolcall.Call, id string) Block {
+	return Block{Type: "tool_use", ID: id, Name: c.Name, Input: json.RawMessage(c.Arguments)}
+}
+
+// MessageOf builds the non-streamed response: thinking, then text, then the tool calls found in the answer.
+func MessageOf(id string, req Request, res ports.GenerateResult, newID func() string) Message {
+	content := []Block{}
+	if res.Reasoning != "" {
+		content = append(content, thinkingBlockOf(res.Reasoning))
+	}
+	text := res.Content
+	var calls []toolcall.Call
+	if req.ParseTools {
+		text, calls = toolcall.Parse(text, toolcall.ParamTypesOf(req.Gen.Chat.Tools))
+		if !req.Parallel && len(calls) > 1 {
+			calls = calls[:1]
+		}
+	}
+	if len(bytes.TrimSpace([]byte(text))) > 0 || (len(calls) == 0 && text != "") {
+		content = append(content, textBlockOf(text))
+	}
+	for _, c := range calls {
+		content = append(content, toolUseBlock(c, "toolu_"+newID()))
+	}
+	reason, seq := StopReason(res, len(calls) > 0)
+	return Message{ID: id, Type: "message", Role: "assistant", Model: res.Model, Content: content,
+		StopReason: &reason, StopSequence: seq, Usage: UsageOf(res)}
+}

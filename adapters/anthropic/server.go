@@ -1,0 +1,317 @@
+package anthropic
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/higgs-go/higgs/adapters/openai"
+	"github.com/higgs-go/higgs/adapters/toolcall"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// Metrics receives what the Messages API measures; higgsd passes the OpenAI adapter's server, so both APIs
+// feed one set of series. Nil means none.
+type Metrics interface {
+	ObserveTTFT(endpoint string, d time.Duration)
+	ObserveResult(res ports.GenerateResult)
+}
+
+// Options configure the adapter.
+type Options struct {
+	// APIKey, when set, is required as "x-api-key: KEY" or "Authorization: Bearer KEY".
+	APIKey string
+	// MaxBodyBytes bounds request bodies (default openai.DefaultMaxBodyBytes).
+	MaxBodyBytes int64
+	// BodyTimeout bounds the time a client may take to send a body (default openai.DefaultBodyTimeout).
+	BodyTimeout time.Duration
+	// RequestTimeout bounds a generation request (0: no limit).
+	RequestTimeout time.Duration
+	Metrics        Metrics
+	Log            zerolog.Logger
+	// NewID makes responses reproducible in tests; nil means random ids.
+	NewID func() string
+}
+
+// Server is the Messages API over a ports.Generator.
+type Server struct {
+	gen  ports.Generator
+	opts Options
+	log  zerolog.Logger
+	mux  *http.ServeMux // the routes alone, for ServeHTTP
+}
+
+// New builds the adapter; Routes gives its handlers.
+func New(gen ports.Generator, opts Options) *Server {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = openai.DefaultMaxBodyBytes
+	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = openai.DefaultBodyTimeout
+	}
+	if opts.NewID == nil {
+		opts.NewID = randomID
+	}
+	s := &Server{gen: gen, opts: opts, log: opts.Log, mux: http.NewServeMux()}
+	for p, h := range s.Routes() {
+		s.mux.Handle(p, h)
+	}
+	return s
+}
+
+func randomID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// Routes returns the handlers by ServeMux pattern, wrong methods included (answered 405 in this API's
+// shape).
+func (s *Server) Routes() map[string]http.Handler {
+	wrap := func(h http.HandlerFunc) http.Handler { return s.recoverer(s.authenticate(h)) }
+	return map[string]http.Handler{
+		"POST /v1/messages":              wrap(s.messages),
+		"POST /v1/messages/count_tokens": wrap(s.countTokens),
+		"/v1/messages":                   wrap(methodNotAllowed),
+		"/v1/messages/count_tokens":      wrap(methodNotAllowed),
+	}
+}
+
+// ServeHTTP serves the routes alone (tests; higgsd mounts Routes beside the OpenAI API).
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Allow", "POST")
+	writeError(w, &Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
+		Message: fmt.Sprintf("method %s is not allowed on %s; use POST", r.Method, r.URL.Path)})
+}
+
+// writeJSON sends v with status, without HTML escaping (model output is full of <think> and <tool_call>).
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := marshal(v)
+	if err != nil {
+		b = []byte(`{"type":"error","error":{"type":"api_error","message":"internal server error"}}`)
+		status = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+func writeError(w http.ResponseWriter, e *Error) {
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	writeJSON(w, e.Status, e.body(w.Header().Get("request-id")))
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	e := ErrorFor(err)
+	if e.Status >= 500 && e.Status != 529 && e.Status != http.StatusServiceUnavailable {
+		s.log.Error().Err(err).Str("path", r.URL.Path).Int("status", e.Status).Msg("request failed")
+	}
+	writeError(w, e)
+}
+
+// recoverer answers a panic with a logged 500 in this API's shape.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rw := &recordWriter{ResponseWriter: w}
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.log.Error().Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).Str("path", r.URL.Path).
+				Msg("handler panicked")
+			if !rw.wrote {
+				writeError(rw, &Error{Status: http.StatusInternalServerError, Type: "api_error", Message: "internal server error"})
+			}
+		}()
+		w.Header().Set("request-id", "req_"+s.opts.NewID())
+		next.ServeHTTP(rw, r)
+	})
+}
+
+// recordWriter notes whether the response has begun; Unwrap keeps Flush and deadlines reachable.
+type recordWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (w *recordWriter) WriteHeader(code int) { w.wrote = true; w.ResponseWriter.WriteHeader(code) }
+func (w *recordWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+func (w *recordWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// authenticate takes the key as Anthropic's SDKs send it (x-api-key) or as a Bearer token (what
+// ANTHROPIC_AUTH_TOKEN clients send), compared in constant time, before the body is read.
+func (s *Server) authenticate(next http.HandlerFunc) http.HandlerFunc {
+	if s.opts.APIKey == "" {
+		return next
+	}
+	want := []byte(s.opts.APIKey)
+	return func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("x-api-key")
+		if key == "" {
+			key = openai.BearerToken(r.Header.Get("Authorization"))
+		}
+		if subtle.ConstantTimeCompare([]byte(key), want) != 1 {
+			openai.RefuseUnread(w, r)
+			w.Header().Set("WWW-Authenticate", `Bearer realm="higgs"`)
+			writeError(w, &Error{Status: http.StatusUnauthorized, Type: "authentication_error",
+				Message: "missing or incorrect API key: send x-api-key: <key> (or Authorization: Bearer <key>)"})
+			return
+		}
+		next(w, r)
+	}
+}
+
+func (s *Server) read(w http.ResponseWriter, r *http.Request, parse func([]byte) (Request, error)) (Request, bool) {
+	body, err := openai.ReadBody(w, r, s.opts.MaxBodyBytes, s.opts.BodyTimeout)
+	var mbe *http.MaxBytesError
+	if err != nil && !errors.As(err, &mbe) && !openai.ErrBodyTimeout(err) {
+		err = invalid("", "could not read the request body: %v", err)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return Request{}, false
+	}
+	req, err := parse(body)
+	if err != nil {
+		s.fail(w, r, err)
+		return Request{}, false
+	}
+	return req, true
+}
+
+func (s *Server) counter() (ports.TokenCounter, error) {
+	tc, ok := s.gen.(ports.TokenCounter)
+	if !ok {
+		return nil, &Error{Status: http.StatusNotImplemented, Type: "api_error", Message: "this server cannot count tokens"}
+	}
+	return tc, nil
+}
+
+type tokenCount struct {
+	InputTokens int `json:"input_tokens"`
+}
+
+func (s *Server) countTokens(w http.ResponseWriter, r *http.Request) {
+	req, ok := s.read(w, r, ParseCountTokens)
+	if !ok {
+		return
+	}
+	tc, err := s.counter()
+	if err == nil {
+		var n int
+		if n, err = tc.CountTokens(r.Context(), req.Gen); err == nil {
+			writeJSON(w, http.StatusOK, tokenCount{InputTokens: n})
+			return
+		}
+	}
+	s.fail(w, r, err)
+}
+
+func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	req, ok := s.read(w, r, ParseMessages)
+	if !ok {
+		return
+	}
+	ctx := r.Context()
+	if s.opts.RequestTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.RequestTimeout)
+		defer cancel()
+	}
+	id := "msg_" + s.opts.NewID()
+	var firstOnce sync.Once
+	first := func() {
+		firstOnce.Do(func() {
+			if s.opts.Metrics != nil {
+				s.opts.Metrics.ObserveTTFT(r.Pattern, time.Since(start))
+			}
+		})
+	}
+	observe := func(res ports.GenerateResult) {
+		if s.opts.Metrics != nil {
+			s.opts.Metrics.ObserveResult(res)
+		}
+	}
+	if !req.Stream {
+		res, err := s.gen.Generate(ctx, req.Gen, func(ports.GenerateEvent) error { first(); return nil })
+		observe(res)
+		if err != nil {
+			s.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, MessageOf(id, req, res, s.opts.NewID))
+		return
+	}
+	// message_start carries the prompt's token count, known before the first token only by counting.
+	st := &stream{w: w, id: id, model: req.Gen.Model, newID: s.opts.NewID, parallel: req.Parallel}
+	if tc, err := s.counter(); err == nil {
+		if st.inputTokens, err = tc.CountTokens(ctx, req.Gen); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
+	if ms := s.gen.Models(); len(ms) > 0 {
+		st.model = ms[0].ID
+	}
+	if req.ParseTools {
+		st.tools = &toolcall.Parser{Types: toolcall.ParamTypesOf(req.Gen.Chat.Tools)}
+	}
+	res, err := s.gen.Generate(ctx, req.Gen, func(ev ports.GenerateEvent) error {
+		first()
+		return st.send(ev)
+	})
+	observe(res)
+	if err != nil {
+		if !st.started {
+			s.fail(w, r, err)
+			return
+		}
+		if st.sse.err != nil {
+			s.log.Debug().Err(err).Str("path", r.URL.Path).Msg("client gone during the stream")
+			return
+		}
+		e := ErrorFor(err)
+		if e.Status >= 500 && !errors.Is(err, context.Canceled) {
+			s.log.Error().Err(err).Str("path", r.URL.Path).Msg("stream failed")
+		}
+		_ = st.fail(e, w.Header().Get("request-id"))
+		return
+	}
+	if err := st.finish(res); err != nil {
+		s.log.Debug().Err(err).Msg("client gone before the end of the stream")
+	}
+}
