@@ -185,8 +185,8 @@ func TestE2EAnthropicBadRequests(t *testing.T) {
 		typ    string
 		msg    string
 	}{
-		{"max_tokens beyond context", `{"model":"toy","max_tokens":100000,` + msgs + `}`, auth, 400, "invalid_request_error", "max_tokens: max_tokens 100000 is too large: this model's maximum context length is 256"},
-		{"prompt too long", `{"model":"toy","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("a", 300) + `"}]}`, auth, 400, "invalid_request_error", "messages: this model's maximum context length is 256"},
+		{"max_tokens beyond context", `{"model":"toy","max_tokens":100000,` + msgs + `}`, auth, 400, "invalid_request_error", "max_tokens: context length exceeded: max tokens 100000 is too large: this model's maximum context length is 256"},
+		{"prompt too long", `{"model":"toy","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("a", 300) + `"}]}`, auth, 400, "invalid_request_error", "messages: context length exceeded: this model's maximum context length is 256"},
 		{"block_size beyond drafter", `{"model":"toy","max_tokens":5,"block_size":64,` + msgs + `}`, auth, 400, "invalid_request_error", "block_size: block_size 64 exceeds the drafter's block size 4"},
 		{"unknown model", `{"model":"claude-x","max_tokens":5,` + msgs + `}`, auth, 404, "not_found_error", `"claude-x" does not exist`},
 		{"max_tokens missing", `{"model":"toy",` + msgs + `}`, auth, 400, "invalid_request_error", "max_tokens: field required"},

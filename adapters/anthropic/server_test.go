@@ -115,7 +115,7 @@ func TestSDKThinkingAndToolUse(t *testing.T) {
 	assert.Equal(t, sdk.StopReasonToolUse, msg.StopReason)
 	assert.Equal(t, int64(11), msg.Usage.InputTokens)
 	assert.Equal(t, int64(30), msg.Usage.OutputTokens)
-	assert.Contains(t, msg.Usage.RawJSON(), `"speculative":{"rounds":4,"draft_tokens":12,"accepted_tokens":5,"tau":2.25`)
+	assert.Contains(t, msg.Usage.RawJSON(), `"speculative":{"rounds":4,"plain_steps":0,"draft_tokens":12,"accepted_tokens":5,"tau":2.25`)
 	require.NotNil(t, gen.got.Chat.Tools, "the tools reach the template")
 
 	stream := client.Messages.NewStreaming(t.Context(), params())
@@ -183,7 +183,7 @@ func TestStreamEvents(t *testing.T) {
 	assert.JSONEq(t, `{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}`, data[6])
 	assert.JSONEq(t, `{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_id3","name":"lookup","input":{}}}`, data[9])
 	assert.JSONEq(t, `{"type":"content_block_delta","index":2,"delta":{"type":"input_json_delta","partial_json":"{\"q\": \"go\"}"}}`, data[10])
-	assert.JSONEq(t, `{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"input_tokens":11,"output_tokens":30,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"speculative":{"rounds":4,"draft_tokens":12,"accepted_tokens":5,"tau":2.25}}}`, data[15])
+	assert.JSONEq(t, `{"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"input_tokens":11,"output_tokens":30,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"speculative":{"rounds":4,"plain_steps":0,"draft_tokens":12,"accepted_tokens":5,"tau":2.25,"accepted_per_position":[],"block_size":0,"block_sizes":null}}}`, data[15])
 }
 
 func TestStopReasons(t *testing.T) {

@@ -146,7 +146,7 @@ func curlRequest(t *testing.T, c readme.Command, base string) *http.Request {
 	return req
 }
 
-// answerText is the generated text of a chat or completion response.
+// answerText is the generated text of a chat or completion response, or of an Anthropic message.
 func answerText(t *testing.T, body []byte) string {
 	t.Helper()
 	var r struct {
@@ -156,8 +156,22 @@ func answerText(t *testing.T, body []byte) string {
 				Content string `json:"content"`
 			} `json:"message"`
 		} `json:"choices"`
+		Type    string `json:"type"`
+		Content []struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"content"`
 	}
 	require.NoError(t, json.Unmarshal(body, &r), "%s", body)
+	if r.Type == "message" {
+		var text strings.Builder
+		for _, c := range r.Content {
+			if c.Type == "text" {
+				text.WriteString(c.Text)
+			}
+		}
+		return text.String()
+	}
 	require.Len(t, r.Choices, 1, "%s", body)
 	return r.Choices[0].Text + r.Choices[0].Message.Content
 }
