@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
 	"github.com/higgs-go/higgs/adapters/model"
@@ -123,7 +122,7 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 	nb := d.opts.BlockRows(bs, a.BlockSize)
 	be := ops{pool: d.t.pool, mem: &s.mem}
 	logits := model.Block(d.m, be, &pass{pool: d.t.pool, mem: &s.mem, kv: s.kv}, model.NoiseBlock(anchor, a.MaskToken, nb), s.n, bs-1)
-	s.logits = slices.Clone(logits.v)
+	s.logits = append(s.logits[:0], logits.v...) // a reused buffer: logits.v may live in the arena
 	out := make([]ports.Token, bs-1)
 	for r := range out {
 		out[r] = ports.Token(kernel.Argmax(logits.row(r)))

@@ -152,12 +152,16 @@ func (l *loader) Fuse(a, b *weight) (*weight, bool) {
 	} else {
 		f.wt = g.concat(len(shapeOf(a.wt))-1, a.wt, b.wt)
 	}
-	// The parts are not used apart: evaluate the fused matrix and free them.
+	// The parts are not used apart: evaluate the fused matrix and free them, only once it exists (on an MLX
+	// error the caller keeps the parts, and the loader reports the graph's error).
 	g.eval(f.wt, f.w, f.scales, f.biase)
+	if g.err != nil {
+		return nil, false
+	}
 	for _, x := range []arr{a.wt, a.w, a.scales, a.biase, b.wt, b.w, b.scales, b.biase} {
 		g.drop(x)
 	}
-	return f, g.err == nil
+	return f, true
 }
 
 // Vector uploads host values in the compute dtype (float32 when exact).

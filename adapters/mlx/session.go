@@ -188,6 +188,14 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 			}
 		}
 	}
+	// The session owns this Forward's taps and tape from here on (the next Forward frees them), even when a
+	// distribution below cannot be built.
+	if taps != nil {
+		s.taped = taps
+	}
+	if tape != nil {
+		s.lastTap = tape
+	}
 	res := ports.ForwardResult{Greedy: make([]ports.Token, rows)}
 	copy(res.Greedy, greedy)
 	if opts.Sampling != nil {
@@ -200,11 +208,9 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 		}
 	}
 	if taps != nil {
-		s.taped = taps
 		res.Taps = taps
 	}
 	if tape != nil {
-		s.lastTap = tape
 		res.Tape = tape
 	}
 	return res, logits, nil
@@ -254,7 +260,7 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 		x, err := model.Forward(ctx, m, be, st, be.Embed(m.Embed, tokens), s.pos.N, tap)
 		if err != nil {
 			s.st.restoreHandles(old)
-			return err
+			return fmt.Errorf("mlx forward: %w", err)
 		}
 		var tapArr arr
 		if wantTaps && s.taps.Len() > 0 {

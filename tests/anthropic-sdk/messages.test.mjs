@@ -185,7 +185,7 @@ test('errors: Anthropic shape and status codes', async () => {
   const cases = [
     [{ model, messages: user('x') }, Anthropic.BadRequestError, /max_tokens: field required/],
     [{ model, max_tokens: 0, messages: user('x') }, Anthropic.BadRequestError, /max_tokens/],
-    [{ model, max_tokens: 5000, messages: user('x') }, Anthropic.BadRequestError, /max_tokens .*context length/],
+    [{ model, max_tokens: 5000, messages: user('x') }, Anthropic.BadRequestError, /max.tokens \d+ is too large: .*context length/],
     [{ model, max_tokens: 4, temperature: 1.5, messages: user('x') }, Anthropic.BadRequestError, /temperature/],
     [{ model, max_tokens: 4, messages: [] }, Anthropic.BadRequestError, /messages/],
     [{ model, max_tokens: 4, messages: user('x'), mcp_servers: [] }, Anthropic.BadRequestError, /mcp_servers: Extra inputs are not permitted/],
