@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/higgs-go/higgs/adapters/cpu/kernel"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -122,12 +121,8 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 	s.project(data, rows, width)
 	nb := d.opts.BlockRows(bs, a.BlockSize)
 	be := ops{pool: d.t.pool, mem: &s.mem}
-	logits := model.Block(d.m, be, &pass{pool: d.t.pool, mem: &s.mem, kv: s.kv}, model.NoiseBlock(anchor, a.MaskToken, nb), s.n, bs-1)
+	logits, out := model.Propose(d.m, be, &pass{pool: d.t.pool, mem: &s.mem, kv: s.kv}, model.NoiseBlock(anchor, a.MaskToken, nb), s.n, bs-1)
 	s.logits = slices.Clone(logits.v)
-	out := make([]ports.Token, bs-1)
-	for r := range out {
-		out[r] = ports.Token(kernel.Argmax(logits.row(r)))
-	}
 	return ports.Proposal{Tokens: out}, nil
 }
 

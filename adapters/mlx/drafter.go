@@ -157,7 +157,8 @@ func (s *DraftSession) Close() error {
 // Draft appends newCtx's rows to the context cache, then drafts bs−1 tokens for [anchor, mask…] at positions
 // Len()..Len()+bs−1 (MODEL-REFERENCE §5). bs = 1 only appends the context. A block shorter than the trained
 // one runs the trained block and returns its first bs−1 proposals unless DrafterOptions.ShrinkBlocks is set.
-// The only host read is the drafted token ids.
+// The host reads are the drafted token ids (DFlash), or each slot's candidates and the selector's small
+// projections (DFlash2, whose greedy walk runs on the host).
 func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int) (ports.Proposal, error) {
 	if s.closed {
 		return ports.Proposal{}, errors.New("mlx drafter: session is closed")
@@ -225,21 +226,15 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 			}
 			model.Context(d.m, be, st, act{f, ctxRows, width}, s.n)
 		}
-		var ids arr
 		var outs []arr
 		for _, c := range work {
 			outs = append(outs, c.k, c.v)
 		}
 		if bs > 1 {
 			nb := d.opts.BlockRows(bs, a.BlockSize)
-			logits := model.Block(d.m, be, st, model.NoiseBlock(anchor, a.MaskToken, nb), s.n+ctxRows, bs-1)
-			ids = g.astype(g.argmax(logits.a, -1), mlxc.Int32)
-			outs = append(outs, ids)
+			_, toks = model.Propose(d.m, be, st, model.NoiseBlock(anchor, a.MaskToken, nb), s.n+ctxRows, bs-1)
 		}
 		g.eval(outs...)
-		if ids != 0 {
-			toks = g.readI32(ids)
-		}
 		if g.err != nil {
 			return g.err
 		}
