@@ -128,8 +128,10 @@ func selectPath(cand []ports.Token, unary, hp, pred, succ []float32, rows, k, ra
 			}
 		}
 		out[t] = cand[t*k+best]
-		row := 1 + t*k + best
-		prev = pred[row*rank : (row+1)*rank]
+		if t+1 < rows {
+			row := 1 + t*k + best
+			prev = pred[row*rank : (row+1)*rank]
+		}
 	}
 	return out
 }
