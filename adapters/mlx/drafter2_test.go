@@ -1,0 +1,64 @@
+package mlx
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/adapters/synth"
+	"github.com/higgs-go/higgs/ports"
+	"github.com/higgs-go/higgs/ports/porttest"
+)
+
+// TestDFlash2TracesMatchCPU: with a DFlash2 drafter the full speculative loop on MLX produces the CPU
+// backend's tokens and per-round blocks (the selector's paths) and acceptance, dense and hybrid targets,
+// both rollbacks, blocks 4, 8 and the trained 16; and again with compute_logits' multiplier and soft cap,
+// which move the selector's unary scores.
+func TestDFlash2TracesMatchCPU(t *testing.T) {
+	requireMLX(t)
+	capped := func(cfg map[string]any) {
+		dc := cfg["dflash_config"].(map[string]any)
+		dc["output_multiplier"], dc["final_logit_softcapping"] = 1.3, 2.0
+	}
+	for _, tc := range []struct {
+		name   string
+		family string
+		edit   []func(map[string]any)
+	}{{"qwen3", "qwen3", nil}, {"qwen3_next", "qwen3_next", nil}, {"qwen3_next softcapped", "qwen3_next", []func(map[string]any){capped}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cp, mp := loadPairs(t, synth.TargetSpec{Family: tc.family, Seed: 1},
+				synth.DrafterSpec{Seed: 2, Taps: []int{0, 2, 3}, Mask: 63, Nested: true, DFlash2: true}, tc.edit...)
+			require.True(t, mp.drafter.(*Drafter).m.Arch.V2())
+			accepted := 0
+			for _, prompt := range [][]ports.Token{{5, 9, 13, 2}, {40, 41, 42, 43, 44, 45, 46, 47, 1, 2, 3}} {
+				for _, bs := range []int{4, 8, 16} {
+					for _, rb := range []porttest.Rollback{porttest.RollbackReplay, porttest.RollbackRecompute} {
+						want := generate(t, cp, prompt, bs, rb, 24)
+						got := generate(t, mp, prompt, bs, rb, 24)
+						require.Equal(t, want.Tokens, got.Tokens, "bs %d %s", bs, rb)
+						require.Len(t, got.Rounds, len(want.Rounds))
+						for i := range want.Rounds {
+							assert.Equal(t, want.Rounds[i].Block, got.Rounds[i].Block, "bs %d round %d", bs, i)
+							assert.Equal(t, want.Rounds[i].Accepted, got.Rounds[i].Accepted, "bs %d round %d", bs, i)
+							accepted += want.Rounds[i].Accepted
+						}
+					}
+				}
+			}
+			t.Logf("%d draft tokens accepted", accepted)
+		})
+	}
+}
+
+// The end-to-end speculative suite on MLX with a DFlash2 drafter.
+func TestSpeculativeConformanceDFlash2(t *testing.T) {
+	requireMLX(t)
+	for _, family := range []string{"qwen3", "qwen3_next"} {
+		t.Run(family, func(t *testing.T) {
+			_, mp := loadPairs(t, synth.TargetSpec{Family: family, Seed: 1},
+				synth.DrafterSpec{Seed: 2, Taps: []int{0, 2, 3}, Mask: 63, Nested: true, DFlash2: true})
+			porttest.SpeculativeSuite{Target: mp.target, Drafter: mp.drafter, Tokens: 24}.Run(t)
+		})
+	}
+}
