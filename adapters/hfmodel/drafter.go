@@ -70,6 +70,10 @@ type DrafterConfig struct {
 	// compute_logits, for both generations.
 	OutputMultiplier, FinalLogitSoftcap float64
 
+	// Dialect lists where this config spelled its DFlash settings (e.g. "dflash_config.block_size",
+	// "rope_parameters", "layer_types + sliding_window"): what Info reports as the dialect.
+	Dialect []string
+
 	// AllowDerivedTapLayers, set by the caller (never by parsing), lets ResolveTapLayers fall back to the
 	// reference formula when the config has no target_layer_ids.
 	AllowDerivedTapLayers bool
@@ -145,6 +149,7 @@ func ParseDrafterConfig(data []byte) (*DrafterConfig, error) {
 	d.MaskTokenID = int32(max(min(mask, math.MaxInt32), -1))
 
 	readDrafterLayers(r, d)
+	d.Dialect = drafterDialect(r, dr, dwhere, params != nil)
 	refuseUnimplemented(r, dr, dwhere)
 	extra := readDrafterExtras(&reader{scopes: []scope{{dwhere, dc}, {"", top}}}, d)
 	d.Quantization = readQuantization(r, top)

@@ -351,3 +351,26 @@ func TestParseDrafter2Rejects(t *testing.T) {
 		})
 	}
 }
+
+func TestDrafterInfo(t *testing.T) {
+	d, err := ParseDrafterConfig(readTestdata(t, "dflash2-qwen3.8-27b.json"))
+	require.NoError(t, err)
+	in := d.Info(nil)
+	assert.Equal(t, "DFlash2", in.Generation)
+	assert.Equal(t, Drafter2Architecture, in.Architecture)
+	assert.Equal(t, []string{"dflash_config.block_size", "dflash_config.target_layer_ids", "dflash_config.mask_token_id",
+		"dflash_config.conv_kernel_size", "dflash_config.conv_group_size", "dflash_config.selector_rank",
+		"dflash_config.selector_top_k", "rope_parameters", "layer_types + sliding_window", "is_causal"}, in.Dialect)
+	assert.Equal(t, []string{"grouped dynamic convolution: conv_kernel_size 2, conv_group_size 16",
+		"candidate selector: selector_rank 256, selector_top_k 16", "sliding_window 2048 on 5 of 5 layers", "is_causal false"}, in.Features)
+	assert.Equal(t, []int{5, 19, 33, 47, 61}, in.TapLayers)
+
+	old, err := ParseDrafterConfig(patch(t, "dflash-qwen3-4b-b16.json", map[string]any{"output_multiplier": 0.5, "final_logit_softcapping": 30.0}))
+	require.NoError(t, err)
+	in = old.Info([]int{1, 2})
+	assert.Equal(t, "DFlash", in.Generation)
+	assert.Contains(t, in.Dialect, "block_size")
+	assert.Contains(t, in.Dialect, "dflash_config.target_layer_ids")
+	assert.Equal(t, []string{"output_multiplier 0.5", "final_logit_softcapping 30"}, in.Features)
+	assert.Equal(t, []int{1, 2}, in.TapLayers)
+}
