@@ -51,3 +51,31 @@ func TestGenerateReportsDFlash2Drafter(t *testing.T) {
 	assert.Equal(t, "DFlash", full.Drafter.Generation)
 	assert.Contains(t, full.Drafter.Dialect, "block_size", "the synthetic v1 drafter uses the top-level layout")
 }
+
+// synth --dflash2 writes a DFlash2 drafter (bf16 and 4-bit) that generate loads and drafts losslessly with.
+func TestSynthDFlash2(t *testing.T) {
+	for _, bits := range []string{"0", "4"} {
+		dir := t.TempDir()
+		r := runCLI(t, "synth", "--out", dir, "--wide", "2", "--layers", "4", "--vocab", "256", "--bits", bits,
+			"--group-size", "32", "--dflash2", "--json")
+		require.Equal(t, 0, r.code, r.stderr)
+		var out struct{ Target, Drafter string }
+		oneJSON(t, r.stdout, &out)
+		ar := runCLI(t, "generate", "--model", out.Target, "--tokens", "1,2,3", "--max-tokens", "12", "--json")
+		require.Equal(t, 0, ar.code, ar.stderr)
+		sp := runCLI(t, "generate", "--model", out.Target, "--draft", out.Drafter, "--tokens", "1,2,3", "--max-tokens", "12",
+			"--block-size", "4", "--json")
+		require.Equal(t, 0, sp.code, sp.stderr)
+		var a, s genOut
+		oneJSON(t, ar.stdout, &a)
+		oneJSON(t, sp.stdout, &s)
+		assert.Equal(t, a.Tokens, s.Tokens, "bits %s", bits)
+		assert.NotEmpty(t, s.Rounds)
+		var full struct {
+			Drafter *hfmodel.DrafterInfo `json:"drafter"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(sp.stdout), &full))
+		require.NotNil(t, full.Drafter)
+		assert.Equal(t, "DFlash2", full.Drafter.Generation)
+	}
+}
