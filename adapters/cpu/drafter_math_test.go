@@ -255,7 +255,10 @@ func TestDraftMatchesFloat64Reference(t *testing.T) {
 	sliding.EmbedScale = 1.5
 	causal := tinyDraftArch()
 	causal.Causal = []bool{true, true}
-	for name, a := range map[string]hfmodel.DrafterArch{"full": full, "sliding-causal-scaled": sliding, "causal": causal} {
+	// compute_logits' transforms: a negative multiplier flips every draft, so the test sees it applied.
+	transformed := tinyDraftArch()
+	transformed.OutputMultiplier, transformed.LogitSoftcap = -0.8, 1.5
+	for name, a := range map[string]hfmodel.DrafterArch{"full": full, "sliding-causal-scaled": sliding, "causal": causal, "negated-softcapped": transformed} {
 		// Short blocks either run the trained block (default) or a shrunk one (ShrinkBlocks); the reference
 		// runs the block the drafter should have run.
 		t.Run(name+"/trained-block", func(t *testing.T) { checkDraftAgainstReference(t, a, false) })
