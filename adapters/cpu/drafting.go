@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"slices"
 
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
@@ -65,6 +66,13 @@ func (o ops) TopK(x act, k int) ([]ports.Token, []float32) {
 			copy(bv[p+1:], bv[p:len(bv)-1])
 			copy(bi[p+1:], bi[p:len(bi)-1])
 			bv[p], bi[p] = v, ports.Token(j)
+		}
+		// A row with fewer than k numbers (NaNs from broken weights) is padded with its lowest unused ids,
+		// valued NaN, so every row has k entries.
+		for j := 0; len(bi) < k && j < x.width(); j++ {
+			if !slices.Contains(bi, ports.Token(j)) {
+				bi, bv = append(bi, ports.Token(j)), append(bv, float32(math.NaN()))
+			}
 		}
 		ids = append(ids, bi...)
 		vals = append(vals, bv...)

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/synth"
+	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 	"github.com/higgs-go/higgs/ports/porttest"
 )
@@ -61,4 +62,46 @@ func TestSpeculativeConformanceDFlash2(t *testing.T) {
 			porttest.SpeculativeSuite{Target: mp.target, Drafter: mp.drafter, Tokens: 24}.Run(t)
 		})
 	}
+}
+
+// A DFlash2 drafter on a bfloat16 target (the experimental half-width mode) drafts: the convolution, soft cap
+// and selector reads accept bf16 activations, and the proposals are the float32 pair's wherever the float32
+// selector's choice is clear (bf16 rounding may flip a close one, so at least half the slots are asked for).
+func TestDFlash2BFloat16Drafts(t *testing.T) {
+	requireMLX(t)
+	tdir := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3", Seed: 1})
+	ddir := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 2, Taps: []int{0, 2, 3}, Mask: 63, Nested: true, DFlash2: true})
+	testmodel.EditConfig(t, ddir, func(cfg map[string]any) { cfg["final_logit_softcapping"] = 3.0 })
+	var got [2][]ports.Token
+	for i, bf16 := range []bool{false, true} {
+		mt, err := Load(t.Context(), tdir, LoadOptions{BFloat16: bf16})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = mt.Close() })
+		md, err := LoadDrafter(t.Context(), ddir, mt, DrafterOptions{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = md.Close() })
+		sess, err := mt.NewSession(t.Context(), md.TapLayers())
+		require.NoError(t, err)
+		fr, err := sess.Forward(t.Context(), []ports.Token{5, 9, 13, 2, 40, 41}, ports.ForwardOptions{Rows: 1, Taps: true})
+		require.NoError(t, err)
+		ds, err := md.NewSession(t.Context())
+		require.NoError(t, err)
+		p, err := ds.Draft(t.Context(), fr.Greedy[0], fr.Taps, 16)
+		require.NoError(t, err)
+		require.Len(t, p.Tokens, 15)
+		for _, tok := range p.Tokens {
+			require.True(t, tok >= 0 && tok < 64, "token %d in the vocabulary", tok)
+		}
+		got[i] = p.Tokens
+		require.NoError(t, ds.Close())
+		require.NoError(t, sess.Close())
+	}
+	same := 0
+	for i := range got[0] {
+		if got[0][i] == got[1][i] {
+			same++
+		}
+	}
+	t.Logf("bf16 proposals equal to float32 on %d of %d slots", same, len(got[0]))
+	assert.GreaterOrEqual(t, 2*same, len(got[0]), "bf16 drafts mostly as float32 does")
 }
