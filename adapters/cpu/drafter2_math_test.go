@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/hfmodel"
+	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -249,4 +250,122 @@ func TestLoadDrafter2Refuses(t *testing.T) {
 		_, err := LoadDrafter(t.Context(), dir, target, DrafterOptions{})
 		assert.ErrorContains(t, err, "unexpected tensors")
 	})
+}
+
+// stepScores returns, for each slot of the reference walk along path (the tokens actually chosen), the
+// slot's candidates (largest logit first, ties to the lower id) and their scores.
+func (r *draftRef) stepScores(logits, hidden [][]float64, anchor ports.Token, path []ports.Token) ([][]ports.Token, [][]float64) {
+	a := r.a
+	R, k := a.SelectorRank, a.SelectorTopK
+	pred := r.w["candidate_selector.predecessor_codebook"]
+	succ := r.w["candidate_selector.successor_codebook"]
+	prev := int(anchor)
+	var cands [][]ports.Token
+	var scores [][]float64
+	for t := range path {
+		ids := make([]int, len(logits[t]))
+		for i := range ids {
+			ids[i] = i
+		}
+		slices.SortStableFunc(ids, func(x, y int) int {
+			switch {
+			case logits[t][x] > logits[t][y]:
+				return -1
+			case logits[t][x] < logits[t][y]:
+				return 1
+			}
+			return 0
+		})
+		hp := r.lin("candidate_selector.hidden_projection", hidden[t], a.HiddenSize)
+		var cs []ports.Token
+		var ss []float64
+		for _, c := range ids[:k] {
+			s := logits[t][c]
+			for q := range R {
+				s += pred[prev*R+q] * hp[q] * succ[c*R+q]
+			}
+			cs, ss = append(cs, ports.Token(c)), append(ss, s)
+		}
+		cands, scores = append(cands, cs), append(scores, ss)
+		prev = int(path[t])
+	}
+	return cands, scores
+}
+
+// TestDraft2Sampled: at T > 0 the selector's proposal distributions are softmax(score/T) over each slot's
+// candidates, scores as the float64 reference computes them along the path drawn; the tokens are drawn from
+// exactly those distributions (chi-square goodness of fit of the first slot over many seeded draws, whose
+// distribution depends only on the context); a seeded draft is reproducible.
+func TestDraft2Sampled(t *testing.T) {
+	a := tinyDraft2Arch()
+	d, ddir, tdir := newTinyDrafter(t, 17, a, 2, DrafterOptions{})
+	r := loadDraftRef(t, ddir, tdir, a)
+	rng := rand.New(rand.NewPCG(6, 6))
+	width := len(a.TapLayers) * a.HiddenSize
+	f := testmodel.NormalVec(rng, 7*width, 1)
+	f64 := make([]float64, len(f))
+	for i, v := range f {
+		f64[i] = float64(v)
+	}
+	const anchor, temp, bs = ports.Token(9), 2.0, 8
+	logits, hidden := r.forward(f64, 7, anchor, a.BlockSize)
+	s, err := d.NewSession(t.Context())
+	require.NoError(t, err)
+	ds := s.(*DraftSession)
+	_, err = ds.Draft(t.Context(), anchor, &draftTaps{data: f, rows: 7, width: width}, 1)
+	require.NoError(t, err)
+
+	src := rand.New(rand.NewPCG(1, 2))
+	counts := map[ports.Token]int{}
+	var first *model.CandidateDist
+	const n = 2000
+	for i := range n {
+		p, err := ds.DraftSampled(t.Context(), anchor, nil, bs, temp, src)
+		require.NoError(t, err)
+		require.Len(t, p.Dists, bs-1)
+		if i < 20 {
+			cands, scores := r.stepScores(logits, hidden, anchor, p.Tokens)
+			for j, dist := range p.Dists {
+				c := dist.(*model.CandidateDist)
+				require.Equal(t, cands[j], c.Tokens, "draw %d slot %d: candidates", i, j+1)
+				m := slices.Max(scores[j])
+				var z float64
+				for _, sc := range scores[j] {
+					z += math.Exp((sc - m) / temp)
+				}
+				for q, sc := range scores[j] {
+					assert.InDelta(t, math.Exp((sc-m)/temp)/z, c.Probs[q], 1e-4, "draw %d slot %d candidate %d", i, j+1, q)
+				}
+				assert.Positive(t, c.Prob(p.Tokens[j]), "the drawn token is a candidate")
+			}
+		}
+		if first == nil {
+			first = p.Dists[0].(*model.CandidateDist)
+		}
+		require.Equal(t, first.Probs, p.Dists[0].(*model.CandidateDist).Probs, "slot 1's distribution depends only on the context")
+		counts[p.Tokens[0]]++
+	}
+	var chi float64
+	dof := -1
+	for j, tok := range first.Tokens {
+		e := first.Probs[j] * n
+		if e < 5 {
+			continue
+		}
+		o := float64(counts[tok])
+		chi += (o - e) * (o - e) / e
+		dof++
+	}
+	require.Greater(t, dof, 2, "several candidates likely enough to test")
+	// About 6 standard deviations above the mean of a chi-square with dof degrees of freedom.
+	assert.Less(t, chi, float64(dof)+6*math.Sqrt(2*float64(dof)), "slot 1 drawn from its reported distribution (chi2 %.1f, dof %d)", chi, dof)
+	t.Logf("slot 1: chi2 %.1f over %d dof, q %v", chi, dof, first.Probs)
+
+	p1, err := ds.DraftSampled(t.Context(), anchor, nil, bs, temp, rand.New(rand.NewPCG(5, 5)))
+	require.NoError(t, err)
+	p2, err := ds.DraftSampled(t.Context(), anchor, nil, bs, temp, rand.New(rand.NewPCG(5, 5)))
+	require.NoError(t, err)
+	assert.Equal(t, p1.Tokens, p2.Tokens, "seeded drafts are reproducible")
+	_, err = ds.DraftSampled(t.Context(), anchor, nil, bs, 0, src)
+	assert.ErrorContains(t, err, "temperature > 0")
 }

@@ -14,8 +14,9 @@ import (
 )
 
 var (
-	_ ports.Drafter      = (*Drafter)(nil)
-	_ ports.DraftSession = (*DraftSession)(nil)
+	_ ports.Drafter         = (*Drafter)(nil)
+	_ ports.DraftSession    = (*DraftSession)(nil)
+	_ ports.SamplingDrafter = (*DraftSession)(nil)
 )
 
 // DrafterOptions tune LoadDrafter (see model.DrafterOptions).
@@ -160,6 +161,20 @@ func (s *DraftSession) Close() error {
 // The host reads are the drafted token ids (DFlash), or each slot's candidates and the selector's small
 // projections (DFlash2, whose greedy walk runs on the host).
 func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int) (ports.Proposal, error) {
+	return s.draft(ctx, anchor, newCtx, bs, 0, nil)
+}
+
+// DraftSampled is Draft at temperature > 0 (ports.SamplingDrafter): a DFlash2 drafter's selector draws each
+// slot from its candidates' softmax(score/temperature) with uniforms from rnd and reports those
+// distributions; a DFlash drafter drafts greedily.
+func (s *DraftSession) DraftSampled(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand) (ports.Proposal, error) {
+	if !(temperature > 0) || rnd == nil {
+		return ports.Proposal{}, fmt.Errorf("mlx drafter: sampled draft needs a temperature > 0 and a random source (got %v)", temperature)
+	}
+	return s.draft(ctx, anchor, newCtx, bs, temperature, rnd)
+}
+
+func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand) (ports.Proposal, error) {
 	if s.closed {
 		return ports.Proposal{}, errors.New("mlx drafter: session is closed")
 	}
@@ -201,6 +216,7 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 		}
 	}
 	var toks []int32
+	var dists []ports.Distribution
 	err := d.t.rt.Do(func() error {
 		if d.closed || d.t.closed {
 			return errors.New("mlx drafter: drafter or target is closed")
@@ -232,7 +248,12 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 		}
 		if bs > 1 {
 			nb := d.opts.BlockRows(bs, a.BlockSize)
-			_, toks = model.Propose(d.m, be, st, model.NoiseBlock(anchor, a.MaskToken, nb), s.n+ctxRows, bs-1)
+			block := model.NoiseBlock(anchor, a.MaskToken, nb)
+			if rnd != nil {
+				_, toks, dists = model.ProposeSampled(d.m, be, st, block, s.n+ctxRows, bs-1, temperature, rnd)
+			} else {
+				_, toks = model.Propose(d.m, be, st, block, s.n+ctxRows, bs-1)
+			}
 		}
 		g.eval(outs...)
 		if g.err != nil {
@@ -258,5 +279,5 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 	}
 	out := make([]ports.Token, len(toks))
 	copy(out, toks)
-	return ports.Proposal{Tokens: out}, nil
+	return ports.Proposal{Tokens: out, Dists: dists}, nil
 }

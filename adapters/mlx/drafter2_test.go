@@ -1,11 +1,13 @@
 package mlx
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
@@ -104,4 +106,47 @@ func TestDFlash2BFloat16Drafts(t *testing.T) {
 	}
 	t.Logf("bf16 proposals equal to float32 on %d of %d slots", same, len(got[0]))
 	assert.GreaterOrEqual(t, 2*same, len(got[0]), "bf16 drafts mostly as float32 does")
+}
+
+// At T > 0 the MLX DFlash2 drafter draws the CPU drafter's tokens from the same candidate distributions (up to
+// float rounding) given the same uniforms.
+func TestDFlash2SampledMatchesCPU(t *testing.T) {
+	requireMLX(t)
+	cp, mp := loadPairs(t, synth.TargetSpec{Family: "qwen3_next", Seed: 1},
+		synth.DrafterSpec{Seed: 2, Taps: []int{0, 2, 3}, Mask: 63, Nested: true, DFlash2: true})
+	prompt := []ports.Token{40, 41, 42, 43, 44, 45, 46, 47, 1, 2, 3}
+	draw := func(p pair) []ports.Proposal {
+		sess, err := p.target.NewSession(t.Context(), p.drafter.TapLayers())
+		require.NoError(t, err)
+		defer sess.Close()
+		fr, err := sess.Forward(t.Context(), prompt, ports.ForwardOptions{Rows: 1, Taps: true})
+		require.NoError(t, err)
+		ds, err := p.drafter.NewSession(t.Context())
+		require.NoError(t, err)
+		defer ds.Close()
+		sd, ok := ds.(ports.SamplingDrafter)
+		require.True(t, ok)
+		src := rand.New(rand.NewPCG(7, 7))
+		var out []ports.Proposal
+		for i := range 8 {
+			var c ports.Taps
+			if i == 0 {
+				c = fr.Taps
+			}
+			pr, err := sd.DraftSampled(t.Context(), fr.Greedy[0], c, 8, 1.5, src)
+			require.NoError(t, err)
+			out = append(out, pr)
+		}
+		return out
+	}
+	want, got := draw(cp), draw(mp)
+	for i := range want {
+		assert.Equal(t, want[i].Tokens, got[i].Tokens, "draw %d", i)
+		require.Len(t, got[i].Dists, len(want[i].Dists))
+		for j := range want[i].Dists {
+			w, g := want[i].Dists[j].(*model.CandidateDist), got[i].Dists[j].(*model.CandidateDist)
+			assert.Equal(t, w.Tokens, g.Tokens, "draw %d slot %d", i, j+1)
+			assert.InDeltaSlice(t, w.Probs, g.Probs, 1e-4, "draw %d slot %d", i, j+1)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/higgs-go/higgs/ports"
 )
@@ -102,31 +103,28 @@ func (l *loader[W]) selector(rank, topK, vocab, h int) (*Selector[W], error) {
 	return s, nil
 }
 
-// selectPath is the selector's greedy walk (T = 0) over rows positions with k candidates each: cand and
-// unary (rows·k) are each position's candidates and their logits, largest first; hp (rows·rank) is
-// hidden_projection of the positions' hidden states; pred holds the predecessor codebook rows of the anchor
-// (row 0) and of every candidate of positions 0..rows−2 (row 1 + t·k + j for candidate j of position t);
-// succ (rows·k·rank) the successor codebook rows of every candidate. Position t scores candidate j as
-// unary + Σ_r (pred[prev][r]·hp[t][r])·succ[t, j][r], summed over r in order in float32, and takes the
-// best (ties to the earlier candidate: the larger logit, then the lower id); the choice is position t+1's
-// predecessor.
-func selectPath(cand []ports.Token, unary, hp, pred, succ []float32, rows, k, rank int) []ports.Token {
+// selectPath is the selector's walk over rows positions with k candidates each: cand and unary (rows·k) are
+// each position's candidates and their logits, largest first; hp (rows·rank) is hidden_projection of the
+// positions' hidden states; pred holds the predecessor codebook rows of the anchor (row 0) and of every
+// candidate of positions 0..rows−2 (row 1 + t·k + j for candidate j of position t); succ (rows·k·rank) the
+// successor codebook rows of every candidate. Position t scores candidate j as unary + Σ_r
+// (pred[prev][r]·hp[t][r])·succ[t, j][r], summed over r in order in float32; pick chooses among the scores
+// (greedyPick at T = 0), and the choice is position t+1's predecessor.
+func selectPath(cand []ports.Token, unary, hp, pred, succ []float32, rows, k, rank int, pick func(t int, scores []float32) int) []ports.Token {
 	out := make([]ports.Token, rows)
+	scores := make([]float32, k)
 	prev := pred[:rank]
 	for t := range rows {
 		h := hp[t*rank : (t+1)*rank]
-		best, bestScore := 0, float32(0)
 		for j := range k {
 			s := succ[(t*k+j)*rank : (t*k+j+1)*rank]
 			var dot float32
 			for r := range rank {
 				dot += prev[r] * h[r] * s[r]
 			}
-			score := unary[t*k+j] + dot
-			if j == 0 || score > bestScore {
-				best, bestScore = j, score
-			}
+			scores[j] = unary[t*k+j] + dot
 		}
+		best := pick(t, scores)
 		out[t] = cand[t*k+best]
 		if t+1 < rows {
 			row := 1 + t*k + best
@@ -136,10 +134,52 @@ func selectPath(cand []ports.Token, unary, hp, pred, succ []float32, rows, k, ra
 	return out
 }
 
+// greedyPick is the walk at T = 0: the best score, ties to the earlier candidate (the larger logit, then the
+// lower id).
+func greedyPick(_ int, scores []float32) int {
+	best := 0
+	for j, s := range scores {
+		if s > scores[best] {
+			best = j
+		}
+	}
+	return best
+}
+
 // Propose runs the noise block (Block) and picks the drafted tokens of slots 1..rows: the greedy argmax of
 // each row's logits (DFlash), or the candidate selector's greedy path from the anchor (DFlash2). It returns
 // the logits (compute_logits' transforms applied) with the tokens.
 func Propose[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], st State[X, W], block []ports.Token, pos, rows int) (X, []ports.Token) {
+	return propose(d, be, st, block, pos, rows, nil)
+}
+
+// ProposeSampled is Propose at temperature T > 0 (MODEL-REFERENCE §10): DFlash2's walk draws each slot's
+// token from q_t = softmax(score/T) over that slot's candidates, with one uniform from rnd per slot, and
+// returns the q_t it drew from (the proposal verification divides by). A DFlash drafter has no distribution
+// of its own: it proposes its greedy tokens, dists nil (point masses).
+func ProposeSampled[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], st State[X, W], block []ports.Token, pos, rows int, temperature float64, rnd ports.Rand) (X, []ports.Token, []ports.Distribution) {
+	if d.Selector == nil {
+		logits, toks := Propose(d, be, st, block, pos, rows)
+		return logits, toks, nil
+	}
+	dists := make([]ports.Distribution, rows)
+	var cand []ports.Token
+	pick := func(t int, scores []float32) int {
+		q := softmaxT(scores, temperature)
+		c := &CandidateDist{Tokens: cand[t*len(scores) : (t+1)*len(scores)], Probs: q}
+		dists[t] = c
+		return c.index(rnd.Float64())
+	}
+	logits, toks := propose(d, be, st, block, pos, rows, func(cs []ports.Token) func(int, []float32) int {
+		cand = cs
+		return pick
+	})
+	return logits, toks, dists
+}
+
+// propose runs the block and the proposal; picker, when non-nil, is given the candidates and returns the
+// walk's pick (nil: greedy).
+func propose[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], st State[X, W], block []ports.Token, pos, rows int, picker func([]ports.Token) func(int, []float32) int) (X, []ports.Token) {
 	logits, hidden := block2(d, be, st, block, pos, rows)
 	s := d.Selector
 	if s == nil {
@@ -154,5 +194,86 @@ func Propose[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], st State
 	prevs = append(prevs, cand[:(rows-1)*k]...)
 	pred := be.Host(be.Embed(s.Pred, prevs))
 	succ := be.Host(be.Embed(s.Succ, cand))
-	return logits, selectPath(cand, unary, hp, pred, succ, rows, k, s.Rank)
+	pick := greedyPick
+	if picker != nil {
+		pick = picker(cand)
+	}
+	return logits, selectPath(cand, unary, hp, pred, succ, rows, k, s.Rank, pick)
+}
+
+// softmaxT is softmax(scores/T) in float64.
+func softmaxT(scores []float32, temperature float64) []float64 {
+	m := math.Inf(-1)
+	for _, s := range scores {
+		if v := float64(s); v > m {
+			m = v
+		}
+	}
+	q := make([]float64, len(scores))
+	var z float64
+	for j, s := range scores {
+		q[j] = math.Exp((float64(s) - m) / temperature)
+		if q[j] != q[j] { // a NaN score (broken weights) gets no mass
+			q[j] = 0
+		}
+		z += q[j]
+	}
+	for j := range q {
+		q[j] /= z
+	}
+	return q
+}
+
+// CandidateDist is a DFlash2 slot's proposal distribution: Probs[j] for Tokens[j] (distinct ids), 0 elsewhere.
+type CandidateDist struct {
+	Tokens []ports.Token
+	Probs  []float64
+}
+
+var _ ports.Distribution = (*CandidateDist)(nil)
+
+// Prob returns q(tok).
+func (c *CandidateDist) Prob(tok ports.Token) float64 {
+	for j, t := range c.Tokens {
+		if t == tok {
+			return c.Probs[j]
+		}
+	}
+	return 0
+}
+
+// Sample draws by inverse CDF over the candidates in order, exclude removed and the rest renormalised.
+func (c *CandidateDist) Sample(u float64, exclude ports.Token) ports.Token {
+	var z float64
+	for j, p := range c.Probs {
+		if c.Tokens[j] != exclude {
+			z += p
+		}
+	}
+	if !(z > 0) {
+		return ports.NoToken
+	}
+	target, acc, last := u*z, 0.0, -1
+	for j, p := range c.Probs {
+		if c.Tokens[j] == exclude || !(p > 0) {
+			continue
+		}
+		acc += p
+		last = j
+		if target < acc {
+			return c.Tokens[j]
+		}
+	}
+	return c.Tokens[last]
+}
+
+// index is Sample without exclusion, as a candidate index.
+func (c *CandidateDist) index(u float64) int {
+	tok := c.Sample(u, ports.NoToken)
+	for j, t := range c.Tokens {
+		if t == tok {
+			return j
+		}
+	}
+	return 0
 }

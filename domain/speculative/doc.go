@@ -10,7 +10,9 @@
 // Temperature > 0: lossless speculative sampling. A draft d with distribution q (Proposal.Dists) is
 // accepted with probability min(1, p(d)/q(d)); on rejection the correction is drawn from max(0, p−q)
 // renormalised (by exact rejection sampling through ports.Distribution); point-mass drafts (Dists nil, as
-// DFlash drafts) are accepted with probability p(d) and corrected with Distribution.Sample(u, d).
+// DFlash drafts) are accepted with probability p(d) and corrected with Distribution.Sample(u, d). A draft
+// session with the ports.SamplingDrafter ability (DFlash2's selector) is asked at temperature > 0 to draw its
+// proposals itself, from the decoder's ports.Rand, and reports the distribution of each.
 //
 // # Rollback
 //
