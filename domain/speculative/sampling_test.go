@@ -41,6 +41,10 @@ func TestSampledGenerationMatchesTargetDistribution(t *testing.T) {
 		{"top-k target with sampled drafts", 3, ports.SamplingParams{Temperature: 0.8, TopK: 3}, func(s uint64) portfake.Proposer {
 			return portfake.Sampled(model, ports.SamplingParams{Temperature: 1.5}, s)
 		}},
+		// A proposal restricted to a few candidates (q = 0 elsewhere), as DFlash2's selector draws.
+		{"candidate-restricted drafts block 3", 3, sampling, func(s uint64) portfake.Proposer {
+			return portfake.Sampled(model, ports.SamplingParams{Temperature: 1.5, TopK: 2}, s)
+		}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
