@@ -41,7 +41,8 @@ type DynConv[W comparable] struct {
 	Taps, Groups    int
 }
 
-// convPrepare is DynConv.prepare for a concrete X: dyn = Proj(h) viewed [T, 2, taps, G]; side 0 convolves h.
+// convPrepare is the reference's prepare: dyn = Proj(h) viewed [T, 2, taps, G]; side 0 convolves h, side 1
+// (returned) is what finish applies to the sublayer's output.
 func convPrepare[X any, W comparable](be DraftBackend[X, W], c *DynConv[W], h X) (X, X) {
 	kg := c.Taps * c.Groups
 	d := be.Split(be.Linear(c.Proj, h), 1, kg, kg)
