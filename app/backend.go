@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -113,8 +114,10 @@ func (c ModelConfig) drafterName() (string, bool) {
 // Models is a loaded target with its optional drafter, tokenizer and chat template.
 type Models struct {
 	Target ports.Target
-	// Drafter is nil when speculation is off.
-	Drafter ports.Drafter
+	// Drafter is nil when speculation is off; DrafterInfo then too. DrafterInfo describes the drafter's config
+	// (generation, dialect, optional features).
+	Drafter     ports.Drafter
+	DrafterInfo *hfmodel.DrafterInfo
 	// Tokenizer is nil when the model directory has no tokenizer.json (token-id-only use).
 	Tokenizer ports.Tokenizer
 	// Template is nil when the model has no chat template.

@@ -111,7 +111,14 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 		}
 		closers = append(closers, closeDrafter)
 		m.Drafter = d
-		log.Info().Str("dir", draftDir).Int("block_size", d.BlockSize()).Ints("taps", d.TapLayers()).Msg("drafter loaded")
+		// The backend has just parsed the same file, so this cannot fail unless it changed underneath.
+		cfg, err := hfmodel.LoadDrafterConfig(draftDir)
+		if err != nil {
+			return fail(err)
+		}
+		info := cfg.Info(d.TapLayers())
+		m.DrafterInfo = &info
+		log.Info().Str("dir", draftDir).Str("generation", info.Generation).Int("block_size", d.BlockSize()).Ints("taps", d.TapLayers()).Msg("drafter loaded")
 	}
 	progress(2, steps)
 	if hasFile(targetDir, "tokenizer.json") || hasFile(targetDir, "tokenizer.json.gz") {

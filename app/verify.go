@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/sampling"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
@@ -103,6 +104,8 @@ type GenerateResult struct {
 	Text    *string       `json:"text,omitempty"`
 	Rounds  []RoundJSON   `json:"rounds"`
 	Stats   StatsJSON     `json:"stats"`
+	// Drafter describes the drafter loaded (absent without one).
+	Drafter *hfmodel.DrafterInfo `json:"drafter,omitempty"`
 }
 
 func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
@@ -231,7 +234,7 @@ func Generate(ctx context.Context, m *Models, o GenerateOptions) (GenerateResult
 		return GenerateResult{}, err
 	}
 	out := GenerateResult{Model: m.Name, Backend: m.Backend, Prompt: slices.Clone(o.Prompt),
-		Tokens: slices.Clone(res.Tokens)}
+		Tokens: slices.Clone(res.Tokens), Drafter: m.DrafterInfo}
 	if out.Tokens == nil {
 		out.Tokens = []ports.Token{}
 	}

@@ -25,6 +25,8 @@ type SynthOptions struct {
 	Quant *quant.Spec
 	F32   bool // float weights as F32 instead of BF16
 	Seed  uint64
+	// DFlash2 writes a DFlash2 drafter instead of a DFlash one.
+	DFlash2 bool
 }
 
 // SynthResult is what `higgs-verify synth --json` prints.
@@ -77,7 +79,7 @@ func Synth(ctx context.Context, o SynthOptions) (SynthResult, error) {
 		}
 	}
 	ds := synth.DrafterSpec{Seed: o.Seed + 1, Taps: taps, Mask: int32(o.Vocab - 1), Vocab: o.Vocab,
-		Wide: o.Wide, BF16: !o.F32, Quant: o.Quant, NumTargetLayers: o.Layers}
+		Wide: o.Wide, BF16: !o.F32, Quant: o.Quant, NumTargetLayers: o.Layers, DFlash2: o.DFlash2}
 	if err := synth.WriteDrafter(ddir, ds); err != nil {
 		return SynthResult{}, fmt.Errorf("synth drafter: %w", err)
 	}

@@ -15,3 +15,12 @@ type HostTaps interface {
 type LogitsForwarder interface {
 	ForwardLogits(ctx context.Context, tokens []Token, opts ForwardOptions) (ForwardResult, []float32, error)
 }
+
+// SamplingDrafter is an optional DraftSession ability for temperature > 0: Draft whose proposals are drawn
+// from the drafter's own distributions at that temperature, with uniforms taken from rnd (so a seeded
+// generation stays reproducible), each reported in Proposal.Dists. Verification against them is the usual
+// lossless speculative sampling (accept with min(1, p/q), correct from max(0, p−q)). A drafter without
+// distributions of its own answers like Draft (point masses, Dists nil).
+type SamplingDrafter interface {
+	DraftSampled(ctx context.Context, anchor Token, newCtx Taps, bs int, temperature float64, rnd Rand) (Proposal, error)
+}

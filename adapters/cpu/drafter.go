@@ -25,8 +25,9 @@ type Drafter struct {
 }
 
 var (
-	_ ports.Drafter      = (*Drafter)(nil)
-	_ ports.DraftSession = (*DraftSession)(nil)
+	_ ports.Drafter         = (*Drafter)(nil)
+	_ ports.DraftSession    = (*DraftSession)(nil)
+	_ ports.SamplingDrafter = (*DraftSession)(nil)
 )
 
 // LoadDrafter reads a DFlash drafter from dir (config.json in either published layout + safetensors

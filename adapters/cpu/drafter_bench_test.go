@@ -12,9 +12,19 @@ import (
 
 // BenchmarkDraftRound measures one drafting round of the trained block (16) after a 400-position context:
 // the per-round cost on the decode hot path (context projection excluded; the session is cropped back to
-// the same context each round).
+// the same context each round), for a DFlash and a DFlash2 drafter of the same shape.
 func BenchmarkDraftRound(b *testing.B) {
-	tdir, ddir := testmodel.Synth(b, synth.TargetSpec{Family: "qwen3", Seed: 1, Wide: 2}), testmodel.SynthDrafter(b, synth.DrafterSpec{Seed: 2, Taps: []int{0, 2, 3}, Mask: 63, Wide: 2})
+	for _, v2 := range []bool{false, true} {
+		name := "DFlash"
+		if v2 {
+			name = "DFlash2"
+		}
+		b.Run(name, func(b *testing.B) { benchDraftRound(b, v2) })
+	}
+}
+
+func benchDraftRound(b *testing.B, v2 bool) {
+	tdir, ddir := testmodel.Synth(b, synth.TargetSpec{Family: "qwen3", Seed: 1, Wide: 2}), testmodel.SynthDrafter(b, synth.DrafterSpec{Seed: 2, Taps: []int{0, 2, 3}, Mask: 63, Wide: 2, DFlash2: v2})
 	ctx := b.Context()
 	target, err := Load(ctx, tdir, LoadOptions{Threads: 2})
 	require.NoError(b, err)

@@ -162,12 +162,12 @@ func TestLoadDrafterRefusesBadDrafters(t *testing.T) {
 				return ts
 			})
 		}, want: `"fc.weight"`},
-		{name: "negative output multiplier", edit: func(t *testing.T, dir string) {
-			testmodel.EditConfig(t, dir, func(m map[string]any) { m["output_multiplier"] = -1.0 })
-		}, want: "output_multiplier -1"},
-		{name: "dflash-2 drafter", edit: func(t *testing.T, dir string) {
+		{name: "zero output multiplier", edit: func(t *testing.T, dir string) {
+			testmodel.EditConfig(t, dir, func(m map[string]any) { m["output_multiplier"] = 0.0 })
+		}, want: "output_multiplier 0"},
+		{name: "DFlash2 key on a DFlash drafter", edit: func(t *testing.T, dir string) {
 			testmodel.EditConfig(t, dir, func(m map[string]any) { m["dflash_config"].(map[string]any)["conv_kernel_size"] = 4 })
-		}, want: "DFlash-2 drafters"},
+		}, want: "conv_kernel_size is a DFlash2 setting"},
 		{name: "bad embedding scale", edit: func(t *testing.T, dir string) {
 			testmodel.EditConfig(t, dir, func(m map[string]any) { m["dflash_config"].(map[string]any)["input_embedding_scale"] = "x" })
 		}, want: "input_embedding_scale"},
@@ -306,7 +306,7 @@ func TestDraftRejectsBadCalls(t *testing.T) {
 	assert.ErrorContains(t, s.Crop(0), "session is closed")
 }
 
-// TestLoadDrafterExtras: the newer DFlash settings are honoured (the monotonic logit transforms accepted).
+// TestLoadDrafterExtras: the newer DFlash settings are honoured.
 func TestLoadDrafterExtras(t *testing.T) {
 	rng := rand.New(rand.NewPCG(25, 25))
 	a := tinyDraftArch()
@@ -322,4 +322,6 @@ func TestLoadDrafterExtras(t *testing.T) {
 	got := d.Arch()
 	assert.Equal(t, 1.5, got.EmbedScale)
 	assert.Equal(t, []bool{true, true}, got.Causal)
+	assert.Equal(t, 2.0, got.OutputMultiplier)
+	assert.Equal(t, 30.0, got.LogitSoftcap)
 }

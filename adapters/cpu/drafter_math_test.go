@@ -110,6 +110,13 @@ func (r *draftRef) rope(x []float64, heads, pos0 int) {
 
 // logits returns draft logits for block rows 1..bs−1 given all context features f (m rows).
 func (r *draftRef) logits(f []float64, m int, anchor ports.Token, bs int) [][]float64 {
+	l, _ := r.forward(f, m, anchor, bs)
+	return l
+}
+
+// forward returns the draft logits (compute_logits' transforms applied) and the final-normed hidden states
+// of block rows 1..bs−1; a DFlash2 arch wraps attention and the MLP in r.conv.
+func (r *draftRef) forward(f []float64, m int, anchor ports.Token, bs int) ([][]float64, [][]float64) {
 	a := r.a
 	H, d := a.HiddenSize, a.HeadDim
 	c := r.norm("hidden_norm.weight", r.lin("fc", f, len(a.TapLayers)*H))
@@ -144,6 +151,10 @@ func (r *draftRef) logits(f []float64, m int, anchor ports.Token, bs int) [][]fl
 			return window == 0 || (qpos-kpos < window && kpos-qpos < window)
 		}
 		h := r.norm(p+"input_layernorm.weight", x)
+		var post []float64
+		if a.V2() {
+			h, post = r.convPrepare(p+"attention_conv", h)
+		}
 		q := r.norm(p+"self_attn.q_norm.weight", r.lin(p+"self_attn.q_proj", h, H))
 		kn := r.norm(p+"self_attn.k_norm.weight", r.lin(p+"self_attn.k_proj", h, H))
 		vn := r.lin(p+"self_attn.v_proj", h, H)
@@ -187,16 +198,25 @@ func (r *draftRef) logits(f []float64, m int, anchor ports.Token, bs int) [][]fl
 			}
 		}
 		o := r.lin(p+"self_attn.o_proj", att, a.NumHeads*d)
+		if a.V2() {
+			o = r.conv(o, post, r.w[p+"attention_conv.base_kernel"][a.ConvKernel*H:])
+		}
 		for i := range x {
 			x[i] += o[i]
 		}
 		hm := r.norm(p+"post_attention_layernorm.weight", x)
+		if a.V2() {
+			hm, post = r.convPrepare(p+"mlp_conv", hm)
+		}
 		gt := r.lin(p+"mlp.gate_proj", hm, H)
 		up := r.lin(p+"mlp.up_proj", hm, H)
 		for i := range gt {
 			gt[i] = gt[i] / (1 + math.Exp(-gt[i])) * up[i]
 		}
 		dn := r.lin(p+"mlp.down_proj", gt, a.IntermediateSize)
+		if a.V2() {
+			dn = r.conv(dn, post, r.w[p+"mlp_conv.base_kernel"][a.ConvKernel*H:])
+		}
 		for i := range x {
 			x[i] += dn[i]
 		}
@@ -204,17 +224,27 @@ func (r *draftRef) logits(f []float64, m int, anchor ports.Token, bs int) [][]fl
 	y := r.norm("norm.weight", x)
 	V := r.vocab
 	out := make([][]float64, bs-1)
+	hidden := make([][]float64, bs-1)
+	mult := a.OutputMultiplier
+	if mult == 0 {
+		mult = 1
+	}
 	for i := 1; i < bs; i++ {
 		out[i-1] = make([]float64, V)
+		hidden[i-1] = y[i*H : (i+1)*H]
 		for v := range V {
 			var s float64
 			for j := range H {
 				s += y[i*H+j] * r.head[v*H+j]
 			}
+			s *= mult
+			if c := a.LogitSoftcap; c > 0 {
+				s = c * math.Tanh(s/c)
+			}
 			out[i-1][v] = s
 		}
 	}
-	return out
+	return out, hidden
 }
 
 func TestDraftMatchesFloat64Reference(t *testing.T) {
@@ -225,7 +255,10 @@ func TestDraftMatchesFloat64Reference(t *testing.T) {
 	sliding.EmbedScale = 1.5
 	causal := tinyDraftArch()
 	causal.Causal = []bool{true, true}
-	for name, a := range map[string]hfmodel.DrafterArch{"full": full, "sliding-causal-scaled": sliding, "causal": causal} {
+	// compute_logits' transforms: a negative multiplier flips every draft, so the test sees it applied.
+	transformed := tinyDraftArch()
+	transformed.OutputMultiplier, transformed.LogitSoftcap = -0.8, 1.5
+	for name, a := range map[string]hfmodel.DrafterArch{"full": full, "sliding-causal-scaled": sliding, "causal": causal, "negated-softcapped": transformed} {
 		// Short blocks either run the trained block (default) or a shrunk one (ShrinkBlocks); the reference
 		// runs the block the drafter should have run.
 		t.Run(name+"/trained-block", func(t *testing.T) { checkDraftAgainstReference(t, a, false) })

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/higgs-go/higgs/adapters/cpu/kernel"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -73,6 +72,20 @@ func (s *DraftSession) Close() error {
 // the trained block and returns its first bs−1 proposals, unless the drafter was loaded with
 // DrafterOptions.ShrinkBlocks. newCtx must expose its rows on the host (ports.HostTaps).
 func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int) (ports.Proposal, error) {
+	return s.draft(ctx, anchor, newCtx, bs, 0, nil)
+}
+
+// DraftSampled is Draft at temperature > 0 (ports.SamplingDrafter): a DFlash2 drafter's selector draws each
+// slot from its candidates' softmax(score/temperature) with uniforms from rnd and reports those
+// distributions; a DFlash drafter drafts greedily.
+func (s *DraftSession) DraftSampled(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand) (ports.Proposal, error) {
+	if !(temperature > 0) || rnd == nil {
+		return ports.Proposal{}, fmt.Errorf("cpu drafter: sampled draft needs a temperature > 0 and a random source (got %v)", temperature)
+	}
+	return s.draft(ctx, anchor, newCtx, bs, temperature, rnd)
+}
+
+func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand) (ports.Proposal, error) {
 	if s.closed {
 		return ports.Proposal{}, errDraftClosed
 	}
@@ -121,13 +134,17 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 	s.project(data, rows, width)
 	nb := d.opts.BlockRows(bs, a.BlockSize)
 	be := ops{pool: d.t.pool, mem: &s.mem}
-	logits := model.Block(d.m, be, &pass{pool: d.t.pool, mem: &s.mem, kv: s.kv}, model.NoiseBlock(anchor, a.MaskToken, nb), s.n, bs-1)
-	s.logits = append(s.logits[:0], logits.v...) // a reused buffer: logits.v may live in the arena
-	out := make([]ports.Token, bs-1)
-	for r := range out {
-		out[r] = ports.Token(kernel.Argmax(logits.row(r)))
+	st := &pass{pool: d.t.pool, mem: &s.mem, kv: s.kv}
+	block := model.NoiseBlock(anchor, a.MaskToken, nb)
+	var p ports.Proposal
+	var logits act
+	if rnd != nil {
+		logits, p.Tokens, p.Dists = model.ProposeSampled(d.m, be, st, block, s.n, bs-1, temperature, rnd)
+	} else {
+		logits, p.Tokens = model.Propose(d.m, be, st, block, s.n, bs-1)
 	}
-	return ports.Proposal{Tokens: out}, nil
+	s.logits = append(s.logits[:0], logits.v...) // a reused buffer: logits.v may live in the arena
+	return p, nil
 }
 
 // project appends rows context rows of data (rows × width) in chunks of at most contextChunk rows.

@@ -27,7 +27,17 @@ type DrafterArch struct {
 	// YaRN's frequencies depend on.
 	Rope         RopeScaling
 	MaxPositions int
+	// Generation is 1 (DFlash) or 2 (DFlash2); 0 in an arch built by hand means 1.
+	Generation int
+	// DFlash2: convolution taps and channels per group, the selector's rank and candidates per position.
+	ConvKernel, ConvGroup, SelectorRank, SelectorTopK int
+	// OutputMultiplier (0 in an arch built by hand means 1) and LogitSoftcap (0: none) are compute_logits'
+	// transforms of the drafter's logits: logits·m, then c·tanh(logits/c).
+	OutputMultiplier, LogitSoftcap float64
 }
+
+// V2 reports whether a is a DFlash2 drafter.
+func (a DrafterArch) V2() bool { return a.Generation == 2 }
 
 // Clone returns a copy sharing no slices with a.
 func (a DrafterArch) Clone() DrafterArch {
@@ -64,7 +74,10 @@ func DrafterArchFrom(cfg *DrafterConfig, info ports.ModelInfo) (DrafterArch, err
 		NumKVHeads: cfg.NumKeyValueHeads, HeadDim: cfg.HeadDim, IntermediateSize: cfg.IntermediateSize,
 		RMSNormEps: cfg.RMSNormEps, RopeTheta: cfg.RopeTheta, BlockSize: cfg.BlockSize,
 		MaskToken: cfg.MaskTokenID, VocabSize: cfg.VocabSize, EmbedScale: cfg.EmbedScale,
-		NumTargetLayers: cfg.NumTargetLayers, Rope: cfg.RopeScaling, MaxPositions: cfg.MaxPositionEmbeddings}
+		NumTargetLayers: cfg.NumTargetLayers, Rope: cfg.RopeScaling, MaxPositions: cfg.MaxPositionEmbeddings,
+		Generation: cfg.Generation, ConvKernel: cfg.ConvKernelSize, ConvGroup: cfg.ConvGroupSize,
+		SelectorRank: cfg.SelectorRank, SelectorTopK: cfg.SelectorTopK,
+		OutputMultiplier: cfg.OutputMultiplier, LogitSoftcap: cfg.FinalLogitSoftcap}
 	for _, t := range cfg.LayerTypes {
 		w := 0
 		if t == DrafterSlidingAttention {

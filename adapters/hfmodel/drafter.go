@@ -7,8 +7,12 @@ import (
 	"slices"
 )
 
-// DrafterArchitecture is the architectures entry of a DFlash drafter config.
-const DrafterArchitecture = "DFlashDraftModel"
+// The architectures entries of the two DFlash drafter generations: DFlash (v1) and DFlash2 (grouped dynamic
+// convolutions around every sublayer and a candidate selector after the head, MODEL-REFERENCE §10).
+const (
+	DrafterArchitecture  = "DFlashDraftModel"
+	Drafter2Architecture = "DFlash2DraftModel"
+)
 
 // ErrNoTapLayers is wrapped when a drafter config gives no target_layer_ids and deriving them was not
 // allowed (MODEL-REFERENCE §1.3 [CHOICE]: the fallback formula is wrong for most published checkpoints).
@@ -55,6 +59,21 @@ type DrafterConfig struct {
 	// IsCausal, when non-nil, overrides every layer's causality (is_causal).
 	IsCausal *bool
 
+	// Generation is 1 (DFlashDraftModel) or 2 (DFlash2DraftModel).
+	Generation int
+	// DFlash2 only (zero for v1): the convolution's taps (conv_kernel_size) and channels per group
+	// (conv_group_size), the selector's codebook rank (selector_rank) and candidates per position
+	// (selector_top_k).
+	ConvKernelSize, ConvGroupSize, SelectorRank, SelectorTopK int
+	// OutputMultiplier scales the drafter's logits (output_multiplier; 1 when absent) and FinalLogitSoftcap,
+	// when > 0, then caps them as c·tanh(logit/c) (final_logit_softcapping; 0 when absent): the reference's
+	// compute_logits, for both generations.
+	OutputMultiplier, FinalLogitSoftcap float64
+
+	// Dialect lists where this config spelled its DFlash settings (e.g. "dflash_config.block_size",
+	// "rope_parameters", "layer_types + sliding_window"): what Info reports as the dialect.
+	Dialect []string
+
 	// AllowDerivedTapLayers, set by the caller (never by parsing), lets ResolveTapLayers fall back to the
 	// reference formula when the config has no target_layer_ids.
 	AllowDerivedTapLayers bool
@@ -74,8 +93,9 @@ func ParseDrafterConfig(data []byte) (*DrafterConfig, error) {
 		return nil, fmt.Errorf("%w: drafter config.json: %v", ErrInvalidConfig, err)
 	}
 	r := &reader{scopes: []scope{{"", top}}}
-	if arch := r.strings("architectures"); !slices.Contains(arch, DrafterArchitecture) {
-		return nil, fmt.Errorf("%w: architectures %q does not contain %s: not a DFlash drafter", ErrInvalidConfig, arch, DrafterArchitecture)
+	gen, err := drafterGeneration(r.strings("architectures"))
+	if err != nil {
+		return nil, err
 	}
 	if mt := r.str("model_type", ModelQwen3); mt != ModelQwen3 {
 		r.unsupported("drafter model_type %q (DFlash drafters are qwen3 stacks)", mt)
@@ -83,7 +103,7 @@ func ParseDrafterConfig(data []byte) (*DrafterConfig, error) {
 	dc, dwhere := r.obj("dflash_config")
 	dr := &reader{scopes: []scope{{dwhere, dc}}}
 
-	d := &DrafterConfig{RopeType: "default"}
+	d := &DrafterConfig{RopeType: "default", Generation: gen}
 	d.HiddenSize = r.int("hidden_size", 0)
 	d.IntermediateSize = r.int("intermediate_size", 0)
 	d.NumHiddenLayers = r.int("num_hidden_layers", 0)
@@ -129,6 +149,8 @@ func ParseDrafterConfig(data []byte) (*DrafterConfig, error) {
 	d.MaskTokenID = int32(max(min(mask, math.MaxInt32), -1))
 
 	readDrafterLayers(r, d)
+	d.Dialect = drafterDialect(r, dr, dwhere, params != nil)
+	refuseUnimplemented(r, dr, dwhere)
 	extra := readDrafterExtras(&reader{scopes: []scope{{dwhere, dc}, {"", top}}}, d)
 	d.Quantization = readQuantization(r, top)
 
@@ -202,12 +224,45 @@ func readDrafterLayers(r *reader, d *DrafterConfig) {
 	d.LayerTypes = types
 }
 
+// drafterGeneration tells the drafter generation from the architectures list: exactly one of the two
+// DFlash architectures must be named.
+func drafterGeneration(arch []string) (int, error) {
+	v1, v2 := slices.Contains(arch, DrafterArchitecture), slices.Contains(arch, Drafter2Architecture)
+	switch {
+	case v1 && v2:
+		return 0, fmt.Errorf("%w: architectures %q names both %s and %s", ErrInvalidConfig, arch, DrafterArchitecture, Drafter2Architecture)
+	case v1:
+		return 1, nil
+	case v2:
+		return 2, nil
+	}
+	return 0, fmt.Errorf("%w: architectures %q contains neither %s nor %s: not a DFlash drafter", ErrInvalidConfig, arch, DrafterArchitecture, Drafter2Architecture)
+}
+
+// unimplementedDrafterKeys are settings other drafter dialects carry that would change the math and that
+// higgs does not implement: refused by name rather than ignored. The vLLM speculators format
+// (speculators_config, a reduced draft vocabulary, its own tap-layer list) is another dialect altogether.
+var unimplementedDrafterKeys = []string{"speculators_config", "draft_vocab_size", "aux_hidden_state_layer_ids", "eagle_config"}
+
+func refuseUnimplemented(r, dr *reader, dwhere string) {
+	for _, k := range unimplementedDrafterKeys {
+		for _, x := range []*reader{r, dr} {
+			if _, where, ok := x.lookup(k); ok {
+				x.unsupported("%s: not implemented (the vLLM speculators drafter dialect is not read)", where)
+			}
+		}
+	}
+	if r.has("use_aux_hidden_state") && !r.bool("use_aux_hidden_state", true) {
+		r.unsupported("use_aux_hidden_state false: a DFlash drafter reads the target's tapped hidden states")
+	}
+}
+
 // readDrafterExtras reads the DFlash settings newer drafter configs carry beside the Qwen3 fields, each from
 // dflash_config first, then the top level, as the authors' reference does: input_embedding_scale (scales the
 // noise embeddings), is_causal (overrides every layer's causality), output_multiplier and
-// final_logit_softcapping (monotonic logit transforms: they cannot change a greedy draft, so a positive
-// multiplier and any finite cap are accepted and ignored). DFlash-2 settings (conv_kernel_size, selector_rank,
-// …) are refused.
+// final_logit_softcapping (the logit transforms of compute_logits), and DFlash2's conv_kernel_size,
+// conv_group_size, selector_rank and selector_top_k (all four required for DFlash2DraftModel, refused for
+// DFlashDraftModel).
 func readDrafterExtras(x *reader, d *DrafterConfig) []error {
 	finite := func(key string, def float64) float64 {
 		f := x.float(key, def)
@@ -222,17 +277,34 @@ func readDrafterExtras(x *reader, d *DrafterConfig) []error {
 		// 0 would erase the noise block's embeddings; no published drafter uses it.
 		x.addErr("input_embedding_scale %v must be > 0", d.EmbedScale)
 	}
-	if f := finite("output_multiplier", 1); f <= 0 {
-		x.unsupported("output_multiplier %v: only positive multipliers (which leave greedy drafts unchanged) are supported", f)
+	d.OutputMultiplier = finite("output_multiplier", 1)
+	if d.OutputMultiplier == 0 {
+		// 0 would erase the logits (every draft a tie); no published drafter uses it.
+		x.addErr("output_multiplier 0 would erase the drafter's logits")
 	}
-	finite("final_logit_softcapping", 0)
+	d.FinalLogitSoftcap = finite("final_logit_softcapping", 0)
+	if d.FinalLogitSoftcap < 0 {
+		x.addErr("final_logit_softcapping %v must be ≥ 0 (0 or absent: no capping)", d.FinalLogitSoftcap)
+	}
 	if x.has("is_causal") {
 		c := x.bool("is_causal", false)
 		d.IsCausal = &c
 	}
-	for _, k := range []string{"conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k"} {
-		if x.has(k) {
-			x.unsupported("%s: DFlash-2 drafters (dynamic convolutions, candidate selector) are not supported", k)
+	v2 := []struct {
+		key string
+		dst *int
+	}{{"conv_kernel_size", &d.ConvKernelSize}, {"conv_group_size", &d.ConvGroupSize}, {"selector_rank", &d.SelectorRank}, {"selector_top_k", &d.SelectorTopK}}
+	for _, k := range v2 {
+		switch {
+		case d.Generation == 1 && x.has(k.key):
+			x.addErr("%s is a DFlash2 setting but architectures names %s (want %s)", k.key, DrafterArchitecture, Drafter2Architecture)
+		case d.Generation == 2 && !x.has(k.key):
+			x.addErr("%s is missing: a %s config must give it (dflash_config.%s)", k.key, Drafter2Architecture, k.key)
+		case d.Generation == 2:
+			*k.dst = x.int(k.key, 0)
+			if *k.dst <= 0 {
+				x.addErr("%s %d must be positive", k.key, *k.dst)
+			}
 		}
 	}
 	return x.errs
@@ -269,6 +341,17 @@ func (d *DrafterConfig) validate(mask int) []error {
 		bad("mask_token_id is missing or negative (dflash_config.mask_token_id); it differs between drafter revisions and must be given")
 	} else if mask > math.MaxInt32 {
 		bad("mask_token_id %d out of range", mask)
+	}
+	if d.Generation == 2 {
+		if d.ConvGroupSize > 0 && d.HiddenSize > 0 && d.HiddenSize%d.ConvGroupSize != 0 {
+			bad("conv_group_size %d must divide hidden_size %d", d.ConvGroupSize, d.HiddenSize)
+		}
+		if d.ConvKernelSize > 0 && d.BlockSize >= 2 && d.ConvKernelSize > d.BlockSize {
+			bad("conv_kernel_size %d exceeds block_size %d (the convolution runs over block positions)", d.ConvKernelSize, d.BlockSize)
+		}
+		if d.SelectorTopK > 0 && d.VocabSize > 0 && d.SelectorTopK > d.VocabSize {
+			bad("selector_top_k %d exceeds vocab_size %d", d.SelectorTopK, d.VocabSize)
+		}
 	}
 	seen := map[int]bool{}
 	for _, id := range d.TargetLayerIDs {

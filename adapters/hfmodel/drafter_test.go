@@ -273,3 +273,104 @@ func TestGenerationConfig(t *testing.T) {
 func infoOf(t *TextConfig) ports.ModelInfo {
 	return ports.ModelInfo{HiddenSize: t.HiddenSize, VocabSize: t.VocabSize, LayerKinds: t.LayerTypes}
 }
+
+// dflash2-qwen3.8-27b.json is written for this test (the authors' tests/fixtures/dflash2-config.json was not
+// in the stored snapshot of z-lab/dflash): the published Qwen3.8-27B-DFlash2 drafter's settings, DFlash2 keys
+// inside dflash_config, every layer sliding with is_causal false.
+func TestParseDrafter2(t *testing.T) {
+	d, err := ParseDrafterConfig(readTestdata(t, "dflash2-qwen3.8-27b.json"))
+	require.NoError(t, err)
+	assert.Equal(t, 2, d.Generation)
+	assert.Equal(t, 2, d.ConvKernelSize)
+	assert.Equal(t, 16, d.ConvGroupSize)
+	assert.Equal(t, 256, d.SelectorRank)
+	assert.Equal(t, 16, d.SelectorTopK)
+	assert.Equal(t, 8, d.BlockSize)
+	assert.Equal(t, 1.0, d.OutputMultiplier)
+	assert.Equal(t, 0.0, d.FinalLogitSoftcap)
+	require.NotNil(t, d.IsCausal)
+	assert.False(t, *d.IsCausal)
+	checkGolden(t, "dflash2-qwen3.8-27b.json", d)
+
+	kinds := make([]ports.LayerKind, 64)
+	a, err := DrafterArchFrom(d, ports.ModelInfo{HiddenSize: 5120, VocabSize: 248320, LayerKinds: kinds})
+	require.NoError(t, err)
+	assert.True(t, a.V2())
+	assert.Equal(t, []int{2048, 2048, 2048, 2048, 2048}, a.SlidingWindows)
+	assert.Equal(t, []bool{false, false, false, false, false}, a.Causal, "is_causal false wins over sliding layers")
+	assert.Equal(t, [4]int{2, 16, 256, 16}, [4]int{a.ConvKernel, a.ConvGroup, a.SelectorRank, a.SelectorTopK})
+
+	t.Run("top-level keys and logit transforms", func(t *testing.T) {
+		d, err := ParseDrafterConfig(patch(t, "dflash2-qwen3.8-27b.json", map[string]any{
+			"dflash_config.selector_top_k": nil, "selector_top_k": 8,
+			"dflash_config.output_multiplier": 0.5, "final_logit_softcapping": 30.0}))
+		require.NoError(t, err)
+		assert.Equal(t, 8, d.SelectorTopK)
+		assert.Equal(t, 0.5, d.OutputMultiplier)
+		assert.Equal(t, 30.0, d.FinalLogitSoftcap)
+	})
+}
+
+func TestParseDrafter2Rejects(t *testing.T) {
+	const v2, v1 = "dflash2-qwen3.8-27b.json", "dflash-qwen3-4b-b16.json"
+	tests := []struct {
+		name        string
+		file        string
+		edits       map[string]any
+		unsupported bool
+		want        []string
+	}{
+		{"missing conv_kernel_size", v2, map[string]any{"dflash_config.conv_kernel_size": nil}, false, []string{"conv_kernel_size is missing"}},
+		{"missing every DFlash2 key", v2, map[string]any{"dflash_config.conv_group_size": nil, "dflash_config.selector_rank": nil, "dflash_config.selector_top_k": nil},
+			false, []string{"conv_group_size is missing", "selector_rank is missing", "selector_top_k is missing"}},
+		{"group does not divide hidden", v2, map[string]any{"dflash_config.conv_group_size": 3}, false, []string{"conv_group_size 3 must divide hidden_size 5120"}},
+		{"zero rank", v2, map[string]any{"dflash_config.selector_rank": 0}, false, []string{"selector_rank 0"}},
+		{"kernel longer than block", v2, map[string]any{"dflash_config.conv_kernel_size": 9}, false, []string{"conv_kernel_size 9 exceeds block_size 8"}},
+		{"top-k over vocab", v2, map[string]any{"dflash_config.selector_top_k": 300000}, false, []string{"selector_top_k 300000"}},
+		{"top-k not a number", v2, map[string]any{"dflash_config.selector_top_k": "16"}, false, []string{"selector_top_k"}},
+		{"negative softcap", v2, map[string]any{"final_logit_softcapping": -1.0}, false, []string{"final_logit_softcapping"}},
+		{"zero multiplier", v1, map[string]any{"output_multiplier": 0.0}, false, []string{"output_multiplier 0"}},
+		{"DFlash2 key on a v1 drafter", v1, map[string]any{"dflash_config.selector_rank": 256}, false, []string{"selector_rank is a DFlash2 setting", "DFlash2DraftModel"}},
+		{"both architectures", v2, map[string]any{"architectures": []string{"DFlashDraftModel", "DFlash2DraftModel"}}, false, []string{"names both"}},
+		{"speculators dialect", v2, map[string]any{"speculators_config": map[string]any{"algorithm": "dflash"}}, true, []string{"speculators_config"}},
+		{"reduced draft vocabulary", v1, map[string]any{"dflash_config.draft_vocab_size": 32000}, true, []string{"dflash_config.draft_vocab_size"}},
+		{"aux layer ids", v1, map[string]any{"aux_hidden_state_layer_ids": []int{1, 2}}, true, []string{"aux_hidden_state_layer_ids"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ParseDrafterConfig(patch(t, tc.file, tc.edits))
+			require.Error(t, err)
+			if tc.unsupported {
+				assert.ErrorIs(t, err, ErrUnsupported)
+			} else {
+				assert.ErrorIs(t, err, ErrInvalidConfig)
+			}
+			for _, w := range tc.want {
+				assert.Contains(t, err.Error(), w)
+			}
+		})
+	}
+}
+
+func TestDrafterInfo(t *testing.T) {
+	d, err := ParseDrafterConfig(readTestdata(t, "dflash2-qwen3.8-27b.json"))
+	require.NoError(t, err)
+	in := d.Info(nil)
+	assert.Equal(t, "DFlash2", in.Generation)
+	assert.Equal(t, Drafter2Architecture, in.Architecture)
+	assert.Equal(t, []string{"dflash_config.block_size", "dflash_config.target_layer_ids", "dflash_config.mask_token_id",
+		"dflash_config.conv_kernel_size", "dflash_config.conv_group_size", "dflash_config.selector_rank",
+		"dflash_config.selector_top_k", "rope_parameters", "layer_types + sliding_window", "is_causal"}, in.Dialect)
+	assert.Equal(t, []string{"grouped dynamic convolution: conv_kernel_size 2, conv_group_size 16",
+		"candidate selector: selector_rank 256, selector_top_k 16", "sliding_window 2048 on 5 of 5 layers", "is_causal false"}, in.Features)
+	assert.Equal(t, []int{5, 19, 33, 47, 61}, in.TapLayers)
+
+	old, err := ParseDrafterConfig(patch(t, "dflash-qwen3-4b-b16.json", map[string]any{"output_multiplier": 0.5, "final_logit_softcapping": 30.0}))
+	require.NoError(t, err)
+	in = old.Info([]int{1, 2})
+	assert.Equal(t, "DFlash", in.Generation)
+	assert.Contains(t, in.Dialect, "block_size")
+	assert.Contains(t, in.Dialect, "dflash_config.target_layer_ids")
+	assert.Equal(t, []string{"output_multiplier 0.5", "final_logit_softcapping 30"}, in.Features)
+	assert.Equal(t, []int{1, 2}, in.TapLayers)
+}

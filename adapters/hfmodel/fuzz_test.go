@@ -68,6 +68,13 @@ func FuzzParseDrafterConfig(f *testing.F) {
 		if d.BlockSize < 2 || d.MaskTokenID < 0 || len(d.LayerTypes) != d.NumHiddenLayers {
 			t.Fatalf("accepted inconsistent drafter %+v", d)
 		}
+		if d.Generation == 2 && (d.ConvKernelSize <= 0 || d.ConvGroupSize <= 0 || d.HiddenSize%d.ConvGroupSize != 0 ||
+			d.SelectorRank <= 0 || d.SelectorTopK <= 0 || d.SelectorTopK > d.VocabSize) {
+			t.Fatalf("accepted inconsistent DFlash2 drafter %+v", d)
+		}
+		if d.Generation == 1 && (d.ConvKernelSize != 0 || d.SelectorTopK != 0) {
+			t.Fatalf("v1 drafter with DFlash2 settings %+v", d)
+		}
 		for _, n := range []int{1, 5, 36, 64} {
 			_, _, _ = d.ResolveTapLayers(n)
 		}

@@ -14,8 +14,9 @@ import (
 )
 
 var (
-	_ ports.Drafter      = (*Drafter)(nil)
-	_ ports.DraftSession = (*DraftSession)(nil)
+	_ ports.Drafter         = (*Drafter)(nil)
+	_ ports.DraftSession    = (*DraftSession)(nil)
+	_ ports.SamplingDrafter = (*DraftSession)(nil)
 )
 
 // DrafterOptions tune LoadDrafter (see model.DrafterOptions).
@@ -157,8 +158,23 @@ func (s *DraftSession) Close() error {
 // Draft appends newCtx's rows to the context cache, then drafts bs−1 tokens for [anchor, mask…] at positions
 // Len()..Len()+bs−1 (MODEL-REFERENCE §5). bs = 1 only appends the context. A block shorter than the trained
 // one runs the trained block and returns its first bs−1 proposals unless DrafterOptions.ShrinkBlocks is set.
-// The only host read is the drafted token ids.
+// The host reads are the drafted token ids (DFlash), or each slot's candidates and the selector's small
+// projections (DFlash2, whose greedy walk runs on the host).
 func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int) (ports.Proposal, error) {
+	return s.draft(ctx, anchor, newCtx, bs, 0, nil)
+}
+
+// DraftSampled is Draft at temperature > 0 (ports.SamplingDrafter): a DFlash2 drafter's selector draws each
+// slot from its candidates' softmax(score/temperature) with uniforms from rnd and reports those
+// distributions; a DFlash drafter drafts greedily.
+func (s *DraftSession) DraftSampled(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand) (ports.Proposal, error) {
+	if !(temperature > 0) || rnd == nil {
+		return ports.Proposal{}, fmt.Errorf("mlx drafter: sampled draft needs a temperature > 0 and a random source (got %v)", temperature)
+	}
+	return s.draft(ctx, anchor, newCtx, bs, temperature, rnd)
+}
+
+func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand) (ports.Proposal, error) {
 	if s.closed {
 		return ports.Proposal{}, errors.New("mlx drafter: session is closed")
 	}
@@ -200,6 +216,7 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 		}
 	}
 	var toks []int32
+	var dists []ports.Distribution
 	err := d.t.rt.Do(func() error {
 		if d.closed || d.t.closed {
 			return errors.New("mlx drafter: drafter or target is closed")
@@ -225,21 +242,20 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 			}
 			model.Context(d.m, be, st, act{f, ctxRows, width}, s.n)
 		}
-		var ids arr
 		var outs []arr
 		for _, c := range work {
 			outs = append(outs, c.k, c.v)
 		}
 		if bs > 1 {
 			nb := d.opts.BlockRows(bs, a.BlockSize)
-			logits := model.Block(d.m, be, st, model.NoiseBlock(anchor, a.MaskToken, nb), s.n+ctxRows, bs-1)
-			ids = g.astype(g.argmax(logits.a, -1), mlxc.Int32)
-			outs = append(outs, ids)
+			block := model.NoiseBlock(anchor, a.MaskToken, nb)
+			if rnd != nil {
+				_, toks, dists = model.ProposeSampled(d.m, be, st, block, s.n+ctxRows, bs-1, temperature, rnd)
+			} else {
+				_, toks = model.Propose(d.m, be, st, block, s.n+ctxRows, bs-1)
+			}
 		}
 		g.eval(outs...)
-		if ids != 0 {
-			toks = g.readI32(ids)
-		}
 		if g.err != nil {
 			return g.err
 		}
@@ -263,5 +279,5 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 	}
 	out := make([]ports.Token, len(toks))
 	copy(out, toks)
-	return ports.Proposal{Tokens: out}, nil
+	return ports.Proposal{Tokens: out, Dists: dists}, nil
 }

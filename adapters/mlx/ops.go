@@ -83,6 +83,11 @@ func (o ops) Embed(e *weight, tokens []ports.Token) act {
 	ids := uploadI32(g, tokens, len(tokens))
 	res := act{r: len(tokens), c: e.in}
 	if !e.quantized() {
+		if e.byRow == 0 {
+			// A float matrix loaded as a Linear (DFlash2's codebooks): gather columns of Wᵀ.
+			res.a = g.transpose(g.take(e.wt, ids, 1), 1, 0)
+			return res
+		}
 		res.a = g.take(e.byRow, ids, 0)
 		return res
 	}

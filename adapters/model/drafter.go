@@ -57,6 +57,8 @@ type Drafter[W comparable] struct {
 	Rope           W
 	Layers         []DraftLayer[W]
 	Embed, Head    W
+	// Selector is DFlash2's candidate selector (nil for DFlash).
+	Selector *Selector[W]
 }
 
 // DraftLayer is one drafter layer.
@@ -66,6 +68,8 @@ type DraftLayer[W comparable] struct {
 	MLP              *FFN[W]
 	Window           int
 	Causal           bool
+	// AttnConv and MLPConv are DFlash2's convolutions around attention and the MLP (nil for DFlash).
+	AttnConv, MLPConv *DynConv[W]
 }
 
 // LoadDrafter loads a DFlash drafter of architecture a from ck through be, bound to target (whose
@@ -105,6 +109,15 @@ func LoadDrafter[W comparable](be Loader[W], ck *hfmodel.Checkpoint, a hfmodel.D
 		if ly.MLP, err = l.ffn(p+"mlp", a.IntermediateSize, H); err != nil {
 			return nil, err
 		}
+		if a.V2() {
+			g := H / a.ConvGroup
+			if ly.AttnConv, err = l.dynConv(p+"attention_conv", a.ConvKernel, g, H); err != nil {
+				return nil, err
+			}
+			if ly.MLPConv, err = l.dynConv(p+"mlp_conv", a.ConvKernel, g, H); err != nil {
+				return nil, err
+			}
+		}
 		if len(a.SlidingWindows) > 0 {
 			ly.Window = a.SlidingWindows[i]
 		}
@@ -112,6 +125,17 @@ func LoadDrafter[W comparable](be Loader[W], ck *hfmodel.Checkpoint, a hfmodel.D
 			ly.Causal = a.Causal[i]
 		}
 		dr.Layers = append(dr.Layers, ly)
+	}
+	if a.V2() {
+		if a.ConvGroup <= 0 || H%a.ConvGroup != 0 || a.ConvKernel <= 0 || a.SelectorRank <= 0 {
+			return nil, fmt.Errorf("DFlash2 drafter: conv group %d, taps %d, selector rank %d do not fit hidden size %d", a.ConvGroup, a.ConvKernel, a.SelectorRank, H)
+		}
+		if a.SelectorTopK <= 0 || a.SelectorTopK > target.Arch.Vocab {
+			return nil, fmt.Errorf("DFlash2 drafter: selector_top_k %d outside 1..%d (the target's vocabulary)", a.SelectorTopK, target.Arch.Vocab)
+		}
+		if dr.Selector, err = l.selector(a.SelectorRank, a.SelectorTopK, target.Arch.Vocab, H); err != nil {
+			return nil, err
+		}
 	}
 	return dr, nil
 }
@@ -133,8 +157,16 @@ func Context[X any, W comparable](d *Drafter[W], be Backend[X, W], st State[X, W
 // context position) through the layers and returns the logits of slots 1..rows (rows ≤ len(block)−1). Every
 // slot's K and V feed every layer's attention, but after the last layer only the anchor and the returned
 // rows are read: there, queries, attention output and MLP run on those rows alone (each row's result is the
-// same as in the full computation).
-func Block[X any, W comparable](d *Drafter[W], be Backend[X, W], st State[X, W], block []ports.Token, pos, rows int) X {
+// same as in the full computation; DFlash2's convolutions are causal over the slots, so they keep this).
+func Block[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], st State[X, W], block []ports.Token, pos, rows int) X {
+	logits, _ := block2(d, be, st, block, pos, rows)
+	return logits
+}
+
+// block2 is Block returning also the final-normed hidden states of slots 1..rows the logits come from.
+// DFlash2 layers wrap attention and the MLP in their convolutions: prepare on the normed input, finish on
+// the sublayer's output with the post kernels predicted from that same input.
+func block2[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], st State[X, W], block []ports.Token, pos, rows int) (X, X) {
 	a := &d.Arch
 	eps := float32(a.RMSNormEps)
 	bs := len(block)
@@ -151,18 +183,51 @@ func Block[X any, W comparable](d *Drafter[W], be Backend[X, W], st State[X, W],
 			nq = rows + 1
 		}
 		h := be.Norm(x, ly.InNorm, eps)
+		var post X
+		if ly.AttnConv != nil {
+			h, post = convPrepare(be, ly.AttnConv, h)
+		}
 		hq := h
 		if nq < bs {
 			hq, x = be.Rows(h, 0, nq), be.Rows(x, 0, nq)
+			if ly.AttnConv != nil {
+				post = be.Rows(post, 0, nq)
+			}
 		}
 		q := be.Norm(be.Linear(w.Q, hq), w.QNorm, eps)
 		k := be.Norm(be.Linear(w.K, h), w.KNorm, eps)
 		v := be.Linear(w.V, h)
-		o := st.Attention(i, q, k, v, Attend[W]{Pos: pos, HeadDim: a.HeadDim, Rope: d.Rope, Causal: ly.Causal, Window: ly.Window})
-		x = be.Add(x, be.Linear(w.O, o))
-		x = be.Add(x, FeedForward(be, ly.MLP, be.Norm(x, ly.PostNorm, eps)))
+		o := be.Linear(w.O, st.Attention(i, q, k, v, Attend[W]{Pos: pos, HeadDim: a.HeadDim, Rope: d.Rope, Causal: ly.Causal, Window: ly.Window}))
+		if ly.AttnConv != nil {
+			o = be.GroupConv(o, post, ly.AttnConv.Post, ly.AttnConv.Taps)
+		}
+		x = be.Add(x, o)
+		m := be.Norm(x, ly.PostNorm, eps)
+		if ly.MLPConv != nil {
+			m, post = convPrepare(be, ly.MLPConv, m)
+		}
+		f := FeedForward(be, ly.MLP, m)
+		if ly.MLPConv != nil {
+			f = be.GroupConv(f, post, ly.MLPConv.Post, ly.MLPConv.Taps)
+		}
+		x = be.Add(x, f)
 	}
-	return be.Linear(d.Head, be.Norm(be.Rows(x, 1, rows+1), d.Norm, eps))
+	hidden := be.Norm(be.Rows(x, 1, rows+1), d.Norm, eps)
+	return DraftLogits(be, d.Arch, be.Linear(d.Head, hidden)), hidden
+}
+
+// DraftLogits applies compute_logits' transforms to a drafter's raw logits: × output_multiplier, then the soft
+// cap c·tanh(logits/c) when final_logit_softcapping c > 0. Both are monotonic (a positive multiplier), so
+// they never change a greedy DFlash draft, but they set the unary scores DFlash2's selector adds to its
+// pairwise terms.
+func DraftLogits[X any, W comparable](be DraftBackend[X, W], a hfmodel.DrafterArch, x X) X {
+	if m := a.OutputMultiplier; m != 0 && m != 1 {
+		x = be.Scale(x, float32(m))
+	}
+	if c := a.LogitSoftcap; c > 0 {
+		x = be.Softcap(x, float32(c))
+	}
+	return x
 }
 
 // NoiseBlock is the drafter's input for one round: the anchor, then n−1 mask tokens.

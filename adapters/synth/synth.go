@@ -86,7 +86,18 @@ type DrafterSpec struct {
 	RopeTheta float64
 	// Wide must equal the target's.
 	Wide int
+	// DFlash2 writes a DFlash2 drafter (DFlash2DraftModel): two-tap grouped dynamic convolutions over groups
+	// of 16 channels around attention and the MLP, and a rank-16 candidate selector over 8 candidates.
+	DFlash2 bool
 }
+
+// The DFlash2 settings WriteDrafter uses (DrafterSpec.DFlash2).
+const (
+	Drafter2ConvKernel = 2
+	Drafter2ConvGroup  = 16
+	Drafter2Rank       = 16
+	Drafter2TopK       = 8
+)
 
 type writer struct {
 	rng    *rand.Rand
@@ -292,8 +303,14 @@ func WriteDrafter(dir string, s DrafterSpec) error {
 	dm := scaled(s.Wide)
 	H, D, I := dm.hidden, dm.headD, dm.inter
 	dc := map[string]any{"target_layer_ids": s.Taps, "mask_token_id": s.Mask}
+	arch := "DFlashDraftModel"
+	if s.DFlash2 {
+		arch = "DFlash2DraftModel"
+		dc["conv_kernel_size"], dc["conv_group_size"] = Drafter2ConvKernel, Drafter2ConvGroup
+		dc["selector_rank"], dc["selector_top_k"] = Drafter2Rank, Drafter2TopK
+	}
 	cfg := map[string]any{
-		"architectures": []string{"DFlashDraftModel"}, "model_type": "qwen3", "hidden_size": H,
+		"architectures": []string{arch}, "model_type": "qwen3", "hidden_size": H,
 		"intermediate_size": I, "num_hidden_layers": s.Layers, "num_attention_heads": heads,
 		"num_key_value_heads": kvHead, "head_dim": D, "vocab_size": s.Vocab, "rms_norm_eps": 1e-6,
 		"max_position_embeddings": 4096, "tie_word_embeddings": false, "dflash_config": dc,
@@ -336,9 +353,34 @@ func WriteDrafter(dir string, s DrafterSpec) error {
 		w.linear(p+"mlp.gate_proj", I, H, w.mat(I, H, 1))
 		w.linear(p+"mlp.up_proj", I, H, w.mat(I, H, 1))
 		w.linear(p+"mlp.down_proj", H, I, w.mat(H, I, 1))
+		if s.DFlash2 {
+			for _, c := range []string{"attention_conv", "mlp_conv"} {
+				w.conv2(p+c, H)
+			}
+		}
+	}
+	if s.DFlash2 {
+		w.linear("candidate_selector.hidden_projection", Drafter2Rank, H, w.mat(Drafter2Rank, H, 1))
+		for _, c := range []string{"predecessor_codebook", "successor_codebook"} {
+			w.raw("candidate_selector."+c, []int{s.Vocab, Drafter2Rank}, w.vec(s.Vocab*Drafter2Rank, -0.5, 0.5))
+		}
 	}
 	if w.err != nil {
 		return w.err
 	}
 	return safetensors.Write(filepath.Join(dir, "model.safetensors"), w.ts, nil)
+}
+
+// conv2 writes one DFlash2 convolution at p: base kernels near the identity (tap 0 around 1, tap 1 small)
+// and a small kernel projection, so the block stays close to a DFlash one and still depends on both taps.
+func (w *writer) conv2(p string, H int) {
+	K, G := Drafter2ConvKernel, H/Drafter2ConvGroup
+	base := w.vec(2*K*H, -0.1, 0.1)
+	for side := range 2 {
+		for c := range H {
+			base[side*K*H+c]++
+		}
+	}
+	w.raw(p+".base_kernel", []int{2, K, H}, base)
+	w.linear(p+".kernel_projection", 2*K*G, H, w.mat(2*K*G, H, 0.2))
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -110,9 +111,17 @@ func (c *cli) generateCmd() *cobra.Command {
 			return c.emit(f.json, res, func(w io.Writer) {
 				mode := "autoregressive"
 				if o.Speculative {
-					mode = fmt.Sprintf("DFlash, block size %d", res.Stats.BlockSize)
+					gen := "DFlash"
+					if res.Drafter != nil {
+						gen = res.Drafter.Generation
+					}
+					mode = fmt.Sprintf("%s, block size %d", gen, res.Stats.BlockSize)
 				}
 				fmt.Fprintf(w, "model %s (%s), %s\n", res.Model, res.Backend, mode)
+				if d := res.Drafter; d != nil && o.Speculative {
+					fmt.Fprintf(w, "drafter: %s (%s), dialect %s; features: %s\n", d.Generation, d.Architecture,
+						strings.Join(d.Dialect, ", "), strings.Join(d.Features, "; "))
+				}
 				fmt.Fprintf(w, "tokens: %s\n", fmtTokens(res.Tokens))
 				if res.Text != nil {
 					fmt.Fprintf(w, "text: %q\n", *res.Text)

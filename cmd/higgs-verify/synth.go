@@ -16,14 +16,14 @@ func (c *cli) synthCmd() *cobra.Command {
 		out                 string
 		wide, layers, vocab int
 		bits, group         int
-		f32, json           bool
+		f32, json, dflash2  bool
 		seed                uint64
 	}
 	cmd := &cobra.Command{
 		Use:   "synth",
 		Short: "Write a random hybrid target and DFlash drafter (for bench on a model of a chosen size)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o := app.SynthOptions{Out: f.out, Wide: f.wide, Layers: f.layers, Vocab: f.vocab, F32: f.f32, Seed: f.seed}
+			o := app.SynthOptions{Out: f.out, Wide: f.wide, Layers: f.layers, Vocab: f.vocab, F32: f.f32, Seed: f.seed, DFlash2: f.dflash2}
 			if f.bits != 0 {
 				o.Quant = &quant.Spec{Bits: f.bits, GroupSize: f.group}
 			}
@@ -47,5 +47,6 @@ func (c *cli) synthCmd() *cobra.Command {
 	fs.BoolVar(&f.f32, "f32", false, "store float weights as F32 instead of BF16")
 	fs.BoolVar(&f.json, "json", false, "print exactly one JSON object on stdout")
 	fs.Uint64Var(&f.seed, "seed", 1, "random seed")
+	fs.BoolVar(&f.dflash2, "dflash2", false, "write a DFlash2 drafter (dynamic convolutions, candidate selector) instead of a DFlash one")
 	return cmd
 }

@@ -21,6 +21,10 @@
 //     same for one seed whatever the block sizes, the policy's choices, the drafts or the timing (given a
 //     backend whose per-position distributions do not depend on the block, as the CPU backend's do).
 //
+// A draft session with the ports.SamplingDrafter ability (DFlash2's selector) is asked at temperature > 0 to
+// draw its proposals itself, from the decoder's ports.Rand, and reports the distribution of each (used by
+// VerifyResidual; VerifyMatch needs no proposal distribution).
+//
 // # Rollback
 //
 // After a round that commits n of the bs verified positions (n < bs), the session is brought back to

@@ -423,7 +423,13 @@ func (g *generation) feedOldest(ctx context.Context, k int) error {
 // draftCall runs one Draft and restores the drafter invariant Len() == anchor position.
 func (g *generation) draftCall(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int) (ports.Proposal, error) {
 	want := g.dlen + rowsOf(newCtx)
-	prop, err := g.draft.Draft(ctx, anchor, newCtx, bs)
+	var prop ports.Proposal
+	var err error
+	if sd, ok := g.draft.(ports.SamplingDrafter); ok && bs > 1 && !g.cfg.Sampling.Greedy() {
+		prop, err = sd.DraftSampled(ctx, anchor, newCtx, bs, g.cfg.Sampling.Temperature, g.d.rnd)
+	} else {
+		prop, err = g.draft.Draft(ctx, anchor, newCtx, bs)
+	}
 	if err != nil {
 		// Leave the drafter at a known length for whoever inspects it after the error.
 		_ = g.cropDraft()

@@ -46,6 +46,10 @@ func TestSampledGenerationMatchesTargetDistribution(t *testing.T) {
 		{"adaptive policy up to block 4", 4, true, ports.SamplingParams{Temperature: 0.7}, func(uint64) portfake.Proposer {
 			return portfake.MatchThenDiverge(model, 1)
 		}},
+		// A proposal restricted to a few candidates (q = 0 elsewhere), as DFlash2's selector draws.
+		{"candidate-restricted drafts block 3", 3, false, sampling, func(s uint64) portfake.Proposer {
+			return portfake.Sampled(model, ports.SamplingParams{Temperature: 1.5, TopK: 2}, s)
+		}},
 	}
 	for _, verify := range []Verification{VerifyResidual, VerifyMatch} {
 		for _, c := range cases {

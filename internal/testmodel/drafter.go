@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -36,6 +37,9 @@ type DrafterStorage struct {
 	// Nested writes config.json in the newer layout (dflash_config.block_size, rope_parameters) instead of
 	// the older one (top-level block_size and rope_theta).
 	Nested bool
+	// CodebookSuffix stores DFlash2's selector codebooks as "….predecessor_codebook.weight" instead of the
+	// published files' bare "….predecessor_codebook".
+	CodebookSuffix bool
 }
 
 // DrafterShapes returns the tensor shapes of a drafter of architecture a, by canonical name.
@@ -59,6 +63,17 @@ func DrafterShapes(a hfmodel.DrafterArch) map[string][]int {
 		shapes[p+"mlp.gate_proj.weight"] = []int{a.IntermediateSize, H}
 		shapes[p+"mlp.up_proj.weight"] = []int{a.IntermediateSize, H}
 		shapes[p+"mlp.down_proj.weight"] = []int{H, a.IntermediateSize}
+		if a.V2() {
+			for _, c := range []string{"attention_conv", "mlp_conv"} {
+				shapes[p+c+".base_kernel"] = []int{2, a.ConvKernel, H}
+				shapes[p+c+".kernel_projection.weight"] = []int{2 * a.ConvKernel * (H / a.ConvGroup), H}
+			}
+		}
+	}
+	if a.V2() {
+		shapes["candidate_selector.hidden_projection.weight"] = []int{a.SelectorRank, H}
+		shapes["candidate_selector.predecessor_codebook"] = []int{a.VocabSize, a.SelectorRank}
+		shapes["candidate_selector.successor_codebook"] = []int{a.VocabSize, a.SelectorRank}
 	}
 	return shapes
 }
@@ -73,7 +88,9 @@ func NormalVec(rng *rand.Rand, n int, scale float64) []float32 {
 }
 
 // RandomDrafterWeights draws weights for a from rng in sorted name order: norms around 1, matrices normal
-// with standard deviation 1/√in.
+// with standard deviation 1/√in. DFlash2's base kernels are near the identity (tap 0 around 1, later taps
+// around 0, both sides), its kernel projections small (0.2/√in), and its codebooks of standard deviation 1,
+// so that the selector's pairwise term competes with the logits and the walk does not just follow them.
 func RandomDrafterWeights(rng *rand.Rand, a hfmodel.DrafterArch) DrafterWeights {
 	shapes := DrafterShapes(a)
 	vals := map[string][]float32{}
@@ -82,6 +99,24 @@ func RandomDrafterWeights(rng *rand.Rand, a hfmodel.DrafterArch) DrafterWeights 
 		n := 1
 		for _, x := range sh {
 			n *= x
+		}
+		switch {
+		case strings.HasSuffix(name, ".base_kernel"):
+			v := NormalVec(rng, n, 0.1)
+			k, h := sh[1], sh[2]
+			for side := range 2 {
+				for c := range h {
+					v[side*k*h+c]++
+				}
+			}
+			vals[name] = v
+			continue
+		case strings.HasSuffix(name, ".kernel_projection.weight"):
+			vals[name] = NormalVec(rng, n, 0.2/math.Sqrt(float64(sh[1])))
+			continue
+		case strings.HasSuffix(name, "_codebook"):
+			vals[name] = NormalVec(rng, n, 1)
+			continue
 		}
 		if len(sh) == 1 {
 			v := make([]float32, n)
@@ -118,7 +153,11 @@ func WriteDrafterWeights(t testing.TB, dir string, w DrafterWeights, st DrafterS
 	var ts []safetensors.Tensor
 	for _, name := range slices.Sorted(maps.Keys(w.Shapes)) {
 		sh, v := w.Shapes[name], w.Values[name]
-		if st.Quant != nil && len(sh) == 2 {
+		stored := name
+		if st.CodebookSuffix && strings.HasSuffix(name, "_codebook") {
+			stored += ".weight"
+		}
+		if st.Quant != nil && len(sh) == 2 && strings.HasSuffix(name, ".weight") {
 			spec := *st.Quant
 			packed, sc, bi, err := quant.Pack(v, sh[0], sh[1], spec)
 			require.NoError(t, err)
@@ -135,7 +174,7 @@ func WriteDrafterWeights(t testing.TB, dir string, w DrafterWeights, st DrafterS
 			ts = append(ts, wt, stt, bt)
 			continue
 		}
-		tt, err := safetensors.FromFloat32(st.Prefix+name, dtype, sh, v)
+		tt, err := safetensors.FromFloat32(st.Prefix+stored, dtype, sh, v)
 		require.NoError(t, err)
 		ts = append(ts, tt)
 	}
@@ -146,15 +185,28 @@ func WriteDrafterWeights(t testing.TB, dir string, w DrafterWeights, st DrafterS
 // matter; a quantized drafter's loader finds the quantization from the tensors). A negative a.MaskToken
 // omits mask_token_id. Sliding layers become layer_types + sliding_window; causality that differs from the
 // authors' default (sliding layers causal, full ones not) becomes is_causal, which must then be one value
-// for every layer; an embedding scale other than 1 becomes dflash_config.input_embedding_scale.
+// for every layer; an embedding scale other than 1 becomes dflash_config.input_embedding_scale, as do the
+// logit transforms and, for a DFlash2 arch, its architecture name and four settings.
 func WriteDrafterConfig(t testing.TB, dir string, a hfmodel.DrafterArch, st DrafterStorage) {
 	t.Helper()
 	dc := map[string]any{"target_layer_ids": a.TapLayers}
 	if a.MaskToken >= 0 {
 		dc["mask_token_id"] = a.MaskToken
 	}
+	arch := hfmodel.DrafterArchitecture
+	if a.V2() {
+		arch = hfmodel.Drafter2Architecture
+		dc["conv_kernel_size"], dc["conv_group_size"] = a.ConvKernel, a.ConvGroup
+		dc["selector_rank"], dc["selector_top_k"] = a.SelectorRank, a.SelectorTopK
+	}
+	if a.OutputMultiplier != 0 && a.OutputMultiplier != 1 {
+		dc["output_multiplier"] = a.OutputMultiplier
+	}
+	if a.LogitSoftcap > 0 {
+		dc["final_logit_softcapping"] = a.LogitSoftcap
+	}
 	cfg := map[string]any{
-		"architectures": []string{"DFlashDraftModel"}, "model_type": "qwen3",
+		"architectures": []string{arch}, "model_type": "qwen3",
 		"hidden_size": a.HiddenSize, "num_hidden_layers": a.NumLayers, "num_attention_heads": a.NumHeads,
 		"num_key_value_heads": a.NumKVHeads, "head_dim": a.HeadDim, "intermediate_size": a.IntermediateSize,
 		"rms_norm_eps": a.RMSNormEps, "max_position_embeddings": 4096, "vocab_size": a.VocabSize,

@@ -152,10 +152,14 @@ func TestDrafterConfigRoundTrips(t *testing.T) {
 		VocabSize: 64, NumTargetLayers: 4}
 	info := ports.ModelInfo{HiddenSize: 64, VocabSize: 64, LayerKinds: make([]ports.LayerKind, 4)}
 	for name, edit := range map[string]func(*hfmodel.DrafterArch){
-		"plain":          func(*hfmodel.DrafterArch) {},
-		"sliding":        func(a *hfmodel.DrafterArch) { a.SlidingWindows, a.Causal = []int{4, 0}, []bool{true, false} },
-		"all causal":     func(a *hfmodel.DrafterArch) { a.SlidingWindows, a.Causal = []int{0, 0}, []bool{true, true} },
-		"embedding x2.5": func(a *hfmodel.DrafterArch) { a.EmbedScale = 2.5; a.RopeTheta = 1e6 },
+		"plain":            func(*hfmodel.DrafterArch) {},
+		"sliding":          func(a *hfmodel.DrafterArch) { a.SlidingWindows, a.Causal = []int{4, 0}, []bool{true, false} },
+		"all causal":       func(a *hfmodel.DrafterArch) { a.SlidingWindows, a.Causal = []int{0, 0}, []bool{true, true} },
+		"embedding x2.5":   func(a *hfmodel.DrafterArch) { a.EmbedScale = 2.5; a.RopeTheta = 1e6 },
+		"logit transforms": func(a *hfmodel.DrafterArch) { a.OutputMultiplier, a.LogitSoftcap = 0.5, 20 },
+		"dflash2": func(a *hfmodel.DrafterArch) {
+			a.Generation, a.ConvKernel, a.ConvGroup, a.SelectorRank, a.SelectorTopK = 2, 3, 16, 8, 5
+		},
 	} {
 		for _, nested := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s nested=%v", name, nested), func(t *testing.T) {
@@ -169,6 +173,12 @@ func TestDrafterConfigRoundTrips(t *testing.T) {
 				want := a
 				if want.EmbedScale == 0 {
 					want.EmbedScale = 1
+				}
+				if want.OutputMultiplier == 0 {
+					want.OutputMultiplier = 1
+				}
+				if want.Generation == 0 {
+					want.Generation = 1
 				}
 				want.MaxPositions = 4096
 				// No layer_types means full, non-causal attention on every layer, however the parser spells it.

@@ -119,6 +119,8 @@ var (
 	ArgmaxAxis func(res *Array, a Array, axis int32, keepdims bool, s Stream) int32
 	// Sigmoid is mlx_sigmoid.
 	Sigmoid func(res *Array, a Array, s Stream) int32
+	// Tanh is mlx_tanh.
+	Tanh func(res *Array, a Array, s Stream) int32
 	// Exp is mlx_exp.
 	Exp func(res *Array, a Array, s Stream) int32
 	// Log1p is mlx_log1p.
@@ -218,6 +220,7 @@ var table = []symbol{
 	{"mlx_slice_update", &SliceUpdate},
 	{"mlx_argmax_axis", &ArgmaxAxis},
 	{"mlx_sigmoid", &Sigmoid},
+	{"mlx_tanh", &Tanh},
 	{"mlx_exp", &Exp},
 	{"mlx_log1p", &Log1p},
 	{"mlx_abs", &Abs},

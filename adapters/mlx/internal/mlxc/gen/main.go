@@ -39,7 +39,7 @@ var wanted = []string{
 	// ops
 	"mlx_add", "mlx_subtract", "mlx_multiply", "mlx_divide", "mlx_matmul", "mlx_reshape", "mlx_transpose_axes",
 	"mlx_astype", "mlx_quantized_matmul", "mlx_gather_qmm", "mlx_gather_mm", "mlx_take_axis", "mlx_take_along_axis",
-	"mlx_concatenate_axis", "mlx_slice", "mlx_slice_update", "mlx_argmax_axis", "mlx_sigmoid", "mlx_exp",
+	"mlx_concatenate_axis", "mlx_slice", "mlx_slice_update", "mlx_argmax_axis", "mlx_sigmoid", "mlx_tanh", "mlx_exp",
 	"mlx_log1p", "mlx_abs", "mlx_softmax_axis", "mlx_sum_axis", "mlx_square", "mlx_sqrt", "mlx_rsqrt",
 	"mlx_maximum", "mlx_negative", "mlx_expand_dims", "mlx_squeeze_axis", "mlx_argsort_axis", "mlx_broadcast_to",
 	"mlx_contiguous", "mlx_copy", "mlx_zeros", "mlx_dequantize",
