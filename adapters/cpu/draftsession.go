@@ -79,8 +79,8 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 // slot from its candidates' softmax(score/temperature) with uniforms from rnd and reports those
 // distributions; a DFlash drafter drafts greedily.
 func (s *DraftSession) DraftSampled(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand) (ports.Proposal, error) {
-	if !(temperature > 0) || rnd == nil {
-		return ports.Proposal{}, fmt.Errorf("cpu drafter: sampled draft needs a temperature > 0 and a random source (got %v)", temperature)
+	if err := model.CheckSampledDraft(temperature, rnd); err != nil {
+		return ports.Proposal{}, fmt.Errorf("cpu drafter: %w", err)
 	}
 	return s.draft(ctx, anchor, newCtx, bs, temperature, rnd)
 }

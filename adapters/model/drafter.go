@@ -47,6 +47,14 @@ func CheckDraft(anchor ports.Token, bs, blockSize, vocab int) error {
 	return nil
 }
 
+// CheckSampledDraft validates a DraftSampled call's sampling settings.
+func CheckSampledDraft(temperature float64, rnd ports.Rand) error {
+	if !(temperature > 0) || rnd == nil {
+		return fmt.Errorf("sampled draft needs a temperature > 0 and a random source (got %v)", temperature)
+	}
+	return nil
+}
+
 // Drafter is a DFlash drafter's weights on one backend (MODEL-REFERENCE §5): a Qwen3 attention stack fed with
 // the target's tapped hidden states as context and a noise block [anchor, mask…] as queries. It has no
 // embedding or LM head of its own: Embed and Head are its target's.
