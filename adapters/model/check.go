@@ -68,6 +68,21 @@ func (p *Position) Trim(n int) error {
 	return nil
 }
 
+// CheckExport validates ExportPrefix(n) (ports.PrefixExporter) against the session's position: a prefix
+// of 1..N positions, and on a model with recurrent layers exactly N with every layer there (the recurrent
+// state exists only where the session is).
+func (p Position) CheckExport(n int) error {
+	switch {
+	case n < 1 || n > p.N:
+		return fmt.Errorf("export prefix %d outside [1,%d]", n, p.N)
+	case p.Recurrent && p.Rec != p.N:
+		return fmt.Errorf("export prefix: recurrent state is at position %d but the KV caches at %d", p.Rec, p.N)
+	case p.Recurrent && n != p.N:
+		return fmt.Errorf("export prefix %d: a session with recurrent layers can only export its whole length %d", n, p.N)
+	}
+	return nil
+}
+
 // CheckReplay validates ReplayTape(n) of tape, whose type is the backend's own when mine (and then recorded
 // by this session) and which is the session's latest Forward's when latest, of length positions. skip
 // reports that nothing is to be replayed: n is the whole block and no replay ran since that Forward, so the
