@@ -29,3 +29,16 @@ type PrefixExporter interface {
 	// not part of the state); anything else is an error and leaves the session empty.
 	ImportPrefix(p PrefixState) error
 }
+
+// PrefixCacheStats is the prefix cache's account since the server started (counters) and its current size
+// (Entries, Bytes), for metrics.
+type PrefixCacheStats struct {
+	Hits, Misses int64
+	// CachedTokens is the sum, over hits, of the prompt tokens restored instead of prefilled.
+	CachedTokens int64
+	Evictions    int64
+	Entries      int
+	Bytes        int64
+	// Budget is the most Bytes may reach.
+	Budget int64
+}
