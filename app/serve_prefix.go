@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/higgs-go/higgs/domain/prefixcache"
+	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -45,14 +46,20 @@ func (s *Serve) PrefixCacheStats() ports.PrefixCacheStats {
 // the cache is off or the backend cannot export state. Only a prefix shorter than the prompt is restored:
 // the last prompt position must run to give the first token's distribution.
 func (s *Serve) startPrefix(l *loaded, p *prepared, sess ports.Session, draft ports.DraftSession) (*prefixUse, error) {
-	if l.prefix == nil {
+	return startPrefix(l.prefix, p.prompt, &p.cfg, sess, draft)
+}
+
+// startPrefix is Serve.startPrefix for any decoder configuration cfg of prompt (higgs-verify bench's
+// multi-turn scenario uses it too); cache nil means off.
+func startPrefix(cache *prefixcache.Cache, prompt []ports.Token, cfg *speculative.Config, sess ports.Session, draft ports.DraftSession) (*prefixUse, error) {
+	if cache == nil {
 		return nil, nil
 	}
 	te, ok := sess.(ports.PrefixExporter)
 	if !ok {
 		return nil, nil
 	}
-	u := &prefixUse{cache: l.prefix, target: te, prompt: p.prompt, states: map[int]ports.PrefixState{}}
+	u := &prefixUse{cache: cache, target: te, prompt: prompt, states: map[int]ports.PrefixState{}}
 	if draft != nil {
 		de, ok := draft.(ports.PrefixExporter)
 		if !ok {
@@ -60,7 +67,7 @@ func (s *Serve) startPrefix(l *loaded, p *prepared, sess ports.Session, draft po
 		}
 		u.draft = de
 	}
-	if lease := l.prefix.Lookup(p.prompt, len(p.prompt)-1, draft != nil); lease != nil {
+	if lease := cache.Lookup(prompt, len(prompt)-1, draft != nil); lease != nil {
 		// The lease only keeps the entry from being evicted while its states are imported: an import copies
 		// (CPU) or takes its own handles (MLX), and the states never change.
 		err := te.ImportPrefix(lease.Target())
@@ -73,10 +80,10 @@ func (s *Serve) startPrefix(l *loaded, p *prepared, sess ports.Session, draft po
 			return nil, fmt.Errorf("prefix cache: restore %d tokens: %w", u.reused, err)
 		}
 	}
-	stops := prefixcache.Boundaries(u.reused, len(p.prompt), l.prefix.Every())
-	p.cfg.PrefillStops = stops[:len(stops)-1]
-	p.cfg.SyncDrafter = draft != nil
-	p.cfg.Checkpoint = func(n int) error {
+	stops := prefixcache.Boundaries(u.reused, len(prompt), cache.Every())
+	cfg.PrefillStops = stops[:len(stops)-1]
+	cfg.SyncDrafter = draft != nil
+	cfg.Checkpoint = func(n int) error {
 		st, err := te.ExportPrefix(n)
 		if err != nil {
 			return fmt.Errorf("prefix cache: export %d tokens: %w", n, err)

@@ -25,6 +25,8 @@ type BenchOptions struct {
 	Sweep   []int
 	StopIDs []ports.Token
 	NoEOS   bool
+	// MultiTurn, when set, also runs the multi-turn prefix-cache scenario (BenchResult.MultiTurn).
+	MultiTurn *MultiTurnOptions
 }
 
 // BenchAR is the autoregressive figure.
@@ -71,6 +73,8 @@ type BenchResult struct {
 	MaxTokens int         `json:"max_tokens"`
 	Repeats   int         `json:"repeats"`
 	Warmup    int         `json:"warmup"`
+	// MultiTurn is the multi-turn prefix-cache scenario (bench --multi-turn).
+	MultiTurn *MultiTurnResult `json:"multi_turn,omitempty"`
 }
 
 type benchAcc struct {
@@ -222,6 +226,13 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 	}
 	for _, v := range rest {
 		res.Sweep = append(res.Sweep, speed(v.acc.spec(v.bs, false), &v.acc))
+	}
+	if o.MultiTurn != nil {
+		mt, err := MultiTurn(ctx, m, o, *o.MultiTurn)
+		if err != nil {
+			return res, err
+		}
+		res.MultiTurn = &mt
 	}
 	return res, nil
 }
