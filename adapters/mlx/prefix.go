@@ -10,8 +10,8 @@ import (
 )
 
 // Target and draft sessions export and import prefix states (the prefix cache's backend side). The state
-// stays on the device: MLX arrays are immutable, so a prefix of a KV cache is a slice of it (a view of the
-// same buffer) and the recurrent state is a second handle to the session's arrays.
+// stays on the device: MLX arrays are immutable, so a whole-length export is a second handle to the
+// session's arrays (KV and recurrent state, no copy), and a shorter KV prefix is a device-side slice.
 var (
 	_ ports.PrefixExporter = (*Session)(nil)
 	_ ports.PrefixExporter = (*DraftSession)(nil)
@@ -52,10 +52,12 @@ func arrBytes(a arr) int64 {
 }
 
 // kvPrefix returns evaluated handles to the first n positions of a [1, h, N, d] K/V pair (the arrays
-// themselves when n == N), owned by the caller.
-func kvPrefix(g *graph, c *kvCache, n, heads, dim int) (k, v arr) {
-	if c.k == 0 {
-		return 0, 0
+// themselves when n == N), owned by the caller, and the bytes they keep alive. A shorter prefix is made
+// contiguous, which copies it when h > 1 (the rows of a head are not adjacent); with one head MLX may keep
+// the source's buffer, so the whole source is counted.
+func kvPrefix(g *graph, c *kvCache, n, heads, dim int) (k, v arr, held int64) {
+	if c.k == 0 || g.err != nil {
+		return 0, 0, 0
 	}
 	if shapeOf(c.k)[2] == n {
 		k, err1 := dup(g.rt, c.k)
@@ -67,17 +69,21 @@ func kvPrefix(g *graph, c *kvCache, n, heads, dim int) (k, v arr) {
 					mlxc.ArrayFree(h)
 				}
 			}
-			return 0, 0
+			return 0, 0, 0
 		}
-		return k, v
+		return k, v, arrBytes(k) + arrBytes(v)
 	}
-	k = g.slice(c.k, []int{0, 0, 0, 0}, []int{1, heads, n, dim})
-	v = g.slice(c.v, []int{0, 0, 0, 0}, []int{1, heads, n, dim})
+	k = g.contiguous(g.slice(c.k, []int{0, 0, 0, 0}, []int{1, heads, n, dim}))
+	v = g.contiguous(g.slice(c.v, []int{0, 0, 0, 0}, []int{1, heads, n, dim}))
 	g.eval(k, v)
 	if g.err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
-	return g.keep(k), g.keep(v)
+	held = arrBytes(k) + arrBytes(v)
+	if heads == 1 {
+		held = arrBytes(c.k) + arrBytes(c.v)
+	}
+	return g.keep(k), g.keep(v), held
 }
 
 // ExportPrefix returns the state after positions [0, n) (see ports.PrefixExporter).
@@ -98,7 +104,9 @@ func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 		defer g.release()
 		for i, c := range s.st.kv {
 			if c != nil {
-				p.kv[i].k, p.kv[i].v = kvPrefix(g, c, n, a.KVHeads, a.HeadDim)
+				var held int64
+				p.kv[i].k, p.kv[i].v, held = kvPrefix(g, c, n, a.KVHeads, a.HeadDim)
+				p.numBytes += held
 			}
 		}
 		for i, st := range s.st.gdn {
@@ -115,8 +123,8 @@ func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 		return g.err
 	})
 	hs := p.handles()
-	for _, h := range hs {
-		p.numBytes += arrBytes(h)
+	for _, g := range p.gdn {
+		p.numBytes += arrBytes(g.conv) + arrBytes(g.ssm)
 	}
 	rt := s.t.rt
 	runtime.AddCleanup(p, func(hs []arr) { rt.FreeLater(hs...) }, hs)
@@ -255,7 +263,9 @@ func (s *DraftSession) ExportPrefix(n int) (ports.PrefixState, error) {
 		g := newGraph(rt, "mlx drafter export prefix")
 		defer g.release()
 		for i, c := range s.kv {
-			p.kv[i].k, p.kv[i].v = kvPrefix(g, c, n, a.NumKVHeads, a.HeadDim)
+			var held int64
+			p.kv[i].k, p.kv[i].v, held = kvPrefix(g, c, n, a.NumKVHeads, a.HeadDim)
+			p.numBytes += held
 		}
 		return g.err
 	})
@@ -263,7 +273,6 @@ func (s *DraftSession) ExportPrefix(n int) (ports.PrefixState, error) {
 	for _, c := range p.kv {
 		if c.k != 0 {
 			hs = append(hs, c.k, c.v)
-			p.numBytes += arrBytes(c.k) + arrBytes(c.v)
 		}
 	}
 	runtime.AddCleanup(p, func(hs []arr) { rt.FreeLater(hs...) }, hs)
