@@ -67,14 +67,24 @@ func startPrefix(cache *prefixcache.Cache, prompt []ports.Token, cfg *speculativ
 		}
 		u.draft = de
 	}
-	if lease := cache.Lookup(prompt, len(prompt)-1, draft != nil); lease != nil {
+	// An attention-only target's KV can be cut after import (TrimKV), so a hit may stop inside a longer entry;
+	// a recurrent layer's state exists only at its entry's end.
+	attentionOnly := len(cfg.LayerKinds) > 0 && !slices.Contains(cfg.LayerKinds, ports.LayerRecurrent)
+	q := prefixcache.Query{Limit: len(prompt) - 1, NeedDraft: draft != nil, Truncate: attentionOnly}
+	if lease := cache.Lookup(prompt, q); lease != nil {
 		// The lease only keeps the entry from being evicted while its states are imported: an import copies
 		// (CPU) or takes its own handles (MLX), and the states never change.
+		u.reused = lease.Len()
 		err := te.ImportPrefix(lease.Target())
+		if err == nil && sess.Len() > u.reused {
+			err = sess.TrimKV(u.reused)
+		}
 		if err == nil && u.draft != nil {
 			err = u.draft.ImportPrefix(lease.Draft())
+			if err == nil && draft.Len() > u.reused {
+				err = draft.Crop(u.reused)
+			}
 		}
-		u.reused = lease.Len()
 		lease.Release()
 		if err != nil {
 			return nil, fmt.Errorf("prefix cache: restore %d tokens: %w", u.reused, err)

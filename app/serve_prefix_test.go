@@ -102,30 +102,56 @@ func TestPrefixCacheExact(t *testing.T) {
 						u1 := ports.ChatMessage{Role: "user", Content: "hello there"}
 						first := both(req(sys, u1))
 						assert.Zero(t, first.CachedTokens, "a cold cache misses")
+						// Every entry so far is a prefix of the first request's generation end: the prompt and
+						// the answer but its last token (after a stop token, which is not in the content, the
+						// whole answer).
+						render := func(msgs ...ports.ChatMessage) []ports.Token {
+							text, err := tmpl.Render(msgs, ports.ChatOptions{AddGenerationPrompt: true})
+							require.NoError(t, err)
+							return srvTokens(text)
+						}
+						seq := append(render(sys, u1), srvTokens(first.Content)...)
+						if first.FinishReason == "length" {
+							seq = seq[:len(seq)-1]
+						}
+						// want is the reuse the cache must find for prompt: a hybrid target restores whole
+						// entries (the 8-token boundaries, the prompt's end, the generation's end); a dense one
+						// the true common prefix with any entry, cut where the prompt leaves it.
+						want := func(prompt []ports.Token, hybridWant int) int {
+							if fam != "qwen3" {
+								return hybridWant
+							}
+							n := 0
+							for n < len(prompt) && n < len(seq) && prompt[n] == seq[n] {
+								n++
+							}
+							return min(n, len(prompt)-1)
+						}
 						p1 := first.PromptTokens
 
 						// Resending the same conversation hits the last boundary before the prompt's end.
 						again := both(req(sys, u1))
-						assert.Equal(t, (p1-1)/8*8, again.CachedTokens, "the same prompt reuses its last 8-token boundary")
+						assert.Equal(t, want(render(sys, u1), (p1-1)/8*8), again.CachedTokens, "the same prompt")
 
-						// The next turn: with an exact template the generation's end is reused, otherwise the last
-						// boundary before the earlier answer's first character.
+						// The next turn: with an exact template the generation's end is reused, otherwise the
+						// earlier prompt's end, where the earlier answer's render first differs (a hybrid target
+						// has no state past it).
 						a1 := ports.ChatMessage{Role: "assistant", Content: first.Content}
 						u2 := ports.ChatMessage{Role: "user", Content: "and again"}
 						second := both(req(sys, u1, a1, u2))
-						genEnd := p1 + first.CompletionTokens - 1
-						// (After a stop token the generation's end is the prompt plus the answer: the stop token
-						// itself is never in the session.)
+						p2 := render(sys, u1, a1, u2)
 						if _, exact := tmpl.(srvTemplate); exact {
-							assert.Equal(t, genEnd, second.CachedTokens, "the next turn reuses the generation's end")
+							assert.Equal(t, len(seq), second.CachedTokens, "the next turn reuses the generation's end")
 						} else {
-							assert.Equal(t, p1, second.CachedTokens, "the hit stops at the true common prefix (the earlier prompt's end)")
+							assert.Equal(t, want(p2, p1), second.CachedTokens, "the hit stops at the true common prefix")
+							assert.Less(t, second.CachedTokens, p1+len(srvTokens(first.Content))-1, "never the stale generation end")
 						}
 
 						// A mid-prompt hit: a prompt sharing only the system line.
-						other := both(req(sys, ports.ChatMessage{Role: "user", Content: "something else entirely"}))
+						u3 := ports.ChatMessage{Role: "user", Content: "something else entirely"}
+						other := both(req(sys, u3))
 						common := len("[system]: " + sys.Content + "\n[user]: ")
-						assert.Equal(t, common/8*8, other.CachedTokens, "the last 8-token boundary inside the common prefix")
+						assert.Equal(t, want(render(sys, u3), common/8*8), other.CachedTokens, "mid-prompt")
 					}
 				})
 			}

@@ -117,15 +117,17 @@ func (c *Cache) Stats() Stats {
 type Lease struct {
 	c *Cache
 	e *entry
+	n int
 }
 
-// Len returns the number of prompt tokens the entry covers.
-func (l *Lease) Len() int { return l.e.node.depth }
+// Len returns the number of prompt tokens to reuse: the entry's length, or less for a truncated hit
+// (Query.Truncate), whose states the caller cuts to Len after importing them.
+func (l *Lease) Len() int { return l.n }
 
-// Target returns the target session's state of the prefix.
+// Target returns the target session's state of the entry's prefix (it covers at least Len positions).
 func (l *Lease) Target() ports.PrefixState { return l.e.target }
 
-// Draft returns the draft session's state of the prefix (nil when the entry holds none).
+// Draft returns the draft session's state of the entry's prefix (nil when the entry holds none).
 func (l *Lease) Draft() ports.PrefixState { return l.e.draft }
 
 // Release gives the entry back to the cache; later calls do nothing.
@@ -143,27 +145,56 @@ func (l *Lease) Release() {
 	}
 }
 
-// Lookup finds the longest cached prefix of tokens no longer than limit, and with a drafter state when
-// needDraft; it counts a hit or a miss. Every entry is a true prefix of token ids: a prompt that differs
-// from a cached one at position i can only reuse entries of length ≤ i. A nil Lease is a miss.
-func (c *Cache) Lookup(tokens []ports.Token, limit int, needDraft bool) *Lease {
+// Query says what a request can reuse.
+type Query struct {
+	// Limit is the most prompt tokens to reuse (a prompt's last token must run to give the first output's
+	// distribution, so the prompt's length minus one).
+	Limit int
+	// NeedDraft asks for entries that hold the drafter's context.
+	NeedDraft bool
+	// Truncate allows reusing the first part of a longer entry, for states that can be cut after import:
+	// an attention-only target's KV (TrimKV) and the drafter's context (Crop). A hybrid model's recurrent
+	// state exists only at its entry's end, so hybrid requests never set it.
+	Truncate bool
+}
+
+// Lookup finds the longest cached prefix of tokens that q allows, and counts a hit or a miss. Every hit is
+// a true prefix of token ids: a prompt that differs from a cached one at position i reuses at most i tokens
+// of it. A nil Lease is a miss.
+func (c *Cache) Lookup(tokens []ports.Token, q Query) *Lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	limit = min(limit, len(tokens))
+	limit := min(q.Limit, len(tokens))
+	usable := func(e *entry) bool { return e != nil && (!q.NeedDraft || e.draft != nil) }
 	var best *entry
+	bestN := 0
 	n, i := c.root, 0
 	for {
-		if e := n.entry; e != nil && n.depth <= limit && (!needDraft || e.draft != nil) {
-			best = e
+		if e := n.entry; usable(e) && n.depth <= limit {
+			best, bestN = e, n.depth
 		}
 		if i >= limit {
 			break
 		}
 		child := n.children[tokens[i]]
-		if child == nil || i+len(child.edge) > len(tokens) || !slices.Equal(child.edge, tokens[i:i+len(child.edge)]) {
+		if child == nil {
 			break
 		}
-		i += len(child.edge)
+		k := 0
+		for k < len(child.edge) && i+k < len(tokens) && child.edge[k] == tokens[i+k] {
+			k++
+		}
+		if k < len(child.edge) || child.depth > limit {
+			// The prompt leaves the tree (or the limit ends) inside child's edge: every entry below child
+			// shares the first min(i+k, limit) tokens with the prompt.
+			if m := min(i+k, limit); q.Truncate && m > bestN {
+				if e := shortestBelow(child, usable); e != nil {
+					best, bestN = e, m
+				}
+			}
+			break
+		}
+		i += k
 		n = child
 	}
 	if best == nil {
@@ -171,10 +202,30 @@ func (c *Cache) Lookup(tokens []ports.Token, limit int, needDraft bool) *Lease {
 		return nil
 	}
 	c.stats.Hits++
-	c.stats.CachedTokens += int64(best.node.depth)
+	c.stats.CachedTokens += int64(bestN)
 	best.refs++
 	c.touch(best)
-	return &Lease{c: c, e: best}
+	return &Lease{c: c, e: best, n: bestN}
+}
+
+// shortestBelow returns the usable entry of least length at or below n (the least to import and cut), or nil.
+func shortestBelow(n *node, usable func(*entry) bool) *entry {
+	var best *entry
+	var walk func(n *node)
+	walk = func(n *node) {
+		if best != nil && n.depth >= best.node.depth {
+			return
+		}
+		if usable(n.entry) {
+			best = n.entry
+			return
+		}
+		for _, ch := range n.children {
+			walk(ch)
+		}
+	}
+	walk(n)
+	return best
 }
 
 func (c *Cache) touch(e *entry) {

@@ -90,7 +90,7 @@ func TestLookupLongestTruePrefix(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := c.Lookup(tt.prompt, tt.limit, false)
+			l := c.Lookup(tt.prompt, Query{Limit: tt.limit})
 			if tt.want == 0 {
 				assert.Nil(t, l)
 				return
@@ -112,19 +112,19 @@ func TestLookupNeedsDraft(t *testing.T) {
 	c, _ := newCache(t, 1<<20)
 	insert(t, c, toks(1, 2), 10, true)
 	insert(t, c, toks(1, 2, 3, 4), 10, false)
-	l := c.Lookup(toks(1, 2, 3, 4, 5), 4, true)
+	l := c.Lookup(toks(1, 2, 3, 4, 5), Query{Limit: 4, NeedDraft: true})
 	require.NotNil(t, l)
 	assert.Equal(t, 2, l.Len())
 	assert.NotNil(t, l.Draft())
 	l.Release()
-	l = c.Lookup(toks(1, 2, 3, 4, 5), 4, false)
+	l = c.Lookup(toks(1, 2, 3, 4, 5), Query{Limit: 4})
 	require.NotNil(t, l)
 	assert.Equal(t, 4, l.Len())
 	assert.Nil(t, l.Draft())
 	l.Release()
 	// An entry with the drafter's state replaces one without for the same tokens.
 	insert(t, c, toks(1, 2, 3, 4), 10, true)
-	l = c.Lookup(toks(1, 2, 3, 4, 5), 4, true)
+	l = c.Lookup(toks(1, 2, 3, 4, 5), Query{Limit: 4, NeedDraft: true})
 	require.NotNil(t, l)
 	assert.Equal(t, 4, l.Len())
 	l.Release()
@@ -158,14 +158,14 @@ func TestEvictsLeastRecentlyUsed(t *testing.T) {
 	require.True(t, insert(t, c, d, 100, false))
 	clock.Advance(time.Second)
 	// Using a makes b the least recently used.
-	l := c.Lookup(slices3(a), 2, false)
+	l := c.Lookup(slices3(a), Query{Limit: 2})
 	require.NotNil(t, l)
 	l.Release()
 	clock.Advance(time.Second)
 	require.True(t, insert(t, c, toks(4, 4), 100, false))
-	assert.Nil(t, c.Lookup(slices3(b), 2, false), "b was evicted")
+	assert.Nil(t, c.Lookup(slices3(b), Query{Limit: 2}), "b was evicted")
 	for _, p := range [][]ports.Token{a, d, toks(4, 4)} {
-		l := c.Lookup(slices3(p), 2, false)
+		l := c.Lookup(slices3(p), Query{Limit: 2})
 		if assert.NotNil(t, l, "%v stays", p) {
 			l.Release()
 		}
@@ -183,8 +183,8 @@ func TestEntriesInUseAreNeverEvicted(t *testing.T) {
 	c, _ := newCache(t, 2*(100+4))
 	require.True(t, insert(t, c, toks(1), 100, false))
 	require.True(t, insert(t, c, toks(2), 100, false))
-	l1 := c.Lookup(toks(1, 0), 1, false)
-	l2 := c.Lookup(toks(2, 0), 1, false)
+	l1 := c.Lookup(toks(1, 0), Query{Limit: 1})
+	l2 := c.Lookup(toks(2, 0), Query{Limit: 1})
 	require.NotNil(t, l1)
 	require.NotNil(t, l2)
 	assert.False(t, insert(t, c, toks(3), 100, false), "no room while both are in use")
@@ -192,8 +192,8 @@ func TestEntriesInUseAreNeverEvicted(t *testing.T) {
 	l1.Release()
 	l1.Release() // a second release does nothing
 	assert.True(t, insert(t, c, toks(3), 100, false))
-	assert.Nil(t, c.Lookup(toks(1, 0), 1, false))
-	l := c.Lookup(toks(2, 0), 1, false)
+	assert.Nil(t, c.Lookup(toks(1, 0), Query{Limit: 1}))
+	l := c.Lookup(toks(2, 0), Query{Limit: 1})
 	require.NotNil(t, l)
 	l.Release()
 	l2.Release()
@@ -216,7 +216,7 @@ func TestRadixTreePrunes(t *testing.T) {
 	require.Len(t, c.root.children, 1)
 	assert.Equal(t, toks(1, 2, 5, 6), c.root.children[1].edge)
 	assert.Equal(t, 4, c.root.children[1].depth)
-	l := c.Lookup(toks(1, 2, 5, 6, 7), 4, false)
+	l := c.Lookup(toks(1, 2, 5, 6, 7), Query{Limit: 4})
 	require.NotNil(t, l)
 	assert.Equal(t, 4, l.Len())
 	l.Release()
@@ -261,7 +261,7 @@ func TestConcurrentUseStaysWithinBudget(t *testing.T) {
 				for i := range prompt {
 					prompt[i] = ports.Token(r.IntN(3)) // few distinct tokens: many shared prefixes
 				}
-				if l := c.Lookup(prompt, n, false); l != nil {
+				if l := c.Lookup(prompt, Query{Limit: n}); l != nil {
 					assert.LessOrEqual(t, l.Len(), n)
 					clock.Advance(time.Millisecond)
 					l.Release()
@@ -300,4 +300,41 @@ func TestConcurrentUseStaysWithinBudget(t *testing.T) {
 	walk(c.root, nil)
 	assert.Equal(t, st.Bytes, sum)
 	assert.Equal(t, st.Entries, count)
+}
+
+func TestLookupTruncate(t *testing.T) {
+	c, _ := newCache(t, 1<<20)
+	insert(t, c, toks(1, 2, 3, 4, 5, 6), 10, false)
+	insert(t, c, toks(1, 2, 3, 4, 5, 6, 7, 8, 9), 10, true)
+	insert(t, c, toks(1, 2), 10, false)
+	tests := []struct {
+		name      string
+		prompt    []ports.Token
+		q         Query
+		want      int // 0: miss
+		entry     int // the entry's length
+		wantDraft bool
+	}{
+		{"whole entries only", toks(1, 2, 3, 4, 9), Query{Limit: 4}, 2, 2, false},
+		{"diverges inside an edge", toks(1, 2, 3, 4, 9), Query{Limit: 4, Truncate: true}, 4, 6, false},
+		{"the limit cuts an entry", toks(1, 2, 3, 4, 5, 6), Query{Limit: 5, Truncate: true}, 5, 6, false},
+		{"the shortest entry below is used", toks(1, 2, 3, 4, 5, 6, 7, 0), Query{Limit: 7, Truncate: true}, 7, 9, true},
+		{"with the drafter's state", toks(1, 2, 3, 0), Query{Limit: 3, Truncate: true, NeedDraft: true}, 3, 9, true},
+		{"a whole entry beats a cut one of the same length", toks(1, 2, 3, 4, 5, 6, 0), Query{Limit: 6, Truncate: true}, 6, 6, false},
+		{"no common token", toks(9), Query{Limit: 1, Truncate: true}, 0, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := c.Lookup(tt.prompt, tt.q)
+			if tt.want == 0 {
+				assert.Nil(t, l)
+				return
+			}
+			require.NotNil(t, l)
+			defer l.Release()
+			assert.Equal(t, tt.want, l.Len())
+			assert.Equal(t, tt.entry, l.Target().Len())
+			assert.Equal(t, tt.wantDraft, l.Draft() != nil)
+		})
+	}
 }
