@@ -40,9 +40,12 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	QueueSize       int
 	MaxConcurrency  int
-	LogLevel        string
-	LogFormat       string
-	ServedModelName string
+	// PrefixCacheBytes is the prefix cache's budget (0: off); PrefixCacheEvery its boundary interval.
+	PrefixCacheBytes int64
+	PrefixCacheEvery int
+	LogLevel         string
+	LogFormat        string
+	ServedModelName  string
 	// SpecialTokensInContent restores the unsafe encoding of user, system and tool message content, where
 	// special-token text (<|im_end|>) typed by a client becomes the control token.
 	SpecialTokensInContent bool
@@ -66,8 +69,12 @@ func DefaultConfig() Config {
 		ShutdownTimeout: 30 * time.Second,
 		QueueSize:       64,
 		MaxConcurrency:  1,
-		LogLevel:        "info",
-		LogFormat:       "console",
+		// 1 GiB holds the demo's state for ~1M positions and a 4B hybrid's for tens of thousands: many
+		// conversations' prompts at once, a small share of a serving machine's memory.
+		PrefixCacheBytes: 1 << 30,
+		PrefixCacheEvery: 512,
+		LogLevel:         "info",
+		LogFormat:        "console",
 	}
 }
 
@@ -91,6 +98,8 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "on SIGINT/SIGTERM, how long in-flight requests may finish before they are cancelled")
 	fs.IntVar(&c.QueueSize, "queue-size", c.QueueSize, "requests that may wait for the engine; more are answered 429")
 	fs.IntVar(&c.MaxConcurrency, "max-concurrency", c.MaxConcurrency, "generations run on the engine at once")
+	fs.Int64Var(&c.PrefixCacheBytes, "prefix-cache-bytes", c.PrefixCacheBytes, "memory the prefix cache may hold, in bytes (attention KV, recurrent state and drafter context of earlier prompts, reused by requests that start the same way; 0: off)")
+	fs.IntVar(&c.PrefixCacheEvery, "prefix-cache-every", c.PrefixCacheEvery, "besides each prompt's and generation's end, cache the prompt's state every this many tokens (0: only at the ends)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "trace, debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "console or json")
 	fs.StringVar(&c.ServedModelName, "served-model-name", c.ServedModelName, "model id clients use (default: the model directory's name)")
@@ -232,6 +241,12 @@ func (c Config) Validate() error {
 	if c.MaxConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("--max-concurrency %d must be ≥ 1", c.MaxConcurrency))
 	}
+	if c.PrefixCacheBytes < 0 {
+		errs = append(errs, fmt.Errorf("--prefix-cache-bytes %d must be ≥ 0 (0 turns the cache off)", c.PrefixCacheBytes))
+	}
+	if c.PrefixCacheEvery < 0 {
+		errs = append(errs, fmt.Errorf("--prefix-cache-every %d must be ≥ 0", c.PrefixCacheEvery))
+	}
 	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil || c.LogLevel == "" {
 		errs = append(errs, fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", c.LogLevel))
 	}
@@ -256,7 +271,8 @@ func (c Config) ServeConfig() ServeConfig {
 		bs = 1
 	}
 	return ServeConfig{ServedModelName: c.ServedModelName, BlockSize: bs, Adaptive: c.Adaptive,
-		MaxConcurrency: c.MaxConcurrency, QueueSize: c.QueueSize, SpecialTokensInContent: c.SpecialTokensInContent}
+		MaxConcurrency: c.MaxConcurrency, QueueSize: c.QueueSize, SpecialTokensInContent: c.SpecialTokensInContent,
+		PrefixCacheBytes: c.PrefixCacheBytes, PrefixCacheEvery: c.PrefixCacheEvery}
 }
 
 // ExposedWithoutKey reports whether the server listens beyond this machine with no API key: anyone who can

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -114,4 +115,20 @@ func TestConfigSafetyFlags(t *testing.T) {
 	assert.Equal(t, 30*time.Second, def.BodyTimeout)
 	_, err = LoadConfig([]string{"--body-timeout", "0s"}, env(nil), io.Discard)
 	assert.ErrorContains(t, err, "--body-timeout")
+}
+
+func TestConfigPrefixCache(t *testing.T) {
+	cfg, err := LoadConfig(nil, env(map[string]string{"HIGGS_PREFIX_CACHE_BYTES": "0"}), io.Discard)
+	require.NoError(t, err)
+	assert.Zero(t, cfg.ServeConfig().PrefixCacheBytes, "0 turns the cache off")
+	cfg, err = LoadConfig([]string{"--prefix-cache-bytes", "4096", "--prefix-cache-every", "64"}, env(nil), io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4096), cfg.ServeConfig().PrefixCacheBytes)
+	assert.Equal(t, 64, cfg.ServeConfig().PrefixCacheEvery)
+	assert.Equal(t, int64(1<<30), DefaultConfig().ServeConfig().PrefixCacheBytes, "on by default, 1 GiB")
+	_, err = LoadConfig([]string{"--prefix-cache-bytes", "-1", "--prefix-cache-every", "-2"}, env(nil), io.Discard)
+	assert.ErrorContains(t, err, "--prefix-cache-bytes -1")
+	assert.ErrorContains(t, err, "--prefix-cache-every -2")
+	_, err = NewServe(ServeConfig{MaxConcurrency: 1, PrefixCacheBytes: -1}, zerolog.Nop())
+	assert.ErrorContains(t, err, "prefix cache budget -1")
 }

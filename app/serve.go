@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/higgs-go/higgs/adapters/sampling"
+	"github.com/higgs-go/higgs/domain/prefixcache"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -36,6 +37,11 @@ type ServeConfig struct {
 	// tokens (the old behaviour). By default that content is plain text: only the template's own markup is
 	// special, so a client cannot close its turn and forge a system turn by typing <|im_end|><|im_start|>.
 	SpecialTokensInContent bool
+	// PrefixCacheBytes is the prefix cache's byte budget; 0 turns the cache off.
+	PrefixCacheBytes int64
+	// PrefixCacheEvery is the interval, in prompt tokens, of the cache's boundaries inside a prompt (0: only
+	// at the prompt's end and the generation's end).
+	PrefixCacheEvery int
 }
 
 // Validate reports every problem at once.
@@ -49,6 +55,12 @@ func (c ServeConfig) Validate() error {
 	}
 	if c.QueueSize < 0 {
 		errs = append(errs, fmt.Errorf("queue size %d must be ≥ 0", c.QueueSize))
+	}
+	if c.PrefixCacheBytes < 0 {
+		errs = append(errs, fmt.Errorf("prefix cache budget %d bytes must be ≥ 0", c.PrefixCacheBytes))
+	}
+	if c.PrefixCacheEvery < 0 {
+		errs = append(errs, fmt.Errorf("prefix cache interval %d tokens must be ≥ 0", c.PrefixCacheEvery))
 	}
 	return errors.Join(errs...)
 }
@@ -80,6 +92,8 @@ type loaded struct {
 	maxBlock   int  // the drafter's block size, 1 without drafter
 	thinkSplit bool // the tokenizer knows <think> and </think>
 	eos        map[ports.Token]bool
+	// prefix is the prefix cache of this engine's states (nil: off).
+	prefix *prefixcache.Cache
 	// policies carries the adaptive depth policy's measurements from request to request (one memory per
 	// block size and sampling regime, as speculative.PolicyConfig.Memory requires), so short requests do not
 	// pay for exploring block sizes afresh. Keyed by policyKey.
@@ -167,6 +181,11 @@ func (s *Serve) SetEngine(e Engine) error {
 	default:
 		l.blockSize = bs
 	}
+	cache, err := newPrefixCache(s.cfg, s.clock)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	l.prefix = cache
 	for _, t := range e.EOS {
 		l.eos[t] = true
 	}
@@ -178,7 +197,8 @@ func (s *Serve) SetEngine(e Engine) error {
 	l.thinkSplit = open && closeOK
 	s.engine.Store(l)
 	s.log.Info().Str("model", l.name).Int("block_size", l.blockSize).Bool("drafter", e.Drafter != nil).
-		Int("context_length", l.info.ContextLength).Bool("reasoning_split", l.thinkSplit).Msg("engine ready")
+		Int("context_length", l.info.ContextLength).Bool("reasoning_split", l.thinkSplit).
+		Int64("prefix_cache_bytes", s.cfg.PrefixCacheBytes).Msg("engine ready")
 	return nil
 }
 
@@ -420,10 +440,6 @@ func (s *Serve) run(ctx context.Context, l *loaded, p prepared, lv *live, emit f
 	res := ports.GenerateResult{Model: l.name, PromptTokens: len(p.prompt)}
 	// Observing costs one atomic load per round while nobody listens (BenchmarkServeEvents).
 	p.cfg.Observe = lv.observe
-	dec, err := speculative.New(p.cfg, s.clock, sampling.NewSource(p.seed))
-	if err != nil {
-		return res, invalid("", "%v", err)
-	}
 	var taps []int
 	if p.cfg.BlockSize > 1 {
 		taps = l.Drafter.TapLayers()
@@ -442,10 +458,30 @@ func (s *Serve) run(ctx context.Context, l *loaded, p prepared, lv *live, emit f
 		defer closeLogged(s.log, "draft session", ds.Close)
 		draft = ds
 	}
+	prefix, err := s.startPrefix(l, &p, sess, draft)
+	if err != nil {
+		return res, err
+	}
+	if prefix != nil {
+		res.CachedTokens = prefix.reused
+		s.log.Debug().Int("prompt_tokens", len(p.prompt)).Int("cached_tokens", prefix.reused).
+			Int("prefill_tokens", len(p.prompt)-prefix.reused).Msg("prefix cache")
+	}
+	dec, err := speculative.New(p.cfg, s.clock, sampling.NewSource(p.seed))
+	if err != nil {
+		return res, invalid("", "%v", err)
+	}
 	pipe := newTextPipe(l.Tokenizer.NewStreamDecoder(true), p.stop, p.think, p.inThink, l.eos, emit)
 	out, genErr := dec.Generate(ctx, sess, draft, p.prompt, lv.committed(pipe.push))
 	res.CompletionTokens = len(out.Tokens)
 	res.Spec = out.Stats.SpecUsage()
+	// Cache what this request computed once it ended cleanly (a stop string ends it through emit, with
+	// every layer at the committed position); a failed or cancelled one leaves no entry.
+	if prefix != nil && (genErr == nil || errors.Is(genErr, errStopString)) {
+		if err := prefix.finish(sess, draft, out.Tokens); err != nil {
+			s.log.Warn().Err(err).Msg("prefix cache: an entry was not cached")
+		}
+	}
 	switch {
 	case errors.Is(genErr, errStopString):
 		res.FinishReason = "stop"

@@ -9,6 +9,7 @@ import (
 
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/sampling"
+	"github.com/higgs-go/higgs/domain/prefixcache"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -57,6 +58,9 @@ type GenerateOptions struct {
 	// PolicyMemory, when non-nil, carries the adaptive policy's measurements across generations (see
 	// speculative.PolicyConfig.Memory).
 	PolicyMemory *speculative.PolicyMemory
+	// PrefixCache, when non-nil, restores the longest cached prefix of Prompt first and caches this
+	// generation's boundaries (as higgsd does).
+	PrefixCache *prefixcache.Cache
 }
 
 // RoundJSON is one draft–verify round in higgs-verify's JSON.
@@ -186,10 +190,28 @@ func checkGenerate(m *Models, o GenerateOptions) (int, error) {
 
 // runDecoder opens sessions and runs one generation, returning the domain result and the block size used.
 func runDecoder(ctx context.Context, m *Models, o GenerateOptions) (speculative.Result, int, error) {
+	r, err := decode(ctx, m, o)
+	return r.Result, r.blockSize, err
+}
+
+// decoded is one decode's result with what the bench measures around the decoder.
+type decoded struct {
+	speculative.Result
+	blockSize int
+	// cached is the prompt tokens restored from o.PrefixCache; firstToken the time from opening the
+	// sessions to the first token's emit (restore and prefill included).
+	cached     int
+	firstToken time.Duration
+}
+
+func decode(ctx context.Context, m *Models, o GenerateOptions) (decoded, error) {
+	var out decoded
 	bs, err := checkGenerate(m, o)
 	if err != nil {
-		return speculative.Result{}, 0, err
+		return out, err
 	}
+	out.blockSize = bs
+	start := time.Now()
 	info := m.Target.Info()
 	stops := slices.Clone(o.StopIDs)
 	if !o.NoEOS {
@@ -202,29 +224,47 @@ func runDecoder(ctx context.Context, m *Models, o GenerateOptions) (speculative.
 	if !o.Sampling.Greedy() {
 		rnd = sampling.NewSource(o.Seed)
 	}
-	dec, err := speculative.New(cfg, SystemClock{}, rnd)
-	if err != nil {
-		return speculative.Result{}, 0, fmt.Errorf("%w: %w", ErrBadInput, err)
-	}
 	var taps []int
 	var ds ports.DraftSession
 	if bs > 1 {
 		taps = m.Drafter.TapLayers()
 		if ds, err = m.Drafter.NewSession(ctx); err != nil {
-			return speculative.Result{}, 0, fmt.Errorf("open draft session: %w", err)
+			return out, fmt.Errorf("open draft session: %w", err)
 		}
 		defer ds.Close()
 	}
 	sess, err := m.Target.NewSession(ctx, taps)
 	if err != nil {
-		return speculative.Result{}, 0, fmt.Errorf("open target session: %w", err)
+		return out, fmt.Errorf("open target session: %w", err)
 	}
 	defer sess.Close()
-	res, err := dec.Generate(ctx, sess, ds, o.Prompt, func([]ports.Token) error { return nil })
+	prefix, err := startPrefix(o.PrefixCache, o.Prompt, &cfg, sess, ds)
 	if err != nil {
-		return res, bs, fmt.Errorf("generate: %w", err)
+		return out, err
 	}
-	return res, bs, nil
+	if prefix != nil {
+		out.cached = prefix.reused
+	}
+	dec, err := speculative.New(cfg, SystemClock{}, rnd)
+	if err != nil {
+		return out, fmt.Errorf("%w: %w", ErrBadInput, err)
+	}
+	first := true
+	out.Result, err = dec.Generate(ctx, sess, ds, o.Prompt, func([]ports.Token) error {
+		if first {
+			out.firstToken, first = time.Since(start), false
+		}
+		return nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("generate: %w", err)
+	}
+	if prefix != nil {
+		if err := prefix.finish(sess, ds, out.Tokens); err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }
 
 // Generate runs `higgs-verify generate`: autoregressive, or DFlash speculative decoding with a per-round trace.

@@ -31,6 +31,8 @@ type BenchOptions struct {
 	Sampling ports.SamplingParams
 	Seed     uint64
 	Verify   speculative.Verification
+	// MultiTurn, when set, also runs the multi-turn prefix-cache scenario (BenchResult.MultiTurn).
+	MultiTurn *MultiTurnOptions
 }
 
 // BenchAR is the autoregressive figure.
@@ -81,6 +83,8 @@ type BenchResult struct {
 	Temperature float64 `json:"temperature,omitempty"`
 	Seed        uint64  `json:"seed,omitempty"`
 	Verify      string  `json:"verify,omitempty"`
+	// MultiTurn is the multi-turn prefix-cache scenario (bench --multi-turn).
+	MultiTurn *MultiTurnResult `json:"multi_turn,omitempty"`
 }
 
 type benchAcc struct {
@@ -236,6 +240,13 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 	}
 	for _, v := range rest {
 		res.Sweep = append(res.Sweep, speed(v.acc.spec(v.bs, false), &v.acc))
+	}
+	if o.MultiTurn != nil {
+		mt, err := MultiTurn(ctx, m, o, *o.MultiTurn)
+		if err != nil {
+			return res, err
+		}
+		res.MultiTurn = &mt
 	}
 	return res, nil
 }

@@ -107,6 +107,9 @@ type GenerateResult struct {
 	Model            string
 	PromptTokens     int
 	CompletionTokens int
+	// CachedTokens is how many of the prompt tokens were restored from the prefix cache instead of
+	// prefilled (OpenAI's usage.prompt_tokens_details.cached_tokens).
+	CachedTokens int
 	// FinishReason is "stop" (stop token or string) or "length" (max tokens or context).
 	FinishReason string
 	// StopSequence is the stop string that ended the output; "" when it ended otherwise.

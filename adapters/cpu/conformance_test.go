@@ -76,3 +76,25 @@ func TestSpeculativeConformance(t *testing.T) {
 		})
 	}
 }
+
+// The prefix-state suite on a dense and a hybrid target with a DFlash drafter, and on a quantized hybrid MoE
+// target alone.
+func TestPrefixConformance(t *testing.T) {
+	for _, family := range []string{"qwen3", "qwen3_next"} {
+		t.Run(family, func(t *testing.T) {
+			tdir, ddir := testmodel.Synth(t, synth.TargetSpec{Family: family, Seed: 5}), testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 6, Taps: []int{0, 2}, Mask: 63})
+			tg, err := Load(t.Context(), tdir, LoadOptions{Threads: 2})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = tg.Close() })
+			d, err := LoadDrafter(t.Context(), ddir, tg, DrafterOptions{})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = d.Close() })
+			porttest.PrefixSuite{Target: tg, Drafter: d, Vocab: tg.Info().VocabSize}.Run(t)
+		})
+	}
+	t.Run("qwen3_next moe q4", func(t *testing.T) {
+		f := testmodel.TargetSpec{Family: "qwen3_next", Seed: 83, Layers: 4, MoE: true, ExpertLayout: testmodel.ExpertsSwitch, MLXLayout: true, Quant: &quant.Spec{Bits: 4, GroupSize: 32}, Context: 64}
+		tg := loadFixture(t, f, 2)
+		porttest.PrefixSuite{Target: tg, Vocab: testmodel.Vocab}.Run(t)
+	})
+}

@@ -69,6 +69,21 @@ func (p *Position) Trim(n int) error {
 	return nil
 }
 
+// CheckExport validates ExportPrefix(n) (ports.PrefixExporter) against the session's position: a prefix
+// of 1..N positions, and on a model with recurrent layers exactly N with every layer there (the recurrent
+// state exists only where the session is).
+func (p Position) CheckExport(n int) error {
+	switch {
+	case n < 1 || n > p.N:
+		return fmt.Errorf("export prefix %d outside [1,%d]", n, p.N)
+	case p.Recurrent && p.Rec != p.N:
+		return fmt.Errorf("export prefix: recurrent state is at position %d but the KV caches at %d", p.Rec, p.N)
+	case p.Recurrent && n != p.N:
+		return fmt.Errorf("export prefix %d: a session with recurrent layers can only export its whole length %d", n, p.N)
+	}
+	return nil
+}
+
 // TapeHeader is what every backend's tape records beside its layers' arrays: the session and the number of
 // its Forward call that recorded it, the block's length and its first position.
 type TapeHeader struct {

@@ -24,7 +24,7 @@ type metrics struct {
 	acceptedPos  *prometheus.CounterVec // position
 }
 
-func newMetrics(reg prometheus.Registerer, queueDepth func() int) *metrics {
+func newMetrics(reg prometheus.Registerer, queueDepth func() int, prefix PrefixCacheReporter) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "higgs_requests_total",
 			Help: "HTTP requests answered, by endpoint (route pattern) and status code."}, []string{"endpoint", "status"}),
@@ -59,6 +59,32 @@ func newMetrics(reg prometheus.Registerer, queueDepth func() int) *metrics {
 	m.draftTokens = adopt(reg, m.draftTokens)
 	m.accepted = adopt(reg, m.accepted)
 	m.acceptedPos = adopt(reg, m.acceptedPos)
+	if prefix != nil {
+		stat := func(f func(ports.PrefixCacheStats) float64) func() float64 {
+			return func() float64 { return f(prefix.PrefixCacheStats()) }
+		}
+		adopt(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "higgs_prefix_cache_hits_total",
+			Help: "Generation requests that restored a cached prompt prefix."},
+			stat(func(s ports.PrefixCacheStats) float64 { return float64(s.Hits) })))
+		adopt(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "higgs_prefix_cache_misses_total",
+			Help: "Generation requests that found no cached prompt prefix to restore (with the cache on)."},
+			stat(func(s ports.PrefixCacheStats) float64 { return float64(s.Misses) })))
+		adopt(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "higgs_prefix_cache_cached_tokens_total",
+			Help: "Prompt tokens restored from the prefix cache instead of prefilled."},
+			stat(func(s ports.PrefixCacheStats) float64 { return float64(s.CachedTokens) })))
+		adopt(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "higgs_prefix_cache_evictions_total",
+			Help: "Prefix cache entries evicted (least recently used first) to stay within the byte budget."},
+			stat(func(s ports.PrefixCacheStats) float64 { return float64(s.Evictions) })))
+		adopt(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "higgs_prefix_cache_bytes",
+			Help: "Bytes the prefix cache's entries hold (target KV and recurrent state, drafter context, keys)."},
+			stat(func(s ports.PrefixCacheStats) float64 { return float64(s.Bytes) })))
+		adopt(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "higgs_prefix_cache_budget_bytes",
+			Help: "The prefix cache's byte budget (--prefix-cache-bytes)."},
+			stat(func(s ports.PrefixCacheStats) float64 { return float64(s.Budget) })))
+		adopt(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "higgs_prefix_cache_entries",
+			Help: "Cached prompt prefixes."},
+			stat(func(s ports.PrefixCacheStats) float64 { return float64(s.Entries) })))
+	}
 	if queueDepth != nil {
 		// With a shared registry the first server's gauge stays: one registry exports one queue depth.
 		adopt(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "higgs_queue_depth",

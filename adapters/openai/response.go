@@ -8,10 +8,17 @@ import (
 // decoding figures (draft–verify rounds, plain steps, draft and accepted tokens, τ, accepted per draft
 // position, block sizes used, and the depth policy's decision with its reason).
 type Usage struct {
-	PromptTokens     int              `json:"prompt_tokens"`
-	CompletionTokens int              `json:"completion_tokens"`
-	TotalTokens      int              `json:"total_tokens"`
-	Speculative      *ports.SpecUsage `json:"speculative,omitempty"`
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+	// PromptTokensDetails is OpenAI's breakdown of the prompt: the tokens served from the prefix cache.
+	PromptTokensDetails PromptTokensDetails `json:"prompt_tokens_details"`
+	Speculative         *ports.SpecUsage    `json:"speculative,omitempty"`
+}
+
+// PromptTokensDetails is usage.prompt_tokens_details.
+type PromptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
 }
 
 // UsageOf builds the usage object of a finished request.
@@ -25,7 +32,8 @@ func UsageOf(res ports.GenerateResult) *Usage {
 		spec.BlockSizes = []ports.BlockSizeUse{}
 	}
 	return &Usage{PromptTokens: res.PromptTokens, CompletionTokens: res.CompletionTokens,
-		TotalTokens: res.PromptTokens + res.CompletionTokens, Speculative: &spec}
+		TotalTokens: res.PromptTokens + res.CompletionTokens, PromptTokensDetails: PromptTokensDetails{CachedTokens: res.CachedTokens},
+		Speculative: &spec}
 }
 
 // ChatCompletion is a non-streamed /v1/chat/completions response.

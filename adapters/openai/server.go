@@ -49,6 +49,10 @@ type Readier interface{ Ready() bool }
 // QueueDepther is an optional Generator ability: the number of queued requests, exported as a gauge.
 type QueueDepther interface{ QueueDepth() int }
 
+// PrefixCacheReporter is an optional Generator ability: the prefix cache's account, exported as the
+// higgs_prefix_cache_* series (all zero while the cache is off).
+type PrefixCacheReporter interface{ PrefixCacheStats() ports.PrefixCacheStats }
+
 // Server is the OpenAI-compatible HTTP API over a ports.Generator.
 type Server struct {
 	gen     ports.Generator
@@ -89,7 +93,8 @@ func New(gen ports.Generator, opts Options) *Server {
 	if q, ok := gen.(QueueDepther); ok {
 		depth = q.QueueDepth
 	}
-	s := &Server{gen: gen, opts: opts, log: opts.Log, reg: reg, metrics: newMetrics(reg, depth), drain: newDrainer()}
+	prefix, _ := gen.(PrefixCacheReporter)
+	s := &Server{gen: gen, opts: opts, log: opts.Log, reg: reg, metrics: newMetrics(reg, depth, prefix), drain: newDrainer()}
 	mux := http.NewServeMux()
 	s.mux = mux
 	// Authentication is per route (it only guards /v1/ paths), so that a mounted API can answer its own way.

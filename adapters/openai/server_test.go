@@ -52,7 +52,7 @@ func (s *scripted) Generate(_ context.Context, req ports.GenerateRequest, emit f
 	return s.res, s.err
 }
 
-var goldenResult = ports.GenerateResult{Model: "toy", PromptTokens: 5, CompletionTokens: 7, FinishReason: "stop",
+var goldenResult = ports.GenerateResult{Model: "toy", PromptTokens: 5, CompletionTokens: 7, CachedTokens: 3, FinishReason: "stop",
 	Spec: ports.SpecUsage{Rounds: 3, PlainSteps: 2, Drafted: 9, Accepted: 4, Tau: 7.0 / 3, AcceptedPerPosition: []int{2, 1, 1},
 		BlockSize: 4, BlockSizes: []ports.BlockSizeUse{{BlockSize: 4, Rounds: 3}},
 		Policy: &ports.PolicyUsage{Mode: "speculative", Reason: "fixed block size 4: the adaptive policy is off"}},
@@ -339,4 +339,30 @@ func TestHandlerPanicIsA500(t *testing.T) {
 	s.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	assert.Contains(t, rec.Body.String(), `higgs_requests_total{endpoint="POST /v1/completions",status="500"} 1`)
 	assert.NotContains(t, rec.Body.String(), `higgs_requests_total{endpoint="POST /v1/completions",status="200"}`)
+}
+
+// cachingGen is scripted with a prefix cache account.
+type cachingGen struct {
+	scripted
+	stats ports.PrefixCacheStats
+}
+
+func (c *cachingGen) PrefixCacheStats() ports.PrefixCacheStats { return c.stats }
+
+// The prefix cache's account is exported as the higgs_prefix_cache_* series when the generator has one.
+func TestPrefixCacheMetrics(t *testing.T) {
+	g := &cachingGen{scripted: scripted{ready: true}, stats: ports.PrefixCacheStats{Hits: 4, Misses: 2, CachedTokens: 1500,
+		Evictions: 1, Entries: 3, Bytes: 123456, Budget: 1 << 30}}
+	s := newTestServer(g)
+	rec := httptest.NewRecorder()
+	s.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, line := range []string{"higgs_prefix_cache_hits_total 4", "higgs_prefix_cache_misses_total 2",
+		"higgs_prefix_cache_cached_tokens_total 1500", "higgs_prefix_cache_evictions_total 1",
+		"higgs_prefix_cache_entries 3", "higgs_prefix_cache_bytes 123456", "higgs_prefix_cache_budget_bytes 1.073741824e+09"} {
+		assert.Contains(t, body, line+"\n")
+	}
+	rec = httptest.NewRecorder()
+	newTestServer(&scripted{ready: true}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	assert.NotContains(t, rec.Body.String(), "higgs_prefix_cache", "a generator without a cache exports no cache series")
 }

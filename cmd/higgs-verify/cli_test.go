@@ -421,3 +421,46 @@ func TestSampledBenchAndLossless(t *testing.T) {
 	assert.Equal(t, 2, r.code)
 	assert.Contains(t, r.stderr, `unknown verification "maybe"`)
 }
+
+// TestBenchMultiTurn: bench --multi-turn reports per turn the time to first token with the prefix cache off
+// and on, the reused length (from the second turn on, the whole conversation but the last answer's final
+// token and the new user turn), the same output on both sides, and τ on the last turn.
+func TestBenchMultiTurn(t *testing.T) {
+	r := runCLI(t, "bench", "--model", fixtures.hybrid, "--draft", fixtures.drafter, "--tokens", "1,2,3,4,5",
+		"--max-tokens", "6", "--repeats", "1", "--warmup", "0", "--multi-turn", "--system-tokens", "40", "--turns", "3",
+		"--prefix-cache-every", "16", "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var out struct {
+		Spec      map[string]any `json:"spec"`
+		MultiTurn struct {
+			Turns []struct {
+				Turn         int     `json:"turn"`
+				PromptTokens int     `json:"prompt_tokens"`
+				CachedTokens int     `json:"cached_tokens"`
+				TTFTMsOff    float64 `json:"ttft_ms_off"`
+				TTFTMsOn     float64 `json:"ttft_ms_on"`
+				Same         bool    `json:"same_output"`
+			} `json:"turns"`
+			SystemTokens int     `json:"system_tokens"`
+			TauLastOn    float64 `json:"tau_last_on"`
+			TauLastOff   float64 `json:"tau_last_off"`
+		} `json:"multi_turn"`
+	}
+	oneJSON(t, r.stdout, &out)
+	assert.NotEmpty(t, out.Spec, "the classic figures stay")
+	mt := out.MultiTurn
+	require.Len(t, mt.Turns, 3)
+	assert.Equal(t, 40, mt.SystemTokens)
+	for i, tn := range mt.Turns {
+		assert.True(t, tn.Same, "turn %d: the cache changed the output", i+1)
+		assert.Positive(t, tn.TTFTMsOff)
+		assert.Positive(t, tn.TTFTMsOn)
+	}
+	assert.Zero(t, mt.Turns[0].CachedTokens, "the first turn finds a cold cache")
+	for _, tn := range mt.Turns[1:] {
+		// The conversation so far but the last answer's final token, which the session never held, and the
+		// new 5-token user turn.
+		assert.Equal(t, tn.PromptTokens-1-5, tn.CachedTokens, "turn %d reuses the previous turn's generation end", tn.Turn)
+	}
+	assert.Equal(t, mt.TauLastOff, mt.TauLastOn, "the restored drafter drafts as the cold one")
+}

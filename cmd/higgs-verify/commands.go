@@ -379,6 +379,8 @@ func (c *cli) benchCmd() *cobra.Command {
 	var f common
 	var prompts, sweep, stopIDs, verify string
 	var o app.BenchOptions
+	var multiTurn bool
+	var mt app.MultiTurnOptions
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure autoregressive vs DFlash decoding of the same prompts, interleaved, after a warm-up (medians)",
@@ -401,6 +403,9 @@ func (c *cli) benchCmd() *cobra.Command {
 			defer cleanup()
 			if o.Prompts, err = readPrompts(m, &f, prompts, true); err != nil {
 				return err
+			}
+			if multiTurn {
+				o.MultiTurn = &mt
 			}
 			res, err := app.Bench(ctx, m, o)
 			if err != nil {
@@ -429,6 +434,15 @@ func (c *cli) benchCmd() *cobra.Command {
 				for _, s := range res.Sweep {
 					row(fmt.Sprintf("dflash bs=%d", s.BlockSize), s)
 				}
+				if mt := res.MultiTurn; mt != nil {
+					fmt.Fprintf(w, "\nmulti-turn: %d-token system prompt, %d turns × %d tokens, dflash bs=%d, prefix cache off vs on\n",
+						mt.SystemTokens, len(mt.Turns), mt.MaxTokens, mt.BlockSize)
+					fmt.Fprintf(w, "%-6s %8s %8s %12s %12s %8s %6s\n", "turn", "prompt", "cached", "ttft off ms", "ttft on ms", "ratio", "same")
+					for _, t := range mt.Turns {
+						fmt.Fprintf(w, "%-6d %8d %8d %12.1f %12.1f %8.2f %6t\n", t.Turn, t.PromptTokens, t.CachedTokens, t.TTFTMsOff, t.TTFTMsOn, t.Ratio, t.Same)
+					}
+					fmt.Fprintf(w, "tau on the last turn: %.2f off, %.2f on; cache holds %d bytes\n", mt.TauLastOff, mt.TauLastOn, mt.CacheBytes)
+				}
 			})
 		},
 	}
@@ -448,5 +462,10 @@ func (c *cli) benchCmd() *cobra.Command {
 	fs.Float64Var(&o.Sampling.MinP, "min-p", 0, "min-p (0: off)")
 	fs.Uint64Var(&o.Seed, "seed", 0, "sampling seed of the first run; each prompt and pass adds one, the same for every variant")
 	addVerifyFlag(fs, &verify)
+	fs.BoolVar(&multiTurn, "multi-turn", false, "also run the multi-turn scenario: time to first token per turn with the prefix cache off and on, and τ on the last turn")
+	fs.IntVar(&mt.Turns, "turns", 6, "multi-turn: conversation turns")
+	fs.IntVar(&mt.SystemTokens, "system-tokens", 1500, "multi-turn: system prompt length in tokens (cut from the prompts, cycled)")
+	fs.Int64Var(&mt.CacheBytes, "prefix-cache-bytes", app.DefaultConfig().PrefixCacheBytes, "multi-turn: the prefix cache's budget")
+	fs.IntVar(&mt.Every, "prefix-cache-every", app.DefaultConfig().PrefixCacheEvery, "multi-turn: the prefix cache's boundary interval")
 	return cmd
 }

@@ -45,6 +45,9 @@ func TestREADMECommands(t *testing.T) {
 			args = append(args, "--max-tokens", "8")
 		case "bench":
 			args = append(args, "--max-tokens", "8", "--repeats", "1", "--warmup", "0")
+			if slices.Contains(args, "--multi-turn") {
+				args = append(args, "--system-tokens", "64", "--turns", "2")
+			}
 		case "synth":
 			if i := slices.Index(args, "--out"); i >= 0 && i+1 < len(args) {
 				args[i+1] = t.TempDir()
@@ -73,6 +76,9 @@ func TestREADMECommands(t *testing.T) {
 				lines := strings.Split(strings.TrimSpace(text.stdout), "\n")
 				seen := map[string]bool{}
 				for _, l := range lines[2:] {
+					if strings.TrimSpace(l) == "" {
+						break // the multi-turn table follows
+					}
 					name := strings.Join(strings.Fields(l)[:2], " ")
 					assert.False(t, seen[name], "bench row %q printed twice:\n%s", name, text.stdout)
 					seen[name] = true

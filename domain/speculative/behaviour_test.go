@@ -221,7 +221,7 @@ func TestBadGenerateInput(t *testing.T) {
 	_, err = used.Forward(t.Context(), []ports.Token{1, 2}, ports.ForwardOptions{})
 	require.NoError(t, err)
 	_, err = dec.Generate(t.Context(), used, nil, []ports.Token{1}, noop)
-	assert.ErrorContains(t, err, "want an empty session")
+	assert.ErrorContains(t, err, "want an empty session or fewer than the prompt")
 	_, err = dec.Generate(t.Context(), nil, nil, []ports.Token{1}, noop)
 	assert.Error(t, err)
 	_, err = dec.Generate(t.Context(), sess(), nil, []ports.Token{1, 999}, noop)

@@ -129,6 +129,18 @@ type Config struct {
 	// LayerKinds, when non-nil, are the target's layer kinds (ports.ModelInfo.LayerKinds). Without them the
 	// decoder asks the session: a Snapshot failing with errors.ErrUnsupported means attention-only.
 	LayerKinds []ports.LayerKind
+	// PrefillStops lists prompt positions, ascending and each strictly between the positions the session
+	// already holds and the prompt's length, where the prefill pauses so that Checkpoint can export state
+	// there (a recurrent layer's state exists only where the session is).
+	PrefillStops []int
+	// Checkpoint, when non-nil, is called during the prefill at each of PrefillStops and at the prompt's end,
+	// with the session holding exactly the first n prompt tokens in every layer, before the first token is
+	// sampled. An error from it ends the generation.
+	Checkpoint func(n int) error
+	// SyncDrafter, at a normal finish (stop or length), gives the drafter the context it has not seen yet,
+	// so that afterwards the draft session holds as many positions as the target session (for a caller that
+	// exports both, such as the prefix cache). It costs one context-only Draft call per pending forward.
+	SyncDrafter bool
 }
 
 // TokenBudget is the domain's one check of a generation's length: it returns how many tokens a generation
@@ -205,6 +217,12 @@ func (c Config) Validate() error {
 	}
 	if c.Policy.Decay < 0 || c.Policy.Decay > 1 || c.Policy.Decay != c.Policy.Decay {
 		errs = append(errs, fmt.Errorf("policy decay %v out of range [0, 1]", c.Policy.Decay))
+	}
+	for i, n := range c.PrefillStops {
+		if n < 1 || (i > 0 && n <= c.PrefillStops[i-1]) {
+			errs = append(errs, fmt.Errorf("prefill stops must be ascending positions ≥ 1, got %v", c.PrefillStops))
+			break
+		}
 	}
 	for i, k := range c.LayerKinds {
 		if k != ports.LayerAttention && k != ports.LayerRecurrent {

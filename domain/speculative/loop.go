@@ -49,12 +49,13 @@ func New(cfg Config, clock ports.Clock, rnd ports.Rand) (*Decoder, error) {
 	return &Decoder{cfg: cfg, clock: clock, rnd: rnd, noise: noise}, nil
 }
 
-// Generate prefills prompt into sess (which must be empty, opened with the drafter's tap layers when draft
-// != nil), then decodes. draft == nil or BlockSize == 1 means autoregressive decoding. emit receives each
+// Generate prefills prompt into sess (opened with the drafter's tap layers when draft != nil), then decodes.
+// sess is empty, or holds a prefix of the prompt restored from a cache (fewer positions than the prompt,
+// holding exactly prompt[:sess.Len()]); draft, when used, holds as many positions as sess. draft == nil or BlockSize == 1 means autoregressive decoding. emit receives each
 // round's committed tokens (already committed to the session) in order, in a slice it must not modify
 // (it may keep it: the tokens stay as they are); an emit error stops generation and
 // is returned wrapped. ctx is checked once per round; on cancellation Generate returns ctx.Err() (wrapped)
-// plus the partial Result with FinishCancelled. draft must be empty (Len 0); the caller keeps ownership of
+// plus the partial Result with FinishCancelled. The caller keeps ownership of
 // sess and draft and closes them. On any other error the partial Result is returned too, and the session
 // state is unspecified (close it).
 func (d *Decoder) Generate(ctx context.Context, sess ports.Session, draft ports.DraftSession,
@@ -64,6 +65,9 @@ func (d *Decoder) Generate(ctx context.Context, sess ports.Session, draft ports.
 		return Result{}, err
 	}
 	err = g.run(ctx)
+	if err == nil && (g.res.Finish == FinishStop || g.res.Finish == FinishLength) {
+		err = g.syncDraft(ctx)
+	}
 	if g.policy != nil && g.cfg.Policy.Memory != nil {
 		g.cfg.Policy.Memory.store(g.policy)
 	}
@@ -85,6 +89,7 @@ type generation struct {
 	emit    func([]ports.Token) error
 	seq     []ports.Token // prompt + generated
 	prompt  int
+	held    int // prompt positions the session held at the start (a prefix cache hit)
 	budget  int // maximum number of generated tokens
 	maxBS   int
 	dlen    int
@@ -113,11 +118,20 @@ func (d *Decoder) start(sess ports.Session, draft ports.DraftSession, prompt []p
 	if len(prompt) == 0 {
 		errs = append(errs, errors.New("empty prompt"))
 	}
-	if n := sess.Len(); n != 0 {
-		errs = append(errs, fmt.Errorf("session holds %d positions, want an empty session", n))
+	// A session may start with a prefix of the prompt already in it (restored from the prefix cache): the
+	// caller guarantees those positions hold exactly prompt[:held].
+	held := sess.Len()
+	if held != 0 && held >= len(prompt) {
+		errs = append(errs, fmt.Errorf("session holds %d positions, want an empty session or fewer than the prompt's %d", held, len(prompt)))
 	}
-	if draft != nil && draft.Len() != 0 {
-		errs = append(errs, fmt.Errorf("draft session holds %d positions, want an empty session", draft.Len()))
+	if draft != nil && cfg.BlockSize > 1 && draft.Len() != held {
+		errs = append(errs, fmt.Errorf("draft session holds %d positions, want the target session's %d", draft.Len(), held))
+	}
+	for _, n := range cfg.PrefillStops {
+		if n <= held || n >= len(prompt) {
+			errs = append(errs, fmt.Errorf("prefill stop %d outside (%d, %d)", n, held, len(prompt)))
+			break
+		}
 	}
 	if emit == nil {
 		errs = append(errs, errors.New("nil emit function"))
@@ -147,6 +161,7 @@ func (d *Decoder) start(sess ports.Session, draft ports.DraftSession, prompt []p
 	if g.maxPending == 0 {
 		g.maxPending = defaultMaxPendingRounds
 	}
+	g.held, g.dlen = held, held
 	if cfg.Adaptive {
 		if cfg.Policy.Memory != nil {
 			g.policy = cfg.Policy.Memory.load(g.maxBS, cfg.Policy)
@@ -174,18 +189,9 @@ func (g *generation) run(ctx context.Context) error {
 	}
 	clock := g.d.clock
 	t0 := clock.Now()
-	fr, err := g.sess.Forward(ctx, g.seq, ports.ForwardOptions{Rows: 1, Taps: g.draft != nil, Sampling: g.samp})
+	fr, err := g.prefill(ctx)
 	if err != nil {
-		return fmt.Errorf("prefill %d tokens: %w", g.prompt, err)
-	}
-	if n := g.sess.Len(); n != g.prompt {
-		return fmt.Errorf("prefill: session holds %d positions, want %d", n, g.prompt)
-	}
-	if g.draft != nil {
-		if rowsOf(fr.Taps) != g.prompt {
-			return fmt.Errorf("prefill returned taps for %d positions, want %d", rowsOf(fr.Taps), g.prompt)
-		}
-		g.pending = append(g.pending, pendingTaps{taps: fr.Taps})
+		return err
 	}
 	first, err := sampleFirst(fr, g.cfg.Sampling.Greedy(), g.uniform(len(g.seq)))
 	if err != nil {
@@ -216,6 +222,57 @@ func (g *generation) run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// prefill feeds the prompt positions the session does not hold, pausing at the prefill stops, and returns
+// the last forward's result (its one row is the first token's).
+func (g *generation) prefill(ctx context.Context) (ports.ForwardResult, error) {
+	var fr ports.ForwardResult
+	from := g.held
+	for _, to := range append(slices.Clone(g.cfg.PrefillStops), g.prompt) {
+		g.detachPending()
+		var err error
+		fr, err = g.sess.Forward(ctx, g.seq[from:to], ports.ForwardOptions{Rows: 1, Taps: g.draft != nil, Sampling: g.samp})
+		if err != nil {
+			return fr, fmt.Errorf("prefill %d tokens at %d: %w", to-from, from, err)
+		}
+		if n := g.sess.Len(); n != to {
+			return fr, fmt.Errorf("prefill: session holds %d positions, want %d", n, to)
+		}
+		if g.draft != nil {
+			if rowsOf(fr.Taps) != to-from {
+				return fr, fmt.Errorf("prefill returned taps for %d positions, want %d", rowsOf(fr.Taps), to-from)
+			}
+			g.pending = append(g.pending, pendingTaps{taps: fr.Taps})
+		}
+		if g.cfg.Checkpoint != nil {
+			if err := g.cfg.Checkpoint(to); err != nil {
+				return fr, fmt.Errorf("prefill checkpoint at %d: %w", to, err)
+			}
+		}
+		from = to
+	}
+	return fr, nil
+}
+
+// syncDraft gives the drafter every pending tap (context only), so that it holds what the target holds.
+func (g *generation) syncDraft(ctx context.Context) error {
+	if g.draft == nil || !g.cfg.SyncDrafter {
+		return nil
+	}
+	if err := g.cropDraft(); err != nil {
+		return err
+	}
+	for len(g.pending) > 0 {
+		p := g.pending[0]
+		at := g.dlen + p.taps.Rows()
+		if _, err := g.draftCall(ctx, g.seq[at], p.taps, 1); err != nil {
+			return fmt.Errorf("sync drafter: %w", err)
+		}
+		g.pending[0] = pendingTaps{}
+		g.pending = g.pending[1:]
+	}
+	return nil
 }
 
 func (g *generation) generated() int { return len(g.seq) - g.prompt }

@@ -135,3 +135,18 @@ func TestSpeculateCatchesBrokenRollback(t *testing.T) {
 		require.NotEqual(t, want, got, "a rollback that keeps rejected positions must change the output or fail")
 	}
 }
+
+func TestPortfakePrefix(t *testing.T) {
+	for name, cfg := range map[string]portfake.Config{
+		"hybrid-tape":    {Tape: true},
+		"hybrid":         {},
+		"attention-only": {Layers: []ports.LayerKind{ports.LayerAttention, ports.LayerAttention}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m := portfake.MustNew(cfg)
+			dr, err := portfake.NewDrafter(portfake.DrafterConfig{BlockSize: 4, TapLayers: []int{0}, Propose: portfake.MatchThenDiverge(m, 2)})
+			require.NoError(t, err)
+			porttest.PrefixSuite{Target: m, Drafter: dr, Vocab: m.Info().VocabSize}.Run(t)
+		})
+	}
+}

@@ -1,0 +1,339 @@
+package mlx
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// Target and draft sessions export and import prefix states (the prefix cache's backend side). The state
+// stays on the device: MLX arrays are immutable, so a whole-length export is a second handle to the
+// session's arrays (KV and recurrent state, no copy), and a shorter KV prefix is a device-side slice.
+var (
+	_ ports.PrefixExporter = (*Session)(nil)
+	_ ports.PrefixExporter = (*DraftSession)(nil)
+)
+
+// Prefix is a target session's state for positions [0, n): per attention layer K/V [1, Hkv, n, d], per GDN
+// layer conv and ssm. Its handles are freed (on the MLX thread) once the value is unreachable.
+type Prefix struct {
+	t        *Target
+	n        int
+	kv       []kvCache // zero for recurrent layers
+	gdn      []gdnState
+	numBytes int64
+}
+
+var _ ports.PrefixState = (*Prefix)(nil)
+
+// Len returns the number of positions the state covers.
+func (p *Prefix) Len() int { return p.n }
+
+// Bytes returns the device memory the state's arrays hold.
+func (p *Prefix) Bytes() int64 { return p.numBytes }
+
+func itemSize(a arr) int64 {
+	switch mlxc.ArrayDtype(a) {
+	case mlxc.Float16, mlxc.BFloat16:
+		return 2
+	default:
+		return 4
+	}
+}
+
+func arrBytes(a arr) int64 {
+	if a == 0 {
+		return 0
+	}
+	return int64(mlxc.ArraySize(a)) * itemSize(a)
+}
+
+// kvPrefix returns evaluated handles to the first n positions of a [1, h, N, d] K/V pair (the arrays
+// themselves when n == N), owned by the caller, and the bytes they keep alive. A shorter prefix is made
+// contiguous, which copies it when h > 1 (the rows of a head are not adjacent); with one head MLX may keep
+// the source's buffer, so the whole source is counted.
+func kvPrefix(g *graph, c *kvCache, n, heads, dim int) (k, v arr, held int64) {
+	if c.k == 0 || g.err != nil {
+		return 0, 0, 0
+	}
+	if shapeOf(c.k)[2] == n {
+		k, err1 := dup(g.rt, c.k)
+		v, err2 := dup(g.rt, c.v)
+		if err := errors.Join(err1, err2); err != nil {
+			g.fail(err)
+			for _, h := range []arr{k, v} {
+				if h != 0 {
+					mlxc.ArrayFree(h)
+				}
+			}
+			return 0, 0, 0
+		}
+		return k, v, arrBytes(k) + arrBytes(v)
+	}
+	k = g.contiguous(g.slice(c.k, []int{0, 0, 0, 0}, []int{1, heads, n, dim}))
+	v = g.contiguous(g.slice(c.v, []int{0, 0, 0, 0}, []int{1, heads, n, dim}))
+	g.eval(k, v)
+	if g.err != nil {
+		return 0, 0, 0
+	}
+	held = arrBytes(k) + arrBytes(v)
+	if heads == 1 {
+		held = arrBytes(c.k) + arrBytes(c.v)
+	}
+	return g.keep(k), g.keep(v), held
+}
+
+// ExportPrefix returns the state after positions [0, n) (see ports.PrefixExporter).
+func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
+	if s.closed {
+		return nil, errClosed
+	}
+	if err := s.pos.CheckExport(n); err != nil {
+		return nil, fmt.Errorf("mlx: %w", err)
+	}
+	a := &s.t.m.Arch
+	p := &Prefix{t: s.t, n: n, kv: make([]kvCache, len(s.st.kv)), gdn: make([]gdnState, len(s.st.gdn))}
+	err := s.t.rt.Do(func() error {
+		if s.t.closed {
+			return errTargetClosed
+		}
+		g := newGraph(s.t.rt, "mlx export prefix")
+		defer g.release()
+		for i, c := range s.st.kv {
+			if c != nil {
+				var held int64
+				p.kv[i].k, p.kv[i].v, held = kvPrefix(g, c, n, a.KVHeads, a.HeadDim)
+				p.numBytes += held
+			}
+		}
+		for i, st := range s.st.gdn {
+			if st == nil || g.err != nil {
+				continue
+			}
+			var err1, err2 error
+			p.gdn[i].conv, err1 = dup(s.t.rt, st.conv)
+			p.gdn[i].ssm, err2 = dup(s.t.rt, st.ssm)
+			if err := errors.Join(err1, err2); err != nil {
+				g.fail(err)
+			}
+		}
+		return g.err
+	})
+	hs := p.handles()
+	for _, g := range p.gdn {
+		p.numBytes += arrBytes(g.conv) + arrBytes(g.ssm)
+	}
+	rt := s.t.rt
+	runtime.AddCleanup(p, func(hs []arr) { rt.FreeLater(hs...) }, hs)
+	if err != nil {
+		return nil, fmt.Errorf("mlx: export prefix: %w", err)
+	}
+	return p, nil
+}
+
+func (p *Prefix) handles() []arr {
+	var hs []arr
+	for _, c := range p.kv {
+		if c.k != 0 {
+			hs = append(hs, c.k, c.v)
+		}
+	}
+	for _, g := range p.gdn {
+		if g.conv != 0 {
+			hs = append(hs, g.conv)
+		}
+		if g.ssm != 0 {
+			hs = append(hs, g.ssm)
+		}
+	}
+	return hs
+}
+
+// ImportPrefix makes an empty session hold p (see ports.PrefixExporter): the session takes new handles to
+// p's arrays, and its next Forward builds new arrays from them, as every Forward does.
+func (s *Session) ImportPrefix(ps ports.PrefixState) error {
+	if s.closed {
+		return errClosed
+	}
+	p, ok := ps.(*Prefix)
+	switch {
+	case !ok || p == nil:
+		return fmt.Errorf("mlx: import prefix: state %T is not an MLX target prefix", ps)
+	case p.t != s.t:
+		return errors.New("mlx: import prefix: the state was exported by a session of another model")
+	case s.pos.N != 0:
+		return fmt.Errorf("mlx: import prefix: the session holds %d positions, want an empty session", s.pos.N)
+	}
+	err := s.t.rt.Do(func() error {
+		if s.t.closed {
+			return errTargetClosed
+		}
+		// Take every new handle first, so a failure leaves the session as it was.
+		var taken []arr
+		take := func(a arr) (arr, error) {
+			if a == 0 {
+				return 0, nil
+			}
+			h, err := dup(s.t.rt, a)
+			if err == nil {
+				taken = append(taken, h)
+			}
+			return h, err
+		}
+		kv := make([]kvCache, len(s.st.kv))
+		gdn := make([]gdnState, len(s.st.gdn))
+		var errs []error
+		for i := range s.st.kv {
+			var e1, e2 error
+			kv[i].k, e1 = take(p.kv[i].k)
+			kv[i].v, e2 = take(p.kv[i].v)
+			errs = append(errs, e1, e2)
+		}
+		for i := range s.st.gdn {
+			var e1, e2 error
+			gdn[i].conv, e1 = take(p.gdn[i].conv)
+			gdn[i].ssm, e2 = take(p.gdn[i].ssm)
+			errs = append(errs, e1, e2)
+		}
+		if err := errors.Join(errs...); err != nil {
+			for _, h := range taken {
+				mlxc.ArrayFree(h)
+			}
+			return err
+		}
+		s.dropLast()
+		for i, c := range s.st.kv {
+			if c != nil {
+				for _, h := range []arr{c.k, c.v} {
+					if h != 0 {
+						mlxc.ArrayFree(h)
+					}
+				}
+				c.k, c.v = kv[i].k, kv[i].v
+			}
+		}
+		for i, st := range s.st.gdn {
+			if st != nil {
+				mlxc.ArrayFree(st.conv)
+				mlxc.ArrayFree(st.ssm)
+				st.conv, st.ssm = gdn[i].conv, gdn[i].ssm
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mlx: import prefix: %w", err)
+	}
+	s.pos.N, s.pos.Rec = p.n, p.n
+	s.gen++
+	return nil
+}
+
+// DraftPrefix is a draft session's context K/V for positions [0, n), per drafter layer [1, Hkv, n, d].
+type DraftPrefix struct {
+	d        *Drafter
+	n        int
+	kv       []kvCache
+	numBytes int64
+}
+
+var _ ports.PrefixState = (*DraftPrefix)(nil)
+
+// Len returns the number of context positions the state covers.
+func (p *DraftPrefix) Len() int { return p.n }
+
+// Bytes returns the device memory the state's arrays hold.
+func (p *DraftPrefix) Bytes() int64 { return p.numBytes }
+
+// ExportPrefix returns the context of positions [0, n), 0 < n ≤ Len() (see ports.PrefixExporter).
+func (s *DraftSession) ExportPrefix(n int) (ports.PrefixState, error) {
+	if s.closed {
+		return nil, errors.New("mlx drafter: session is closed")
+	}
+	if n < 1 || n > s.n {
+		return nil, fmt.Errorf("mlx drafter: export prefix %d outside [1,%d]", n, s.n)
+	}
+	a := &s.d.m.Arch
+	rt := s.d.t.rt
+	p := &DraftPrefix{d: s.d, n: n, kv: make([]kvCache, len(s.kv))}
+	err := rt.Do(func() error {
+		g := newGraph(rt, "mlx drafter export prefix")
+		defer g.release()
+		for i, c := range s.kv {
+			var held int64
+			p.kv[i].k, p.kv[i].v, held = kvPrefix(g, c, n, a.NumKVHeads, a.HeadDim)
+			p.numBytes += held
+		}
+		return g.err
+	})
+	var hs []arr
+	for _, c := range p.kv {
+		if c.k != 0 {
+			hs = append(hs, c.k, c.v)
+		}
+	}
+	runtime.AddCleanup(p, func(hs []arr) { rt.FreeLater(hs...) }, hs)
+	if err != nil {
+		return nil, fmt.Errorf("mlx drafter: export prefix: %w", err)
+	}
+	return p, nil
+}
+
+// ImportPrefix makes an empty draft session hold p (see ports.PrefixExporter).
+func (s *DraftSession) ImportPrefix(ps ports.PrefixState) error {
+	if s.closed {
+		return errors.New("mlx drafter: session is closed")
+	}
+	p, ok := ps.(*DraftPrefix)
+	switch {
+	case !ok || p == nil:
+		return fmt.Errorf("mlx drafter: import prefix: state %T is not an MLX drafter prefix", ps)
+	case p.d != s.d:
+		return errors.New("mlx drafter: import prefix: the state was exported by a session of another drafter")
+	case s.n != 0:
+		return fmt.Errorf("mlx drafter: import prefix: the session holds %d positions, want an empty session", s.n)
+	}
+	rt := s.d.t.rt
+	err := rt.Do(func() error {
+		var taken []arr
+		var errs []error
+		kv := make([]kvCache, len(s.kv))
+		for i, c := range p.kv {
+			if c.k == 0 {
+				continue
+			}
+			k, e1 := dup(rt, c.k)
+			v, e2 := dup(rt, c.v)
+			if e1 == nil {
+				taken = append(taken, k)
+			}
+			if e2 == nil {
+				taken = append(taken, v)
+			}
+			errs = append(errs, e1, e2)
+			kv[i] = kvCache{k, v}
+		}
+		if err := errors.Join(errs...); err != nil {
+			for _, h := range taken {
+				mlxc.ArrayFree(h)
+			}
+			return err
+		}
+		for i, c := range s.kv {
+			if c.k != 0 {
+				mlxc.ArrayFree(c.k)
+				mlxc.ArrayFree(c.v)
+			}
+			c.k, c.v = kv[i].k, kv[i].v
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("mlx drafter: import prefix: %w", err)
+	}
+	s.n = p.n
+	return nil
+}

@@ -1,0 +1,390 @@
+// Package prefixcache is the reuse policy of the prefix cache: which cached prefix a request starts from,
+// where state is exported, what is evicted. Entries are kept in a radix tree over token ids; each holds the
+// opaque backend states (ports.PrefixState) of one prefix: the target's (attention KV, recurrent state at the
+// entry's end) and optionally the drafter's context. The cache never looks inside a state: copying state in
+// and out is the backends' job. It is safe for concurrent use.
+package prefixcache
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/higgs-go/higgs/ports"
+)
+
+// tokenBytes is what one token id of an entry's key costs (int32).
+const tokenBytes = 4
+
+// Config tunes a Cache.
+type Config struct {
+	// Budget is the most bytes the entries may hold together (their states' Bytes plus their keys); > 0.
+	Budget int64
+	// Every is the interval, in tokens, of the prompt's intermediate boundaries (0: only the prompt's end and
+	// the generation's end).
+	Every int
+}
+
+// Validate reports every problem at once.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Budget <= 0 {
+		errs = append(errs, fmt.Errorf("prefix cache budget %d bytes must be > 0", c.Budget))
+	}
+	if c.Every < 0 {
+		errs = append(errs, fmt.Errorf("prefix cache interval %d tokens must be ≥ 0", c.Every))
+	}
+	return errors.Join(errs...)
+}
+
+// Stats are the cache's counters since it was made, and its current size.
+type Stats struct {
+	Hits, Misses int64
+	// CachedTokens is the sum of the reused lengths of every hit.
+	CachedTokens int64
+	Inserts      int64
+	// Rejected counts inserts refused because the budget was taken by entries in use (or the entry alone
+	// exceeds it).
+	Rejected  int64
+	Evictions int64
+	Entries   int
+	Bytes     int64
+}
+
+// Cache is the prefix cache. The zero value is not usable; call New.
+type Cache struct {
+	cfg   Config
+	clock ports.Clock
+
+	mu    sync.Mutex
+	root  *node
+	seq   uint64 // insertion/use counter: breaks ties between equal clock readings in LRU order
+	stats Stats
+}
+
+// node is a radix tree node: edge is the token run from its parent to it (empty only at the root).
+type node struct {
+	edge     []ports.Token
+	parent   *node
+	children map[ports.Token]*node // by the first token of the child's edge
+	entry    *entry
+	depth    int // tokens from the root to this node
+}
+
+// entry is one cached prefix (its key is the path to its node).
+type entry struct {
+	node   *node
+	target ports.PrefixState
+	draft  ports.PrefixState
+	bytes  int64
+	refs   int
+	used   time.Time
+	seq    uint64
+}
+
+// New returns an empty cache.
+func New(cfg Config, clock ports.Clock) (*Cache, error) {
+	var errs []error
+	if err := cfg.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if clock == nil {
+		errs = append(errs, errors.New("prefix cache: nil clock"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("prefix cache: %w", err)
+	}
+	return &Cache{cfg: cfg, clock: clock, root: &node{children: map[ports.Token]*node{}}}, nil
+}
+
+// Every returns the configured boundary interval.
+func (c *Cache) Every() int { return c.cfg.Every }
+
+// Budget returns the byte budget.
+func (c *Cache) Budget() int64 { return c.cfg.Budget }
+
+// Stats returns the counters.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// Lease is an entry in use by one request: while it is held the entry is never evicted. Release it once the
+// request has imported its states (or gave up). A Lease is used by one goroutine.
+type Lease struct {
+	c *Cache
+	e *entry
+	n int
+}
+
+// Len returns the number of prompt tokens to reuse: the entry's length, or less for a truncated hit
+// (Query.Truncate), whose states the caller cuts to Len after importing them.
+func (l *Lease) Len() int { return l.n }
+
+// Target returns the target session's state of the entry's prefix (it covers at least Len positions).
+func (l *Lease) Target() ports.PrefixState { return l.e.target }
+
+// Draft returns the draft session's state of the entry's prefix (nil when the entry holds none).
+func (l *Lease) Draft() ports.PrefixState { return l.e.draft }
+
+// Release gives the entry back to the cache; later calls do nothing.
+func (l *Lease) Release() {
+	if l == nil || l.c == nil {
+		return
+	}
+	c := l.c
+	l.c = nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l.e.refs--
+	if l.e.refs < 0 {
+		panic("prefixcache: lease released twice")
+	}
+}
+
+// Query says what a request can reuse.
+type Query struct {
+	// Limit is the most prompt tokens to reuse (a prompt's last token must run to give the first output's
+	// distribution, so the prompt's length minus one).
+	Limit int
+	// NeedDraft asks for entries that hold the drafter's context.
+	NeedDraft bool
+	// Truncate allows reusing the first part of a longer entry, for states that can be cut after import:
+	// an attention-only target's KV (TrimKV) and the drafter's context (Crop). A hybrid model's recurrent
+	// state exists only at its entry's end, so hybrid requests never set it.
+	Truncate bool
+}
+
+// Lookup finds the longest cached prefix of tokens that q allows, and counts a hit or a miss. Every hit is
+// a true prefix of token ids: a prompt that differs from a cached one at position i reuses at most i tokens
+// of it. A nil Lease is a miss.
+func (c *Cache) Lookup(tokens []ports.Token, q Query) *Lease {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	limit := min(q.Limit, len(tokens))
+	usable := func(e *entry) bool { return e != nil && (!q.NeedDraft || e.draft != nil) }
+	var best *entry
+	bestN := 0
+	n, i := c.root, 0
+	for {
+		if e := n.entry; usable(e) && n.depth <= limit {
+			best, bestN = e, n.depth
+		}
+		if i >= limit {
+			break
+		}
+		child := n.children[tokens[i]]
+		if child == nil {
+			break
+		}
+		k := 0
+		for k < len(child.edge) && i+k < len(tokens) && child.edge[k] == tokens[i+k] {
+			k++
+		}
+		if k < len(child.edge) || child.depth > limit {
+			// The prompt leaves the tree (or the limit ends) inside child's edge: every entry below child
+			// shares the first min(i+k, limit) tokens with the prompt.
+			if m := min(i+k, limit); q.Truncate && m > bestN {
+				if e := shortestBelow(child, usable); e != nil {
+					best, bestN = e, m
+				}
+			}
+			break
+		}
+		i += k
+		n = child
+	}
+	if best == nil {
+		c.stats.Misses++
+		return nil
+	}
+	c.stats.Hits++
+	c.stats.CachedTokens += int64(bestN)
+	best.refs++
+	c.touch(best)
+	return &Lease{c: c, e: best, n: bestN}
+}
+
+// shortestBelow returns the usable entry of least length at or below n (the least to import and cut), or nil.
+func shortestBelow(n *node, usable func(*entry) bool) *entry {
+	var best *entry
+	var walk func(n *node)
+	walk = func(n *node) {
+		if best != nil && n.depth >= best.node.depth {
+			return
+		}
+		if usable(n.entry) {
+			best = n.entry
+			return
+		}
+		for _, ch := range n.children {
+			walk(ch)
+		}
+	}
+	walk(n)
+	return best
+}
+
+func (c *Cache) touch(e *entry) {
+	c.seq++
+	e.used, e.seq = c.clock.Now(), c.seq
+}
+
+// Insert caches the states of the prefix tokens (len(tokens) == target.Len(); draft, when not nil, covers
+// the same positions). It reports whether the entry is now cached. An entry already cached for the same
+// tokens is kept (and counts as used) unless the new one adds a drafter state the old one lacks. To make room
+// it evicts the least recently used entries not in use; when those do not free enough it refuses, so the
+// cache never holds more than its budget.
+func (c *Cache) Insert(tokens []ports.Token, target, draft ports.PrefixState) (bool, error) {
+	switch {
+	case len(tokens) == 0:
+		return false, errors.New("prefix cache insert: empty prefix")
+	case target == nil:
+		return false, errors.New("prefix cache insert: nil target state")
+	case target.Len() != len(tokens):
+		return false, fmt.Errorf("prefix cache insert: target state covers %d positions, the prefix has %d tokens", target.Len(), len(tokens))
+	case draft != nil && draft.Len() != len(tokens):
+		return false, fmt.Errorf("prefix cache insert: drafter state covers %d positions, the prefix has %d tokens", draft.Len(), len(tokens))
+	}
+	bytes := target.Bytes() + int64(len(tokens))*tokenBytes
+	if draft != nil {
+		bytes += draft.Bytes()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.find(tokens); old != nil && old.entry != nil {
+		e := old.entry
+		if e.draft != nil || draft == nil || e.refs > 0 {
+			c.touch(e)
+			return true, nil
+		}
+		c.remove(e)
+	}
+	if bytes > c.cfg.Budget {
+		c.stats.Rejected++
+		return false, nil
+	}
+	for c.stats.Bytes+bytes > c.cfg.Budget {
+		victim := c.lru()
+		if victim == nil {
+			c.stats.Rejected++
+			return false, nil
+		}
+		c.remove(victim)
+		c.stats.Evictions++
+	}
+	n := c.grow(tokens)
+	e := &entry{node: n, target: target, draft: draft, bytes: bytes}
+	n.entry = e
+	c.touch(e)
+	c.stats.Bytes += bytes
+	c.stats.Entries++
+	c.stats.Inserts++
+	return true, nil
+}
+
+// find returns the node whose path is exactly tokens, or nil.
+func (c *Cache) find(tokens []ports.Token) *node {
+	n, i := c.root, 0
+	for i < len(tokens) {
+		child := n.children[tokens[i]]
+		if child == nil || i+len(child.edge) > len(tokens) || !slices.Equal(child.edge, tokens[i:i+len(child.edge)]) {
+			return nil
+		}
+		i += len(child.edge)
+		n = child
+	}
+	return n
+}
+
+// grow returns the node for tokens, splitting an edge or adding a leaf as needed.
+func (c *Cache) grow(tokens []ports.Token) *node {
+	n, i := c.root, 0
+	for i < len(tokens) {
+		child := n.children[tokens[i]]
+		if child == nil {
+			leaf := &node{edge: slices.Clone(tokens[i:]), parent: n, children: map[ports.Token]*node{}, depth: len(tokens)}
+			n.children[tokens[i]] = leaf
+			return leaf
+		}
+		// The common run of child's edge and the rest of tokens.
+		k := 0
+		for k < len(child.edge) && i+k < len(tokens) && child.edge[k] == tokens[i+k] {
+			k++
+		}
+		if k < len(child.edge) {
+			// Split child's edge at k: mid takes the first k tokens.
+			mid := &node{edge: child.edge[:k:k], parent: n, children: map[ports.Token]*node{}, depth: n.depth + k}
+			child.edge = child.edge[k:]
+			child.parent = mid
+			mid.children[child.edge[0]] = child
+			n.children[mid.edge[0]] = mid
+			child = mid
+		}
+		i += k
+		n = child
+	}
+	return n
+}
+
+// lru returns the least recently used entry not in use, or nil.
+func (c *Cache) lru() *entry {
+	var best *entry
+	var walk func(n *node)
+	walk = func(n *node) {
+		if e := n.entry; e != nil && e.refs == 0 {
+			if best == nil || e.used.Before(best.used) || (e.used.Equal(best.used) && e.seq < best.seq) {
+				best = e
+			}
+		}
+		for _, ch := range n.children {
+			walk(ch)
+		}
+	}
+	walk(c.root)
+	return best
+}
+
+// remove drops e and prunes the tree: a node with no entry and no children goes, and one with no entry and
+// a single child merges into it.
+func (c *Cache) remove(e *entry) {
+	n := e.node
+	n.entry = nil
+	c.stats.Bytes -= e.bytes
+	c.stats.Entries--
+	for n != c.root && n.entry == nil {
+		p := n.parent
+		switch len(n.children) {
+		case 0:
+			delete(p.children, n.edge[0])
+		case 1:
+			for _, ch := range n.children {
+				ch.edge = slices.Concat(n.edge, ch.edge)
+				ch.parent = p
+				p.children[ch.edge[0]] = ch
+			}
+			return
+		default:
+			return
+		}
+		n = p
+	}
+}
+
+// Boundaries returns the positions in (from, to] where a prefill from position from to position to stops to
+// export state: every multiple of every (when every > 0) and to itself.
+func Boundaries(from, to, every int) []int {
+	var out []int
+	if every > 0 {
+		for b := (from/every + 1) * every; b < to; b += every {
+			out = append(out, b)
+		}
+	}
+	if to > from {
+		out = append(out, to)
+	}
+	return out
+}
