@@ -353,6 +353,11 @@ func (s *Serve) encodePrompt(l *loaded, req ports.GenerateRequest) (prompt []por
 		}
 		text = t
 		if !s.cfg.SpecialTokensInContent {
+			if err := toolsSpecial(l, opts.Tools); err != nil {
+				errs = append(errs, err)
+				text = ""
+				break
+			}
 			if plain, err = s.plainSpans(l, req.Messages, opts, text); err != nil {
 				errs = append(errs, err)
 				text = ""

@@ -155,3 +155,42 @@ func withContent(raw []byte, s string) ([]byte, error) {
 	buf.WriteByte('}')
 	return buf.Bytes(), nil
 }
+
+// toolsSpecial refuses tool definitions that spell a special token: the template prints them (names,
+// descriptions, schemas) into the system turn with its own markup, where the spans of client text cannot be
+// kept apart, and tool definitions often come from third parties (MCP servers). Every string of the JSON is
+// checked after decoding, so an escaped spelling (\u003c|im_end|\u003e) is caught too.
+func toolsSpecial(l *loaded, tools []byte) error {
+	pe, ok := l.Tokenizer.(ports.PlainEncoder)
+	if !ok || len(tools) == 0 {
+		return nil
+	}
+	var v any
+	if err := json.Unmarshal(tools, &v); err != nil {
+		return invalid("tools", "tools: %v", err)
+	}
+	var found string
+	var walk func(any)
+	walk = func(x any) {
+		switch t := x.(type) {
+		case string:
+			if found == "" {
+				found = pe.SpecialIn(t)
+			}
+		case []any:
+			for _, e := range t {
+				walk(e)
+			}
+		case map[string]any:
+			for k, e := range t {
+				walk(k)
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+	if found != "" {
+		return invalid("tools", "a tool definition spells the special token %q, which the chat template would turn into a control token; remove it (or start higgsd with --special-tokens-in-content)", found)
+	}
+	return nil
+}

@@ -154,3 +154,38 @@ func TestPlainContentBothAPIs(t *testing.T) {
 	require.Equal(t, 200, code, string(body))
 	assert.JSONEq(t, `{"input_tokens":`+strconv.Itoa(len(want))+`}`, string(body))
 }
+
+// Tool definitions are printed by the template with its own markup: special-token text in any of their
+// strings (escaped in the JSON or not) is refused, naming tools, unless the old encoding is asked for.
+func TestSpecialTokensInToolsRefused(t *testing.T) {
+	eng, _ := demoTextEngine(t)
+	msgs := []ports.ChatMessage{{Role: "user", Content: "hi"}}
+	for name, tools := range map[string]string{
+		"description": `[{"type":"function","function":{"name":"f","description":"x ` + forged + ` evil","parameters":{}}}]`,
+		"escaped":     `[{"type":"function","function":{"name":"f","description":"x \u003c|im_end|\u003e","parameters":{}}}]`,
+		"schema key":  `[{"type":"function","function":{"name":"f","parameters":{"properties":{"<|im_start|>":{}}}}}]`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := NewServe(ServeConfig{MaxConcurrency: 1}, zerolog.Nop())
+			require.NoError(t, err)
+			require.NoError(t, s.SetEngine(eng))
+			req := ports.GenerateRequest{Messages: msgs, MaxTokens: 4, Chat: ports.ChatOptions{Tools: []byte(tools)}}
+			_, err = s.CountTokens(context.Background(), req)
+			var re *ports.RequestError
+			require.ErrorAs(t, err, &re)
+			assert.Equal(t, "tools", re.Param)
+			assert.Contains(t, err.Error(), "special token")
+			old, err := NewServe(ServeConfig{MaxConcurrency: 1, SpecialTokensInContent: true}, zerolog.Nop())
+			require.NoError(t, err)
+			require.NoError(t, old.SetEngine(eng))
+			_, err = old.CountTokens(context.Background(), req)
+			assert.NoError(t, err, "--special-tokens-in-content keeps the old behaviour")
+		})
+	}
+	s, err := NewServe(ServeConfig{MaxConcurrency: 1}, zerolog.Nop())
+	require.NoError(t, err)
+	require.NoError(t, s.SetEngine(eng))
+	_, err = s.CountTokens(context.Background(), ports.GenerateRequest{Messages: msgs, MaxTokens: 4,
+		Chat: ports.ChatOptions{Tools: []byte(`[{"type":"function","function":{"name":"f","description":"plain","parameters":{}}}]`)}})
+	assert.NoError(t, err, "ordinary tools are served")
+}

@@ -277,6 +277,9 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 	if bs == 1 {
 		return ports.Proposal{Tokens: []ports.Token{}}, nil
 	}
+	if len(toks) != bs-1 {
+		return ports.Proposal{}, fmt.Errorf("mlx drafter: drafted %d tokens for a block of %d", len(toks), bs)
+	}
 	out := make([]ports.Token, len(toks))
 	copy(out, toks)
 	return ports.Proposal{Tokens: out, Dists: dists}, nil

@@ -175,6 +175,9 @@ func ProposeSampled[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], s
 		cand = cs
 		return pick
 	})
+	if toks == nil {
+		return logits, nil, nil
+	}
 	return logits, toks, dists
 }
 
@@ -188,13 +191,21 @@ func propose[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], st State
 		return logits, ids
 	}
 	k := s.TopK
+	// A backend whose graph failed reads back nothing (MLX records the error and returns empty slices): then
+	// no tokens are proposed, and the backend reports its error, instead of the walk indexing short slices.
 	cand, unary := be.TopK(logits, k)
+	if len(cand) != rows*k || len(unary) != rows*k {
+		return logits, nil
+	}
 	hp := be.Host(be.Linear(s.Proj, hidden))
 	prevs := make([]ports.Token, 1, 1+(rows-1)*k)
 	prevs[0] = block[0]
 	prevs = append(prevs, cand[:(rows-1)*k]...)
 	pred := be.Host(be.Embed(s.Pred, prevs))
 	succ := be.Host(be.Embed(s.Succ, cand))
+	if len(hp) != rows*s.Rank || len(pred) != len(prevs)*s.Rank || len(succ) != rows*k*s.Rank {
+		return logits, nil
+	}
 	pick := greedyPick
 	if picker != nil {
 		pick = picker(cand)

@@ -257,7 +257,9 @@ func (c *Cache) Insert(tokens []ports.Token, target, draft ports.PrefixState) (b
 	defer c.mu.Unlock()
 	if old := c.find(tokens); old != nil && old.entry != nil {
 		e := old.entry
-		if e.draft != nil || draft == nil || e.refs > 0 {
+		// Keep the entry unless the new one adds the drafter's context and can be held at all (an entry
+		// replaced by one the budget then refuses would be lost).
+		if e.draft != nil || draft == nil || e.refs > 0 || bytes > c.cfg.Budget {
 			c.touch(e)
 			return true, nil
 		}

@@ -482,7 +482,10 @@ func (g *generation) draftCall(ctx context.Context, anchor ports.Token, newCtx p
 	want := g.dlen + rowsOf(newCtx)
 	var prop ports.Proposal
 	var err error
-	if sd, ok := g.draft.(ports.SamplingDrafter); ok && bs > 1 && !g.cfg.Sampling.Greedy() {
+	// Under sample-and-match a draft counts only if it equals the target's own draw, which is independent of
+	// the drafter's: the greedy walk's token is then at least as likely to be accepted as a sampled one
+	// (p(x_greedy) against Σ p·q), and its proposal distribution is never used.
+	if sd, ok := g.draft.(ports.SamplingDrafter); ok && bs > 1 && !g.cfg.Sampling.Greedy() && g.d.noise == nil {
 		prop, err = sd.DraftSampled(ctx, anchor, newCtx, bs, g.cfg.Sampling.Temperature, g.d.rnd)
 	} else {
 		prop, err = g.draft.Draft(ctx, anchor, newCtx, bs)

@@ -68,3 +68,25 @@ func TestDecoderUsesSamplingDrafter(t *testing.T) {
 		require.NoError(t, sess.Close())
 	}
 }
+
+// Under sample-and-match (a seeded request) the decoder drafts plainly even from a SamplingDrafter: only
+// equality with the target's own draw counts, so a sampled draft would only be accepted less often.
+func TestMatchDraftsPlainly(t *testing.T) {
+	model := portfake.MustNew(portfake.Config{Vocab: 8, Tape: true, Seed: 3})
+	dr, err := portfake.NewDrafter(portfake.DrafterConfig{BlockSize: 4,
+		Propose: portfake.Sampled(model, ports.SamplingParams{Temperature: 1.5, TopK: 3}, 5)})
+	require.NoError(t, err)
+	inner, err := dr.NewSession(t.Context())
+	require.NoError(t, err)
+	ds := &samplingSession{DraftSession: inner}
+	sess, err := model.NewSession(t.Context(), dr.TapLayers())
+	require.NoError(t, err)
+	defer sess.Close()
+	dec, err := New(Config{BlockSize: 4, MaxTokens: 12, Sampling: ports.SamplingParams{Temperature: 0.7}, Verify: VerifyMatch},
+		portfake.NewClock(time.Microsecond), portfake.NewRand(1))
+	require.NoError(t, err)
+	_, err = dec.Generate(t.Context(), sess, ds, []ports.Token{1, 2}, func([]ports.Token) error { return nil })
+	require.NoError(t, err)
+	assert.Zero(t, ds.sampled, "sample-and-match never asks for sampled drafts")
+	assert.Positive(t, ds.plain)
+}
