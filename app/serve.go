@@ -439,7 +439,7 @@ func (s *Serve) Generate(ctx context.Context, req ports.GenerateRequest, emit fu
 }
 
 // errStopString stops the decoder when a stop string appeared.
-var errStopString = errors.New("stop string reached")
+var errStopString = fmt.Errorf("stop string reached: %w", speculative.ErrStop)
 
 func (s *Serve) run(ctx context.Context, l *loaded, p prepared, lv *live, emit func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
 	res := ports.GenerateResult{Model: l.name, PromptTokens: len(p.prompt)}

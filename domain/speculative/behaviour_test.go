@@ -3,6 +3,7 @@ package speculative
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -333,4 +334,42 @@ func TestFixedDrafts(t *testing.T) {
 	bad := newRig(t, hybrid, portfake.Fixed(1, 999), portfake.DrafterConfig{})
 	_, err = bad.generate(t, t.Context(), Config{BlockSize: 3, MaxTokens: 20}, nil, prompt)
 	assert.ErrorContains(t, err, "outside vocabulary", "a drafted id outside the vocabulary is an error, not a panic")
+}
+
+// An emit error wrapping ErrStop (a stop string) ends generation as a stop: Finish is FinishStop and, with
+// SyncDrafter, the drafter is brought level with the target (the prefix cache keeps its context); any other
+// emit error is a cancellation.
+func TestEmitStop(t *testing.T) {
+	prompt := testPrompt(6, 32)
+	for _, tc := range []struct {
+		name   string
+		err    error
+		finish FinishReason
+		level  bool
+	}{
+		{"stop", fmt.Errorf("stop string: %w", ErrStop), FinishStop, true},
+		{"other", errors.New("client went away"), FinishCancelled, false},
+	} {
+		for _, after := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s after %d emits", tc.name, after), func(t *testing.T) {
+				m := portfake.MustNew(hybrid)
+				r := newRig(t, hybrid, portfake.MatchThenDiverge(m, 2), portfake.DrafterConfig{})
+				dec, err := New(Config{BlockSize: 4, MaxTokens: 40, SyncDrafter: true}, portfake.NewClock(time.Millisecond), nil)
+				require.NoError(t, err)
+				emits := 0
+				res, err := dec.Generate(t.Context(), r.sess, r.draftSession(), prompt, func([]ports.Token) error {
+					emits++
+					if emits == after {
+						return tc.err
+					}
+					return nil
+				})
+				require.ErrorIs(t, err, tc.err)
+				assert.Equal(t, tc.finish, res.Finish)
+				if tc.level {
+					assert.Equal(t, r.sess.Len(), r.draft.Len(), "the drafter holds what the target holds")
+				}
+			})
+		}
+	}
 }

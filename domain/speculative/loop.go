@@ -65,8 +65,15 @@ func (d *Decoder) Generate(ctx context.Context, sess ports.Session, draft ports.
 		return Result{}, err
 	}
 	err = g.run(ctx)
-	if err == nil && (g.res.Finish == FinishStop || g.res.Finish == FinishLength) {
+	switch {
+	case err == nil && (g.res.Finish == FinishStop || g.res.Finish == FinishLength):
 		err = g.syncDraft(ctx)
+	case errors.Is(err, ErrStop):
+		// The caller ended it (a stop string): every committed token is in the session, so the drafter can be
+		// brought level as after a stop token, for the prefix cache to keep its context.
+		if serr := g.syncDraft(ctx); serr != nil {
+			err = errors.Join(err, serr)
+		}
 	}
 	if g.policy != nil && g.cfg.Policy.Memory != nil {
 		g.cfg.Policy.Memory.store(g.policy)
@@ -200,7 +207,7 @@ func (g *generation) run(ctx context.Context) error {
 	g.seq = append(g.seq, first)
 	g.res.Stats.PrefillTime = clock.Now().Sub(t0)
 	if err := g.emit([]ports.Token{first}); err != nil {
-		g.res.Finish = FinishCancelled
+		g.res.Finish = emitFinish(err)
 		return fmt.Errorf("emit: %w", err)
 	}
 	if g.stop[first] {
@@ -276,6 +283,18 @@ func (g *generation) syncDraft(ctx context.Context) error {
 }
 
 func (g *generation) generated() int { return len(g.seq) - g.prompt }
+
+// ErrStop, wrapped in an emit callback's error, ends generation as the caller's clean stop (a stop string):
+// Generate still returns the error, with FinishStop, and leaves the session and the drafter as after a stop
+// token (the drafter brought level when Config.SyncDrafter). Any other emit error is a cancellation.
+var ErrStop = errors.New("generation stopped by the caller")
+
+func emitFinish(err error) FinishReason {
+	if errors.Is(err, ErrStop) {
+		return FinishStop
+	}
+	return FinishCancelled
+}
 
 // uniform returns the draw for the token at sequence position pos: the position's own number under
 // VerifyMatch, the stream's next one otherwise. Greedy decoding draws nothing.
@@ -398,7 +417,7 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 		g.policy.observe(bs, a, policyDraft, rs.DraftTime-policyDraft, rs.VerifyTime, rs.RollbackTime)
 	}
 	if err := g.emit(slices.Clip(chunk)); err != nil {
-		g.res.Finish = FinishCancelled
+		g.res.Finish = emitFinish(err)
 		return false, fmt.Errorf("emit: %w", err)
 	}
 	if g.cfg.Observe != nil {
