@@ -91,6 +91,9 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 	if backend == BackendCPU && cfg.Kernels == KernelsFast {
 		backend = BackendCPUFast
 	}
+	if err := probeFinite(ctx, target); err != nil {
+		return nil, errors.Join(fmt.Errorf("load %s: %w", targetDir, err), closeTarget())
+	}
 	m := &Models{Target: target, Name: name, Backend: backend, EOS: target.Info().EOSTokens}
 	closers := []func() error{closeTarget}
 	m.Close = func() error {
