@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -17,21 +18,18 @@ var (
 // Prefix is a target session's state for positions [0, n): copies of every attention layer's KV rows and of
 // every recurrent layer's conv buffer and SSM state at n. Nothing writes it after export.
 type Prefix struct {
-	t        *Target
-	n        int
-	k, v     [][]float32 // per layer; nil for recurrent layers
-	conv     [][]float32 // per layer; nil for attention layers
-	ssm      [][]float32
-	numBytes int64
+	t    *Target
+	n    int
+	k, v [][]float32 // per layer; nil for recurrent layers
+	conv [][]float32 // per layer; nil for attention layers
+	ssm  [][]float32
+	model.PrefixSize
 }
 
 var _ ports.PrefixState = (*Prefix)(nil)
 
 // Len returns the number of positions the state covers.
 func (p *Prefix) Len() int { return p.n }
-
-// Bytes returns the memory the copies hold.
-func (p *Prefix) Bytes() int64 { return p.numBytes }
 
 // ExportPrefix copies the state after positions [0, n) (see ports.PrefixExporter).
 func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
@@ -63,7 +61,7 @@ func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 			floats += len(g.conv) + len(g.s[g.cur])
 		}
 	}
-	p.numBytes = int64(floats) * 4
+	p.Size = int64(floats) * 4
 	return p, nil
 }
 
@@ -104,21 +102,18 @@ func (s *Session) ImportPrefix(ps ports.PrefixState) error {
 // DraftPrefix is a draft session's context for positions [0, n): the projected context K/V rows of each
 // drafter layer and the queued (not yet projected) tap rows after them.
 type DraftPrefix struct {
-	d        *Drafter
-	n        int // projected rows
-	k, v     [][]float32
-	queued   []float32 // nq rows of taps
-	nq       int
-	numBytes int64
+	d      *Drafter
+	n      int // projected rows
+	k, v   [][]float32
+	queued []float32 // nq rows of taps
+	nq     int
+	model.PrefixSize
 }
 
 var _ ports.PrefixState = (*DraftPrefix)(nil)
 
 // Len returns the number of context positions the state covers.
 func (p *DraftPrefix) Len() int { return p.n + p.nq }
-
-// Bytes returns the memory the copies hold.
-func (p *DraftPrefix) Bytes() int64 { return p.numBytes }
 
 // ExportPrefix copies the context of positions [0, n), 0 < n ≤ Len() (see ports.PrefixExporter). Context
 // rows depend only on their own position's taps, so a prefix of the cache is the cache that prefix alone
@@ -143,7 +138,7 @@ func (s *DraftSession) ExportPrefix(n int) (ports.PrefixState, error) {
 	}
 	p.queued = slices.Clone(s.queued[:p.nq*width])
 	floats += len(p.queued)
-	p.numBytes = int64(floats) * 4
+	p.Size = int64(floats) * 4
 	return p, nil
 }
 

@@ -6,6 +6,7 @@ import (
 	"runtime"
 
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -20,20 +21,17 @@ var (
 // Prefix is a target session's state for positions [0, n): per attention layer K/V [1, Hkv, n, d], per GDN
 // layer conv and ssm. Its handles are freed (on the MLX thread) once the value is unreachable.
 type Prefix struct {
-	t        *Target
-	n        int
-	kv       []kvCache // zero for recurrent layers
-	gdn      []gdnState
-	numBytes int64
+	t   *Target
+	n   int
+	kv  []kvCache // zero for recurrent layers
+	gdn []gdnState
+	model.PrefixSize
 }
 
 var _ ports.PrefixState = (*Prefix)(nil)
 
 // Len returns the number of positions the state covers.
 func (p *Prefix) Len() int { return p.n }
-
-// Bytes returns the device memory the state's arrays hold.
-func (p *Prefix) Bytes() int64 { return p.numBytes }
 
 func itemSize(a arr) int64 {
 	switch mlxc.ArrayDtype(a) {
@@ -106,7 +104,7 @@ func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 			if c != nil {
 				var held int64
 				p.kv[i].k, p.kv[i].v, held = kvPrefix(g, c, n, a.KVHeads, a.HeadDim)
-				p.numBytes += held
+				p.Size += held
 			}
 		}
 		for i, st := range s.st.gdn {
@@ -124,7 +122,7 @@ func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 	})
 	hs := p.handles()
 	for _, g := range p.gdn {
-		p.numBytes += arrBytes(g.conv) + arrBytes(g.ssm)
+		p.Size += arrBytes(g.conv) + arrBytes(g.ssm)
 	}
 	rt := s.t.rt
 	runtime.AddCleanup(p, func(hs []arr) { rt.FreeLater(hs...) }, hs)
@@ -234,19 +232,16 @@ func (s *Session) ImportPrefix(ps ports.PrefixState) error {
 
 // DraftPrefix is a draft session's context K/V for positions [0, n), per drafter layer [1, Hkv, n, d].
 type DraftPrefix struct {
-	d        *Drafter
-	n        int
-	kv       []kvCache
-	numBytes int64
+	d  *Drafter
+	n  int
+	kv []kvCache
+	model.PrefixSize
 }
 
 var _ ports.PrefixState = (*DraftPrefix)(nil)
 
 // Len returns the number of context positions the state covers.
 func (p *DraftPrefix) Len() int { return p.n }
-
-// Bytes returns the device memory the state's arrays hold.
-func (p *DraftPrefix) Bytes() int64 { return p.numBytes }
 
 // ExportPrefix returns the context of positions [0, n), 0 < n ≤ Len() (see ports.PrefixExporter).
 func (s *DraftSession) ExportPrefix(n int) (ports.PrefixState, error) {
@@ -265,7 +260,7 @@ func (s *DraftSession) ExportPrefix(n int) (ports.PrefixState, error) {
 		for i, c := range s.kv {
 			var held int64
 			p.kv[i].k, p.kv[i].v, held = kvPrefix(g, c, n, a.NumKVHeads, a.HeadDim)
-			p.numBytes += held
+			p.Size += held
 		}
 		return g.err
 	})

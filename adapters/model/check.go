@@ -170,3 +170,10 @@ func Collect[X any](t TapSlots) (tapped []X, tap func(layer int, x X)) {
 		}
 	}
 }
+
+// PrefixSize is the memory an exported prefix state holds (ports.PrefixState.Bytes), embedded by every
+// backend's states.
+type PrefixSize struct{ Size int64 }
+
+// Bytes returns the memory the state holds.
+func (s PrefixSize) Bytes() int64 { return s.Size }
