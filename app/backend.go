@@ -126,6 +126,8 @@ type Models struct {
 	EOS []ports.Token
 	// Name is the served model id (the directory's base name or the hub id).
 	Name string
+	// TargetDir is the target's model directory (bench --kernel-costs reads its tensor sizes).
+	TargetDir string
 	// Backend is the backend actually used ("cpu" after an "auto" fallback; BackendCPUFast for the cpu
 	// backend with Kernels "fast").
 	Backend string

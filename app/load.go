@@ -94,7 +94,7 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 	if err := probeFinite(ctx, target); err != nil {
 		return nil, errors.Join(fmt.Errorf("load %s: %w", targetDir, err), closeTarget())
 	}
-	m := &Models{Target: target, Name: name, Backend: backend, EOS: target.Info().EOSTokens}
+	m := &Models{Target: target, Name: name, Backend: backend, EOS: target.Info().EOSTokens, TargetDir: targetDir}
 	closers := []func() error{closeTarget}
 	m.Close = func() error {
 		var errs []error

@@ -33,6 +33,8 @@ type BenchOptions struct {
 	Verify   speculative.Verification
 	// MultiTurn, when set, also runs the multi-turn prefix-cache scenario (BenchResult.MultiTurn).
 	MultiTurn *MultiTurnOptions
+	// Costs, when set, also measures the target's kernel costs through the session port (BenchResult.Costs).
+	Costs *CostsOptions
 }
 
 // BenchAR is the autoregressive figure.
@@ -85,6 +87,8 @@ type BenchResult struct {
 	Verify      string  `json:"verify,omitempty"`
 	// MultiTurn is the multi-turn prefix-cache scenario (bench --multi-turn).
 	MultiTurn *MultiTurnResult `json:"multi_turn,omitempty"`
+	// Costs are the target's kernel costs (bench --kernel-costs).
+	Costs *KernelCosts `json:"costs,omitempty"`
 }
 
 type benchAcc struct {
@@ -247,6 +251,13 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 			return res, err
 		}
 		res.MultiTurn = &mt
+	}
+	if o.Costs != nil {
+		kc, err := MeasureCosts(ctx, m, o.Prompts, *o.Costs)
+		if err != nil {
+			return res, err
+		}
+		res.Costs = &kc
 	}
 	return res, nil
 }

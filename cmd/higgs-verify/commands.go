@@ -379,8 +379,10 @@ func (c *cli) benchCmd() *cobra.Command {
 	var f common
 	var prompts, sweep, stopIDs, verify string
 	var o app.BenchOptions
-	var multiTurn bool
+	var multiTurn, kernelCosts bool
 	var mt app.MultiTurnOptions
+	var costRows string
+	var co app.CostsOptions
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure autoregressive vs DFlash decoding of the same prompts, interleaved, after a warm-up (medians)",
@@ -395,6 +397,12 @@ func (c *cli) benchCmd() *cobra.Command {
 			}
 			if o.Verify, err = app.ParseVerification(verify); err != nil {
 				return err
+			}
+			if kernelCosts {
+				if co.Rows, err = parseInts("cost-rows", costRows); err != nil {
+					return err
+				}
+				o.Costs = &co
 			}
 			m, cleanup, err := c.loadModels(ctx, f.modelConfig())
 			if err != nil {
@@ -443,6 +451,9 @@ func (c *cli) benchCmd() *cobra.Command {
 					}
 					fmt.Fprintf(w, "tau on the last turn: %.2f off, %.2f on; cache holds %d bytes\n", mt.TauLastOff, mt.TauLastOn, mt.CacheBytes)
 				}
+				if kc := res.Costs; kc != nil {
+					printCosts(w, kc)
+				}
 			})
 		},
 	}
@@ -467,5 +478,21 @@ func (c *cli) benchCmd() *cobra.Command {
 	fs.IntVar(&mt.SystemTokens, "system-tokens", 1500, "multi-turn: system prompt length in tokens (cut from the prompts, cycled)")
 	fs.Int64Var(&mt.CacheBytes, "prefix-cache-bytes", app.DefaultConfig().PrefixCacheBytes, "multi-turn: the prefix cache's budget")
 	fs.IntVar(&mt.Every, "prefix-cache-every", app.DefaultConfig().PrefixCacheEvery, "multi-turn: the prefix cache's boundary interval")
+	fs.BoolVar(&kernelCosts, "kernel-costs", false, "also measure the target's kernel costs: decode ms/token, verify cost of --cost-rows rows in decode steps, prefill tokens/s, achieved bandwidth and arithmetic rate, beside the CPU's features")
+	fs.StringVar(&costRows, "cost-rows", "2,4,8,16", "kernel costs: verify row counts")
+	fs.IntVar(&co.Context, "cost-context", 128, "kernel costs: context length (prefilled, then held for every decode and verify Forward)")
+	fs.IntVar(&co.Repeats, "cost-repeats", 7, "kernel costs: measured rounds (after one warm-up)")
 	return cmd
+}
+
+// printCosts is the text form of bench --kernel-costs.
+func printCosts(w io.Writer, kc *app.KernelCosts) {
+	fmt.Fprintf(w, "\nkernel costs (%s, %s, %d threads; cpu: %s), context %d, %d rounds (medians)\n",
+		kc.Backend, kc.CPU.Arch, kc.CPU.Threads, kc.CPU, kc.ContextTokens, kc.Repeats)
+	fmt.Fprintf(w, "prefill %.1f tokens/s; decode %.3f ms/token, %.2f GB/s of %d weight bytes, %.2f GFLOP/s of %d params\n",
+		kc.PrefillTokensPerS, kc.DecodeMsPerToken, kc.BandwidthGBPerS, kc.WeightBytes, kc.GFLOPPerS, kc.Params)
+	fmt.Fprintf(w, "%-10s %10s %14s %10s\n", "verify", "ms", "decode steps", "GFLOP/s")
+	for _, v := range kc.Verify {
+		fmt.Fprintf(w, "%-10s %10.3f %14.2f %10.2f\n", fmt.Sprintf("%d rows", v.Rows), v.Ms, v.DecodeSteps, v.GFLOPPerS)
+	}
 }
