@@ -112,7 +112,11 @@ func MeasureCosts(ctx context.Context, m *Models, prompts [][]ports.Token, o Cos
 			prefill = append(prefill, float64(len(prefix))/time.Since(t0).Seconds())
 		}
 	}
+	// An attention-only target has no recurrent state: TrimKV alone returns it to the context length.
 	snap, err := sess.Snapshot()
+	if errors.Is(err, errors.ErrUnsupported) {
+		snap, err = nil, nil
+	}
 	if err != nil {
 		return KernelCosts{}, fmt.Errorf("kernel costs: snapshot: %w", err)
 	}
@@ -126,8 +130,10 @@ func MeasureCosts(ctx context.Context, m *Models, prompts [][]ports.Token, o Cos
 		if err := sess.TrimKV(o.Context); err != nil {
 			return 0, fmt.Errorf("kernel costs: trim to %d: %w", o.Context, err)
 		}
-		if err := sess.Restore(snap); err != nil {
-			return 0, fmt.Errorf("kernel costs: restore: %w", err)
+		if snap != nil {
+			if err := sess.Restore(snap); err != nil {
+				return 0, fmt.Errorf("kernel costs: restore: %w", err)
+			}
 		}
 		return d.Seconds() * 1000, nil
 	}
@@ -164,7 +170,11 @@ func MeasureCosts(ctx context.Context, m *Models, prompts [][]ports.Token, o Cos
 			GFLOPPerS: 2 * float64(fp.Params) * float64(k) * perS(t) / 1e9})
 	}
 	// A timer too coarse for the model gives zero durations; say so rather than print Inf.
-	for _, v := range append([]float64{kc.PrefillTokensPerS, kc.BandwidthGBPerS, kc.GFLOPPerS}, kc.Verify[0].DecodeSteps) {
+	figures := []float64{kc.PrefillTokensPerS, kc.BandwidthGBPerS, kc.GFLOPPerS}
+	for _, v := range kc.Verify {
+		figures = append(figures, v.DecodeSteps, v.GFLOPPerS)
+	}
+	for _, v := range figures {
 		if math.IsInf(v, 0) || math.IsNaN(v) {
 			return kc, errors.New("kernel costs: a measured duration was zero (timer resolution); use a longer --cost-context or a larger model")
 		}
