@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/higgs-go/higgs/adapters/openai"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -201,21 +202,7 @@ func decode(raw []byte, v any, allowed []string) error {
 	return nil
 }
 
-func jsonKind(goKind string) string {
-	switch {
-	case strings.HasPrefix(goKind, "int"), strings.HasPrefix(goKind, "uint"):
-		return "an integer"
-	case strings.HasPrefix(goKind, "float"):
-		return "a number"
-	case goKind == "bool":
-		return "a boolean"
-	case goKind == "string":
-		return "a string"
-	case goKind == "slice":
-		return "an array"
-	}
-	return "an object"
-}
+func jsonKind(goKind string) string { return openai.JSONKind(goKind) }
 
 func isNull(r json.RawMessage) bool {
 	t := bytes.TrimSpace(r)

@@ -1,12 +1,10 @@
 package anthropic
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -100,25 +98,10 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 
 // writeJSON sends v with status, without HTML escaping (model output is full of <think> and <tool_call>).
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := marshal(v)
-	if err != nil {
-		b = []byte(`{"type":"error","error":{"type":"api_error","message":"internal server error"}}`)
-		status = http.StatusInternalServerError
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
+	openai.WriteJSON(w, status, v, []byte(`{"type":"error","error":{"type":"api_error","message":"internal server error"}}`))
 }
 
-func marshal(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
+func marshal(v any) ([]byte, error) { return openai.MarshalJSON(v) }
 
 func writeError(w http.ResponseWriter, e *Error) {
 	if e.RetryAfter > 0 {

@@ -60,30 +60,33 @@ func newMetrics(reg prometheus.Registerer, queueDepth func() int, prefix PrefixC
 	m.accepted = adopt(reg, m.accepted)
 	m.acceptedPos = adopt(reg, m.acceptedPos)
 	if prefix != nil {
-		stat := func(f func(ports.PrefixCacheStats) float64) func() float64 {
-			return func() float64 { return f(prefix.PrefixCacheStats()) }
+		for _, f := range []struct {
+			name, help string
+			gauge      bool
+			value      func(ports.PrefixCacheStats) int64
+		}{
+			{"higgs_prefix_cache_hits_total", "Generation requests that restored a cached prompt prefix.", false,
+				func(s ports.PrefixCacheStats) int64 { return s.Hits }},
+			{"higgs_prefix_cache_misses_total", "Generation requests that found no cached prompt prefix to restore (with the cache on).", false,
+				func(s ports.PrefixCacheStats) int64 { return s.Misses }},
+			{"higgs_prefix_cache_cached_tokens_total", "Prompt tokens restored from the prefix cache instead of prefilled.", false,
+				func(s ports.PrefixCacheStats) int64 { return s.CachedTokens }},
+			{"higgs_prefix_cache_evictions_total", "Prefix cache entries evicted (least recently used first) to stay within the byte budget.", false,
+				func(s ports.PrefixCacheStats) int64 { return s.Evictions }},
+			{"higgs_prefix_cache_bytes", "Bytes the prefix cache's entries hold (target KV and recurrent state, drafter context, keys).", true,
+				func(s ports.PrefixCacheStats) int64 { return s.Bytes }},
+			{"higgs_prefix_cache_budget_bytes", "The prefix cache's byte budget (--prefix-cache-bytes).", true,
+				func(s ports.PrefixCacheStats) int64 { return s.Budget }},
+			{"higgs_prefix_cache_entries", "Cached prompt prefixes.", true,
+				func(s ports.PrefixCacheStats) int64 { return int64(s.Entries) }},
+		} {
+			read := func() float64 { return float64(f.value(prefix.PrefixCacheStats())) }
+			if f.gauge {
+				adopt(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: f.name, Help: f.help}, read))
+			} else {
+				adopt(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: f.name, Help: f.help}, read))
+			}
 		}
-		adopt(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "higgs_prefix_cache_hits_total",
-			Help: "Generation requests that restored a cached prompt prefix."},
-			stat(func(s ports.PrefixCacheStats) float64 { return float64(s.Hits) })))
-		adopt(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "higgs_prefix_cache_misses_total",
-			Help: "Generation requests that found no cached prompt prefix to restore (with the cache on)."},
-			stat(func(s ports.PrefixCacheStats) float64 { return float64(s.Misses) })))
-		adopt(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "higgs_prefix_cache_cached_tokens_total",
-			Help: "Prompt tokens restored from the prefix cache instead of prefilled."},
-			stat(func(s ports.PrefixCacheStats) float64 { return float64(s.CachedTokens) })))
-		adopt(reg, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "higgs_prefix_cache_evictions_total",
-			Help: "Prefix cache entries evicted (least recently used first) to stay within the byte budget."},
-			stat(func(s ports.PrefixCacheStats) float64 { return float64(s.Evictions) })))
-		adopt(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "higgs_prefix_cache_bytes",
-			Help: "Bytes the prefix cache's entries hold (target KV and recurrent state, drafter context, keys)."},
-			stat(func(s ports.PrefixCacheStats) float64 { return float64(s.Bytes) })))
-		adopt(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "higgs_prefix_cache_budget_bytes",
-			Help: "The prefix cache's byte budget (--prefix-cache-bytes)."},
-			stat(func(s ports.PrefixCacheStats) float64 { return float64(s.Budget) })))
-		adopt(reg, prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "higgs_prefix_cache_entries",
-			Help: "Cached prompt prefixes."},
-			stat(func(s ports.PrefixCacheStats) float64 { return float64(s.Entries) })))
 	}
 	if queueDepth != nil {
 		// With a shared registry the first server's gauge stays: one registry exports one queue depth.

@@ -109,7 +109,11 @@ func decodeJSON(body []byte, v any) error {
 	return badRequest("", "the request body could not be decoded: %v", err)
 }
 
-func jsonKind(goKind string) string {
+func jsonKind(goKind string) string { return JSONKind(goKind) }
+
+// JSONKind names, for a client, the JSON kind a Go kind decodes from ("an integer", "a string", …): what a
+// type error in a request body says was expected.
+func JSONKind(goKind string) string {
 	switch {
 	case strings.HasPrefix(goKind, "int"), strings.HasPrefix(goKind, "uint"):
 		return "an integer"

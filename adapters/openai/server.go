@@ -156,19 +156,26 @@ func methodNotAllowed(allow string) http.HandlerFunc {
 
 // writeJSON sends v with status. The Content-Type matters: OpenAI's SDKs refuse JSON sent as text/plain.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := marshal(v)
+	WriteJSON(w, status, v, []byte(`{"error":{"message":"internal server error","type":"server_error","param":null,"code":"internal_error"}}`))
+}
+
+// WriteJSON sends v as JSON (MarshalJSON) with status, or fallback with a 500 when v cannot be encoded:
+// what every HTTP API of higgsd answers with.
+func WriteJSON(w http.ResponseWriter, status int, v any, fallback []byte) {
+	b, err := MarshalJSON(v)
 	if err != nil {
-		b = []byte(`{"error":{"message":"internal server error","type":"server_error","param":null,"code":"internal_error"}}`)
-		status = http.StatusInternalServerError
+		b, status = fallback, http.StatusInternalServerError
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// marshal is json.Marshal without HTML escaping: model output is full of <think> and <|im_end|>, which
+func marshal(v any) ([]byte, error) { return MarshalJSON(v) }
+
+// MarshalJSON is json.Marshal without HTML escaping: model output is full of <think> and <|im_end|>, which
 // clients should read as written.
-func marshal(v any) ([]byte, error) {
+func MarshalJSON(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
