@@ -80,6 +80,9 @@ type ForwardOptions struct {
 	// Sampling, when non-nil, requests per-position distributions (Result.Dists) after these logit
 	// transforms. Greedy tokens are always returned.
 	Sampling *SamplingParams
+	// Logits requests the raw next-token logits of the returned rows (Result.Logits), for consumers that
+	// transform them further (constrained decoding masks them; reference checks compare them).
+	Logits bool
 }
 
 // ForwardResult is what a forward pass returns. Its handles stay valid until the session is closed or the
@@ -93,6 +96,9 @@ type ForwardResult struct {
 	Taps Taps
 	// Tape records the recurrent layers' innovations for the block; nil unless requested and supported.
 	Tape Tape
+	// Logits holds the raw next-token logits of the returned rows, row-major [rows, VocabSize]; nil unless
+	// requested. The slice is the caller's.
+	Logits []float32
 }
 
 // Session is one sequence's state inside a target model: KV caches for attention layers and conv/SSM state

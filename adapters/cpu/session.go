@@ -61,7 +61,10 @@ func (s *Session) Len() int { return s.pos.N }
 
 // Forward runs tokens at positions Len()..Len()+len(tokens)−1 (see ports.Session).
 func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, error) {
-	res, _, err := s.forward(ctx, tokens, opts)
+	res, logits, err := s.forward(ctx, tokens, opts)
+	if err == nil && opts.Logits {
+		res.Logits = logits
+	}
 	return res, err
 }
 

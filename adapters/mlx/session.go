@@ -98,7 +98,10 @@ func (s *Session) Len() int { return s.pos.N }
 
 // Forward runs tokens at positions Len().. (see ports.Session).
 func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, error) {
-	res, _, err := s.forward(ctx, tokens, opts, false)
+	res, logits, err := s.forward(ctx, tokens, opts, opts.Logits)
+	if err == nil && opts.Logits {
+		res.Logits = logits
+	}
 	return res, err
 }
 

@@ -179,6 +179,11 @@ func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.
 			if opts.Sampling != nil {
 				res.Dists = append(res.Dists, transform(logits, *opts.Sampling))
 			}
+			if opts.Logits {
+				for _, v := range logits {
+					res.Logits = append(res.Logits, float32(v))
+				}
+			}
 		}
 		if taps != nil {
 			row := TapRow{Pos: pos, Token: tok, Values: make([]float32, len(s.taps)*s.m.cfg.TapWidth)}

@@ -54,6 +54,7 @@ func (s SessionSuite) Run(t *testing.T) {
 	t.Run("LenBookkeeping", s.testLen)
 	t.Run("BlockEqualsStepwise", s.testBlockEqualsStepwise)
 	t.Run("RowsAndDists", s.testRowsAndDists)
+	t.Run("Logits", s.testLogits)
 	t.Run("TrimRestoreRecompute", s.testRecompute)
 	t.Run("SnapshotIndependence", s.testSnapshotIndependence)
 	t.Run("TapeReplay", s.testTapeReplay)
@@ -218,6 +219,31 @@ func (s SessionSuite) testRowsAndDists(t *testing.T) {
 	for _, u := range []float64{0, 0.25, 0.5, 0.999999} {
 		tok := fr.Dists[0].Sample(u, fr.Greedy[0])
 		assert.NotEqual(t, fr.Greedy[0], tok, "Sample never returns the excluded token")
+	}
+}
+
+// testLogits checks ForwardOptions.Logits: one row of VocabSize raw logits per returned row, whose argmax
+// (lowest id on ties) is the greedy token, and nothing when not asked.
+func (s SessionSuite) testLogits(t *testing.T) {
+	blk := s.block(5, 4)
+	a := s.open(t, nil)
+	s.forward(t, a, s.Prompt, ports.ForwardOptions{Rows: 1})
+	plain := s.forward(t, a, blk, ports.ForwardOptions{Rows: 3})
+	assert.Nil(t, plain.Logits, "no logits unless asked")
+	b := s.open(t, nil)
+	s.forward(t, b, s.Prompt, ports.ForwardOptions{Rows: 1})
+	got := s.forward(t, b, blk, ports.ForwardOptions{Rows: 3, Logits: true})
+	assert.Equal(t, plain.Greedy, got.Greedy, "asking for logits changes no greedy token")
+	require.Len(t, got.Logits, 3*s.Vocab, "rows × vocab logits")
+	for r := range 3 {
+		row := got.Logits[r*s.Vocab : (r+1)*s.Vocab]
+		best := 0
+		for i, v := range row {
+			if v > row[best] {
+				best = i
+			}
+		}
+		assert.Equal(t, got.Greedy[r], ports.Token(best), "row %d: greedy is the argmax of the logits", r)
 	}
 }
 
