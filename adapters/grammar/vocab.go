@@ -1,0 +1,196 @@
+package grammar
+
+import (
+	"fmt"
+	"math/bits"
+	"slices"
+	"sync"
+)
+
+// Vocab is a byte-level vocabulary prepared for mask computation: a trie over the tokens' byte strings.
+// It is immutable and safe for concurrent use; build it once per tokenizer.
+type Vocab struct {
+	size  int
+	bytes [][]byte // per token id; nil for tokens the grammar never allows (special tokens, unassigned ids)
+	// trie: node 0 is the root; edges of node k are edgeByte/edgeTo[edgeStart[k]:edgeStart[k+1]]
+	edgeStart []int32
+	edgeByte  []byte
+	edgeTo    []int32
+	ends      [][]int32 // token ids whose bytes end at each node
+}
+
+// NewVocab builds a vocabulary of size ids; tokenBytes[id] is the byte string token id stands for, or nil for
+// a token no grammar may produce (special tokens: EOS is allowed separately, at the end of a sentence).
+func NewVocab(tokenBytes [][]byte) *Vocab {
+	type tnode struct {
+		kids map[byte]int32
+		ends []int32
+	}
+	nodes := []tnode{{kids: map[byte]int32{}}}
+	for id, b := range tokenBytes {
+		if len(b) == 0 {
+			continue
+		}
+		k := int32(0)
+		for _, c := range b {
+			nk, ok := nodes[k].kids[c]
+			if !ok {
+				nk = int32(len(nodes))
+				nodes = append(nodes, tnode{kids: map[byte]int32{}})
+				nodes[k].kids[c] = nk
+			}
+			k = nk
+		}
+		nodes[k].ends = append(nodes[k].ends, int32(id))
+	}
+	v := &Vocab{size: len(tokenBytes), bytes: tokenBytes, edgeStart: make([]int32, len(nodes)+1),
+		ends: make([][]int32, len(nodes))}
+	for k, n := range nodes {
+		v.edgeStart[k] = int32(len(v.edgeByte))
+		keys := make([]byte, 0, len(n.kids))
+		for c := range n.kids {
+			keys = append(keys, c)
+		}
+		slices.Sort(keys)
+		for _, c := range keys {
+			v.edgeByte = append(v.edgeByte, c)
+			v.edgeTo = append(v.edgeTo, n.kids[c])
+		}
+		v.ends[k] = n.ends
+	}
+	v.edgeStart[len(nodes)] = int32(len(v.edgeByte))
+	return v
+}
+
+// Size is the number of token ids.
+func (v *Vocab) Size() int { return v.size }
+
+// Bytes is the byte string of token id (nil for one the grammar never allows).
+func (v *Vocab) Bytes(id int32) []byte {
+	if id < 0 || int(id) >= len(v.bytes) {
+		return nil
+	}
+	return v.bytes[id]
+}
+
+// Mask is a set of token ids, one bit each.
+type Mask []uint64
+
+// Has reports whether id is in the set.
+func (m Mask) Has(id int32) bool {
+	return id >= 0 && int(id>>6) < len(m) && m[id>>6]&(1<<(uint(id)&63)) != 0
+}
+
+// Count is the number of ids in the set.
+func (m Mask) Count() int {
+	n := 0
+	for _, w := range m {
+		n += bits.OnesCount64(w)
+	}
+	return n
+}
+
+func (m Mask) set(id int32) { m[id>>6] |= 1 << (uint(id) & 63) }
+
+// Matcher computes the allowed tokens of a grammar's states over a vocabulary, caching each state's mask.
+// It is safe for concurrent use.
+type Matcher struct {
+	g   *Grammar
+	v   *Vocab
+	eos []int32
+
+	mu    sync.Mutex
+	cache map[string]Mask
+	// Computed counts masks computed (cache misses), for the bench's mask cost.
+	computed int
+}
+
+// maxCached bounds the masks a Matcher keeps (a state space larger than this recomputes).
+const maxCached = 4096
+
+// NewMatcher pairs a grammar with a vocabulary; eos are the ids allowed once the text is a complete sentence.
+func NewMatcher(g *Grammar, v *Vocab, eos []int32) (*Matcher, error) {
+	for _, id := range eos {
+		if id < 0 || int(id) >= v.size {
+			return nil, fmt.Errorf("grammar: EOS id %d outside the vocabulary of %d", id, v.size)
+		}
+	}
+	return &Matcher{g: g, v: v, eos: slices.Clone(eos), cache: map[string]Mask{}}, nil
+}
+
+// Start is the grammar's start state.
+func (m *Matcher) Start() State { return m.g.Start() }
+
+// Advance returns the state after token id (dead if the grammar forbids it; EOS leads to a dead state too:
+// nothing may follow it).
+func (m *Matcher) Advance(s State, id int32) State {
+	b := m.v.Bytes(id)
+	if b == nil {
+		return State{}
+	}
+	return s.Advance(b)
+}
+
+// Allowed returns the tokens that may follow state s (EOS included when s is accepting). The mask is shared:
+// callers must not modify it. A dead state allows nothing.
+func (m *Matcher) Allowed(s State) Mask {
+	if s.Dead() {
+		return make(Mask, (m.v.size+63)/64)
+	}
+	m.mu.Lock()
+	if mk, ok := m.cache[s.key]; ok {
+		m.mu.Unlock()
+		return mk
+	}
+	m.mu.Unlock()
+	mk := m.compute(s)
+	m.mu.Lock()
+	if len(m.cache) >= maxCached {
+		clear(m.cache)
+	}
+	m.cache[s.key] = mk
+	m.computed++
+	m.mu.Unlock()
+	return mk
+}
+
+// Computed is the number of masks computed so far (the others came from the cache).
+func (m *Matcher) Computed() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.computed
+}
+
+// compute walks the trie depth first, carrying the stacks alive after each prefix, so a prefix that no
+// stack accepts prunes every token under it.
+func (m *Matcher) compute(s State) Mask {
+	mk := make(Mask, (m.v.size+63)/64)
+	if s.Accepting() {
+		for _, id := range m.eos {
+			mk.set(id)
+		}
+	}
+	v := m.v
+	var walk func(k int32, stacks []*frame)
+	walk = func(k int32, stacks []*frame) {
+		for e := v.edgeStart[k]; e < v.edgeStart[k+1]; e++ {
+			b := v.edgeByte[e]
+			var next []*frame
+			for _, f := range stacks {
+				next = feed(f, b, next)
+			}
+			if len(next) == 0 {
+				continue
+			}
+			to := v.edgeTo[e]
+			for _, id := range v.ends[to] {
+				mk.set(id)
+			}
+			if v.edgeStart[to] < v.edgeStart[to+1] {
+				walk(to, next)
+			}
+		}
+	}
+	walk(0, s.stacks)
+	return mk
+}
