@@ -160,7 +160,7 @@ func feedSelf(f *frame, b byte, out []*frame) []*frame {
 		}
 		return out
 	case kLiteral:
-		nb := f.buf + string(b)
+		nb := f.buf + string([]byte{b})
 		for _, l := range f.n.lits {
 			if len(l) >= len(nb) && l[:len(nb)] == nb {
 				return emit(out, with(f, func(nf *frame) { nf.buf = nb }))
@@ -211,7 +211,7 @@ func feedObject(f *frame, b byte, out []*frame) []*frame {
 			out = emit(out, with(f, func(nf *frame) { nf.ph, nf.ws = oDone, 0 }))
 		}
 	case oKey:
-		nb := f.buf + string(b)
+		nb := f.buf + string([]byte{b})
 		for k := int(f.i); k < keyCandidates(n, int(f.i)); k++ {
 			key := n.props[k].key
 			if key == nb {
@@ -426,7 +426,7 @@ func nextPart(f *frame) *frame {
 
 // kmp returns the length of the longest prefix of t that is a suffix of t[:k]+b.
 func kmp(t string, k int, b byte) int {
-	s := t[:k] + string(b)
+	s := t[:k] + string([]byte{b})
 	for l := min(len(s), len(t)); l > 0; l-- {
 		if s[len(s)-l:] == t[:l] {
 			return l

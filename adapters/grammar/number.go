@@ -13,7 +13,7 @@ func feedNumber(f *frame, b byte) *frame {
 	digit := b >= '0' && b <= '9'
 	bounded := n.min != nil || n.max != nil
 	nf := *f
-	nf.buf = f.buf + string(b)
+	nf.buf = f.buf + string([]byte{b})
 	switch {
 	case f.ph == nStart && b == '-':
 		nf.ph = nMinus
