@@ -137,10 +137,36 @@ var Hermes = ToolCallSyntax{Open: "<tool_call>\n", Close: "\n</tool_call>", Sep:
 // arguments valid under its tool's schema. A schema the subset cannot express is a *SchemaError whose Path
 // starts with the tool's name.
 func ToolCalls(tools []Tool, syntax ToolCallSyntax, parallel bool) (*Grammar, error) {
+	reg := &registry{}
+	call, err := callNode(reg, tools, syntax)
+	if err != nil {
+		return nil, err
+	}
+	if parallel {
+		call.repeatSep = syntax.Sep
+	}
+	return newGrammar(reg, call), nil
+}
+
+// StrictTools is the grammar of free text in which every tool call (from syntax.Open on) is a call of one of
+// tools with valid arguments (strict tools the model may or may not call).
+func StrictTools(tools []Tool, syntax ToolCallSyntax) (*Grammar, error) {
+	reg := &registry{}
+	call, err := callNode(reg, tools, syntax)
+	if err != nil {
+		return nil, err
+	}
+	call.parts = call.parts[1:] // the text node matches Open itself
+	text := reg.newNode(kText)
+	text.trigger, text.then = syntax.Open, call
+	return newGrammar(reg, text), nil
+}
+
+// callNode is Open + {"name": NAME, "arguments": ARGS} + Close over tools.
+func callNode(reg *registry, tools []Tool, syntax ToolCallSyntax) (*node, error) {
 	if len(tools) == 0 {
 		return nil, fmt.Errorf("grammar: no tools to call")
 	}
-	reg := &registry{}
 	alt := reg.newNode(kAlt)
 	for _, t := range tools {
 		var args *node
@@ -171,11 +197,11 @@ func ToolCalls(tools []Tool, syntax ToolCallSyntax, parallel bool) (*Grammar, er
 	alt.alts = flat
 	seq := reg.newNode(kSeq)
 	seq.parts = []part{{lit: syntax.Open}, {value: alt}, {lit: syntax.Close}}
-	if parallel {
-		seq.repeatSep = syntax.Sep
-	}
-	return newGrammar(reg, seq), nil
+	return seq, nil
 }
+
+// AnyArguments is the schema of a tool whose own schema the subset cannot express: any JSON object.
+var AnyArguments = []byte(`{"type":"object"}`)
 
 // AfterReasoning returns g preceded by a reasoning block: free text up to and including closeTag, then
 // optional whitespace. inside says the prompt already opened the block; otherwise the text may start with

@@ -169,3 +169,14 @@ func bitsOf(m Mask, n int) []bool {
 	}
 	return out
 }
+
+func TestStrictTools(t *testing.T) {
+	g, err := StrictTools([]Tool{{Name: "f", Parameters: []byte(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`)}}, Hermes)
+	require.NoError(t, err)
+	assert.True(t, accepts(g, ""))
+	assert.True(t, accepts(g, "just text <tool_ca"))
+	assert.True(t, accepts(g, "x <tool_call>\n{\"name\":\"f\",\"arguments\":{\"n\":3}}\n</tool_call> more"))
+	assert.False(t, alive(g, "x <tool_call>\n{\"name\":\"g\""))
+	assert.False(t, accepts(g, "<tool_call>\n{\"name\":\"f\",\"arguments\":{\"n\":3}}"))
+	assert.False(t, alive(g, "<tool_call>\n{\"name\":\"f\",\"arguments\":{\"n\":\"x\""))
+}

@@ -78,6 +78,11 @@ const (
 )
 
 const (
+	tText uint8 = iota // free text (j: how much of the trigger the text ends with)
+	tIn                // the trigger's continuation is being matched above
+)
+
+const (
 	qPart uint8 = iota // in part i (j: offset in a literal, matched length of a terminator, whitespace count)
 	qIn                // part i's value is being matched above
 	qEnd               // every part matched; may repeat after repeatSep
@@ -169,6 +174,15 @@ func feedSelf(f *frame, b byte, out []*frame) []*frame {
 		return out
 	case kSeq:
 		return feedSeq(f, b, out)
+	case kText:
+		if f.ph != tText {
+			return out
+		}
+		k := kmp(f.n.trigger, int(f.j), b)
+		if k == len(f.n.trigger) {
+			return push(f.n.then, with(f, func(nf *frame) { nf.ph, nf.j = tIn, 0 }), out)
+		}
+		return append(out, with(f, func(nf *frame) { nf.j = int32(k) }))
 	}
 	return out
 }
@@ -453,6 +467,8 @@ func complete(f *frame) bool {
 		return slices.Contains(f.n.lits, f.buf)
 	case kSeq:
 		return f.ph == qEnd
+	case kText:
+		return f.ph == tText
 	}
 	return false
 }
@@ -479,6 +495,8 @@ func final(f *frame) bool {
 		return true
 	case kSeq:
 		return f.n.repeatSep == ""
+	case kText:
+		return false
 	}
 	return true
 }
@@ -498,6 +516,8 @@ func childDone(p *frame, c *frame) *frame {
 		return with(p, func(nf *frame) { nf.ph, nf.i = aNext, p.i+1 })
 	case kSeq:
 		return nextPart(p)
+	case kText:
+		return with(p, func(nf *frame) { nf.ph, nf.j = tText, 0 })
 	}
 	panic("grammar: childDone on a frame that waits for no child") // an invariant of push/start
 }

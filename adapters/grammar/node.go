@@ -21,6 +21,7 @@ const (
 	kAlt                     // one of several nodes (anyOf, type arrays, any JSON value)
 	kRef                     // a reference resolved at compile time to another node
 	kSeq                     // a sequence of literal bytes, values and free text, optionally repeated
+	kText                    // free text in which each occurrence of trigger continues with then
 )
 
 // node is one compiled schema (or grammar part). Nodes form a graph (recursive $refs make cycles); they are
@@ -57,6 +58,10 @@ type node struct {
 	// kSeq: the parts in order; repeatSep non-empty means the whole sequence may repeat after that separator.
 	parts     []part
 	repeatSep string
+
+	// kText.
+	trigger string
+	then    *node
 }
 
 // prop is one declared object property.
