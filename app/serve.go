@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/higgs-go/higgs/adapters/grammar"
 	"github.com/higgs-go/higgs/adapters/sampling"
 	"github.com/higgs-go/higgs/domain/prefixcache"
 	"github.com/higgs-go/higgs/domain/speculative"
@@ -98,6 +99,8 @@ type loaded struct {
 	// block size and sampling regime, as speculative.PolicyConfig.Memory requires), so short requests do not
 	// pay for exploring block sizes afresh. Keyed by policyKey.
 	policies sync.Map
+	// vocab is the vocabulary as byte strings, built for the first constrained request.
+	vocab vocabCache
 }
 
 // policyKey names one adaptive-policy memory: the largest block size and whether decoding is greedy.
@@ -231,6 +234,7 @@ type prepared struct {
 	think     bool // split <think>…</think> into reasoning
 	inThink   bool // the prompt leaves the model inside a think block
 	maxTokens int
+	match     *grammar.Matcher // the output's constraint; nil: free text
 }
 
 // prepare tokenizes and validates req against l.
@@ -286,6 +290,10 @@ func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) 
 	p.think = chat && l.thinkSplit
 	if p.think {
 		p.inThink = strings.LastIndex(text, thinkOpen) > strings.LastIndex(text, thinkClose)
+	}
+	var err error
+	if p.match, err = prepareConstraint(l, req, p.think, p.inThink); err != nil {
+		return p, err
 	}
 	if req.Seed != nil {
 		p.seed = *req.Seed
@@ -477,7 +485,12 @@ func (s *Serve) run(ctx context.Context, l *loaded, p prepared, lv *live, emit f
 		return res, invalid("", "%v", err)
 	}
 	pipe := newTextPipe(l.Tokenizer.NewStreamDecoder(true), p.stop, p.think, p.inThink, l.eos, emit)
-	out, genErr := dec.Generate(ctx, sess, draft, p.prompt, lv.committed(pipe.push))
+	gsess, masked := constrain(sess, p.match, len(p.prompt), l.info.VocabSize, s.clock)
+	out, genErr := dec.Generate(ctx, gsess, draft, p.prompt, lv.committed(pipe.push))
+	if masked != nil {
+		s.log.Debug().Int("rows", masked.stats.Rows).Int("masks_computed", masked.stats.Computed).
+			Dur("mask", masked.stats.Time).Msg("constrained decoding")
+	}
 	res.CompletionTokens = len(out.Tokens)
 	res.Spec = out.Stats.SpecUsage()
 	// Cache what this request computed once it ended cleanly (a stop string ends it through emit, with
