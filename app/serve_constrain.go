@@ -186,7 +186,7 @@ func constrain(sess ports.Session, m *grammar.Matcher, promptLen, vocab int, clo
 	return c, c
 }
 
-func (c *constrained) Len() int                                  { return c.inner.Len() }
+func (c *constrained) Len() int                                   { return c.inner.Len() }
 func (c *constrained) Snapshot() (ports.RecurrentSnapshot, error) { return c.inner.Snapshot() }
 func (c *constrained) Restore(s ports.RecurrentSnapshot) error    { return c.inner.Restore(s) }
 func (c *constrained) Close() error                               { return c.inner.Close() }
