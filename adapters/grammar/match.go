@@ -6,9 +6,10 @@ import (
 
 // Limits that keep every generated value finite and exactly representable.
 const (
-	// maxWS is the most whitespace bytes allowed between two JSON tokens (pretty printing fits; a model
-	// cannot stall in whitespace forever).
-	maxWS = 24
+	// maxWS bounds the whitespace after a reasoning block; maxIndent the indentation after a newline
+	// between two JSON tokens.
+	maxWS     = 8
+	maxIndent = 16
 	// maxIntDigits and maxFracDigits bound a number's digits (float64 holds 15 significant digits exactly);
 	// maxExpDigits bounds an exponent (unbounded numbers only).
 	maxIntDigits  = 15
@@ -136,15 +137,26 @@ func with(f *frame, edit func(*frame)) *frame {
 	return &nf
 }
 
-// gap handles a whitespace byte in a phase that allows whitespace; ok reports whether b was whitespace.
+// gap handles a whitespace byte in a phase that allows whitespace; ok reports whether b was whitespace. A
+// gap is empty, one space, or a newline and at most maxIndent spaces or tabs: compact and pretty-printed
+// JSON both fit, and a model cannot spend its tokens on whitespace (f.ws: 0 nothing yet, 1 one space,
+// 2+k a newline and k indentation bytes).
 func gap(f *frame, b byte, out []*frame) ([]*frame, bool) {
 	if !isWS(b) {
 		return out, false
 	}
-	if f.ws < maxWS {
-		out = append(out, with(f, func(nf *frame) { nf.ws++ }))
+	var ws uint8
+	switch {
+	case f.ws == 0 && b == ' ':
+		ws = 1
+	case f.ws == 0 && b == '\n':
+		ws = 2
+	case f.ws >= 2 && f.ws-2 < maxIndent && (b == ' ' || b == '\t'):
+		ws = f.ws + 1
+	default:
+		return out, true
 	}
-	return out, true
+	return append(out, with(f, func(nf *frame) { nf.ws = ws })), true
 }
 
 // feedSelf appends the stacks where b continues f's own value.
