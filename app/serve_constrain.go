@@ -114,10 +114,7 @@ func prepareConstraint(l *loaded, req ports.GenerateRequest, think, inThink bool
 	param := c.Param
 	g, err := constraintGrammar(c, think, inThink)
 	if err != nil {
-		var se *grammar.SchemaError
-		if errors.As(err, &se) {
-			return nil, invalid(param, "%s: %v", param, err)
-		}
+		// A *grammar.SchemaError names the keyword and where it is; adapters prefix the field.
 		return nil, invalid(param, "%v", err)
 	}
 	v, err := grammarVocab(l)

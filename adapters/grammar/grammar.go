@@ -134,8 +134,8 @@ type ToolCallSyntax struct {
 var Hermes = ToolCallSyntax{Open: "<tool_call>\n", Close: "\n</tool_call>", Sep: "\n"}
 
 // ToolCalls is the grammar of one call (or, when parallel, one or more) of the given tools, each call's
-// arguments valid under its tool's schema. A schema the subset cannot express is a *SchemaError whose Path
-// starts with the tool's name.
+// arguments valid under its tool's schema. A schema the subset cannot express is an error wrapping a
+// *SchemaError, naming the tool.
 func ToolCalls(tools []Tool, syntax ToolCallSyntax, parallel bool) (*Grammar, error) {
 	reg := &registry{}
 	call, err := callNode(reg, tools, syntax)
@@ -175,10 +175,7 @@ func callNode(reg *registry, tools []Tool, syntax ToolCallSyntax) (*node, error)
 		} else {
 			var err error
 			if args, err = compileSchemaNode(reg, t.Parameters); err != nil {
-				if se, ok := err.(*SchemaError); ok {
-					return nil, &SchemaError{Keyword: se.Keyword, Path: t.Name + ":" + se.Path, Msg: se.Msg}
-				}
-				return nil, err
+				return nil, fmt.Errorf("tool %q: %w", t.Name, err)
 			}
 		}
 		name := reg.newNode(kLiteral)

@@ -23,10 +23,7 @@ type SchemaError struct {
 }
 
 func (e *SchemaError) Error() string {
-	where := e.Path
-	if where == "" {
-		where = "#"
-	}
+	where := "#" + e.Path
 	if e.Keyword != "" {
 		return fmt.Sprintf("%s at %s: %s", e.Keyword, where, e.Msg)
 	}
