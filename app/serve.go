@@ -292,7 +292,7 @@ func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) 
 		p.inThink = strings.LastIndex(text, thinkOpen) > strings.LastIndex(text, thinkClose)
 	}
 	var err error
-	if p.match, err = prepareConstraint(l, req, p.think, p.inThink); err != nil {
+	if p.match, err = prepareConstraint(l, req, p.think && (p.inThink || req.Chat.EnableThinking != nil && *req.Chat.EnableThinking), p.inThink); err != nil {
 		return p, err
 	}
 	if req.Seed != nil {

@@ -52,9 +52,9 @@ func buildVocab(tb ports.TokenBytes, size int) *grammar.Vocab {
 	return grammar.NewVocab(bytes)
 }
 
-// constraintGrammar compiles a request's constraint. think and inThink say whether the output starts with a
-// reasoning block (the model may open one, or the prompt already did), which the grammar lets through
-// before the constrained part.
+// constraintGrammar compiles a request's constraint. think says the output may start with a reasoning block
+// (the prompt opened one, inThink, or the request turned thinking on), which the grammar lets through before
+// the constrained part; otherwise the constrained part starts at the first token.
 func constraintGrammar(c *ports.Constraint, think, inThink bool) (*grammar.Grammar, error) {
 	var g *grammar.Grammar
 	var err error

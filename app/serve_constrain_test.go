@@ -52,7 +52,7 @@ func validator(t *testing.T, doc []byte) func(string) error {
 func constrainedServe(t *testing.T, m *Models) *Serve {
 	t.Helper()
 	// A fixed block size (no adaptive policy), so every request really speculates.
-	s, err := NewServe(ServeConfig{MaxConcurrency: 1, QueueSize: 4}, zerolog.Nop())
+	s, err := NewServe(ServeConfig{ServedModelName: "demo", MaxConcurrency: 1, QueueSize: 4}, zerolog.Nop())
 	require.NoError(t, err)
 	require.NoError(t, s.SetEngine(EngineFromModels(m)))
 	return s
