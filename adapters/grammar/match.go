@@ -276,6 +276,20 @@ func feedObject(f *frame, b byte, out []*frame) []*frame {
 	return out
 }
 
+// inBody reports whether f is inside a string's body, between characters: a token of plain string characters
+// (Vocab.plain) that fits the room left keeps it there.
+func inBody(f *frame) bool {
+	return f.n != nil && f.n.kind == kString && f.ph == sBody
+}
+
+// bodyRoom is how many characters a string frame in its body may still take (-1: no bound).
+func bodyRoom(f *frame) int {
+	if f.n.maxLen < 0 {
+		return -1
+	}
+	return f.n.maxLen - int(f.i)
+}
+
 // freeKey matches the keys of a free object.
 var freeKey = &node{id: -1, kind: kString, maxLen: -1, maxItems: -1}
 
@@ -323,6 +337,12 @@ func feedString(f *frame, b byte, out []*frame) []*frame {
 			out = append(out, with(f, func(nf *frame) { nf.ph = sBody }))
 		}
 	case sBody:
+		// Characters are counted only under length bounds, so that an unbounded string's body is one state
+		// (its mask computed once).
+		next := f.i
+		if n.minLen > 0 || n.maxLen >= 0 {
+			next++
+		}
 		switch {
 		case b == '"':
 			if int(f.i) >= n.minLen {
@@ -330,13 +350,17 @@ func feedString(f *frame, b byte, out []*frame) []*frame {
 			}
 		case !room || b < 0x20:
 		case b == '\\':
-			out = append(out, with(f, func(nf *frame) { nf.ph, nf.i = sEsc, f.i+1 }))
+			out = append(out, with(f, func(nf *frame) { nf.ph, nf.i = sEsc, next }))
 		case b < 0x80:
-			out = append(out, with(f, func(nf *frame) { nf.i++ }))
+			if next == f.i {
+				out = append(out, f) // frames are immutable: the same situation is the same frame
+			} else {
+				out = append(out, with(f, func(nf *frame) { nf.i = next }))
+			}
 		default:
 			cont, lo, hi := utf8Lead(b)
 			if cont > 0 {
-				out = append(out, with(f, func(nf *frame) { nf.ph, nf.i, nf.j, nf.lo, nf.hi = sUTF, f.i+1, int32(cont), lo, hi }))
+				out = append(out, with(f, func(nf *frame) { nf.ph, nf.i, nf.j, nf.lo, nf.hi = sUTF, next, int32(cont), lo, hi }))
 			}
 		}
 	case sEsc:

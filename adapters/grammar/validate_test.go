@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/higgs-go/higgs/adapters/tokenizer"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -173,4 +175,40 @@ func FuzzAcceptedValidates(f *testing.F) {
 		}
 		assert.Equal(t, st.Key(), s.g.Start().Advance(text).Key())
 	})
+}
+
+// TestStringShortcutEqualsWalk: masks computed with the string shortcut (plain tokens allowed without a
+// walk) equal those of the full trie walk, at every state of random sentences of every committed schema,
+// over the demo model's byte-level vocabulary.
+func TestStringShortcutEqualsWalk(t *testing.T) {
+	tok, err := tokenizer.Load(filepath.Join("..", "..", "models", "demo", "target"))
+	if err != nil {
+		t.Skipf("no demo tokenizer: %v", err)
+	}
+	bytes := make([][]byte, tok.VocabSize())
+	for id := range bytes {
+		if p, special, ok := tok.TokenBytes(int32(id)); ok && !special {
+			bytes[id] = p
+		}
+	}
+	v := NewVocab(bytes)
+	rnd := rand.New(rand.NewPCG(3, 4))
+	checked := 0
+	for _, s := range loadSuite(t) {
+		fast, err := NewMatcher(s.g, v, []int32{4092})
+		require.NoError(t, err)
+		slow, err := NewMatcher(s.g, v, []int32{4092})
+		require.NoError(t, err)
+		slow.walkAll = true
+		text, _ := walk(s.g, rnd)
+		st := s.g.Start()
+		for i := 0; i <= len(text); i++ {
+			if i > 0 {
+				st = st.Advance([]byte{text[i-1]})
+			}
+			require.Equal(t, slow.Allowed(st), fast.Allowed(st), "%s after %q", s.name, text[:i])
+			checked++
+		}
+	}
+	assert.Greater(t, checked, 500)
 }

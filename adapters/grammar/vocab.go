@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"slices"
 	"sync"
+	"unicode/utf8"
 )
 
 // Vocab is a byte-level vocabulary prepared for mask computation: a trie over the tokens' byte strings.
@@ -12,7 +13,19 @@ import (
 type Vocab struct {
 	size  int
 	bytes [][]byte // per token id; nil for tokens the grammar never allows (special tokens, unassigned ids)
-	// trie: node 0 is the root; edges of node k are edgeByte/edgeTo[edgeStart[k]:edgeStart[k+1]]
+	all   trie     // every token
+	// plain are the tokens of whole plain string characters (no quote, backslash or control byte, complete
+	// UTF-8), which inside an unbounded string are allowed whatever the context; rest is the trie of the
+	// others, the only ones such a state needs to walk.
+	plain Mask
+	rest  trie
+	// upTo[c] are the plain tokens of at most c characters (the last entry is plain itself), for strings
+	// with a length bound.
+	upTo []Mask
+}
+
+// trie: node 0 is the root; the edges of node k are edgeByte/edgeTo[edgeStart[k]:edgeStart[k+1]].
+type trie struct {
 	edgeStart []int32
 	edgeByte  []byte
 	edgeTo    []int32
@@ -22,13 +35,66 @@ type Vocab struct {
 // NewVocab builds a vocabulary of size ids; tokenBytes[id] is the byte string token id stands for, or nil for
 // a token no grammar may produce (special tokens: EOS is allowed separately, at the end of a sentence).
 func NewVocab(tokenBytes [][]byte) *Vocab {
+	v := &Vocab{size: len(tokenBytes), bytes: tokenBytes, plain: make(Mask, (len(tokenBytes)+63)/64)}
+	v.all = buildTrie(tokenBytes, func(int) bool { return true })
+	for id, b := range tokenBytes {
+		if len(b) > 0 && plainString(b) {
+			v.plain.set(int32(id))
+		}
+	}
+	v.rest = buildTrie(tokenBytes, func(id int) bool { return !v.plain.Has(int32(id)) })
+	chars := make([]int, len(tokenBytes))
+	longest := 0
+	for id, b := range tokenBytes {
+		if v.plain.Has(int32(id)) {
+			chars[id] = utf8.RuneCount(b)
+			longest = max(longest, chars[id])
+		}
+	}
+	v.upTo = make([]Mask, longest+1)
+	for c := range v.upTo {
+		v.upTo[c] = make(Mask, len(v.plain))
+	}
+	for id := range tokenBytes {
+		if v.plain.Has(int32(id)) {
+			for c := chars[id]; c <= longest; c++ {
+				v.upTo[c].set(int32(id))
+			}
+		}
+	}
+	return v
+}
+
+// plainRoom returns the plain tokens allowed in a string body with room characters left (room < 0:
+// unbounded).
+func (v *Vocab) plainRoom(room int) Mask {
+	if room < 0 || room >= len(v.upTo) {
+		return v.plain
+	}
+	return v.upTo[room]
+}
+
+// plainString reports whether b is whole characters a JSON string may hold unescaped.
+func plainString(b []byte) bool {
+	if !utf8.Valid(b) {
+		return false
+	}
+	for _, c := range b {
+		if c < 0x20 || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+func buildTrie(tokenBytes [][]byte, keep func(id int) bool) trie {
 	type tnode struct {
 		kids map[byte]int32
 		ends []int32
 	}
 	nodes := []tnode{{kids: map[byte]int32{}}}
 	for id, b := range tokenBytes {
-		if len(b) == 0 {
+		if len(b) == 0 || !keep(id) {
 			continue
 		}
 		k := int32(0)
@@ -43,23 +109,22 @@ func NewVocab(tokenBytes [][]byte) *Vocab {
 		}
 		nodes[k].ends = append(nodes[k].ends, int32(id))
 	}
-	v := &Vocab{size: len(tokenBytes), bytes: tokenBytes, edgeStart: make([]int32, len(nodes)+1),
-		ends: make([][]int32, len(nodes))}
+	t := trie{edgeStart: make([]int32, len(nodes)+1), ends: make([][]int32, len(nodes))}
 	for k, n := range nodes {
-		v.edgeStart[k] = int32(len(v.edgeByte))
+		t.edgeStart[k] = int32(len(t.edgeByte))
 		keys := make([]byte, 0, len(n.kids))
 		for c := range n.kids {
 			keys = append(keys, c)
 		}
 		slices.Sort(keys)
 		for _, c := range keys {
-			v.edgeByte = append(v.edgeByte, c)
-			v.edgeTo = append(v.edgeTo, n.kids[c])
+			t.edgeByte = append(t.edgeByte, c)
+			t.edgeTo = append(t.edgeTo, n.kids[c])
 		}
-		v.ends[k] = n.ends
+		t.ends[k] = n.ends
 	}
-	v.edgeStart[len(nodes)] = int32(len(v.edgeByte))
-	return v
+	t.edgeStart[len(nodes)] = int32(len(t.edgeByte))
+	return t
 }
 
 // Size is the number of token ids.
@@ -103,6 +168,8 @@ type Matcher struct {
 	cache map[string]Mask
 	// Computed counts masks computed (cache misses), for the bench's mask cost.
 	computed int
+	// walkAll turns the string shortcut off (tests compare the two).
+	walkAll bool
 }
 
 // maxCached bounds the masks a Matcher keeps (a state space larger than this recomputes).
@@ -162,7 +229,8 @@ func (m *Matcher) Computed() int {
 }
 
 // compute walks the trie depth first, carrying the stacks alive after each prefix, so a prefix that no
-// stack accepts prunes every token under it.
+// stack accepts prunes every token under it. Inside a string the plain tokens that fit are allowed without
+// a walk (whatever surrounds the string, they leave it a string) and only the others' trie is walked.
 func (m *Matcher) compute(s State) Mask {
 	mk := make(Mask, (m.v.size+63)/64)
 	if s.Accepting() {
@@ -170,11 +238,19 @@ func (m *Matcher) compute(s State) Mask {
 			mk.set(id)
 		}
 	}
-	v := m.v
+	t := &m.v.all
+	if !m.walkAll && !slices.ContainsFunc(s.stacks, func(f *frame) bool { return !inBody(f) }) {
+		for _, f := range s.stacks {
+			for i, w := range m.v.plainRoom(bodyRoom(f)) {
+				mk[i] |= w
+			}
+		}
+		t = &m.v.rest
+	}
 	var walk func(k int32, stacks []*frame)
 	walk = func(k int32, stacks []*frame) {
-		for e := v.edgeStart[k]; e < v.edgeStart[k+1]; e++ {
-			b := v.edgeByte[e]
+		for e := t.edgeStart[k]; e < t.edgeStart[k+1]; e++ {
+			b := t.edgeByte[e]
 			var next []*frame
 			for _, f := range stacks {
 				next = feed(f, b, next)
@@ -182,11 +258,11 @@ func (m *Matcher) compute(s State) Mask {
 			if len(next) == 0 {
 				continue
 			}
-			to := v.edgeTo[e]
-			for _, id := range v.ends[to] {
+			to := t.edgeTo[e]
+			for _, id := range t.ends[to] {
 				mk.set(id)
 			}
-			if v.edgeStart[to] < v.edgeStart[to+1] {
+			if t.edgeStart[to] < t.edgeStart[to+1] {
 				walk(to, next)
 			}
 		}
