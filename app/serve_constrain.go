@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,11 +22,29 @@ import (
 // constrained speculative decoding is plain constrained greedy decoding token for token, and sampling is
 // lossless with respect to the masked distribution.
 
-// vocabCache builds an engine's grammar vocabulary once, on the first constrained request.
+// vocabCache builds an engine's grammar vocabulary once, on the first constrained request, and keeps the
+// matchers of recent constraints: a Matcher caches masks per grammar state, so requests repeating a schema
+// (an agent's tools, an application's response format) reuse the masks computed before.
 type vocabCache struct {
 	once  sync.Once
 	vocab *grammar.Vocab
 	err   error
+
+	mu       sync.Mutex
+	matchers map[string]*grammar.Matcher
+}
+
+// maxMatchers bounds the constraints whose matchers an engine keeps.
+const maxMatchers = 64
+
+// constraintKey identifies everything a constraint's grammar is compiled from.
+func constraintKey(c *ports.Constraint, think, inThink bool) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d|%t|%t|%t|%q|", c.Kind, c.Parallel, think, inThink, c.Schema)
+	for _, t := range c.Tools {
+		fmt.Fprintf(&b, "%q|%t|%q|", t.Name, t.Strict, t.Parameters)
+	}
+	return b.String()
 }
 
 // grammarVocab is the engine's vocabulary as byte strings over the model's logit rows (ids the tokenizer
@@ -112,6 +131,13 @@ func prepareConstraint(l *loaded, req ports.GenerateRequest, think, inThink bool
 		return nil, nil
 	}
 	param := c.Param
+	key := constraintKey(c, think, inThink)
+	l.vocab.mu.Lock()
+	m := l.vocab.matchers[key]
+	l.vocab.mu.Unlock()
+	if m != nil {
+		return m, nil
+	}
 	g, err := constraintGrammar(c, think, inThink)
 	if err != nil {
 		// A *grammar.SchemaError names the keyword and where it is; adapters prefix the field.
@@ -130,10 +156,15 @@ func prepareConstraint(l *loaded, req ports.GenerateRequest, think, inThink bool
 	if len(eos) == 0 {
 		return nil, invalid(param, "this model has no end-of-sequence token, so a constrained answer could never end")
 	}
-	m, err := grammar.NewMatcher(g, v, eos)
-	if err != nil {
+	if m, err = grammar.NewMatcher(g, v, eos); err != nil {
 		return nil, fmt.Errorf("constraint: %w", err)
 	}
+	l.vocab.mu.Lock()
+	if l.vocab.matchers == nil || len(l.vocab.matchers) >= maxMatchers {
+		l.vocab.matchers = map[string]*grammar.Matcher{}
+	}
+	l.vocab.matchers[key] = m
+	l.vocab.mu.Unlock()
 	return m, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/higgs-go/higgs/adapters/grammar"
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/sampling"
 	"github.com/higgs-go/higgs/domain/prefixcache"
@@ -61,6 +62,8 @@ type GenerateOptions struct {
 	// PrefixCache, when non-nil, restores the longest cached prefix of Prompt first and caches this
 	// generation's boundaries (as higgsd does).
 	PrefixCache *prefixcache.Cache
+	// Constraint, when set, masks the target's rows (constrained decoding, as higgsd's structured outputs).
+	Constraint *grammar.Matcher
 }
 
 // RoundJSON is one draft–verify round in higgs-verify's JSON.
@@ -202,6 +205,8 @@ type decoded struct {
 	// sessions to the first token's emit (restore and prefill included).
 	cached     int
 	firstToken time.Duration
+	// mask is what constrained decoding cost (zero without GenerateOptions.Constraint).
+	mask MaskStats
 }
 
 func decode(ctx context.Context, m *Models, o GenerateOptions) (decoded, error) {
@@ -250,12 +255,16 @@ func decode(ctx context.Context, m *Models, o GenerateOptions) (decoded, error) 
 		return out, fmt.Errorf("%w: %w", ErrBadInput, err)
 	}
 	first := true
-	out.Result, err = dec.Generate(ctx, sess, ds, o.Prompt, func([]ports.Token) error {
+	gsess, masked := constrain(sess, o.Constraint, len(o.Prompt), info.VocabSize, SystemClock{})
+	out.Result, err = dec.Generate(ctx, gsess, ds, o.Prompt, func([]ports.Token) error {
 		if first {
 			out.firstToken, first = time.Since(start), false
 		}
 		return nil
 	})
+	if masked != nil {
+		out.mask = masked.stats
+	}
 	if err != nil {
 		return out, fmt.Errorf("generate: %w", err)
 	}

@@ -35,6 +35,8 @@ type BenchOptions struct {
 	MultiTurn *MultiTurnOptions
 	// Costs, when set, also measures the target's kernel costs through the session port (BenchResult.Costs).
 	Costs *CostsOptions
+	// Constrain, when set, also measures constrained decoding (BenchResult.Constrained).
+	Constrain *ConstrainOptions
 }
 
 // BenchAR is the autoregressive figure.
@@ -89,6 +91,8 @@ type BenchResult struct {
 	MultiTurn *MultiTurnResult `json:"multi_turn,omitempty"`
 	// Costs are the target's kernel costs (bench --kernel-costs).
 	Costs *KernelCosts `json:"costs,omitempty"`
+	// Constrained is constrained decoding's cost, the mask cost per token among it (bench --constrain).
+	Constrained *ConstrainedBench `json:"constrained,omitempty"`
 }
 
 type benchAcc struct {
@@ -258,6 +262,13 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 			return res, err
 		}
 		res.Costs = &kc
+	}
+	if o.Constrain != nil {
+		cb, err := measureConstrained(ctx, m, o, variants[1].bs, res.Spec.Tau)
+		if err != nil {
+			return res, err
+		}
+		res.Constrained = &cb
 	}
 	return res, nil
 }

@@ -383,6 +383,7 @@ func (c *cli) benchCmd() *cobra.Command {
 	var mt app.MultiTurnOptions
 	var costRows string
 	var co app.CostsOptions
+	var constrain string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure autoregressive vs DFlash decoding of the same prompts, interleaved, after a warm-up (medians)",
@@ -403,6 +404,9 @@ func (c *cli) benchCmd() *cobra.Command {
 					return err
 				}
 				o.Costs = &co
+			}
+			if o.Constrain, err = readConstrain(constrain); err != nil {
+				return err
 			}
 			m, cleanup, err := c.loadModels(ctx, f.modelConfig())
 			if err != nil {
@@ -454,6 +458,12 @@ func (c *cli) benchCmd() *cobra.Command {
 				if kc := res.Costs; kc != nil {
 					printCosts(w, kc)
 				}
+				if cb := res.Constrained; cb != nil {
+					fmt.Fprintf(w, "\nconstrained (%s): mask %.4f ms/token speculative (%.2f rows/token, %.4f ms/row, %d masks computed), %.4f ms/token autoregressive\n",
+						cb.Schema, cb.MaskMsPerToken, cb.RowsPerToken, cb.MaskMsPerRow, cb.MasksComputed, cb.ARMaskMsPerToken)
+					fmt.Fprintf(w, "tok/s %.2f autoregressive, %.2f speculative; tau %.2f constrained, %.2f free; same output %t; %d of %d runs complete\n",
+						cb.ARTokensPerS, cb.SpecTokensPerS, cb.Tau, cb.TauFree, cb.SameOutput, cb.Complete, cb.Runs)
+				}
 			})
 		},
 	}
@@ -482,6 +492,7 @@ func (c *cli) benchCmd() *cobra.Command {
 	fs.StringVar(&costRows, "cost-rows", "2,4,8,16", "kernel costs: verify row counts")
 	fs.IntVar(&co.Context, "cost-context", 128, "kernel costs: context length (prefilled, then held for every decode and verify Forward)")
 	fs.IntVar(&co.Repeats, "cost-repeats", 7, "kernel costs: measured rounds (after one warm-up)")
+	fs.StringVar(&constrain, "constrain", "", "also measure constrained decoding (greedy, autoregressive and speculative) under json_object or the JSON Schema in this file: the mask cost per token, τ and the rates (constrained)")
 	return cmd
 }
 
