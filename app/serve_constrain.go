@@ -56,14 +56,19 @@ func grammarVocab(l *loaded) (*grammar.Vocab, error) {
 			l.vocab.err = fmt.Errorf("this model's tokenizer (%T) does not expose its token bytes, which constrained decoding needs", l.Tokenizer)
 			return
 		}
-		l.vocab.vocab = buildVocab(tb, l.info.VocabSize)
+		l.vocab.vocab = buildVocab(tb, l.info.VocabSize, l.eos)
 	})
 	return l.vocab.vocab, l.vocab.err
 }
 
-func buildVocab(tb ports.TokenBytes, size int) *grammar.Vocab {
+// buildVocab is the byte strings of ids [0, size); EOS ids get none even when they are ordinary tokens, so
+// that the grammar never lets one be spelt inside a string (it would end the generation there).
+func buildVocab(tb ports.TokenBytes, size int, eos map[ports.Token]bool) *grammar.Vocab {
 	bytes := make([][]byte, size)
 	for id := range size {
+		if eos[ports.Token(id)] {
+			continue
+		}
 		if b, special, ok := tb.TokenBytes(ports.Token(id)); ok && !special && len(b) > 0 {
 			bytes[id] = b
 		}

@@ -64,7 +64,11 @@ func measureConstrained(ctx context.Context, m *Models, o BenchOptions, bs int, 
 			return res, fmt.Errorf("%w: --constrain: %w", ErrBadInput, err)
 		}
 	}
-	vocab := buildVocab(tb, m.Target.Info().VocabSize)
+	eos := map[ports.Token]bool{}
+	for _, t := range m.EOS {
+		eos[t] = true
+	}
+	vocab := buildVocab(tb, m.Target.Info().VocabSize, eos)
 	var ar, spec []float64
 	var specMask, arMask MaskStats
 	var arTokens, rounds, committed int

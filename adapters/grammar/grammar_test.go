@@ -1,6 +1,8 @@
 package grammar
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -179,4 +181,22 @@ func TestStrictTools(t *testing.T) {
 	assert.False(t, alive(g, "x <tool_call>\n{\"name\":\"g\""))
 	assert.False(t, accepts(g, "<tool_call>\n{\"name\":\"f\",\"arguments\":{\"n\":3}}"))
 	assert.False(t, alive(g, "<tool_call>\n{\"name\":\"f\",\"arguments\":{\"n\":\"x\""))
+}
+
+func TestLimits(t *testing.T) {
+	alts := make([]string, maxAlternatives+1)
+	for i := range alts {
+		alts[i] = fmt.Sprintf(`{"const":%d}`, i)
+	}
+	_, err := CompileSchema([]byte(`{"anyOf":[` + strings.Join(alts, ",") + `]}`))
+	var se *SchemaError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, "anyOf", se.Keyword)
+	vals := make([]string, maxEnum+1)
+	for i := range vals {
+		vals[i] = fmt.Sprint(i)
+	}
+	_, err = CompileSchema([]byte(`{"enum":[` + strings.Join(vals, ",") + `]}`))
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, "enum", se.Keyword)
 }

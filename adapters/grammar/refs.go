@@ -99,11 +99,18 @@ func (c *compiler) finish(root *node) (*node, error) {
 			if err != nil {
 				return nil, err
 			}
+			if len(flat) > maxAlternatives {
+				return nil, &SchemaError{Keyword: "anyOf", Msg: fmt.Sprintf("%d alternatives; at most %d are supported (each one is matched in parallel)", len(flat), maxAlternatives)}
+			}
 			n.alts = flat
 		}
 	}
 	return deref(root)
 }
+
+// maxAlternatives bounds an anyOf (after flattening): every alternative alive is a stack the automaton
+// carries through each byte of the mask computation.
+const maxAlternatives = 64
 
 // deref follows references to a node that matches something itself.
 func deref(n *node) (*node, error) {

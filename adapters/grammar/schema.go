@@ -29,6 +29,9 @@ func (e *SchemaError) Error() string {
 	return fmt.Sprintf("at %s: %s", where, e.Msg)
 }
 
+// maxEnum bounds an enum (each step of a literal scans the values).
+const maxEnum = 4096
+
 // annotations are keywords that describe a schema without constraining its instances: accepted and ignored.
 var annotations = map[string]bool{
 	"title": true, "description": true, "default": true, "examples": true, "$schema": true,
@@ -210,6 +213,9 @@ func (c *compiler) compileObject(path string, s *object) (*node, error) {
 		vals, ok := enum.([]any)
 		if !ok || len(vals) == 0 {
 			return nil, &SchemaError{Keyword: "enum", Path: path, Msg: "must be a non-empty array"}
+		}
+		if len(vals) > maxEnum {
+			return nil, &SchemaError{Keyword: "enum", Path: path, Msg: fmt.Sprintf("%d values; at most %d are supported", len(vals), maxEnum)}
 		}
 		return c.literals(path, "enum", s, vals)
 	}
