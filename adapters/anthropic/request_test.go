@@ -164,6 +164,8 @@ func FuzzParseMessages(f *testing.F) {
 		`{"model":"m","max_tokens":5,"tools":[{"name":"f","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"q"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{"a":1}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"42"}]}]}`,
 		`{"model":"m","max_tokens":2000,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"q"}]}`,
 		`{"model":"m","max_tokens":5,"tool_choice":{"type":"any"},"messages":[]}`, `[]`, `{`, `null`,
+		`{"model":"m","max_tokens":5,"tools":[{"name":"f","strict":true,"input_schema":{"type":"object"}}],"tool_choice":{"type":"tool","name":"f"},"messages":[{"role":"user","content":"q"}]}`,
+		`{"model":"m","max_tokens":5,"output_config":{"format":{"type":"json_schema","schema":{"type":"object"}}},"messages":[{"role":"user","content":"q"}]}`,
 	} {
 		f.Add([]byte(s))
 	}
