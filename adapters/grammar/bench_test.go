@@ -34,12 +34,15 @@ func BenchmarkMaskUncached(b *testing.B) {
 	require.NoError(b, err)
 	free, err := CompileSchema([]byte(`{"type":"object","properties":{"q":{"type":"string"}}}`))
 	require.NoError(b, err)
+	strict, err := StrictTools([]Tool{{Name: "get_weather", Parameters: doc}}, Hermes)
+	require.NoError(b, err)
 	for _, c := range []struct {
 		name, prefix string
 		g            *Grammar
 	}{
 		{"start", ``, g}, {"key", `{"city": `, g}, {"bounded_string", `{"city": "Par`, g},
 		{"number", `{"city": "P", "unit": "celsius", "days": `, g}, {"string", `{"q": "Par`, free},
+		{"text", `Let me check `, strict},
 	} {
 		g := c.g
 		st := g.Start().Advance([]byte(c.prefix))

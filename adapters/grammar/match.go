@@ -282,6 +282,12 @@ func inBody(f *frame) bool {
 	return f.n != nil && f.n.kind == kString && f.ph == sBody
 }
 
+// inText reports whether f is free text (a kText frame outside a call), where every token is allowed that
+// does not complete the trigger into something the call's grammar refuses.
+func inText(f *frame) bool {
+	return f.n != nil && f.n.kind == kText && f.ph == tText
+}
+
 // bodyRoom is how many characters a string frame in its body may still take (-1: no bound).
 func bodyRoom(f *frame) int {
 	if f.n.maxLen < 0 {

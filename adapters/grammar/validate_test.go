@@ -211,4 +211,22 @@ func TestStringShortcutEqualsWalk(t *testing.T) {
 		}
 	}
 	assert.Greater(t, checked, 500)
+
+	// Free text with strict tool calls: the text shortcut equals the walk too.
+	g, err := StrictTools([]Tool{{Name: "f", Parameters: []byte(`{"type":"object","properties":{"n":{"type":"integer"}}}`)}}, Hermes)
+	require.NoError(t, err)
+	fast, err := NewMatcher(g, v, []int32{4092})
+	require.NoError(t, err)
+	slow, err := NewMatcher(g, v, []int32{4092})
+	require.NoError(t, err)
+	slow.walkAll = true
+	text := "see <tool_ <tool_call>\n{\"name\": \"f\", \"arguments\": {\"n\": 4}}\n</tool_call>\nthen <tool_call"
+	st := g.Start()
+	for i := 0; i <= len(text); i++ {
+		if i > 0 {
+			st = st.Advance([]byte{text[i-1]})
+		}
+		require.False(t, st.Dead(), text[:i])
+		require.Equal(t, slow.Allowed(st), fast.Allowed(st), "after %q", text[:i])
+	}
 }

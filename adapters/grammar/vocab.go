@@ -22,6 +22,33 @@ type Vocab struct {
 	// upTo[c] are the plain tokens of at most c characters (the last entry is plain itself), for strings
 	// with a length bound.
 	upTo []Mask
+
+	// without[c] are the tokens whose bytes do not hold c, and with[c] the trie of the others: in free text
+	// whose trigger ends with c only the latter can complete it (built on first use).
+	mu      sync.Mutex
+	without map[byte]Mask
+	with    map[byte]*trie
+}
+
+// split returns the tokens without byte c and the trie of those with it.
+func (v *Vocab) split(c byte) (Mask, *trie) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if m, ok := v.without[c]; ok {
+		return m, v.with[c]
+	}
+	if v.without == nil {
+		v.without, v.with = map[byte]Mask{}, map[byte]*trie{}
+	}
+	m := make(Mask, (v.size+63)/64)
+	for id, b := range v.bytes {
+		if len(b) > 0 && !slices.Contains(b, c) {
+			m.set(int32(id))
+		}
+	}
+	t := buildTrie(v.bytes, func(id int) bool { return !m.Has(int32(id)) })
+	v.without[c], v.with[c] = m, &t
+	return m, &t
 }
 
 // trie: node 0 is the root; the edges of node k are edgeByte/edgeTo[edgeStart[k]:edgeStart[k+1]].
@@ -230,7 +257,8 @@ func (m *Matcher) Computed() int {
 
 // compute walks the trie depth first, carrying the stacks alive after each prefix, so a prefix that no
 // stack accepts prunes every token under it. Inside a string the plain tokens that fit are allowed without
-// a walk (whatever surrounds the string, they leave it a string) and only the others' trie is walked.
+// a walk (whatever surrounds the string, they leave it a string) and only the others' trie is walked; in
+// free text, likewise the tokens that cannot complete its trigger.
 func (m *Matcher) compute(s State) Mask {
 	mk := make(Mask, (m.v.size+63)/64)
 	if s.Accepting() {
@@ -239,13 +267,23 @@ func (m *Matcher) compute(s State) Mask {
 		}
 	}
 	t := &m.v.all
-	if !m.walkAll && !slices.ContainsFunc(s.stacks, func(f *frame) bool { return !inBody(f) }) {
+	switch {
+	case m.walkAll:
+	case !slices.ContainsFunc(s.stacks, func(f *frame) bool { return !inBody(f) }):
 		for _, f := range s.stacks {
 			for i, w := range m.v.plainRoom(bodyRoom(f)) {
 				mk[i] |= w
 			}
 		}
 		t = &m.v.rest
+	case len(s.stacks) == 1 && inText(s.stacks[0]):
+		// Free text takes every token that cannot complete the trigger, i.e. that lacks its last byte.
+		trig := s.stacks[0].n.trigger
+		without, with := m.v.split(trig[len(trig)-1])
+		for i, w := range without {
+			mk[i] |= w
+		}
+		t = with
 	}
 	var walk func(k int32, stacks []*frame)
 	walk = func(k int32, stacks []*frame) {
