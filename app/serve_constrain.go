@@ -176,7 +176,7 @@ func prepareConstraint(l *loaded, req ports.GenerateRequest, think, inThink bool
 // MaskStats is what masking cost one generation.
 type MaskStats struct {
 	// Rows is the number of logit rows masked (one per verified position); Computed how many masks were
-	// computed rather than taken from the per-state cache.
+	// computed rather than taken from the per-state cache (by any request sharing the matcher meanwhile).
 	Rows, Computed int
 	// Time is the time spent computing masks, masking rows and choosing tokens from them.
 	Time time.Duration
