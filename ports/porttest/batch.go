@@ -289,7 +289,6 @@ func (s BatchSuite) testEqualsSolo(t *testing.T) {
 	s.round(t, seqs, steps)
 }
 
-
 // otherKind is a session of another kind than the target's (it wraps one, so only its type is foreign).
 type otherKind struct{ ports.Session }
 
