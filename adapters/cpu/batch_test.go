@@ -9,6 +9,7 @@ import (
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
 	"github.com/higgs-go/higgs/adapters/quant"
+	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 	"github.com/higgs-go/higgs/ports/porttest"
@@ -54,6 +55,33 @@ func TestBatchConformance(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = tg.Close() })
 			porttest.BatchSuite{Target: tg, TapLayers: []int{c.f.Layers - 1, 0}, ReadTaps: hostRows, ContextLength: 64}.Run(t)
+		})
+	}
+}
+
+// The batched draft suite with DFlash and DFlash2 drafters (greedy and sampled, trained and shrunk blocks) on
+// a dense and a hybrid target: every item bit-identical to its solo Draft / DraftSampled.
+func TestBatchDraftConformance(t *testing.T) {
+	for name, c := range map[string]struct {
+		family string
+		v2     bool
+		opts   DrafterOptions
+	}{
+		"qwen3 dflash":         {family: "qwen3"},
+		"qwen3_next dflash2":   {family: "qwen3_next", v2: true},
+		"qwen3 dflash2 shrink": {family: "qwen3", v2: true, opts: DrafterOptions{ShrinkBlocks: true}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			tdir := testmodel.Synth(t, synth.TargetSpec{Family: c.family, Seed: 11})
+			ddir := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 12, Taps: []int{0, 2, 3}, Mask: 63, Nested: c.v2, DFlash2: c.v2})
+			tg, err := Load(t.Context(), tdir, LoadOptions{Threads: 2})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = tg.Close() })
+			d, err := LoadDrafter(t.Context(), ddir, tg, c.opts)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = d.Close() })
+			porttest.BatchSuite{Target: tg, Drafter: d, TapLayers: []int{3}, ReadTaps: hostRows, Long: 140}.Run(t)
 		})
 	}
 }
