@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/adapters/synth"
+	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -85,5 +89,82 @@ func BenchmarkForwardBatch(b *testing.B) {
 			}
 			report(b)
 		})
+	}
+}
+
+// BenchmarkDraftBatch compares one DraftBatch of 8 sessions drafting the trained block (16) after contexts
+// of 100..170 positions with the same 8 drafts as solo Draft calls, for a DFlash and a DFlash2 drafter on a
+// 256-wide synthetic target (each session is cropped back to its context every round).
+//
+//	go test -run '^$' -bench DraftBatch -benchtime 20x ./adapters/cpu
+func BenchmarkDraftBatch(b *testing.B) {
+	for _, v2 := range []bool{false, true} {
+		name := "DFlash"
+		if v2 {
+			name = "DFlash2"
+		}
+		tdir, ddir := testmodel.Synth(b, synth.TargetSpec{Family: "qwen3", Seed: 1, Wide: 4}), testmodel.SynthDrafter(b, synth.DrafterSpec{Seed: 2, Taps: []int{0, 2, 3}, Mask: 63, Wide: 4, DFlash2: v2})
+		ctx := b.Context()
+		target, err := Load(ctx, tdir, LoadOptions{})
+		require.NoError(b, err)
+		d, err := LoadDrafter(ctx, ddir, target, DrafterOptions{})
+		require.NoError(b, err)
+		const seqs = 8
+		items := make([]ports.DraftItem, seqs)
+		lens := make([]int, seqs)
+		for i := range items {
+			sess, err := target.NewSession(ctx, d.TapLayers())
+			require.NoError(b, err)
+			prompt := make([]ports.Token, 100+10*i)
+			for j := range prompt {
+				prompt[j] = ports.Token((j*7 + i) % 60)
+			}
+			fr, err := sess.Forward(ctx, prompt, ports.ForwardOptions{Taps: true, Rows: 1})
+			require.NoError(b, err)
+			ds, err := d.NewSession(ctx)
+			require.NoError(b, err)
+			_, err = ds.Draft(ctx, fr.Greedy[0], fr.Taps, 1)
+			require.NoError(b, err)
+			lens[i] = ds.Len()
+			items[i] = ports.DraftItem{Session: ds, Anchor: fr.Greedy[0], BlockSize: d.BlockSize()}
+		}
+		crop := func(b *testing.B) {
+			for i, it := range items {
+				if err := it.Session.Crop(lens[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		// The first round projects the queued context; both variants start after it.
+		if _, err := d.DraftBatch(ctx, items); err != nil {
+			b.Fatal(err)
+		}
+		crop(b)
+		b.Run(name+"/batch8", func(b *testing.B) {
+			for b.Loop() {
+				res, err := d.DraftBatch(b.Context(), items)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, r := range res {
+					if r.Err != nil {
+						b.Fatal(r.Err)
+					}
+				}
+				crop(b)
+			}
+		})
+		b.Run(name+"/solo8", func(b *testing.B) {
+			for b.Loop() {
+				for _, it := range items {
+					if _, err := it.Session.Draft(b.Context(), it.Anchor, nil, it.BlockSize); err != nil {
+						b.Fatal(err)
+					}
+				}
+				crop(b)
+			}
+		})
+		_ = d.Close()
+		_ = target.Close()
 	}
 }

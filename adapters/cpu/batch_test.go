@@ -85,3 +85,35 @@ func TestBatchDraftConformance(t *testing.T) {
 		})
 	}
 }
+
+// countdown is a context that reports itself cancelled after n calls of Err (a cancellation that lands
+// between two layers of a batched pass).
+type countdown struct {
+	context.Context
+	n int
+}
+
+func (c *countdown) Err() error {
+	if c.n--; c.n < 0 {
+		return context.Canceled
+	}
+	return nil
+}
+
+// A batch cancelled between layers fails as a whole, and every session whose state it changed refuses
+// further work with a clear error; a session it refused up front stays usable.
+func TestForwardBatchCancelledMidway(t *testing.T) {
+	tg := loadFixture(t, testmodel.TargetSpec{Family: "qwen3_next", Seed: 97, Layers: 4}, 2)
+	a, b, c := openSession(t, tg, nil), openSession(t, tg, nil), openSession(t, tg, nil)
+	_, err := tg.ForwardBatch(&countdown{Context: t.Context(), n: 3}, []ports.BatchItem{
+		{Session: a, Tokens: []ports.Token{1, 2, 3}}, {Session: b, Tokens: []ports.Token{4}}, {Session: c, Tokens: []ports.Token{}},
+	})
+	require.ErrorIs(t, err, context.Canceled)
+	for _, s := range []*Session{a, b} {
+		_, err := s.Forward(t.Context(), []ports.Token{5}, ports.ForwardOptions{})
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "unusable after an interrupted forward")
+	}
+	_, err = c.Forward(t.Context(), []ports.Token{5}, ports.ForwardOptions{})
+	require.NoError(t, err, "the refused item's session was never touched")
+}
