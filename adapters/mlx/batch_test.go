@@ -39,3 +39,16 @@ func TestBatchDraftConformance(t *testing.T) {
 		})
 	}
 }
+
+// A prefill block longer than one graph's chunk runs as its session's own chunked Forward inside the batch;
+// the suite's long block is made so by shrinking the chunk.
+func TestBatchChunkedPrefill(t *testing.T) {
+	requireMLX(t)
+	old := maxChunk
+	maxChunk = 8
+	t.Cleanup(func() { maxChunk = old })
+	f := parityFixtures()["qwen3_next f32"]
+	f.spec.Context = 64
+	tg := loadFixture(t, f)
+	porttest.BatchSuite{Target: tg, TapLayers: []int{f.spec.Layers - 1, 0}, ReadTaps: readTaps, Tolerance: batchTolerance, Long: 20}.Run(t)
+}
