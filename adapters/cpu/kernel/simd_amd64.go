@@ -231,3 +231,8 @@ func dotQ6Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *flo
 
 //go:noescape
 func dotQ8Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
+
+// addScaledAVX2 is AddScaled's loop for n floats (a multiple of 8): dst[j] + float32(a·x[j]).
+//
+//go:noescape
+func addScaledAVX2(dst, x *float32, a float32, n int)

@@ -156,3 +156,5 @@ func dotQ6Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *flo
 func dotQ8Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int) {
 	noAVX2()
 }
+
+func addScaledAVX2(dst, x *float32, a float32, n int) { noAVX2() }
