@@ -88,7 +88,11 @@ func quantizeFastGo(rec []byte, stride int, xs, x []float32, gs int, nibble bool
 // fastDotGo is one element: weight row codes (nibble: in/2 packed bytes; byte: in bytes), scales and biases,
 // against the packed input row whose chunk c record is rec[c·stride:], with group sums xs.
 func fastDotGo(codes []byte, scales, biases []float32, rec []byte, stride int, xs []float32, in, gs int, nibble bool) float32 {
-	var acc, bacc [16]float32
+	// The bias lanes first; the products add onto them.
+	var acc [16]float32
+	for g := range in / gs {
+		acc[g%16] += float32(biases[g] * xs[g])
+	}
 	per := 4 // inputs per lane
 	if nibble {
 		per = 8
@@ -111,10 +115,7 @@ func fastDotGo(codes []byte, scales, biases []float32, rec []byte, stride int, x
 		u := float32(float32(isum) * d)
 		acc[(j/per)%16] += float32(u * scales[j/gs])
 	}
-	for g := range in / gs {
-		bacc[g%16] += float32(biases[g] * xs[g])
-	}
-	return tree16(&acc) + tree16(&bacc)
+	return tree16(&acc)
 }
 
 // tree16 sums 16 lanes by halving: (i, i+8), (i, i+4), (i, i+2), then lanes 0 and 1.

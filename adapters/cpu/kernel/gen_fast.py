@@ -22,6 +22,8 @@ A = dict(codes=0, cstride=8, scales=16, biases=24, sstride=32, sstep=40, ngroups
          klane1=160, kscalet=168, kbias=176)
 # Prefetch distance (bytes ahead in the codes) for the one-row kernels, which stream the weights from memory.
 FPF = 2048
+# Prefetch distance (bytes ahead in the scales and biases) for the one-row kernels.
+FPFB = int(os.environ.get("FPFB", "1024"))
 
 
 def rec_bytes(nibble):
@@ -70,6 +72,14 @@ def kernel(name, nibble, R, W):
     e(f"\tMOVQ {A['scales']}(AX), R9")
     e("\tADDQ R15, R9")
     e(f"\tMOVQ {A['xp']}(AX), SI")
+    if R == 1:
+        # The biases are read only after a row's products, too late for the hardware prefetcher to keep up
+        # with the codes' stream: fetch those of the rows FPFB bytes on (and the scales) ahead of time.
+        e(f"\tMOVQ {A['biases']}(AX), R8")
+        e("\tADDQ R15, R8")
+        for w in range(W):
+            e(f"\tPREFETCHT0 {FPFB + 64 * w}(R8)")
+            e(f"\tPREFETCHT0 {FPFB + 64 * w}(R9)")
     for i in range(R * W):
         e(f"\tVPXORD Z{i}, Z{i}, Z{i}")
 
@@ -136,6 +146,40 @@ def kernel(name, nibble, R, W):
                     else:
                         e(f"\tVADDPS Z{t}, Z{a}, Z{a}")
 
+    # Bias terms first: per (r, w) lane j adds b_g·xs_g (rounded) for the groups g ≡ j (mod 16), in group order;
+    # the products then add onto those lanes.
+    e(f"\tMOVQ {A['biases']}(AX), R9")
+    e("\tADDQ R15, R9")
+    e(f"\tMOVQ {A['xs']}(AX), SI")
+    e(f"\tMOVQ {A['xss']}(AX), R8")
+    e(f"\tMOVQ {A['nb16']}(AX), CX")
+    e("\tMOVL $0xffff, R11")
+    e("\tKMOVQ R11, K7")
+    e(f"{name}_bias:")
+    e("\tCMPQ CX, $1")
+    e(f"\tJNE {name}_bfull")
+    e(f"\tKMOVQ {A['kbias']}(AX), K7")
+    e(f"{name}_bfull:")
+    for w in range(W):
+        src = "(R9)" if w == 0 else "(R9)(R12*1)"
+        e(f"\tVMOVUPS.Z {src}, K7, Z{16 + w}")
+    e("\tMOVQ SI, R11")
+    for r in range(R):
+        e("\tVMOVUPS (R11), Z22")
+        for w in range(W):
+            t = 25 + w
+            e(f"\tVMULPS Z22, Z{16 + w}, Z{t}")
+            a = acc(r, w)
+            e(f"\tVADDPS Z{t}, Z{a}, K7, Z{a}")
+        if r < R - 1:
+            e("\tADDQ R8, R11")
+    e("\tADDQ $64, R9")
+    e("\tADDQ $64, SI")
+    e("\tDECQ CX")
+    e(f"\tJNZ {name}_bias")
+    e(f"\tMOVQ {A['scales']}(AX), R9")
+    e("\tADDQ R15, R9")
+    e(f"\tMOVQ {A['xp']}(AX), SI")
     step = step_nibble if nibble else step_byte
     cb = 64 if nibble else 128  # code bytes per chunk
     e(f"\tMOVQ {A['chunks']}(AX), CX")
@@ -167,7 +211,7 @@ def kernel(name, nibble, R, W):
         e(f"\tKMOVQ {A['klane1']}(AX), K6")
     step(True)
     e(f"{name}_reduce:")
-    # Products: dst[r·ldd + 4w] = tree(acc).
+    # dst[r·ldd + 4w] = tree(acc).
     e(f"\tMOVQ {A['ldd']}(AX), CX")
     e("\tMOVQ DX, R11")
     for r in range(R):
@@ -175,49 +219,6 @@ def kernel(name, nibble, R, W):
             a = acc(r, w)
             tree(a, a)
             e(f"\tVMOVSS X{a}, {4 * w}(R11)")
-        if r < R - 1:
-            e("\tADDQ CX, R11")
-    # Bias terms: per (r, w) 16 lanes over groups g ≡ lane (mod 16), b_g·xs_g rounded, then added in g order.
-    for i in range(R * W):
-        e(f"\tVPXORD Z{i}, Z{i}, Z{i}")
-    e(f"\tMOVQ {A['biases']}(AX), R9")
-    e("\tADDQ R15, R9")
-    e(f"\tMOVQ {A['xs']}(AX), SI")
-    e(f"\tMOVQ {A['xss']}(AX), R8")
-    e(f"\tMOVQ {A['nb16']}(AX), CX")
-    e("\tMOVL $0xffff, R11")
-    e("\tKMOVQ R11, K7")
-    e(f"{name}_bias:")
-    e("\tCMPQ CX, $1")
-    e(f"\tJNE {name}_bfull")
-    e(f"\tKMOVQ {A['kbias']}(AX), K7")
-    e(f"{name}_bfull:")
-    for w in range(W):
-        src = "(R9)" if w == 0 else "(R9)(R12*1)"
-        e(f"\tVMOVUPS.Z {src}, K7, Z{16 + w}")
-    e("\tMOVQ SI, R11")
-    for r in range(R):
-        e("\tVMOVUPS (R11), Z22")
-        for w in range(W):
-            t = 25 + w
-            e(f"\tVMULPS Z22, Z{16 + w}, Z{t}")
-            a = acc(r, w)
-            e(f"\tVADDPS Z{t}, Z{a}, K7, Z{a}")
-        if r < R - 1:
-            e("\tADDQ R8, R11")
-    e("\tADDQ $64, R9")
-    e("\tADDQ $64, SI")
-    e("\tDECQ CX")
-    e(f"\tJNZ {name}_bias")
-    e(f"\tMOVQ {A['ldd']}(AX), CX")
-    e("\tMOVQ DX, R11")
-    for r in range(R):
-        for w in range(W):
-            a = acc(r, w)
-            tree(a, a)
-            e(f"\tVMOVSS {4 * w}(R11), X30")
-            e(f"\tVADDSS X{a}, X30, X30")
-            e(f"\tVMOVSS X30, {4 * w}(R11)")
         if r < R - 1:
             e("\tADDQ CX, R11")
     # Next W weight rows.
