@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -331,4 +332,19 @@ func TestQuantizeFastLayout(t *testing.T) {
 		assert.Equal(t, float32(0), step(rec, 8+i), "byte lane %d: block 1", 8+i)
 	}
 	assert.Equal(t, []int8{-2, -1, 2, -4}, []int8{int8(rec[0]), int8(rec[1]), int8(rec[2]), int8(rec[3])})
+}
+
+// The kernels read fastArgs by offset (gen_fast.py's table A): every field is 8 bytes, in declaration order.
+func TestFastArgsLayout(t *testing.T) {
+	var a fastArgs
+	offs := []uintptr{unsafe.Offsetof(a.codes), unsafe.Offsetof(a.cstride), unsafe.Offsetof(a.scales),
+		unsafe.Offsetof(a.biases), unsafe.Offsetof(a.sstride), unsafe.Offsetof(a.sstep), unsafe.Offsetof(a.wgroups),
+		unsafe.Offsetof(a.xp), unsafe.Offsetof(a.chunks), unsafe.Offsetof(a.tail), unsafe.Offsetof(a.xs),
+		unsafe.Offsetof(a.xss), unsafe.Offsetof(a.nb16), unsafe.Offsetof(a.dst), unsafe.Offsetof(a.ldd),
+		unsafe.Offsetof(a.perm), unsafe.Offsetof(a.kscale), unsafe.Offsetof(a.kcode0), unsafe.Offsetof(a.klane0),
+		unsafe.Offsetof(a.kcode1), unsafe.Offsetof(a.klane1), unsafe.Offsetof(a.kscaleT), unsafe.Offsetof(a.kbias)}
+	for i, o := range offs {
+		assert.Equal(t, uintptr(8*i), o, "field %d", i)
+	}
+	assert.Equal(t, uintptr(8*len(offs)), unsafe.Sizeof(a))
 }
