@@ -280,11 +280,9 @@ func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 				if b.n == 1 {
 					// One input row (decode) streams the weights: one weight row at a time reads one stream
 					// of codes rather than two (measured faster: BenchmarkDecodeStream q4fast rows=1).
-					for o := o0; o < o1; o++ {
-						a.codes, a.scales, a.biases = unsafe.Pointer(&cb[(o-o0)*rowBytes]), unsafe.Pointer(&q.Scales[o*ng]), unsafe.Pointer(&q.Biases[o*ng])
-						a.dst, a.wgroups = unsafe.Pointer(&dst[b.r*out+o]), 1
-						ks[0](&a)
-					}
+					a.codes, a.scales, a.biases = unsafe.Pointer(&cb[0]), unsafe.Pointer(&q.Scales[o0*ng]), unsafe.Pointer(&q.Biases[o0*ng])
+					a.dst, a.wgroups = unsafe.Pointer(&dst[b.r*out+o0]), o1-o0
+					ks[0](&a)
 					continue
 				}
 				if n%2 == 1 {
