@@ -56,8 +56,8 @@ type ModelConfig struct {
 	// Threads is the CPU worker count; 0 means GOMAXPROCS.
 	Threads int
 	// Kernels is the CPU backend's kernel mode: "exact" ("" too; the bit-exact reference) or "fast"
-	// (kernel.ModeFast: 4-bit products with int8-quantized inputs, not bit-identical to exact). Only the cpu
-	// backend has modes.
+	// (kernel.ModeFast: quantized products of every width with int8-quantized inputs, not bit-identical to
+	// exact). Only the cpu backend has modes.
 	Kernels string
 }
 
