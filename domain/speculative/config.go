@@ -133,6 +133,12 @@ type Config struct {
 	// already holds and the prompt's length, where the prefill pauses so that Checkpoint can export state
 	// there (a recurrent layer's state exists only where the session is).
 	PrefillStops []int
+	// PrefillChunk, when > 0, splits the prefill into forwards of at most this many tokens, so that a long
+	// prompt's prefill, batched with other sequences' decoding steps (domain/batch), lets their streams keep
+	// flowing between its chunks. The output is the same as an unchunked prefill's on backends whose forward
+	// does not depend on how the positions are split (the CPU backend's); Checkpoint still sees only
+	// PrefillStops and the prompt's end.
+	PrefillChunk int
 	// Checkpoint, when non-nil, is called during the prefill at each of PrefillStops and at the prompt's end,
 	// with the session holding exactly the first n prompt tokens in every layer, before the first token is
 	// sampled. An error from it ends the generation.
@@ -217,6 +223,9 @@ func (c Config) Validate() error {
 	}
 	if c.Policy.Decay < 0 || c.Policy.Decay > 1 || c.Policy.Decay != c.Policy.Decay {
 		errs = append(errs, fmt.Errorf("policy decay %v out of range [0, 1]", c.Policy.Decay))
+	}
+	if c.PrefillChunk < 0 {
+		errs = append(errs, fmt.Errorf("prefill chunk %d must be ≥ 0 (0: one forward per prefill stop)", c.PrefillChunk))
 	}
 	for i, n := range c.PrefillStops {
 		if n < 1 || (i > 0 && n <= c.PrefillStops[i-1]) {
