@@ -40,6 +40,12 @@ func (s *Scheduler) pending() int {
 	return len(s.forwards) + len(s.drafts)
 }
 
+func (s *Scheduler) active() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.members)
+}
+
 func fakeModel(t *testing.T) *portfake.Model {
 	t.Helper()
 	m, err := portfake.New(portfake.Config{Vocab: 32, Seed: 3})
@@ -272,4 +278,48 @@ func TestStopFailsPending(t *testing.T) {
 	_, err = New(Config{}, nil, nil, nil)
 	assert.ErrorContains(t, err, "nil clock")
 	assert.ErrorContains(t, err, "nil target")
+}
+
+// TestRoundCost: a member alone has no batched price; beside others it is the forward of everyone's rows
+// (measured, interpolated or extrapolated by row count) plus the draft phase when someone drafts, with the
+// others' committed tokens per round.
+func TestRoundCost(t *testing.T) {
+	clock := newManualClock()
+	bt := &batchTarget{Model: fakeModel(t), clock: clock, cost: func(rows int) time.Duration {
+		return 10*time.Millisecond + time.Duration(rows)*time.Millisecond
+	}}
+	s := start(t, clock, bt, nil, nil)
+	a, b := s.Join(), s.Join()
+	_, _, ok := a.RoundCost(1)
+	assert.False(t, ok, "no forward measured yet")
+	sa, sb := openSession(t, bt), openSession(t, bt)
+	for _, blocks := range [][2][]ports.Token{{{1}, {2}}, {{3, 4, 5}, {6}}} {
+		outA := forwardAsync(t.Context(), a, sa, blocks[0], ports.ForwardOptions{})
+		outB := forwardAsync(t.Context(), b, sb, blocks[1], ports.ForwardOptions{})
+		require.NoError(t, (<-outA).err)
+		require.NoError(t, (<-outB).err)
+	}
+	b.Committed(3)
+	// b verified blocks of 1 (rows EMA 1), and never drafted: a's plain step is a forward of 2 rows.
+	ns, others, ok := a.RoundCost(1)
+	require.True(t, ok)
+	assert.InDelta(t, float64(12*time.Millisecond), ns, 1)
+	assert.InDelta(t, 3.0, others, 1e-9)
+	// 3 rows (interpolated between the measured 2 and 4) would need the draft phase, never measured.
+	_, _, ok = a.RoundCost(2)
+	assert.False(t, ok, "no draft round measured")
+	b.Leave()
+	_, _, ok = a.RoundCost(1)
+	assert.False(t, ok, "alone again")
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, tc := range []struct {
+		rows int
+		want time.Duration
+	}{{2, 12 * time.Millisecond}, {3, 13 * time.Millisecond}, {6, 16 * time.Millisecond}, {1, 11 * time.Millisecond}} {
+		got, ok := s.forwardCost(tc.rows)
+		require.True(t, ok, "rows %d", tc.rows)
+		assert.InDelta(t, float64(tc.want), got, 1, "rows %d", tc.rows)
+	}
 }

@@ -402,3 +402,51 @@ func TestPendingTapsStayBounded(t *testing.T) {
 	_, err = New(Config{BlockSize: 8, Adaptive: true, MaxTokens: 10, Policy: PolicyConfig{MaxPendingRounds: -1}}, clock, nil)
 	assert.ErrorContains(t, err, "max pending rounds -1")
 }
+
+// fakeBatch prices rounds as a batch of sequences committing others tokens per round on otherRows rows,
+// with a forward costing forward(total rows) and a draft phase of draft whenever this sequence drafts.
+type fakeBatch struct {
+	otherRows int
+	others    float64
+	forward   func(rows int) time.Duration
+	draft     time.Duration
+	alone     bool
+}
+
+func (f fakeBatch) RoundCost(rows int) (float64, float64, bool) {
+	if f.alone {
+		return 0, 0, false
+	}
+	ns := float64(f.forward(f.otherRows + rows))
+	if rows > 1 {
+		ns += float64(f.draft)
+	}
+	return ns, f.others, true
+}
+
+// TestPolicyPricesBlocksInTheBatch: the same measurements lead to different block sizes under different
+// batches. Alone (or with no estimate) the sequence's own costs decide, and speculation pays. In a batch
+// whose forward is compute bound (time proportional to the rows), a block's extra rows slow every sequence
+// of the round, and the sequence decodes plainly; in one whose forward costs the same for any row count
+// (weights streamed once), the drafts are nearly free and it speculates with a large block.
+func TestPolicyPricesBlocksInTheBatch(t *testing.T) {
+	cost := func(bs int) time.Duration { return 10*time.Millisecond + time.Duration(bs)*500*time.Microsecond }
+	accept := func(int, int) float64 { return 0.8 }
+	run := func(b BatchCost) []simRound {
+		p := newDepthPolicy(8, PolicyConfig{Batch: b})
+		return simulate(p, 300, cost, accept)
+	}
+	last := func(rs []simRound) simRound { return rs[len(rs)-1] }
+	solo := run(nil)
+	require.Greater(t, last(solo).bs, 1, "alone, speculation pays: %v", last(solo))
+	assert.Equal(t, solo, run(fakeBatch{alone: true}), "without an estimate the policy is the solo one")
+
+	computeBound := run(fakeBatch{otherRows: 7, others: 7, draft: time.Millisecond,
+		forward: func(rows int) time.Duration { return time.Duration(rows) * 10 * time.Millisecond }})
+	assert.Equal(t, simRound{bs: 1, reason: reasonFallbackAR}, last(computeBound), "compute bound: a block slows the whole batch")
+
+	weightBound := run(fakeBatch{otherRows: 7, others: 7, draft: time.Millisecond,
+		forward: func(rows int) time.Duration { return 10 * time.Millisecond }})
+	assert.Equal(t, reasonBest, last(weightBound).reason)
+	assert.Equal(t, 8, last(weightBound).bs, "weight bound: the largest block rides along for free")
+}
