@@ -118,9 +118,6 @@ func TestConcurrentGenerationsEqualSolo(t *testing.T) {
 				mu.Unlock()
 			}}, newManualClock(), target, drafter)
 			require.NoError(t, err)
-			ctx, cancel := context.WithCancel(t.Context())
-			defer cancel()
-			go func() { _ = s.Run(ctx) }()
 
 			got := make([]speculative.Result, len(reqs))
 			var wg sync.WaitGroup

@@ -23,7 +23,12 @@ func (s *Scheduler) Join() *Member {
 	m := &Member{s: s}
 	s.mu.Lock()
 	s.members[m] = struct{}{}
+	start := !s.dispatching
+	s.dispatching = true
 	s.mu.Unlock()
+	if start {
+		go s.dispatch()
+	}
 	return m
 }
 

@@ -26,9 +26,6 @@ type Clock interface {
 // after accepting, rolling back and emitting (microseconds when nothing blocks), short beside a round.
 const DefaultMaxWait = 2 * time.Millisecond
 
-// ErrClosed is returned by calls submitted after the scheduler stopped (Run returned).
-var ErrClosed = errors.New("batch scheduler stopped")
-
 // Config tunes a Scheduler. The zero value means the defaults.
 type Config struct {
 	// MaxWait bounds how long a round waits for active members that have not submitted a call, from the
@@ -61,8 +58,9 @@ type Round struct {
 	Duration, Wait time.Duration
 }
 
-// Scheduler forms the rounds. Create it with New, run Run on a goroutine of its own, and give each
-// generation a Member (Join) for as long as it decodes. It is safe for concurrent use.
+// Scheduler forms the rounds. Create it with New and give each generation a Member (Join) for as long as it
+// decodes; rounds run on a goroutine of the scheduler's own while it has members. It is safe for
+// concurrent use.
 type Scheduler struct {
 	cfg   Config
 	clock Clock
@@ -71,12 +69,12 @@ type Scheduler struct {
 
 	wake chan struct{}
 
-	mu       sync.Mutex
-	closed   bool
-	closeErr error
-	members  map[*Member]struct{}
-	forwards []*call
-	drafts   []*call
+	mu sync.Mutex
+	// dispatching says the dispatcher goroutine runs (from the first Join to the last Leave).
+	dispatching bool
+	members     map[*Member]struct{}
+	forwards    []*call
+	drafts      []*call
 	// free is when the scheduler last became free (the end of its latest round).
 	free time.Time
 	// fcost[rows] is the moving average of a forward round's time by its total rows; dcost a draft round's.
@@ -128,12 +126,18 @@ type call struct {
 	done    chan struct{}
 }
 
-// Run forms and runs rounds until ctx ends; it then fails every pending call and every later one with
-// ErrClosed (wrapping ctx's error) and returns ctx's error. Batched calls run under ctx; a round run one
-// item after another runs each under its own member's context.
-func (s *Scheduler) Run(ctx context.Context) error {
+// dispatch forms and runs rounds while the scheduler has members; Join starts it, and it returns once the
+// last member has left (so an idle scheduler holds no goroutine). Batched calls run under a context of their
+// own, not a member's: a member's cancellation withdraws its pending call but does not abort the others'
+// round (which ends within one forward); a round run one item after another runs each under its own
+// member's context.
+func (s *Scheduler) dispatch() {
+	ctx := context.Background()
 	for {
-		calls, kind, wait := s.next()
+		calls, kind, wait, idle := s.next()
+		if idle {
+			return
+		}
 		if calls != nil {
 			s.run(ctx, kind, calls)
 			continue
@@ -143,35 +147,36 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			timer = s.clock.After(wait)
 		}
 		select {
-		case <-ctx.Done():
-			s.stop(ctx.Err())
-			return ctx.Err()
 		case <-s.wake:
 		case <-timer:
 		}
 	}
 }
 
-// next takes the calls of the next round, or says how long to wait for one (0: until woken).
-func (s *Scheduler) next() ([]*call, RoundKind, time.Duration) {
+// next takes the calls of the next round, or says how long to wait for one (0: until woken), or that the
+// scheduler is idle (no member left: the dispatcher stops).
+func (s *Scheduler) next() (calls []*call, kind RoundKind, wait time.Duration, idle bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	pending := len(s.forwards) + len(s.drafts)
 	if pending == 0 {
-		return nil, "", 0
+		if len(s.members) == 0 {
+			s.dispatching = false
+			return nil, "", 0, true
+		}
+		return nil, "", 0, false
 	}
 	if pending < len(s.members) && s.cfg.MaxWait > 0 {
 		// The wait counts from the scheduler being free with the oldest call pending: a call that came
 		// while a round ran has not waited for the missing members yet.
 		start := s.oldestSince()
 		if waited := s.clock.Now().Sub(start); waited < s.cfg.MaxWait {
-			return nil, "", s.cfg.MaxWait - waited
+			return nil, "", s.cfg.MaxWait - waited, false
 		}
 	}
 	// Drafts first: the members that draft come back with their verifies, which join the forwards already
 	// pending in one target forward.
-	var calls []*call
-	kind := RoundForward
+	kind = RoundForward
 	if len(s.drafts) > 0 {
 		calls, s.drafts, kind = s.drafts, nil, RoundDraft
 	} else {
@@ -180,7 +185,7 @@ func (s *Scheduler) next() ([]*call, RoundKind, time.Duration) {
 	for _, c := range calls {
 		c.running = true
 	}
-	return calls, kind, 0
+	return calls, kind, 0, false
 }
 
 // oldestSince returns the later of free and the oldest pending call's submission time.
@@ -316,20 +321,6 @@ func draftOne(ctx context.Context, it ports.DraftItem) ports.DraftResult {
 	return ports.DraftResult{Proposal: p, Err: err}
 }
 
-// stop fails what is pending and refuses what comes later.
-func (s *Scheduler) stop(cause error) {
-	s.mu.Lock()
-	s.closed = true
-	s.closeErr = fmt.Errorf("%w: %w", ErrClosed, cause)
-	calls := append(s.forwards, s.drafts...)
-	s.forwards, s.drafts = nil, nil
-	s.mu.Unlock()
-	for _, c := range calls {
-		c.fres.Err, c.dres.Err = s.closeErr, s.closeErr
-		close(c.done)
-	}
-}
-
 func (s *Scheduler) poke() {
 	select {
 	case s.wake <- struct{}{}:
@@ -342,12 +333,6 @@ func (s *Scheduler) poke() {
 func (s *Scheduler) submit(c *call) {
 	c.done = make(chan struct{})
 	s.mu.Lock()
-	if s.closed {
-		err := s.closeErr
-		s.mu.Unlock()
-		c.fres.Err, c.dres.Err = err, err
-		return
-	}
 	c.at = s.clock.Now()
 	if c.isDraft {
 		s.drafts = append(s.drafts, c)

@@ -24,13 +24,6 @@ func start(t *testing.T, clock *manualClock, target ports.Target, drafter ports.
 	}
 	s, err := New(cfg, clock, target, drafter)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		assert.ErrorIs(t, <-done, context.Canceled)
-	})
 	return s
 }
 
@@ -257,25 +250,27 @@ func TestSequentialFallback(t *testing.T) {
 	assert.Equal(t, Round{Kind: RoundForward, Sequences: 2, Rows: 3}, <-rounds)
 }
 
-// TestStopFailsPending: when Run ends, pending and later calls fail with ErrClosed.
-func TestStopFailsPending(t *testing.T) {
+// TestDispatcherOnlyWhileMembers: the scheduler's goroutine runs from the first Join to the last Leave, and
+// starts again with the next Join.
+func TestDispatcherOnlyWhileMembers(t *testing.T) {
 	clock := newManualClock()
 	m := fakeModel(t)
-	s, err := New(Config{MaxWait: wait}, clock, m, nil)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	a := s.Join()
-	s.Join()
-	out := forwardAsync(t.Context(), a, openSession(t, m), []ports.Token{1}, ports.ForwardOptions{})
-	eventually(t, func() bool { return s.pending() == 1 }, "pending")
-	cancel()
-	assert.ErrorIs(t, <-done, context.Canceled)
-	assert.ErrorIs(t, (<-out).err, ErrClosed)
-	_, err = a.Forward(t.Context(), openSession(t, m), []ports.Token{1}, ports.ForwardOptions{})
-	assert.ErrorIs(t, err, ErrClosed)
-	_, err = New(Config{}, nil, nil, nil)
+	s := start(t, clock, m, nil, nil)
+	dispatching := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.dispatching
+	}
+	assert.False(t, dispatching())
+	for range 2 {
+		a := s.Join()
+		assert.True(t, dispatching())
+		_, err := a.Forward(t.Context(), openSession(t, m), []ports.Token{1}, ports.ForwardOptions{})
+		require.NoError(t, err)
+		a.Leave()
+		eventually(t, func() bool { return !dispatching() }, "the dispatcher stops with the last member")
+	}
+	_, err := New(Config{}, nil, nil, nil)
 	assert.ErrorContains(t, err, "nil clock")
 	assert.ErrorContains(t, err, "nil target")
 }
