@@ -61,6 +61,9 @@ func (m *Member) Forward(ctx context.Context, sess ports.Session, tokens []ports
 	}
 	c := &call{m: m, ctx: ctx, fwd: ports.BatchItem{Session: sess, Tokens: tokens, Opts: opts}}
 	m.s.submit(c)
+	if c.panicked != nil {
+		panic(c.panicked)
+	}
 	return c.fres.Result, c.fres.Err
 }
 
@@ -71,6 +74,9 @@ func (m *Member) Draft(ctx context.Context, it ports.DraftItem) (ports.Proposal,
 	}
 	c := &call{m: m, ctx: ctx, drf: it, isDraft: true}
 	m.s.submit(c)
+	if c.panicked != nil {
+		panic(c.panicked)
+	}
 	return c.dres.Proposal, c.dres.Err
 }
 

@@ -123,7 +123,22 @@ type call struct {
 	running bool
 	fres    ports.BatchResult
 	dres    ports.DraftResult
-	done    chan struct{}
+	// panicked holds what the backend panicked with while running the call (or its batch): the member
+	// panics with it on its own goroutine, as an unbatched call would have.
+	panicked any
+	done     chan struct{}
+}
+
+// guard runs f, recording a panic of f in every call of calls instead of crashing the scheduler.
+func guard(calls []*call, f func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			for _, c := range calls {
+				c.panicked = r
+			}
+		}
+	}()
+	f()
 }
 
 // dispatch forms and runs rounds while the scheduler has members; Join starts it, and it returns once the
@@ -261,7 +276,9 @@ func (s *Scheduler) forwardRound(ctx context.Context, calls []*call) bool {
 		for i, c := range calls {
 			items[i] = c.fwd
 		}
-		res, err := s.fwd.ForwardBatch(ctx, items)
+		var res []ports.BatchResult
+		var err error
+		guard(calls, func() { res, err = s.fwd.ForwardBatch(ctx, items) })
 		if err == nil && len(res) != len(items) {
 			err = fmt.Errorf("batched forward returned %d results for %d blocks", len(res), len(items))
 		}
@@ -275,8 +292,10 @@ func (s *Scheduler) forwardRound(ctx context.Context, calls []*call) bool {
 		return true
 	}
 	for _, c := range calls {
-		fr, err := c.fwd.Session.Forward(c.ctx, c.fwd.Tokens, c.fwd.Opts)
-		c.fres = ports.BatchResult{Result: fr, Err: err}
+		guard([]*call{c}, func() {
+			fr, err := c.fwd.Session.Forward(c.ctx, c.fwd.Tokens, c.fwd.Opts)
+			c.fres = ports.BatchResult{Result: fr, Err: err}
+		})
 	}
 	return false
 }
@@ -288,7 +307,9 @@ func (s *Scheduler) draftRound(ctx context.Context, calls []*call) bool {
 		for i, c := range calls {
 			items[i] = c.drf
 		}
-		res, err := s.drf.DraftBatch(ctx, items)
+		var res []ports.DraftResult
+		var err error
+		guard(calls, func() { res, err = s.drf.DraftBatch(ctx, items) })
 		if err == nil && len(res) != len(items) {
 			err = fmt.Errorf("batched draft returned %d results for %d sequences", len(res), len(items))
 		}
@@ -302,7 +323,7 @@ func (s *Scheduler) draftRound(ctx context.Context, calls []*call) bool {
 		return true
 	}
 	for _, c := range calls {
-		c.dres = draftOne(c.ctx, c.drf)
+		guard([]*call{c}, func() { c.dres = draftOne(c.ctx, c.drf) })
 	}
 	return false
 }

@@ -318,3 +318,30 @@ func TestRoundCost(t *testing.T) {
 		assert.InDelta(t, float64(tc.want), got, 1, "rows %d", tc.rows)
 	}
 }
+
+// panicSession panics in Forward.
+type panicSession struct{ ports.Session }
+
+func (panicSession) Forward(context.Context, []ports.Token, ports.ForwardOptions) (ports.ForwardResult, error) {
+	panic("backend bug")
+}
+
+// TestPanicReachesItsCaller: a backend panic during a round is re-raised on the member's goroutine (where
+// the server's recovery turns it into a 500), not on the scheduler's; the other members carry on.
+func TestPanicReachesItsCaller(t *testing.T) {
+	clock := newManualClock()
+	m := fakeModel(t)
+	s := start(t, clock, m, nil, nil)
+	a, b := s.Join(), s.Join()
+	panicked := make(chan any, 1)
+	go func() {
+		defer func() { panicked <- recover() }()
+		_, _ = a.Forward(t.Context(), panicSession{openSession(t, m)}, []ports.Token{1}, ports.ForwardOptions{})
+	}()
+	out := forwardAsync(t.Context(), b, openSession(t, m), []ports.Token{2}, ports.ForwardOptions{})
+	assert.Equal(t, "backend bug", <-panicked)
+	a.Leave()
+	require.NoError(t, (<-out).err)
+	_, err := b.Forward(t.Context(), openSession(t, m), []ports.Token{3}, ports.ForwardOptions{})
+	require.NoError(t, err)
+}
