@@ -117,7 +117,14 @@ func (s *Serve) admit(ctx context.Context, l *loaded, need int64) (func(), error
 // leave must be called when the generation ends.
 func (s *Serve) batched(l *loaded, cfg *speculative.Config, sess ports.Session, draft ports.DraftSession) (ports.Session, ports.DraftSession, func()) {
 	m := l.sched.Join()
-	cfg.PrefillChunk = s.cfg.PrefillChunk
+	bs, bd := batchSessions(m, cfg, s.cfg.PrefillChunk, sess, draft)
+	return bs, bd, m.Leave
+}
+
+// batchSessions wraps sess and draft (nil: none) so their forwards and drafts join m's rounds, and sets cfg's
+// batch settings: the prefill chunk, the policy's batched cost, the member's round reports.
+func batchSessions(m *batch.Member, cfg *speculative.Config, chunk int, sess ports.Session, draft ports.DraftSession) (ports.Session, ports.DraftSession) {
+	cfg.PrefillChunk = chunk
 	if cfg.Adaptive {
 		cfg.Policy.Batch = m
 	}
@@ -131,5 +138,5 @@ func (s *Serve) batched(l *loaded, cfg *speculative.Config, sess ports.Session, 
 	if draft != nil {
 		draft = m.DraftSession(draft)
 	}
-	return m.Session(sess), draft, m.Leave
+	return m.Session(sess), draft
 }

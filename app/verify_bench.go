@@ -35,6 +35,8 @@ type BenchOptions struct {
 	MultiTurn *MultiTurnOptions
 	// Costs, when set, also measures the target's kernel costs through the session port (BenchResult.Costs).
 	Costs *CostsOptions
+	// Clients, when set, also measures concurrent clients decoding together (BenchResult.Clients).
+	Clients *ClientsOptions
 }
 
 // BenchAR is the autoregressive figure.
@@ -89,6 +91,10 @@ type BenchResult struct {
 	MultiTurn *MultiTurnResult `json:"multi_turn,omitempty"`
 	// Costs are the target's kernel costs (bench --kernel-costs).
 	Costs *KernelCosts `json:"costs,omitempty"`
+	// Clients are the concurrent-clients figures (bench --clients), one row per client count, and
+	// ClientsBatch how their rounds ran (batched calls or one item after another).
+	Clients      []BenchClientsRow `json:"clients,omitempty"`
+	ClientsBatch *BenchClientsMeta `json:"clients_batch,omitempty"`
 }
 
 type benchAcc struct {
@@ -258,6 +264,13 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 			return res, err
 		}
 		res.Costs = &kc
+	}
+	if o.Clients != nil {
+		rows, meta, err := benchClients(ctx, m, o, *o.Clients)
+		if err != nil {
+			return res, err
+		}
+		res.Clients, res.ClientsBatch = rows, &meta
 	}
 	return res, nil
 }
