@@ -532,6 +532,7 @@ func (s *Serve) run(ctx context.Context, l *loaded, p prepared, lv *live, emit f
 	}
 	pipe := newTextPipe(l.Tokenizer.NewStreamDecoder(true), p.stop, p.think, p.inThink, l.eos, emit)
 	out, genErr := dec.Generate(ctx, bsess, bdraft, p.prompt, lv.committed(pipe.push))
+	leave() // now, not after the prefix cache's exports below: the rounds stop waiting for this request
 	res.CompletionTokens = len(out.Tokens)
 	res.Spec = out.Stats.SpecUsage()
 	// Cache what this request computed once it ended cleanly (a stop string ends it through emit, with

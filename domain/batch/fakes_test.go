@@ -63,6 +63,12 @@ func (c *manualClock) timers() int {
 	return len(c.waiters)
 }
 
+// plainTarget and plainDrafter hide every ability but the required ones (portfake's own batched calls
+// among them), so the scheduler runs their rounds one item after another.
+type plainTarget struct{ ports.Target }
+
+type plainDrafter struct{ ports.Drafter }
+
 // batchTarget is portfake's model with a ForwardBatch that runs its items one by one (each item is then
 // trivially its solo call) and records each batch's size, optionally refusing items or failing a batch.
 type batchTarget struct {

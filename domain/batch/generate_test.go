@@ -96,8 +96,8 @@ func TestConcurrentGenerationsEqualSolo(t *testing.T) {
 			model := portfake.MustNew(portfake.Config{Tape: true, Vocab: 48, Seed: 5})
 			dr, err := portfake.NewDrafter(portfake.DrafterConfig{BlockSize: 6, Propose: portfake.MatchThenDiverge(model, 3)})
 			require.NoError(t, err)
-			var target ports.Target = model
-			var drafter ports.Drafter = dr
+			var target ports.Target = plainTarget{model}
+			var drafter ports.Drafter = plainDrafter{dr}
 			bt, bd := &batchTarget{Model: model}, &batchDrafter{Drafter: dr}
 			if batched {
 				target, drafter = bt, bd

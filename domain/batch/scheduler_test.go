@@ -230,7 +230,7 @@ func TestSequentialFallback(t *testing.T) {
 	clock := newManualClock()
 	m := fakeModel(t)
 	rounds := make(chan Round, 4)
-	s := start(t, clock, m, nil, rounds)
+	s := start(t, clock, plainTarget{m}, nil, rounds)
 	fwd, drf := s.Batching()
 	assert.False(t, fwd)
 	assert.False(t, drf)
@@ -331,7 +331,7 @@ func (panicSession) Forward(context.Context, []ports.Token, ports.ForwardOptions
 func TestPanicReachesItsCaller(t *testing.T) {
 	clock := newManualClock()
 	m := fakeModel(t)
-	s := start(t, clock, m, nil, nil)
+	s := start(t, clock, plainTarget{m}, nil, nil)
 	a, b := s.Join(), s.Join()
 	panicked := make(chan any, 1)
 	go func() {
