@@ -82,29 +82,30 @@ func benchClients(ctx context.Context, m *Models, o BenchOptions, co ClientsOpti
 	if bs == 0 {
 		bs = m.Drafter.BlockSize()
 	}
-	rows := make([]BenchClientsRow, 0, len(co.Clients))
-	for _, n := range co.Clients {
-		row := BenchClientsRow{Clients: n}
-		for _, spec := range []bool{false, true} {
-			mem := speculative.NewPolicyMemory()
-			var runs []clientsRun
-			for pass := range o.Warmup + o.Repeats {
-				r, err := runClients(ctx, m, o, co, n, spec, bs, mem, pass, &meta)
+	// Passes run in the outer loop, every client count and mode inside each, so a slow spell of a shared
+	// machine falls on all of them alike instead of on one count's figures.
+	mems := make([][2]*speculative.PolicyMemory, len(co.Clients))
+	runs := make([][2][]clientsRun, len(co.Clients))
+	for k := range mems {
+		mems[k] = [2]*speculative.PolicyMemory{speculative.NewPolicyMemory(), speculative.NewPolicyMemory()}
+	}
+	for pass := range o.Warmup + o.Repeats {
+		for k, n := range co.Clients {
+			for j, spec := range []bool{false, true} {
+				r, err := runClients(ctx, m, o, co, n, spec, bs, mems[k][j], pass, &meta)
 				if err != nil {
 					return nil, meta, err
 				}
 				if pass >= o.Warmup {
-					runs = append(runs, r)
+					runs[k][j] = append(runs[k][j], r)
 				}
 			}
-			f := summarise(runs)
-			if spec {
-				f.BlockSize, f.Adaptive = bs, o.Adaptive
-				row.Spec = f
-			} else {
-				row.AR = f
-			}
 		}
+	}
+	rows := make([]BenchClientsRow, 0, len(co.Clients))
+	for k, n := range co.Clients {
+		row := BenchClientsRow{Clients: n, AR: summarise(runs[k][0]), Spec: summarise(runs[k][1])}
+		row.Spec.BlockSize, row.Spec.Adaptive = bs, o.Adaptive
 		if row.AR.TokensPerS > 0 {
 			row.Speedup = row.Spec.TokensPerS / row.AR.TokensPerS
 		}
