@@ -4,7 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/higgs-go/higgs/adapters/anthropic"
 	oaiapi "github.com/higgs-go/higgs/adapters/openai"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -181,4 +186,35 @@ func TestMemoryAdmission(t *testing.T) {
 	assert.True(t, errors.Is(err, context.Canceled), "%v", err)
 	release()
 	assert.Zero(t, l.budget.Used())
+}
+
+// TestMetricsShowBatchAndQueueWait: wired as higgsd wires it (NewServer hands the API to Serve), /metrics
+// carries each round's batch size and rows and each request's queue wait.
+func TestMetricsShowBatchAndQueueWait(t *testing.T) {
+	leakCheck(t)
+	eng, _ := srvEngine(4096, 0, false)
+	serve, err := NewServe(ServeConfig{BlockSize: 4, MaxConcurrency: 4, QueueSize: 4}, zerolog.Nop())
+	require.NoError(t, err)
+	require.NoError(t, serve.SetEngine(eng))
+	api := oaiapi.New(serve, oaiapi.Options{Log: zerolog.Nop()})
+	msgs := anthropic.New(serve, anthropic.Options{Metrics: api, Log: zerolog.Nop()})
+	NewServer(DefaultConfig(), serve, api, msgs, nil, zerolog.Nop())
+	srv := httptest.NewServer(api)
+	hc := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(func() { hc.CloseIdleConnections(); srv.Close() })
+	resp, err := hc.Post(srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"abc","max_tokens":5}`))
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, err = hc.Get(srv.URL + "/metrics")
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	text := string(body)
+	for _, want := range []string{`higgs_batch_size_bucket{le="1"}`, "higgs_batch_size_count", "higgs_batch_rows_sum",
+		"higgs_queue_wait_seconds_count 1"} {
+		assert.Contains(t, text, want)
+	}
 }
