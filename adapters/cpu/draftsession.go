@@ -86,40 +86,16 @@ func (s *DraftSession) DraftSampled(ctx context.Context, anchor ports.Token, new
 }
 
 func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand) (ports.Proposal, error) {
-	if s.closed {
-		return ports.Proposal{}, errDraftClosed
-	}
-	d := s.d
-	a := &d.m.Arch
-	vocab := d.t.m.Arch.Vocab
-	// bs = 1 only appends context (the decoder feeds queued context that way); it drafts nothing.
-	if err := model.CheckDraft(anchor, bs, a.BlockSize, vocab); err != nil {
-		return ports.Proposal{}, fmt.Errorf("cpu drafter: %w", err)
+	data, rows, err := s.admit(anchor, newCtx, bs, temperature, rnd)
+	if err != nil {
+		return ports.Proposal{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return ports.Proposal{}, err
 	}
+	d := s.d
+	a := &d.m.Arch
 	width := len(a.TapLayers) * a.HiddenSize
-	var data []float32
-	var rows int
-	if newCtx != nil && newCtx.Rows() > 0 {
-		ht, ok := newCtx.(ports.HostTaps)
-		if !ok {
-			return ports.Proposal{}, fmt.Errorf("cpu drafter: context taps of type %T cannot be read on the host", newCtx)
-		}
-		var w int
-		var err error
-		if data, rows, w, err = ht.Host(); err != nil {
-			return ports.Proposal{}, fmt.Errorf("cpu drafter: context taps: %w", err)
-		}
-		if w != width {
-			return ports.Proposal{}, fmt.Errorf("cpu drafter: context taps are %d wide, want %d (%d taps × hidden %d)", w, width, len(a.TapLayers), a.HiddenSize)
-		}
-		if len(data) < rows*width {
-			return ports.Proposal{}, fmt.Errorf("cpu drafter: context taps hold %d values for %d rows of %d", len(data), rows, width)
-		}
-		data = data[:rows*width]
-	}
 	if bs == 1 {
 		// Context only: queue the rows (newCtx is only readable during the call) for the next drafting call.
 		s.queued = append(s.queued, data...)
@@ -145,6 +121,43 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 	}
 	s.logits = append(s.logits[:0], logits.v...) // a reused buffer: logits.v may live in the arena
 	return p, nil
+}
+
+// admit checks a draft call before any work (closed session, block size, anchor, sampling settings when
+// temperature ≠ 0 or rnd is set, the context taps' shape) and returns the context rows on the host.
+func (s *DraftSession) admit(anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand) ([]float32, int, error) {
+	if s.closed {
+		return nil, 0, errDraftClosed
+	}
+	a := &s.d.m.Arch
+	// bs = 1 only appends context (the decoder feeds queued context that way); it drafts nothing.
+	if err := model.CheckDraft(anchor, bs, a.BlockSize, s.d.t.m.Arch.Vocab); err != nil {
+		return nil, 0, fmt.Errorf("cpu drafter: %w", err)
+	}
+	if temperature != 0 || rnd != nil {
+		if err := model.CheckSampledDraft(temperature, rnd); err != nil {
+			return nil, 0, fmt.Errorf("cpu drafter: %w", err)
+		}
+	}
+	if newCtx == nil || newCtx.Rows() == 0 {
+		return nil, 0, nil
+	}
+	width := len(a.TapLayers) * a.HiddenSize
+	ht, ok := newCtx.(ports.HostTaps)
+	if !ok {
+		return nil, 0, fmt.Errorf("cpu drafter: context taps of type %T cannot be read on the host", newCtx)
+	}
+	data, rows, w, err := ht.Host()
+	if err != nil {
+		return nil, 0, fmt.Errorf("cpu drafter: context taps: %w", err)
+	}
+	if w != width {
+		return nil, 0, fmt.Errorf("cpu drafter: context taps are %d wide, want %d (%d taps × hidden %d)", w, width, len(a.TapLayers), a.HiddenSize)
+	}
+	if len(data) < rows*width {
+		return nil, 0, fmt.Errorf("cpu drafter: context taps hold %d values for %d rows of %d", len(data), rows, width)
+	}
+	return data[:rows*width], rows, nil
 }
 
 // project appends rows context rows of data (rows × width) in chunks of at most contextChunk rows.

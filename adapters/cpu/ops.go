@@ -144,6 +144,20 @@ func (o ops) Rows(x act, lo, hi int) act {
 	return act{x.v[lo*w : hi*w], hi - lo}
 }
 
+func (o ops) Join(xs ...act) act {
+	n, T := 0, 0
+	for _, x := range xs {
+		n += len(x.v)
+		T += x.t
+	}
+	out := o.buf(n)
+	off := 0
+	for _, x := range xs {
+		off += copy(out[off:], x.v)
+	}
+	return act{out, T}
+}
+
 func (o ops) Scale(x act, s float32) act {
 	out := o.buf(len(x.v))
 	copy(out, x.v)

@@ -78,35 +78,19 @@ func (s *Session) ForwardLogits(ctx context.Context, tokens []ports.Token, opts 
 // forward is Forward that also returns the logits of the returned rows ([rows, V]).
 func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, []float32, error) {
 	fail := func(err error) (ports.ForwardResult, []float32, error) { return ports.ForwardResult{}, nil, err }
-	if s.closed {
-		return fail(errClosed)
-	}
-	if s.broken != nil {
-		return fail(fmt.Errorf("cpu forward: session unusable after an interrupted forward (%w); close it", s.broken))
+	rows, err := s.admit(tokens, opts)
+	if err != nil {
+		return fail(err)
 	}
 	if err := ctx.Err(); err != nil {
 		return fail(fmt.Errorf("cpu forward: %w", err))
 	}
 	m := s.t.m
-	a := &m.Arch
 	T := len(tokens)
-	rows, err := s.pos.CheckForward(tokens, opts, a.Vocab, a.ContextLength)
-	if err != nil {
-		return fail(fmt.Errorf("cpu forward: %w", err))
-	}
 	s.mem.reset()
 	be := ops{pool: s.t.pool, mem: &s.mem}
-	s.gen++
-	s.replay = false
-	s.lastTap = nil
-	st := &pass{pool: s.t.pool, mem: &s.mem, kv: s.kv, gdn: s.gdn}
-	if opts.RecordTape && s.pos.Recurrent {
-		st.tape = &Tape{TapeHeader: model.TapeHeader{Session: s, Forward: s.gen, Length: T, Start: s.pos.N}, layers: make([]*gdnTape, a.Layers)}
-	}
-	tapped, tap := model.Collect[act](s.taps)
-	if !opts.Taps {
-		tap = nil
-	}
+	st := s.begin(T, opts)
+	tapped, tap := s.tapper(opts)
 	x, err := model.Forward(ctx, m, be, st, be.Embed(m.Embed, tokens), s.pos.N, tap)
 	if err != nil {
 		if st.touched {
@@ -114,11 +98,58 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 		}
 		return fail(fmt.Errorf("cpu forward: %w", err))
 	}
+	// What the caller keeps (logits, taps) is allocated outside the arena.
+	logits := model.Logits(m, ops{pool: s.t.pool}, x, T-rows, T).v
+	return s.finish(st, T, rows, opts, logits, tapped)
+}
+
+// admit checks a Forward of tokens with opts before any work: the session's own refusals (closed, broken,
+// an empty block, a token outside the vocabulary, a full context, an unfinished rollback). It returns the
+// number of rows to return.
+func (s *Session) admit(tokens []ports.Token, opts ports.ForwardOptions) (int, error) {
+	if s.closed {
+		return 0, errClosed
+	}
+	if s.broken != nil {
+		return 0, fmt.Errorf("cpu forward: session unusable after an interrupted forward (%w); close it", s.broken)
+	}
+	a := &s.t.m.Arch
+	rows, err := s.pos.CheckForward(tokens, opts, a.Vocab, a.ContextLength)
+	if err != nil {
+		return 0, fmt.Errorf("cpu forward: %w", err)
+	}
+	return rows, nil
+}
+
+// begin starts an admitted Forward of T positions: it invalidates the previous Forward's tape and returns
+// the pass over the session's state (recording a tape when asked). The caller resets s.mem before.
+func (s *Session) begin(T int, opts ports.ForwardOptions) *pass {
+	s.gen++
+	s.replay = false
+	s.lastTap = nil
+	st := &pass{pool: s.t.pool, mem: &s.mem, kv: s.kv, gdn: s.gdn}
+	if opts.RecordTape && s.pos.Recurrent {
+		st.tape = &Tape{TapeHeader: model.TapeHeader{Session: s, Forward: s.gen, Length: T, Start: s.pos.N}, layers: make([]*gdnTape, s.t.m.Arch.Layers)}
+	}
+	return st
+}
+
+// tapper returns the per-slot outputs the pass fills and the tap callback (nil unless opts asks for taps).
+func (s *Session) tapper(opts ports.ForwardOptions) ([]act, func(int, act)) {
+	tapped, tap := model.Collect[act](s.taps)
+	if !opts.Taps {
+		tap = nil
+	}
+	return tapped, tap
+}
+
+// finish completes a Forward of T positions whose layers ran through st: it advances the session and builds
+// the result from logits ([rows, V], the caller's) and the tapped layer outputs.
+func (s *Session) finish(st *pass, T, rows int, opts ports.ForwardOptions, logits []float32, tapped []act) (ports.ForwardResult, []float32, error) {
+	fail := func(err error) (ports.ForwardResult, []float32, error) { return ports.ForwardResult{}, nil, err }
+	a := &s.t.m.Arch
 	s.pos.N += T
 	s.pos.Rec = s.pos.N
-	// What the caller keeps (logits, taps) is allocated outside the arena.
-	fresh := ops{pool: s.t.pool}
-	logits := model.Logits(m, fresh, x, T-rows, T).v
 	res := ports.ForwardResult{Greedy: make([]ports.Token, rows)}
 	for r := range rows {
 		row := logits[r*a.Vocab : (r+1)*a.Vocab]
@@ -139,7 +170,7 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	if opts.Taps {
 		taps := &Taps{data: []float32{}, rows: T}
 		if len(tapped) > 0 {
-			all := fresh.Concat(tapped...)
+			all := ops{pool: s.t.pool}.Concat(tapped...)
 			taps.data, taps.width = all.v, all.width()
 		}
 		res.Taps = taps

@@ -175,49 +175,20 @@ func (s *DraftSession) DraftSampled(ctx context.Context, anchor ports.Token, new
 }
 
 func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand) (ports.Proposal, error) {
-	if s.closed {
-		return ports.Proposal{}, errors.New("mlx drafter: session is closed")
-	}
-	d := s.d
-	a := &d.m.Arch
-	vocab := d.t.info.VocabSize
-	if err := model.CheckDraft(anchor, bs, a.BlockSize, vocab); err != nil {
-		return ports.Proposal{}, fmt.Errorf("mlx drafter: %w", err)
+	in, err := s.admit(anchor, newCtx, bs, temperature, rnd)
+	if err != nil {
+		return ports.Proposal{}, err
 	}
 	if err := ctx.Err(); err != nil {
 		return ports.Proposal{}, err
 	}
+	d := s.d
+	a := &d.m.Arch
 	width := len(a.TapLayers) * a.HiddenSize
-	var ctxRows int
-	var host []float32
-	var dev *Taps
-	if newCtx != nil && newCtx.Rows() > 0 {
-		ctxRows = newCtx.Rows()
-		switch c := newCtx.(type) {
-		case *Taps:
-			if c.width != width {
-				return ports.Proposal{}, fmt.Errorf("mlx drafter: context taps are %d wide, want %d", c.width, width)
-			}
-			if c.a == 0 {
-				return ports.Proposal{}, errors.New("mlx drafter: context taps were released (pass Detach()ed taps across Forward calls)")
-			}
-			dev = c
-		case ports.HostTaps:
-			data, rows, w, err := c.Host()
-			if err != nil {
-				return ports.Proposal{}, fmt.Errorf("mlx drafter: context taps: %w", err)
-			}
-			if w != width || len(data) < rows*w {
-				return ports.Proposal{}, fmt.Errorf("mlx drafter: context taps are %d×%d, want width %d", rows, w, width)
-			}
-			host, ctxRows = data[:rows*w], rows
-		default:
-			return ports.Proposal{}, fmt.Errorf("mlx drafter: context taps of type %T are not readable", newCtx)
-		}
-	}
+	ctxRows := in.rows
 	var toks []int32
 	var dists []ports.Distribution
-	err := d.t.rt.Do(func() error {
+	err = d.t.rt.Do(func() error {
 		if d.closed || d.t.closed {
 			return errors.New("mlx drafter: drafter or target is closed")
 		}
@@ -231,16 +202,7 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 		}
 		st := &pass{o: be, kv: work}
 		if ctxRows > 0 {
-			var f arr
-			if dev != nil {
-				f = dev.a
-				if ctxRows < shapeOf(f)[0] {
-					f = g.slice(f, []int{0, 0}, []int{ctxRows, width})
-				}
-			} else {
-				f = be.cast(uploadF32(g, host, ctxRows, width))
-			}
-			model.Context(d.m, be, st, act{f, ctxRows, width}, s.n)
+			model.Context(d.m, be, st, in.contextRows(g, be, width), s.n)
 		}
 		var outs []arr
 		for _, c := range work {
@@ -283,4 +245,70 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 	out := make([]ports.Token, len(toks))
 	copy(out, toks)
 	return ports.Proposal{Tokens: out, Dists: dists}, nil
+}
+
+// draftInput is an admitted draft call's context rows: on the device (dev) or the host (host), rows of them.
+type draftInput struct {
+	rows int
+	host []float32
+	dev  *Taps
+}
+
+// admit checks a draft call before any work (closed session, block size, anchor, the sampling settings when
+// temperature ≠ 0 or rnd is set, the context taps' shape and residency).
+func (s *DraftSession) admit(anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand) (draftInput, error) {
+	var in draftInput
+	if s.closed {
+		return in, errors.New("mlx drafter: session is closed")
+	}
+	a := &s.d.m.Arch
+	if err := model.CheckDraft(anchor, bs, a.BlockSize, s.d.t.info.VocabSize); err != nil {
+		return in, fmt.Errorf("mlx drafter: %w", err)
+	}
+	if temperature != 0 || rnd != nil {
+		if err := model.CheckSampledDraft(temperature, rnd); err != nil {
+			return in, fmt.Errorf("mlx drafter: %w", err)
+		}
+	}
+	if newCtx == nil || newCtx.Rows() == 0 {
+		return in, nil
+	}
+	width := len(a.TapLayers) * a.HiddenSize
+	in.rows = newCtx.Rows()
+	switch c := newCtx.(type) {
+	case *Taps:
+		if c.width != width {
+			return in, fmt.Errorf("mlx drafter: context taps are %d wide, want %d", c.width, width)
+		}
+		if c.a == 0 {
+			return in, errors.New("mlx drafter: context taps were released (pass Detach()ed taps across Forward calls)")
+		}
+		in.dev = c
+	case ports.HostTaps:
+		data, rows, w, err := c.Host()
+		if err != nil {
+			return in, fmt.Errorf("mlx drafter: context taps: %w", err)
+		}
+		if w != width || len(data) < rows*w {
+			return in, fmt.Errorf("mlx drafter: context taps are %d×%d, want width %d", rows, w, width)
+		}
+		in.host, in.rows = data[:rows*w], rows
+	default:
+		return in, fmt.Errorf("mlx drafter: context taps of type %T are not readable", newCtx)
+	}
+	return in, nil
+}
+
+// contextRows is the graph value of an admitted call's context rows [rows, width].
+func (in draftInput) contextRows(g *graph, be ops, width int) act {
+	var f arr
+	if in.dev != nil {
+		f = in.dev.a
+		if in.rows < shapeOf(f)[0] {
+			f = g.slice(f, []int{0, 0}, []int{in.rows, width})
+		}
+	} else {
+		f = be.cast(uploadF32(g, in.host, in.rows, width))
+	}
+	return act{f, in.rows, width}
 }

@@ -166,6 +166,19 @@ func (o ops) Rows(x act, lo, hi int) act {
 	return act{o.g.slice(x.a, []int{lo, 0}, []int{hi, x.c}), hi - lo, x.c}
 }
 
+func (o ops) Join(xs ...act) act {
+	if len(xs) == 1 {
+		return xs[0]
+	}
+	as := make([]arr, len(xs))
+	r := 0
+	for i, x := range xs {
+		as[i] = x.a
+		r += x.r
+	}
+	return act{o.g.concat(0, as...), r, xs[0].c}
+}
+
 func (o ops) Scale(x act, s float32) act {
 	return act{o.g.mul(x.a, o.cast(o.g.scalar(s))), x.r, x.c}
 }

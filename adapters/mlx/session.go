@@ -166,29 +166,41 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 		}
 		tape = r.tape
 	}
+	var tapArr arr
+	if opts.Taps && len(tapParts) > 0 {
+		tapArr = tapParts[0]
+		if len(tapParts) > 1 {
+			err := s.t.rt.Do(func() error {
+				g := newGraph(s.t.rt, "mlx forward taps")
+				defer g.release()
+				all := g.concat(0, tapParts...)
+				g.eval(all)
+				if g.err != nil {
+					return g.err
+				}
+				tapArr = g.keep(all)
+				return nil
+			})
+			s.freeAll(tapParts)
+			if err != nil {
+				return fail(err)
+			}
+		}
+	}
+	return s.finish(T, rows, opts, greedy, logits, tapArr, tape)
+}
+
+// finish builds a Forward's result of T positions from its returned rows' greedy ids and logits (when
+// read), its taps array [T, width] (0 for none; the session owns it from here on) and its tape.
+func (s *Session) finish(T, rows int, opts ports.ForwardOptions, greedy []int32, logits []float32, tapArr arr, tape *Tape) (ports.ForwardResult, []float32, error) {
+	fail := func(err error) (ports.ForwardResult, []float32, error) { return ports.ForwardResult{}, nil, err }
+	a := &s.t.m.Arch
 	var taps *Taps
 	if opts.Taps {
 		taps = &Taps{sess: s, rows: T}
-		if len(tapParts) > 0 {
+		if tapArr != 0 {
 			taps.width = s.taps.Len() * a.Hidden
-			taps.a = tapParts[0]
-			if len(tapParts) > 1 {
-				err := s.t.rt.Do(func() error {
-					g := newGraph(s.t.rt, "mlx forward taps")
-					defer g.release()
-					all := g.concat(0, tapParts...)
-					g.eval(all)
-					if g.err != nil {
-						return g.err
-					}
-					taps.a = g.keep(all)
-					return nil
-				})
-				s.freeAll(tapParts)
-				if err != nil {
-					return fail(err)
-				}
-			}
+			taps.a = tapArr
 		}
 	}
 	// The session owns this Forward's taps and tape from here on (the next Forward frees them), even when a

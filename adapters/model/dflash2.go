@@ -42,11 +42,20 @@ type DynConv[W comparable] struct {
 }
 
 // convPrepare is the reference's prepare: dyn = Proj(h) viewed [T, 2, taps, G]; side 0 convolves h, side 1
-// (returned) is what finish applies to the sublayer's output.
-func convPrepare[X any, W comparable](be DraftBackend[X, W], c *DynConv[W], h X) (X, X) {
+// (returned) is what finish applies to the sublayer's output. h holds parts of sizes[i] rows (one per
+// sequence of a batched draft), each convolved on its own.
+func convPrepare[X any, W comparable](be DraftBackend[X, W], c *DynConv[W], h X, sizes []int) (X, X) {
 	kg := c.Taps * c.Groups
 	d := be.Split(be.Linear(c.Proj, h), 1, kg, kg)
-	return be.GroupConv(h, d[0], c.Pre, c.Taps), d[1]
+	return groupConv(be, h, d[0], c.Pre, c.Taps, sizes), d[1]
+}
+
+// groupConv is GroupConv on each part of x and dyn (sizes[i] rows each), stacked.
+func groupConv[X any, W comparable](be DraftBackend[X, W], x, dyn X, base W, taps int, sizes []int) X {
+	if len(sizes) == 1 {
+		return be.GroupConv(x, dyn, base, taps)
+	}
+	return segments(be, sizes, func(_, lo, hi int) X { return be.GroupConv(be.Rows(x, lo, hi), be.Rows(dyn, lo, hi), base, taps) })
 }
 
 // Selector is DFlash2's CandidateSelector: Proj (hidden_projection, [rank, H]) and the predecessor and
@@ -151,7 +160,8 @@ func greedyPick(_ int, scores []float32) int {
 // each row's logits (DFlash), or the candidate selector's greedy path from the anchor (DFlash2). It returns
 // the logits (compute_logits' transforms applied) with the tokens.
 func Propose[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], st State[X, W], block []ports.Token, pos, rows int) (X, []ports.Token) {
-	return propose(d, be, st, block, pos, rows, nil)
+	logits, toks, _ := ProposeBatch(d, be, []DraftSeq[X, W]{{State: st, Pos: pos, Block: block, Rows: rows}})
+	return logits[0], toks[0]
 }
 
 // ProposeSampled is Propose at temperature T > 0 (MODEL-REFERENCE §10): DFlash2's walk draws each slot's
@@ -159,58 +169,79 @@ func Propose[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], st State
 // returns the q_t it drew from (the proposal verification divides by). A DFlash drafter has no distribution
 // of its own: it proposes its greedy tokens, dists nil (point masses).
 func ProposeSampled[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], st State[X, W], block []ports.Token, pos, rows int, temperature float64, rnd ports.Rand) (X, []ports.Token, []ports.Distribution) {
-	if d.Selector == nil {
-		logits, toks := Propose(d, be, st, block, pos, rows)
-		return logits, toks, nil
-	}
-	dists := make([]ports.Distribution, rows)
-	var cand []ports.Token
-	pick := func(t int, scores []float32) int {
-		q := softmaxT(scores, temperature)
-		c := &CandidateDist{Tokens: cand[t*len(scores) : (t+1)*len(scores)], Probs: q}
-		dists[t] = c
-		return c.index(rnd.Float64())
-	}
-	logits, toks := propose(d, be, st, block, pos, rows, func(cs []ports.Token) func(int, []float32) int {
-		cand = cs
-		return pick
-	})
-	if toks == nil {
-		return logits, nil, nil
-	}
-	return logits, toks, dists
+	logits, toks, dists := ProposeBatch(d, be, []DraftSeq[X, W]{{State: st, Pos: pos, Block: block, Rows: rows, Temperature: temperature, Rand: rnd}})
+	return logits[0], toks[0], dists[0]
 }
 
-// propose runs the block and the proposal; picker, when non-nil, is given the candidates and returns the
-// walk's pick (nil: greedy).
-func propose[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], st State[X, W], block []ports.Token, pos, rows int, picker func([]ports.Token) func(int, []float32) int) (X, []ports.Token) {
-	logits, hidden := block2(d, be, st, block, pos, rows)
+// ProposeBatch is Propose (ProposeSampled for a sequence with a Rand) for several sequences' noise blocks in
+// one pass: every row-wise product and the host reads run once over all of them, the attention, the
+// convolutions and the selector's walk per sequence. It returns each sequence's logits, tokens and
+// distributions; a batch of one runs exactly the solo call's ops. A backend whose graph failed reads back
+// nothing: then no tokens are proposed (nil), and the backend reports its error.
+func ProposeBatch[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], seqs []DraftSeq[X, W]) ([]X, [][]ports.Token, [][]ports.Distribution) {
+	all, hidden := blocks(d, be, seqs)
+	n := len(seqs)
+	logits, toks, dists := make([]X, n), make([][]ports.Token, n), make([][]ports.Distribution, n)
+	total := 0
+	for i, s := range seqs {
+		logits[i] = all
+		if n > 1 {
+			logits[i] = be.Rows(all, total, total+s.Rows)
+		}
+		total += s.Rows
+	}
 	s := d.Selector
 	if s == nil {
-		ids, _ := be.TopK(logits, 1)
-		return logits, ids
+		ids, _ := be.TopK(all, 1)
+		if len(ids) != total {
+			return logits, toks, dists
+		}
+		off := 0
+		for i, q := range seqs {
+			toks[i] = ids[off : off+q.Rows : off+q.Rows]
+			off += q.Rows
+		}
+		return logits, toks, dists
 	}
 	k := s.TopK
-	// A backend whose graph failed reads back nothing (MLX records the error and returns empty slices): then
-	// no tokens are proposed, and the backend reports its error, instead of the walk indexing short slices.
-	cand, unary := be.TopK(logits, k)
-	if len(cand) != rows*k || len(unary) != rows*k {
-		return logits, nil
+	cand, unary := be.TopK(all, k)
+	if len(cand) != total*k || len(unary) != total*k {
+		return logits, toks, dists
 	}
 	hp := be.Host(be.Linear(s.Proj, hidden))
-	prevs := make([]ports.Token, 1, 1+(rows-1)*k)
-	prevs[0] = block[0]
-	prevs = append(prevs, cand[:(rows-1)*k]...)
+	// Each sequence's predecessors: its anchor, then every candidate of its slots but the last.
+	prevs := make([]ports.Token, 0, total*k)
+	off := 0
+	for _, q := range seqs {
+		prevs = append(prevs, q.Block[0])
+		prevs = append(prevs, cand[off*k:(off+q.Rows-1)*k]...)
+		off += q.Rows
+	}
 	pred := be.Host(be.Embed(s.Pred, prevs))
 	succ := be.Host(be.Embed(s.Succ, cand))
-	if len(hp) != rows*s.Rank || len(pred) != len(prevs)*s.Rank || len(succ) != rows*k*s.Rank {
-		return logits, nil
+	if len(hp) != total*s.Rank || len(pred) != len(prevs)*s.Rank || len(succ) != total*k*s.Rank {
+		return logits, toks, dists
 	}
-	pick := greedyPick
-	if picker != nil {
-		pick = picker(cand)
+	off, poff := 0, 0
+	for i, q := range seqs {
+		r, np := q.Rows, 1+(q.Rows-1)*k
+		c := cand[off*k : (off+r)*k]
+		pickFn := greedyPick
+		if q.Rand != nil {
+			ds := make([]ports.Distribution, r)
+			rnd, temp := q.Rand, q.Temperature
+			pickFn = func(t int, scores []float32) int {
+				cd := &CandidateDist{Tokens: c[t*len(scores) : (t+1)*len(scores)], Probs: softmaxT(scores, temp)}
+				ds[t] = cd
+				return cd.index(rnd.Float64())
+			}
+			dists[i] = ds
+		}
+		toks[i] = selectPath(c, unary[off*k:(off+r)*k], hp[off*s.Rank:(off+r)*s.Rank], pred[poff*s.Rank:(poff+np)*s.Rank], succ[off*k*s.Rank:(off+r)*k*s.Rank], r, k, s.Rank, pickFn)
+		off += r
+		poff += np
 	}
-	return logits, selectPath(cand, unary, hp, pred, succ, rows, k, s.Rank, pick)
+	return logits, toks, dists
 }
 
 // softmaxT is softmax(scores/T) in float64.

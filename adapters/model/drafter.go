@@ -167,39 +167,74 @@ func Context[X any, W comparable](d *Drafter[W], be Backend[X, W], st State[X, W
 // rows are read: there, queries, attention output and MLP run on those rows alone (each row's result is the
 // same as in the full computation; DFlash2's convolutions are causal over the slots, so they keep this).
 func Block[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], st State[X, W], block []ports.Token, pos, rows int) X {
-	logits, _ := block2(d, be, st, block, pos, rows)
+	logits, _ := blocks(d, be, []DraftSeq[X, W]{{State: st, Pos: pos, Block: block, Rows: rows}})
 	return logits
 }
 
-// block2 is Block returning also the final-normed hidden states of slots 1..rows the logits come from.
-// DFlash2 layers wrap attention and the MLP in their convolutions: prepare on the normed input, finish on
-// the sublayer's output with the post kernels predicted from that same input.
-func block2[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], st State[X, W], block []ports.Token, pos, rows int) (X, X) {
+// DraftSeq is one sequence of a (batched) draft: its state, the position of its block's anchor, the noise
+// block [anchor, mask…], how many slots after the anchor to propose (1..len(Block)−1), and, for DFlash2's
+// walk at temperature > 0, the temperature and the uniforms' source (Rand nil: greedy).
+type DraftSeq[X any, W comparable] struct {
+	State       State[X, W]
+	Pos         int
+	Block       []ports.Token
+	Rows        int
+	Temperature float64
+	Rand        ports.Rand
+}
+
+// blocks is Block over several sequences' noise blocks in one pass, returning the logits and the
+// final-normed hidden states of every sequence's slots 1..Rows, stacked in order. DFlash2 layers wrap
+// attention and the MLP in their convolutions: prepare on the normed input, finish on the sublayer's output
+// with the post kernels predicted from that same input; the convolutions run per sequence (they are causal
+// over a block's slots). A batch of one runs exactly the solo pass's ops.
+func blocks[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], seqs []DraftSeq[X, W]) (X, X) {
 	a := &d.Arch
 	eps := float32(a.RMSNormEps)
-	bs := len(block)
-	x := be.Embed(d.Embed, block)
+	n := len(seqs)
+	sizes, queries, zeros, ones, rows := make([]int, n), make([]int, n), make([]int, n), make([]int, n), make([]int, n)
+	var tokens []ports.Token
+	short := false
+	for i, s := range seqs {
+		sizes[i], queries[i], ones[i], rows[i] = len(s.Block), s.Rows+1, 1, s.Rows
+		short = short || queries[i] < sizes[i]
+		tokens = append(tokens, s.Block...)
+	}
+	var st State[X, W]
+	var bst *Batch[X, W]
+	pos := 0
+	if n == 1 {
+		st, pos = seqs[0].State, seqs[0].Pos
+	} else {
+		bst = &Batch[X, W]{Ops: be, Seqs: make([]Seq[X, W], n)}
+		for i, s := range seqs {
+			bst.Seqs[i] = Seq[X, W]{State: s.State, Pos: s.Pos, Rows: sizes[i]}
+		}
+		st = bst
+	}
+	x := be.Embed(d.Embed, tokens)
 	// The parser refuses a scale of 0, so 0 here is an arch built without one: no scaling.
 	if a.EmbedScale != 0 && a.EmbedScale != 1 {
 		x = be.Scale(x, float32(a.EmbedScale))
 	}
+	qsizes := sizes
 	for i := range d.Layers {
 		ly := &d.Layers[i]
 		w := ly.Attn
-		nq := bs
-		if i == len(d.Layers)-1 {
-			nq = rows + 1
-		}
 		h := be.Norm(x, ly.InNorm, eps)
 		var post X
 		if ly.AttnConv != nil {
-			h, post = convPrepare(be, ly.AttnConv, h)
+			h, post = convPrepare(be, ly.AttnConv, h, sizes)
 		}
 		hq := h
-		if nq < bs {
-			hq, x = be.Rows(h, 0, nq), be.Rows(x, 0, nq)
+		if i == len(d.Layers)-1 && short {
+			hq, x = pick(be, h, sizes, zeros, queries), pick(be, x, sizes, zeros, queries)
 			if ly.AttnConv != nil {
-				post = be.Rows(post, 0, nq)
+				post = pick(be, post, sizes, zeros, queries)
+			}
+			qsizes = queries
+			if bst != nil {
+				bst.Queries = queries
 			}
 		}
 		q := be.Norm(be.Linear(w.Q, hq), w.QNorm, eps)
@@ -207,20 +242,20 @@ func block2[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], st State[
 		v := be.Linear(w.V, h)
 		o := be.Linear(w.O, st.Attention(i, q, k, v, Attend[W]{Pos: pos, HeadDim: a.HeadDim, Rope: d.Rope, Causal: ly.Causal, Window: ly.Window}))
 		if ly.AttnConv != nil {
-			o = be.GroupConv(o, post, ly.AttnConv.Post, ly.AttnConv.Taps)
+			o = groupConv(be, o, post, ly.AttnConv.Post, ly.AttnConv.Taps, qsizes)
 		}
 		x = be.Add(x, o)
 		m := be.Norm(x, ly.PostNorm, eps)
 		if ly.MLPConv != nil {
-			m, post = convPrepare(be, ly.MLPConv, m)
+			m, post = convPrepare(be, ly.MLPConv, m, qsizes)
 		}
 		f := FeedForward(be, ly.MLP, m)
 		if ly.MLPConv != nil {
-			f = be.GroupConv(f, post, ly.MLPConv.Post, ly.MLPConv.Taps)
+			f = groupConv(be, f, post, ly.MLPConv.Post, ly.MLPConv.Taps, qsizes)
 		}
 		x = be.Add(x, f)
 	}
-	hidden := be.Norm(be.Rows(x, 1, rows+1), d.Norm, eps)
+	hidden := be.Norm(pick(be, x, qsizes, ones, rows), d.Norm, eps)
 	return DraftLogits(be, d.Arch, be.Linear(d.Head, hidden)), hidden
 }
 

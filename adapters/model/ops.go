@@ -83,6 +83,9 @@ type Ops[X any, W comparable] interface {
 	Concat(xs ...X) X
 	// Rows is rows lo..hi−1 of x.
 	Rows(x X, lo, hi int) X
+	// Join stacks values of equal widths one under the other: the rows of xs[0], then those of xs[1], …
+	// (a batched pass gathers its sequences' rows so).
+	Join(xs ...X) X
 }
 
 // Blocks are the operations that are one step of the model's math but several of Ops', where a backend has

@@ -95,6 +95,8 @@ type DraftCall struct {
 	LenAfter  int
 	Proposal  []ports.Token
 	Err       error
+	// Batch is the number of items of the DraftBatch the call ran in (0: a Draft of its own).
+	Batch int
 }
 
 // DraftSession keeps the context rows it was fed (its "KV cache") and checks that they arrive in position
@@ -125,14 +127,15 @@ func (s *DraftSession) Context() []ports.Token {
 // Draft appends newCtx, then asks the Proposer for bs-1 tokens after anchor.
 func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int) (ports.Proposal, error) {
 	call := DraftCall{Anchor: anchor, BS: bs, LenBefore: s.Len()}
-	prop, err := s.draft(ctx, anchor, newCtx, bs, &call)
+	prop, err := s.draft(ctx, anchor, newCtx, bs, &call, true)
 	call.LenAfter, call.Err = s.Len(), err
 	call.Proposal = slices.Clone(prop.Tokens)
 	s.calls = append(s.calls, call)
 	return prop, err
 }
 
-func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, call *DraftCall) (ports.Proposal, error) {
+// draft is Draft; cost advances the simulated clock (a batch advances it once for all its items).
+func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, call *DraftCall, cost bool) (ports.Proposal, error) {
 	if s.closed {
 		return ports.Proposal{}, errors.New("portfake: draft session is closed")
 	}
@@ -155,7 +158,7 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 	if err := s.appendCtx(newCtx, call); err != nil {
 		return ports.Proposal{}, err
 	}
-	if s.d.cfg.DraftCost != nil && s.d.cfg.Clock != nil {
+	if cost && s.d.cfg.DraftCost != nil && s.d.cfg.Clock != nil {
 		s.d.cfg.Clock.Advance(s.d.cfg.DraftCost(bs))
 	}
 	if bs == 1 {

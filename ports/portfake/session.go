@@ -54,6 +54,8 @@ type ForwardCall struct {
 	Pos    int
 	Tokens []ports.Token
 	Opts   ports.ForwardOptions
+	// Batch is the number of items of the ForwardBatch the call ran in (0: a Forward of its own).
+	Batch int
 }
 
 // Counts tallies the session's rollback-related calls.
@@ -99,6 +101,15 @@ func (s *Session) FailForward(call int, err error) {
 
 // Forward runs tokens at positions Len()..Len()+len(tokens)-1.
 func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, error) {
+	res, err := s.forward(ctx, tokens, opts, 0)
+	if err == nil && s.m.cfg.ForwardCost != nil {
+		s.m.advance(s.m.cfg.ForwardCost(len(tokens)))
+	}
+	return res, err
+}
+
+// forward is Forward without the simulated cost; batch is the size of the batch it runs in (0: alone).
+func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions, batch int) (ports.ForwardResult, error) {
 	if err := s.check(); err != nil {
 		return ports.ForwardResult{}, err
 	}
@@ -106,7 +117,7 @@ func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.
 		return ports.ForwardResult{}, fmt.Errorf("portfake forward: %w", err)
 	}
 	s.forwards++
-	s.calls = append(s.calls, ForwardCall{Pos: s.n, Tokens: slices.Clone(tokens), Opts: opts})
+	s.calls = append(s.calls, ForwardCall{Pos: s.n, Tokens: slices.Clone(tokens), Opts: opts, Batch: batch})
 	if s.forwards == s.failAt {
 		return ports.ForwardResult{}, fmt.Errorf("portfake forward %d: %w", s.forwards, s.failErr)
 	}
@@ -195,9 +206,6 @@ func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.
 	}
 	if taps != nil {
 		res.Taps = taps
-	}
-	if s.m.cfg.ForwardCost != nil {
-		s.m.advance(s.m.cfg.ForwardCost(len(tokens)))
 	}
 	return res, nil
 }

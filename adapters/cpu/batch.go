@@ -1,0 +1,134 @@
+package cpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/higgs-go/higgs/adapters/model"
+	"github.com/higgs-go/higgs/ports"
+)
+
+var _ ports.BatchForwarder = (*Target)(nil)
+
+// errForeignSession refuses a batch item whose session this target did not open.
+var errForeignSession = errors.New("session was not opened by this target")
+
+// ForwardBatch runs several sessions' blocks in one pass (ports.BatchForwarder): the embedding, norms,
+// projections, MLPs, experts and LM head run once over every item's rows, so each weight streams once per
+// round, and each session's attention, recurrence and tape run on its own state. The kernels give a row's
+// result independent of the rows beside it (package kernel's contract, the fast mode's per-row input
+// quantization included), so every item's result and state are bit-identical to its solo Forward whatever
+// the batch holds.
+func (t *Target) ForwardBatch(ctx context.Context, items []ports.BatchItem) ([]ports.BatchResult, error) {
+	sessions, err := t.batchSessions(items)
+	if err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("cpu forward batch: %w", err)
+	}
+	results := make([]ports.BatchResult, len(items))
+	// Refusals first, before any work: those items keep their sessions untouched.
+	type job struct {
+		i, rows int
+		s       *Session
+		st      *pass
+		tapped  []act
+		tap     func(int, act)
+	}
+	var jobs []job
+	for i, it := range items {
+		s := sessions[i]
+		rows, err := s.admit(it.Tokens, it.Opts)
+		if err != nil {
+			results[i].Err = err
+			continue
+		}
+		jobs = append(jobs, job{i: i, rows: rows, s: s})
+	}
+	if len(jobs) == 0 {
+		return results, nil
+	}
+	seqs := make([]model.Seq[act, *weight], len(jobs))
+	blocks := make([][]ports.Token, len(jobs))
+	sizes, rows := make([]int, len(jobs)), make([]int, len(jobs))
+	taps := false
+	for j := range jobs {
+		jb := &jobs[j]
+		it := &items[jb.i]
+		jb.s.mem.reset()
+		jb.st = jb.s.begin(len(it.Tokens), it.Opts)
+		jb.tapped, jb.tap = jb.s.tapper(it.Opts)
+		taps = taps || jb.tap != nil
+		seqs[j] = model.Seq[act, *weight]{State: jb.st, Pos: jb.s.pos.N}
+		blocks[j], sizes[j], rows[j] = it.Tokens, len(it.Tokens), jb.rows
+	}
+	// The rows every item shares live in an arena of the target's (each session's own steps use its own).
+	mem := t.batchArena()
+	defer t.batch.Put(mem)
+	be := ops{pool: t.pool, mem: mem}
+	var tap func(int, act)
+	if taps {
+		tap = func(layer int, x act) {
+			off := 0
+			for _, jb := range jobs {
+				if jb.tap != nil {
+					jb.tap(layer, be.Rows(x, off, off+len(items[jb.i].Tokens)))
+				}
+				off += len(items[jb.i].Tokens)
+			}
+		}
+	}
+	x, err := model.ForwardBatch(ctx, t.m, be, seqs, blocks, tap)
+	if err != nil {
+		for _, jb := range jobs {
+			if jb.st.touched {
+				jb.s.broken = err
+			}
+		}
+		return nil, fmt.Errorf("cpu forward batch: %w", err)
+	}
+	// Logits and taps are the callers': allocated outside the arenas.
+	logits := model.LogitsBatch(t.m, ops{pool: t.pool}, x, sizes, rows).v
+	V := t.m.Arch.Vocab
+	off := 0
+	for _, jb := range jobs {
+		it := &items[jb.i]
+		lg := logits[off*V : (off+jb.rows)*V : (off+jb.rows)*V]
+		off += jb.rows
+		res, _, err := jb.s.finish(jb.st, len(it.Tokens), jb.rows, it.Opts, lg, jb.tapped)
+		if err == nil && it.Opts.Logits {
+			res.Logits = lg
+		}
+		results[jb.i] = ports.BatchResult{Result: res, Err: err}
+	}
+	return results, nil
+}
+
+// batchSessions checks that every item's session is a distinct session of this target.
+func (t *Target) batchSessions(items []ports.BatchItem) ([]*Session, error) {
+	out := make([]*Session, len(items))
+	seen := make(map[*Session]int, len(items))
+	for i, it := range items {
+		s, ok := it.Session.(*Session)
+		if !ok || s == nil || s.t != t {
+			return nil, fmt.Errorf("cpu forward batch: item %d: %T: %w", i, it.Session, errForeignSession)
+		}
+		if j, dup := seen[s]; dup {
+			return nil, fmt.Errorf("cpu forward batch: items %d and %d share one session", j, i)
+		}
+		seen[s] = i
+		out[i] = s
+	}
+	return out, nil
+}
+
+// batchArena returns a reset arena for a batched pass's shared rows (put back with t.batch.Put).
+func (t *Target) batchArena() *arena {
+	if a, ok := t.batch.Get().(*arena); ok {
+		a.reset()
+		return a
+	}
+	return new(arena)
+}
