@@ -1,6 +1,7 @@
 package speculative
 
 import (
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -79,8 +80,10 @@ type depthPolicy struct {
 	spent     float64 // nanoseconds the probes lost against the choices they displaced
 	// batch prices blocks in shared rounds (PolicyConfig.Batch); nil when the generation runs alone.
 	batch BatchCost
-	// batchNS and batchOthers are the current round's prices by block size (scratch, reused).
+	// batchNS and batchOthers are the current round's prices by block size (scratch, reused), valid when
+	// batchedNow (the latest best had every price).
 	batchNS, batchOthers []float64
+	batchedNow           bool
 }
 
 func newDepthPolicy(maxBS int, cfg PolicyConfig) *depthPolicy {
@@ -149,7 +152,7 @@ func (p *depthPolicy) plan() (int, string) {
 		return min(exploreBlock, p.maxBS), reasonExplore
 	}
 	best, rate := p.best(1)
-	if p.rounds-p.lastProbe >= p.probeEvery {
+	if p.rounds-p.lastProbe >= p.probeInterval() {
 		var probe int
 		switch {
 		case best == 1:
@@ -180,6 +183,17 @@ func (p *depthPolicy) plan() (int, string) {
 	return best, reasonBest
 }
 
+// probeInterval is the least number of rounds between probes. In a batched round a probe's draft and extra
+// rows delay every sequence of the batch, so each sequence probes that many times less often (by the tokens
+// the others commit per round, about their number): the batch as a whole probes as often as one sequence
+// alone would.
+func (p *depthPolicy) probeInterval() int {
+	if !p.batchedNow {
+		return p.probeEvery
+	}
+	return int(math.Ceil(float64(p.probeEvery) * (1 + p.batchOthers[0])))
+}
+
 // best returns the block size of at least from with the highest expected throughput, and that throughput
 // in tokens per nanosecond (0 when no size has a cost estimate). In a batched round (batchPrices) the
 // throughput compared is the whole round's — this sequence's expected tokens plus the others', over the
@@ -187,6 +201,7 @@ func (p *depthPolicy) plan() (int, string) {
 // its own measured cost), which is what the probe budget accounts in.
 func (p *depthPolicy) best(from int) (int, float64) {
 	batched := p.batchPrices()
+	p.batchedNow = batched
 	bestBS, bestRate, bestOwn := 0, 0.0, 0.0
 	expected := 1.0
 	chain := 1.0
@@ -420,6 +435,6 @@ func (p *depthPolicy) clone() *depthPolicy {
 	c.draft = slices.Clone(p.draft)
 	c.verify = slices.Clone(p.verify)
 	c.probeRate = 0
-	c.batch, c.batchNS, c.batchOthers = nil, nil, nil
+	c.batch, c.batchNS, c.batchOthers, c.batchedNow = nil, nil, nil, false
 	return &c
 }

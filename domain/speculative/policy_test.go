@@ -444,6 +444,11 @@ func TestPolicyPricesBlocksInTheBatch(t *testing.T) {
 	computeBound := run(fakeBatch{otherRows: 7, others: 7, draft: time.Millisecond,
 		forward: func(rows int) time.Duration { return time.Duration(rows) * 10 * time.Millisecond }})
 	assert.Equal(t, simRound{bs: 1, reason: reasonFallbackAR}, last(computeBound), "compute bound: a block slows the whole batch")
+	soloProbes := countReasons(run(fakeBatch{otherRows: 0, others: 0, draft: time.Millisecond,
+		forward: func(rows int) time.Duration { return time.Duration(rows) * 10 * time.Millisecond }}))[reasonProbe]
+	batchProbes := countReasons(computeBound)[reasonProbe]
+	require.Positive(t, soloProbes)
+	assert.Less(t, batchProbes, soloProbes, "beside 7 others a sequence probes less often (its probes delay them all)")
 
 	weightBound := run(fakeBatch{otherRows: 7, others: 7, draft: time.Millisecond,
 		forward: func(rows int) time.Duration { return 10 * time.Millisecond }})
