@@ -113,7 +113,7 @@ func (s *Serve) admit(ctx context.Context, l *loaded, need int64) (func(), error
 }
 
 // batched wraps the request's sessions so their forwards and drafts join the scheduler's rounds, and sets
-// the decoder's batch settings (chunked prefill, the policy's batched cost, the member's round reports).
+// the decoder's batch settings (chunked prefill, the policy's batched cost).
 // leave must be called when the generation ends.
 func (s *Serve) batched(l *loaded, cfg *speculative.Config, sess ports.Session, draft ports.DraftSession) (ports.Session, ports.DraftSession, func()) {
 	m := l.sched.Join()
@@ -122,18 +122,11 @@ func (s *Serve) batched(l *loaded, cfg *speculative.Config, sess ports.Session, 
 }
 
 // batchSessions wraps sess and draft (nil: none) so their forwards and drafts join m's rounds, and sets cfg's
-// batch settings: the prefill chunk, the policy's batched cost, the member's round reports.
+// batch settings: the prefill chunk and the policy's batched cost.
 func batchSessions(m *batch.Member, cfg *speculative.Config, chunk int, sess ports.Session, draft ports.DraftSession) (ports.Session, ports.DraftSession) {
 	cfg.PrefillChunk = chunk
 	if cfg.Adaptive {
 		cfg.Policy.Batch = m
-	}
-	observe := cfg.Observe
-	cfg.Observe = func(rs speculative.RoundStats) {
-		m.Committed(rs.Committed)
-		if observe != nil {
-			observe(rs)
-		}
 	}
 	if draft != nil {
 		draft = m.DraftSession(draft)

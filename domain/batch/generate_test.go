@@ -56,7 +56,6 @@ func generateOne(t *testing.T, target ports.Target, drafter ports.Drafter, m *Me
 		if cfg.Adaptive {
 			cfg.Policy.Batch = m
 		}
-		cfg.Observe = func(rs speculative.RoundStats) { m.Committed(rs.Committed) }
 	}
 	dec, err := speculative.New(cfg, portfake.NewClock(time.Millisecond), portfake.NewRand(r.seed))
 	require.NoError(t, err)

@@ -13,9 +13,6 @@ import (
 type Member struct {
 	s    *Scheduler
 	left bool
-	// The cost model's view of this member (under the scheduler's lock): rows per verify or plain step, the
-	// share of those that drafted, and committed tokens per round (Committed).
-	rows, drafting, committed ema
 }
 
 // Join adds a member. Call Leave when the generation ends.
@@ -51,14 +48,6 @@ func (m *Member) Forward(ctx context.Context, sess ports.Session, tokens []ports
 	if m.left {
 		return ports.ForwardResult{}, fmt.Errorf("batch: forward after Leave")
 	}
-	if opts.Rows == 0 {
-		// A verify block or a plain step (prefill chunks and recomputes ask for one row): what the cost
-		// model counts as this member's share of a round.
-		m.s.mu.Lock()
-		m.rows.add(float64(len(tokens)))
-		m.drafting.add(b2f(len(tokens) > 1))
-		m.s.mu.Unlock()
-	}
 	c := &call{m: m, ctx: ctx, fwd: ports.BatchItem{Session: sess, Tokens: tokens, Opts: opts}}
 	m.s.submit(c)
 	if c.panicked != nil {
@@ -80,78 +69,59 @@ func (m *Member) Draft(ctx context.Context, it ports.DraftItem) (ports.Proposal,
 	return c.dres.Proposal, c.dres.Err
 }
 
-// Committed reports the tokens the member's latest decoding round committed (for RoundCost's estimate of
-// what the others commit per round).
-func (m *Member) Committed(n int) {
-	m.s.mu.Lock()
-	m.committed.add(float64(n))
-	m.s.mu.Unlock()
-}
-
-// RoundCost is the batched round's cost for this member verifying rows rows in the next round (a
-// speculative.BatchCost): the expected round time in nanoseconds — the drafts, when this member or another
-// drafts, plus the target forward of everyone's rows — and the tokens the other members are expected to
-// commit in it. ok is false while the member is alone (its own measurements then say everything) or the
-// forward cost at that many rows cannot be estimated yet.
+// RoundCost is the batched round's cost for this member (a speculative.BatchCost): the expected time in
+// nanoseconds of a round in which every one of the batch's members verifies rows rows — the draft phase when
+// rows > 1, then one target forward of members × rows rows — and the number of other members. Pricing the
+// round as if every member chose like this one is what keeps the members from each speculating because the
+// others do (with the others' rows taken as given, a few rows more always look cheap, yet all of them
+// speculating can be slower than all decoding plainly); members whose drafts are accepted less still choose
+// smaller blocks, or plain decoding, by their own acceptance. ok is false while the member is alone (its own
+// measurements then say everything) or the costs at that size cannot be estimated yet.
 func (m *Member) RoundCost(rows int) (ns, others float64, ok bool) {
 	s := m.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	otherRows, n := 0.0, 0
-	noDraft := 1.0 // probability that no other member drafts
-	for o := range s.members {
-		if o == m {
-			continue
-		}
-		n++
-		otherRows += value(o.rows, 1)
-		others += value(o.committed, 1)
-		noDraft *= 1 - value(o.drafting, 0)
-	}
-	if n == 0 {
+	n := len(s.members)
+	if _, in := s.members[m]; !in || n < 2 {
 		return 0, 0, false
 	}
-	f, ok := s.forwardCost(int(otherRows + 0.5 + float64(rows)))
+	f, ok := estimate(s.fcost, n*rows)
 	if !ok {
 		return 0, 0, false
 	}
-	pDraft := 1 - noDraft
 	if rows > 1 {
-		pDraft = 1
-	}
-	d := 0.0
-	if pDraft > 0 {
-		if !s.dcost.ok {
+		d, ok := estimate(s.dcost, n)
+		if !ok {
 			return 0, 0, false
 		}
-		d = pDraft * s.dcost.v
+		f += d
 	}
-	return f + d, others, true
+	return f, float64(n - 1), true
 }
 
-// forwardCost estimates a forward round of rows rows: measured, or linear between the nearest measured row
-// counts, or extrapolated from the two nearest on one side (never below the nearest measured one when
-// larger); the caller holds the lock.
-func (s *Scheduler) forwardCost(rows int) (float64, bool) {
-	if e := s.fcost[rows]; e != nil {
+// estimate reads a cost table keyed by size: measured, or linear between the nearest measured sizes, or
+// extrapolated from the two nearest on one side (never below the nearest measured one when larger, never
+// above it nor below its proportional share when smaller); the caller holds the lock.
+func estimate(costs map[int]*ema, size int) (float64, bool) {
+	if e := costs[size]; e != nil {
 		return e.v, true
 	}
 	lo, lo2, hi, hi2 := 0, 0, 0, 0
-	for r := range s.fcost {
+	for r := range costs {
 		switch {
-		case r < rows && r > lo:
+		case r < size && r > lo:
 			lo, lo2 = r, lo
-		case r < rows && r > lo2:
+		case r < size && r > lo2:
 			lo2 = r
-		case r > rows && (hi == 0 || r < hi):
+		case r > size && (hi == 0 || r < hi):
 			hi, hi2 = r, hi
-		case r > rows && (hi2 == 0 || r < hi2):
+		case r > size && (hi2 == 0 || r < hi2):
 			hi2 = r
 		}
 	}
-	at := func(r int) float64 { return s.fcost[r].v }
+	at := func(r int) float64 { return costs[r].v }
 	line := func(a, b int) float64 {
-		return at(a) + (at(b)-at(a))*float64(rows-a)/float64(b-a)
+		return at(a) + (at(b)-at(a))*float64(size-a)/float64(b-a)
 	}
 	switch {
 	case lo > 0 && hi > 0:
@@ -159,21 +129,7 @@ func (s *Scheduler) forwardCost(rows int) (float64, bool) {
 	case lo > 0 && lo2 > 0:
 		return max(line(lo2, lo), at(lo)), true
 	case hi > 0 && hi2 > 0:
-		return min(max(line(hi, hi2), at(hi)*float64(rows)/float64(hi)), at(hi)), true
+		return min(max(line(hi, hi2), at(hi)*float64(size)/float64(hi)), at(hi)), true
 	}
 	return 0, false
-}
-
-func value(e ema, def float64) float64 {
-	if e.ok {
-		return e.v
-	}
-	return def
-}
-
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
 }

@@ -77,9 +77,9 @@ type Scheduler struct {
 	drafts      []*call
 	// free is when the scheduler last became free (the end of its latest round).
 	free time.Time
-	// fcost[rows] is the moving average of a forward round's time by its total rows; dcost a draft round's.
-	fcost map[int]*ema
-	dcost ema
+	// fcost[rows] is the moving average of a forward round's time by its total rows, dcost[n] a draft
+	// round's by its number of sequences (RoundCost's tables).
+	fcost, dcost map[int]*ema
 }
 
 // New returns a scheduler for target's sessions and drafter's (drafter may be nil). It batches through the
@@ -99,7 +99,7 @@ func New(cfg Config, clock Clock, target ports.Target, drafter ports.Drafter) (*
 		cfg.MaxWait = DefaultMaxWait
 	}
 	s := &Scheduler{cfg: cfg, clock: clock, wake: make(chan struct{}, 1), members: map[*Member]struct{}{},
-		fcost: map[int]*ema{}}
+		fcost: map[int]*ema{}, dcost: map[int]*ema{}}
 	s.fwd, _ = target.(ports.BatchForwarder)
 	if drafter != nil {
 		s.drf, _ = drafter.(ports.BatchDrafter)
@@ -248,16 +248,16 @@ func (s *Scheduler) run(ctx context.Context, kind RoundKind, calls []*call) {
 	d := end.Sub(t0)
 	s.mu.Lock()
 	s.free = end
+	table, key := s.fcost, rows
 	if kind == RoundDraft {
-		s.dcost.add(float64(d))
-	} else {
-		e := s.fcost[rows]
-		if e == nil {
-			e = &ema{}
-			s.fcost[rows] = e
-		}
-		e.add(float64(d))
+		table, key = s.dcost, len(calls)
 	}
+	e := table[key]
+	if e == nil {
+		e = &ema{}
+		table[key] = e
+	}
+	e.add(float64(d))
 	s.mu.Unlock()
 	if s.cfg.Observe != nil {
 		s.cfg.Observe(Round{Kind: kind, Sequences: len(calls), Rows: rows, Batched: batched, Duration: d,

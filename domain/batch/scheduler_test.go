@@ -275,9 +275,9 @@ func TestDispatcherOnlyWhileMembers(t *testing.T) {
 	assert.ErrorContains(t, err, "nil target")
 }
 
-// TestRoundCost: a member alone has no batched price; beside others it is the forward of everyone's rows
-// (measured, interpolated or extrapolated by row count) plus the draft phase when someone drafts, with the
-// others' committed tokens per round.
+// TestRoundCost: a member alone has no batched price; beside others it is the forward of every member
+// verifying that many rows (measured, interpolated or extrapolated by row count), plus the draft phase of
+// that many members when the rows mean drafting, and the number of other members.
 func TestRoundCost(t *testing.T) {
 	clock := newManualClock()
 	bt := &batchTarget{Model: fakeModel(t), clock: clock, cost: func(rows int) time.Duration {
@@ -294,15 +294,13 @@ func TestRoundCost(t *testing.T) {
 		require.NoError(t, (<-outA).err)
 		require.NoError(t, (<-outB).err)
 	}
-	b.Committed(3)
-	// b verified blocks of 1 (rows EMA 1), and never drafted: a's plain step is a forward of 2 rows.
+	// Measured: forwards of 2 rows (12 ms) and 4 rows (14 ms).
 	ns, others, ok := a.RoundCost(1)
 	require.True(t, ok)
-	assert.InDelta(t, float64(12*time.Millisecond), ns, 1)
-	assert.InDelta(t, 3.0, others, 1e-9)
-	// 3 rows (interpolated between the measured 2 and 4) would need the draft phase, never measured.
+	assert.InDelta(t, float64(12*time.Millisecond), ns, 1, "both plain: a forward of 2 rows")
+	assert.Equal(t, 1.0, others)
 	_, _, ok = a.RoundCost(2)
-	assert.False(t, ok, "no draft round measured")
+	assert.False(t, ok, "blocks of 2 need a draft round of 2, never measured")
 	b.Leave()
 	_, _, ok = a.RoundCost(1)
 	assert.False(t, ok, "alone again")
@@ -313,10 +311,12 @@ func TestRoundCost(t *testing.T) {
 		rows int
 		want time.Duration
 	}{{2, 12 * time.Millisecond}, {3, 13 * time.Millisecond}, {6, 16 * time.Millisecond}, {1, 11 * time.Millisecond}} {
-		got, ok := s.forwardCost(tc.rows)
+		got, ok := estimate(s.fcost, tc.rows)
 		require.True(t, ok, "rows %d", tc.rows)
 		assert.InDelta(t, float64(tc.want), got, 1, "rows %d", tc.rows)
 	}
+	_, ok = estimate(s.dcost, 2)
+	assert.False(t, ok)
 }
 
 // panicSession panics in Forward.

@@ -96,20 +96,21 @@ type PolicyConfig struct {
 	// context-only drafter call, which the next probe would have paid anyway.
 	MaxPendingRounds int
 	// Batch, when non-nil, prices this generation's blocks in the batched rounds it shares with other
-	// sequences (domain/batch): the policy then picks the block size that maximises the tokens the whole
-	// round commits per second (this sequence's plus the others'), so a sequence may decode plainly while
-	// others speculate. While Batch reports no estimate (the sequence is alone) the policy prices blocks by
-	// this generation's own measurements, as without it.
+	// sequences (domain/batch): the policy then picks the block size that maximises its tokens per second
+	// of a round in which every sequence of the batch verifies a block of that size (one batched forward of
+	// all their rows, after one batched draft), so the whole batch's rate, not this sequence's share of a
+	// round whose cost the others set; a sequence whose drafts are accepted less than the others' still
+	// decodes plainly while they speculate. While Batch reports no estimate (the sequence is alone) the
+	// policy prices blocks by this generation's own measurements, as without it.
 	Batch BatchCost
 }
 
-// BatchCost is the price of a block in a batched round: one target forward verifies every sequence's block
-// (and one drafter call drafts for every sequence that drafts), so what a block costs is what it adds to
-// everyone's round. domain/batch's Member implements it.
+// BatchCost is the price of a block size in a batched round: one target forward verifies every sequence's
+// block and one drafter call drafts for all of them. domain/batch's Member implements it.
 type BatchCost interface {
-	// RoundCost returns the expected round time in nanoseconds if this generation verifies rows rows in the
-	// next round (rows > 1: it drafts too), and the tokens the other sequences are expected to commit in that
-	// round; ok is false when there is no estimate. Safe for concurrent use.
+	// RoundCost returns the expected time in nanoseconds of a round in which every sequence of the batch
+	// verifies rows rows (rows > 1: after drafting), and how many other sequences share the round; ok is
+	// false when there is no estimate. Safe for concurrent use.
 	RoundCost(rows int) (ns, others float64, ok bool)
 }
 

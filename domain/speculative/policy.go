@@ -196,9 +196,9 @@ func (p *depthPolicy) probeInterval() int {
 
 // best returns the block size of at least from with the highest expected throughput, and that throughput
 // in tokens per nanosecond (0 when no size has a cost estimate). In a batched round (batchPrices) the
-// throughput compared is the whole round's — this sequence's expected tokens plus the others', over the
-// round's time with this block in it — while the rate returned is still this sequence's own (its tokens over
-// its own measured cost), which is what the probe budget accounts in.
+// throughput compared is the batch's: this sequence's expected tokens over the time of a round in which every
+// sequence verifies a block of that size; the rate returned is still this sequence's own (its tokens over its
+// own measured cost), which is what the probe budget accounts in.
 func (p *depthPolicy) best(from int) (int, float64) {
 	batched := p.batchPrices()
 	p.batchedNow = batched
@@ -223,7 +223,7 @@ func (p *depthPolicy) best(from int) (int, float64) {
 		}
 		rate := expected / c
 		if batched {
-			rate = (expected + p.batchOthers[bs-1]) / p.batchNS[bs-1]
+			rate = expected / p.batchNS[bs-1]
 		}
 		// Strictly better only: ties keep the smaller block, which wastes less work.
 		if rate > bestRate*(1+1e-9) {

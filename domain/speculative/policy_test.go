@@ -403,25 +403,24 @@ func TestPendingTapsStayBounded(t *testing.T) {
 	assert.ErrorContains(t, err, "max pending rounds -1")
 }
 
-// fakeBatch prices rounds as a batch of sequences committing others tokens per round on otherRows rows,
-// with a forward costing forward(total rows) and a draft phase of draft whenever this sequence drafts.
+// fakeBatch prices rounds of a batch of 1+others sequences each verifying the same rows, with a forward
+// costing forward(total rows) and a draft phase of draft when they draft.
 type fakeBatch struct {
-	otherRows int
-	others    float64
-	forward   func(rows int) time.Duration
-	draft     time.Duration
-	alone     bool
+	others  int
+	forward func(rows int) time.Duration
+	draft   time.Duration
+	alone   bool
 }
 
 func (f fakeBatch) RoundCost(rows int) (float64, float64, bool) {
 	if f.alone {
 		return 0, 0, false
 	}
-	ns := float64(f.forward(f.otherRows + rows))
+	ns := float64(f.forward((f.others + 1) * rows))
 	if rows > 1 {
 		ns += float64(f.draft)
 	}
-	return ns, f.others, true
+	return ns, float64(f.others), true
 }
 
 // TestPolicyPricesBlocksInTheBatch: the same measurements lead to different block sizes under different
@@ -441,16 +440,16 @@ func TestPolicyPricesBlocksInTheBatch(t *testing.T) {
 	require.Greater(t, last(solo).bs, 1, "alone, speculation pays: %v", last(solo))
 	assert.Equal(t, solo, run(fakeBatch{alone: true}), "without an estimate the policy is the solo one")
 
-	computeBound := run(fakeBatch{otherRows: 7, others: 7, draft: time.Millisecond,
+	computeBound := run(fakeBatch{others: 7, draft: time.Millisecond,
 		forward: func(rows int) time.Duration { return time.Duration(rows) * 10 * time.Millisecond }})
 	assert.Equal(t, simRound{bs: 1, reason: reasonFallbackAR}, last(computeBound), "compute bound: a block slows the whole batch")
-	soloProbes := countReasons(run(fakeBatch{otherRows: 0, others: 0, draft: time.Millisecond,
+	soloProbes := countReasons(run(fakeBatch{others: 0, draft: time.Millisecond,
 		forward: func(rows int) time.Duration { return time.Duration(rows) * 10 * time.Millisecond }}))[reasonProbe]
 	batchProbes := countReasons(computeBound)[reasonProbe]
 	require.Positive(t, soloProbes)
 	assert.Less(t, batchProbes, soloProbes, "beside 7 others a sequence probes less often (its probes delay them all)")
 
-	weightBound := run(fakeBatch{otherRows: 7, others: 7, draft: time.Millisecond,
+	weightBound := run(fakeBatch{others: 7, draft: time.Millisecond,
 		forward: func(rows int) time.Duration { return 10 * time.Millisecond }})
 	assert.Equal(t, reasonBest, last(weightBound).reason)
 	assert.Equal(t, 8, last(weightBound).bs, "weight bound: the largest block rides along for free")
