@@ -128,6 +128,8 @@ type Models struct {
 	Name string
 	// TargetDir is the target's model directory (bench --kernel-costs reads its tensor sizes).
 	TargetDir string
+	// DrafterDir is the drafter's directory ("" without one).
+	DrafterDir string
 	// Backend is the backend actually used ("cpu" after an "auto" fallback; BackendCPUFast for the cpu
 	// backend with Kernels "fast").
 	Backend string

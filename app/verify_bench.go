@@ -37,6 +37,8 @@ type BenchOptions struct {
 	Costs *CostsOptions
 	// Constrain, when set, also measures constrained decoding (BenchResult.Constrained).
 	Constrain *ConstrainOptions
+	// Clients, when set, also measures concurrent clients decoding together (BenchResult.Clients).
+	Clients *ClientsOptions
 }
 
 // BenchAR is the autoregressive figure.
@@ -93,6 +95,10 @@ type BenchResult struct {
 	Costs *KernelCosts `json:"costs,omitempty"`
 	// Constrained is constrained decoding's cost, the mask cost per token among it (bench --constrain).
 	Constrained *ConstrainedBench `json:"constrained,omitempty"`
+	// Clients are the concurrent-clients figures (bench --clients), one row per client count, and
+	// ClientsBatch how their rounds ran (batched calls or one item after another).
+	Clients      []BenchClientsRow `json:"clients,omitempty"`
+	ClientsBatch *BenchClientsMeta `json:"clients_batch,omitempty"`
 }
 
 type benchAcc struct {
@@ -269,6 +275,13 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 			return res, err
 		}
 		res.Constrained = &cb
+	}
+	if o.Clients != nil {
+		rows, meta, err := benchClients(ctx, m, o, *o.Clients)
+		if err != nil {
+			return res, err
+		}
+		res.Clients, res.ClientsBatch = rows, &meta
 	}
 	return res, nil
 }
