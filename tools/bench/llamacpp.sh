@@ -18,12 +18,16 @@
 #
 # Options (defaults in brackets):
 #   --out DIR          work directory [/tmp/higgs-llamacpp]
-#   --threads N        threads for both engines [2]
+#   --threads LIST     threads for both engines, a comma list measured one after the other [2]
 #   --types LIST       comma list of q8_0, q4_0, f16 [q8_0,q4_0,f16]
 #   --kernels LIST     higgs CPU kernels to measure [exact,fast]
-#   --wide W --layers L --vocab V   synth size [16, 20, 16384: hidden 1024, about 300M parameters]
+#   --wide W --layers L --vocab V   synth size [16, 20, the demo tokenizer's 4,093 ids: hidden 1024, 260M
+#                      parameters]; a vocabulary past the tokenizer pads the GGUF with UNUSED tokens, which
+#                      llama.cpp prints as nothing and higgs cannot decode, so the greedy check needs V = 4093
 #   --context C        context/prefill tokens [128]   --gen N  decode tokens of tg [32]
 #   --repeats R        llama-bench repetitions and higgs --cost-repeats [5]
+#   --rounds N         measure both engines N times, alternating, and report each figure's median over the
+#                      rounds [3] (on a shared machine a burst of other load then hits one round, not one engine)
 #   --prompt TEXT      greedy-check prompt ["func main() {"]   --check-tokens N [32]
 #   --higgs-verify BIN a prebuilt higgs-verify [build ./cmd/higgs-verify from this checkout]
 #   --keep             keep the synth models and GGUF files (about 2.5 GB for the three types)
@@ -34,7 +38,7 @@ die() { echo "llamacpp.sh: $*" >&2; exit 2; }
 [[ $# -ge 1 ]] || die "usage: $0 LLAMA_BUILD_DIR [--out DIR] [--threads N] [--types q8_0,q4_0,f16] ..."
 LLAMA=$1; shift
 OUT=/tmp/higgs-llamacpp THREADS=2 TYPES=q8_0,q4_0,f16 KERNELS=exact,fast
-WIDE=16 LAYERS=20 VOCAB=16384 CTX=128 GEN=32 REPEATS=5
+WIDE=16 LAYERS=20 VOCAB="" CTX=128 GEN=32 REPEATS=5 ROUNDS=3
 PROMPT="func main() {" CHECK=32 HV="" KEEP=0
 while [[ $# -gt 0 ]]; do
 	case $1 in
@@ -48,6 +52,7 @@ while [[ $# -gt 0 ]]; do
 	--context) CTX=$2; shift 2 ;;
 	--gen) GEN=$2; shift 2 ;;
 	--repeats) REPEATS=$2; shift 2 ;;
+	--rounds) ROUNDS=$2; shift 2 ;;
 	--prompt) PROMPT=$2; shift 2 ;;
 	--check-tokens) CHECK=$2; shift 2 ;;
 	--higgs-verify) HV=$2; shift 2 ;;
@@ -73,11 +78,17 @@ if [[ -z $HV ]]; then
 fi
 TOKENIZER=$ROOT/models/demo/target
 [[ -f $TOKENIZER/tokenizer.json ]] || die "no tokenizer at $TOKENIZER"
+if [[ -z $VOCAB ]]; then # exactly the tokenizer's ids
+	VOCAB=$(python3 -c 'import json, sys
+t = json.load(open(sys.argv[1]))
+print(1 + max(list(t["model"]["vocab"].values()) + [a["id"] for a in t["added_tokens"]]))' "$TOKENIZER/tokenizer.json")
+fi
 
 log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
 
 IFS=, read -ra types <<<"$TYPES"
 IFS=, read -ra kernels <<<"$KERNELS"
+IFS=, read -ra threads <<<"$THREADS"
 for t in "${types[@]}"; do
 	case $t in
 	q8_0) synthq=(--bits 8 --group-size 32) ;;
@@ -87,37 +98,40 @@ for t in "${types[@]}"; do
 	esac
 	dir=$OUT/synth-$t gguf=$OUT/synth-$t.gguf
 	log "$t: synth (--dense --symmetric ${synthq[*]:-bf16}, wide $WIDE, $LAYERS layers, vocab $VOCAB)"
-	rm -rf "$dir"
+	rm -rf "$dir" "$OUT/$t".*
 	"$HV" synth --out "$dir" --dense --symmetric "${synthq[@]}" --wide "$WIDE" --layers "$LAYERS" \
 		--vocab "$VOCAB" --tokenizer "$TOKENIZER" --json >"$OUT/$t.synth.json"
 	log "$t: export-gguf"
 	"$HV" export-gguf --model "$dir/target" --out "$gguf" --type "$t" --json >"$OUT/$t.export.json"
 
-	log "$t: llama-bench (prefill pp$CTX; pp16 and tg$GEN at depth $CTX; $THREADS threads, $REPEATS repetitions)"
-	"$BENCH" -m "$gguf" -t "$THREADS" -r "$REPEATS" -p "$CTX" -n 0 -o json >"$OUT/$t.llama-prefill.json" 2>"$OUT/$t.llama-prefill.log"
-	"$BENCH" -m "$gguf" -t "$THREADS" -r "$REPEATS" -d "$CTX" -p 16 -n "$GEN" -o json >"$OUT/$t.llama-depth.json" 2>"$OUT/$t.llama-depth.log"
-
-	for k in "${kernels[@]}"; do
-		log "$t: higgs bench --kernel-costs --kernels $k"
-		"$HV" bench --model "$dir/target" --draft "$dir/drafter" --threads "$THREADS" --kernels "$k" \
-			--tokens "$(seq -s, 101 108)" --max-tokens 8 --repeats 1 --warmup 0 \
-			--kernel-costs --cost-context "$CTX" --cost-rows 16 --cost-repeats "$REPEATS" --json >"$OUT/$t.higgs-$k.json"
-		if [[ -n $SIMPLE ]]; then
-			"$HV" generate --model "$dir/target" --threads "$THREADS" --kernels "$k" --prompt "$PROMPT" \
-				--max-tokens "$CHECK" --json >"$OUT/$t.higgs-$k.generate.json"
-		fi
+	for r in $(seq 1 "$ROUNDS"); do
+		for th in "${threads[@]}"; do
+			log "$t round $r/$ROUNDS, $th threads: llama-bench (pp$CTX; pp16 and tg$GEN at depth $CTX; $REPEATS repetitions)"
+			"$BENCH" -m "$gguf" -t "$th" -r "$REPEATS" -p "$CTX" -n 0 -o json >"$OUT/$t.t$th.llama-prefill.$r.json" 2>"$OUT/$t.llama.log"
+			"$BENCH" -m "$gguf" -t "$th" -r "$REPEATS" -d "$CTX" -p 16 -n "$GEN" -o json >"$OUT/$t.t$th.llama-depth.$r.json" 2>>"$OUT/$t.llama.log"
+			for k in "${kernels[@]}"; do
+				log "$t round $r/$ROUNDS, $th threads: higgs bench --kernel-costs --kernels $k"
+				"$HV" bench --model "$dir/target" --draft "$dir/drafter" --threads "$th" --kernels "$k" \
+					--tokens "$(seq -s, 101 108)" --max-tokens 8 --repeats 1 --warmup 0 \
+					--kernel-costs --cost-context "$CTX" --cost-rows 16 --cost-repeats "$REPEATS" --json >"$OUT/$t.t$th.higgs-$k.$r.json"
+			done
+		done
 	done
 	if [[ -n $SIMPLE ]]; then
-		log "$t: llama-simple greedy check"
+		log "$t: greedy check ($CHECK tokens)"
 		"$SIMPLE" -m "$gguf" -n "$CHECK" "$PROMPT" >"$OUT/$t.llama-simple.txt" 2>"$OUT/$t.llama-simple.log"
+		for k in "${kernels[@]}"; do
+			"$HV" generate --model "$dir/target" --threads "${threads[0]}" --kernels "$k" --prompt "$PROMPT" \
+				--max-tokens "$CHECK" --json >"$OUT/$t.higgs-$k.generate.json"
+		done
 	fi
 	[[ $KEEP == 1 ]] || rm -rf "$dir" "$gguf"
 done
 
-python3 - "$OUT" "$TYPES" "$KERNELS" "$PROMPT" "$CTX" "$GEN" "$THREADS" <<'PY'
+python3 - "$OUT" "$TYPES" "$KERNELS" "$PROMPT" "$CTX" "$THREADS" "$ROUNDS" "$TOKENIZER/tokenizer.json" <<'PY'
 import json, sys
-out, types, kernels, prompt, ctx, gen, threads = sys.argv[1:]
-types, kernels = types.split(","), kernels.split(",")
+out, types, kernels, prompt, ctx, threads, rounds, tokfile = sys.argv[1:]
+types, kernels, rounds, ctx = types.split(","), kernels.split(","), int(rounds), int(ctx)
 
 def load(name):
     try:
@@ -126,52 +140,91 @@ def load(name):
     except FileNotFoundError:
         return None
 
-def common_prefix(a, b):
-    n = 0
-    for x, y in zip(a, b):
-        if x != y:
-            break
-        n += 1
-    return n
+def median(xs):
+    xs = sorted(xs)
+    n = len(xs)
+    return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
-rows, cpu = [], None
-for t in types:
-    ex = load(f"{t}.export.json")
-    syn = load(f"{t}.synth.json")
-    pre = {r["n_prompt"]: r for r in load(f"{t}.llama-prefill.json")}
-    dep = load(f"{t}.llama-depth.json")
-    pp16 = next(r for r in dep if r["n_prompt"] == 16 and r["n_gen"] == 0)
-    tg = next(r for r in dep if r["n_gen"] > 0)
-    cpu = cpu or pre[int(ctx)]["cpu_info"]
-    dec_ms = 1e3 / tg["avg_ts"]
-    v16_ms = pp16["avg_ns"] / 1e6
-    label = f'{t} ({syn["params"]/1e6:.0f}M, {ex["bytes"]/1e6:.0f} MB{", exact" if ex["exact"] else ""})'
-    llama_txt = None
+def ms(r):  # median wall time of one llama-bench test, in ms
+    return median(r["samples_ns"]) / 1e6
+
+# The bytes each token id stands for: byte-level BPE strings map back through GPT-2's byte-to-unicode table;
+# added tokens are their UTF-8 content. llama-simple prints exactly these bytes, so the first token whose
+# bytes differ is the first disagreement.
+def byte_decoder():
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+tok = json.load(open(tokfile))
+dec = byte_decoder()
+pieces = {i: bytes(dec[ch] for ch in s) for s, i in tok["model"]["vocab"].items()}
+for a in tok["added_tokens"]:
+    pieces[a["id"]] = a["content"].encode()
+
+def agreement(ids, llama):
+    """How many of higgs's greedy tokens llama.cpp's output reproduces, byte for byte."""
+    pos = len(prompt.encode())
+    if llama[:pos] != prompt.encode():
+        return "llama.cpp echoed another prompt"
+    for n, i in enumerate(ids):
+        p = pieces.get(i)
+        if p is None:
+            return f"{n} tokens, then id {i} outside the tokenizer"
+        if llama[pos:pos + len(p)] != p:
+            if pos == len(llama):
+                return f"{n}/{len(ids)} tokens (llama.cpp stopped at an end token)"
+            return f"first {n}/{len(ids)} tokens"
+        pos += len(p)
+    return f"all {len(ids)}/{len(ids)} tokens" + ("" if pos == len(llama) else " (llama.cpp printed more)")
+
+rows, cpu, hcpu = [], None, None
+for t, th in [(t, th) for t in types for th in threads.split(",")]:
+    ex, syn = load(f"{t}.export.json"), load(f"{t}.synth.json")
+    label = f'{t} ({syn["params"]/1e6:.0f}M, {ex["bytes"]/1e6:.0f} MB{", exact" if ex["exact"] else ""}), {th} thr'
+    dec, pre, v16 = [], [], []
+    for r in range(1, rounds + 1):
+        p = next(x for x in load(f"{t}.t{th}.llama-prefill.{r}.json") if x["n_gen"] == 0)
+        d = load(f"{t}.t{th}.llama-depth.{r}.json")
+        pp16 = next(x for x in d if x["n_prompt"] == 16 and x["n_gen"] == 0)
+        tg = next(x for x in d if x["n_gen"] > 0)
+        cpu = cpu or p["cpu_info"]
+        dec.append(ms(tg) / tg["n_gen"])
+        pre.append(p["n_prompt"] / ms(p) * 1e3)
+        v16.append(ms(pp16))
+    steps = median([v / d for v, d in zip(v16, dec)])
+    llama = None
     try:
         with open(f"{out}/{t}.llama-simple.txt", "rb") as f:
-            llama_txt = f.read().decode("utf-8", "replace").rstrip("\n")
+            llama = f.read().rstrip(b"\n")
     except FileNotFoundError:
         pass
-    rows.append((label, "llama.cpp", dec_ms, tg["avg_ts"], pre[int(ctx)]["avg_ts"], v16_ms, v16_ms / dec_ms, "—"))
+    rows.append((label, "llama.cpp", median(dec), median(pre), median(v16), steps, "(reference)", (min(dec), max(dec))))
     for k in kernels:
-        h = load(f"{t}.higgs-{k}.json")
-        c = h["costs"]
-        v16 = next(v for v in c["verify"] if v["rows"] == 16)
-        agree = "—"
+        hs = [load(f"{t}.t{th}.higgs-{k}.{r}.json")["costs"] for r in range(1, rounds + 1)]
+        hcpu = hcpu or hs[0].get("cpu")
+        hdec = [c["decode_ms_per_token"] for c in hs]
+        hv = [next(v for v in c["verify"] if v["rows"] == 16) for c in hs]
         g = load(f"{t}.higgs-{k}.generate.json")
-        if g is not None and llama_txt is not None:
-            ht = prompt + (g.get("text") or "")
-            n = common_prefix(ht, llama_txt)
-            full = min(len(ht), len(llama_txt))
-            agree = "same" if ht == llama_txt else f"first {n - len(prompt)} of {full - len(prompt)} chars"
-        rows.append((label, f"higgs {k}", c["decode_ms_per_token"], 1e3 / c["decode_ms_per_token"],
-                     c["prefill_tokens_per_s"], v16["ms"], v16["decode_steps"], agree))
+        agree = agreement(g["tokens"], llama) if g is not None and llama is not None else "—"
+        rows.append((label, f"higgs {k}", median(hdec), median([c["prefill_tokens_per_s"] for c in hs]),
+                     median([v["ms"] for v in hv]), median([v["decode_steps"] for v in hv]), agree, (min(hdec), max(hdec))))
 
-print(f"\nllama.cpp CPU: {cpu}; {threads} threads; prefill {ctx} tokens from empty; decode and verify(16) at context {ctx}")
-print(f'greedy check: {prompt!r} + continuation, llama-simple vs higgs-verify generate\n')
-hdr = ("model", "engine", "decode ms/token", "decode tokens/s", f"prefill tokens/s", "verify(16) ms", "verify(16) decode steps", "greedy text vs llama.cpp")
+print(f"\nllama.cpp CPU: {cpu}")
+if hcpu:
+    print("higgs CPU features: " + ", ".join(f"{k}={v}" for k, v in hcpu.items()))
+print(f"prefill: {ctx} tokens from empty; decode and verify(16) at context {ctx}; medians of {rounds} alternating rounds")
+print(f"greedy: {prompt!r} continued by llama-simple and by higgs-verify generate ({threads.split(',')[0]} threads), compared token by token\n")
+hdr = ("model", "engine", "decode ms/token", "decode tokens/s", "prefill tokens/s", "verify(16) ms",
+       "verify(16) decode steps", "greedy tokens = llama.cpp's", "decode ms range")
 print("| " + " | ".join(hdr) + " |")
 print("|" + "---|" * len(hdr))
 for r in rows:
-    print(f"| {r[0]} | {r[1]} | {r[2]:.2f} | {r[3]:.1f} | {r[4]:.0f} | {r[5]:.1f} | {r[6]:.2f} | {r[7]} |")
+    print(f"| {r[0]} | {r[1]} | {r[2]:.2f} | {1e3 / r[2]:.1f} | {r[3]:.0f} | {r[4]:.1f} | {r[5]:.2f} | {r[6]} | {r[7][0]:.1f}–{r[7][1]:.1f} |")
 PY
