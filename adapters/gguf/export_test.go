@@ -19,7 +19,7 @@ import (
 const qwen2Regex = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
 
 // writeTokenizer writes a small byte-level BPE tokenizer (ids 0–4 and a special token at 5) into dir.
-func writeTokenizer(t *testing.T, dir string) {
+func writeTokenizer(t testing.TB, dir string) {
 	t.Helper()
 	tok := map[string]any{
 		"added_tokens": []map[string]any{{"id": 5, "content": "<|im_end|>", "special": true}},
@@ -220,4 +220,29 @@ func TestExportTokenizer(t *testing.T) {
 	assert.Equal(t, "{{ x }}", get("tokenizer.chat_template"))
 	_, hasBOS := f.Get("tokenizer.ggml.bos_token_id")
 	assert.False(t, hasBOS)
+}
+
+// FuzzTokenizerKVs feeds arbitrary tokenizer.json contents to the converter: an error or keys, never a panic,
+// and keys only for a vocabulary of exactly the model's rows.
+func FuzzTokenizerKVs(f *testing.F) {
+	seed := f.TempDir()
+	writeTokenizer(f, seed)
+	b, err := os.ReadFile(filepath.Join(seed, "tokenizer.json"))
+	require.NoError(f, err)
+	f.Add(b)
+	f.Add([]byte(`{"model": {"type": "BPE", "vocab": {"a": 70}}, "pre_tokenizer": {"type": "ByteLevel", "use_regex": true}}`))
+	f.Add([]byte(`{"model": {"type": "BPE", "merges": ["a b", "c"]}, "pre_tokenizer": {"type": "ByteLevel", "use_regex": true}}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "tokenizer.json"), data, 0o644))
+		kvs, err := tokenizerKVs(dir, 64)
+		if err != nil {
+			return
+		}
+		for _, kv := range kvs {
+			if kv.Key == "tokenizer.ggml.tokens" {
+				assert.Len(t, kv.Value, 64)
+			}
+		}
+	})
 }

@@ -125,12 +125,12 @@ for t in "${types[@]}"; do
 				--max-tokens "$CHECK" --json >"$OUT/$t.higgs-$k.generate.json"
 		done
 	fi
-	[[ $KEEP == 1 ]] || rm -rf "$dir" "$gguf"
+	[[ $KEEP == 1 ]] || rm -f "$gguf"
 done
 
-python3 - "$OUT" "$TYPES" "$KERNELS" "$PROMPT" "$CTX" "$THREADS" "$ROUNDS" "$TOKENIZER/tokenizer.json" <<'PY'
-import json, sys
-out, types, kernels, prompt, ctx, threads, rounds, tokfile = sys.argv[1:]
+python3 - "$OUT" "$TYPES" "$KERNELS" "$PROMPT" "$CTX" "$THREADS" "$ROUNDS" "$TOKENIZER/tokenizer.json" "$HV" <<'PY'
+import json, subprocess, sys
+out, types, kernels, prompt, ctx, threads, rounds, tokfile, hv = sys.argv[1:]
 types, kernels, rounds, ctx = types.split(","), kernels.split(","), int(rounds), int(ctx)
 
 def load(name):
@@ -168,8 +168,19 @@ pieces = {i: bytes(dec[ch] for ch in s) for s, i in tok["model"]["vocab"].items(
 for a in tok["added_tokens"]:
     pieces[a["id"]] = a["content"].encode()
 
-def agreement(ids, llama):
+def top2_gap(model, kernels, tokens):
+    """higgs's margin between its two best logits after tokens: a near-tie explains a disagreement."""
+    r = subprocess.run([hv, "logits", "--model", model, "--kernels", kernels, "--tokens", ",".join(map(str, tokens)), "--json"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return None
+    row = json.loads(r.stdout)["logits"][-1]
+    a, b = sorted(row, reverse=True)[:2]
+    return a - b
+
+def agreement(g, llama, model, kernels):
     """How many of higgs's greedy tokens llama.cpp's output reproduces, byte for byte."""
+    ids = g["tokens"]
     pos = len(prompt.encode())
     if llama[:pos] != prompt.encode():
         return "llama.cpp echoed another prompt"
@@ -180,7 +191,8 @@ def agreement(ids, llama):
         if llama[pos:pos + len(p)] != p:
             if pos == len(llama):
                 return f"{n}/{len(ids)} tokens (llama.cpp stopped at an end token)"
-            return f"first {n}/{len(ids)} tokens"
+            gap = top2_gap(model, kernels, g["prompt"] + ids[:n])
+            return f"first {n}/{len(ids)} tokens" + ("" if gap is None else f" (then higgs's top-2 logits {gap:.4f} apart)")
         pos += len(p)
     return f"all {len(ids)}/{len(ids)} tokens" + ("" if pos == len(llama) else " (llama.cpp printed more)")
 
@@ -210,11 +222,11 @@ for t, th in [(t, th) for t in types for th in threads.split(",")]:
         hs = [load(f"{t}.t{th}.higgs-{k}.{r}.json")["costs"] for r in range(1, rounds + 1)]
         hcpu = hcpu or hs[0].get("cpu")
         hdec = [c["decode_ms_per_token"] for c in hs]
-        hv = [next(v for v in c["verify"] if v["rows"] == 16) for c in hs]
+        hv16 = [next(v for v in c["verify"] if v["rows"] == 16) for c in hs]
         g = load(f"{t}.higgs-{k}.generate.json")
-        agree = agreement(g["tokens"], llama) if g is not None and llama is not None else "—"
+        agree = agreement(g, llama, f"{out}/synth-{t}/target", k) if g is not None and llama is not None else "—"
         rows.append((label, f"higgs {k}", median(hdec), median([c["prefill_tokens_per_s"] for c in hs]),
-                     median([v["ms"] for v in hv]), median([v["decode_steps"] for v in hv]), agree, (min(hdec), max(hdec))))
+                     median([v["ms"] for v in hv16]), median([v["decode_steps"] for v in hv16]), agree, (min(hdec), max(hdec))))
 
 print(f"\nllama.cpp CPU: {cpu}")
 if hcpu:
@@ -228,3 +240,7 @@ print("|" + "---|" * len(hdr))
 for r in rows:
     print(f"| {r[0]} | {r[1]} | {r[2]:.2f} | {1e3 / r[2]:.1f} | {r[3]:.0f} | {r[4]:.1f} | {r[5]:.2f} | {r[6]} | {r[7][0]:.1f}–{r[7][1]:.1f} |")
 PY
+
+if [[ $KEEP != 1 ]]; then
+	for t in "${types[@]}"; do rm -rf "${OUT:?}/synth-$t"; done
+fi
