@@ -6,6 +6,8 @@ import (
 	"math"
 
 	"github.com/x448/float16"
+
+	"github.com/higgs-go/higgs/adapters/safetensors"
 )
 
 // ErrInexact is wrapped when values cannot be stored in the requested type without changing them (and the
@@ -14,19 +16,8 @@ var ErrInexact = fmt.Errorf("gguf: not exactly representable")
 
 // f16Exact reports whether v survives a round trip through IEEE half precision unchanged.
 func f16Exact(v float32) bool {
-	return float16.Fromfloat32(v).Float32() == v || (v != v && float16.Fromfloat32(v).IsNaN())
+	return float16.Fromfloat32(v).Float32() == v // NaN is never exact: weights must be finite
 }
-
-// bf16Of rounds v to the nearest bfloat16 (ties to even) and returns its bits.
-func bf16Of(v float32) uint16 {
-	b := math.Float32bits(v)
-	if v != v {
-		return uint16(b>>16) | 0x40
-	}
-	return uint16((b + 0x7fff + (b>>16)&1) >> 16)
-}
-
-func bf16Float(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 
 // AppendF32 appends vals as little-endian float32.
 func AppendF32(dst []byte, vals []float32) []byte {
@@ -52,9 +43,9 @@ func AppendF16(dst []byte, vals []float32, round bool) ([]byte, error) {
 // AppendBF16 appends vals as bfloat16, with the same exactness rule as AppendF16.
 func AppendBF16(dst []byte, vals []float32, round bool) ([]byte, error) {
 	for i, v := range vals {
-		h := bf16Of(v)
-		if !round && bf16Float(h) != v {
-			return nil, fmt.Errorf("%w in bf16: value %d is %g (nearest bf16 %g)", ErrInexact, i, v, bf16Float(h))
+		h := safetensors.Float32ToBF16(v)
+		if !round && safetensors.BF16ToFloat32(h) != v {
+			return nil, fmt.Errorf("%w in bf16: value %d is %g (nearest bf16 %g)", ErrInexact, i, v, safetensors.BF16ToFloat32(h))
 		}
 		dst = binary.LittleEndian.AppendUint16(dst, h)
 	}
@@ -175,7 +166,7 @@ func Decode(t Type, data []byte, n int) ([]float32, error) {
 		}
 	case BF16:
 		for i := range out {
-			out[i] = bf16Float(binary.LittleEndian.Uint16(data[2*i:]))
+			out[i] = safetensors.BF16ToFloat32(binary.LittleEndian.Uint16(data[2*i:]))
 		}
 	case Q8_0:
 		for b := range n / 32 {
