@@ -27,6 +27,15 @@ type SynthOptions struct {
 	Seed  uint64
 	// DFlash2 writes a DFlash2 drafter instead of a DFlash one.
 	DFlash2 bool
+	// Dense writes a dense Qwen3 target (every layer full attention) instead of a hybrid one: the
+	// architecture llama.cpp also runs, for export-gguf.
+	Dense bool
+	// Symmetric makes the weights exactly representable as GGUF Q8_0/Q4_0 (4 or 8 bits) or F16 (floats):
+	// see synth.TargetSpec.Symmetric.
+	Symmetric bool
+	// Tokenizer, when set, is a directory whose tokenizer.json (and tokenizer_config.json, if any) the
+	// target gets a copy of; Vocab must cover its ids.
+	Tokenizer string
 }
 
 // SynthResult is what `higgs-verify synth --json` prints.
@@ -39,6 +48,9 @@ type SynthResult struct {
 	Hidden int    `json:"hidden"`
 	Vocab  int    `json:"vocab"`
 	DType  string `json:"dtype"`
+	// Family is the target's model_type (qwen3_next, or qwen3 with Dense); Symmetric as asked.
+	Family    string `json:"family"`
+	Symmetric bool   `json:"symmetric"`
 }
 
 // Synth writes a random hybrid target and a DFlash drafter for it, so bench can measure costs on a model of a
@@ -57,6 +69,9 @@ func Synth(ctx context.Context, o SynthOptions) (SynthResult, error) {
 			errs = append(errs, err)
 		}
 	}
+	if o.Symmetric && o.Quant != nil && o.Quant.Bits != 4 && o.Quant.Bits != 8 {
+		errs = append(errs, fmt.Errorf("--symmetric needs 4 or 8 bits (GGUF Q4_0/Q8_0), not %d", o.Quant.Bits))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return SynthResult{}, fmt.Errorf("%w: synth: %w", ErrBadInput, err)
 	}
@@ -66,10 +81,19 @@ func Synth(ctx context.Context, o SynthOptions) (SynthResult, error) {
 			return SynthResult{}, fmt.Errorf("synth: %w", err)
 		}
 	}
-	ts := synth.TargetSpec{Family: "qwen3_next", Seed: o.Seed, Layers: o.Layers, Vocab: o.Vocab,
-		Context: 4096, Wide: o.Wide, BF16: !o.F32, Quant: o.Quant}
+	family := "qwen3_next"
+	if o.Dense {
+		family = "qwen3"
+	}
+	ts := synth.TargetSpec{Family: family, Seed: o.Seed, Layers: o.Layers, Vocab: o.Vocab,
+		Context: 4096, Wide: o.Wide, BF16: !o.F32, Quant: o.Quant, Symmetric: o.Symmetric}
 	if err := synth.WriteTarget(tdir, ts); err != nil {
 		return SynthResult{}, fmt.Errorf("synth target: %w", err)
+	}
+	if o.Tokenizer != "" {
+		if err := copyTokenizer(o.Tokenizer, tdir, o.Vocab); err != nil {
+			return SynthResult{}, fmt.Errorf("synth: %w", err)
+		}
 	}
 	// Four taps spread over the depth, as published drafters use.
 	taps := make([]int, 0, 4)
@@ -94,7 +118,7 @@ func Synth(ctx context.Context, o SynthOptions) (SynthResult, error) {
 	info := m.Target.Info()
 	_ = m.Close()
 	res := SynthResult{Target: tdir, Drafter: ddir, Params: params, Layers: o.Layers,
-		Hidden: info.HiddenSize, Vocab: info.VocabSize, DType: "bf16"}
+		Hidden: info.HiddenSize, Vocab: info.VocabSize, DType: "bf16", Family: family, Symmetric: o.Symmetric}
 	switch {
 	case o.Quant != nil:
 		res.DType = fmt.Sprintf("q%d/g%d", o.Quant.Bits, o.Quant.GroupSize)

@@ -62,6 +62,10 @@ type TargetSpec struct {
 	// affine-quantized and adds the quantization block to config.json. Norms and GDN vectors stay F32.
 	BF16  bool
 	Quant *quant.Spec
+	// Symmetric makes the weights exactly representable in llama.cpp's formats (symmetric.go): quantized
+	// groups get bias = −2^(bits−1)·scale with scales exact in f16 (Q8_0/Q4_0 map code for code), float
+	// matrices values exact in both bf16 and f16. Quantized widths other than 4 and 8 are an error.
+	Symmetric bool
 }
 
 // DrafterSpec describes a tiny random drafter for a target with hidden size Hidden.
@@ -105,7 +109,9 @@ type writer struct {
 	prefix string
 	quant  *quant.Spec
 	dtype  safetensors.DType
-	err    error
+	// symmetric: see TargetSpec.Symmetric.
+	symmetric bool
+	err       error
 }
 
 func (w *writer) mat(out, in int, scale float32) []float32 {
@@ -137,8 +143,15 @@ func (w *writer) raw(name string, shape []int, v []float32) {
 }
 
 func (w *writer) linear(base string, out, in int, v []float32) {
+	if w.symmetric && w.quant == nil {
+		halfExact(v)
+	}
 	if w.quant != nil {
-		packed, sc, bi, err := quant.Pack(v, out, in, *w.quant)
+		pack := quant.Pack
+		if w.symmetric {
+			pack = packSymmetric
+		}
+		packed, sc, bi, err := pack(v, out, in, *w.quant)
 		if err != nil {
 			w.err = fmt.Errorf("%s: %w", base, err)
 			return
@@ -223,7 +236,7 @@ func WriteTarget(dir string, s TargetSpec) error {
 			return err
 		}
 	}
-	w := &writer{rng: rand.New(rand.NewPCG(s.Seed, 77)), prefix: "model.", dtype: safetensors.F32, quant: s.Quant}
+	w := &writer{rng: rand.New(rand.NewPCG(s.Seed, 77)), prefix: "model.", dtype: safetensors.F32, quant: s.Quant, symmetric: s.Symmetric}
 	if s.BF16 {
 		w.dtype = safetensors.BF16
 	}

@@ -88,7 +88,7 @@ func (c *cli) root() *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&c.logLevel, "log-level", "warn", "stderr log level: trace, debug, info, warn, error, disabled")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %w", app.ErrBadInput, err) })
-	root.AddCommand(c.logitsCmd(), c.generateCmd(), c.losslessCmd(), c.tokenizeCmd(), c.parityCmd(), c.benchCmd(), c.synthCmd())
+	root.AddCommand(c.logitsCmd(), c.generateCmd(), c.losslessCmd(), c.tokenizeCmd(), c.parityCmd(), c.benchCmd(), c.synthCmd(), c.exportGGUFCmd())
 	for _, sub := range root.Commands() {
 		sub.Args = func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {

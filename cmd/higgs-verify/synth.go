@@ -17,13 +17,16 @@ func (c *cli) synthCmd() *cobra.Command {
 		wide, layers, vocab int
 		bits, group         int
 		f32, json, dflash2  bool
+		dense, symmetric    bool
+		tokenizer           string
 		seed                uint64
 	}
 	cmd := &cobra.Command{
 		Use:   "synth",
-		Short: "Write a random hybrid target and DFlash drafter (for bench on a model of a chosen size)",
+		Short: "Write a random hybrid (or --dense) target and DFlash drafter (for bench on a model of a chosen size)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o := app.SynthOptions{Out: f.out, Wide: f.wide, Layers: f.layers, Vocab: f.vocab, F32: f.f32, Seed: f.seed, DFlash2: f.dflash2}
+			o := app.SynthOptions{Out: f.out, Wide: f.wide, Layers: f.layers, Vocab: f.vocab, F32: f.f32, Seed: f.seed, DFlash2: f.dflash2,
+				Dense: f.dense, Symmetric: f.symmetric, Tokenizer: f.tokenizer}
 			if f.bits != 0 {
 				o.Quant = &quant.Spec{Bits: f.bits, GroupSize: f.group}
 			}
@@ -32,8 +35,8 @@ func (c *cli) synthCmd() *cobra.Command {
 				return err
 			}
 			return c.emit(f.json, res, func(w io.Writer) {
-				fmt.Fprintf(w, "target %s: %d params, %d layers, hidden %d, vocab %d, %s\ndrafter %s\n",
-					res.Target, res.Params, res.Layers, res.Hidden, res.Vocab, res.DType, res.Drafter)
+				fmt.Fprintf(w, "target %s: %s, %d params, %d layers, hidden %d, vocab %d, %s\ndrafter %s\n",
+					res.Target, res.Family, res.Params, res.Layers, res.Hidden, res.Vocab, res.DType, res.Drafter)
 			})
 		},
 	}
@@ -47,6 +50,9 @@ func (c *cli) synthCmd() *cobra.Command {
 	fs.BoolVar(&f.f32, "f32", false, "store float weights as F32 instead of BF16")
 	fs.BoolVar(&f.json, "json", false, "print exactly one JSON object on stdout")
 	fs.Uint64Var(&f.seed, "seed", 1, "random seed")
+	fs.BoolVar(&f.dense, "dense", false, "write a dense Qwen3 target (every layer full attention; the architecture export-gguf and llama.cpp take)")
+	fs.BoolVar(&f.symmetric, "symmetric", false, "make the weights exact in GGUF's formats: symmetric quantization (bias = -2^(bits-1)*scale, f16-exact scales; 4 or 8 bits) and float weights exact in f16")
+	fs.StringVar(&f.tokenizer, "tokenizer", "", "copy this directory's tokenizer.json (and tokenizer_config.json) into the target")
 	fs.BoolVar(&f.dflash2, "dflash2", false, "write a DFlash2 drafter (dynamic convolutions, candidate selector) instead of a DFlash one")
 	return cmd
 }
