@@ -27,12 +27,16 @@ const (
 // NoDraftName as ModelConfig.Draft turns speculation off.
 const NoDraftName = "none"
 
-// Bundled demo model directories, used when ModelConfig.Model is empty. They are resolved relative to the
-// working directory first, then to the directory holding the running executable and its parent (so
-// `go run ./cmd/...` from the repository root and `bin/higgsd` both find them).
+// Bundled model directories. The default (used when ModelConfig.Model is empty) is gocoder, a 47.5M Go-code
+// target stored 4-bit as mlx-lm would, with its DFlash drafter; the 7.9M demo is kept for what must be fast
+// (tests name it explicitly). Both are resolved relative to the working directory first, then to the
+// directory holding the running executable and its parent (so `go run ./cmd/...` from the repository root and
+// `bin/higgsd` both find them).
 const (
-	DemoTargetDir  = "models/demo/target"
-	DemoDrafterDir = "models/demo/drafter"
+	DefaultTargetDir  = "models/gocoder/target"
+	DefaultDrafterDir = "models/gocoder/drafter"
+	DemoTargetDir     = "models/demo/target"
+	DemoDrafterDir    = "models/demo/drafter"
 )
 
 // ErrMLXUnavailable is wrapped by LoadModels when the MLX backend is requested but cannot run here (libmlxc
@@ -42,10 +46,10 @@ var ErrMLXUnavailable = errors.New("MLX backend not available")
 // ModelConfig names the model and drafter to load and the backend to run them on.
 type ModelConfig struct {
 	// Model is a target directory or a Hugging Face hub id found in the local hub cache; "" means the bundled
-	// demo model DemoTargetDir.
+	// default model DefaultTargetDir.
 	Model string
-	// Draft is a DFlash drafter directory or hub id. "" with Model "" means the bundled demo drafter
-	// DemoDrafterDir; "" with a named Model means no drafter; NoDraftName ("none") means no drafter.
+	// Draft is a DFlash drafter directory or hub id. "" with Model "" means the bundled default drafter
+	// DefaultDrafterDir; "" with a named Model means no drafter; NoDraftName ("none") means no drafter.
 	Draft string
 	// NoDraft turns speculation off whatever Draft says.
 	NoDraft bool
@@ -106,7 +110,7 @@ func (c ModelConfig) drafterName() (string, bool) {
 		return c.Draft, true
 	}
 	if c.Model == "" {
-		return DemoDrafterDir, true
+		return DefaultDrafterDir, true
 	}
 	return "", false
 }

@@ -88,8 +88,8 @@ func DefaultConfig() Config {
 
 // flagSet declares every setting on fs, bound to c.
 func (c *Config) flagSet(fs *flag.FlagSet) {
-	fs.StringVar(&c.Model, "model", c.Model, "target model directory or Hugging Face id in the local hub cache (default: the bundled demo models/demo/target)")
-	fs.StringVar(&c.Draft, "draft", c.Draft, "DFlash drafter directory or hub id (default with the demo: models/demo/drafter; \"none\": no drafter)")
+	fs.StringVar(&c.Model, "model", c.Model, "target model directory or Hugging Face id in the local hub cache (default: the bundled gocoder model models/gocoder/target)")
+	fs.StringVar(&c.Draft, "draft", c.Draft, "DFlash drafter directory or hub id (default with the bundled model: models/gocoder/drafter; \"none\": no drafter)")
 	fs.BoolVar(&c.NoDraft, "no-draft", c.NoDraft, "turn speculative decoding off (load no drafter)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "speculative block size, anchor included (0: the drafter's; 1: no speculation)")
 	fs.BoolVar(&c.Adaptive, "adaptive", c.Adaptive, "let the adaptive depth policy choose each round's block size")

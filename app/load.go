@@ -186,7 +186,7 @@ var mlxAvailable = mlx.Available
 // "demo").
 func resolveTarget(model string) (dir, name string, err error) {
 	if model == "" {
-		dir, err := findDemo(DemoTargetDir)
+		dir, err := findDemo(DefaultTargetDir)
 		if err != nil {
 			return "", "", err
 		}
@@ -230,6 +230,6 @@ func findDemo(rel string) (string, error) {
 			return c, nil
 		}
 	}
-	return "", fmt.Errorf("no model named and the bundled demo model %s is absent (looked in %v): %w; pass --model DIR",
+	return "", fmt.Errorf("no model named and the bundled model %s is absent (looked in %v): %w; pass --model DIR",
 		rel, cands, fs.ErrNotExist)
 }

@@ -242,10 +242,10 @@ func TestLoadModelsBackends(t *testing.T) {
 	require.ErrorContains(t, err, "kernels fast needs the cpu backend")
 	assert.Equal(t, filepath.Base(target), m.Name)
 
-	// No model named: the bundled demo, with a clear error when it is absent.
+	// No model named: the bundled default model, with a clear error when it is absent.
 	t.Chdir(t.TempDir())
 	_, err = LoadModels(t.Context(), ModelConfig{}, zerolog.Nop(), nil)
-	require.ErrorContains(t, err, "bundled demo model models/demo/target is absent")
+	require.ErrorContains(t, err, "bundled model "+DefaultTargetDir+" is absent")
 }
 
 func TestParsePromptsFile(t *testing.T) {

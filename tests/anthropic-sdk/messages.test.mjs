@@ -21,7 +21,9 @@ let client;
 // A fixed block size (--adaptive=false) keeps the drafter in use whatever the machine's speed, so that the
 // speculative path is what the SDK sees.
 before(async () => {
+  // The small demo, named explicitly (the default bundled model is larger and slower): this test is about the API.
   proc = spawn(higgsd, ['--port', '0', '--api-key', apiKey, '--log-format', 'json', '--queue-size', '4',
+    '--model', 'models/demo/target', '--draft', 'models/demo/drafter', '--served-model-name', 'demo',
     '--adaptive=false', '--block-size', '4'], {
     cwd: repoRoot,
     stdio: ['ignore', 'ignore', 'pipe'],

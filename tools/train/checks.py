@@ -17,6 +17,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from model import load_target  # noqa: E402
+import tok as tokmod  # noqa: E402
 
 
 def main():
@@ -32,8 +33,7 @@ def main():
     res = {"torch": torch.__version__}
     from tokenizers import Tokenizer
     tk = Tokenizer.from_file(os.path.join(args.target, "tokenizer.json"))
-    with gzip.open(os.path.join(args.data, "heldout.jsonl.gz"), "rt") as f:
-        text = json.loads(f.readline())
+    text = tokmod.load_docs(os.path.join(args.data, "heldout.jsonl.gz"))[0]
     ids = tk.encode(text, add_special_tokens=False).ids[:300]
     x = torch.tensor([ids], device=dev)
     m = load_target(args.target, dev).eval()

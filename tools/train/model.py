@@ -588,13 +588,11 @@ def save_target(model: Target, path, dtype=torch.bfloat16):
 
 
 def load_target(path, device="cpu"):
-    from safetensors.torch import load_file
     import os
     with open(os.path.join(path, "config.json")) as f:
         c = TargetConfig.from_hf(json.load(f))
     m = Target(c)
-    sd = load_file(os.path.join(path, "model.safetensors"))
-    m.load_state_dict({k: v.float() for k, v in sd.items()}, strict=True)
+    m.load_state_dict(_float_state(path), strict=True)
     return m.to(device)
 
 
@@ -609,11 +607,25 @@ def save_drafter(model: Drafter, path, dtype=torch.bfloat16):
 
 
 def load_drafter(path, device="cpu"):
-    from safetensors.torch import load_file
     import os
     with open(os.path.join(path, "config.json")) as f:
         c = DrafterConfig.from_hf(json.load(f))
     m = Drafter(c)
-    sd = load_file(os.path.join(path, "model.safetensors"))
-    m.load_state_dict({k: v.float() for k, v in sd.items()}, strict=True)
+    m.load_state_dict(_float_state(path), strict=True)
     return m.to(device)
+
+
+def _float_state(path):
+    """fp32 state dict of a checkpoint directory; an MLX-quantized one (config.json "quantization", written by
+    mlxquant.py) is dequantized exactly as the engine reads it, so what is evaluated is what ships."""
+    import os
+    with open(os.path.join(path, "config.json")) as f:
+        cfg = json.load(f)
+    q = cfg.get("quantization")
+    if q:
+        import mlxquant
+        sd = mlxquant.dequantized_state(os.path.join(path, "model.safetensors"), q,
+                                        hybrid=cfg.get("model_type") == "qwen3_next")
+        return {k: torch.from_numpy(v) for k, v in sd.items()}
+    from safetensors.torch import load_file
+    return {k: v.float() for k, v in load_file(os.path.join(path, "model.safetensors")).items()}

@@ -18,11 +18,21 @@ import model as M  # noqa: E402
 
 try:
     import safetensors  # noqa: F401
-except ImportError:  # local Debian torch has no safetensors: stand in with torch.save
+except ImportError:  # local Debian torch has no safetensors: stand in with the goldens' numpy writer
+    sys.path.insert(0, os.path.join(here, "..", "goldens"))
+    import stio  # noqa: E402
     st = types.ModuleType("safetensors")
     stt = types.ModuleType("safetensors.torch")
-    stt.save_file = lambda sd, path, metadata=None: torch.save(sd, path)
-    stt.load_file = lambda path: torch.load(path)
+
+    def _save(sd, path, metadata=None):
+        stio.write_safetensors(path, {k: stio.tensor_from_f32(v.float().numpy(), "BF16" if v.dtype == torch.bfloat16
+                                                              else "F32") for k, v in sd.items()}, metadata)
+
+    def _load(path):
+        raw, _ = stio.read_safetensors(path)
+        return {k: torch.from_numpy(stio.to_numpy(*v).copy()) for k, v in raw.items()}
+    stt.save_file = _save
+    stt.load_file = _load
     sys.modules["safetensors"] = st
     sys.modules["safetensors.torch"] = stt
 
@@ -85,6 +95,20 @@ def main():
                     "--unseen-share", "0.5"]
         train_drafter.main()
         print(json.load(open(f"{tmp}/drafter/config.json")))
+        # the gocoder path: reused tokenizer, model-shape flags, MLX-quantized target and drafter
+        tokmod.reuse_tokenizer = lambda src, out: fake_train_tokenizer([], out)
+        shape = ["--hidden", "128", "--layers", "4", "--intermediate", "192", "--heads", "2", "--kv-heads", "1",
+                 "--linear-key-heads", "1", "--linear-value-heads", "2"]
+        sys.argv = ["x", "--data", data, "--out", f"{tmp}/t2", "--tiny", "--batch", "2", "--seq", "128",
+                    "--tokenizer", "unused", "--quantize", f"{tmp}/q2"] + shape
+        train_target.main()
+        qcfg = json.load(open(f"{tmp}/q2/config.json"))
+        assert qcfg["quantization"]["model.embed_tokens"]["bits"] == 8, qcfg["quantization"]
+        sys.argv = ["x", "--data", data, "--target", f"{tmp}/q2", "--out", f"{tmp}/d2", "--tiny",
+                    "--unseen-share", "0.5", "--taps", "0,1,2,3", "--heads", "2", "--kv-heads", "1",
+                    "--quantize-bits", "4"]
+        train_drafter.main()
+        print(json.load(open(f"{tmp}/d2/config.json"))["quantization"])
     print("smoke ok")
 
 

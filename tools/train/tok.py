@@ -30,8 +30,31 @@ CHAT_TEMPLATE = (
 
 
 def load_docs(path):
+    """One JSON string per line; path may name the .jsonl.gz while the data directory holds .jsonl.xz
+    (make_corpus.py --xz), which is then read instead."""
+    if not os.path.exists(path) and path.endswith(".gz") and os.path.exists(path[:-3] + ".xz"):
+        path = path[:-3] + ".xz"
+    if path.endswith(".xz"):
+        import lzma
+        with lzma.open(path, "rt", encoding="utf-8") as f:
+            return [json.loads(line) for line in f]
     with gzip.open(path, "rt", encoding="utf-8") as f:
         return [json.loads(line) for line in f]
+
+
+def reuse_tokenizer(src_dir, out_dir):
+    """Copy an existing tokenizer (tokenizer.json + tokenizer_config.json) instead of training one, so a new
+    model shares ids, corpus split and eval prompts with the earlier one; checks the added-token layout."""
+    import shutil
+    from tokenizers import Tokenizer
+    os.makedirs(out_dir, exist_ok=True)
+    for fn in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(os.path.join(src_dir, fn), os.path.join(out_dir, fn))
+    tok = Tokenizer.from_file(os.path.join(out_dir, "tokenizer.json"))
+    if tok.get_vocab_size() != VOCAB_SIZE or any(tok.token_to_id(s) is None for s, _ in ADDED):
+        raise SystemExit(f"{src_dir}: tokenizer has {tok.get_vocab_size()} ids or lacks added tokens; want {VOCAB_SIZE}")
+    print(f"tokenizer: reused {src_dir} ({tok.get_vocab_size()} ids)", flush=True)
+    return tok
 
 
 def train_tokenizer(texts, out_dir):

@@ -189,6 +189,13 @@ def main():
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--anchors", type=int, default=32)
     ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=2)
+    ap.add_argument("--head-dim", type=int, default=64)
+    ap.add_argument("--intermediate", type=int, default=0, help="MLP width (0: 3 x the target's hidden size)")
+    ap.add_argument("--quantize-bits", type=int, default=0,
+                    help="ship the drafter MLX-quantized at this width (group 64; mlxquant.py); the BF16 weights "
+                         "go to OUT/bf16 and tau is measured with the quantized ones")
     ap.add_argument("--taps", default="1,3,5,7")
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=100)
@@ -250,8 +257,9 @@ def main():
                                                skip_special_tokens=False)[:600], flush=True)
 
     taps = [int(t) for t in args.taps.split(",")]
-    dc = DrafterConfig(hidden_size=tc.hidden_size, num_hidden_layers=args.layers, num_attention_heads=4,
-                       num_key_value_heads=2, head_dim=64, intermediate_size=3 * tc.hidden_size,
+    dc = DrafterConfig(hidden_size=tc.hidden_size, num_hidden_layers=args.layers, num_attention_heads=args.heads,
+                       num_key_value_heads=args.kv_heads, head_dim=args.head_dim,
+                       intermediate_size=args.intermediate or 3 * tc.hidden_size,
                        rms_norm_eps=tc.rms_norm_eps, rope_theta=tc.rope_theta, vocab_size=tc.vocab_size,
                        block_size=16, num_target_layers=tc.num_hidden_layers, target_layer_ids=taps,
                        mask_token_id=ids["<|mask|>"])
@@ -374,7 +382,15 @@ def main():
         vals.append((total - 1, validate()))
         print(f"final val block-run {vals[-1][1]:.3f} after {total} steps", flush=True)
     train_s = time.time() - t1
-    save_drafter(drafter, args.out)
+    if args.quantize_bits:
+        import mlxquant
+        bf = os.path.join(args.out, "bf16")
+        save_drafter(drafter, bf)
+        done = mlxquant.quantize_dir(bf, args.out, args.quantize_bits, 64, args.quantize_bits)
+        print(f"drafter quantized: {len(done)} modules at {args.quantize_bits} bits, "
+              f"{os.path.getsize(os.path.join(args.out, 'model.safetensors'))} bytes", flush=True)
+    else:
+        save_drafter(drafter, args.out)
     for f in ("tokenizer.json", "tokenizer_config.json"):
         shutil.copy(os.path.join(args.target, f), os.path.join(args.out, f))
     shipped = load_drafter(args.out, dev).eval()

@@ -76,6 +76,22 @@ def main():
     ap.add_argument("--seq", type=int, default=1024)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--warmup", type=int, default=150)
+    ap.add_argument("--weight-decay", type=float, default=0.1)
+    ap.add_argument("--min-lr", type=float, default=0.1, help="cosine floor as a share of --lr")
+    ap.add_argument("--tokenizer", default="", help="reuse this directory's tokenizer instead of training one")
+    ap.add_argument("--quantize", default="", help="also write an MLX-quantized copy here (mlxquant.py: "
+                    "4-bit affine g64, 8-bit embedding) and report its held-out perplexity")
+    # model shape (defaults: the 7.9M models/demo target)
+    d = TargetConfig()
+    ap.add_argument("--hidden", type=int, default=d.hidden_size)
+    ap.add_argument("--layers", type=int, default=d.num_hidden_layers)
+    ap.add_argument("--intermediate", type=int, default=d.intermediate_size)
+    ap.add_argument("--heads", type=int, default=d.num_attention_heads)
+    ap.add_argument("--kv-heads", type=int, default=d.num_key_value_heads)
+    ap.add_argument("--head-dim", type=int, default=d.head_dim)
+    ap.add_argument("--linear-key-heads", type=int, default=d.linear_num_key_heads)
+    ap.add_argument("--linear-value-heads", type=int, default=d.linear_num_value_heads)
+    ap.add_argument("--linear-head-dim", type=int, default=d.linear_key_head_dim)
     ap.add_argument("--tiny", action="store_true", help="smoke test: few docs, few steps")
     ap.add_argument("--compile", action="store_true")
     args = ap.parse_args()
@@ -89,7 +105,7 @@ def main():
     held = tokmod.load_docs(os.path.join(args.data, "heldout.jsonl.gz"))
     if args.tiny:
         docs = docs[:300]
-    tok = tokmod.train_tokenizer(docs, args.out)
+    tok = tokmod.reuse_tokenizer(args.tokenizer, args.out) if args.tokenizer else tokmod.train_tokenizer(docs, args.out)
     ids = tokmod.special_ids(tok)
     write_generation_config(args.out, ids)
     eot = ids["<|endoftext|>"]
@@ -98,14 +114,18 @@ def main():
     print(f"encoded: train {len(stream)} tokens ({sum(map(len, docs)) / len(stream):.2f} bytes/token), "
           f"heldout {len(hstream)} tokens; {time.time() - t0:.1f}s", flush=True)
 
-    cfg = TargetConfig(vocab_size=tokmod.VOCAB_SIZE, bos_token_id=eot, eos_token_id=ids["<|im_end|>"])
+    cfg = TargetConfig(vocab_size=tokmod.VOCAB_SIZE, bos_token_id=eot, eos_token_id=ids["<|im_end|>"],
+                       hidden_size=args.hidden, num_hidden_layers=args.layers, intermediate_size=args.intermediate,
+                       num_attention_heads=args.heads, num_key_value_heads=args.kv_heads, head_dim=args.head_dim,
+                       linear_num_key_heads=args.linear_key_heads, linear_num_value_heads=args.linear_value_heads,
+                       linear_key_head_dim=args.linear_head_dim, linear_value_head_dim=args.linear_head_dim)
     model = Target(cfg).to(dev)
     nparam = sum(p.numel() for p in model.parameters())
     print(f"target params {nparam / 1e6:.2f}M layer_types {cfg.layer_types}", flush=True)
     decay, no_decay = [], []
     for n, p in model.named_parameters():
         (no_decay if p.ndim < 2 or "norm" in n or "A_log" in n or "dt_bias" in n else decay).append(p)
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=args.lr, betas=(0.9, 0.95), eps=1e-8, **({"fused": True} if dev == "cuda" else {}))
     fwd = torch.compile(model) if args.compile else model
     gen = torch.Generator(device="cpu").manual_seed(args.seed)
@@ -122,7 +142,7 @@ def main():
         lr = args.lr * min(1.0, (i + 1) / args.warmup)
         if i >= args.warmup:
             pr = (i - args.warmup) / max(1, total - args.warmup)
-            lr = args.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * pr)))
+            lr = args.lr * (args.min_lr + (1 - args.min_lr) * 0.5 * (1 + math.cos(math.pi * pr)))
         for g in opt.param_groups:
             g["lr"] = lr
         x, y = batch()
@@ -175,10 +195,20 @@ def main():
             lg, _ = shipped(x)
             tl.append(F.cross_entropy(lg.float().reshape(-1, lg.shape[-1]), y.reshape(-1)).item())
     print(f"heldout ppl {ppl:.3f} over {n} tokens; train loss (shipped weights) {sum(tl) / len(tl):.4f}", flush=True)
+    qppl = None
+    if args.quantize:
+        import mlxquant
+        done = mlxquant.quantize_dir(args.out, args.quantize)
+        del shipped
+        qm = load_target(args.quantize, dev)
+        qppl, _ = heldout_ppl(qm, hstream, args.seq, dev)
+        qbytes = os.path.getsize(os.path.join(args.quantize, "model.safetensors"))
+        print(f"quantized ({len(done)} modules) {qbytes} bytes: heldout ppl {qppl:.3f}", flush=True)
     with open(os.path.join(args.out, "train_log.json"), "w") as f:
         json.dump({"steps": total, "batch": args.batch, "seq": args.seq, "lr": args.lr, "seed": args.seed,
                    "train_seconds": train_s, "losses": losses, "heldout_ppl": ppl, "heldout_tokens": n,
-                   "final_train_loss": sum(tl) / len(tl), "params": nparam,
+                   "final_train_loss": sum(tl) / len(tl), "params": nparam, "quantized_heldout_ppl": qppl,
+                   "config": cfg.hf_dict(), "weight_decay": args.weight_decay, "min_lr": args.min_lr,
                    "train_tokens_in_corpus": len(stream), "special_ids": ids}, f, indent=1)
 
 
