@@ -1,0 +1,177 @@
+package mlx
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// LoadDistributed joins MLX distributed (the ring backend reads MLX_RANK and MLX_HOSTFILE, as mlx.launch
+// sets them) and loads this rank's stage of the target in dir: every rank computes the same split from the
+// checkpoint's tensor sizes, so no rank reads another's layers. On rank 0 the result is the model (a
+// ports.Target: use Pipeline to hide the abilities a pipeline does not offer); on the others call Serve.
+func LoadDistributed(ctx context.Context, dir string, opts LoadOptions, d DistOptions) (*Target, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rt, err := mlxc.Open()
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	p, err := join(rt, d)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	t, err := load(rt, dir, opts, p)
+	if err != nil {
+		return nil, fmt.Errorf("rank %d: %w", p.rank, err)
+	}
+	opts.Logger.Info().Int("rank", p.rank).Int("ranks", p.size).Int("first_layer", p.stage().Lo).
+		Int("end_layer", p.stage().Hi).Int64("weight_bytes", t.weightBytes).Msg("pipeline stage loaded")
+	return t, nil
+}
+
+// Serve is a worker's loop (rank > 0): it performs rank 0's control messages on its own stage until rank 0
+// stops the pipeline (nil) or ctx ends. MLX's receive cannot be interrupted, so a cancelled Serve returns
+// while the MLX thread still waits; the process is expected to exit.
+func (t *Target) Serve(ctx context.Context) error {
+	p := t.pipe
+	if p == nil || p.rank == 0 {
+		return fmt.Errorf("mlx: Serve runs on a pipeline's workers (rank > 0)")
+	}
+	sessions := map[int32]*Session{}
+	snaps := map[int32]ports.RecurrentSnapshot{}
+	for {
+		var c ctrl
+		done := make(chan error, 1)
+		go func() {
+			done <- t.rt.Do(func() error {
+				var err error
+				if c, err = t.recvCtrl(); err == nil && !p.last() {
+					err = t.sendCtrl(c)
+				}
+				return err
+			})
+		}()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-done:
+			if err != nil {
+				return fmt.Errorf("rank %d: control: %w", p.rank, err)
+			}
+		}
+		for _, id := range c.freed {
+			delete(snaps, id)
+		}
+		if c.op == opStop {
+			return nil
+		}
+		if c.op == opPing {
+			if p.last() {
+				if err := t.rt.Do(func() error { return t.reply() }); err != nil {
+					return fmt.Errorf("rank %d: ping: %w", p.rank, err)
+				}
+			}
+			continue
+		}
+		s := sessions[c.sess]
+		if s == nil && c.op != opNew {
+			return fmt.Errorf("rank %d: op %d on unknown session %d", p.rank, c.op, c.sess)
+		}
+		var err error
+		switch c.op {
+		case opNew:
+			layers := make([]int, len(c.payload))
+			for i, l := range c.payload {
+				layers[i] = int(l)
+			}
+			if s, err = t.newSession(layers); err == nil {
+				s.id = c.sess
+				sessions[c.sess] = s
+			}
+		case opClose:
+			err = s.Close()
+			delete(sessions, c.sess)
+		case opForward:
+			s.gen++
+			s.replay = false
+			if err = t.rt.Do(func() error { s.dropLast(); return nil }); err == nil {
+				var r runResult
+				r, err = s.run(ctx, make([]ports.Token, c.a), int(c.b), c.flags&flagTaps != 0, c.flags&flagTape != 0, c.flags&flagLogits != 0)
+				if r.tape != nil {
+					s.lastTap = r.tape
+				}
+				if r.taps != 0 {
+					s.freeAll([]arr{r.taps})
+				}
+			}
+		case opTrim:
+			err = s.TrimKV(int(c.a))
+		case opSnapshot:
+			var sn ports.RecurrentSnapshot
+			if sn, err = s.Snapshot(); err == nil {
+				snaps[c.a] = sn
+			}
+		case opRestore:
+			sn, ok := snaps[c.a]
+			if !ok {
+				err = fmt.Errorf("no snapshot %d", c.a)
+			} else {
+				err = s.Restore(sn)
+			}
+		case opReplay:
+			if s.lastTap == nil {
+				err = fmt.Errorf("replay without a taped forward")
+			} else {
+				err = s.ReplayTape(ctx, s.lastTap, int(c.a))
+			}
+		default:
+			err = fmt.Errorf("unknown op %d", c.op)
+		}
+		if err != nil {
+			// The pipeline cannot continue with this rank's state out of step: stop, so rank 0 sees the
+			// rank lost within its timeout rather than a wrong result.
+			return fmt.Errorf("rank %d: op %d on session %d: %w", p.rank, c.op, c.sess, err)
+		}
+	}
+}
+
+// reply is the last rank's answer to a ping (on the MLX thread).
+func (t *Target) reply() error {
+	g := newGraph(t.rt, "mlx distributed ping")
+	defer g.release()
+	g.eval(g.send(uploadI32(g, []int32{int32(t.pipe.rank)}, 1), 0, t.pipe.group))
+	return g.err
+}
+
+// Ping sends a control message round the ring and waits for the last rank's answer: an error (wrapping
+// ErrRankLost after the pipeline's timeout) means a rank is gone. Rank 0 only.
+func (t *Target) Ping(ctx context.Context) error {
+	p := t.pipe
+	if p == nil || p.rank != 0 {
+		return fmt.Errorf("mlx: Ping runs on a pipeline's rank 0")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return t.do(func() error {
+		if err := t.sendCtrl(ctrl{op: opPing}); err != nil {
+			return err
+		}
+		g := newGraph(t.rt, "mlx distributed ping")
+		defer g.release()
+		g.eval(g.recv(mlxc.Int32, p.size-1, p.group, 1))
+		return g.err
+	})
+}
+
+// Stop tells the workers to leave their loops (rank 0; a broken pipeline is left as it is).
+func (t *Target) Stop() error {
+	if t.pipe == nil || t.pipe.rank != 0 || t.rt.Err() != nil {
+		return nil
+	}
+	return t.do(func() error { return t.sendCtrl(ctrl{op: opStop}) })
+}
