@@ -33,7 +33,12 @@ const (
 
 // ErrRankLost is wrapped by every error of a distributed target after a rank stopped answering: MLX's
 // receive cannot time out, so the MLX thread of rank 0 stays blocked and the process must be restarted.
-var ErrRankLost = errors.New("mlx distributed: rank lost")
+// It wraps ports.ErrBackendLost, so in-flight and later requests fail with 503 and the error's text, which
+// names the rank.
+var ErrRankLost = fmt.Errorf("mlx distributed: rank lost: %w", ports.ErrBackendLost)
+
+// errPipelined refuses the abilities a pipelined target does not offer yet (hidden by Pipeline).
+var errPipelined = fmt.Errorf("mlx: not available on a target split across processes: %w", errors.ErrUnsupported)
 
 // DistOptions configures a distributed target.
 type DistOptions struct {

@@ -89,6 +89,9 @@ func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 	if s.closed {
 		return nil, errClosed
 	}
+	if s.t.pipe != nil {
+		return nil, fmt.Errorf("mlx prefix: %w", errPipelined)
+	}
 	if err := s.pos.CheckExport(n); err != nil {
 		return nil, fmt.Errorf("mlx: %w", err)
 	}
@@ -155,6 +158,9 @@ func (p *Prefix) handles() []arr {
 func (s *Session) ImportPrefix(ps ports.PrefixState) error {
 	if s.closed {
 		return errClosed
+	}
+	if s.t.pipe != nil {
+		return fmt.Errorf("mlx prefix: %w", errPipelined)
 	}
 	p, ok := ps.(*Prefix)
 	switch {
