@@ -1,11 +1,15 @@
 package mlx
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/higgs-go/higgs/adapters/hfmodel"
@@ -49,6 +53,12 @@ type DistOptions struct {
 	// DrafterHead loads the LM head on rank 0 as well (beside the last rank's), for a DFlash drafter there:
 	// the drafter shares the target's embedding and head, and the embedding is rank 0's already.
 	DrafterHead bool
+	// PingTimeout bounds a ping's round trip (0: ten seconds): a ping runs only while the pipeline is
+	// idle, so it needs no room for a long prefill.
+	PingTimeout time.Duration
+	// Idle makes a worker give up when rank 0 has sent nothing for that long (0: wait for ever); rank 0
+	// keeps an idle pipeline alive with Heartbeat at a shorter period.
+	Idle time.Duration
 	// Timeout bounds one round trip of the pipeline (a chunk's forward on every rank, or a control message
 	// answered; 0: two minutes).
 	Timeout time.Duration
@@ -69,7 +79,9 @@ type pipeline struct {
 	rank, size int
 	stages     []model.Stage
 	timeout    time.Duration
-	head       bool // rank 0 holds the LM head too (DistOptions.DrafterHead)
+	head       bool          // rank 0 holds the LM head too (DistOptions.DrafterHead)
+	idle, ping time.Duration // DistOptions.Idle, PingTimeout
+	lastSent   atomic.Int64  // unix nanoseconds of rank 0's latest control message
 	mu         sync.Mutex
 	nextID     int32
 	freed      []int32 // snapshot ids rank 0 dropped, sent to the workers with the next control message
@@ -99,7 +111,11 @@ func join(rt *mlxc.Runtime, o DistOptions) (*pipeline, error) {
 	if os.Getenv(EnvHostfile) == "" && (o.Backend == "" || o.Backend == "ring") {
 		return nil, fmt.Errorf("mlx distributed: %s is not set (a JSON list of each rank's \"ip:port\" addresses, as mlx.launch writes)", EnvHostfile)
 	}
-	p := &pipeline{timeout: o.Timeout, head: o.DrafterHead}
+	// MLX's ring sends on plain sockets from its own threads: a send to a rank that died raises SIGPIPE,
+	// which would end this process without a word. Ignored, the send fails with EPIPE instead, and the
+	// round's timeout reports the lost rank.
+	signal.Ignore(syscall.SIGPIPE)
+	p := &pipeline{timeout: o.Timeout, head: o.DrafterHead, idle: o.Idle, ping: cmp.Or(o.PingTimeout, 10*time.Second)}
 	if p.timeout <= 0 {
 		p.timeout = 2 * time.Minute
 	}
@@ -168,9 +184,23 @@ func (t *Target) do(f func() error) error {
 	if t.pipe == nil {
 		return t.rt.Do(f)
 	}
-	return t.rt.DoWithin(t.pipe.timeout, func() error {
-		return fmt.Errorf("%w: no answer from rank %d within %v (a rank of 1..%d died or hangs)",
-			ErrRankLost, t.pipe.size-1, t.pipe.timeout, t.pipe.size-1)
+	return t.doWithin(t.pipe.timeout, f)
+}
+
+// doWithin is do bounded by d.
+func (t *Target) doWithin(d time.Duration, f func() error) error {
+	p := t.pipe
+	return t.rt.DoWithin(d, func() error {
+		if p.rank > 0 {
+			return fmt.Errorf("%w: rank %d: no message from rank %d within %v", ErrRankLost, p.rank, p.rank-1, d)
+		}
+		// The ring tells rank 0 only that the answer did not come round: with 2 ranks that names the lost
+		// one, with more it may be any worker.
+		if p.size == 2 {
+			return fmt.Errorf("%w: no answer from rank 1 within %v", ErrRankLost, d)
+		}
+		return fmt.Errorf("%w: no answer from rank %d within %v (one of ranks 1..%d died or hangs)",
+			ErrRankLost, p.size-1, d, p.size-1)
 	}, f)
 }
 
@@ -257,6 +287,7 @@ func (t *Target) sendCtrl(c ctrl) error {
 		p.mu.Lock()
 		c.freed, p.freed = p.freed, nil
 		p.mu.Unlock()
+		p.lastSent.Store(time.Now().UnixNano())
 	}
 	g := newGraph(t.rt, "mlx distributed control")
 	defer g.release()

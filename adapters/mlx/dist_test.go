@@ -1,8 +1,10 @@
 package mlx
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -27,6 +29,10 @@ const envDistSpec = "HIGGS_MLX_DIST_SPEC"
 
 type distSpec struct {
 	Target, Drafter, Out string
+	// Failure injection: rank DieRank (> 0) exits after DieAfter control messages; Timeout bounds rank 0's
+	// rounds and the join (0: 30 s).
+	DieRank, DieAfter int
+	Timeout           time.Duration
 }
 
 // distOutput is what each pipeline computes; the single-process run computes the same.
@@ -34,6 +40,10 @@ type distOutput struct {
 	Greedy, Replay, Recompute, Seeded []ports.Token
 	WeightBytes                       int64
 	Stage                             [2]int
+	// Err and Elapsed are rank 0's failure and how long it took to see it (failure tests).
+	Err     string
+	Lost    bool
+	Elapsed time.Duration
 }
 
 var distPrompt = []ports.Token{3, 17, 5, 42, 9, 11, 2, 30}
@@ -98,13 +108,37 @@ func TestDistributedRank(t *testing.T) {
 	var spec distSpec
 	require.NoError(t, json.Unmarshal(b, &spec))
 	ctx := t.Context()
+	timeout := cmp.Or(spec.Timeout, 30*time.Second)
+	start := time.Now()
 	tgt, err := LoadDistributed(ctx, spec.Target, LoadOptions{}, DistOptions{Backend: "ring", DrafterHead: true,
-		JoinTimeout: 30 * time.Second, Timeout: 30 * time.Second})
+		JoinTimeout: timeout, Timeout: timeout})
+	if spec.DieRank != 0 && err != nil {
+		// A rank that never joins: rank 0 reports it within the join timeout.
+		writeRankOutput(t, spec, 0, distOutput{Err: err.Error(), Lost: errors.Is(err, ErrRankLost), Elapsed: time.Since(start)})
+		return
+	}
 	require.NoError(t, err)
 	out := distOutput{WeightBytes: tgt.WeightBytes(), Stage: [2]int{tgt.Stage().Lo, tgt.Stage().Hi}}
-	if tgt.Rank() != 0 {
+	switch {
+	case tgt.Rank() != 0 && tgt.Rank() == spec.DieRank:
+		dieAfter(t, tgt, spec.DieAfter)
+	case tgt.Rank() != 0 && spec.DieRank != 0:
+		err := tgt.Serve(ctx)
+		require.ErrorIs(t, err, ErrRankLost, "a worker whose neighbour died stops")
+		return
+	case tgt.Rank() != 0:
 		require.NoError(t, tgt.Serve(ctx))
-	} else {
+	case spec.DieRank != 0:
+		// Decode until the dying rank's messages run out: rank 0 must fail, naming a lost rank, within the
+		// timeout (plus the time the rounds before took).
+		start := time.Now()
+		_, err := porttest.Greedy(ctx, Pipeline(tgt), distPrompt, 1000)
+		require.Error(t, err)
+		out.Err, out.Lost, out.Elapsed = err.Error(), errors.Is(err, ErrRankLost), time.Since(start)
+		// Everything on the broken runtime fails at once from now on, and nothing hangs.
+		_, err = tgt.NewSession(ctx, nil)
+		require.ErrorIs(t, err, ErrRankLost)
+	default:
 		d, err := LoadDrafter(ctx, spec.Drafter, tgt, DrafterOptions{})
 		require.NoError(t, err)
 		require.NoError(t, tgt.Ping(ctx))
@@ -112,9 +146,27 @@ func TestDistributedRank(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, tgt.Stop())
 	}
-	b, err = json.Marshal(out)
+	writeRankOutput(t, spec, tgt.Rank(), out)
+}
+
+func writeRankOutput(t *testing.T, spec distSpec, rank int, out distOutput) {
+	b, err := json.Marshal(out)
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(fmt.Sprintf("%s.%d", spec.Out, tgt.Rank()), b, 0o644))
+	require.NoError(t, os.WriteFile(fmt.Sprintf("%s.%d", spec.Out, rank), b, 0o644))
+}
+
+// dieAfter runs a worker's loop for n control messages, then exits the process as a crash would (its
+// sockets close; rank 0 is told nothing).
+func dieAfter(t *testing.T, tgt *Target, n int) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	seen := 0
+	tgt.onCtrl = func() {
+		if seen++; seen > n {
+			os.Exit(3)
+		}
+	}
+	_ = tgt.Serve(ctx)
 }
 
 // requireRing skips when the loaded MLX has no ring backend.
@@ -144,6 +196,12 @@ func freePorts(t *testing.T, n int) []int {
 
 // runPipeline starts n ranks of the test binary on 127.0.0.1 and returns each rank's output.
 func runPipeline(t *testing.T, tdir, ddir string, n int) []distOutput {
+	return runRanks(t, distSpec{Target: tdir, Drafter: ddir}, n, n)
+}
+
+// runRanks starts ranks 0..start−1 of an n-rank pipeline and returns the outputs of those that wrote one
+// (a rank made to die writes none).
+func runRanks(t *testing.T, s distSpec, n, start int) []distOutput {
 	dir := t.TempDir()
 	var hosts [][]string
 	for _, p := range freePorts(t, n) {
@@ -153,14 +211,15 @@ func runPipeline(t *testing.T, tdir, ddir string, n int) []distOutput {
 	require.NoError(t, err)
 	hostfile := filepath.Join(dir, "hosts.json")
 	require.NoError(t, os.WriteFile(hostfile, hb, 0o644))
-	sb, err := json.Marshal(distSpec{Target: tdir, Drafter: ddir, Out: filepath.Join(dir, "out")})
+	s.Out = filepath.Join(dir, "out")
+	sb, err := json.Marshal(s)
 	require.NoError(t, err)
 	spec := filepath.Join(dir, "spec.json")
 	require.NoError(t, os.WriteFile(spec, sb, 0o644))
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	cmds := make([]*exec.Cmd, n)
-	for r := range n {
+	cmds := make([]*exec.Cmd, start)
+	for r := range start {
 		c := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestDistributedRank$", "-test.count=1")
 		c.Env = append(os.Environ(), envDistSpec+"="+spec, EnvHostfile+"="+hostfile, fmt.Sprintf("%s=%d", EnvRank, r))
 		c.Stdout, c.Stderr = os.Stderr, os.Stderr
@@ -168,15 +227,55 @@ func runPipeline(t *testing.T, tdir, ddir string, n int) []distOutput {
 		cmds[r] = c
 	}
 	for r, c := range cmds {
-		require.NoError(t, c.Wait(), "rank %d", r)
+		err := c.Wait()
+		switch {
+		case r == s.DieRank && s.DieRank != 0:
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, "rank %d was to die", r)
+		case r > 0 && s.DieRank != 0:
+			// A surviving worker whose neighbour died stops too (its input's timeout); either way is fine.
+		default:
+			require.NoError(t, err, "rank %d", r)
+		}
 	}
-	outs := make([]distOutput, n)
-	for r := range n {
-		b, err := os.ReadFile(fmt.Sprintf("%s.%d", filepath.Join(dir, "out"), r))
+	outs := make([]distOutput, start)
+	for r := range start {
+		b, err := os.ReadFile(fmt.Sprintf("%s.%d", s.Out, r))
+		if r > 0 && s.DieRank != 0 {
+			continue
+		}
 		require.NoError(t, err)
 		require.NoError(t, json.Unmarshal(b, &outs[r]))
 	}
 	return outs
+}
+
+// TestDistributedRankLost: a worker that dies mid-decode, or never joins, gives rank 0 an error wrapping
+// ErrRankLost (so ports.ErrBackendLost: HTTP 503) naming the rank, within the configured timeout.
+func TestDistributedRankLost(t *testing.T) {
+	requireRing(t)
+	tdir := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 93})
+	ddir := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 94, Taps: []int{1, 3}, Mask: 60})
+	const timeout = 3 * time.Second
+	tests := []struct {
+		name              string
+		n, start, dieRank int
+		want              string
+	}{
+		{"dies mid-decode, 2 ranks", 2, 2, 1, "no answer from rank 1"},
+		{"middle rank dies, 3 ranks", 3, 3, 1, "no answer from rank 2"},
+		{"never joins", 2, 1, 1, "not every rank joined"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			outs := runRanks(t, distSpec{Target: tdir, Drafter: ddir, DieRank: tc.dieRank, DieAfter: 20, Timeout: timeout}, tc.n, tc.start)
+			got := outs[0]
+			t.Logf("rank 0: %s after %v", got.Err, got.Elapsed)
+			assert.True(t, got.Lost, "wraps ErrRankLost: %s", got.Err)
+			assert.Contains(t, got.Err, tc.want)
+			assert.Less(t, got.Elapsed, 4*timeout, "bounded by the timeout")
+		})
+	}
 }
 
 // TestDistributedPipeline: a target split over 2 and 3 processes (MLX's ring backend on 127.0.0.1) decodes

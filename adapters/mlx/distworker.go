@@ -3,6 +3,7 @@ package mlx
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
 	"github.com/higgs-go/higgs/ports"
@@ -55,13 +56,11 @@ func (t *Target) Serve(ctx context.Context) error {
 				return err
 			})
 		}()
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case err := <-done:
-			if err != nil {
-				return fmt.Errorf("rank %d: control: %w", p.rank, err)
-			}
+		if err := waitCtrl(ctx, done, p); err != nil {
+			return err
+		}
+		if t.onCtrl != nil {
+			t.onCtrl()
 		}
 		for _, id := range c.freed {
 			delete(snaps, id)
@@ -139,6 +138,27 @@ func (t *Target) Serve(ctx context.Context) error {
 	}
 }
 
+// waitCtrl waits for the next control message's receipt, at most p.idle when that is set.
+func waitCtrl(ctx context.Context, done <-chan error, p *pipeline) error {
+	var idle <-chan time.Time
+	if p.idle > 0 {
+		tm := time.NewTimer(p.idle)
+		defer tm.Stop()
+		idle = tm.C
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-idle:
+		return fmt.Errorf("%w: rank %d: nothing from rank 0 for %v", ErrRankLost, p.rank, p.idle)
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("rank %d: control: %w", p.rank, err)
+		}
+		return nil
+	}
+}
+
 // reply is the last rank's answer to a ping (on the MLX thread).
 func (t *Target) reply() error {
 	g := newGraph(t.rt, "mlx distributed ping")
@@ -157,7 +177,7 @@ func (t *Target) Ping(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return t.do(func() error {
+	return t.doWithin(p.ping, func() error {
 		if err := t.sendCtrl(ctrl{op: opPing}); err != nil {
 			return err
 		}
@@ -166,6 +186,31 @@ func (t *Target) Ping(ctx context.Context) error {
 		g.eval(g.recv(mlxc.Int32, p.size-1, p.group, 1))
 		return g.err
 	})
+}
+
+// Heartbeat pings the pipeline every period while no other operation ran in it, until ctx ends or a
+// ping fails; it keeps workers with an Idle bound alive and finds a lost rank between requests (Err then
+// reports it). Rank 0 only.
+func (t *Target) Heartbeat(ctx context.Context, period time.Duration) error {
+	p := t.pipe
+	if p == nil || p.rank != 0 || period <= 0 {
+		return fmt.Errorf("mlx: Heartbeat runs on a pipeline's rank 0 with a positive period")
+	}
+	tk := time.NewTicker(period)
+	defer tk.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tk.C:
+		}
+		if time.Since(time.Unix(0, p.lastSent.Load())) < period {
+			continue
+		}
+		if err := t.Ping(ctx); err != nil {
+			return err
+		}
+	}
 }
 
 // Stop tells the workers to leave their loops (rank 0; a broken pipeline is left as it is).

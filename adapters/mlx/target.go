@@ -56,6 +56,8 @@ type Target struct {
 	// is the stored size of the weights this process loaded.
 	pipe        *pipeline
 	weightBytes int64
+	// onCtrl, when set (tests), is called by a worker's loop after each control message it receives.
+	onCtrl func()
 }
 
 // errTargetClosed is returned by calls that need the weights after Target.Close.

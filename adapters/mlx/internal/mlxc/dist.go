@@ -48,15 +48,27 @@ func (r *Runtime) Err() error {
 	}
 }
 
-// DoWithin is Do bounded by d: when f has not returned after d, the runtime is failed with timeout()'s
-// error (f is most likely blocked in a distributed receive that will never complete) and that error is
-// returned. d ≤ 0 means no bound.
+// DoWithin is Do bounded by d, counted from when f starts on the MLX thread (not while it waits behind
+// other work): when f has not returned after d, the runtime is failed with timeout()'s error (f is most
+// likely blocked in a distributed receive that will never complete) and that error is returned. d ≤ 0
+// means no bound.
 func (r *Runtime) DoWithin(d time.Duration, timeout func() error, f func() error) error {
 	if d <= 0 {
 		return r.Do(f)
 	}
+	started := make(chan struct{})
 	done := make(chan error, 1)
-	go func() { done <- r.Do(f) }()
+	go func() {
+		done <- r.Do(func() error {
+			close(started)
+			return f()
+		})
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-started:
+	}
 	tm := time.NewTimer(d)
 	defer tm.Stop()
 	select {
