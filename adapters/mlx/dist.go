@@ -41,7 +41,7 @@ const (
 // names the rank.
 var ErrRankLost = fmt.Errorf("mlx distributed: rank lost: %w", ports.ErrBackendLost)
 
-// errPipelined refuses the abilities a pipelined target does not offer yet (hidden by Pipeline).
+// errPipelined refuses the abilities a pipelined target does not offer yet.
 var errPipelined = fmt.Errorf("mlx: not available on a target split across processes: %w", errors.ErrUnsupported)
 
 // DistOptions configures a distributed target.
@@ -100,6 +100,13 @@ func (p *pipeline) newID() int32 {
 	defer p.mu.Unlock()
 	p.nextID++
 	return p.nextID
+}
+
+// drop queues the id of a snapshot or prefix rank 0 no longer holds, for the workers to free theirs.
+func (p *pipeline) drop(id int32) {
+	p.mu.Lock()
+	p.freed = append(p.freed, id)
+	p.mu.Unlock()
 }
 
 // join initialises MLX distributed within d: a rank that never joins fails every rank's load.
@@ -265,6 +272,8 @@ const (
 	opReplay
 	opPing
 	opStop
+	opExport
+	opImport
 )
 
 const (

@@ -37,7 +37,7 @@ type distSpec struct {
 
 // distOutput is what each pipeline computes; the single-process run computes the same.
 type distOutput struct {
-	Greedy, Replay, Recompute, Seeded []ports.Token
+	Greedy, Replay, Recompute, Seeded, Prefix []ports.Token
 	WeightBytes                       int64
 	Stage                             [2]int
 	// Err and Elapsed are rank 0's failure and how long it took to see it (failure tests).
@@ -51,24 +51,77 @@ var distPrompt = []ports.Token{3, 17, 5, 42, 9, 11, 2, 30}
 const distTokens = 14
 
 // decodeAll runs every check of the pipeline tests on one target (distributed or not) and drafter.
-func decodeAll(ctx context.Context, tgt *Target, d ports.Drafter) (distOutput, error) {
+// mt is the target as ports see it (Pipeline on rank 0).
+func decodeAll(ctx context.Context, tgt *Target, mt ports.Target, d ports.Drafter) (distOutput, error) {
 	var out distOutput
 	var err error
-	if out.Greedy, err = porttest.Greedy(ctx, tgt, distPrompt, distTokens); err != nil {
+	if out.Greedy, err = porttest.Greedy(ctx, mt, distPrompt, distTokens); err != nil {
 		return out, fmt.Errorf("greedy: %w", err)
 	}
-	if out.Replay, _, err = porttest.Speculate(ctx, tgt, d, distPrompt, 4, porttest.RollbackReplay, distTokens); err != nil {
+	if out.Replay, _, err = porttest.Speculate(ctx, mt, d, distPrompt, 4, porttest.RollbackReplay, distTokens); err != nil {
 		return out, fmt.Errorf("speculate (replay): %w", err)
 	}
-	if out.Recompute, _, err = porttest.Speculate(ctx, tgt, d, distPrompt, 4, porttest.RollbackRecompute, distTokens); err != nil {
+	if out.Recompute, _, err = porttest.Speculate(ctx, mt, d, distPrompt, 4, porttest.RollbackRecompute, distTokens); err != nil {
 		return out, fmt.Errorf("speculate (recompute): %w", err)
 	}
-	if out.Seeded, err = seededDecode(ctx, tgt, distPrompt, distTokens, 7); err != nil {
+	if out.Seeded, err = seededDecode(ctx, mt, distPrompt, distTokens, 7); err != nil {
 		return out, fmt.Errorf("seeded: %w", err)
+	}
+	if out.Prefix, err = prefixDecode(ctx, mt, distPrompt, distTokens); err != nil {
+		return out, fmt.Errorf("prefix: %w", err)
 	}
 	out.WeightBytes = tgt.WeightBytes()
 	st := tgt.Stage()
 	out.Stage = [2]int{st.Lo, st.Hi}
+	return out, nil
+}
+
+// prefixDecode decodes greedily after importing the prompt's state, exported from another session one
+// position short of the prompt (attention-only; the rest is recomputed) or at its end (hybrid, whose
+// recurrent state exists only there): what the prefix cache does.
+func prefixDecode(ctx context.Context, t ports.Target, prompt []ports.Token, n int) ([]ports.Token, error) {
+	a, err := t.NewSession(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Close()
+	first, err := a.Forward(ctx, prompt, ports.ForwardOptions{Rows: 1})
+	if err != nil {
+		return nil, err
+	}
+	ps, err := a.(ports.PrefixExporter).ExportPrefix(len(prompt) - 1)
+	if err != nil {
+		if ps, err = a.(ports.PrefixExporter).ExportPrefix(len(prompt)); err != nil {
+			return nil, err
+		}
+	}
+	// The exporting session moves on; the state stays as exported.
+	if _, err := a.Forward(ctx, []ports.Token{1, 2, 3}, ports.ForwardOptions{}); err != nil {
+		return nil, err
+	}
+	b, err := t.NewSession(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	if err := b.(ports.PrefixExporter).ImportPrefix(ps); err != nil {
+		return nil, err
+	}
+	out := []ports.Token{first.Greedy[0]}
+	if ps.Len() < len(prompt) {
+		res, err := b.Forward(ctx, prompt[ps.Len():], ports.ForwardOptions{Rows: 1})
+		if err != nil {
+			return nil, err
+		}
+		out[0] = res.Greedy[0]
+	}
+	for len(out) < n {
+		res, err := b.Forward(ctx, out[len(out)-1:], ports.ForwardOptions{})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res.Greedy[0])
+	}
 	return out, nil
 }
 
@@ -142,7 +195,7 @@ func TestDistributedRank(t *testing.T) {
 		d, err := LoadDrafter(ctx, spec.Drafter, tgt, DrafterOptions{})
 		require.NoError(t, err)
 		require.NoError(t, tgt.Ping(ctx))
-		out, err = decodeAll(ctx, tgt, d)
+		out, err = decodeAll(ctx, tgt, Pipeline(tgt), d)
 		require.NoError(t, err)
 		require.NoError(t, tgt.Stop())
 	}
@@ -293,9 +346,10 @@ func TestDistributedPipeline(t *testing.T) {
 			d, err := LoadDrafter(t.Context(), ddir, tgt, DrafterOptions{})
 			require.NoError(t, err)
 			defer d.Close()
-			want, err := decodeAll(t.Context(), tgt, d)
+			want, err := decodeAll(t.Context(), tgt, tgt, d)
 			require.NoError(t, err)
 			assert.Equal(t, want.Greedy, want.Replay, "speculation is lossless in one process")
+			assert.Equal(t, want.Greedy, want.Prefix, "an imported prefix continues as the session would")
 			for _, n := range []int{2, 3} {
 				t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
 					outs := runPipeline(t, tdir, ddir, n)
@@ -304,6 +358,7 @@ func TestDistributedPipeline(t *testing.T) {
 					assert.Equal(t, want.Replay, got.Replay, "speculative, tape replay")
 					assert.Equal(t, want.Recompute, got.Recompute, "speculative, snapshot + recompute")
 					assert.Equal(t, want.Seeded, got.Seeded, "seeded sampling")
+					assert.Equal(t, want.Prefix, got.Prefix, "prefix export and import")
 					var sum int64
 					for r, o := range outs {
 						t.Logf("rank %d: layers [%d,%d), %d weight bytes of %d", r, o.Stage[0], o.Stage[1], o.WeightBytes, want.WeightBytes)

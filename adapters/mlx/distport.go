@@ -7,9 +7,10 @@ import (
 )
 
 // Pipeline is rank 0's view of a distributed target as the rest of higgs sees it: an ordinary ports.Target
-// whose sessions keep the abilities a pipeline offers (Forward with taps and tapes, KV trim, snapshots, tape
-// replay, raw logits) and hide those it does not yet (batched rounds, prefix export), so the server falls
-// back to serving one sequence at a time without a prefix cache. The drafter is loaded on t itself.
+// whose sessions keep every ability a pipeline offers (Forward with taps and tapes, KV trim, snapshots,
+// tape replay, raw logits, prefix export and import: every rank keeps its own layers' share under one id)
+// and which hides the one it does not yet (batched rounds), so the server serves one sequence at a time.
+// The drafter is loaded on t itself.
 func Pipeline(t *Target) ports.Target { return pipelineTarget{t} }
 
 type pipelineTarget struct{ t *Target }
@@ -24,16 +25,12 @@ func (p pipelineTarget) NewSession(ctx context.Context, tapLayers []int) (ports.
 	return pipelineSession{s.(*Session)}, nil
 }
 
-// pipelineSession is a Session without PrefixExporter.
+// pipelineSession is the Session behind the wrapper, with all its abilities.
 type pipelineSession struct{ *Session }
 
 var _ interface {
 	ports.Session
 	ports.TapeReplayer
 	ports.LogitsForwarder
+	ports.PrefixExporter
 } = pipelineSession{}
-
-// ExportPrefix and ImportPrefix are shadowed so that the type assertion for ports.PrefixExporter fails.
-func (pipelineSession) ExportPrefix() {}
-
-func (pipelineSession) ImportPrefix() {}

@@ -43,7 +43,9 @@ func (t *Target) Serve(ctx context.Context) error {
 		return fmt.Errorf("mlx: Serve runs on a pipeline's workers (rank > 0)")
 	}
 	sessions := map[int32]*Session{}
+	// held are rank 0's snapshots' and prefixes' counterparts here, by id, until rank 0 drops its own.
 	snaps := map[int32]ports.RecurrentSnapshot{}
+	prefixes := map[int32]ports.PrefixState{}
 	for {
 		var c ctrl
 		done := make(chan error, 1)
@@ -64,6 +66,7 @@ func (t *Target) Serve(ctx context.Context) error {
 		}
 		for _, id := range c.freed {
 			delete(snaps, id)
+			delete(prefixes, id)
 		}
 		if c.op == opStop {
 			return nil
@@ -120,6 +123,18 @@ func (t *Target) Serve(ctx context.Context) error {
 				err = fmt.Errorf("no snapshot %d", c.a)
 			} else {
 				err = s.Restore(sn)
+			}
+		case opExport:
+			var ps ports.PrefixState
+			if ps, err = s.ExportPrefix(int(c.a)); err == nil {
+				prefixes[c.b] = ps
+			}
+		case opImport:
+			ps, ok := prefixes[c.a]
+			if !ok {
+				err = fmt.Errorf("no prefix %d", c.a)
+			} else {
+				err = s.ImportPrefix(ps)
 			}
 		case opReplay:
 			if s.lastTap == nil {

@@ -48,7 +48,7 @@ func (s *Session) Snapshot() (ports.RecurrentSnapshot, error) {
 			return nil, fmt.Errorf("mlx: snapshot: %w", err)
 		}
 		// The workers drop their copy once this one is unreachable (told with the next message).
-		runtime.AddCleanup(p, func(id int32) { pp.mu.Lock(); pp.freed = append(pp.freed, id); pp.mu.Unlock() }, p.id)
+		runtime.AddCleanup(p, func(id int32) { pp.drop(id) }, p.id)
 	}
 	err := s.t.rt.Do(func() error {
 		for i, g := range s.st.gdn {
