@@ -38,8 +38,8 @@ type distSpec struct {
 // distOutput is what each pipeline computes; the single-process run computes the same.
 type distOutput struct {
 	Greedy, Replay, Recompute, Seeded, Prefix []ports.Token
-	WeightBytes                       int64
-	Stage                             [2]int
+	WeightBytes                               int64
+	Stage                                     [2]int
 	// Err and Elapsed are rank 0's failure and how long it took to see it (failure tests).
 	Err     string
 	Lost    bool
