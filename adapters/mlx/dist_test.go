@@ -33,6 +33,8 @@ type distSpec struct {
 	// rounds and the join (0: 30 s).
 	DieRank, DieAfter int
 	Timeout           time.Duration
+	// Rank0Exits makes rank 0 exit once the pipeline is up; the workers, with Idle = Timeout, must give up.
+	Rank0Exits bool
 }
 
 // distOutput is what each pipeline computes; the single-process run computes the same.
@@ -163,8 +165,12 @@ func TestDistributedRank(t *testing.T) {
 	ctx := t.Context()
 	timeout := cmp.Or(spec.Timeout, 30*time.Second)
 	start := time.Now()
+	var idle time.Duration
+	if spec.Rank0Exits {
+		idle = timeout
+	}
 	tgt, err := LoadDistributed(ctx, spec.Target, LoadOptions{}, DistOptions{Backend: "ring", DrafterHead: true,
-		JoinTimeout: timeout, Timeout: timeout})
+		JoinTimeout: timeout, Timeout: timeout, Idle: idle})
 	if spec.DieRank != 0 && err != nil {
 		// A rank that never joins: rank 0 reports it within the join timeout.
 		writeRankOutput(t, spec, 0, distOutput{Err: err.Error(), Lost: errors.Is(err, ErrRankLost), Elapsed: time.Since(start)})
@@ -173,6 +179,14 @@ func TestDistributedRank(t *testing.T) {
 	require.NoError(t, err)
 	out := distOutput{WeightBytes: tgt.WeightBytes(), Stage: [2]int{tgt.Stage().Lo, tgt.Stage().Hi}}
 	switch {
+	case spec.Rank0Exits && tgt.Rank() == 0:
+		require.NoError(t, tgt.Ping(ctx))
+		os.Exit(3)
+	case spec.Rank0Exits:
+		start := time.Now()
+		err := tgt.Serve(ctx)
+		require.Error(t, err)
+		out.Err, out.Lost, out.Elapsed = err.Error(), errors.Is(err, ErrRankLost), time.Since(start)
 	case tgt.Rank() != 0 && tgt.Rank() == spec.DieRank:
 		dieAfter(t, tgt, spec.DieAfter)
 	case tgt.Rank() != 0 && spec.DieRank != 0:
@@ -282,6 +296,9 @@ func runRanks(t *testing.T, s distSpec, n, start int) []distOutput {
 	for r, c := range cmds {
 		err := c.Wait()
 		switch {
+		case s.Rank0Exits && r == 0:
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, "rank 0 was to exit")
 		case r == s.DieRank && s.DieRank != 0:
 			var ee *exec.ExitError
 			require.ErrorAs(t, err, &ee, "rank %d was to die", r)
@@ -294,7 +311,7 @@ func runRanks(t *testing.T, s distSpec, n, start int) []distOutput {
 	outs := make([]distOutput, start)
 	for r := range start {
 		b, err := os.ReadFile(fmt.Sprintf("%s.%d", s.Out, r))
-		if r > 0 && s.DieRank != 0 {
+		if (r > 0 && s.DieRank != 0) || (r == 0 && s.Rank0Exits) {
 			continue
 		}
 		require.NoError(t, err)
@@ -319,6 +336,15 @@ func TestDistributedRankLost(t *testing.T) {
 		{"middle rank dies, 3 ranks", 3, 3, 1, "no answer from rank 2"},
 		{"never joins", 2, 1, 1, "not every rank joined"},
 	}
+	t.Run("rank 0 exits, 3 ranks", func(t *testing.T) {
+		outs := runRanks(t, distSpec{Target: tdir, Drafter: ddir, Rank0Exits: true, Timeout: timeout}, 3, 3)
+		for r := 1; r < 3; r++ {
+			t.Logf("rank %d: %s after %v", r, outs[r].Err, outs[r].Elapsed)
+			assert.True(t, outs[r].Lost, "rank %d wraps ErrRankLost: %s", r, outs[r].Err)
+			assert.Less(t, outs[r].Elapsed, 4*timeout, "bounded by the idle timeout")
+		}
+		assert.Contains(t, outs[1].Err, "nothing from rank 0")
+	})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			outs := runRanks(t, distSpec{Target: tdir, Drafter: ddir, DieRank: tc.dieRank, DieAfter: 20, Timeout: timeout}, tc.n, tc.start)
