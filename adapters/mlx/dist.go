@@ -82,6 +82,7 @@ type pipeline struct {
 	head       bool          // rank 0 holds the LM head too (DistOptions.DrafterHead)
 	idle, ping time.Duration // DistOptions.Idle, PingTimeout
 	lastSent   atomic.Int64  // unix nanoseconds of rank 0's latest control message
+	stats      PipelineStats // MLX thread only
 	mu         sync.Mutex
 	nextID     int32
 	freed      []int32 // snapshot ids rank 0 dropped, sent to the workers with the next control message
@@ -209,6 +210,26 @@ func (t *Target) doWithin(d time.Duration, f func() error) error {
 		return fmt.Errorf("%w: no answer from rank %d within %v (one of ranks 1..%d died or hangs)",
 			ErrRankLost, p.size-1, d, p.size-1)
 	}, f)
+}
+
+// PipelineStats is where a rank's forward rounds spent their time: Compute its own layers (and passing
+// the result on), Wait its input (on a worker: the ranks before it and the hop; on rank 0: the results
+// coming back round the ring, i.e. every worker's compute and every hop), Send the last rank's answers to
+// rank 0.
+type PipelineStats struct {
+	Forwards            int
+	Compute, Wait, Send time.Duration
+}
+
+// Stats returns this rank's pipeline timings so far (the zero value when not distributed). Call it
+// between operations, not during one.
+func (t *Target) Stats() PipelineStats {
+	if t.pipe == nil {
+		return PipelineStats{}
+	}
+	var st PipelineStats
+	_ = t.rt.Do(func() error { st = t.pipe.stats; return nil })
+	return st
 }
 
 // Rank is this process's rank in the pipeline (0 when not distributed).

@@ -42,6 +42,7 @@ type distOutput struct {
 	Greedy, Replay, Recompute, Seeded, Prefix []ports.Token
 	WeightBytes                               int64
 	Stage                                     [2]int
+	Stats                                     PipelineStats
 	// Err and Elapsed are rank 0's failure and how long it took to see it (failure tests).
 	Err     string
 	Lost    bool
@@ -195,6 +196,7 @@ func TestDistributedRank(t *testing.T) {
 		return
 	case tgt.Rank() != 0:
 		require.NoError(t, tgt.Serve(ctx))
+		out.Stats = tgt.Stats()
 	case spec.DieRank != 0:
 		// Decode until the dying rank's messages run out: rank 0 must fail, naming a lost rank, within the
 		// timeout (plus the time the rounds before took).
@@ -211,6 +213,7 @@ func TestDistributedRank(t *testing.T) {
 		require.NoError(t, tgt.Ping(ctx))
 		out, err = decodeAll(ctx, tgt, Pipeline(tgt), d)
 		require.NoError(t, err)
+		out.Stats = tgt.Stats()
 		require.NoError(t, tgt.Stop())
 	}
 	writeRankOutput(t, spec, tgt.Rank(), out)
@@ -387,7 +390,9 @@ func TestDistributedPipeline(t *testing.T) {
 					assert.Equal(t, want.Prefix, got.Prefix, "prefix export and import")
 					var sum int64
 					for r, o := range outs {
-						t.Logf("rank %d: layers [%d,%d), %d weight bytes of %d", r, o.Stage[0], o.Stage[1], o.WeightBytes, want.WeightBytes)
+						t.Logf("rank %d: layers [%d,%d), %d weight bytes of %d; %d forwards: compute %v, wait %v, send %v", r,
+							o.Stage[0], o.Stage[1], o.WeightBytes, want.WeightBytes, o.Stats.Forwards, o.Stats.Compute, o.Stats.Wait, o.Stats.Send)
+						assert.Positive(t, o.Stats.Forwards, "rank %d ran the rounds", r)
 						assert.Less(t, o.WeightBytes, want.WeightBytes, "rank %d holds only its slice", r)
 						sum += o.WeightBytes
 					}

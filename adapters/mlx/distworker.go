@@ -29,6 +29,7 @@ func LoadDistributed(ctx context.Context, dir string, opts LoadOptions, d DistOp
 	if err != nil {
 		return nil, fmt.Errorf("rank %d: %w", p.rank, err)
 	}
+	t.log = opts.Logger
 	opts.Logger.Info().Int("rank", p.rank).Int("ranks", p.size).Int("first_layer", p.stage().Lo).
 		Int("end_layer", p.stage().Hi).Int64("weight_bytes", t.weightBytes).Msg("pipeline stage loaded")
 	return t, nil
@@ -69,6 +70,9 @@ func (t *Target) Serve(ctx context.Context) error {
 			delete(prefixes, id)
 		}
 		if c.op == opStop {
+			st := p.stats
+			t.log.Info().Int("rank", p.rank).Int("forwards", st.Forwards).Dur("compute", st.Compute).
+				Dur("wait", st.Wait).Dur("send", st.Send).Msg("pipeline stage stopped")
 			return nil
 		}
 		if c.op == opPing {
@@ -228,10 +232,14 @@ func (t *Target) Heartbeat(ctx context.Context, period time.Duration) error {
 	}
 }
 
-// Stop tells the workers to leave their loops (rank 0; a broken pipeline is left as it is).
+// Stop tells the workers to leave their loops (rank 0; a broken pipeline is left as it is). Every rank
+// logs its PipelineStats.
 func (t *Target) Stop() error {
 	if t.pipe == nil || t.pipe.rank != 0 || t.rt.Err() != nil {
 		return nil
 	}
+	st := t.Stats()
+	t.log.Info().Int("rank", 0).Int("forwards", st.Forwards).Dur("compute", st.Compute).
+		Dur("wait", st.Wait).Msg("pipeline stage stopped")
 	return t.do(func() error { return t.sendCtrl(ctrl{op: opStop}) })
 }

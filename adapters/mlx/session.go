@@ -312,6 +312,11 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 			carriedIn = carriedSlots(tapOrder(s.taps.Layers(), p.stages), p.rank)
 			w := m.Arch.Hidden * (1 + len(carriedIn)*btoi(wantTaps))
 			in := act{g.recv(s.t.dt, p.rank-1, p.group, T, w), T, w}
+			// Received in an evaluation of its own, so the stage's time splits into waiting for its input
+			// (the ranks before it and the hop) and its own layers.
+			tw := time.Now()
+			g.eval(in.a)
+			p.stats.Wait += time.Since(tw)
 			x = be.Split(in, 1, m.Arch.Hidden, w-m.Arch.Hidden)[0]
 			if w > m.Arch.Hidden {
 				carried = be.Split(in, 1, m.Arch.Hidden, w-m.Arch.Hidden)[1]
@@ -372,7 +377,15 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 		t1 := time.Now()
 		g.eval(append(outs, tapLocal...)...)
 		if p != nil {
+			te := time.Now()
+			p.stats.Forwards++
+			p.stats.Compute += te.Sub(t1)
 			ids, lg, tapArr = s.exchange(g, T, rows, wantTaps, wantLogits, ids, lg, wire, tapRows)
+			if p.rank == 0 {
+				p.stats.Wait += time.Since(te)
+			} else if p.last() {
+				p.stats.Send += time.Since(te)
+			}
 			outs = outs[nLocal:]
 			if tapArr != 0 {
 				outs = append(outs, tapArr)

@@ -56,6 +56,8 @@ type Target struct {
 	// is the stored size of the weights this process loaded.
 	pipe        *pipeline
 	weightBytes int64
+	// log is LoadDistributed's logger (the pipeline's timings at Stop).
+	log zerolog.Logger
 	// onCtrl, when set (tests), is called by a worker's loop after each control message it receives.
 	onCtrl func()
 }
