@@ -30,15 +30,28 @@ func distOptions(drafterHead bool) mlx.DistOptions {
 	return mlx.DistOptions{JoinTimeout: distJoinTimeout, Timeout: distRoundTimeout, Idle: distWorkerIdle, DrafterHead: drafterHead}
 }
 
-// IsDistributedWorker reports whether this process is a worker of a --distributed higgsd (MLX_RANK ≠ 0).
-func IsDistributedWorker(cfg Config, getenv func(string) string) bool {
-	return cfg.Distributed && getenv(mlx.EnvRank) != "" && getenv(mlx.EnvRank) != "0"
+// IsDistributedWorker reports whether this process is a worker of a --distributed higgsd or higgs-verify
+// (MLX_RANK ≠ 0).
+func IsDistributedWorker(distributed bool, getenv func(string) string) bool {
+	return distributed && getenv(mlx.EnvRank) != "" && getenv(mlx.EnvRank) != "0"
 }
 
-// RunWorker loads this rank's stage of cfg's model and serves rank 0's pipeline until rank 0 stops it, a
+// RankStats is one rank's stage, weight bytes and forward timings (mlx.RankStats).
+type RankStats = mlx.RankStats
+
+// StopPipeline stops the workers of m's distributed target and returns every rank's figures (nil when m
+// is not distributed). m.Close stops them too; after StopPipeline it only closes.
+func StopPipeline(m *Models) ([]RankStats, error) {
+	h, ok := m.Target.(healthTarget)
+	if !ok {
+		return nil, nil
+	}
+	return h.t.Stop()
+}
+
+// RunWorker loads this rank's stage of mc's model and serves rank 0's pipeline until rank 0 stops it, a
 // neighbour is lost, or ctx ends.
-func RunWorker(ctx context.Context, cfg Config, log zerolog.Logger) error {
-	mc := cfg.ModelConfig()
+func RunWorker(ctx context.Context, mc ModelConfig, log zerolog.Logger) error {
 	if err := mc.Validate(); err != nil {
 		return fmt.Errorf("model config: %w", err)
 	}
@@ -78,7 +91,8 @@ func loadDistributed(ctx context.Context, dir string, drafter bool, log zerolog.
 	}()
 	closeFn := func() error {
 		stop()
-		return errors.Join(t.Stop(), t.Close())
+		_, err := t.Stop()
+		return errors.Join(err, t.Close())
 	}
 	return t, healthTarget{mlx.Pipeline(t), t}, closeFn, nil
 }

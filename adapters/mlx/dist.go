@@ -82,6 +82,7 @@ type pipeline struct {
 	head       bool          // rank 0 holds the LM head too (DistOptions.DrafterHead)
 	idle, ping time.Duration // DistOptions.Idle, PingTimeout
 	lastSent   atomic.Int64  // unix nanoseconds of rank 0's latest control message
+	stopped    atomic.Bool   // rank 0 sent opStop
 	stats      PipelineStats // MLX thread only
 	mu         sync.Mutex
 	nextID     int32
@@ -217,8 +218,10 @@ func (t *Target) doWithin(d time.Duration, f func() error) error {
 // coming back round the ring, i.e. every worker's compute and every hop), Send the last rank's answers to
 // rank 0.
 type PipelineStats struct {
-	Forwards            int
-	Compute, Wait, Send time.Duration
+	Forwards int           `json:"forwards"`
+	Compute  time.Duration `json:"compute_ns"`
+	Wait     time.Duration `json:"wait_ns"`
+	Send     time.Duration `json:"send_ns"`
 }
 
 // Stats returns this rank's pipeline timings so far (the zero value when not distributed). Call it

@@ -43,6 +43,7 @@ type distOutput struct {
 	WeightBytes                               int64
 	Stage                                     [2]int
 	Stats                                     PipelineStats
+	Ranks                                     []RankStats // rank 0: everyone's, gathered at Stop
 	// Err and Elapsed are rank 0's failure and how long it took to see it (failure tests).
 	Err     string
 	Lost    bool
@@ -214,7 +215,9 @@ func TestDistributedRank(t *testing.T) {
 		out, err = decodeAll(ctx, tgt, Pipeline(tgt), d)
 		require.NoError(t, err)
 		out.Stats = tgt.Stats()
-		require.NoError(t, tgt.Stop())
+		ranks, err := tgt.Stop()
+		require.NoError(t, err)
+		out.Ranks = ranks
 	}
 	writeRankOutput(t, spec, tgt.Rank(), out)
 }
@@ -393,6 +396,9 @@ func TestDistributedPipeline(t *testing.T) {
 						t.Logf("rank %d: layers [%d,%d), %d weight bytes of %d; %d forwards: compute %v, wait %v, send %v", r,
 							o.Stage[0], o.Stage[1], o.WeightBytes, want.WeightBytes, o.Stats.Forwards, o.Stats.Compute, o.Stats.Wait, o.Stats.Send)
 						assert.Positive(t, o.Stats.Forwards, "rank %d ran the rounds", r)
+						require.Len(t, got.Ranks, n)
+						assert.Equal(t, RankStats{Rank: r, Lo: o.Stage[0], Hi: o.Stage[1], WeightBytes: o.WeightBytes, PipelineStats: o.Stats}, got.Ranks[r],
+							"rank 0 gathered rank %d's figures", r)
 						assert.Less(t, o.WeightBytes, want.WeightBytes, "rank %d holds only its slice", r)
 						sum += o.WeightBytes
 					}

@@ -73,6 +73,9 @@ func (t *Target) Serve(ctx context.Context) error {
 			st := p.stats
 			t.log.Info().Int("rank", p.rank).Int("forwards", st.Forwards).Dur("compute", st.Compute).
 				Dur("wait", st.Wait).Dur("send", st.Send).Msg("pipeline stage stopped")
+			if _, err := t.gatherStats(); err != nil {
+				return fmt.Errorf("rank %d: stop: %w", p.rank, err)
+			}
 			return nil
 		}
 		if c.op == opPing {
@@ -232,14 +235,67 @@ func (t *Target) Heartbeat(ctx context.Context, period time.Duration) error {
 	}
 }
 
-// Stop tells the workers to leave their loops (rank 0; a broken pipeline is left as it is). Every rank
-// logs its PipelineStats.
-func (t *Target) Stop() error {
-	if t.pipe == nil || t.pipe.rank != 0 || t.rt.Err() != nil {
-		return nil
+// Stop tells the workers to leave their loops and returns every rank's timings and stage, gathered with
+// MLX's all_gather (rank 0; a broken or already stopped pipeline is left as it is and gives nil). Every
+// rank logs its own.
+func (t *Target) Stop() ([]RankStats, error) {
+	if t.pipe == nil || t.pipe.rank != 0 || t.rt.Err() != nil || !t.pipe.stopped.CompareAndSwap(false, true) {
+		return nil, nil
 	}
 	st := t.Stats()
 	t.log.Info().Int("rank", 0).Int("forwards", st.Forwards).Dur("compute", st.Compute).
 		Dur("wait", st.Wait).Msg("pipeline stage stopped")
-	return t.do(func() error { return t.sendCtrl(ctrl{op: opStop}) })
+	if err := t.do(func() error { return t.sendCtrl(ctrl{op: opStop}) }); err != nil {
+		return nil, err
+	}
+	return t.gatherStats()
+}
+
+// RankStats is one rank's stage, weights and PipelineStats.
+type RankStats struct {
+	Rank        int   `json:"rank"`
+	Lo          int   `json:"first_layer"`
+	Hi          int   `json:"end_layer"`
+	WeightBytes int64 `json:"weight_bytes"`
+	PipelineStats
+}
+
+// gatherStats is every rank's part of the all_gather of their RankStats (each value as two int32 halves).
+func (t *Target) gatherStats() ([]RankStats, error) {
+	p := t.pipe
+	st := p.stats
+	vals := []int64{int64(st.Forwards), int64(st.Compute), int64(st.Wait), int64(st.Send), int64(p.stage().Lo), int64(p.stage().Hi), t.weightBytes}
+	enc := make([]int32, 2*len(vals))
+	for i, v := range vals {
+		enc[2*i], enc[2*i+1] = int32(uint64(v)>>32), int32(uint32(v))
+	}
+	var all []int32
+	err := t.do(func() error {
+		g := newGraph(t.rt, "mlx distributed stats")
+		defer g.release()
+		var r arr
+		x := uploadI32(g, enc, len(enc))
+		if g.err == nil {
+			r = g.done("distributed_all_gather", mlxc.DistributedAllGather(&r, x, p.group, t.rt.CPUStream()), r)
+		}
+		g.eval(r)
+		all = g.readI32(r)
+		return g.err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(all) != p.size*len(enc) {
+		return nil, fmt.Errorf("mlx distributed stats: gathered %d values, want %d", len(all), p.size*len(enc))
+	}
+	out := make([]RankStats, p.size)
+	for r := range out {
+		v := func(i int) int64 {
+			j := r*len(enc) + 2*i
+			return int64(uint64(uint32(all[j]))<<32 | uint64(uint32(all[j+1])))
+		}
+		out[r] = RankStats{Rank: r, Lo: int(v(4)), Hi: int(v(5)), WeightBytes: v(6), PipelineStats: PipelineStats{
+			Forwards: int(v(0)), Compute: time.Duration(v(1)), Wait: time.Duration(v(2)), Send: time.Duration(v(3))}}
+	}
+	return out, nil
 }

@@ -33,8 +33,8 @@ func run() int {
 		<-ctx.Done()
 		stop()
 	}()
-	if app.IsDistributedWorker(cfg, os.Getenv) {
-		if err := app.RunWorker(ctx, cfg, log); err != nil {
+	if app.IsDistributedWorker(cfg.Distributed, os.Getenv) {
+		if err := app.RunWorker(ctx, cfg.ModelConfig(), log); err != nil {
 			log.Error().Err(err).Msg("higgsd distributed worker stopped with an error")
 			return 1
 		}
