@@ -66,8 +66,9 @@ func RunWorker(ctx context.Context, mc ModelConfig, log zerolog.Logger) error {
 	}
 	log.Info().Int("rank", t.Rank()).Int("ranks", t.Ranks()).Msg("distributed worker serving")
 	if err := t.Serve(ctx); err != nil {
-		return err
+		return err // the MLX thread may be blocked on a lost neighbour: the process exits without Close
 	}
+	defer t.Close()
 	log.Info().Int("rank", t.Rank()).Msg("rank 0 stopped the pipeline")
 	return nil
 }

@@ -2,6 +2,7 @@ package mlx
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -200,6 +201,9 @@ func (t *Target) Ping(ctx context.Context) error {
 		return err
 	}
 	return t.doWithin(p.ping, func() error {
+		if p.stopped.Load() {
+			return errors.New("mlx: the pipeline is stopped")
+		}
 		if err := t.sendCtrl(ctrl{op: opPing}); err != nil {
 			return err
 		}
@@ -230,6 +234,9 @@ func (t *Target) Heartbeat(ctx context.Context, period time.Duration) error {
 			continue
 		}
 		if err := t.Ping(ctx); err != nil {
+			if ctx.Err() != nil || p.stopped.Load() {
+				return nil // stopping, not lost
+			}
 			return err
 		}
 	}
