@@ -56,8 +56,8 @@ type ModelConfig struct {
 	// Threads is the CPU worker count; 0 means GOMAXPROCS.
 	Threads int
 	// Kernels is the CPU backend's kernel mode: "exact" ("" too; the bit-exact reference) or "fast"
-	// (kernel.ModeFast: 4-bit products with int8-quantized inputs, not bit-identical to exact). Only the cpu
-	// backend has modes.
+	// (kernel.ModeFast: quantized products of every width with int8-quantized inputs, not bit-identical to
+	// exact). Only the cpu backend has modes.
 	Kernels string
 	// Distributed loads rank 0's stage of the model split across processes by MLX distributed (needs
 	// Backend "mlx"; the other ranks run RunWorker).
@@ -134,6 +134,8 @@ type Models struct {
 	Name string
 	// TargetDir is the target's model directory (bench --kernel-costs reads its tensor sizes).
 	TargetDir string
+	// DrafterDir is the drafter's directory ("" without one).
+	DrafterDir string
 	// Backend is the backend actually used ("cpu" after an "auto" fallback; BackendCPUFast for the cpu
 	// backend with Kernels "fast").
 	Backend string

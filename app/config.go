@@ -39,7 +39,12 @@ type Config struct {
 	RequestTimeout  time.Duration
 	ShutdownTimeout time.Duration
 	QueueSize       int
-	MaxConcurrency  int
+	// MaxConcurrency is the batch size (ServeConfig.MaxConcurrency); BatchWait, PrefillChunk and
+	// MemoryBudget tune the batch (ServeConfig).
+	MaxConcurrency int
+	BatchWait      time.Duration
+	PrefillChunk   int
+	MemoryBudget   int64
 	// PrefixCacheBytes is the prefix cache's budget (0: off); PrefixCacheEvery its boundary interval.
 	PrefixCacheBytes int64
 	PrefixCacheEvery int
@@ -70,7 +75,10 @@ func DefaultConfig() Config {
 		RequestTimeout:  10 * time.Minute,
 		ShutdownTimeout: 30 * time.Second,
 		QueueSize:       64,
-		MaxConcurrency:  1,
+		// Eight sequences share each round: with a batched forward the weights stream once for all of them.
+		MaxConcurrency: 8,
+		BatchWait:      2 * time.Millisecond,
+		PrefillChunk:   256,
 		// 1 GiB holds the demo's state for ~1M positions and a 4B hybrid's for tens of thousands: many
 		// conversations' prompts at once, a small share of a serving machine's memory.
 		PrefixCacheBytes: 1 << 30,
@@ -99,7 +107,10 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "longest a generation request may take (0: no limit)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "on SIGINT/SIGTERM, how long in-flight requests may finish before they are cancelled")
 	fs.IntVar(&c.QueueSize, "queue-size", c.QueueSize, "requests that may wait for the engine; more are answered 429")
-	fs.IntVar(&c.MaxConcurrency, "max-concurrency", c.MaxConcurrency, "generations run on the engine at once")
+	fs.IntVar(&c.MaxConcurrency, "max-concurrency", c.MaxConcurrency, "batch size: generations decoded together, each round's drafts and verifies of all of them run as one batched call (more wait in the queue)")
+	fs.DurationVar(&c.BatchWait, "batch-wait", c.BatchWait, "longest a round waits for a generation that has not sent its next block (one busy writing to a slow client)")
+	fs.IntVar(&c.PrefillChunk, "prefill-chunk", c.PrefillChunk, "prefill prompts in forwards of at most this many tokens, interleaved with the running streams' rounds (0: whole prompts)")
+	fs.Int64Var(&c.MemoryBudget, "memory-budget-bytes", c.MemoryBudget, "KV cache and state the running requests may reserve together, in bytes; a request that does not fit waits, one that never can is refused (0: half the machine's memory less the prefix cache)")
 	fs.Int64Var(&c.PrefixCacheBytes, "prefix-cache-bytes", c.PrefixCacheBytes, "memory the prefix cache may hold, in bytes (attention KV, recurrent state and drafter context of earlier prompts, reused by requests that start the same way; 0: off)")
 	fs.IntVar(&c.PrefixCacheEvery, "prefix-cache-every", c.PrefixCacheEvery, "besides each prompt's and generation's end, cache the prompt's state every this many tokens (0: only at the ends)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "trace, debug, info, warn or error")
@@ -244,6 +255,15 @@ func (c Config) Validate() error {
 	if c.MaxConcurrency < 1 {
 		errs = append(errs, fmt.Errorf("--max-concurrency %d must be ≥ 1", c.MaxConcurrency))
 	}
+	if c.BatchWait < 0 {
+		errs = append(errs, fmt.Errorf("--batch-wait %v must be ≥ 0", c.BatchWait))
+	}
+	if c.PrefillChunk < 0 {
+		errs = append(errs, fmt.Errorf("--prefill-chunk %d must be ≥ 0 (0: whole prompts)", c.PrefillChunk))
+	}
+	if c.MemoryBudget < 0 {
+		errs = append(errs, fmt.Errorf("--memory-budget-bytes %d must be ≥ 0 (0: from the machine's memory)", c.MemoryBudget))
+	}
 	if c.PrefixCacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("--prefix-cache-bytes %d must be ≥ 0 (0 turns the cache off)", c.PrefixCacheBytes))
 	}
@@ -274,7 +294,8 @@ func (c Config) ServeConfig() ServeConfig {
 		bs = 1
 	}
 	return ServeConfig{ServedModelName: c.ServedModelName, BlockSize: bs, Adaptive: c.Adaptive,
-		MaxConcurrency: c.MaxConcurrency, QueueSize: c.QueueSize, SpecialTokensInContent: c.SpecialTokensInContent,
+		MaxConcurrency: c.MaxConcurrency, BatchWait: c.BatchWait, PrefillChunk: c.PrefillChunk, MemoryBudget: c.MemoryBudget,
+		QueueSize: c.QueueSize, SpecialTokensInContent: c.SpecialTokensInContent,
 		PrefixCacheBytes: c.PrefixCacheBytes, PrefixCacheEvery: c.PrefixCacheEvery}
 }
 

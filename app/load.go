@@ -117,7 +117,7 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 			return fail(err)
 		}
 		closers = append(closers, closeDrafter)
-		m.Drafter = d
+		m.Drafter, m.DrafterDir = d, draftDir
 		// The backend has just parsed the same file, so this cannot fail unless it changed underneath.
 		cfg, err := hfmodel.LoadDrafterConfig(draftDir)
 		if err != nil {

@@ -12,7 +12,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/higgs-go/higgs/adapters/grammar"
 	"github.com/higgs-go/higgs/adapters/sampling"
+	"github.com/higgs-go/higgs/domain/batch"
 	"github.com/higgs-go/higgs/domain/prefixcache"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
@@ -27,9 +29,19 @@ type ServeConfig struct {
 	BlockSize int
 	// Adaptive lets the depth policy pick each round's block size (≤ the request's block size).
 	Adaptive bool
-	// MaxConcurrency is the number of generations run on the engine at once (default 1: CPU decoding is
-	// compute bound, so running two at once only makes both slower).
+	// MaxConcurrency is the batch size: the number of generations decoded together, each round's drafts
+	// and verifies of all of them run as one batched drafter call and one batched target forward
+	// (domain/batch). More requests wait in the queue.
 	MaxConcurrency int
+	// BatchWait bounds how long a round waits for a generation that has not submitted its next call (one
+	// busy writing to a slow client); 0 means batch.DefaultMaxWait.
+	BatchWait time.Duration
+	// PrefillChunk, when > 0, splits each prompt's prefill into forwards of at most this many tokens, so the
+	// streams batched beside a new request keep flowing while it prefills.
+	PrefillChunk int
+	// MemoryBudget is the bytes of KV cache and state the running requests may reserve together (memory
+	// admission); 0 means half the machine's memory less the prefix cache's budget.
+	MemoryBudget int64
 	// QueueSize is the number of requests that may wait for the engine; one more is refused with
 	// ports.ErrBusy.
 	QueueSize int
@@ -56,6 +68,15 @@ func (c ServeConfig) Validate() error {
 	if c.QueueSize < 0 {
 		errs = append(errs, fmt.Errorf("queue size %d must be ≥ 0", c.QueueSize))
 	}
+	if c.BatchWait < 0 {
+		errs = append(errs, fmt.Errorf("batch wait %v must be ≥ 0", c.BatchWait))
+	}
+	if c.PrefillChunk < 0 {
+		errs = append(errs, fmt.Errorf("prefill chunk %d tokens must be ≥ 0", c.PrefillChunk))
+	}
+	if c.MemoryBudget < 0 {
+		errs = append(errs, fmt.Errorf("memory budget %d bytes must be ≥ 0", c.MemoryBudget))
+	}
 	if c.PrefixCacheBytes < 0 {
 		errs = append(errs, fmt.Errorf("prefix cache budget %d bytes must be ≥ 0", c.PrefixCacheBytes))
 	}
@@ -75,12 +96,23 @@ type Engine struct {
 	Name      string
 	// Created is the model card's creation time (Unix seconds).
 	Created int64
+	// Memory is what one sequence holds besides the weights (memory admission); nil: estimated from the
+	// target's ModelInfo.
+	Memory *MemoryFootprint
 }
 
 // EngineFromModels adapts LoadModels' result.
 func EngineFromModels(m *Models) Engine {
-	return Engine{Target: m.Target, Drafter: m.Drafter, Tokenizer: m.Tokenizer, Template: m.Template,
+	e := Engine{Target: m.Target, Drafter: m.Drafter, Tokenizer: m.Tokenizer, Template: m.Template,
 		EOS: m.EOS, Name: m.Name, Created: time.Now().Unix()}
+	var taps []int
+	if m.Drafter != nil {
+		taps = m.Drafter.TapLayers()
+	}
+	if f, err := ReadMemoryFootprint(m.TargetDir, m.DrafterDir, taps); err == nil {
+		e.Memory = &f
+	}
+	return e
 }
 
 // loaded is an Engine checked and prepared for serving.
@@ -98,6 +130,13 @@ type loaded struct {
 	// block size and sampling regime, as speculative.PolicyConfig.Memory requires), so short requests do not
 	// pay for exploring block sizes afresh. Keyed by policyKey.
 	policies sync.Map
+	// sched forms the batched rounds of every running generation; budget and footprint are memory
+	// admission's.
+	sched     *batch.Scheduler
+	budget    *batch.Budget
+	footprint MemoryFootprint
+	// vocab is the vocabulary as byte strings, built for the first constrained request.
+	vocab vocabCache
 }
 
 // policyKey names one adaptive-policy memory: the largest block size and whether decoding is greedy.
@@ -125,6 +164,8 @@ type Serve struct {
 	// events feeds live views (Events); ids numbers requests that come without an ID.
 	events *hub
 	ids    atomic.Uint64
+	// metrics receives batch sizes and queue waits (SetMetrics).
+	metrics atomic.Pointer[metricsBox]
 }
 
 var (
@@ -148,6 +189,8 @@ func NewServe(cfg ServeConfig, log zerolog.Logger) (*Serve, error) {
 type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
+
+var _ batch.Clock = systemClock{}
 
 // SetEngine checks e and makes Serve ready to generate with it.
 func (s *Serve) SetEngine(e Engine) error {
@@ -186,6 +229,9 @@ func (s *Serve) SetEngine(e Engine) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	l.prefix = cache
+	if err := s.newScheduler(l); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	for _, t := range e.EOS {
 		l.eos[t] = true
 	}
@@ -196,9 +242,12 @@ func (s *Serve) SetEngine(e Engine) error {
 	_, closeOK := e.Tokenizer.TokenID(thinkClose)
 	l.thinkSplit = open && closeOK
 	s.engine.Store(l)
+	batchedFwd, batchedDraft := l.sched.Batching()
 	s.log.Info().Str("model", l.name).Int("block_size", l.blockSize).Bool("drafter", e.Drafter != nil).
 		Int("context_length", l.info.ContextLength).Bool("reasoning_split", l.thinkSplit).
-		Int64("prefix_cache_bytes", s.cfg.PrefixCacheBytes).Msg("engine ready")
+		Int64("prefix_cache_bytes", s.cfg.PrefixCacheBytes).Int("max_batch", s.cfg.MaxConcurrency).
+		Bool("batched_forward", batchedFwd).Bool("batched_draft", batchedDraft).
+		Int64("memory_budget_bytes", l.budget.Total()).Bool("memory_estimated", l.footprint.Estimated).Msg("engine ready")
 	return nil
 }
 
@@ -231,6 +280,7 @@ type prepared struct {
 	think     bool // split <think>…</think> into reasoning
 	inThink   bool // the prompt leaves the model inside a think block
 	maxTokens int
+	match     *grammar.Matcher // the output's constraint; nil: free text
 }
 
 // prepare tokenizes and validates req against l.
@@ -286,6 +336,10 @@ func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) 
 	p.think = chat && l.thinkSplit
 	if p.think {
 		p.inThink = strings.LastIndex(text, thinkOpen) > strings.LastIndex(text, thinkClose)
+	}
+	var err error
+	if p.match, err = prepareConstraint(l, req, p.think && (p.inThink || req.Chat.EnableThinking != nil && *req.Chat.EnableThinking), p.inThink); err != nil {
+		return p, err
 	}
 	if req.Seed != nil {
 		p.seed = *req.Seed
@@ -416,7 +470,11 @@ func (s *Serve) Generate(ctx context.Context, req ports.GenerateRequest, emit fu
 	if err != nil {
 		return ports.GenerateResult{}, err
 	}
-	release, err := s.gate.acquire(ctx)
+	need, err := s.admissionBytes(l, p)
+	if err != nil {
+		return ports.GenerateResult{}, err
+	}
+	release, err := s.admit(ctx, l, need)
 	if err != nil {
 		return ports.GenerateResult{}, fmt.Errorf("generate: %w", err)
 	}
@@ -472,12 +530,22 @@ func (s *Serve) run(ctx context.Context, l *loaded, p prepared, lv *live, emit f
 		s.log.Debug().Int("prompt_tokens", len(p.prompt)).Int("cached_tokens", prefix.reused).
 			Int("prefill_tokens", len(p.prompt)-prefix.reused).Msg("prefix cache")
 	}
+	// The prefix cache restored into the backend's own sessions; the decoder's forwards and drafts go
+	// through the batch's rounds.
+	bsess, bdraft, leave := s.batched(l, &p.cfg, sess, draft)
+	defer leave()
 	dec, err := speculative.New(p.cfg, s.clock, sampling.NewSource(p.seed))
 	if err != nil {
 		return res, invalid("", "%v", err)
 	}
 	pipe := newTextPipe(l.Tokenizer.NewStreamDecoder(true), p.stop, p.think, p.inThink, l.eos, emit)
-	out, genErr := dec.Generate(ctx, sess, draft, p.prompt, lv.committed(pipe.push))
+	gsess, masked := constrain(bsess, p.match, len(p.prompt), l.info.VocabSize, s.clock)
+	out, genErr := dec.Generate(ctx, gsess, bdraft, p.prompt, lv.committed(pipe.push))
+	leave() // now, not after the prefix cache's exports below: the rounds stop waiting for this request
+	if masked != nil {
+		s.log.Debug().Int("rows", masked.stats.Rows).Int("masks_computed", masked.stats.Computed).
+			Dur("mask", masked.stats.Time).Msg("constrained decoding")
+	}
 	res.CompletionTokens = len(out.Tokens)
 	res.Spec = out.Stats.SpecUsage()
 	// Cache what this request computed once it ended cleanly (a stop string ends it through emit, with

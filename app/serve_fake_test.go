@@ -123,7 +123,9 @@ func (srvTemplate) Render(msgs []ports.ChatMessage, opts ports.ChatOptions) (str
 // srvTarget wraps the toy model to count and slow down Forward calls and to count open sessions, so tests
 // can see that a cancelled request stops and frees the engine.
 type srvTarget struct {
-	*portfake.Model
+	// model is held, not embedded: an embedded one would promote portfake's ForwardBatch, which refuses the
+	// wrapped sessions this target hands out.
+	model    *portfake.Model
 	delay    time.Duration
 	forwards atomic.Int64
 	open     atomic.Int64
@@ -133,13 +135,21 @@ type srvTarget struct {
 }
 
 func (t *srvTarget) NewSession(ctx context.Context, taps []int) (ports.Session, error) {
-	s, err := t.Model.NewSession(ctx, taps)
+	s, err := t.model.NewSession(ctx, taps)
 	if err != nil {
 		return nil, err
 	}
 	t.open.Add(1)
 	t.opened.Add(1)
 	return &srvSession{Session: s, t: t}, nil
+}
+
+// Info describes the toy model.
+func (t *srvTarget) Info() ports.ModelInfo { return t.model.Info() }
+
+// GreedyContinuation is the toy model's greedy continuation (the tests' oracle).
+func (t *srvTarget) GreedyContinuation(history []ports.Token, n int) ([]ports.Token, error) {
+	return t.model.GreedyContinuation(history, n)
 }
 
 type srvSession struct {
@@ -177,7 +187,7 @@ func srvEngine(ctxLen int, delay time.Duration, noEOS bool) (Engine, *srvTarget)
 		eos = nil
 	}
 	m := portfake.MustNew(portfake.Config{Vocab: srvModelVocab, ContextLength: ctxLen, Seed: 7, EOS: eos})
-	t := &srvTarget{Model: m, delay: delay}
+	t := &srvTarget{model: m, delay: delay}
 	d, err := portfake.NewDrafter(portfake.DrafterConfig{BlockSize: 4, TapLayers: []int{0, 1},
 		Propose: func(history []ports.Token, bs int) (ports.Proposal, error) {
 			// Diverge after 0..3 right guesses depending on the position, so acceptance varies per slot.

@@ -87,6 +87,7 @@ func NewServer(cfg Config, serve *Serve, api *openai.Server, msgs *anthropic.Ser
 	for pattern, h := range msgs.Routes() {
 		api.Mount(pattern, h)
 	}
+	serve.SetMetrics(api)
 	return &Server{cfg: cfg, serve: serve, api: api, load: load, log: log}
 }
 

@@ -7,8 +7,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/higgs-go/higgs/adapters/grammar"
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/sampling"
+	"github.com/higgs-go/higgs/domain/batch"
 	"github.com/higgs-go/higgs/domain/prefixcache"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
@@ -29,6 +31,9 @@ type SystemClock struct{}
 
 // Now returns time.Now().
 func (SystemClock) Now() time.Time { return time.Now() }
+
+// After is the system clock's timer (batch.Timer).
+func (SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // GenerateOptions configure one verify generation.
 type GenerateOptions struct {
@@ -61,6 +66,14 @@ type GenerateOptions struct {
 	// PrefixCache, when non-nil, restores the longest cached prefix of Prompt first and caches this
 	// generation's boundaries (as higgsd does).
 	PrefixCache *prefixcache.Cache
+	// Constraint, when set, masks the target's rows (constrained decoding, as higgsd's structured outputs).
+	Constraint *grammar.Matcher
+	// Batch, when non-nil, decodes through this member's shared rounds (as higgsd does with several
+	// clients), with prefill chunks of PrefillChunk tokens (0: whole).
+	Batch        *batch.Member
+	PrefillChunk int
+	// Emit, when non-nil, is called with each round's committed tokens.
+	Emit func([]ports.Token)
 }
 
 // RoundJSON is one draft–verify round in higgs-verify's JSON.
@@ -202,6 +215,8 @@ type decoded struct {
 	// sessions to the first token's emit (restore and prefill included).
 	cached     int
 	firstToken time.Duration
+	// mask is what constrained decoding cost (zero without GenerateOptions.Constraint).
+	mask MaskStats
 }
 
 func decode(ctx context.Context, m *Models, o GenerateOptions) (decoded, error) {
@@ -245,17 +260,29 @@ func decode(ctx context.Context, m *Models, o GenerateOptions) (decoded, error) 
 	if prefix != nil {
 		out.cached = prefix.reused
 	}
+	gsess, gds := sess, ds
+	if o.Batch != nil {
+		gsess, gds = batchSessions(o.Batch, &cfg, o.PrefillChunk, sess, ds)
+	}
 	dec, err := speculative.New(cfg, SystemClock{}, rnd)
 	if err != nil {
 		return out, fmt.Errorf("%w: %w", ErrBadInput, err)
 	}
 	first := true
-	out.Result, err = dec.Generate(ctx, sess, ds, o.Prompt, func([]ports.Token) error {
+	// The constraint wraps the batch member's session: its masked forward must still join the rounds.
+	csess, masked := constrain(gsess, o.Constraint, len(o.Prompt), info.VocabSize, SystemClock{})
+	out.Result, err = dec.Generate(ctx, csess, gds, o.Prompt, func(toks []ports.Token) error {
 		if first {
 			out.firstToken, first = time.Since(start), false
 		}
+		if o.Emit != nil {
+			o.Emit(toks)
+		}
 		return nil
 	})
+	if masked != nil {
+		out.mask = masked.stats
+	}
 	if err != nil {
 		return out, fmt.Errorf("generate: %w", err)
 	}

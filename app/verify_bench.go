@@ -35,6 +35,10 @@ type BenchOptions struct {
 	MultiTurn *MultiTurnOptions
 	// Costs, when set, also measures the target's kernel costs through the session port (BenchResult.Costs).
 	Costs *CostsOptions
+	// Constrain, when set, also measures constrained decoding (BenchResult.Constrained).
+	Constrain *ConstrainOptions
+	// Clients, when set, also measures concurrent clients decoding together (BenchResult.Clients).
+	Clients *ClientsOptions
 }
 
 // BenchAR is the autoregressive figure.
@@ -89,6 +93,12 @@ type BenchResult struct {
 	MultiTurn *MultiTurnResult `json:"multi_turn,omitempty"`
 	// Costs are the target's kernel costs (bench --kernel-costs).
 	Costs *KernelCosts `json:"costs,omitempty"`
+	// Constrained is constrained decoding's cost, the mask cost per token among it (bench --constrain).
+	Constrained *ConstrainedBench `json:"constrained,omitempty"`
+	// Clients are the concurrent-clients figures (bench --clients), one row per client count, and
+	// ClientsBatch how their rounds ran (batched calls or one item after another).
+	Clients      []BenchClientsRow `json:"clients,omitempty"`
+	ClientsBatch *BenchClientsMeta `json:"clients_batch,omitempty"`
 }
 
 type benchAcc struct {
@@ -258,6 +268,20 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 			return res, err
 		}
 		res.Costs = &kc
+	}
+	if o.Constrain != nil {
+		cb, err := measureConstrained(ctx, m, o, variants[1].bs, res.Spec.Tau)
+		if err != nil {
+			return res, err
+		}
+		res.Constrained = &cb
+	}
+	if o.Clients != nil {
+		rows, meta, err := benchClients(ctx, m, o, *o.Clients)
+		if err != nil {
+			return res, err
+		}
+		res.Clients, res.ClientsBatch = rows, &meta
 	}
 	return res, nil
 }

@@ -56,6 +56,50 @@ type GenerateRequest struct {
 	Stop []string
 	// BlockSize overrides the speculative block size (0: the server default; 1: no speculation).
 	BlockSize int
+	// Constraint, when set, restricts the output to a formal language (constrained decoding): JSON, JSON
+	// valid under a schema, or tool calls. nil: free text.
+	Constraint *Constraint
+}
+
+// ConstraintKind says what a Constraint restricts the output to.
+type ConstraintKind int
+
+const (
+	// ConstrainJSONObject: any JSON object (OpenAI's response_format json_object).
+	ConstrainJSONObject ConstraintKind = iota + 1
+	// ConstrainJSONSchema: a JSON text valid under Constraint.Schema (response_format json_schema).
+	ConstrainJSONSchema
+	// ConstrainToolCall: nothing but calls of Constraint.Tools in the template's tool-call syntax, each call's
+	// arguments valid under its tool's schema (tool_choice "required", a named function, Anthropic's any and tool).
+	ConstrainToolCall
+	// ConstrainStrictTools: free text, in which every tool call the model starts has arguments valid under its
+	// tool's schema (strict tools with tool_choice auto).
+	ConstrainStrictTools
+)
+
+// Constraint is the language a request's output must belong to. The Generator compiles it and masks the
+// target's distribution at every position (speculation stays on and lossless with respect to the masked
+// distribution).
+type Constraint struct {
+	Kind ConstraintKind
+	// Param is the request field it came from ("response_format", "tool_choice"…), which errors name.
+	Param string
+	// Schema is the JSON Schema document of ConstrainJSONSchema.
+	Schema []byte
+	// Tools are the functions a call may name (ConstrainToolCall, ConstrainStrictTools).
+	Tools []ConstraintTool
+	// Parallel lets a forced answer hold more than one call.
+	Parallel bool
+}
+
+// ConstraintTool is one callable function.
+type ConstraintTool struct {
+	Name string
+	// Parameters is the arguments' JSON Schema; nil: the function takes no arguments ({}).
+	Parameters []byte
+	// Strict makes a schema the constraint cannot express an error; otherwise such a tool's arguments are
+	// only held to be a JSON object.
+	Strict bool
 }
 
 // GenerateEvent is one streamed piece of output.

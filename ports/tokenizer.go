@@ -38,3 +38,11 @@ type PlainEncoder interface {
 	// text the ids equal Encode's.
 	EncodePlain(text string, plain []Span) ([]Token, error)
 }
+
+// TokenBytes is an optional Tokenizer ability (found by type assertion): the byte string each id decodes
+// to, which constrained decoding walks through its grammar byte by byte.
+type TokenBytes interface {
+	// TokenBytes returns the bytes id stands for (read-only) and whether it is a special token; ok is false
+	// for an id outside the vocabulary or not assigned.
+	TokenBytes(id Token) (b []byte, special, ok bool)
+}

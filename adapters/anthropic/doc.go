@@ -8,5 +8,6 @@
 // ({"type":"error","error":{"type","message"}}) through one mapper, ErrorFor.
 //
 // Unknown top-level fields are refused, as Anthropic's API does ("Extra inputs are not permitted"), so a
-// feature higgs does not have (server tools, MCP servers, structured output) is never silently dropped.
+// feature higgs does not have (server tools, MCP servers) is never silently dropped. Structured outputs
+// (output_config.format), tool_choice any / tool and strict tools become ports.GenerateRequest.Constraint.
 package anthropic

@@ -43,10 +43,13 @@ type body struct {
 	Metadata      *struct {
 		UserID *string `json:"user_id"`
 	} `json:"metadata"`
-	Tools       json.RawMessage `json:"tools"`
-	ToolChoice  json.RawMessage `json:"tool_choice"`
-	Thinking    json.RawMessage `json:"thinking"`
-	ServiceTier *string         `json:"service_tier"`
+	Tools      json.RawMessage `json:"tools"`
+	ToolChoice json.RawMessage `json:"tool_choice"`
+	Thinking   json.RawMessage `json:"thinking"`
+	// OutputConfig.format (and the deprecated output_format) hold structured outputs' JSON Schema.
+	OutputConfig json.RawMessage `json:"output_config"`
+	OutputFormat json.RawMessage `json:"output_format"`
+	ServiceTier  *string         `json:"service_tier"`
 	// higgs extensions, as on the OpenAI side.
 	BlockSize *int    `json:"block_size"`
 	Seed      *uint64 `json:"seed"`
@@ -56,8 +59,9 @@ type body struct {
 // Anthropic refuses it, so that a feature higgs lacks is never silently dropped.
 var (
 	createFields = []string{"model", "max_tokens", "messages", "system", "stop_sequences", "stream", "temperature",
-		"top_p", "top_k", "metadata", "tools", "tool_choice", "thinking", "service_tier", "block_size", "seed"}
-	countFields = []string{"model", "messages", "system", "tools", "tool_choice", "thinking"}
+		"top_p", "top_k", "metadata", "tools", "tool_choice", "thinking", "service_tier", "block_size", "seed",
+		"output_config", "output_format"}
+	countFields = []string{"model", "messages", "system", "tools", "tool_choice", "thinking", "output_config", "output_format"}
 )
 
 // ParseMessages decodes and checks a POST /v1/messages body.
@@ -101,8 +105,18 @@ func parse(raw []byte, fields []string, create bool) (Request, error) {
 		msgs = append([]ports.ChatMessage{*sys}, msgs...)
 	}
 	r.Gen.Messages = msgs
-	if r.Gen.Chat.Tools, r.ParseTools, r.Parallel, err = parseTools(b.Tools, b.ToolChoice); err != nil {
+	var forced *ports.Constraint
+	if r.Gen.Chat.Tools, r.ParseTools, r.Parallel, forced, err = parseTools(b.Tools, b.ToolChoice); err != nil {
 		return r, err
+	}
+	if r.Gen.Constraint, err = parseOutputFormat(b.OutputConfig, b.OutputFormat); err != nil {
+		return r, err
+	}
+	if forced != nil {
+		if r.Gen.Constraint != nil {
+			return r, invalid("output_config", "a JSON output format together with forced or strict tool calls: the answer is constrained to one language; send one of them")
+		}
+		r.Gen.Constraint = forced
 	}
 	if r.Gen.Chat.EnableThinking, err = parseThinking(b.Thinking, b.MaxTokens); err != nil {
 		return r, err

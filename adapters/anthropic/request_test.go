@@ -121,8 +121,12 @@ func TestParseMessagesRefusals(t *testing.T) {
 		{"tool schema not object", `{"model":"m","max_tokens":1,` + m + `,"tools":[{"name":"f","input_schema":[1]}]}`, "JSON Schema object"},
 		{"server tool", `{"model":"m","max_tokens":1,` + m + `,"tools":[{"type":"web_search_20250305","name":"web_search"}]}`, "server tools"},
 		{"duplicate tool", `{"model":"m","max_tokens":1,` + m + `,"tools":[{"name":"f","input_schema":{}},{"name":"f","input_schema":{}}]}`, "unique"},
-		{"tool_choice any", `{"model":"m","max_tokens":1,` + m + `,"tool_choice":{"type":"any"}}`, "constrained decoding"},
-		{"tool_choice tool", `{"model":"m","max_tokens":1,` + m + `,"tool_choice":{"type":"tool","name":"f"}}`, `naming the tool "f"`},
+		{"tool_choice any", `{"model":"m","max_tokens":1,` + m + `,"tool_choice":{"type":"any"}}`, "needs tools"},
+		{"tool_choice tool unknown", `{"model":"m","max_tokens":1,` + m + `,"tools":[{"name":"g","input_schema":{}}],"tool_choice":{"type":"tool","name":"f"}}`, `tool_choice.name: "f" is not the name of any of the tools`},
+		{"output_config effort", `{"model":"m","max_tokens":1,` + m + `,"output_config":{"effort":"high"}}`, "output_config.effort: Extra inputs"},
+		{"output format type", `{"model":"m","max_tokens":1,` + m + `,"output_config":{"format":{"type":"text"}}}`, `output_config.format.type: must be "json_schema"`},
+		{"output format without schema", `{"model":"m","max_tokens":1,` + m + `,"output_format":{"type":"json_schema"}}`, "output_format.schema: field required"},
+		{"output format and forced tool", `{"model":"m","max_tokens":1,` + m + `,"tools":[{"name":"g","input_schema":{}}],"tool_choice":{"type":"any"},"output_format":{"type":"json_schema","schema":{}}}`, "one of them"},
 		{"tool_choice tool without name", `{"model":"m","max_tokens":1,` + m + `,"tool_choice":{"type":"tool"}}`, "tool_choice.name: field required"},
 		{"tool_choice string", `{"model":"m","max_tokens":1,` + m + `,"tool_choice":"auto"}`, "tool_choice: must be an object"},
 		{"tool_choice unknown", `{"model":"m","max_tokens":1,` + m + `,"tool_choice":{"type":"some"}}`, `"some"`},
@@ -160,6 +164,8 @@ func FuzzParseMessages(f *testing.F) {
 		`{"model":"m","max_tokens":5,"tools":[{"name":"f","input_schema":{"type":"object"}}],"messages":[{"role":"user","content":"q"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{"a":1}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"42"}]}]}`,
 		`{"model":"m","max_tokens":2000,"thinking":{"type":"enabled","budget_tokens":1024},"messages":[{"role":"user","content":"q"}]}`,
 		`{"model":"m","max_tokens":5,"tool_choice":{"type":"any"},"messages":[]}`, `[]`, `{`, `null`,
+		`{"model":"m","max_tokens":5,"tools":[{"name":"f","strict":true,"input_schema":{"type":"object"}}],"tool_choice":{"type":"tool","name":"f"},"messages":[{"role":"user","content":"q"}]}`,
+		`{"model":"m","max_tokens":5,"output_config":{"format":{"type":"json_schema","schema":{"type":"object"}}},"messages":[{"role":"user","content":"q"}]}`,
 	} {
 		f.Add([]byte(s))
 	}

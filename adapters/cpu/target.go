@@ -29,8 +29,8 @@ var _ ports.Target = (*Target)(nil)
 type LoadOptions struct {
 	// Threads is the number of worker goroutines (≤ 0: GOMAXPROCS). Results do not depend on it.
 	Threads int
-	// Kernels is the kernel mode: kernel.ModeExact (the zero value, the reference) or kernel.ModeFast (4-bit
-	// products with int8-quantized inputs; not bit-identical to the reference, still independent of the batch
+	// Kernels is the kernel mode: kernel.ModeExact (the zero value, the reference) or kernel.ModeFast
+	// (quantized products of every width with int8-quantized inputs; not bit-identical to the reference, still independent of the batch
 	// and the thread count). The drafter shares the target's pool, and with it the mode.
 	Kernels kernel.Mode
 	// ContextLength caps the session length below max_position_embeddings (0: the config's value).

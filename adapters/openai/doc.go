@@ -4,10 +4,11 @@
 // → OpenAI's error shape with one mapper (ErrorFor).
 //
 // Unknown request fields are ignored only when they cannot change the output (user, store, metadata…).
-// Fields that would change it and that higgs does not implement (logprobs, tool_choice "required" or a named
-// function, response_format other than text, penalties, logit_bias, n > 1, echo, suffix, best_of…) are
-// refused with a 400 naming the field; their neutral values are accepted because SDKs send them by default.
-// README.md lists them.
+// Fields that would change it and that higgs does not implement (logprobs, penalties, logit_bias, n > 1,
+// echo, suffix, best_of…) are refused with a 400 naming the field; their neutral values are accepted because
+// SDKs send them by default. README.md lists them. response_format (json_object, json_schema), tool_choice
+// "required" or a named function and strict tools become ports.GenerateRequest.Constraint (constrain.go,
+// tools.go); the Generator compiles and enforces it.
 //
 // Tool calling is a wire-format concern and lives here, not behind the port: the Generator renders the tools
 // (ports.ChatOptions.Tools) and returns the answer text; this adapter parses that text for Hermes/Qwen3

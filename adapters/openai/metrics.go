@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -22,6 +23,9 @@ type metrics struct {
 	draftTokens  prometheus.Counter
 	accepted     prometheus.Counter
 	acceptedPos  *prometheus.CounterVec // position
+	batchSize    prometheus.Histogram
+	batchRows    prometheus.Histogram
+	queueWait    prometheus.Histogram
 }
 
 func newMetrics(reg prometheus.Registerer, queueDepth func() int, prefix PrefixCacheReporter) *metrics {
@@ -48,6 +52,15 @@ func newMetrics(reg prometheus.Registerer, queueDepth func() int, prefix PrefixC
 			Help: "Draft tokens accepted by the target (the bonus token is not counted)."}),
 		acceptedPos: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "higgs_spec_decode_num_accepted_tokens_per_pos_total",
 			Help: "Rounds whose draft token at position (0 = first drafted slot) was accepted."}, []string{"position"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "higgs_batch_size",
+			Help:    "Sequences served by each round's target forward (continuous batching; 1: a request decoding alone).",
+			Buckets: []float64{1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64}}),
+		batchRows: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "higgs_batch_rows",
+			Help:    "Tokens each round's target forward ran, over all its sequences (verify blocks, plain steps, prefill chunks).",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048}}),
+		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "higgs_queue_wait_seconds",
+			Help:    "Time a generation request waited for a place in the batch and for its memory before decoding.",
+			Buckets: []float64{.0001, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 20, 40, 80}}),
 	}
 	m.requests = adopt(reg, m.requests)
 	m.latency = adopt(reg, m.latency)
@@ -59,6 +72,9 @@ func newMetrics(reg prometheus.Registerer, queueDepth func() int, prefix PrefixC
 	m.draftTokens = adopt(reg, m.draftTokens)
 	m.accepted = adopt(reg, m.accepted)
 	m.acceptedPos = adopt(reg, m.acceptedPos)
+	m.batchSize = adopt(reg, m.batchSize)
+	m.batchRows = adopt(reg, m.batchRows)
+	m.queueWait = adopt(reg, m.queueWait)
 	if prefix != nil {
 		for _, f := range []struct {
 			name, help string
@@ -127,3 +143,13 @@ func (m *metrics) observeResult(res ports.GenerateResult) {
 		m.acceptedPos.WithLabelValues(strconv.Itoa(i)).Add(float64(n))
 	}
 }
+
+// ObserveBatch accounts for one round's target forward: the sequences it served and the tokens it ran
+// (app.EngineMetrics).
+func (s *Server) ObserveBatch(sequences, rows int) {
+	s.metrics.batchSize.Observe(float64(sequences))
+	s.metrics.batchRows.Observe(float64(rows))
+}
+
+// ObserveQueueWait accounts for how long a request waited before decoding (app.EngineMetrics).
+func (s *Server) ObserveQueueWait(d time.Duration) { s.metrics.queueWait.Observe(d.Seconds()) }

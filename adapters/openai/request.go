@@ -169,10 +169,18 @@ func ParseChat(body []byte) (Request, error) {
 	if req.Gen.Chat, err = parseKwargs(b.ChatTemplateKwargs); err != nil {
 		return Request{}, err
 	}
-	if req.Gen.Chat.Tools, req.ParseTools, err = parseTools(b.Tools, b.ToolChoice); err != nil {
+	var forced *ports.Constraint
+	if req.Gen.Chat.Tools, req.ParseTools, forced, err = parseTools(b.Tools, b.ToolChoice); err != nil {
 		return Request{}, err
 	}
 	req.ParallelToolCalls = b.ParallelToolCalls == nil || *b.ParallelToolCalls
+	if forced != nil {
+		if req.Gen.Constraint != nil {
+			return Request{}, unsupported("response_format", "a JSON response_format together with forced or strict tool calls: the answer is constrained to one language; send one of them")
+		}
+		forced.Parallel = req.ParallelToolCalls
+		req.Gen.Constraint = forced
+	}
 	return req, nil
 }
 
@@ -241,6 +249,10 @@ func (p params) translate() (Request, error) {
 		r.Gen.Model = *p.Model
 	}
 	if err := p.rejectUnsupported(); err != nil {
+		return r, err
+	}
+	var err error
+	if r.Gen.Constraint, err = parseResponseFormat(p.ResponseFormat); err != nil {
 		return r, err
 	}
 	if p.N != nil && *p.N != 1 {
@@ -354,17 +366,6 @@ func (p params) rejectUnsupported() error {
 		return unsupported("guided_decoding", "constrained decoding is not implemented")
 	case !isNull(p.WebSearchOptions):
 		return unsupported("web_search_options", "web search is not available")
-	}
-	if !isNull(p.ResponseFormat) {
-		var rf struct {
-			Type string `json:"type"`
-		}
-		if err := json.Unmarshal(p.ResponseFormat, &rf); err != nil {
-			return badRequest("response_format", "response_format must be an object with a type")
-		}
-		if rf.Type != "text" {
-			return unsupported("response_format", fmt.Sprintf("only type \"text\" is served, not %q", rf.Type))
-		}
 	}
 	return nil
 }

@@ -160,6 +160,8 @@ func FuzzParseRequests(f *testing.F) {
 		`{"messages":[{"role":"user","content":"q"}],"tools":[{"type":"function","function":{"name":"f","parameters":{}}}],"tool_choice":"auto","parallel_tool_calls":false}`,
 		`{"messages":[{"role":"assistant","content":null,"tool_calls":[{"type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","content":"x","tool_call_id":"c"}]}`,
 		`{"messages":[{"role":"user","content":"q"}],"tool_choice":{"type":"function","function":{"name":"f"}}}`,
+		`{"messages":[{"role":"user","content":"q"}],"response_format":{"type":"json_schema","json_schema":{"name":"n","strict":true,"schema":{"type":"object"}}}}`,
+		`{"messages":[{"role":"user","content":"q"}],"tools":[{"type":"function","function":{"name":"f","strict":true,"parameters":{}}}],"tool_choice":"required","parallel_tool_calls":false}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -7,90 +7,107 @@ import (
 	"regexp"
 
 	"github.com/higgs-go/higgs/adapters/toolcall"
+	"github.com/higgs-go/higgs/ports"
 )
 
 // toolName is OpenAI's rule for function names.
 var toolName = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
 
-// constrained is why tool_choice "required" and named functions are refused: forcing a call needs decoding
-// constrained to the call grammar, and higgs samples freely; asking nicely in the prompt would be pretending.
-const constrained = "forcing a tool call needs constrained decoding, which higgs does not have; use tool_choice \"auto\" (the model decides) or \"none\""
-
 // parseTools checks tools and tool_choice. It returns the tools array to render (nil when the model is not
-// offered tools) and whether the answer is to be parsed for calls. tool_choice "none" neither offers the tools
-// nor parses — a deliberate difference from vLLM's default, which keeps them in the prompt and only skips
-// parsing (a prompt should not offer calls that will not be read); "auto" (the default when tools are given)
-// does both.
-func parseTools(tools, choice json.RawMessage) (render []byte, parse bool, err error) {
-	mode := "auto"
+// offered tools), whether the answer is to be parsed for calls, and the constraint forcing calls (nil when the
+// model decides freely). tool_choice "none" neither offers the tools nor parses — a deliberate difference from
+// vLLM's default, which keeps them in the prompt and only skips parsing (a prompt should not offer calls that
+// will not be read); "auto" (the default when tools are given) does both; "required" and a named function
+// constrain the answer to calls (of any tool, or of that one), and "strict": true tools under "auto" hold
+// every call the model starts to its tool's schema.
+func parseTools(tools, choice json.RawMessage) (render []byte, parse bool, forced *ports.Constraint, err error) {
+	mode, named := "auto", ""
 	if !isNull(choice) {
 		var s string
 		if json.Unmarshal(choice, &s) == nil {
 			switch s {
-			case "none", "auto":
+			case "none", "auto", "required":
 				mode = s
-			case "required":
-				return nil, false, unsupported("tool_choice", "\"required\": "+constrained)
 			default:
-				return nil, false, badRequest("tool_choice", "tool_choice must be \"none\", \"auto\", \"required\" or a function object, not %q", s)
+				return nil, false, nil, badRequest("tool_choice", "tool_choice must be \"none\", \"auto\", \"required\" or a function object, not %q", s)
 			}
 		} else {
-			var named struct {
+			var nc struct {
 				Type     string `json:"type"`
 				Function *struct {
 					Name string `json:"name"`
 				} `json:"function"`
 			}
-			if json.Unmarshal(choice, &named) != nil {
-				return nil, false, badRequest("tool_choice", "tool_choice must be a string or an object")
+			if json.Unmarshal(choice, &nc) != nil {
+				return nil, false, nil, badRequest("tool_choice", "tool_choice must be a string or an object")
 			}
 			switch {
-			case named.Type != "function":
-				return nil, false, badRequest("tool_choice", "tool_choice.type must be \"function\", not %q", named.Type)
-			case named.Function == nil || named.Function.Name == "":
-				return nil, false, badRequest("tool_choice", "tool_choice.function.name is missing")
+			case nc.Type != "function":
+				return nil, false, nil, badRequest("tool_choice", "tool_choice.type must be \"function\", not %q", nc.Type)
+			case nc.Function == nil || nc.Function.Name == "":
+				return nil, false, nil, badRequest("tool_choice", "tool_choice.function.name is missing")
 			}
-			return nil, false, unsupported("tool_choice", fmt.Sprintf("naming the function %q: %s", named.Function.Name, constrained))
+			mode, named = "function", nc.Function.Name
 		}
-	}
-	if isNull(tools) {
-		return nil, false, nil
 	}
 	var items []json.RawMessage
-	if err := json.Unmarshal(tools, &items); err != nil {
-		return nil, false, badRequest("tools", "tools must be an array of tool objects")
-	}
-	seen := make(map[string]int, len(items))
-	for i, it := range items {
-		if err := checkTool(it, i, seen); err != nil {
-			return nil, false, err
+	if !isNull(tools) {
+		if err := json.Unmarshal(tools, &items); err != nil {
+			return nil, false, nil, badRequest("tools", "tools must be an array of tool objects")
 		}
 	}
+	seen := make(map[string]int, len(items))
+	defs := make([]ports.ConstraintTool, 0, len(items))
+	strict := false
+	for i, it := range items {
+		def, err := checkTool(it, i, seen)
+		if err != nil {
+			return nil, false, nil, err
+		}
+		strict = strict || def.Strict
+		defs = append(defs, def)
+	}
+	switch {
+	case (mode == "required" || mode == "function") && len(items) == 0:
+		return nil, false, nil, badRequest("tool_choice", "tool_choice %s needs tools to call", choice)
+	case mode == "function":
+		j, ok := seen[named]
+		if !ok {
+			return nil, false, nil, badRequest("tool_choice", "tool_choice names the function %q, which is not among the tools", named)
+		}
+		forced = &ports.Constraint{Kind: ports.ConstrainToolCall, Param: "tool_choice", Tools: defs[j : j+1]}
+	case mode == "required":
+		forced = &ports.Constraint{Kind: ports.ConstrainToolCall, Param: "tool_choice", Tools: defs}
+	case mode == "auto" && strict:
+		forced = &ports.Constraint{Kind: ports.ConstrainStrictTools, Param: "tools", Tools: defs}
+	}
 	if len(items) == 0 || mode == "none" {
-		return nil, false, nil
+		return nil, false, nil, nil
 	}
 	// The template prints each tool as the client wrote it (key order included), so the array is passed on
 	// unchanged.
-	return bytes.TrimSpace(tools), true, nil
+	return bytes.TrimSpace(tools), true, forced, nil
 }
 
-// checkTool checks tools[i]: {"type": "function", "function": {"name", "description"?, "parameters"?}}.
-func checkTool(raw json.RawMessage, i int, seen map[string]int) error {
+// checkTool checks tools[i]: {"type": "function", "function": {"name", "description"?, "parameters"?,
+// "strict"?}} and returns it as a constraint's tool.
+func checkTool(raw json.RawMessage, i int, seen map[string]int) (ports.ConstraintTool, error) {
+	var def ports.ConstraintTool
 	param := fmt.Sprintf("tools[%d]", i)
 	var t struct {
 		Type     *string         `json:"type"`
 		Function json.RawMessage `json:"function"`
 	}
 	if err := json.Unmarshal(raw, &t); err != nil {
-		return badRequest(param, "%s must be an object with type \"function\" and a function", param)
+		return def, badRequest(param, "%s must be an object with type \"function\" and a function", param)
 	}
 	switch {
 	case t.Type == nil:
-		return badRequest(param+".type", "%s.type is required (\"function\")", param)
+		return def, badRequest(param+".type", "%s.type is required (\"function\")", param)
 	case *t.Type != "function":
-		return unsupported(param+".type", fmt.Sprintf("tools of type %q are not served (function only)", *t.Type))
+		return def, unsupported(param+".type", fmt.Sprintf("tools of type %q are not served (function only)", *t.Type))
 	case isNull(t.Function):
-		return badRequest(param+".function", "%s.function is required", param)
+		return def, badRequest(param+".function", "%s.function is required", param)
 	}
 	var f struct {
 		Name        *string         `json:"name"`
@@ -99,26 +116,28 @@ func checkTool(raw json.RawMessage, i int, seen map[string]int) error {
 		Strict      *bool           `json:"strict"`
 	}
 	if err := json.Unmarshal(t.Function, &f); err != nil {
-		return badRequest(param+".function", "%s.function must be an object with a name", param)
+		return def, badRequest(param+".function", "%s.function must be an object with a name", param)
 	}
 	var desc string
 	switch {
 	case f.Name == nil:
-		return badRequest(param+".function.name", "%s.function.name is required", param)
+		return def, badRequest(param+".function.name", "%s.function.name is required", param)
 	case !toolName.MatchString(*f.Name):
-		return badRequest(param+".function.name", "%s.function.name %q must be 1 to 64 letters, digits, underscores or dashes", param, *f.Name)
+		return def, badRequest(param+".function.name", "%s.function.name %q must be 1 to 64 letters, digits, underscores or dashes", param, *f.Name)
 	case !isNull(f.Description) && json.Unmarshal(f.Description, &desc) != nil:
-		return badRequest(param+".function.description", "%s.function.description must be a string", param)
+		return def, badRequest(param+".function.description", "%s.function.description must be a string", param)
 	case !isNull(f.Parameters) && !bytes.HasPrefix(bytes.TrimSpace(f.Parameters), []byte("{")):
-		return badRequest(param+".function.parameters", "%s.function.parameters must be a JSON Schema object", param)
-	case f.Strict != nil && *f.Strict:
-		return unsupported(param+".function.strict", "strict argument schemas need constrained decoding, which higgs does not have; the model's arguments are returned as written")
+		return def, badRequest(param+".function.parameters", "%s.function.parameters must be a JSON Schema object", param)
 	}
 	if j, dup := seen[*f.Name]; dup {
-		return badRequest(param+".function.name", "%s.function.name %q is already the name of tools[%d]; names must be unique", param, *f.Name, j)
+		return def, badRequest(param+".function.name", "%s.function.name %q is already the name of tools[%d]; names must be unique", param, *f.Name, j)
 	}
 	seen[*f.Name] = i
-	return nil
+	def = ports.ConstraintTool{Name: *f.Name, Strict: f.Strict != nil && *f.Strict}
+	if !isNull(f.Parameters) {
+		def.Parameters = bytes.TrimSpace(f.Parameters)
+	}
+	return def, nil
 }
 
 // toolCallsForTemplate checks an assistant message's tool_calls as far as templates read them (function

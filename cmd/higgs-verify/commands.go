@@ -385,6 +385,9 @@ func (c *cli) benchCmd() *cobra.Command {
 	var mt app.MultiTurnOptions
 	var costRows string
 	var co app.CostsOptions
+	var constrain string
+	var clients string
+	var cl app.ClientsOptions
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure autoregressive vs DFlash decoding of the same prompts, interleaved, after a warm-up (medians)",
@@ -405,6 +408,15 @@ func (c *cli) benchCmd() *cobra.Command {
 					return err
 				}
 				o.Costs = &co
+			}
+			if o.Constrain, err = readConstrain(constrain); err != nil {
+				return err
+			}
+			if clients != "" {
+				if cl.Clients, err = parseInts("clients", clients); err != nil {
+					return err
+				}
+				o.Clients = &cl
 			}
 			mc := f.modelConfig()
 			mc.Distributed = distributed
@@ -468,6 +480,15 @@ func (c *cli) benchCmd() *cobra.Command {
 				if kc := res.Costs; kc != nil {
 					printCosts(w, kc)
 				}
+				if cb := res.Constrained; cb != nil {
+					fmt.Fprintf(w, "\nconstrained (%s): mask %.4f ms/token speculative (%.2f rows/token, %.4f ms/row, %d masks computed), %.4f ms/token autoregressive\n",
+						cb.Schema, cb.MaskMsPerToken, cb.RowsPerToken, cb.MaskMsPerRow, cb.MasksComputed, cb.ARMaskMsPerToken)
+					fmt.Fprintf(w, "tok/s %.2f autoregressive, %.2f speculative; tau %.2f constrained, %.2f free; same output %t; %d of %d runs complete\n",
+						cb.ARTokensPerS, cb.SpecTokensPerS, cb.Tau, cb.TauFree, cb.SameOutput, cb.Complete, cb.Runs)
+				}
+				if len(res.Clients) > 0 {
+					printClients(w, res.BenchResult)
+				}
 				if len(res.Ranks) > 0 {
 					printRanks(w, res.Ranks)
 				}
@@ -500,6 +521,10 @@ func (c *cli) benchCmd() *cobra.Command {
 	fs.StringVar(&costRows, "cost-rows", "2,4,8,16", "kernel costs: verify row counts")
 	fs.IntVar(&co.Context, "cost-context", 128, "kernel costs: context length (prefilled, then held for every decode and verify Forward)")
 	fs.IntVar(&co.Repeats, "cost-repeats", 7, "kernel costs: measured rounds (after one warm-up)")
+	fs.StringVar(&constrain, "constrain", "", "also measure constrained decoding (greedy, autoregressive and speculative) under json_object or the JSON Schema in this file: the mask cost per token, τ and the rates (constrained)")
+	fs.StringVar(&clients, "clients", "", "also measure this many concurrent clients decoding together (e.g. 1,2,4,8): aggregate tokens/s and per-client p50/p95 inter-token latency, speculation off and on")
+	fs.IntVar(&cl.PrefillChunk, "prefill-chunk", app.DefaultConfig().PrefillChunk, "clients: prefill chunk in tokens (0: whole prompts)")
+	fs.DurationVar(&cl.BatchWait, "batch-wait", app.DefaultConfig().BatchWait, "clients: longest a round waits for a client's next block")
 	return cmd
 }
 
@@ -517,6 +542,23 @@ func printRanks(w io.Writer, ranks []app.RankStats) {
 		}
 		fmt.Fprintf(w, "%-5d %10s %14d %9d %12.3f %12.3f %12.3f\n", r.Rank, fmt.Sprintf("%d-%d", r.Lo, r.Hi-1), r.WeightBytes,
 			r.Forwards, per(r.Compute), per(r.Wait), per(r.Send))
+	}
+}
+
+// printClients is the text form of bench --clients.
+func printClients(w io.Writer, res app.BenchResult) {
+	b := res.ClientsBatch
+	fmt.Fprintf(w, "\nconcurrent clients, %d tokens each, dflash bs=%d (batched forward %t, batched draft %t)\n",
+		res.MaxTokens, res.Clients[0].Spec.BlockSize, b.BatchedForward, b.BatchedDraft)
+	fmt.Fprintf(w, "%-8s %-5s %10s %8s %10s %10s %10s %6s %6s\n", "clients", "mode", "tok/s", "scaling", "p50 itl", "p95 itl", "worst p95", "batch", "tau")
+	for _, r := range res.Clients {
+		for _, x := range []struct {
+			mode string
+			f    app.BenchClientsFigure
+		}{{"ar", r.AR}, {"spec", r.Spec}} {
+			fmt.Fprintf(w, "%-8d %-5s %10.2f %8.2f %10.2f %10.2f %10.2f %6.2f %6.2f\n", r.Clients, x.mode, x.f.TokensPerS,
+				x.f.Scaling, x.f.P50ITLMs, x.f.P95ITLMs, x.f.WorstP95ITLMs, x.f.MeanBatch, x.f.Tau)
+		}
 	}
 }
 

@@ -95,6 +95,23 @@ type PolicyConfig struct {
 	// the tap layers' hidden states: 80 KB at hidden size 4096 with 5 taps); each such round pays one
 	// context-only drafter call, which the next probe would have paid anyway.
 	MaxPendingRounds int
+	// Batch, when non-nil, prices this generation's blocks in the batched rounds it shares with other
+	// sequences (domain/batch): the policy then picks the block size that maximises its tokens per second
+	// of a round in which every sequence of the batch verifies a block of that size (one batched forward of
+	// all their rows, after one batched draft), so the whole batch's rate, not this sequence's share of a
+	// round whose cost the others set; a sequence whose drafts are accepted less than the others' still
+	// decodes plainly while they speculate. While Batch reports no estimate (the sequence is alone) the
+	// policy prices blocks by this generation's own measurements, as without it.
+	Batch BatchCost
+}
+
+// BatchCost is the price of a block size in a batched round: one target forward verifies every sequence's
+// block and one drafter call drafts for all of them. domain/batch's Member implements it.
+type BatchCost interface {
+	// RoundCost returns the expected time in nanoseconds of a round in which every sequence of the batch
+	// verifies rows rows (rows > 1: after drafting), and how many other sequences share the round; ok is
+	// false when there is no estimate. Safe for concurrent use.
+	RoundCost(rows int) (ns, others float64, ok bool)
 }
 
 // Config is the per-generation decoding configuration.
@@ -133,6 +150,12 @@ type Config struct {
 	// already holds and the prompt's length, where the prefill pauses so that Checkpoint can export state
 	// there (a recurrent layer's state exists only where the session is).
 	PrefillStops []int
+	// PrefillChunk, when > 0, splits the prefill into forwards of at most this many tokens, so that a long
+	// prompt's prefill, batched with other sequences' decoding steps (domain/batch), lets their streams keep
+	// flowing between its chunks. The output is the same as an unchunked prefill's on backends whose forward
+	// does not depend on how the positions are split (the CPU backend's); Checkpoint still sees only
+	// PrefillStops and the prompt's end.
+	PrefillChunk int
 	// Checkpoint, when non-nil, is called during the prefill at each of PrefillStops and at the prompt's end,
 	// with the session holding exactly the first n prompt tokens in every layer, before the first token is
 	// sampled. An error from it ends the generation.
@@ -217,6 +240,9 @@ func (c Config) Validate() error {
 	}
 	if c.Policy.Decay < 0 || c.Policy.Decay > 1 || c.Policy.Decay != c.Policy.Decay {
 		errs = append(errs, fmt.Errorf("policy decay %v out of range [0, 1]", c.Policy.Decay))
+	}
+	if c.PrefillChunk < 0 {
+		errs = append(errs, fmt.Errorf("prefill chunk %d must be ≥ 0 (0: one forward per prefill stop)", c.PrefillChunk))
 	}
 	for i, n := range c.PrefillStops {
 		if n < 1 || (i > 0 && n <= c.PrefillStops[i-1]) {

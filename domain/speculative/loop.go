@@ -231,33 +231,43 @@ func (g *generation) run(ctx context.Context) error {
 	}
 }
 
-// prefill feeds the prompt positions the session does not hold, pausing at the prefill stops, and returns
-// the last forward's result (its one row is the first token's).
+// prefill feeds the prompt positions the session does not hold, pausing at the prefill stops, in chunks of
+// at most Config.PrefillChunk tokens, and returns the last forward's result (its one row is the first
+// token's).
 func (g *generation) prefill(ctx context.Context) (ports.ForwardResult, error) {
 	var fr ports.ForwardResult
 	from := g.held
-	for _, to := range append(slices.Clone(g.cfg.PrefillStops), g.prompt) {
-		g.detachPending()
-		var err error
-		fr, err = g.sess.Forward(ctx, g.seq[from:to], ports.ForwardOptions{Rows: 1, Taps: g.draft != nil, Sampling: g.samp})
-		if err != nil {
-			return fr, fmt.Errorf("prefill %d tokens at %d: %w", to-from, from, err)
-		}
-		if n := g.sess.Len(); n != to {
-			return fr, fmt.Errorf("prefill: session holds %d positions, want %d", n, to)
-		}
-		if g.draft != nil {
-			if rowsOf(fr.Taps) != to-from {
-				return fr, fmt.Errorf("prefill returned taps for %d positions, want %d", rowsOf(fr.Taps), to-from)
+	for _, stop := range append(slices.Clone(g.cfg.PrefillStops), g.prompt) {
+		for from < stop {
+			to := stop
+			if c := g.cfg.PrefillChunk; c > 0 && to-from > c {
+				to = from + c
 			}
-			g.pending = append(g.pending, pendingTaps{taps: fr.Taps})
+			if err := ctx.Err(); err != nil {
+				return fr, fmt.Errorf("prefill: %w", err)
+			}
+			g.detachPending()
+			var err error
+			fr, err = g.sess.Forward(ctx, g.seq[from:to], ports.ForwardOptions{Rows: 1, Taps: g.draft != nil, Sampling: g.samp})
+			if err != nil {
+				return fr, fmt.Errorf("prefill %d tokens at %d: %w", to-from, from, err)
+			}
+			if n := g.sess.Len(); n != to {
+				return fr, fmt.Errorf("prefill: session holds %d positions, want %d", n, to)
+			}
+			if g.draft != nil {
+				if rowsOf(fr.Taps) != to-from {
+					return fr, fmt.Errorf("prefill returned taps for %d positions, want %d", rowsOf(fr.Taps), to-from)
+				}
+				g.pending = append(g.pending, pendingTaps{taps: fr.Taps})
+			}
+			from = to
 		}
 		if g.cfg.Checkpoint != nil {
-			if err := g.cfg.Checkpoint(to); err != nil {
-				return fr, fmt.Errorf("prefill checkpoint at %d: %w", to, err)
+			if err := g.cfg.Checkpoint(stop); err != nil {
+				return fr, fmt.Errorf("prefill checkpoint at %d: %w", stop, err)
 			}
 		}
-		from = to
 	}
 	return fr, nil
 }

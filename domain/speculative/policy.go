@@ -1,6 +1,7 @@
 package speculative
 
 import (
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -77,10 +78,17 @@ type depthPolicy struct {
 	probeRate float64 // when the pending round is a probe: the displaced choice's expected tokens per ns
 	elapsed   float64 // nanoseconds of every observed round
 	spent     float64 // nanoseconds the probes lost against the choices they displaced
+	// batch prices blocks in shared rounds (PolicyConfig.Batch); nil when the generation runs alone.
+	batch BatchCost
+	// batchNS and batchOthers are the current round's prices by block size (scratch, reused), valid when
+	// batchedNow (the latest best had every price).
+	batchNS, batchOthers []float64
+	batchedNow           bool
 }
 
 func newDepthPolicy(maxBS int, cfg PolicyConfig) *depthPolicy {
-	p := &depthPolicy{maxBS: maxBS, probeEvery: cfg.ProbeEvery, budget: cfg.ProbeBudget, decay: cfg.Decay}
+	p := &depthPolicy{maxBS: maxBS, probeEvery: cfg.ProbeEvery, budget: cfg.ProbeBudget, decay: cfg.Decay,
+		batch: cfg.Batch}
 	if p.probeEvery == 0 {
 		p.probeEvery = defaultProbeEvery
 	}
@@ -144,7 +152,7 @@ func (p *depthPolicy) plan() (int, string) {
 		return min(exploreBlock, p.maxBS), reasonExplore
 	}
 	best, rate := p.best(1)
-	if p.rounds-p.lastProbe >= p.probeEvery {
+	if p.rounds-p.lastProbe >= p.probeInterval() {
 		var probe int
 		switch {
 		case best == 1:
@@ -175,10 +183,26 @@ func (p *depthPolicy) plan() (int, string) {
 	return best, reasonBest
 }
 
+// probeInterval is the least number of rounds between probes. In a batched round a probe's draft and extra
+// rows delay every sequence of the batch, so each sequence probes that many times less often (by the tokens
+// the others commit per round, about their number): the batch as a whole probes as often as one sequence
+// alone would.
+func (p *depthPolicy) probeInterval() int {
+	if !p.batchedNow {
+		return p.probeEvery
+	}
+	return int(math.Ceil(float64(p.probeEvery) * (1 + p.batchOthers[0])))
+}
+
 // best returns the block size of at least from with the highest expected throughput, and that throughput
-// in tokens per nanosecond (0 when no size has a cost estimate).
+// in tokens per nanosecond (0 when no size has a cost estimate). In a batched round (batchPrices) the
+// throughput compared is the batch's: this sequence's expected tokens over the time of a round in which every
+// sequence verifies a block of that size; the rate returned is still this sequence's own (its tokens over its
+// own measured cost), which is what the probe budget accounts in.
 func (p *depthPolicy) best(from int) (int, float64) {
-	bestBS, bestRate := 0, 0.0
+	batched := p.batchPrices()
+	p.batchedNow = batched
+	bestBS, bestRate, bestOwn := 0, 0.0, 0.0
 	expected := 1.0
 	chain := 1.0
 	r := priorAcceptance
@@ -197,12 +221,35 @@ func (p *depthPolicy) best(from int) (int, float64) {
 		if c <= 0 {
 			continue
 		}
+		rate := expected / c
+		if batched {
+			rate = expected / p.batchNS[bs-1]
+		}
 		// Strictly better only: ties keep the smaller block, which wastes less work.
-		if rate := expected / c; rate > bestRate*(1+1e-9) {
-			bestBS, bestRate = bs, rate
+		if rate > bestRate*(1+1e-9) {
+			bestBS, bestRate, bestOwn = bs, rate, expected/c
 		}
 	}
-	return bestBS, bestRate
+	return bestBS, bestOwn
+}
+
+// batchPrices fills batchNS and batchOthers from the batch's cost model and reports whether every block
+// size has a price (else the generation's own costs decide).
+func (p *depthPolicy) batchPrices() bool {
+	if p.batch == nil {
+		return false
+	}
+	if len(p.batchNS) != p.maxBS {
+		p.batchNS, p.batchOthers = make([]float64, p.maxBS), make([]float64, p.maxBS)
+	}
+	for bs := 1; bs <= p.maxBS; bs++ {
+		ns, others, ok := p.batch.RoundCost(bs)
+		if !ok || ns <= 0 {
+			return false
+		}
+		p.batchNS[bs-1], p.batchOthers[bs-1] = ns, others
+	}
+	return true
 }
 
 // probeLoss is the expected time a round of block size bs loses against committing the same expected number of
@@ -370,6 +417,7 @@ func (m *PolicyMemory) load(maxBS int, cfg PolicyConfig) *depthPolicy {
 	}
 	c := m.p.clone()
 	c.genRounds = 0
+	c.batch = cfg.Batch
 	return c
 }
 
@@ -387,5 +435,6 @@ func (p *depthPolicy) clone() *depthPolicy {
 	c.draft = slices.Clone(p.draft)
 	c.verify = slices.Clone(p.verify)
 	c.probeRate = 0
+	c.batch, c.batchNS, c.batchOthers, c.batchedNow = nil, nil, nil, false
 	return &c
 }

@@ -402,3 +402,55 @@ func TestPendingTapsStayBounded(t *testing.T) {
 	_, err = New(Config{BlockSize: 8, Adaptive: true, MaxTokens: 10, Policy: PolicyConfig{MaxPendingRounds: -1}}, clock, nil)
 	assert.ErrorContains(t, err, "max pending rounds -1")
 }
+
+// fakeBatch prices rounds of a batch of 1+others sequences each verifying the same rows, with a forward
+// costing forward(total rows) and a draft phase of draft when they draft.
+type fakeBatch struct {
+	others  int
+	forward func(rows int) time.Duration
+	draft   time.Duration
+	alone   bool
+}
+
+func (f fakeBatch) RoundCost(rows int) (float64, float64, bool) {
+	if f.alone {
+		return 0, 0, false
+	}
+	ns := float64(f.forward((f.others + 1) * rows))
+	if rows > 1 {
+		ns += float64(f.draft)
+	}
+	return ns, float64(f.others), true
+}
+
+// TestPolicyPricesBlocksInTheBatch: the same measurements lead to different block sizes under different
+// batches. Alone (or with no estimate) the sequence's own costs decide, and speculation pays. In a batch
+// whose forward is compute bound (time proportional to the rows), a block's extra rows slow every sequence
+// of the round, and the sequence decodes plainly; in one whose forward costs the same for any row count
+// (weights streamed once), the drafts are nearly free and it speculates with a large block.
+func TestPolicyPricesBlocksInTheBatch(t *testing.T) {
+	cost := func(bs int) time.Duration { return 10*time.Millisecond + time.Duration(bs)*500*time.Microsecond }
+	accept := func(int, int) float64 { return 0.8 }
+	run := func(b BatchCost) []simRound {
+		p := newDepthPolicy(8, PolicyConfig{Batch: b})
+		return simulate(p, 300, cost, accept)
+	}
+	last := func(rs []simRound) simRound { return rs[len(rs)-1] }
+	solo := run(nil)
+	require.Greater(t, last(solo).bs, 1, "alone, speculation pays: %v", last(solo))
+	assert.Equal(t, solo, run(fakeBatch{alone: true}), "without an estimate the policy is the solo one")
+
+	computeBound := run(fakeBatch{others: 7, draft: time.Millisecond,
+		forward: func(rows int) time.Duration { return time.Duration(rows) * 10 * time.Millisecond }})
+	assert.Equal(t, simRound{bs: 1, reason: reasonFallbackAR}, last(computeBound), "compute bound: a block slows the whole batch")
+	soloProbes := countReasons(run(fakeBatch{others: 0, draft: time.Millisecond,
+		forward: func(rows int) time.Duration { return time.Duration(rows) * 10 * time.Millisecond }}))[reasonProbe]
+	batchProbes := countReasons(computeBound)[reasonProbe]
+	require.Positive(t, soloProbes)
+	assert.Less(t, batchProbes, soloProbes, "beside 7 others a sequence probes less often (its probes delay them all)")
+
+	weightBound := run(fakeBatch{others: 7, draft: time.Millisecond,
+		forward: func(rows int) time.Duration { return 10 * time.Millisecond }})
+	assert.Equal(t, reasonBest, last(weightBound).reason)
+	assert.Equal(t, 8, last(weightBound).bs, "weight bound: the largest block rides along for free")
+}

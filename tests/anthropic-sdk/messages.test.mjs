@@ -1,6 +1,6 @@
 // The official Anthropic TypeScript SDK drives a real higgsd serving the bundled demo model and drafter
 // (models/demo): plain and streamed messages, stop sequences, a tool-use round trip, thinking, token
-// counting and errors. make test runs it with HIGGSD pointing at the freshly built binary.
+// counting, errors, forced tool calls and structured outputs. make test runs it with HIGGSD pointing at the freshly built binary.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -152,12 +152,10 @@ test('tool use round trip: tools offered, a tool_use / tool_result history answe
     model, max_tokens: 4, tools, messages: [history[0], history[1],
       { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_9', content: 'x' }] }],
   }), (err) => err instanceof Anthropic.BadRequestError && /toolu_9/.test(err.message));
-  // Forced calls need constrained decoding: a clear 400.
-  for (const choice of [{ type: 'any' }, { type: 'tool', name: 'go_doc' }]) {
-    await assert.rejects(client.messages.create({ model, max_tokens: 4, tools, tool_choice: choice, messages: user('x') }),
-      (err) => err instanceof Anthropic.BadRequestError && err.error?.error?.type === 'invalid_request_error' &&
-        /constrained decoding/.test(err.message));
-  }
+  // A forced call of a tool that is not offered is a clear 400.
+  await assert.rejects(client.messages.create({ model, max_tokens: 4, tools, tool_choice: { type: 'tool', name: 'nope' }, messages: user('x') }),
+    (err) => err instanceof Anthropic.BadRequestError && err.error?.error?.type === 'invalid_request_error' &&
+      /nope/.test(err.message));
 });
 
 test('thinking: enabled with a budget, and thinking blocks in the history', async () => {
@@ -207,4 +205,58 @@ test('errors: Anthropic shape and status codes', async () => {
   const bearer = new Anthropic({ baseURL: client.baseURL, apiKey: null, authToken: apiKey, maxRetries: 0 });
   const ok = await bearer.messages.create({ model, max_tokens: 2, messages: user('x') });
   assert.equal(ok.type, 'message');
+});
+
+const weather = {
+  name: 'get_weather', description: 'Weather at a place', strict: true,
+  input_schema: {
+    type: 'object', additionalProperties: false, required: ['city', 'unit'],
+    properties: { city: { type: 'string', maxLength: 12 }, unit: { enum: ['celsius', 'fahrenheit'] } },
+  },
+};
+
+// checkWeather holds an input to weather's schema (the test's own check, independent of higgs's grammar).
+const checkWeather = (input) => {
+  assert.deepEqual(Object.keys(input).sort(), ['city', 'unit']);
+  assert.equal(typeof input.city, 'string');
+  assert.ok([...input.city].length <= 12, input.city);
+  assert.ok(['celsius', 'fahrenheit'].includes(input.unit), input.unit);
+};
+
+test('forced tool call: tool_choice tool gives a tool_use block valid under the strict schema, streamed alike', async () => {
+  const params = {
+    model, max_tokens: 120, temperature: 0, tools: [weather],
+    tool_choice: { type: 'tool', name: 'get_weather', disable_parallel_tool_use: true },
+    messages: user('What is the weather in Paris?'),
+  };
+  const msg = await client.messages.create(params);
+  assert.equal(msg.stop_reason, 'tool_use');
+  const uses = msg.content.filter((b) => b.type === 'tool_use');
+  assert.equal(uses.length, 1);
+  assert.equal(uses[0].name, 'get_weather');
+  checkWeather(uses[0].input);
+  assert.ok(msg.usage.speculative.draft_tokens > 0, 'speculation stayed on');
+
+  const final = await client.messages.stream(params).finalMessage();
+  assert.equal(final.stop_reason, 'tool_use');
+  assert.deepEqual(final.content.filter((b) => b.type === 'tool_use')[0].input, uses[0].input);
+
+  const any = await client.messages.create({ ...params, tool_choice: { type: 'any', disable_parallel_tool_use: true } });
+  assert.equal(any.stop_reason, 'tool_use');
+  checkWeather(any.content.find((b) => b.type === 'tool_use').input);
+});
+
+test('structured output: output_config.format json_schema, and a 400 naming an unsupported keyword', async () => {
+  const msg = await client.messages.create({
+    model, max_tokens: 120, temperature: 0, messages: user('Weather in Paris as JSON'),
+    output_config: { format: { type: 'json_schema', schema: weather.input_schema } },
+  });
+  assert.equal(msg.stop_reason, 'end_turn');
+  checkWeather(JSON.parse(msg.content[0].text));
+  await assert.rejects(
+    client.messages.create({
+      model, max_tokens: 8, messages: user('x'),
+      output_config: { format: { type: 'json_schema', schema: { type: 'string', pattern: '^a' } } },
+    }),
+    (err) => err instanceof Anthropic.BadRequestError && /pattern/.test(err.message));
 });

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -41,17 +42,18 @@ func benchLinears(r *rand.Rand, out, in int) map[string]*Linear {
 	lq8, _ := NewQuant(out, in, q8)
 	lq3, _ := NewQuant(out, in, q3)
 	lq6, _ := NewQuant(out, in, q6)
-	fast := *lq
-	return map[string]*Linear{"f32": lf, "bf16": lb, "q4": lq, "q8": lq8, "q3": lq3, "q6": lq6, "q4fast": &fast}
+	fast, fast8, fast3 := *lq, *lq8, *lq3
+	return map[string]*Linear{"f32": lf, "bf16": lb, "q4": lq, "q8": lq8, "q3": lq3, "q6": lq6, "q4fast": &fast,
+		"q8fast": &fast8, "q3fast": &fast3}
 }
 
-// benchFormats names the benchmarked weight formats (MLX affine q3/q4/q6/q8 with groups of 64); q4fast is q4
-// with ModeFast kernels.
-var benchFormats = []string{"f32", "bf16", "q4", "q8", "q3", "q6", "q4fast"}
+// benchFormats names the benchmarked weight formats (MLX affine q3/q4/q6/q8 with groups of 64); the fast ones
+// run ModeFast kernels.
+var benchFormats = []string{"f32", "bf16", "q4", "q8", "q3", "q6", "q4fast", "q8fast", "q3fast"}
 
 // benchPool returns a pool of all workers with the kernel mode the format name asks for.
 func benchPool(name string) *Pool {
-	if name == "q4fast" {
+	if strings.HasSuffix(name, "fast") {
 		return NewPoolMode(0, ModeFast)
 	}
 	return NewPool(0)

@@ -25,9 +25,12 @@
 //   - everywhere else, or with the purego build tag: pure Go plus github.com/viterin/vek (vek32.Dot has a fixed
 //     reduction order for a given length).
 //
-// ModeFast (a Pool's kernel mode, opt-in; see fast.go) lives beside these reference kernels: 4-bit products with
-// inputs quantized to int8 per group and AVX512-VNNI integer dot products. It is not bit-identical to the
-// reference, but it keeps the same contract within itself (independent of rows, worker count and CPU).
+// ModeFast (a Pool's kernel mode, opt-in; see fast.go) lives beside these reference kernels: quantized
+// products (every width) with inputs quantized to int8 per block of 32 and AVX512-VNNI integer dot products,
+// R input rows × W weight rows per kernel call so each step of codes is decoded once for up to 8 rows
+// (gen_fast.py generates fast_amd64.s). It is not bit-identical to the reference, but it keeps the same
+// contract within itself (independent of rows, worker count and CPU: the portable Go path in fastref.go gives
+// the kernels' bits).
 //
 // Quantized products use y_r = Σ_g (s_rg·Σ_{j∈g} q_rj x_j + b_rg·Σ_{j∈g} x_j) on the packed codes; no matrix is
 // ever dequantized as a whole. Element-wise helpers only use operations that round each element once (mul,

@@ -2,8 +2,6 @@ package kernel
 
 import (
 	"fmt"
-	"math"
-	"sync"
 	"unsafe"
 )
 
@@ -13,12 +11,12 @@ type Mode int
 const (
 	// ModeExact is the reference: every kernel set gives the bits documented in the package comment.
 	ModeExact Mode = iota
-	// ModeFast multiplies 4-bit weights by inputs quantized to int8 per block of 32 (integer dot products,
-	// as llama.cpp's Q4×Q8_0 kernels do) instead of by the float inputs. It is NOT bit-identical to ModeExact (the
-	// relative error of a product is about 1e-3 of Σ|x||w|; TestFastQ4Error bounds it), but it keeps the
-	// determinism contract on its own: a row's result does not depend on the rows beside it, the worker count or
-	// the CPU (the AVX512-VNNI kernels and the portable fastQ4Go give the same bits). Other formats and widths
-	// run the exact kernels.
+	// ModeFast multiplies quantized weights (every width) by inputs quantized to int8 per block of 32 (integer
+	// dot products, as llama.cpp's Q4×Q8_0 kernels do) instead of by the float inputs. It is NOT bit-identical
+	// to ModeExact (the relative error of a product is about 1e-3 of Σ|x||w|; TestFastError bounds it), but it
+	// keeps the determinism contract on its own: a row's result does not depend on the rows beside it, the
+	// worker count or the CPU (the AVX512-VNNI kernels and the portable Go path give the same bits). f32 and
+	// bf16 weights run the exact kernels.
 	ModeFast
 )
 
@@ -44,165 +42,255 @@ func ParseMode(s string) (Mode, error) {
 	return ModeExact, fmt.Errorf("unknown kernel mode %q (want exact or fast)", s)
 }
 
-// quantizeQ8 writes the fast-mode form of one input row: per block of 32 inputs, a step d = max|x|/127
-// (written once per 8 inputs, d[j/8], the kernels' lane layout) and the inputs rounded (to nearest, ties to
-// even) to xq = round(x·(1/d)); per group of gs inputs, the codes of its even inputs (the low nibbles) first,
-// then those of its odd ones, and the group sum xs[g] (16 lanes p_l = Σ_i x_{16i+l} from +0 in order, halved
-// to four lanes as p_l + p_{l+L/2}, then (q0+q1)+(q2+q3)). |x·(1/d)| stays below 127.5, so xq fits in
-// [-127, 127]. A block holding NaN or ±Inf gets d = NaN, so its products come out NaN; a block whose max|x| is
-// below 2⁻¹⁰⁰ (zero, or so small that 1/d could overflow) gets d = 0 and zero codes. Blocks of 32 (rather than
-// whole groups) follow llama.cpp's Q8_0: one outlier coarsens only its own block. The AVX-512 kernel and
-// quantizeQ8Go give the same bits.
-func quantizeQ8(xq []int8, d, xs, x []float32, gs int) {
-	ng := len(x) / gs
-	if ng == 0 {
-		return
-	}
-	if useVNNI {
-		_, _, _ = xq[ng*gs-1], d[ng*gs/8-1], xs[ng-1]
-		quantizeQ8AVX512(&xq[0], &d[0], &xs[0], &x[0], ng, gs)
-		return
-	}
-	quantizeQ8Go(xq, d, xs, x, gs)
+// The fast-mode arithmetic (fastref.go holds it in Go, operation for operation):
+//
+// Each input row is quantized once per call (per row, so it does not depend on the rows beside it): per block
+// of 32 inputs a step d = max|x|/127 and codes xq = round(x·(1/d)) (to nearest, ties to even; |x·(1/d)| stays
+// below 127.5), and per group of gs inputs the group sum xs (16 lanes p_l = Σ_i x_{16i+l} from +0 in order,
+// halved to four lanes as p_l + p_{l+L/2}, then (q0+q1)+(q2+q3)). A block holding NaN or ±Inf gets d = NaN (its
+// products come out NaN); a block whose max|x| is below 2⁻¹⁰⁰ gets d = 0 and zero codes. Blocks of 32 (rather
+// than whole groups) follow llama.cpp's Q8_0: one outlier coarsens only its own block.
+//
+// An element y = Σ_j w_j·x_j with w_j = s_g·q_j + b_g runs 16 lanes: in the nibble form (4-bit codes) lane l of
+// chunk c (128 inputs) covers inputs 128c+8l … 128c+8l+7, in the byte form (8-bit codes, and 2-, 3-, 5- and
+// 6-bit codes widened to bytes) inputs 4l … 4l+3 of each 64-input step. Per lane and chunk (or step), in
+// order: an exact integer dot product isum of its codes and input codes, u = float(isum)·d (rounded), acc_l +=
+// u·s_g (product rounded, then the add); lanes past In are skipped. The lanes do not start from zero but from
+// the bias term: lane j first adds b_g·xs_g (rounded) for the groups g ≡ j (mod 16), in group order, from +0.
+// y is the lanes summed by halving: (i, i+8), (i, i+4), (i, i+2), then lanes 0 and 1.
+//
+// The kernels (gen_fast.py) run a block of R input rows against W weight rows at a time, decoding each 64-byte
+// step of every weight row once for all R rows; the per-element operations do not depend on R or W.
+
+// fastArgs is the argument block of the fast kernels (gen_fast.py reads its fields by offset: every field is
+// 8 bytes, in this order).
+type fastArgs struct {
+	codes   unsafe.Pointer // the first weight row's codes
+	cstride int            // bytes from one weight row's codes to the next
+	scales  unsafe.Pointer // the first weight row's scales
+	biases  unsafe.Pointer // and biases
+	sstride int            // bytes from one weight row's scales (and biases) to the next
+	sstep   int            // bytes of scales per chunk (4·128/gs)
+	wgroups int            // weight-row groups of W to run
+	xp      unsafe.Pointer // the packed input block (per chunk, R records)
+	chunks  int            // full chunks
+	tail    int            // 1 if a partial chunk follows
+	xs      unsafe.Pointer // the block's first row of group sums (zero-padded to a multiple of 16)
+	xss     int            // bytes from one row's group sums to the next
+	nb16    int            // groups / 16, rounded up
+	dst     unsafe.Pointer // the first element (input row 0, weight row 0)
+	ldd     int            // bytes from one input row's outputs to the next
+	perm    unsafe.Pointer // the scale permutations: a chunk's (or byte step 0's) 16 lane indices, then step 1's
+	kscale  uint64         // scales of a full chunk (128/gs of them)
+	kcode0  uint64         // the partial chunk: code bytes of (byte form: the first) step
+	klane0  uint64         // its lanes
+	kcode1  uint64         // byte form: code bytes of the second step
+	klane1  uint64         // and its lanes
+	kscaleT uint64         // scales of the partial chunk
+	kbias   uint64         // biases of the last 16 groups
 }
 
-// tinyQ8 is the bit pattern of 2⁻¹⁰⁰: blocks with a smaller max|x| count as zero.
-const tinyQ8 = 0x0d800000
+// fastPerm holds the scale permutations by form (0 nibble, 1 byte) and group size / 64 (32, 64, 128).
+var fastPerm [2][3][32]int32
 
-// quantizeQ8Go is quantizeQ8 in Go, operation for operation.
-func quantizeQ8Go(xq []int8, d, xs, x []float32, gs int) {
-	const magic = 1 << 23 * 1.5 // adding and subtracting it rounds |v| < 2²² to an integer, ties to even
-	for g := range len(x) / gs {
-		xg := x[g*gs : (g+1)*gs]
-		var p [16]float32
-		for i := 0; i < gs; i += 16 {
-			for l, v := range xg[i : i+16] {
-				p[l] += v
-			}
-		}
-		for n := 16; n > 4; n /= 2 {
-			for l := range n / 2 {
-				p[l] += p[l+n/2]
-			}
-		}
-		xs[g] = (p[0] + p[1]) + (p[2] + p[3])
-		q := xq[g*gs : (g+1)*gs]
-		h := gs / 2
-		for b := 0; b < gs; b += 32 {
-			var amax uint32 // max |x| as bits: for non-negative floats the bit order is the value order
-			for _, v := range xg[b : b+32] {
-				amax = max(amax, math.Float32bits(v)&0x7fffffff)
-			}
-			qe, qo := q[b/2:b/2+16], q[h+b/2:h+b/2+16]
-			db := d[(g*gs+b)/8 : (g*gs+b)/8+4]
-			if amax < tinyQ8 || amax >= 0x7f800000 {
-				clear(qe)
-				clear(qo)
-				v := float32(0)
-				if amax >= 0x7f800000 {
-					v = float32(math.NaN())
-				}
-				for k := range db {
-					db[k] = v
-				}
-				continue
-			}
-			dg := math.Float32frombits(amax) / 127
-			inv := 1 / dg
-			for k := range db {
-				db[k] = dg
-			}
-			for j := range qe {
-				// float32(·) rounds the product before the additions (no fused multiply-add).
-				qe[j] = int8(int32((float32(xg[b+2*j]*inv) + magic) - magic))
-				qo[j] = int8(int32((float32(xg[b+2*j+1]*inv) + magic) - magic))
-			}
+func init() {
+	for gi, gs := range []int{32, 64, 128} {
+		for l := range 16 {
+			fastPerm[0][gi][l] = int32(8 * l / gs)
+			fastPerm[1][gi][l] = int32(4 * l / gs)
+			fastPerm[1][gi][16+l] = int32((64 + 4*l) / gs)
 		}
 	}
 }
 
-// fastQ4Go is the fast-mode 4-bit product of one weight row (codes, scales, biases) with one quantized input
-// row (xq, d: one step per 8 inputs) and its group sums xs, written operation for operation like the dotQ4Fast
-// kernels: per group and lane l (gs/8 lanes, lane l holding code bytes 4l..4l+3), an exact integer dot
-// product, then acc_l += (float(isum)·d_l)·s_g with each product rounded; the lanes are halved down to four
-// (v_i + v_{i+L/2}) and summed as (v0+v1)+(v2+v3), and the bias term Σ_g b_g·xs_g (group order) is added.
-func fastQ4Go(codes []byte, xq []int8, d, scales, biases, xs []float32, gs int) float32 {
-	var acc [16]float32
-	var bias float32
-	L := gs / 8
-	for g := range len(scales) {
-		cb := codes[g*gs/2 : (g+1)*gs/2]
-		xe, xo := xq[g*gs:g*gs+gs/2], xq[g*gs+gs/2:(g+1)*gs]
-		for l := range L {
-			var isum int32
-			for k := 4 * l; k < 4*l+4; k++ {
-				isum += int32(cb[k]&15)*int32(xe[k]) + int32(cb[k]>>4)*int32(xo[k])
-			}
-			u := float32(float32(isum) * d[g*L+l])
-			acc[l] += float32(u * scales[g])
-		}
-		bias += float32(biases[g] * xs[g])
+// lowMask returns a mask of the n low bits (n ≤ 64).
+func lowMask(n int) uint64 {
+	if n >= 64 {
+		return ^uint64(0)
 	}
-	for n := L; n > 4; n /= 2 {
-		for i := range n / 2 {
-			acc[i] += acc[i+n/2]
+	return 1<<n - 1
+}
+
+// fastTemplate fills the fields of fastArgs that depend only on the weight's shape.
+func fastTemplate(in, gs int, nibble bool) fastArgs {
+	form := 1
+	if nibble {
+		form = 0
+	}
+	ng := in / gs
+	a := fastArgs{sstep: 4 * fastChunk / gs, chunks: in / fastChunk, nb16: (ng + 15) / 16,
+		perm: unsafe.Pointer(&fastPerm[form][gs/64][0]), kscale: lowMask(fastChunk / gs)}
+	if t := in % fastChunk; t != 0 {
+		a.tail, a.kscaleT = 1, lowMask(t/gs)
+		if nibble {
+			a.kcode0, a.klane0 = lowMask(t/2), lowMask(t/8)
+		} else {
+			n0 := min(t, 64)
+			a.kcode0, a.klane0 = lowMask(n0), lowMask(n0/4)
+			a.kcode1, a.klane1 = lowMask(t-n0), lowMask((t-n0)/4)
 		}
 	}
-	return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + bias
+	a.kbias = 0xffff
+	if r := ng % 16; r != 0 {
+		a.kbias = lowMask(r)
+	}
+	return a
 }
 
-// fastQ4Rows holds the Rows forms (one weight row, several input rows) by group size / 64.
-var fastQ4Rows = [3]func(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int){
-	dotQ4FastRowsG32AVX512, dotQ4FastRowsG64AVX512, dotQ4FastRowsG128AVX512,
+// fastBlocks splits rows into the kernels' input-row blocks: 8 at a time, then 4, 2 and 1.
+func fastBlocks(rows int) []quantRowBlock {
+	var bs []quantRowBlock
+	for r := 0; r < rows; {
+		n := 8
+		for n > rows-r {
+			n /= 2
+		}
+		bs = append(bs, quantRowBlock{r, n})
+		r += n
+	}
+	return bs
 }
 
-var xqPool = sync.Pool{New: func() any { return new([]int8) }}
-
-// fastQ4 holds the fast-mode 4-bit kernels by group size / 64 (group 32, 64 or 128).
-var fastQ4 = [3]func(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32){
-	dotQ4FastG32AVX512, dotQ4FastG64AVX512, dotQ4FastG128AVX512,
+// fastRIndex is the kernel table index of a block of n input rows.
+func fastRIndex(n int) int {
+	switch n {
+	case 8:
+		return 3
+	case 4:
+		return 2
+	case 2:
+		return 1
+	}
+	return 0
 }
 
-// forwardQuantFast is the ModeFast 4-bit product: inputs quantized once per call (per row, so a row's
-// quantization does not depend on the rows beside it), then each element by itself with the VNNI kernel or
-// its Go mirror.
+// fastTileBytes bounds the packed inputs of one Forward tile in fast mode (each weight row passes over all of
+// them while its codes are in L1, so they should stay in L2).
+const fastTileBytes = 512 << 10
+
+// fastTile is the number of input rows Forward gives the fast kernels at a time.
+func (l *Linear) fastTile() int {
+	rec := fastRec(l.q.Bits == 4) * ((l.In + fastChunk - 1) / fastChunk)
+	return min(max(fastTileBytes/rec, 16), 512) &^ 7
+}
+
+// forwardQuantFast is the ModeFast product of a quantized weight.
 func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 	q := l.q
 	in, out, gs := l.In, l.Out, q.Group
 	ng := in / gs
-	rowBytes := in / 2
-	codes := unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
-	nd := in / 8 // steps per row: one per 8 inputs
-	dp := getScratch(rows * (nd + ng))
-	defer scratchPool.Put(dp)
-	d, xs := (*dp)[:rows*nd], (*dp)[rows*nd:]
-	xqp := xqPool.Get().(*[]int8)
-	defer xqPool.Put(xqp)
-	if cap(*xqp) < rows*in {
-		*xqp = make([]int8, rows*in)
-	}
-	xq := (*xqp)[:rows*in]
-	for r := range rows {
-		quantizeQ8(xq[r*in:(r+1)*in], d[r*nd:(r+1)*nd], xs[r*ng:(r+1)*ng], x[r*in:(r+1)*in], gs)
-	}
-	k, kr := fastQ4[gs/64], fastQ4Rows[gs/64]
+	nibble := q.Bits == 4
+	rec := fastRec(nibble)
+	nch := (in + fastChunk - 1) / fastChunk
+	ngp := (ng + 15) &^ 15
+	blocks := fastBlocks(rows)
+	bp := getBytes(rows * nch * rec)
+	defer bytesPool.Put(bp)
+	xp := *bp
+	xsp := getScratch(rows * ngp)
+	defer scratchPool.Put(xsp)
+	xs := *xsp
 	vnni := useVNNI
+	// Quantize every row into its block's records (rows are independent; each is written by one worker).
+	l.Pool.For(len(blocks), 1, func(lo, hi int) {
+		for _, b := range blocks[lo:hi] {
+			base := b.r * nch * rec
+			stride := b.n * rec
+			for i := range b.n {
+				r := b.r + i
+				row := xp[base+i*rec:]
+				if in%fastChunk != 0 {
+					last := row[(nch-1)*stride:]
+					clear(last[:rec])
+				}
+				xsr := xs[r*ngp : (r+1)*ngp]
+				clear(xsr[ng:])
+				if vnni {
+					k := quantizeFastQ8AVX512
+					if nibble {
+						k = quantizeFastQ4AVX512
+					}
+					k(&row[0], stride, &xsr[0], &x[r*in], ng, gs)
+				} else {
+					quantizeFastGo(row, stride, xsr, x[r*in:(r+1)*in], gs, nibble)
+				}
+			}
+		}
+	})
+	wide := q.Bits != 4 && q.Bits != 8
+	rowBytes := in * q.Bits / 8
+	if wide {
+		rowBytes = in
+	}
+	codes := unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
+	wpr := q.wordsPerRow(in)
+	tmpl := fastTemplate(in, gs, nibble)
+	form := 1
+	if nibble {
+		form = 0
+	}
+	// A chunk of weight rows whose codes stay in L1 while every block of input rows passes over them.
+	oc := max(2, (16<<10)/rowBytes) &^ 1
 	grain := max(1, 32768/(in*rows))
 	l.Pool.For(out, grain, func(lo, hi int) {
-		if vnni && rows == 1 {
-			k(&codes[lo*rowBytes], &xq[0], &d[0], &q.Scales[lo*ng], &q.Biases[lo*ng], &xs[0], ng, hi-lo, &dst[lo])
-			return
+		var buf []byte
+		if wide {
+			p := getBytes(min(oc, hi-lo) * in)
+			defer bytesPool.Put(p)
+			buf = *p
 		}
-		for o := lo; o < hi; o++ {
-			c := codes[o*rowBytes : (o+1)*rowBytes]
-			sc, bi := q.Scales[o*ng:(o+1)*ng], q.Biases[o*ng:(o+1)*ng]
-			// Several rows: each weight row meets every input row while its codes are in L1.
-			if vnni {
-				kr(&c[0], &xq[0], &d[0], &sc[0], &bi[0], &xs[0], ng, rows, &dst[o], out)
-				continue
+		step := oc
+		if rows == 1 && !wide {
+			step = hi - lo // one pass: nothing to keep in cache
+		}
+		for o0 := lo; o0 < hi; o0 += step {
+			o1 := min(o0+step, hi)
+			var cb []byte
+			if !wide {
+				cb = codes[o0*rowBytes:]
+			} else {
+				for o := o0; o < o1; o++ {
+					unpackCodesBytes(buf[(o-o0)*in:(o-o0+1)*in], q.Codes[o*wpr:(o+1)*wpr], q.Bits)
+				}
+				cb = buf
 			}
-			for r := range rows {
-				dst[r*out+o] = fastQ4Go(c, xq[r*in:(r+1)*in], d[r*nd:(r+1)*nd], sc, bi, xs[r*ng:(r+1)*ng], gs)
+			for _, b := range blocks {
+				blk := xp[b.r*nch*rec:]
+				if !vnni {
+					for o := o0; o < o1; o++ {
+						c := cb[(o-o0)*rowBytes : (o-o0+1)*rowBytes]
+						sc, bi := q.Scales[o*ng:(o+1)*ng], q.Biases[o*ng:(o+1)*ng]
+						for i := range b.n {
+							dst[(b.r+i)*out+o] = fastDotGo(c, sc, bi, blk[i*rec:], b.n*rec, xs[(b.r+i)*ngp:], in, gs, nibble)
+						}
+					}
+					continue
+				}
+				a := tmpl
+				a.cstride, a.sstride = rowBytes, 4*ng
+				a.xp, a.xs, a.xss = unsafe.Pointer(&blk[0]), unsafe.Pointer(&xs[b.r*ngp]), 4*ngp
+				a.ldd = 4 * out
+				ks := &fastKernels[form][fastRIndex(b.n)]
+				n := o1 - o0
+				if n >= 2 && b.n > 1 {
+					a.codes, a.scales, a.biases = unsafe.Pointer(&cb[0]), unsafe.Pointer(&q.Scales[o0*ng]), unsafe.Pointer(&q.Biases[o0*ng])
+					a.dst, a.wgroups = unsafe.Pointer(&dst[b.r*out+o0]), n/2
+					ks[1](&a)
+				}
+				if b.n == 1 {
+					// One input row (decode) streams the weights: one weight row at a time reads one stream
+					// of codes rather than two (measured faster: BenchmarkDecodeStream q4fast rows=1).
+					a.codes, a.scales, a.biases = unsafe.Pointer(&cb[0]), unsafe.Pointer(&q.Scales[o0*ng]), unsafe.Pointer(&q.Biases[o0*ng])
+					a.dst, a.wgroups = unsafe.Pointer(&dst[b.r*out+o0]), o1-o0
+					ks[0](&a)
+					continue
+				}
+				if n%2 == 1 {
+					o := o1 - 1
+					a.codes, a.scales, a.biases = unsafe.Pointer(&cb[(o-o0)*rowBytes]), unsafe.Pointer(&q.Scales[o*ng]), unsafe.Pointer(&q.Biases[o*ng])
+					a.dst, a.wgroups = unsafe.Pointer(&dst[b.r*out+o]), 1
+					ks[0](&a)
+				}
 			}
 		}
 	})

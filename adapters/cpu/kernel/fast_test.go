@@ -1,6 +1,7 @@
 package kernel
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -51,91 +52,117 @@ func fastInputs(r *rand.Rand, rows, in int) []float32 {
 			x[i] *= 1e-6
 		}
 	}
-	clear(x[in : in+128]) // row 1's first 128 inputs: whole zero groups
-	x[2*in+3] = 40        // an outlier in row 2
+	if rows > 1 {
+		clear(x[in : in+min(in, 64)]) // row 1's first inputs: whole zero blocks
+	}
+	if rows > 2 {
+		x[2*in+3] = 40 // an outlier in row 2
+	}
 	return x
 }
 
-// The VNNI kernels give fastQ4Go's bits for every group size.
-func TestFastQ4KernelsMatchGo(t *testing.T) {
+// withVNNI runs f with useVNNI set to on (restoring it after).
+func withVNNI(on bool, f func()) {
+	saved := useVNNI
+	useVNNI = on
+	defer func() { useVNNI = saved }()
+	f()
+}
+
+// fastShapes are the In values the kernel tests cover for group size gs: one group, a partial chunk of 128,
+// several chunks, and chunks plus a partial one.
+func fastShapes(gs int) []int {
+	s := []int{gs, 2 * gs, 3 * gs, 512}
+	if gs < 128 {
+		s = append(s, 512+gs)
+	}
+	return s
+}
+
+// The VNNI kernels give the portable path's bits for every width, group size, shape and row count 1–34,
+// and a block of rows gives the bits of one-row calls (so verify and decode agree in fast mode).
+func TestFastKernelsMatchGo(t *testing.T) {
 	if !useVNNI {
-		t.Skip("no AVX512-VNNI on this CPU")
+		t.Skip("no AVX512-VNNI on this CPU: only the portable fast path runs (TestFastDeterministic)")
 	}
 	r := rand.New(rand.NewPCG(31, 32))
-	const out, in, rows = 9, 1024, 4
-	x := fastInputs(r, rows, in)
-	for _, gs := range []int{32, 64, 128} {
-		q, _ := quantFixture(r, out, in, 4, gs)
-		ng := in / gs
-		codes := unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
-		xq := make([]int8, in)
-		d := make([]float32, in/8)
-		xs := make([]float32, ng)
-		for row := range rows {
-			quantizeQ8(xq, d, xs, x[row*in:(row+1)*in], gs)
-			// All weight rows in one call, and one at a time.
-			all := make([]float32, out)
-			fastQ4[gs/64](&codes[0], &xq[0], &d[0], &q.Scales[0], &q.Biases[0], &xs[0], ng, out, &all[0])
-			for o := range out {
-				c := codes[o*in/2 : (o+1)*in/2]
-				sc, bi := q.Scales[o*ng:(o+1)*ng], q.Biases[o*ng:(o+1)*ng]
-				var one float32
-				fastQ4[gs/64](&c[0], &xq[0], &d[0], &sc[0], &bi[0], &xs[0], ng, 1, &one)
-				want := fastQ4Go(c, xq, d, sc, bi, xs, gs)
-				require.Equal(t, math.Float32bits(want), math.Float32bits(one), "g%d row %d out %d", gs, row, o)
-				require.Equal(t, math.Float32bits(want), math.Float32bits(all[o]), "g%d row %d out %d (all rows)", gs, row, o)
-			}
-		}
-		// The Rows form: one weight row against all input rows, results out apart.
-		nd := in / 8
-		xqAll, dAll, xsAll := make([]int8, rows*in), make([]float32, rows*nd), make([]float32, rows*ng)
-		for row := range rows {
-			quantizeQ8(xqAll[row*in:(row+1)*in], dAll[row*nd:(row+1)*nd], xsAll[row*ng:(row+1)*ng], x[row*in:(row+1)*in], gs)
-		}
-		for o := range out {
-			c := codes[o*in/2 : (o+1)*in/2]
-			sc, bi := q.Scales[o*ng:(o+1)*ng], q.Biases[o*ng:(o+1)*ng]
-			got := make([]float32, rows*out)
-			fastQ4Rows[gs/64](&c[0], &xqAll[0], &dAll[0], &sc[0], &bi[0], &xsAll[0], ng, rows, &got[o], out)
-			for row := range rows {
-				want := fastQ4Go(c, xqAll[row*in:(row+1)*in], dAll[row*nd:(row+1)*nd], sc, bi, xsAll[row*ng:(row+1)*ng], gs)
-				require.Equal(t, math.Float32bits(want), math.Float32bits(got[row*out+o]), "g%d rows form: row %d out %d", gs, row, o)
+	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
+		for _, gs := range []int{32, 64, 128} {
+			for _, in := range fastShapes(gs) {
+				out := 7 + r.IntN(6) // odd and even counts of weight rows
+				q, _ := quantFixture(r, out, in, bits, gs)
+				l, err := NewQuant(out, in, q)
+				require.NoError(t, err)
+				l.Pool = NewPoolMode(2, ModeFast)
+				const maxRows = 34
+				x := fastInputs(r, maxRows, in)
+				var ref []float32
+				withVNNI(false, func() {
+					ref = make([]float32, maxRows*out)
+					l.Forward(ref, x, maxRows)
+				})
+				for rows := 1; rows <= maxRows; rows++ {
+					got := make([]float32, rows*out)
+					l.Forward(got, x, rows)
+					assertBits(t, ref[:rows*out], got, "q%d g%d in %d out %d rows %d", bits, gs, in, out, rows)
+				}
 			}
 		}
 	}
 }
 
 // ModeFast keeps the determinism contract on its own: one block call equals row-by-row calls for every worker
-// count, and the VNNI kernels equal the portable path.
-func TestFastQ4Deterministic(t *testing.T) {
+// count, on the VNNI kernels and on the portable path, and the two agree.
+func TestFastDeterministic(t *testing.T) {
 	r := rand.New(rand.NewPCG(33, 34))
 	const out, in, rows = 67, 512, 16
 	x := fastInputs(r, rows, in)
-	saved := useVNNI
-	defer func() { useVNNI = saved }()
-	for _, gs := range []int{32, 64, 128} {
-		q, _ := quantFixture(r, out, in, 4, gs)
-		l, err := NewQuant(out, in, q)
-		require.NoError(t, err)
-		useVNNI = saved
-		l.Pool = NewPoolMode(1, ModeFast)
-		ref := make([]float32, rows*out)
-		l.Forward(ref, x, rows)
-		for _, threads := range []int{2, 3, 7} {
-			l.Pool = NewPoolMode(threads, ModeFast)
-			got := make([]float32, rows*out)
-			l.Forward(got, x, rows)
-			assertBits(t, ref, got, "g%d threads %d", gs, threads)
-			for row := range rows {
-				one := make([]float32, out)
-				l.Forward(one, x[row*in:(row+1)*in], 1)
-				assertBits(t, ref[row*out:(row+1)*out], one, "g%d row %d alone", gs, row)
+	for _, bits := range []int{4, 8, 3} {
+		for _, gs := range []int{32, 64, 128} {
+			q, _ := quantFixture(r, out, in, bits, gs)
+			l, err := NewQuant(out, in, q)
+			require.NoError(t, err)
+			l.Pool = NewPoolMode(1, ModeFast)
+			ref := make([]float32, rows*out)
+			l.Forward(ref, x, rows)
+			for _, vnni := range []bool{true, false} {
+				if vnni && !useVNNI {
+					continue
+				}
+				withVNNI(vnni, func() {
+					for _, threads := range []int{1, 2, 3, 7} {
+						l.Pool = NewPoolMode(threads, ModeFast)
+						got := make([]float32, rows*out)
+						l.Forward(got, x, rows)
+						assertBits(t, ref, got, "q%d g%d vnni %v threads %d", bits, gs, vnni, threads)
+						for row := range rows {
+							one := make([]float32, out)
+							l.Forward(one, x[row*in:(row+1)*in], 1)
+							assertBits(t, ref[row*out:(row+1)*out], one, "q%d g%d vnni %v row %d alone", bits, gs, vnni, row)
+						}
+					}
+				})
 			}
 		}
-		useVNNI = false
-		got := make([]float32, rows*out)
-		l.Forward(got, x, rows)
-		assertBits(t, ref, got, "g%d portable", gs)
+	}
+}
+
+// Long inputs (prefill) go through Forward's fast-mode tiles; the tiling changes no bits.
+func TestFastTiledRows(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	const out, in = 20, 1024
+	q, _ := quantFixture(r, out, in, 4, 64)
+	l, err := NewQuant(out, in, q)
+	require.NoError(t, err)
+	l.Pool = NewPoolMode(2, ModeFast)
+	rows := l.fastTile() + 13
+	x := fastInputs(r, rows, in)
+	all := make([]float32, rows*out)
+	l.Forward(all, x, rows)
+	for _, row := range []int{0, 1, l.fastTile() - 1, l.fastTile(), rows - 1} {
+		one := make([]float32, out)
+		l.Forward(one, x[row*in:(row+1)*in], 1)
+		assertBits(t, all[row*out:(row+1)*out], one, "row %d of %d", row, rows)
 	}
 }
 
@@ -143,55 +170,58 @@ func TestFastQ4Deterministic(t *testing.T) {
 // allows: |Δx_j| ≤ d_b/2 = max_b|x|/254 for the block b of 32 holding j, so
 // |Δy| ≤ Σ_b max_b|x|/254·Σ_{j∈b}|w_j| (plus float rounding). The typical error is far smaller; the mean
 // relative error over all elements is checked too.
-func TestFastQ4Error(t *testing.T) {
+func TestFastError(t *testing.T) {
 	r := rand.New(rand.NewPCG(35, 36))
 	const out, in, rows = 41, 1024, 3
 	x := randVec(r, rows*in, 1)
 	x[5] = 30
-	for _, gs := range []int{32, 64, 128} {
-		t.Run(fmt.Sprint("g", gs), func(t *testing.T) {
-			q, deq := quantFixture(r, out, in, 4, gs)
-			l, err := NewQuant(out, in, q)
-			require.NoError(t, err)
-			l.Pool = NewPoolMode(2, ModeFast)
-			got := make([]float32, rows*out)
-			l.Forward(got, x, rows)
-			want, mag := naive(deq, x, rows, out, in)
-			var relSum float64
-			for row := range rows {
-				for o := range out {
-					var bound float64
-					for b := range in / 32 {
-						var amax, wsum float64
-						for j := b * 32; j < (b+1)*32; j++ {
-							amax = max(amax, math.Abs(float64(x[row*in+j])))
-							wsum += math.Abs(deq[o*in+j])
+	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
+		for _, gs := range []int{32, 64, 128} {
+			t.Run(fmt.Sprintf("q%d_g%d", bits, gs), func(t *testing.T) {
+				q, deq := quantFixture(r, out, in, bits, gs)
+				l, err := NewQuant(out, in, q)
+				require.NoError(t, err)
+				l.Pool = NewPoolMode(2, ModeFast)
+				got := make([]float32, rows*out)
+				l.Forward(got, x, rows)
+				want, mag := naive(deq, x, rows, out, in)
+				var relSum float64
+				for row := range rows {
+					for o := range out {
+						var bound float64
+						for b := range in / 32 {
+							var amax, wsum float64
+							for j := b * 32; j < (b+1)*32; j++ {
+								amax = max(amax, math.Abs(float64(x[row*in+j])))
+								wsum += math.Abs(deq[o*in+j])
+							}
+							bound += amax / 254 * wsum
 						}
-						bound += amax / 254 * wsum
+						i := row*out + o
+						e := math.Abs(float64(got[i]) - want[i])
+						require.LessOrEqual(t, e, 1.01*bound+1e-5*mag[i], "row %d out %d", row, o)
+						relSum += e / mag[i]
 					}
-					i := row*out + o
-					e := math.Abs(float64(got[i]) - want[i])
-					require.LessOrEqual(t, e, 1.01*bound+1e-5*mag[i], "row %d out %d", row, o)
-					relSum += e / mag[i]
 				}
-			}
-			assert.Less(t, relSum/float64(rows*out), 2e-3, "mean error relative to Σ|x||w|")
-		})
+				assert.Less(t, relSum/float64(rows*out), 2e-3, "mean error relative to Σ|x||w|")
+			})
+		}
 	}
 }
 
-// ModeFast changes only 4-bit products; other formats keep the exact bits. A group holding NaN or Inf
-// gives NaN, not a finite number.
+// ModeFast changes only quantized products; f32 and bf16 keep the exact bits. A block holding NaN or Inf
+// gives NaN, not a finite number, on every path.
 func TestFastModeScope(t *testing.T) {
 	r := rand.New(rand.NewPCG(37, 38))
 	const out, in, rows = 19, 256, 5
 	x := randVec(r, rows*in, 1)
-	q8, _ := quantFixture(r, out, in, 8, 64)
-	q3, _ := quantFixture(r, out, in, 3, 32)
 	lf, _ := NewF32(out, in, randVec(r, out*in, 1))
-	l8, _ := NewQuant(out, in, q8)
-	l3, _ := NewQuant(out, in, q3)
-	for _, l := range []*Linear{lf, l8, l3} {
+	bf := make([]uint16, out*in)
+	for i := range bf {
+		bf[i] = uint16(math.Float32bits(r.Float32()) >> 16)
+	}
+	lb, _ := NewBF16(out, in, bf)
+	for _, l := range []*Linear{lf, lb} {
 		l.Pool = NewPool(2)
 		a := make([]float32, rows*out)
 		l.Forward(a, x, rows)
@@ -200,28 +230,37 @@ func TestFastModeScope(t *testing.T) {
 		l.Forward(b, x, rows)
 		assertBits(t, a, b, "%v", l.Format())
 	}
-	q4, _ := quantFixture(r, out, in, 4, 64)
-	l4, _ := NewQuant(out, in, q4)
-	l4.Pool = NewPoolMode(2, ModeFast)
-	for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
-		xb := append([]float32(nil), x[:in]...)
-		xb[70] = bad
-		y := make([]float32, out)
-		l4.Forward(y, xb, 1)
-		for o := range out {
-			assert.True(t, math.IsNaN(float64(y[o])), "input %v out %d: %v", bad, o, y[o])
+	for _, bits := range []int{4, 8, 5} {
+		q, _ := quantFixture(r, out, in, bits, 64)
+		l, _ := NewQuant(out, in, q)
+		l.Pool = NewPoolMode(2, ModeFast)
+		for _, vnni := range []bool{true, false} {
+			if vnni && !useVNNI {
+				continue
+			}
+			withVNNI(vnni, func() {
+				for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
+					xb := append([]float32(nil), x[:in]...)
+					xb[70] = bad
+					y := make([]float32, out)
+					l.Forward(y, xb, 1)
+					for o := range out {
+						assert.True(t, math.IsNaN(float64(y[o])), "q%d vnni %v input %v out %d: %v", bits, vnni, bad, o, y[o])
+					}
+				}
+			})
 		}
 	}
 }
 
-// The AVX-512 quantizer gives quantizeQ8Go's bits (codes, steps, group sums) for every group size, on groups
-// of zeros, signed zeros, tiny values, NaN, ±Inf and outliers.
-func TestQuantizeQ8MatchesGo(t *testing.T) {
+// The AVX-512 quantizers give quantizeFastGo's bytes (codes, steps) and group sums for both forms and every
+// group size, on zeros, signed zeros, tiny values, NaN, ±Inf, outliers and a partial last chunk.
+func TestQuantizeFastMatchesGo(t *testing.T) {
 	if !useVNNI {
 		t.Skip("no AVX512-VNNI on this CPU")
 	}
 	r := rand.New(rand.NewPCG(39, 40))
-	const in = 1024
+	const in = 1024 + 64
 	x := fastInputs(r, 3, in)[2*in:]
 	x[130] = float32(math.NaN())
 	x[300] = float32(math.Inf(-1))
@@ -232,45 +271,80 @@ func TestQuantizeQ8MatchesGo(t *testing.T) {
 		x[j] *= 1e-33
 	}
 	x[700] = 1e30
-	for _, gs := range []int{32, 64, 128} {
-		ng := in / gs
-		q1, q2 := make([]int8, in), make([]int8, in)
-		d1, d2 := make([]float32, in/8), make([]float32, in/8)
-		s1, s2 := make([]float32, ng), make([]float32, ng)
-		quantizeQ8AVX512(&q1[0], &d1[0], &s1[0], &x[0], ng, gs)
-		quantizeQ8Go(q2, d2, s2, x, gs)
-		assert.Equal(t, q2, q1, "g%d codes", gs)
-		for i := range d1 {
-			assert.Equal(t, math.Float32bits(d2[i]), math.Float32bits(d1[i]), "g%d step %d", gs, i)
-		}
-		for g := range ng {
-			assert.Equal(t, math.Float32bits(s2[g]), math.Float32bits(s1[g]), "g%d group %d sum", gs, g)
+	for _, nibble := range []bool{true, false} {
+		for _, gs := range []int{32, 64, 128} {
+			n := in / gs * gs
+			ng := n / gs
+			nch := (n + fastChunk - 1) / fastChunk
+			const rows = 3 // the row's records interleave with two others'
+			stride := rows * fastRec(nibble)
+			b1, b2 := make([]byte, nch*stride), make([]byte, nch*stride)
+			for i := range b1 {
+				b1[i], b2[i] = 0x5a, 0x5a // bytes outside the row's records stay as they are
+			}
+			s1, s2 := make([]float32, ng), make([]float32, ng)
+			off := fastRec(nibble) // the middle row
+			k := quantizeFastQ8AVX512
+			if nibble {
+				k = quantizeFastQ4AVX512
+			}
+			k(&b1[off], stride, &s1[0], &x[0], ng, gs)
+			quantizeFastGo(b2[off:], stride, s2, x[:n], gs, nibble)
+			require.Equal(t, b2, b1, "nibble %v g%d records", nibble, gs)
+			for g := range ng {
+				assert.Equal(t, math.Float32bits(s2[g]), math.Float32bits(s1[g]), "nibble %v g%d group %d sum", nibble, gs, g)
+			}
 		}
 	}
 }
 
-// quantizeQ8Go by hand on one group of 64: per block of 32 its own step, codes round to nearest even, the even
-// inputs' codes first, a zero block gets d = 0.
-func TestQuantizeQ8Layout(t *testing.T) {
+// quantizeFastGo by hand on one block of 64: per block of 32 its own step, codes round to nearest even, the
+// nibble form puts the even inputs' codes first, a zero block gets d = 0.
+func TestQuantizeFastLayout(t *testing.T) {
 	x := make([]float32, 64)
 	for j := range 32 {
-		x[j] = float32(j%5) - 2 // block 0: max |x| = 2
+		x[j] = float32(j%5) - 2
 	}
-	x[7] = 127 // block 0: max |x| = 127, d = 1
-	xq, d, xs := make([]int8, 64), make([]float32, 8), make([]float32, 1)
+	x[7] = 127             // block 0: max |x| = 127, d = 1
 	x[2], x[3] = 2.5, -3.5 // exact halves: ties to even
-	quantizeQ8Go(xq, d, xs, x, 64)
-	assert.Equal(t, []float32{1, 1, 1, 1, 0, 0, 0, 0}, d)
-	assert.Equal(t, int8(2), xq[1], "x[2] = 2.5 rounds to 2 (even), stored as even input 1")
-	assert.Equal(t, int8(-4), xq[32+1], "x[3] = -3.5 rounds to -4 (even), stored as odd input 1")
-	assert.Equal(t, int8(127), xq[32+3], "x[7] is odd input 3")
-	for j := 16; j < 32; j++ {
-		assert.Zero(t, xq[j], "block 1 (zeros) even codes")
-		assert.Zero(t, xq[32+j], "block 1 (zeros) odd codes")
+	step := func(rec []byte, i int) float32 {
+		return math.Float32frombits(binary.LittleEndian.Uint32(rec[128+4*i:]))
 	}
+	rec := make([]byte, fastRec(true))
+	xs := make([]float32, 1)
+	quantizeFastGo(rec, len(rec), xs, x, 64, true)
+	for i := range 4 {
+		assert.Equal(t, float32(1), step(rec, i), "nibble lane %d: block 0's step", i)
+		assert.Equal(t, float32(0), step(rec, 4+i), "nibble lane %d: block 1 (zeros)", 4+i)
+	}
+	assert.Equal(t, int8(2), int8(rec[1]), "x[2] = 2.5 rounds to 2 (even), stored as even input 1")
+	assert.Equal(t, int8(-4), int8(rec[64+1]), "x[3] = -3.5 rounds to -4 (even), stored as odd input 1")
+	assert.Equal(t, int8(127), int8(rec[64+3]), "x[7] is odd input 3")
 	var want float32
 	for _, v := range x {
 		want += v
 	}
 	assert.InDelta(t, want, xs[0], 1e-4)
+	rec = make([]byte, fastRec(false))
+	quantizeFastGo(rec, len(rec), xs, x, 64, false)
+	for i := range 8 {
+		assert.Equal(t, float32(1), step(rec, i), "byte lane %d: block 0's step", i)
+		assert.Equal(t, float32(0), step(rec, 8+i), "byte lane %d: block 1", 8+i)
+	}
+	assert.Equal(t, []int8{-2, -1, 2, -4}, []int8{int8(rec[0]), int8(rec[1]), int8(rec[2]), int8(rec[3])})
+}
+
+// The kernels read fastArgs by offset (gen_fast.py's table A): every field is 8 bytes, in declaration order.
+func TestFastArgsLayout(t *testing.T) {
+	var a fastArgs
+	offs := []uintptr{unsafe.Offsetof(a.codes), unsafe.Offsetof(a.cstride), unsafe.Offsetof(a.scales),
+		unsafe.Offsetof(a.biases), unsafe.Offsetof(a.sstride), unsafe.Offsetof(a.sstep), unsafe.Offsetof(a.wgroups),
+		unsafe.Offsetof(a.xp), unsafe.Offsetof(a.chunks), unsafe.Offsetof(a.tail), unsafe.Offsetof(a.xs),
+		unsafe.Offsetof(a.xss), unsafe.Offsetof(a.nb16), unsafe.Offsetof(a.dst), unsafe.Offsetof(a.ldd),
+		unsafe.Offsetof(a.perm), unsafe.Offsetof(a.kscale), unsafe.Offsetof(a.kcode0), unsafe.Offsetof(a.klane0),
+		unsafe.Offsetof(a.kcode1), unsafe.Offsetof(a.klane1), unsafe.Offsetof(a.kscaleT), unsafe.Offsetof(a.kbias)}
+	for i, o := range offs {
+		assert.Equal(t, uintptr(8*i), o, "field %d", i)
+	}
+	assert.Equal(t, uintptr(8*len(offs)), unsafe.Sizeof(a))
 }

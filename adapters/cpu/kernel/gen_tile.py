@@ -1,9 +1,5 @@
 import struct
 PERM_A = 'Z15, Z8, Z8'
-# Fast-mode prefetch distances in bytes (codes; scales and biases): memory-bound one-row products measured
-# ~15-25% faster with them (BenchmarkDecodeStream q4fast rows=1; 1-8 KiB all alike).
-FPF = int(__import__("os").environ.get("FPF", "2048"))
-FPF2 = int(__import__("os").environ.get("FPF2", "512"))
 PERM_B = 'Z15, Z9, Z9'
 # Generates tile_amd64.s: multi-row × multi-output tiles for f32/bf16 and multi-row quantized kernels.
 out = []
@@ -375,207 +371,6 @@ def quantrow1(name, bits, gb, prefetch):
     e()
 
 
-def fastq4(name, gs, across="w"):
-    # Fast-mode 4-bit rows (not bit-identical to the reference kernels; see fast.go): one input row quantized to
-    # int8 per group (xq: per group the gs/2 inputs of the low nibbles, then the gs/2 of the high nibbles;
-    # d: one step per 8 inputs, the same for the 4 lanes of a block of 32; xs: group sums) against nrows consecutive weight rows. Per weight row: integer dot
-    # products with VPDPBUSD in gs/8 lanes, then per group and lane acc += float(isum)·d_l·s_g (two rounded
-    # products and a rounded add), a fixed horizontal sum, plus the bias term Σ_g b_g·xs_g in group order:
-    # dst[o] = product + bias. fastQ4Go mirrors every operation. Registers 16-31 force EVEX encodings
-    # (AVX512-VNNI; the VEX AVX-VNNI forms may be missing).
-    P = {128: "Z", 64: "Y", 32: "X"}[gs]
-    gb = gs // 2
-    if across == "w":
-        e(f"// func {name}(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32)")
-        e(f"// Fast-mode 4-bit rows for group size {gs}: dst[o] for nrows consecutive weight rows.")
-        e(f"TEXT ·{name}(SB), NOSPLIT, $0-72")
-        e("\tMOVQ codes+0(FP), DI")
-        e("\tMOVQ scales+24(FP), R9")
-        e("\tMOVQ biases+32(FP), R12")
-    else:
-        e(f"// func {name}(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int)")
-        e(f"// Fast-mode 4-bit rows for group size {gs}: one weight row against nrows consecutive quantized input rows,")
-        e("// dst[r·ldd] for each (the same operations per element as the weight-row form).")
-        e(f"TEXT ·{name}(SB), NOSPLIT, $0-80")
-        e("\tMOVQ xq+8(FP), SI")
-        e("\tMOVQ d+16(FP), R8")
-        e("\tMOVQ xs+40(FP), R13")
-        e("\tMOVQ ldd+72(FP), R15")
-        e("\tSHLQ $2, R15")
-    e("\tMOVQ nrows+56(FP), R14")
-    e("\tMOVQ dst+64(FP), DX")
-    e("\tMOVL $0x0f, AX")
-    e(f"\tVPBROADCASTB AX, {P}31")
-    e(f"{name}_row:")
-    if across == "w":
-        e("\tMOVQ xq+8(FP), SI")
-        e("\tMOVQ d+16(FP), R8")
-        e("\tMOVQ xs+40(FP), R13")
-    else:
-        e("\tMOVQ codes+0(FP), DI")
-        e("\tMOVQ scales+24(FP), R9")
-        e("\tMOVQ biases+32(FP), R12")
-    e("\tMOVQ groups+48(FP), R10")
-    e(f"\tVPXORD {P}16, {P}16, {P}16")
-    e("\tVXORPS X13, X13, X13")
-    e(f"{name}_group:")
-    if FPF:
-        e(f"\tPREFETCHT0 {FPF}(DI)")
-        if FPF2:
-            e(f"\tPREFETCHT0 {FPF2}(R9)")
-            e(f"\tPREFETCHT0 {FPF2}(R12)")
-    e(f"\tVMOVDQU32 (DI), {P}17")
-    e(f"\tVPSRLW $4, {P}17, {P}18")
-    e(f"\tVPANDD {P}31, {P}17, {P}17")
-    e(f"\tVPANDD {P}31, {P}18, {P}18")
-    e(f"\tVPXORD {P}19, {P}19, {P}19")
-    e(f"\tVPDPBUSD (SI), {P}17, {P}19")
-    e(f"\tVPDPBUSD {gb}(SI), {P}18, {P}19")
-    e(f"\tVCVTDQ2PS {P}19, {P}19")
-    e(f"\tVMULPS (R8), {P}19, {P}19")
-    e(f"\tVMULPS.BCST (R9), {P}19, {P}19")
-    e(f"\tVADDPS {P}19, {P}16, {P}16")
-    e("\tVMOVSS (R12), X11")
-    e("\tVMULSS (R13), X11, X11")
-    e("\tVADDSS X11, X13, X13")
-    e(f"\tADDQ ${gb}, DI")
-    e(f"\tADDQ ${gs}, SI")
-    e(f"\tADDQ ${gs//2}, R8")
-    e("\tADDQ $4, R9")
-    e("\tADDQ $4, R12")
-    e("\tADDQ $4, R13")
-    e("\tDECQ R10")
-    e(f"\tJNZ {name}_group")
-    # Horizontal sum: halve to 4 lanes (v[i] + v[i+L/2]), then (v0+v1)+(v2+v3); then + bias.
-    if P == "Z":
-        e("\tVEXTRACTF64X4 $1, Z16, Y17")
-        e("\tVADDPS Y17, Y16, Y16")
-    if P in ("Z", "Y"):
-        e("\tVEXTRACTF32X4 $1, Y16, X17")
-        e("\tVADDPS X17, X16, X16")
-    e("\tVMOVAPS X16, X0")
-    e("\tVHADDPS X0, X0, X0")
-    e("\tVHADDPS X0, X0, X0")
-    e("\tVADDSS X13, X0, X0")
-    e("\tVMOVSS X0, (DX)")
-    e("\tADDQ $4, DX" if across == "w" else "\tADDQ R15, DX")
-    e("\tDECQ R14")
-    e(f"\tJNZ {name}_row")
-    e("\tVZEROUPPER")
-    e("\tRET")
-    e()
-
-def quantq8(name):
-    # Fast-mode input quantization (quantizeQ8Go's operations): per group of gs floats (gs = 16·G), the group
-    # sum xs = the 16-lane partial sums (from +0, in order) halved to 4 lanes and summed as (q0+q1)+(q2+q3);
-    # then per block of 32 inputs amax = max|x| (as bits), d = amax/127, inv = 1/d, xq = RNE(x·inv) (VCVTPS2DQ
-    # under the default rounding), the block's even inputs then its odd ones at the group's even and odd halves,
-    # and d written four times (one per 8 inputs, the kernels' lanes). Blocks with amax < 2^-100 or ≥ +Inf
-    # get zero codes and d = 0 or NaN.
-    e(f"// func {name}(xq *int8, d, xs, x *float32, groups, gs int)")
-    e("// quantizeQ8Go for groups groups of gs floats (32, 64 or 128).")
-    e(f"TEXT ·{name}(SB), NOSPLIT, $0-48")
-    e("\tMOVQ xq+0(FP), DI")
-    e("\tMOVQ d+8(FP), R8")
-    e("\tMOVQ xs+16(FP), R9")
-    e("\tMOVQ x+24(FP), SI")
-    e("\tMOVQ groups+32(FP), R10")
-    e("\tMOVQ gs+40(FP), R11")
-    e("\tMOVQ R11, BX")
-    e("\tSHRQ $1, BX")           # gs/2: offset of the odd codes
-    e("\tMOVL $0x7fffffff, AX")
-    e("\tVPBROADCASTD AX, Z31")
-    e("\tMOVL $0x42fe0000, AX") # 127.0
-    e("\tVMOVD AX, X30")
-    e("\tMOVL $0x3f800000, AX") # 1.0
-    e("\tVMOVD AX, X29")
-    e("\tVMOVDQU32 q8even<>(SB), Z28")
-    e("\tVMOVDQU32 q8odd<>(SB), Z27")
-    e(f"{name}_group:")
-    e("\tTESTQ R10, R10")
-    e(f"\tJE {name}_done")
-    # The group sum.
-    e("\tVPXORD Z17, Z17, Z17")
-    e("\tXORQ CX, CX")
-    e(f"{name}_scan:")
-    e("\tVADDPS (SI)(CX*4), Z17, Z17")
-    e("\tADDQ $16, CX")
-    e("\tCMPQ CX, R11")
-    e(f"\tJLT {name}_scan")
-    e("\tVEXTRACTF64X4 $1, Z17, Y18")
-    e("\tVADDPS Y18, Y17, Y17")
-    e("\tVEXTRACTF32X4 $1, Y17, X18")
-    e("\tVADDPS X18, X17, X17")
-    e("\tVMOVAPS X17, X0")
-    e("\tVHADDPS X0, X0, X0")
-    e("\tVHADDPS X0, X0, X0")
-    e("\tVMOVSS X0, (R9)")
-    # Blocks of 32: CX indexes floats, DX the block's 16 even codes.
-    e("\tXORQ CX, CX")
-    e("\tXORQ DX, DX")
-    e("\tLEAQ (DI)(BX*1), R12")  # the group's odd codes
-    e(f"{name}_block:")
-    e("\tVMOVUPS (SI)(CX*4), Z21")
-    e("\tVMOVUPS 64(SI)(CX*4), Z22")
-    e("\tVPANDD Z31, Z21, Z16")
-    e("\tVPANDD Z31, Z22, Z19")
-    e("\tVPMAXUD Z19, Z16, Z16")
-    e("\tVEXTRACTI64X4 $1, Z16, Y18")
-    e("\tVPMAXUD Y18, Y16, Y16")
-    e("\tVEXTRACTI32X4 $1, Y16, X18")
-    e("\tVPMAXUD X18, X16, X16")
-    e("\tVPSHUFD $0x4e, X16, X18")
-    e("\tVPMAXUD X18, X16, X16")
-    e("\tVPSHUFD $0xb1, X16, X18")
-    e("\tVPMAXUD X18, X16, X16")
-    e("\tVMOVD X16, AX")
-    e("\tCMPL AX, $0x0d800000")  # below 2^-100: a zero block (1/d would overflow for tiny d)
-    e(f"\tJB {name}_zero")
-    e("\tCMPL AX, $0x7f800000")
-    e(f"\tJAE {name}_nan")
-    e("\tVDIVSS X30, X16, X1")   # d = amax / 127
-    e("\tVBROADCASTSS X1, X3")
-    e("\tVMOVUPS X3, (R8)")
-    e("\tVDIVSS X1, X29, X2")    # inv = 1 / d
-    e("\tVBROADCASTSS X2, Z20")
-    e("\tVMULPS Z21, Z20, Z21")
-    e("\tVMULPS Z22, Z20, Z22")
-    e("\tVCVTPS2DQ Z21, Z21")
-    e("\tVCVTPS2DQ Z22, Z22")
-    e("\tVMOVDQA32 Z21, Z23")
-    e("\tVPERMT2D Z22, Z28, Z23")  # even lanes of Z21:Z22
-    e("\tVPERMT2D Z22, Z27, Z21")  # odd lanes
-    e("\tVPMOVDB Z23, (DI)(DX*1)")
-    e("\tVPMOVDB Z21, (R12)(DX*1)")
-    e(f"{name}_nextblock:")
-    e("\tADDQ $16, R8")
-    e("\tADDQ $16, DX")
-    e("\tADDQ $32, CX")
-    e("\tCMPQ CX, R11")
-    e(f"\tJLT {name}_block")
-    e("\tLEAQ (SI)(R11*4), SI")
-    e("\tADDQ R11, DI")
-    e("\tADDQ $4, R9")
-    e("\tDECQ R10")
-    e(f"\tJMP {name}_group")
-    e(f"{name}_nan:")
-    e("\tMOVL $0x7fc00000, AX")
-    e(f"\tJMP {name}_special")
-    e(f"{name}_zero:")
-    e("\tXORL AX, AX")
-    e(f"{name}_special:")
-    e("\tVMOVD AX, X3")
-    e("\tVPBROADCASTD X3, X3")
-    e("\tVMOVUPS X3, (R8)")
-    e("\tVPXOR X3, X3, X3")
-    e("\tVMOVDQU X3, (DI)(DX*1)")
-    e("\tVMOVDQU X3, (R12)(DX*1)")
-    e(f"\tJMP {name}_nextblock")
-    e(f"{name}_done:")
-    e("\tVZEROUPPER")
-    e("\tRET")
-    e()
-
 def quant4x2(name, bits):
     # 4 input rows × 2 weight rows (o, o+1 at codes+rowBytes, scales/biases + ng floats) in the State form
     # of quantrows(R=4): each x vector is loaded once for both weight rows, halving the loads per FMA.
@@ -891,14 +686,6 @@ for i in range(16):
     e(f"DATA q4float<>+{4*i}(SB)/4, ${hex(struct.unpack('<I', struct.pack('<f', float(i)))[0])}")
 e("GLOBL q4float<>(SB), RODATA|NOPTR, $64")
 e()
-e("// q8even and q8odd select the even and odd dwords of a pair of vectors (VPERMT2D indices).")
-for i in range(16):
-    e(f"DATA q8even<>+{4*i}(SB)/4, ${2*i}")
-e("GLOBL q8even<>(SB), RODATA|NOPTR, $64")
-for i in range(16):
-    e(f"DATA q8odd<>+{4*i}(SB)/4, ${2*i+1}")
-e("GLOBL q8odd<>(SB), RODATA|NOPTR, $64")
-e()
 tile("tileF32x4x2AVX2", 4, 2, False, False)
 tile("tileBF16x4x2AVX2", 4, 2, True, False)
 tilez("tileF32x4x4AVX512", 4, 4, False)
@@ -916,10 +703,6 @@ quantrows("dotQ4Rows8StateAVX512", 4, 8, True)
 quantrows("dotQ4Rows4StateAVX512", 4, 4, True)
 quantrows("dotQ8Rows8StateAVX512", 8, 8, True)
 quantrows("dotQ8Rows4StateAVX512", 8, 4, True)
-for gs in (32, 64, 128):
-    fastq4(f"dotQ4FastG{gs}AVX512", gs)
-    fastq4(f"dotQ4FastRowsG{gs}AVX512", gs, "x")
-quantq8("quantizeQ8AVX512")
 quant4x2("dotQ4Rows4x2StateAVX512", 4)
 quant4x2("dotQ8Rows4x2StateAVX512", 8)
 # Group ends: "blend" (one shuffle per pair of rows) measured at least as fast as "paired" (two) and "split"

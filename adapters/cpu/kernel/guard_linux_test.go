@@ -80,3 +80,44 @@ func TestQuantKernelsStayInBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestFastKernelsStayInBounds runs the fast-mode VNNI kernels (every width and group size, full and partial
+// chunks, 1 to 33 rows) on weights, inputs and outputs placed against inaccessible pages, and checks the bits
+// against the portable path: the 64-byte code loads, the masked loads of a partial chunk and of the last
+// scales and biases, and the prefetches must stay inside the codes (which may end a read-only mmap).
+func TestFastKernelsStayInBounds(t *testing.T) {
+	if !useVNNI {
+		t.Skip("no AVX512-VNNI on this CPU")
+	}
+	r := rand.New(rand.NewPCG(7, 8))
+	for _, tail := range []bool{true, false} {
+		for _, bits := range []int{2, 3, 4, 5, 6, 8} {
+			for _, g := range []int{32, 64, 128} {
+				for _, shape := range [][2]int{{1, g}, {2, g}, {3, 2 * g}, {5, 3 * g}, {3, 128 + g}} {
+					out, in := shape[0], shape[1]
+					q, _ := quantFixture(r, out, in, bits, g)
+					cb := guarded(t, 4*len(q.Codes), tail)
+					codes := unsafe.Slice((*uint32)(unsafe.Pointer(&cb[0])), len(q.Codes))
+					copy(codes, q.Codes)
+					q.Codes = codes
+					q.Scales, q.Biases = guardedF32(t, q.Scales, tail), guardedF32(t, q.Biases, tail)
+					l, err := NewQuant(out, in, q)
+					require.NoError(t, err)
+					l.Pool = NewPoolMode(2, ModeFast)
+					for _, rows := range []int{1, 2, 5, 8, 13, 16, 17, 33} {
+						x := make([]float32, rows*in)
+						for i := range x {
+							x[i] = r.Float32()*2 - 1
+						}
+						x = guardedF32(t, x, tail)
+						a := guardedF32(t, make([]float32, rows*out), tail)
+						l.Forward(a, x, rows)
+						b := make([]float32, rows*out)
+						withVNNI(false, func() { l.Forward(b, x, rows) })
+						assertBits(t, b, a, "tail %v q%d g%d out %d in %d rows %d", tail, bits, g, out, in, rows)
+					}
+				}
+			}
+		}
+	}
+}

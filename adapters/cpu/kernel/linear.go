@@ -183,6 +183,11 @@ func (l *Linear) Forward(dst, x []float32, rows int) {
 	if l.In <= 16384 {
 		tile = max(tile, 16)
 	}
+	if l.q != nil && l.Pool.Mode() == ModeFast {
+		// Fast-mode inputs are packed to about a byte each, so a tile holds more rows (prefill streams the
+		// weights once per tile).
+		tile = l.fastTile()
+	}
 	for r0 := 0; r0 < rows; r0 += tile {
 		n := min(tile, rows-r0)
 		l.forwardTile(dst[r0*l.Out:], x[r0*l.In:], n)

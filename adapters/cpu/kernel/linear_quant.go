@@ -13,7 +13,7 @@ import (
 // forwardQuant uses y_r = Σ_g (s_rg·Σ_{j∈g} q_rj x_j + b_rg·Σ_{j∈g} x_j), unpacking one row of codes at a time.
 func (l *Linear) forwardQuant(dst, x []float32, rows int) {
 	q := l.q
-	if q.Bits == 4 && l.Pool.Mode() == ModeFast {
+	if l.Pool.Mode() == ModeFast {
 		l.forwardQuantFast(dst, x, rows)
 		return
 	}

@@ -138,9 +138,18 @@ func AddScaled(dst, x, tmp []float32, a float32) {
 	if len(dst) == 0 {
 		return
 	}
-	tmp = tmp[:len(dst)]
-	vek32.MulNumber_Into(tmp, x[:len(dst)], a)
-	vek32.Add_Inplace(dst, tmp)
+	x = x[:len(dst)]
+	j := 0
+	if useAVX2 && len(dst) >= 8 {
+		j = len(dst) &^ 7
+		addScaledAVX2(&dst[0], &x[0], a, j)
+	}
+	if j == len(dst) {
+		return
+	}
+	tmp = tmp[:len(dst)-j]
+	vek32.MulNumber_Into(tmp, x[j:], a)
+	vek32.Add_Inplace(dst[j:], tmp)
 }
 
 // Rope holds the inverse frequencies of NeoX rotate-half RoPE over the first Dims dims of a head.

@@ -232,34 +232,7 @@ func dotQ6Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *flo
 //go:noescape
 func dotQ8Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
 
-// useVNNI selects the fast-mode 4-bit kernels (AVX512-VNNI VPDPBUSD on top of the AVX-512 set).
-var useVNNI = useAVX512 && cpu.X86.HasAVX512VNNI
-
-// The fast-mode 4-bit kernels (ModeFast; gen_tile.py fastq4) by group size: an int8-quantized input row
-// against nrows consecutive weight rows (codes, scales and biases contiguous), dst[o] = product + bias term.
-// fastQ4Go is their operation-for-operation mirror.
-
-//go:noescape
-func dotQ4FastG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32)
-
-//go:noescape
-func dotQ4FastG64AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32)
-
-//go:noescape
-func dotQ4FastG128AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32)
-
-// quantizeQ8AVX512 is quantizeQ8Go for groups groups of gs floats (32, 64 or 128); see quantizeQ8.
+// addScaledAVX2 is AddScaled's loop for n floats (a multiple of 8): dst[j] + float32(a·x[j]).
 //
 //go:noescape
-func quantizeQ8AVX512(xq *int8, d, xs, x *float32, groups, gs int)
-
-// The Rows forms run one weight row against nrows consecutive quantized input rows (dst[r·ldd]).
-
-//go:noescape
-func dotQ4FastRowsG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int)
-
-//go:noescape
-func dotQ4FastRowsG64AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int)
-
-//go:noescape
-func dotQ4FastRowsG128AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int)
+func addScaledAVX2(dst, x *float32, a float32, n int)

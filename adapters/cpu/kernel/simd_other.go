@@ -157,24 +157,4 @@ func dotQ8Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *flo
 	noAVX2()
 }
 
-var useVNNI = false
-
-func dotQ4FastG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32) {
-	noAVX2()
-}
-func dotQ4FastG64AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32) {
-	noAVX2()
-}
-func dotQ4FastG128AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32) {
-	noAVX2()
-}
-func quantizeQ8AVX512(xq *int8, d, xs, x *float32, groups, gs int) { noAVX2() }
-func dotQ4FastRowsG32AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int) {
-	noAVX2()
-}
-func dotQ4FastRowsG64AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int) {
-	noAVX2()
-}
-func dotQ4FastRowsG128AVX512(codes *byte, xq *int8, d, scales, biases, xs *float32, groups, nrows int, dst *float32, ldd int) {
-	noAVX2()
-}
+func addScaledAVX2(dst, x *float32, a float32, n int) { noAVX2() }

@@ -1,0 +1,49 @@
+//go:build amd64 && !purego
+
+#include "textflag.h"
+
+// func addScaledAVX2(dst, x *float32, a float32, n int)
+// dst[j] = dst[j] + a·x[j] for n floats (n a multiple of 8): the product rounded (VMULPS), then the add
+// (VADDPS), the operations AddScaled's portable form runs, in one pass instead of two.
+TEXT ·addScaledAVX2(SB), NOSPLIT, $0-32
+	MOVQ         dst+0(FP), DI
+	MOVQ         x+8(FP), SI
+	VBROADCASTSS a+16(FP), Y15
+	MOVQ         n+24(FP), CX
+	SHLQ         $2, CX
+	ADDQ         DI, CX
+	MOVQ         CX, DX
+	SUBQ         $96, DX
+
+axpy32:
+	CMPQ    DI, DX
+	JGE     axpy8
+	VMULPS  (SI), Y15, Y0
+	VMULPS  32(SI), Y15, Y1
+	VMULPS  64(SI), Y15, Y2
+	VMULPS  96(SI), Y15, Y3
+	VADDPS  (DI), Y0, Y0
+	VADDPS  32(DI), Y1, Y1
+	VADDPS  64(DI), Y2, Y2
+	VADDPS  96(DI), Y3, Y3
+	VMOVUPS Y0, (DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	ADDQ    $128, SI
+	ADDQ    $128, DI
+	JMP     axpy32
+
+axpy8:
+	CMPQ    DI, CX
+	JGE     axpydone
+	VMULPS  (SI), Y15, Y0
+	VADDPS  (DI), Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DI
+	JMP     axpy8
+
+axpydone:
+	VZEROUPPER
+	RET

@@ -1,0 +1,12 @@
+//go:build !amd64 || purego
+
+package kernel
+
+// useVNNI is always false here: the fast mode runs its portable Go path.
+var useVNNI = false
+
+// fastKernels is never called without VNNI.
+var fastKernels [2][4][2]func(a *fastArgs)
+
+func quantizeFastQ4AVX512(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
+func quantizeFastQ8AVX512(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }

@@ -1,0 +1,135 @@
+package app
+
+import (
+	"context"
+	"time"
+
+	"github.com/higgs-go/higgs/domain/batch"
+	"github.com/higgs-go/higgs/domain/speculative"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// After is the system clock's timer (batch.Timer).
+func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// timerClock gives a clock without timers (a test's) the system's: the scheduler then waits in real time and
+// measures on the clock.
+type timerClock struct{ ports.Clock }
+
+func (timerClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// EngineMetrics receives the engine's serving figures for /metrics (openai.Server implements it).
+type EngineMetrics interface {
+	// ObserveBatch is called after each batched target forward with the sequences it served and the rows
+	// (tokens) it ran.
+	ObserveBatch(sequences, rows int)
+	// ObserveQueueWait is called when a request starts decoding, with how long it waited for a place in the
+	// batch and for its memory.
+	ObserveQueueWait(d time.Duration)
+}
+
+// SetMetrics makes Serve report to m (nil: stop reporting). Call it before serving.
+func (s *Serve) SetMetrics(m EngineMetrics) {
+	s.metrics.Store(&metricsBox{m})
+}
+
+// metricsBox lets an interface live in an atomic.Pointer.
+type metricsBox struct{ m EngineMetrics }
+
+func (s *Serve) engineMetrics() EngineMetrics {
+	if b := s.metrics.Load(); b != nil {
+		return b.m
+	}
+	return nil
+}
+
+// newScheduler makes the engine's round scheduler and memory budget.
+func (s *Serve) newScheduler(l *loaded) error {
+	clock, ok := s.clock.(batch.Clock)
+	if !ok {
+		clock = timerClock{s.clock}
+	}
+	sched, err := batch.New(batch.Config{MaxWait: s.cfg.BatchWait, Observe: s.observeRound}, clock, l.Target, l.Drafter)
+	if err != nil {
+		return err
+	}
+	total := s.cfg.MemoryBudget
+	if total == 0 {
+		total = defaultMemoryBudget(s.cfg.PrefixCacheBytes)
+	}
+	budget, err := batch.NewBudget(total)
+	if err != nil {
+		return err
+	}
+	l.sched, l.budget, l.footprint = sched, budget, footprintFor(l.Engine, l.info)
+	return nil
+}
+
+func (s *Serve) observeRound(r batch.Round) {
+	if r.Kind != batch.RoundForward {
+		return
+	}
+	if m := s.engineMetrics(); m != nil {
+		m.ObserveBatch(r.Sequences, r.Rows)
+	}
+}
+
+// admissionBytes is what request p reserves (memory admission), or a client error when it can never fit.
+func (s *Serve) admissionBytes(l *loaded, p prepared) (int64, error) {
+	budget, err := speculative.TokenBudget(len(p.prompt), p.maxTokens, l.info.ContextLength)
+	if err != nil {
+		return 0, invalid("max_tokens", "%v", err)
+	}
+	need := l.footprint.requestBytes(len(p.prompt), budget, p.cfg.BlockSize, s.cfg.PrefillChunk)
+	if total := l.budget.Total(); need > total {
+		param := "max_tokens"
+		if p.maxTokens == 0 {
+			param = ""
+		}
+		return 0, invalid(param, "%v: this request's %d prompt tokens and %d generated tokens need %d bytes of KV cache and state, "+
+			"more than the server's whole memory budget of %d bytes (--memory-budget-bytes); lower max_tokens or shorten the prompt",
+			batch.ErrOverBudget, len(p.prompt), budget, need, total)
+	}
+	return need, nil
+}
+
+// admit waits for a place in the batch (the bounded queue) and for the request's memory; the returned
+// release gives both back.
+func (s *Serve) admit(ctx context.Context, l *loaded, need int64) (func(), error) {
+	t0 := s.clock.Now()
+	release, err := s.gate.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	free, err := l.budget.Reserve(ctx, need)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	if m := s.engineMetrics(); m != nil {
+		m.ObserveQueueWait(s.clock.Now().Sub(t0))
+	}
+	return func() { free(); release() }, nil
+}
+
+// batched wraps the request's sessions so their forwards and drafts join the scheduler's rounds, and sets
+// the decoder's batch settings (chunked prefill, the policy's batched cost).
+// leave must be called when the generation ends.
+func (s *Serve) batched(l *loaded, cfg *speculative.Config, sess ports.Session, draft ports.DraftSession) (ports.Session, ports.DraftSession, func()) {
+	m := l.sched.Join()
+	bs, bd := batchSessions(m, cfg, s.cfg.PrefillChunk, sess, draft)
+	return bs, bd, m.Leave
+}
+
+// batchSessions wraps sess and draft (nil: none) so their forwards and drafts join m's rounds, and sets cfg's
+// batch settings: the prefill chunk and the policy's batched cost.
+func batchSessions(m *batch.Member, cfg *speculative.Config, chunk int, sess ports.Session, draft ports.DraftSession) (ports.Session, ports.DraftSession) {
+	cfg.PrefillChunk = chunk
+	if cfg.Adaptive {
+		cfg.Policy.Batch = m
+	}
+	if draft != nil {
+		draft = m.DraftSession(draft)
+	}
+	return m.Session(sess), draft
+}
