@@ -9,7 +9,8 @@ import (
 // Pipeline is rank 0's view of a distributed target as the rest of higgs sees it: an ordinary ports.Target
 // whose sessions keep every ability a pipeline offers (Forward with taps and tapes, KV trim, snapshots,
 // tape replay, raw logits, prefix export and import: every rank keeps its own layers' share under one id)
-// and which hides the one it does not yet (batched rounds), so the server serves one sequence at a time.
+// and which hides the one it does not yet (batched rounds), so the server's scheduler runs the sequences'
+// forwards one after another.
 // The drafter is loaded on t itself.
 func Pipeline(t *Target) ports.Target { return pipelineTarget{t} }
 
