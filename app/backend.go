@@ -63,6 +63,9 @@ type ModelConfig struct {
 	// (kernel.ModeFast: quantized products of every width with int8-quantized inputs, not bit-identical to
 	// exact). Only the cpu backend has modes.
 	Kernels string
+	// Distributed loads rank 0's stage of the model split across processes by MLX distributed (needs
+	// Backend "mlx"; the other ranks run RunWorker).
+	Distributed bool
 }
 
 // MaxThreads bounds ModelConfig.Threads: each worker is a goroutine with its own scratch buffers, and more
@@ -94,6 +97,9 @@ func (c ModelConfig) Validate() error {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("unknown kernels %q (want exact or fast)", c.Kernels))
+	}
+	if c.Distributed && c.Backend != BackendMLX {
+		errs = append(errs, fmt.Errorf("--distributed needs --backend mlx (not %q)", c.Backend))
 	}
 	if strings.TrimSpace(c.Model) != c.Model {
 		errs = append(errs, fmt.Errorf("model %q has surrounding spaces", c.Model))

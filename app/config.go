@@ -55,6 +55,8 @@ type Config struct {
 	// special-token text (<|im_end|>) typed by a client becomes the control token.
 	SpecialTokensInContent bool
 	ConfigFile             string
+	// Distributed splits the model across processes with MLX distributed (app/distributed.go).
+	Distributed bool
 }
 
 // DefaultConfig serves the bundled demo on 127.0.0.1:8000.
@@ -115,6 +117,7 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "console or json")
 	fs.StringVar(&c.ServedModelName, "served-model-name", c.ServedModelName, "model id clients use (default: the model directory's name)")
 	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "TOML configuration file")
+	fs.BoolVar(&c.Distributed, "distributed", c.Distributed, "split the model's layers across processes with MLX distributed (MLX_RANK, MLX_HOSTFILE as mlx.launch sets them; rank 0 serves HTTP, the others are workers); needs the mlx backend")
 }
 
 // EnvName is the environment variable for a flag.
@@ -281,7 +284,7 @@ func (c Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.P
 
 // ModelConfig is the model-loading part of c.
 func (c Config) ModelConfig() ModelConfig {
-	return ModelConfig{Model: c.Model, Draft: c.Draft, NoDraft: c.NoDraft, Backend: c.Backend, Threads: c.Threads, Kernels: c.Kernels}
+	return ModelConfig{Model: c.Model, Draft: c.Draft, NoDraft: c.NoDraft, Backend: c.Backend, Threads: c.Threads, Kernels: c.Kernels, Distributed: c.Distributed}
 }
 
 // ServeConfig is the use-case part of c.

@@ -57,11 +57,15 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 	)
 	switch backend {
 	case BackendMLX:
-		t, err := mlx.Load(ctx, targetDir, mlx.LoadOptions{Logger: log})
+		var t *mlx.Target
+		if cfg.Distributed {
+			t, target, closeTarget, err = loadDistributed(ctx, targetDir, draftDir != "", log)
+		} else if t, err = mlx.Load(ctx, targetDir, mlx.LoadOptions{Logger: log}); err == nil {
+			target, closeTarget = t, t.Close
+		}
 		if err != nil {
 			return nil, err
 		}
-		target, closeTarget = t, t.Close
 		loadDrafter = func(dir string) (ports.Drafter, func() error, error) {
 			d, err := mlx.LoadDrafter(ctx, dir, t, mlx.DrafterOptions{})
 			if err != nil {

@@ -15,6 +15,9 @@ var (
 	ErrBusy = errors.New("server busy")
 	// ErrNotReady means the model is still loading.
 	ErrNotReady = errors.New("model not ready")
+	// ErrBackendLost means part of the backend is gone (a rank of a model split across processes stopped
+	// answering): the server cannot generate until it is restarted. Its text names what was lost.
+	ErrBackendLost = errors.New("backend lost")
 )
 
 // RequestError is a problem with one parameter of a request. It matches ErrInvalidRequest with errors.Is, and

@@ -23,6 +23,9 @@ var _ ports.BatchForwarder = (*Target)(nil)
 // 5.4e-6 apart in the logits of a float 512-wide dense model; Metal is not measured. The suite runs here
 // with a tolerance of 1e-4; a greedy token may then differ only where two logits are that close.
 func (t *Target) ForwardBatch(ctx context.Context, items []ports.BatchItem) ([]ports.BatchResult, error) {
+	if t.pipe != nil {
+		return nil, fmt.Errorf("mlx forward batch: %w", errPipelined)
+	}
 	sessions := make([]*Session, len(items))
 	seen := make(map[*Session]int, len(items))
 	for i, it := range items {

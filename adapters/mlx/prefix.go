@@ -25,6 +25,9 @@ type Prefix struct {
 	n   int
 	kv  []kvCache // zero for recurrent layers
 	gdn []gdnState
+	// id names the workers' copies of their layers' state in a pipeline (0 when not distributed); Size
+	// then counts rank 0's share only, which is what rank 0's memory holds.
+	id int32
 	model.PrefixSize
 }
 
@@ -94,6 +97,13 @@ func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 	}
 	a := &s.t.m.Arch
 	p := &Prefix{t: s.t, n: n, kv: make([]kvCache, len(s.st.kv)), gdn: make([]gdnState, len(s.st.gdn))}
+	if pp := s.t.pipe; pp != nil && pp.rank == 0 {
+		p.id = pp.newID()
+		if err := s.broadcast(ctrl{op: opExport, a: int32(n), b: p.id}); err != nil {
+			return nil, fmt.Errorf("mlx: export prefix: %w", err)
+		}
+		runtime.AddCleanup(p, func(id int32) { pp.drop(id) }, p.id)
+	}
 	err := s.t.rt.Do(func() error {
 		if s.t.closed {
 			return errTargetClosed
@@ -164,6 +174,9 @@ func (s *Session) ImportPrefix(ps ports.PrefixState) error {
 		return errors.New("mlx: import prefix: the state was exported by a session of another model")
 	case s.pos.N != 0:
 		return fmt.Errorf("mlx: import prefix: the session holds %d positions, want an empty session", s.pos.N)
+	}
+	if err := s.broadcast(ctrl{op: opImport, a: p.id}); err != nil {
+		return fmt.Errorf("mlx: import prefix: %w", err)
 	}
 	err := s.t.rt.Do(func() error {
 		if s.t.closed {

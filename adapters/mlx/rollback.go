@@ -15,6 +15,7 @@ import (
 type Snapshot struct {
 	sess *Session
 	pos  int
+	id   int32 // names the workers' copies in a pipeline (0 when not distributed)
 	conv []arr
 	ssm  []arr
 }
@@ -41,6 +42,14 @@ func (s *Session) Snapshot() (ports.RecurrentSnapshot, error) {
 		return nil, fmt.Errorf("mlx: snapshot: model has no recurrent layers: %w", errors.ErrUnsupported)
 	}
 	p := &Snapshot{sess: s, pos: s.pos.Rec, conv: make([]arr, len(s.st.gdn)), ssm: make([]arr, len(s.st.gdn))}
+	if pp := s.t.pipe; pp != nil && pp.rank == 0 {
+		p.id = pp.newID()
+		if err := s.broadcast(ctrl{op: opSnapshot, a: p.id}); err != nil {
+			return nil, fmt.Errorf("mlx: snapshot: %w", err)
+		}
+		// The workers drop their copy once this one is unreachable (told with the next message).
+		runtime.AddCleanup(p, func(id int32) { pp.drop(id) }, p.id)
+	}
 	err := s.t.rt.Do(func() error {
 		for i, g := range s.st.gdn {
 			if g == nil {
@@ -75,6 +84,9 @@ func (s *Session) Restore(rs ports.RecurrentSnapshot) error {
 	p, ok := rs.(*Snapshot)
 	if !ok || p == nil || p.sess != s {
 		return fmt.Errorf("mlx: restore: snapshot %T was not taken from this session", rs)
+	}
+	if err := s.broadcast(ctrl{op: opRestore, a: p.id}); err != nil {
+		return fmt.Errorf("mlx: restore: %w", err)
 	}
 	err := s.t.rt.Do(func() error {
 		for i, g := range s.st.gdn {
@@ -157,6 +169,9 @@ func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
 		return fmt.Errorf("mlx replay: %w", err)
 	}
 	tp := t.(*Tape)
+	if err := s.broadcast(ctrl{op: opReplay, a: int32(n)}); err != nil {
+		return fmt.Errorf("mlx replay: %w", err)
+	}
 	if skip {
 		s.pos.Rec = tp.Start + n
 		return nil

@@ -36,6 +36,8 @@ type Session struct {
 	taped   *Taps
 	replay  bool
 	closed  bool
+	// id names the session to the pipeline's workers (0 when not distributed).
+	id int32
 	// prof accumulates where Forward's time goes (graph building and binding calls on the Go side vs MLX's
 	// evaluation), for the overhead benchmarks.
 	prof profile
@@ -62,6 +64,17 @@ func (t *Target) newSession(tapLayers []int) (*Session, error) {
 	s.st.kv = make([]*kvCache, a.Layers)
 	s.st.gdn = make([]*gdnState, a.Layers)
 	s.pos.Recurrent = t.info.HasRecurrent()
+	if t.pipe != nil && t.pipe.rank == 0 {
+		s.id = t.pipe.newID()
+		layers := make([]int32, len(tapLayers))
+		for i, l := range tapLayers {
+			layers[i] = int32(l)
+		}
+		if err := s.broadcast(ctrl{op: opNew, payload: layers}); err != nil {
+			return nil, err
+		}
+	}
+	stage := t.Stage()
 	err = t.rt.Do(func() error {
 		if t.closed {
 			return errTargetClosed
@@ -70,6 +83,9 @@ func (t *Target) newSession(tapLayers []int) (*Session, error) {
 		defer g.release()
 		var all []arr
 		for i, k := range a.Kinds {
+			if !stage.Has(i) {
+				continue // another rank's layer
+			}
 			if k == ports.LayerAttention {
 				s.st.kv[i] = &kvCache{}
 				continue
@@ -258,9 +274,23 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 	m := s.t.m
 	T := len(tokens)
 	var res runResult
-	err := s.t.rt.Do(func() error {
+	err := s.t.do(func() error {
 		if s.t.closed {
 			return errTargetClosed
+		}
+		if p := s.t.pipe; p != nil && p.rank == 0 {
+			c := ctrl{op: opForward, sess: s.id, a: int32(T), b: int32(rows)}
+			for _, f := range []struct {
+				on bool
+				fl int32
+			}{{wantTaps, flagTaps}, {wantTape, flagTape}, {wantLogits, flagLogits}} {
+				if f.on {
+					c.flags |= f.fl
+				}
+			}
+			if err := s.t.sendCtrl(c); err != nil {
+				return err
+			}
 		}
 		t0 := time.Now()
 		g := newGraph(s.t.rt, "mlx forward")
@@ -272,20 +302,69 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 			st.tape = &Tape{TapeHeader: model.TapeHeader{Session: s, Forward: s.gen, Length: T, Start: s.pos.N}, sess: s, layers: make([]*gdnTape, m.Arch.Layers)}
 		}
 		tapRows, tap := model.Collect[act](s.taps)
-		x, err := model.Forward(ctx, m, be, st, be.Embed(m.Embed, tokens), s.pos.N, tap)
+		p := s.t.pipe
+		var x, carried act
+		var own, carriedIn []int
+		if p == nil || p.rank == 0 {
+			x = be.Embed(m.Embed, tokens)
+		} else {
+			own = tapOrder(s.taps.Layers(), p.stages)[p.rank]
+			carriedIn = carriedSlots(tapOrder(s.taps.Layers(), p.stages), p.rank)
+			w := m.Arch.Hidden * (1 + len(carriedIn)*btoi(wantTaps))
+			in := act{g.recv(s.t.dt, p.rank-1, p.group, T, w), T, w}
+			// Received in an evaluation of its own, so the stage's time splits into waiting for its input
+			// (the ranks before it and the hop) and its own layers.
+			tw := time.Now()
+			g.eval(in.a)
+			p.stats.Wait += time.Since(tw)
+			x = be.Split(in, 1, m.Arch.Hidden, w-m.Arch.Hidden)[0]
+			if w > m.Arch.Hidden {
+				carried = be.Split(in, 1, m.Arch.Hidden, w-m.Arch.Hidden)[1]
+			}
+		}
+		x, err := model.ForwardStage(ctx, m, be, st, x, s.pos.N, s.t.Stage(), tap)
 		if err != nil {
 			s.st.restoreHandles(old)
 			return fmt.Errorf("mlx forward: %w", err)
 		}
 		var tapArr arr
-		if wantTaps && s.taps.Len() > 0 {
-			tapArr = be.Concat(tapRows...).a
+		var ids, lg arr
+		var outs []arr
+		var wire []arr // what travels on (a worker's carried and own taps)
+		if p != nil && p.rank > 0 && wantTaps {
+			if carried.a != 0 {
+				wire = append(wire, carried.a)
+			}
+			for _, slot := range own {
+				wire = append(wire, tapRows[slot].a)
+			}
 		}
-		lg := be.f32(model.Logits(m, be, x, T-rows, T).a)
-		ids := g.astype(g.argmax(lg, -1), mlxc.Int32)
-		outs := append([]arr{ids, lg}, s.st.handles()...)
-		if tapArr != 0 {
-			outs = append(outs, tapArr)
+		switch {
+		case p != nil && !p.last():
+			// Pass the stream (and the taps carried so far) to the next rank.
+			out := append([]arr{x.a}, wire...)
+			msg := out[0]
+			if len(out) > 1 {
+				msg = g.concat(1, out...)
+			}
+			outs = append(outs, g.send(msg, p.rank+1, p.group))
+		default:
+			lg = be.f32(model.Logits(m, be, x, T-rows, T).a)
+			ids = g.astype(g.argmax(lg, -1), mlxc.Int32)
+			outs = append(outs, ids, lg)
+		}
+		nLocal := len(outs)
+		outs = append(outs, s.st.handles()...)
+		var tapLocal []arr // rank 0's own tap rows, joined with the others' after the exchange
+		if (p == nil || p.rank == 0) && wantTaps && s.taps.Len() > 0 {
+			if p == nil {
+				tapArr = be.Concat(tapRows...).a
+				outs = append(outs, tapArr)
+			} else {
+				for _, slot := range tapOrder(s.taps.Layers(), p.stages)[0] {
+					tapLocal = append(tapLocal, tapRows[slot].a)
+				}
+			}
 		}
 		tape := st.tape
 		if tape != nil {
@@ -296,10 +375,29 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 			}
 		}
 		t1 := time.Now()
-		g.eval(outs...)
+		g.eval(append(outs, tapLocal...)...)
+		if p != nil {
+			te := time.Now()
+			p.stats.Forwards++
+			p.stats.Compute += te.Sub(t1)
+			ids, lg, tapArr = s.exchange(g, T, rows, wantTaps, wantLogits, ids, lg, wire, tapRows)
+			if p.rank == 0 {
+				p.stats.Wait += time.Since(te)
+			} else if p.last() {
+				p.stats.Send += time.Since(te)
+			}
+			outs = outs[nLocal:]
+			if tapArr != 0 {
+				outs = append(outs, tapArr)
+			}
+		} else {
+			outs = outs[2:]
+		}
 		t2 := time.Now()
-		res.greedy = g.readI32(ids)
-		if wantLogits {
+		if ids != 0 {
+			res.greedy = g.readI32(ids)
+		}
+		if wantLogits && lg != 0 {
 			res.logits = g.readF32(lg)
 		}
 		s.prof.build += t1.Sub(t0)
@@ -313,7 +411,7 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 		}
 		// Adopt every evaluated output but the greedy ids and logits (the new state, the taps, the tape's
 		// arrays) in one pass; free the old handles except those a tape now owns (S₀, cs₀).
-		g.keepAll(outs[2:])
+		g.keepAll(outs)
 		keepOld := map[arr]bool{}
 		if tape != nil {
 			for _, tp := range tape.layers {
@@ -393,6 +491,9 @@ func (s *Session) TrimKV(n int) error {
 	if n < 0 || n > s.pos.N {
 		return fmt.Errorf("mlx: trim to %d outside [0,%d]", n, s.pos.N)
 	}
+	if err := s.broadcast(ctrl{op: opTrim, a: int32(n)}); err != nil {
+		return err
+	}
 	if n < s.pos.N {
 		a := &s.t.m.Arch
 		err := s.t.rt.Do(func() error {
@@ -437,6 +538,12 @@ func (s *Session) Close() error {
 		return nil
 	}
 	s.closed = true
+	if s.t.rt.Err() != nil {
+		return nil // the pipeline is broken: the MLX thread is blocked, and the process goes with it
+	}
+	if err := s.broadcast(ctrl{op: opClose}); err != nil {
+		return err
+	}
 	return s.t.rt.Do(func() error {
 		s.dropLast()
 		for _, h := range s.st.handles() {

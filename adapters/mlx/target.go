@@ -52,6 +52,14 @@ type Target struct {
 	// closed is read and written only on the MLX thread, so a Close racing a session's Forward turns into
 	// an error instead of a use of freed arrays.
 	closed bool
+	// pipe is the target's place in a distributed pipeline (nil: the whole model is here); weightBytes
+	// is the stored size of the weights this process loaded.
+	pipe        *pipeline
+	weightBytes int64
+	// log is LoadDistributed's logger (the pipeline's timings at Stop).
+	log zerolog.Logger
+	// onCtrl, when set (tests), is called by a worker's loop after each control message it receives.
+	onCtrl func()
 }
 
 // errTargetClosed is returned by calls that need the weights after Target.Close.
@@ -68,21 +76,50 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
+	return load(rt, dir, opts, nil)
+}
+
+// load reads dir's target, or pipe's stage of it.
+func load(rt *mlxc.Runtime, dir string, opts LoadOptions, pipe *pipeline) (*Target, error) {
 	f, err := hfmodel.OpenTarget(dir, opts.ContextLength)
 	if err != nil {
 		return nil, err
 	}
 	cfg, a := f.Config, f.Arch
+	stage := model.Stage{Lo: 0, Hi: a.Layers}
+	var weightBytes int64
+	if layer, first, last, err := stageBytes(dir, a.Layers); err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	} else if pipe != nil {
+		if pipe.stages, err = model.SplitStages(layer, first, last, pipe.size); err != nil {
+			return nil, fmt.Errorf("load %s: %w", dir, err)
+		}
+		stage = pipe.stage()
+		for i := stage.Lo; i < stage.Hi; i++ {
+			weightBytes += layer[i]
+		}
+		if stage.Lo == 0 {
+			weightBytes += first
+		}
+		if stage.Hi == a.Layers || stage.Head {
+			weightBytes += last
+		}
+	} else {
+		weightBytes = first + last
+		for _, b := range layer {
+			weightBytes += b
+		}
+	}
 	dt := mlxc.Float32
 	if opts.BFloat16 {
 		dt = mlxc.BFloat16
 	}
 	var m *model.Target[*weight]
 	arena, err := upload(rt, f.Store, "mlx load", cfg.Quantization, dt, func(l *loader) (err error) {
-		if m, err = model.LoadTarget(l, l.ck, cfg, &a); err != nil {
+		if m, err = model.LoadStage(l, l.ck, cfg, &a, stage); err != nil {
 			return err
 		}
-		if !m.Embed.quantized() {
+		if m.Embed != nil && !m.Embed.quantized() {
 			// Rows are looked up in the [V,H] layout: transpose the stored [H,V] view back.
 			m.Embed.byRow = l.g.transpose(m.Embed.wt, 1, 0)
 		}
@@ -91,8 +128,9 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
-	t := &Target{rt: rt, m: m, arena: arena, dt: dt, cfg: cfg, info: f.Info(dir)}
-	opts.Logger.Debug().Str("dir", dir).Str("model_type", cfg.ModelType).Int("layers", a.Layers).Msg("mlx target loaded")
+	t := &Target{rt: rt, m: m, arena: arena, dt: dt, cfg: cfg, info: f.Info(dir), pipe: pipe, weightBytes: weightBytes}
+	opts.Logger.Debug().Str("dir", dir).Str("model_type", cfg.ModelType).Int("layers", a.Layers).
+		Int("first_layer", stage.Lo).Int("end_layer", stage.Hi).Int64("weight_bytes", weightBytes).Msg("mlx target loaded")
 	return t, nil
 }
 

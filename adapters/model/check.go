@@ -161,6 +161,9 @@ func NewTapSlots(layers []int, n int) (TapSlots, error) {
 // Len is the number of taps.
 func (t TapSlots) Len() int { return len(t.layers) }
 
+// Layers is the tapped layer of each slot, in slot order (shared; do not modify).
+func (t TapSlots) Layers() []int { return t.layers }
+
 // Collect returns the per-slot outputs a pass fills and the Forward callback that fills them.
 func Collect[X any](t TapSlots) (tapped []X, tap func(layer int, x X)) {
 	tapped = make([]X, len(t.layers))

@@ -12,8 +12,15 @@ import (
 // tap is non-nil (the drafter's taps are those outputs). ctx is checked before every layer; a cancelled
 // pass may have changed the state of the layers before it.
 func Forward[X any, W comparable](ctx context.Context, m *Target[W], be Backend[X, W], st State[X, W], x X, pos int, tap func(layer int, x X)) (X, error) {
+	return ForwardStage(ctx, m, be, st, x, pos, Stage{Lo: 0, Hi: len(m.Layers)}, tap)
+}
+
+// ForwardStage is Forward over the decoder layers of one pipeline stage only (x is the residual stream
+// entering layer st.Lo, the result the one leaving layer st.Hi−1): a model split across processes runs its
+// stages one after the other, passing the stream between them.
+func ForwardStage[X any, W comparable](ctx context.Context, m *Target[W], be Backend[X, W], st State[X, W], x X, pos int, stage Stage, tap func(layer int, x X)) (X, error) {
 	eps := m.Arch.Eps
-	for i := range m.Layers {
+	for i := stage.Lo; i < stage.Hi; i++ {
 		if err := ctx.Err(); err != nil {
 			var zero X
 			return zero, fmt.Errorf("layer %d: %w", i, err)

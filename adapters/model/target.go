@@ -146,31 +146,61 @@ func (l *loader[W]) ffn(base string, inter, h int) (*FFN[W], error) {
 // LoadTarget loads a target's weights from ck through be. cfg is the parsed config and a its resolved shape.
 // The caller checks afterwards that nothing in the checkpoint was left unread (ck.Unused).
 func LoadTarget[W comparable](be Loader[W], ck *hfmodel.Checkpoint, cfg *hfmodel.TextConfig, a *hfmodel.Arch) (*Target[W], error) {
+	return LoadStage(be, ck, cfg, a, Stage{Lo: 0, Hi: a.Layers})
+}
+
+// LoadStage loads one pipeline stage of a target: the decoder layers st.Lo..st.Hi−1 (the others stay zero
+// in Layers, which keeps the model's length so layer indices are the checkpoint's), the embedding when the
+// stage is the first, the final norm and LM head when it is the last. Every other stage's tensors are marked
+// used without being read, so a stage touches only its slice of the (mapped) checkpoint and ck.Unused still
+// refuses tensors no stage would read.
+func LoadStage[W comparable](be Loader[W], ck *hfmodel.Checkpoint, cfg *hfmodel.TextConfig, a *hfmodel.Arch, st Stage) (*Target[W], error) {
+	if st.Lo < 0 || st.Hi > a.Layers || st.Lo >= st.Hi {
+		return nil, fmt.Errorf("stage layers [%d,%d) outside the model's %d layers", st.Lo, st.Hi, a.Layers)
+	}
 	l := &loader[W]{be: be, ck: ck, zeroCN: ck.ZeroCentredNorms(cfg)}
 	m := &Target[W]{Arch: *a, ZeroCentred: l.zeroCN}
 	H := a.Hidden
+	first, last := st.Lo == 0, st.Hi == a.Layers
+	head := last || st.Head
 	var err error
-	if m.Embed, err = l.linear("embed_tokens", a.Vocab, H); err != nil {
-		return nil, err
+	if first || (head && cfg.TieWordEmbeddings) {
+		if m.Embed, err = l.linear("embed_tokens", a.Vocab, H); err != nil {
+			return nil, err
+		}
+	} else {
+		ck.MarkUsed("embed_tokens.weight", "embed_tokens.scales", "embed_tokens.biases")
 	}
-	if cfg.TieWordEmbeddings {
+	switch {
+	case !head:
+		ck.MarkUsed("lm_head.weight", "lm_head.scales", "lm_head.biases")
+	case cfg.TieWordEmbeddings:
 		m.LMHead = m.Embed
 		// Some exports store the tied head anyway; the config says to use the embedding.
 		ck.MarkUsed("lm_head.weight")
-	} else if m.LMHead, err = l.linear("lm_head", a.Vocab, H); err != nil {
-		return nil, err
+	default:
+		if m.LMHead, err = l.linear("lm_head", a.Vocab, H); err != nil {
+			return nil, err
+		}
 	}
-	if m.FinalNorm, err = l.norm("norm.weight", H); err != nil {
-		return nil, err
+	if last {
+		if m.FinalNorm, err = l.norm("norm.weight", H); err != nil {
+			return nil, err
+		}
+	} else {
+		ck.MarkUsed("norm.weight")
 	}
 	m.Layers = make([]Layer[W], a.Layers)
-	for i := range m.Layers {
+	for i := st.Lo; i < st.Hi; i++ {
 		if err := l.layer(a, i, &m.Layers[i]); err != nil {
 			return nil, fmt.Errorf("layer %d: %w", i, err)
 		}
 	}
+	if !first || !last {
+		markOtherLayers(ck, st)
+	}
 	// Models without attention layers never use RoPE (their rotary settings are not validated).
-	if slices.Contains(a.Kinds, ports.LayerAttention) {
+	if slices.Contains(a.Kinds[st.Lo:st.Hi], ports.LayerAttention) {
 		spec := Rope{Dims: a.RotaryDims, Width: a.HeadDim, Base: a.RopeTheta, Scaling: a.Rope, MaxPositions: a.RopeMaxPositions}
 		if m.Rope, err = be.Rope(spec); err != nil {
 			return nil, err

@@ -86,6 +86,8 @@ func ErrorFor(err error) *Error {
 	case errors.Is(err, ports.ErrBusy):
 		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "server_busy",
 			Message: "the server's request queue is full; retry later", RetryAfter: 1}
+	case errors.Is(err, ports.ErrBackendLost):
+		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "backend_lost", Message: err.Error()}
 	case errors.Is(err, ports.ErrNotReady):
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "model_loading",
 			Message: "the model is still loading; retry later", RetryAfter: 5}

@@ -46,6 +46,10 @@ type Options struct {
 // Readier is an optional Generator ability: while Ready is false, /health answers 503 loading.
 type Readier interface{ Ready() bool }
 
+// Degrader is an optional Generator ability: a non-nil Degraded makes /health answer 503 degraded with
+// its text (a lost rank of a model split across processes).
+type Degrader interface{ Degraded() error }
+
 // QueueDepther is an optional Generator ability: the number of queued requests, exported as a gauge.
 type QueueDepther interface{ QueueDepth() int }
 
@@ -302,6 +306,12 @@ func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Retry-After", "5")
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "loading"})
 		return
+	}
+	if dg, ok := s.gen.(Degrader); ok {
+		if err := dg.Degraded(); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "degraded", "error": err.Error()})
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -379,7 +381,7 @@ func (c *cli) benchCmd() *cobra.Command {
 	var f common
 	var prompts, sweep, stopIDs, verify string
 	var o app.BenchOptions
-	var multiTurn, kernelCosts bool
+	var multiTurn, kernelCosts, distributed bool
 	var mt app.MultiTurnOptions
 	var costRows string
 	var co app.CostsOptions
@@ -416,7 +418,12 @@ func (c *cli) benchCmd() *cobra.Command {
 				}
 				o.Clients = &cl
 			}
-			m, cleanup, err := c.loadModels(ctx, f.modelConfig())
+			mc := f.modelConfig()
+			mc.Distributed = distributed
+			if app.IsDistributedWorker(distributed, os.Getenv) {
+				return app.RunWorker(ctx, mc, c.log)
+			}
+			m, cleanup, err := c.loadModels(ctx, mc)
 			if err != nil {
 				return err
 			}
@@ -427,8 +434,15 @@ func (c *cli) benchCmd() *cobra.Command {
 			if multiTurn {
 				o.MultiTurn = &mt
 			}
-			res, err := app.Bench(ctx, m, o)
+			bench, err := app.Bench(ctx, m, o)
 			if err != nil {
+				return err
+			}
+			res := struct {
+				app.BenchResult
+				Ranks []app.RankStats `json:"ranks,omitempty"`
+			}{BenchResult: bench}
+			if res.Ranks, err = app.StopPipeline(m); err != nil {
 				return err
 			}
 			return c.emit(f.json, res, func(w io.Writer) {
@@ -473,7 +487,10 @@ func (c *cli) benchCmd() *cobra.Command {
 						cb.ARTokensPerS, cb.SpecTokensPerS, cb.Tau, cb.TauFree, cb.SameOutput, cb.Complete, cb.Runs)
 				}
 				if len(res.Clients) > 0 {
-					printClients(w, res)
+					printClients(w, res.BenchResult)
+				}
+				if len(res.Ranks) > 0 {
+					printRanks(w, res.Ranks)
 				}
 			})
 		},
@@ -499,6 +516,7 @@ func (c *cli) benchCmd() *cobra.Command {
 	fs.IntVar(&mt.SystemTokens, "system-tokens", 1500, "multi-turn: system prompt length in tokens (cut from the prompts, cycled)")
 	fs.Int64Var(&mt.CacheBytes, "prefix-cache-bytes", app.DefaultConfig().PrefixCacheBytes, "multi-turn: the prefix cache's budget")
 	fs.IntVar(&mt.Every, "prefix-cache-every", app.DefaultConfig().PrefixCacheEvery, "multi-turn: the prefix cache's boundary interval")
+	fs.BoolVar(&distributed, "distributed", false, "split the target across processes with MLX distributed (as higgsd --distributed: MLX_RANK, MLX_HOSTFILE; ranks ≠ 0 serve rank 0) and report each rank's forward time and the time it waited for its input")
 	fs.BoolVar(&kernelCosts, "kernel-costs", false, "also measure the target's kernel costs: decode ms/token, verify cost of --cost-rows rows in decode steps, prefill tokens/s, achieved bandwidth and arithmetic rate, beside the CPU's features")
 	fs.StringVar(&costRows, "cost-rows", "2,4,8,16", "kernel costs: verify row counts")
 	fs.IntVar(&co.Context, "cost-context", 128, "kernel costs: context length (prefilled, then held for every decode and verify Forward)")
@@ -508,6 +526,23 @@ func (c *cli) benchCmd() *cobra.Command {
 	fs.IntVar(&cl.PrefillChunk, "prefill-chunk", app.DefaultConfig().PrefillChunk, "clients: prefill chunk in tokens (0: whole prompts)")
 	fs.DurationVar(&cl.BatchWait, "batch-wait", app.DefaultConfig().BatchWait, "clients: longest a round waits for a client's next block")
 	return cmd
+}
+
+// printRanks is the text form of bench --distributed: per rank, its layers, weights and the mean time of
+// its part of a forward round (own layers; waiting for the input, i.e. the ranks before it and the
+// transfers; on rank 0 the wait is the whole round trip of the others; the last rank's answer to rank 0).
+func printRanks(w io.Writer, ranks []app.RankStats) {
+	fmt.Fprintf(w, "\npipeline: %d ranks\n%-5s %10s %14s %9s %12s %12s %12s\n", len(ranks), "rank", "layers", "weight bytes", "forwards", "compute ms", "wait ms", "send ms")
+	for _, r := range ranks {
+		per := func(d time.Duration) float64 {
+			if r.Forwards == 0 {
+				return 0
+			}
+			return float64(d) / float64(time.Millisecond) / float64(r.Forwards)
+		}
+		fmt.Fprintf(w, "%-5d %10s %14d %9d %12.3f %12.3f %12.3f\n", r.Rank, fmt.Sprintf("%d-%d", r.Lo, r.Hi-1), r.WeightBytes,
+			r.Forwards, per(r.Compute), per(r.Wait), per(r.Send))
+	}
 }
 
 // printClients is the text form of bench --clients.

@@ -33,6 +33,13 @@ func run() int {
 		<-ctx.Done()
 		stop()
 	}()
+	if app.IsDistributedWorker(cfg.Distributed, os.Getenv) {
+		if err := app.RunWorker(ctx, cfg.ModelConfig(), log); err != nil {
+			log.Error().Err(err).Msg("higgsd distributed worker stopped with an error")
+			return 1
+		}
+		return 0
+	}
 	srv, err := initServer(cfg, log)
 	if err != nil {
 		log.Error().Err(err).Msg("higgsd cannot start")

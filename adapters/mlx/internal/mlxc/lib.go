@@ -93,7 +93,7 @@ func open() (*Runtime, error) {
 		}
 		purego.RegisterFunc(s.fn, sym)
 	}
-	r := &Runtime{work: make(chan func())}
+	r := &Runtime{work: make(chan func()), broken: make(chan struct{})}
 	ready := make(chan error, 1)
 	go r.loop(ready)
 	if err := <-ready; err != nil {
@@ -113,6 +113,13 @@ type Runtime struct {
 	// them before its next job, since cleanups run on other goroutines.
 	laterMu sync.Mutex
 	later   []Array
+	// broken is closed by Fail (a distributed peer stopped answering while the MLX thread waits on it):
+	// every Do from then on returns brokenErr at once instead of queueing behind the stuck thread.
+	broken     chan struct{}
+	brokenOnce sync.Once
+	brokenErr  error
+	// cpu is the CPU stream distributed ops run on (MLX has no GPU send/recv); made on first use.
+	cpu Stream
 }
 
 // FreeLater queues handles to be freed on the MLX thread. Safe from any goroutine (for cleanups).
@@ -210,7 +217,7 @@ func (r *Runtime) Stream() Stream { return r.stream }
 // that f did not report is returned too.
 func (r *Runtime) Do(f func() error) error {
 	done := make(chan error, 1)
-	r.work <- func() {
+	job := func() {
 		r.lastErr = ""
 		err := f()
 		if err == nil && r.lastErr != "" {
@@ -219,7 +226,17 @@ func (r *Runtime) Do(f func() error) error {
 		r.lastErr = ""
 		done <- err
 	}
-	return <-done
+	select {
+	case r.work <- job:
+	case <-r.broken:
+		return r.brokenErr
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-r.broken:
+		return r.brokenErr
+	}
 }
 
 // Error is an error reported by MLX.

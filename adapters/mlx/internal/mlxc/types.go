@@ -29,6 +29,10 @@ type VectorArray uintptr
 // String is an mlx_string handle.
 type String uintptr
 
+// Group is an mlx_distributed_group handle (a communication group of MLX distributed); 0 is the null group,
+// which MLX reads as the global group.
+type Group uintptr
+
 // Dtype is mlx_dtype.
 type Dtype int32
 

@@ -163,6 +163,30 @@ var (
 	FastRope func(res *Array, x Array, dims int32, traditional bool, base OptionalFloat, scale float32, offset int32, freqs Array, s Stream) int32
 	// FastScaledDotProductAttention is mlx_fast_scaled_dot_product_attention.
 	FastScaledDotProductAttention func(res *Array, queries Array, keys Array, values Array, scale float32, mask_mode *byte, mask_arr Array, sinks Array, s Stream) int32
+	// DistributedIsAvailable is mlx_distributed_is_available.
+	DistributedIsAvailable func(bk *byte) bool
+	// DistributedInit is mlx_distributed_init.
+	DistributedInit func(res *Group, strict bool, bk *byte) int32
+	// DistributedGroupNew is mlx_distributed_group_new.
+	DistributedGroupNew func() Group
+	// DistributedGroupFree is mlx_distributed_group_free.
+	DistributedGroupFree func(group Group) int32
+	// DistributedGroupRank is mlx_distributed_group_rank.
+	DistributedGroupRank func(group Group) int32
+	// DistributedGroupSize is mlx_distributed_group_size.
+	DistributedGroupSize func(group Group) int32
+	// DistributedGroupSplit is mlx_distributed_group_split.
+	DistributedGroupSplit func(res *Group, group Group, color int32, key int32) int32
+	// DistributedSend is mlx_distributed_send.
+	DistributedSend func(res *Array, x Array, dst int32, group Group, s Stream) int32
+	// DistributedRecv is mlx_distributed_recv.
+	DistributedRecv func(res *Array, shape *int32, shape_num uintptr, dtype Dtype, src int32, group Group, s Stream) int32
+	// DistributedRecvLike is mlx_distributed_recv_like.
+	DistributedRecvLike func(res *Array, x Array, src int32, group Group, s Stream) int32
+	// DistributedAllSum is mlx_distributed_all_sum.
+	DistributedAllSum func(res *Array, x Array, group Group, s Stream) int32
+	// DistributedAllGather is mlx_distributed_all_gather.
+	DistributedAllGather func(res *Array, x Array, group Group, S Stream) int32
 )
 
 // table binds every function variable to its symbol name.
@@ -242,4 +266,16 @@ var table = []symbol{
 	{"mlx_fast_rms_norm", &FastRmsNorm},
 	{"mlx_fast_rope", &FastRope},
 	{"mlx_fast_scaled_dot_product_attention", &FastScaledDotProductAttention},
+	{"mlx_distributed_is_available", &DistributedIsAvailable},
+	{"mlx_distributed_init", &DistributedInit},
+	{"mlx_distributed_group_new", &DistributedGroupNew},
+	{"mlx_distributed_group_free", &DistributedGroupFree},
+	{"mlx_distributed_group_rank", &DistributedGroupRank},
+	{"mlx_distributed_group_size", &DistributedGroupSize},
+	{"mlx_distributed_group_split", &DistributedGroupSplit},
+	{"mlx_distributed_send", &DistributedSend},
+	{"mlx_distributed_recv", &DistributedRecv},
+	{"mlx_distributed_recv_like", &DistributedRecvLike},
+	{"mlx_distributed_all_sum", &DistributedAllSum},
+	{"mlx_distributed_all_gather", &DistributedAllGather},
 }

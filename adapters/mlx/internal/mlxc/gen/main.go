@@ -45,6 +45,11 @@ var wanted = []string{
 	"mlx_contiguous", "mlx_copy", "mlx_zeros", "mlx_dequantize",
 	// fast ops
 	"mlx_fast_rms_norm", "mlx_fast_rope", "mlx_fast_scaled_dot_product_attention",
+	// distributed (pipeline parallelism over MLX's own backends: ring, JACCL, MPI)
+	"mlx_distributed_is_available", "mlx_distributed_init", "mlx_distributed_group_new",
+	"mlx_distributed_group_free", "mlx_distributed_group_rank", "mlx_distributed_group_size",
+	"mlx_distributed_group_split", "mlx_distributed_send", "mlx_distributed_recv", "mlx_distributed_recv_like",
+	"mlx_distributed_all_sum", "mlx_distributed_all_gather",
 }
 
 // goType maps a C parameter or return type (qualifiers stripped, spaces normalised) to its Go form.
@@ -58,6 +63,7 @@ var goType = map[string]string{
 	"mlx_string*": "*String", "mlx_dtype": "Dtype", "mlx_device_type": "DeviceType",
 	"mlx_optional_int": "OptionalInt", "mlx_optional_float": "OptionalFloat", "mlx_optional_dtype": "OptionalDtype",
 	"mlx_error_handler_func": "uintptr", "funcptr": "uintptr",
+	"mlx_distributed_group": "Group", "mlx_distributed_group*": "*Group",
 }
 
 type proto struct {

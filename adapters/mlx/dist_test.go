@@ -1,0 +1,410 @@
+package mlx
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/synth"
+	"github.com/higgs-go/higgs/internal/testmodel"
+	"github.com/higgs-go/higgs/ports"
+	"github.com/higgs-go/higgs/ports/porttest"
+)
+
+// envDistSpec names the JSON spec a re-executed test binary reads to run as one rank of a pipeline.
+const envDistSpec = "HIGGS_MLX_DIST_SPEC"
+
+type distSpec struct {
+	Target, Drafter, Out string
+	// Failure injection: rank DieRank (> 0) exits after DieAfter control messages; Timeout bounds rank 0's
+	// rounds and the join (0: 30 s).
+	DieRank, DieAfter int
+	Timeout           time.Duration
+	// Rank0Exits makes rank 0 exit once the pipeline is up; the workers, with Idle = Timeout, must give up.
+	Rank0Exits bool
+}
+
+// distOutput is what each pipeline computes; the single-process run computes the same.
+type distOutput struct {
+	Greedy, Replay, Recompute, Seeded, Prefix []ports.Token
+	WeightBytes                               int64
+	Stage                                     [2]int
+	Stats                                     PipelineStats
+	Ranks                                     []RankStats // rank 0: everyone's, gathered at Stop
+	// Err and Elapsed are rank 0's failure and how long it took to see it (failure tests).
+	Err     string
+	Lost    bool
+	Elapsed time.Duration
+}
+
+var distPrompt = []ports.Token{3, 17, 5, 42, 9, 11, 2, 30}
+
+const distTokens = 14
+
+// decodeAll runs every check of the pipeline tests on one target (distributed or not) and drafter.
+// mt is the target as ports see it (Pipeline on rank 0).
+func decodeAll(ctx context.Context, tgt *Target, mt ports.Target, d ports.Drafter) (distOutput, error) {
+	var out distOutput
+	var err error
+	if out.Greedy, err = porttest.Greedy(ctx, mt, distPrompt, distTokens); err != nil {
+		return out, fmt.Errorf("greedy: %w", err)
+	}
+	if out.Replay, _, err = porttest.Speculate(ctx, mt, d, distPrompt, 4, porttest.RollbackReplay, distTokens); err != nil {
+		return out, fmt.Errorf("speculate (replay): %w", err)
+	}
+	if out.Recompute, _, err = porttest.Speculate(ctx, mt, d, distPrompt, 4, porttest.RollbackRecompute, distTokens); err != nil {
+		return out, fmt.Errorf("speculate (recompute): %w", err)
+	}
+	if out.Seeded, err = seededDecode(ctx, mt, distPrompt, distTokens, 7); err != nil {
+		return out, fmt.Errorf("seeded: %w", err)
+	}
+	if out.Prefix, err = prefixDecode(ctx, mt, distPrompt, distTokens); err != nil {
+		return out, fmt.Errorf("prefix: %w", err)
+	}
+	out.WeightBytes = tgt.WeightBytes()
+	st := tgt.Stage()
+	out.Stage = [2]int{st.Lo, st.Hi}
+	return out, nil
+}
+
+// prefixDecode decodes greedily after importing the prompt's state, exported from another session one
+// position short of the prompt (attention-only; the rest is recomputed) or at its end (hybrid, whose
+// recurrent state exists only there): what the prefix cache does.
+func prefixDecode(ctx context.Context, t ports.Target, prompt []ports.Token, n int) ([]ports.Token, error) {
+	a, err := t.NewSession(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer a.Close()
+	first, err := a.Forward(ctx, prompt, ports.ForwardOptions{Rows: 1})
+	if err != nil {
+		return nil, err
+	}
+	ps, err := a.(ports.PrefixExporter).ExportPrefix(len(prompt) - 1)
+	if err != nil {
+		if ps, err = a.(ports.PrefixExporter).ExportPrefix(len(prompt)); err != nil {
+			return nil, err
+		}
+	}
+	// The exporting session moves on; the state stays as exported.
+	if _, err := a.Forward(ctx, []ports.Token{1, 2, 3}, ports.ForwardOptions{}); err != nil {
+		return nil, err
+	}
+	b, err := t.NewSession(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer b.Close()
+	if err := b.(ports.PrefixExporter).ImportPrefix(ps); err != nil {
+		return nil, err
+	}
+	out := []ports.Token{first.Greedy[0]}
+	if ps.Len() < len(prompt) {
+		res, err := b.Forward(ctx, prompt[ps.Len():], ports.ForwardOptions{Rows: 1})
+		if err != nil {
+			return nil, err
+		}
+		out[0] = res.Greedy[0]
+	}
+	for len(out) < n {
+		res, err := b.Forward(ctx, out[len(out)-1:], ports.ForwardOptions{})
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, res.Greedy[0])
+	}
+	return out, nil
+}
+
+// seededDecode samples n tokens at temperature 0.9 from a PCG seeded with seed.
+func seededDecode(ctx context.Context, t ports.Target, prompt []ports.Token, n int, seed uint64) ([]ports.Token, error) {
+	sess, err := t.NewSession(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer sess.Close()
+	rnd := rand.New(rand.NewPCG(seed, seed+1))
+	opts := ports.ForwardOptions{Rows: 1, Sampling: &ports.SamplingParams{Temperature: 0.9}}
+	block := prompt
+	var out []ports.Token
+	for len(out) < n {
+		res, err := sess.Forward(ctx, block, opts)
+		if err != nil {
+			return nil, err
+		}
+		tok := res.Dists[0].Sample(rnd.Float64(), ports.NoToken)
+		out = append(out, tok)
+		block = []ports.Token{tok}
+		opts.Rows = 0
+	}
+	return out, nil
+}
+
+// TestDistributedRank is one rank of TestDistributedPipeline's pipelines (the test binary re-executed with
+// MLX_RANK, MLX_HOSTFILE and envDistSpec set); run directly it has nothing to do.
+func TestDistributedRank(t *testing.T) {
+	path := os.Getenv(envDistSpec)
+	if path == "" {
+		t.Skip("runs only as a rank of TestDistributedPipeline")
+	}
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var spec distSpec
+	require.NoError(t, json.Unmarshal(b, &spec))
+	ctx := t.Context()
+	timeout := cmp.Or(spec.Timeout, 30*time.Second)
+	start := time.Now()
+	var idle time.Duration
+	if spec.Rank0Exits {
+		idle = timeout
+	}
+	tgt, err := LoadDistributed(ctx, spec.Target, LoadOptions{}, DistOptions{Backend: "ring", DrafterHead: true,
+		JoinTimeout: timeout, Timeout: timeout, Idle: idle})
+	if spec.DieRank != 0 && err != nil {
+		// A rank that never joins: rank 0 reports it within the join timeout.
+		writeRankOutput(t, spec, 0, distOutput{Err: err.Error(), Lost: errors.Is(err, ErrRankLost), Elapsed: time.Since(start)})
+		return
+	}
+	require.NoError(t, err)
+	out := distOutput{WeightBytes: tgt.WeightBytes(), Stage: [2]int{tgt.Stage().Lo, tgt.Stage().Hi}}
+	switch {
+	case spec.Rank0Exits && tgt.Rank() == 0:
+		require.NoError(t, tgt.Ping(ctx))
+		os.Exit(3)
+	case spec.Rank0Exits:
+		start := time.Now()
+		err := tgt.Serve(ctx)
+		require.Error(t, err)
+		out.Err, out.Lost, out.Elapsed = err.Error(), errors.Is(err, ErrRankLost), time.Since(start)
+	case tgt.Rank() != 0 && tgt.Rank() == spec.DieRank:
+		dieAfter(t, tgt, spec.DieAfter)
+	case tgt.Rank() != 0 && spec.DieRank != 0:
+		err := tgt.Serve(ctx)
+		require.ErrorIs(t, err, ErrRankLost, "a worker whose neighbour died stops")
+		return
+	case tgt.Rank() != 0:
+		require.NoError(t, tgt.Serve(ctx))
+		out.Stats = tgt.Stats()
+	case spec.DieRank != 0:
+		// Decode until the dying rank's messages run out: rank 0 must fail, naming a lost rank, within the
+		// timeout (plus the time the rounds before took).
+		start := time.Now()
+		_, err := porttest.Greedy(ctx, Pipeline(tgt), distPrompt, 1000)
+		require.Error(t, err)
+		out.Err, out.Lost, out.Elapsed = err.Error(), errors.Is(err, ErrRankLost), time.Since(start)
+		// Everything on the broken runtime fails at once from now on, and nothing hangs.
+		_, err = tgt.NewSession(ctx, nil)
+		require.ErrorIs(t, err, ErrRankLost)
+	default:
+		d, err := LoadDrafter(ctx, spec.Drafter, tgt, DrafterOptions{})
+		require.NoError(t, err)
+		require.NoError(t, tgt.Ping(ctx))
+		out, err = decodeAll(ctx, tgt, Pipeline(tgt), d)
+		require.NoError(t, err)
+		out.Stats = tgt.Stats()
+		ranks, err := tgt.Stop()
+		require.NoError(t, err)
+		out.Ranks = ranks
+	}
+	writeRankOutput(t, spec, tgt.Rank(), out)
+}
+
+func writeRankOutput(t *testing.T, spec distSpec, rank int, out distOutput) {
+	b, err := json.Marshal(out)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(fmt.Sprintf("%s.%d", spec.Out, rank), b, 0o644))
+}
+
+// dieAfter runs a worker's loop for n control messages, then exits the process as a crash would (its
+// sockets close; rank 0 is told nothing).
+func dieAfter(t *testing.T, tgt *Target, n int) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	seen := 0
+	tgt.onCtrl = func() {
+		if seen++; seen > n {
+			os.Exit(3)
+		}
+	}
+	_ = tgt.Serve(ctx)
+}
+
+// requireRing skips when the loaded MLX has no ring backend.
+func requireRing(t *testing.T) {
+	t.Helper()
+	requireMLX(t)
+	rt, err := mlxc.Open()
+	require.NoError(t, err)
+	var ok bool
+	require.NoError(t, rt.Do(func() error { ok = mlxc.DistributedAvailable("ring"); return nil }))
+	if !ok {
+		t.Skip("this libmlxc has no MLX distributed ring backend")
+	}
+}
+
+// freePorts reserves n loopback ports (closed again before the ranks bind them).
+func freePorts(t *testing.T, n int) []int {
+	ports := make([]int, n)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		require.NoError(t, l.Close())
+	}
+	return ports
+}
+
+// runPipeline starts n ranks of the test binary on 127.0.0.1 and returns each rank's output.
+func runPipeline(t *testing.T, tdir, ddir string, n int) []distOutput {
+	return runRanks(t, distSpec{Target: tdir, Drafter: ddir}, n, n)
+}
+
+// runRanks starts ranks 0..start−1 of an n-rank pipeline and returns the outputs of those that wrote one
+// (a rank made to die writes none).
+func runRanks(t *testing.T, s distSpec, n, start int) []distOutput {
+	dir := t.TempDir()
+	var hosts [][]string
+	for _, p := range freePorts(t, n) {
+		hosts = append(hosts, []string{fmt.Sprintf("127.0.0.1:%d", p)})
+	}
+	hb, err := json.Marshal(hosts)
+	require.NoError(t, err)
+	hostfile := filepath.Join(dir, "hosts.json")
+	require.NoError(t, os.WriteFile(hostfile, hb, 0o644))
+	s.Out = filepath.Join(dir, "out")
+	sb, err := json.Marshal(s)
+	require.NoError(t, err)
+	spec := filepath.Join(dir, "spec.json")
+	require.NoError(t, os.WriteFile(spec, sb, 0o644))
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	cmds := make([]*exec.Cmd, start)
+	for r := range start {
+		c := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestDistributedRank$", "-test.count=1")
+		c.Env = append(os.Environ(), envDistSpec+"="+spec, EnvHostfile+"="+hostfile, fmt.Sprintf("%s=%d", EnvRank, r))
+		c.Stdout, c.Stderr = os.Stderr, os.Stderr
+		require.NoError(t, c.Start())
+		cmds[r] = c
+	}
+	for r, c := range cmds {
+		err := c.Wait()
+		switch {
+		case s.Rank0Exits && r == 0:
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, "rank 0 was to exit")
+		case r == s.DieRank && s.DieRank != 0:
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, "rank %d was to die", r)
+		case r > 0 && s.DieRank != 0:
+			// A surviving worker whose neighbour died stops too (its input's timeout); either way is fine.
+		default:
+			require.NoError(t, err, "rank %d", r)
+		}
+	}
+	outs := make([]distOutput, start)
+	for r := range start {
+		b, err := os.ReadFile(fmt.Sprintf("%s.%d", s.Out, r))
+		if (r > 0 && s.DieRank != 0) || (r == 0 && s.Rank0Exits) {
+			continue
+		}
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(b, &outs[r]))
+	}
+	return outs
+}
+
+// TestDistributedRankLost: a worker that dies mid-decode, or never joins, gives rank 0 an error wrapping
+// ErrRankLost (so ports.ErrBackendLost: HTTP 503) naming the rank, within the configured timeout.
+func TestDistributedRankLost(t *testing.T) {
+	requireRing(t)
+	tdir := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 93})
+	ddir := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 94, Taps: []int{1, 3}, Mask: 60})
+	const timeout = 3 * time.Second
+	tests := []struct {
+		name              string
+		n, start, dieRank int
+		want              string
+	}{
+		{"dies mid-decode, 2 ranks", 2, 2, 1, "no answer from rank 1"},
+		{"middle rank dies, 3 ranks", 3, 3, 1, "no answer from rank 2"},
+		{"never joins", 2, 1, 1, "not every rank joined"},
+	}
+	t.Run("rank 0 exits, 3 ranks", func(t *testing.T) {
+		outs := runRanks(t, distSpec{Target: tdir, Drafter: ddir, Rank0Exits: true, Timeout: timeout}, 3, 3)
+		for r := 1; r < 3; r++ {
+			t.Logf("rank %d: %s after %v", r, outs[r].Err, outs[r].Elapsed)
+			assert.True(t, outs[r].Lost, "rank %d wraps ErrRankLost: %s", r, outs[r].Err)
+			assert.Less(t, outs[r].Elapsed, 4*timeout, "bounded by the idle timeout")
+		}
+		assert.Contains(t, outs[1].Err, "nothing from rank 0")
+	})
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			outs := runRanks(t, distSpec{Target: tdir, Drafter: ddir, DieRank: tc.dieRank, DieAfter: 20, Timeout: timeout}, tc.n, tc.start)
+			got := outs[0]
+			t.Logf("rank 0: %s after %v", got.Err, got.Elapsed)
+			assert.True(t, got.Lost, "wraps ErrRankLost: %s", got.Err)
+			assert.Contains(t, got.Err, tc.want)
+			assert.Less(t, got.Elapsed, 4*timeout, "bounded by the timeout")
+		})
+	}
+}
+
+// TestDistributedPipeline: a target split over 2 and 3 processes (MLX's ring backend on 127.0.0.1) decodes
+// token for token what it decodes in one process — greedy, speculative with the DFlash drafter on rank 0
+// (both rollbacks) and seeded sampling — on a dense and a hybrid target; every rank holds only its slice.
+func TestDistributedPipeline(t *testing.T) {
+	requireRing(t)
+	for _, family := range []string{"qwen3", "qwen3_next"} {
+		t.Run(family, func(t *testing.T) {
+			tdir := testmodel.Synth(t, synth.TargetSpec{Family: family, Seed: 91})
+			ddir := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 92, Taps: []int{1, 3}, Mask: 60})
+			tgt, err := Load(t.Context(), tdir, LoadOptions{})
+			require.NoError(t, err)
+			defer tgt.Close()
+			d, err := LoadDrafter(t.Context(), ddir, tgt, DrafterOptions{})
+			require.NoError(t, err)
+			defer d.Close()
+			want, err := decodeAll(t.Context(), tgt, tgt, d)
+			require.NoError(t, err)
+			assert.Equal(t, want.Greedy, want.Replay, "speculation is lossless in one process")
+			assert.Equal(t, want.Greedy, want.Prefix, "an imported prefix continues as the session would")
+			for _, n := range []int{2, 3} {
+				t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
+					outs := runPipeline(t, tdir, ddir, n)
+					got := outs[0]
+					assert.Equal(t, want.Greedy, got.Greedy, "greedy")
+					assert.Equal(t, want.Replay, got.Replay, "speculative, tape replay")
+					assert.Equal(t, want.Recompute, got.Recompute, "speculative, snapshot + recompute")
+					assert.Equal(t, want.Seeded, got.Seeded, "seeded sampling")
+					assert.Equal(t, want.Prefix, got.Prefix, "prefix export and import")
+					var sum int64
+					for r, o := range outs {
+						t.Logf("rank %d: layers [%d,%d), %d weight bytes of %d; %d forwards: compute %v, wait %v, send %v", r,
+							o.Stage[0], o.Stage[1], o.WeightBytes, want.WeightBytes, o.Stats.Forwards, o.Stats.Compute, o.Stats.Wait, o.Stats.Send)
+						assert.Positive(t, o.Stats.Forwards, "rank %d ran the rounds", r)
+						require.Len(t, got.Ranks, n)
+						assert.Equal(t, RankStats{Rank: r, Lo: o.Stage[0], Hi: o.Stage[1], WeightBytes: o.WeightBytes, PipelineStats: o.Stats}, got.Ranks[r],
+							"rank 0 gathered rank %d's figures", r)
+						assert.Less(t, o.WeightBytes, want.WeightBytes, "rank %d holds only its slice", r)
+						sum += o.WeightBytes
+					}
+					assert.GreaterOrEqual(t, sum, want.WeightBytes, "every weight is on some rank")
+				})
+			}
+		})
+	}
+}

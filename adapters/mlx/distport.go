@@ -1,0 +1,37 @@
+package mlx
+
+import (
+	"context"
+
+	"github.com/higgs-go/higgs/ports"
+)
+
+// Pipeline is rank 0's view of a distributed target as the rest of higgs sees it: an ordinary ports.Target
+// whose sessions keep every ability a pipeline offers (Forward with taps and tapes, KV trim, snapshots,
+// tape replay, raw logits, prefix export and import: every rank keeps its own layers' share under one id)
+// and which hides the one it does not yet (batched rounds), so the server's scheduler runs the sequences'
+// forwards one after another.
+// The drafter is loaded on t itself.
+func Pipeline(t *Target) ports.Target { return pipelineTarget{t} }
+
+type pipelineTarget struct{ t *Target }
+
+func (p pipelineTarget) Info() ports.ModelInfo { return p.t.Info() }
+
+func (p pipelineTarget) NewSession(ctx context.Context, tapLayers []int) (ports.Session, error) {
+	s, err := p.t.NewSession(ctx, tapLayers)
+	if err != nil {
+		return nil, err
+	}
+	return pipelineSession{s.(*Session)}, nil
+}
+
+// pipelineSession is the Session behind the wrapper, with all its abilities.
+type pipelineSession struct{ *Session }
+
+var _ interface {
+	ports.Session
+	ports.TapeReplayer
+	ports.LogitsForwarder
+	ports.PrefixExporter
+} = pipelineSession{}

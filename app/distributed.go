@@ -1,0 +1,121 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/higgs-go/higgs/adapters/mlx"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// One model across several processes (--distributed): MLX distributed's pipeline, every rank running the
+// same higgsd with MLX's own conventions (MLX_RANK and MLX_HOSTFILE, as mlx.launch sets them). Rank 0
+// loads its stage, the drafter and serves HTTP; the other ranks load theirs and run the worker loop.
+
+// Distributed timings: a join waits for every rank to load and connect; a round (one chunk's forward on
+// every rank) gets distRoundTimeout; rank 0 pings an idle pipeline every distHeartbeat, and a worker that
+// hears nothing for distWorkerIdle gives up.
+const (
+	distJoinTimeout  = 10 * time.Minute
+	distRoundTimeout = 2 * time.Minute
+	distHeartbeat    = 10 * time.Second
+	distWorkerIdle   = 60 * time.Second
+)
+
+func distOptions(drafterHead bool) mlx.DistOptions {
+	return mlx.DistOptions{JoinTimeout: distJoinTimeout, Timeout: distRoundTimeout, Idle: distWorkerIdle, DrafterHead: drafterHead}
+}
+
+// IsDistributedWorker reports whether this process is a worker of a --distributed higgsd or higgs-verify
+// (MLX_RANK ≠ 0).
+func IsDistributedWorker(distributed bool, getenv func(string) string) bool {
+	return distributed && getenv(mlx.EnvRank) != "" && getenv(mlx.EnvRank) != "0"
+}
+
+// RankStats is one rank's stage, weight bytes and forward timings (mlx.RankStats).
+type RankStats = mlx.RankStats
+
+// StopPipeline stops the workers of m's distributed target and returns every rank's figures (nil when m
+// is not distributed). m.Close stops them too; after StopPipeline it only closes.
+func StopPipeline(m *Models) ([]RankStats, error) {
+	h, ok := m.Target.(healthTarget)
+	if !ok {
+		return nil, nil
+	}
+	return h.t.Stop()
+}
+
+// RunWorker loads this rank's stage of mc's model and serves rank 0's pipeline until rank 0 stops it, a
+// neighbour is lost, or ctx ends.
+func RunWorker(ctx context.Context, mc ModelConfig, log zerolog.Logger) error {
+	if err := mc.Validate(); err != nil {
+		return fmt.Errorf("model config: %w", err)
+	}
+	dir, _, err := resolveTarget(mc.Model)
+	if err != nil {
+		return err
+	}
+	_, draft := mc.drafterName()
+	t, err := mlx.LoadDistributed(ctx, dir, mlx.LoadOptions{Logger: log}, distOptions(draft))
+	if err != nil {
+		return err
+	}
+	log.Info().Int("rank", t.Rank()).Int("ranks", t.Ranks()).Msg("distributed worker serving")
+	if err := t.Serve(ctx); err != nil {
+		return err // the MLX thread may be blocked on a lost neighbour: the process exits without Close
+	}
+	defer t.Close()
+	log.Info().Int("rank", t.Rank()).Msg("rank 0 stopped the pipeline")
+	return nil
+}
+
+// loadDistributed is LoadModels' MLX target on rank 0: its stage of dir behind mlx.Pipeline (one sequence
+// at a time, no prefix export), a heartbeat keeping the workers and /health informed, and a close that
+// stops the workers. The drafter loads on the returned *mlx.Target.
+func loadDistributed(ctx context.Context, dir string, drafter bool, log zerolog.Logger) (*mlx.Target, ports.Target, func() error, error) {
+	t, err := mlx.LoadDistributed(ctx, dir, mlx.LoadOptions{Logger: log}, distOptions(drafter))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if t.Rank() != 0 {
+		return nil, nil, nil, fmt.Errorf("rank %d loaded as rank 0 (run workers with RunWorker)", t.Rank())
+	}
+	hctx, stop := context.WithCancel(context.Background())
+	go func() {
+		if err := t.Heartbeat(hctx, distHeartbeat); err != nil {
+			log.Error().Err(err).Msg("distributed pipeline lost")
+		}
+	}()
+	closeFn := func() error {
+		stop()
+		_, err := t.Stop()
+		return errors.Join(err, t.Close())
+	}
+	return t, healthTarget{mlx.Pipeline(t), t}, closeFn, nil
+}
+
+// healthTarget is a pipelined target that reports a lost rank (Serve.Degraded reads it).
+type healthTarget struct {
+	ports.Target
+	t *mlx.Target
+}
+
+// Health is the error that broke the pipeline, or nil.
+func (h healthTarget) Health() error { return h.t.Err() }
+
+// Degraded reports why a loaded engine cannot generate (a lost rank of a distributed target), or nil;
+// /health answers 503 degraded with it.
+func (s *Serve) Degraded() error {
+	l := s.engine.Load()
+	if l == nil {
+		return nil
+	}
+	if h, ok := l.Target.(interface{ Health() error }); ok {
+		return h.Health()
+	}
+	return nil
+}
