@@ -241,6 +241,7 @@ func (c *constrained) TrimKV(n int) error {
 func (c *constrained) Forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, error) {
 	pos0 := c.inner.Len()
 	t0 := c.clock.Now()
+	held := len(c.states)
 	for i, t := range tokens {
 		p := pos0 + i
 		if p < c.start {
@@ -248,15 +249,23 @@ func (c *constrained) Forward(ctx context.Context, tokens []ports.Token, opts po
 		}
 		k := p - c.start
 		if k != len(c.states)-1 {
+			c.states = c.states[:held]
 			return ports.ForwardResult{}, fmt.Errorf("constraint: grammar holds %d generated positions, the block starts at %d", len(c.states)-1, k)
 		}
-		c.states = append(c.states, c.m.Advance(c.states[k], t))
+		st := c.m.Advance(c.states[k], t)
+		if err := st.Err(); err != nil {
+			c.states = c.states[:held]
+			return ports.ForwardResult{}, fmt.Errorf("constraint: the schema cannot be followed past %d generated tokens: %w", k+1, err)
+		}
+		c.states = append(c.states, st)
 	}
 	feedTime := c.clock.Now().Sub(t0)
 	inner := opts
 	inner.Logits, inner.Sampling = true, nil
 	fr, err := c.inner.Forward(ctx, tokens, inner)
 	if err != nil {
+		// The block was not appended: the states stay those of the positions the session holds.
+		c.states = c.states[:held]
 		return fr, err
 	}
 	t1 := c.clock.Now()
@@ -275,7 +284,7 @@ func (c *constrained) Forward(ctx context.Context, tokens []ports.Token, opts po
 		q := first + r + 1 // the position row r predicts
 		if q >= c.start {
 			if st := c.states[q-c.start]; !st.Dead() {
-				if err := c.mask(lg, st); err != nil {
+				if err := c.mask(ctx, lg, st); err != nil {
 					return fr, err
 				}
 				c.stats.Rows++
@@ -298,8 +307,11 @@ func (c *constrained) Forward(ctx context.Context, tokens []ports.Token, opts po
 }
 
 // mask sets the logits of the tokens st forbids to −Inf.
-func (c *constrained) mask(lg []float32, st grammar.State) error {
-	mk := c.m.Allowed(st)
+func (c *constrained) mask(ctx context.Context, lg []float32, st grammar.State) error {
+	mk, err := c.m.Allowed(ctx, st)
+	if err != nil {
+		return fmt.Errorf("constraint: %w", err)
+	}
 	any := false
 	neg := float32(math.Inf(-1))
 	for w, bits := range mk {
