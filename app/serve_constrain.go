@@ -146,11 +146,11 @@ func prepareConstraint(l *loaded, req ports.GenerateRequest, think, inThink bool
 	g, err := constraintGrammar(c, think, inThink)
 	if err != nil {
 		// A *grammar.SchemaError names the keyword and where it is; adapters prefix the field.
-		return nil, invalid(param, "%v", err)
+		return nil, invalidCause(param, err)
 	}
 	v, err := grammarVocab(l)
 	if err != nil {
-		return nil, invalid(param, "%v", err)
+		return nil, invalidCause(param, err)
 	}
 	eos := make([]ports.Token, 0, len(l.eos))
 	for t := range l.eos {
@@ -171,6 +171,30 @@ func prepareConstraint(l *loaded, req ports.GenerateRequest, think, inThink bool
 	l.vocab.matchers[key] = m
 	l.vocab.mu.Unlock()
 	return m, nil
+}
+
+// requestCause is a request error that keeps its cause in the chain: errors.As finds the
+// *ports.RequestError (the adapters' 400 and its parameter) and the cause alike (a *grammar.SchemaError).
+type requestCause struct {
+	req   *ports.RequestError
+	cause error
+}
+
+func (e *requestCause) Error() string   { return e.req.Error() }
+func (e *requestCause) Unwrap() []error { return []error{e.req, e.cause} }
+
+// invalidCause is the request error for param whose message is err's.
+func invalidCause(param string, err error) error {
+	return &requestCause{req: &ports.RequestError{Param: param, Message: err.Error()}, cause: err}
+}
+
+// limitError turns a grammar's stack limit into a request error (the schema, not the server, is at fault:
+// a 400 when no part of the answer was sent yet); other errors pass unchanged.
+func limitError(err error) error {
+	if errors.Is(err, grammar.ErrTooManyStacks) {
+		return invalidCause("", err)
+	}
+	return err
 }
 
 // MaskStats is what masking cost one generation.
@@ -255,7 +279,7 @@ func (c *constrained) Forward(ctx context.Context, tokens []ports.Token, opts po
 		st := c.m.Advance(c.states[k], t)
 		if err := st.Err(); err != nil {
 			c.states = c.states[:held]
-			return ports.ForwardResult{}, fmt.Errorf("constraint: the schema cannot be followed past %d generated tokens: %w", k+1, err)
+			return ports.ForwardResult{}, limitError(fmt.Errorf("constraint: the schema cannot be followed past %d generated tokens: %w", k+1, err))
 		}
 		c.states = append(c.states, st)
 	}
@@ -310,7 +334,7 @@ func (c *constrained) Forward(ctx context.Context, tokens []ports.Token, opts po
 func (c *constrained) mask(ctx context.Context, lg []float32, st grammar.State) error {
 	mk, err := c.m.Allowed(ctx, st)
 	if err != nil {
-		return fmt.Errorf("constraint: %w", err)
+		return limitError(fmt.Errorf("constraint: %w", err))
 	}
 	any := false
 	neg := float32(math.Inf(-1))
