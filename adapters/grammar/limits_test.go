@@ -35,7 +35,7 @@ func nestedAnyOf(depth int) []byte {
 	return doc
 }
 
-func TestNestedAlternativesRefused(t *testing.T) {
+func TestSchemaNestedAlternativesRefused(t *testing.T) {
 	_, err := CompileSchema(nestedAnyOf(1))
 	require.NoError(t, err, "one level of 64 alternatives is within the limit")
 	for _, depth := range []int{2, 3, 4} {
@@ -59,7 +59,7 @@ func TestNestedAlternativesRefused(t *testing.T) {
 
 // A recursive schema whose alternatives multiply only at run time: the state past the limit is dead with a
 // *StackLimitError, and so is the mask of a state whose tokens would cross it.
-func TestStackLimitAtRunTime(t *testing.T) {
+func TestGrammarStackLimitAtRunTime(t *testing.T) {
 	var alts []string
 	for i := range 64 {
 		alts = append(alts, fmt.Sprintf(`{"type":"object","properties":{"a":{"$ref":"#"},"b%d":{"type":"string"}}}`, i))
@@ -84,7 +84,7 @@ func TestStackLimitAtRunTime(t *testing.T) {
 	assert.ErrorIs(t, err, ErrTooManyStacks)
 }
 
-func TestAllowedStopsWithContext(t *testing.T) {
+func TestGrammarAllowedStopsWithContext(t *testing.T) {
 	toks := make([][]byte, 4096)
 	for i := range toks {
 		toks[i] = []byte(fmt.Sprintf(`"k%04d`, i))
@@ -98,4 +98,28 @@ func TestAllowedStopsWithContext(t *testing.T) {
 	assert.True(t, errors.Is(err, context.Canceled), "%v", err)
 	_, err = m.Allowed(context.Background(), st)
 	assert.NoError(t, err, "a cancelled walk caches nothing")
+}
+
+func TestSchemaUnsatisfiableRecursionRefused(t *testing.T) {
+	for _, doc := range []string{
+		`{"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]}`,
+		`{"type":"array","items":{"$ref":"#"},"minItems":1}`,
+		`{"$defs":{"A":{"type":"object","properties":{"b":{"$ref":"#/$defs/B"}},"required":["b"]},"B":{"type":"array","items":{"$ref":"#/$defs/A"},"minItems":2}},"$ref":"#/$defs/A"}`,
+		// Reachable through an optional property: the model could open it and never close it.
+		`{"type":"object","properties":{"x":{"$ref":"#/$defs/L"}},"$defs":{"L":{"type":"object","properties":{"n":{"$ref":"#/$defs/L"}},"required":["n"]}}}`,
+	} {
+		_, err := CompileSchema([]byte(doc))
+		var se *SchemaError
+		require.ErrorAs(t, err, &se, doc)
+		assert.Contains(t, se.Msg, "no finite JSON value", doc)
+	}
+	// Recursion with a way out is fine.
+	for _, doc := range []string{
+		`{"type":"object","properties":{"a":{"$ref":"#"}}}`,
+		`{"type":"array","items":{"$ref":"#"}}`,
+		`{"anyOf":[{"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]},{"type":"null"}]}`,
+	} {
+		_, err := CompileSchema([]byte(doc))
+		assert.NoError(t, err, doc)
+	}
 }

@@ -97,6 +97,9 @@ func compileSchemaNode(reg *registry, doc []byte) (*node, error) {
 	if n, err = c.finish(n); err != nil {
 		return nil, err
 	}
+	if err := checkProductive(n, reg.nodes); err != nil {
+		return nil, err
+	}
 	if err := checkWidth(n); err != nil {
 		return nil, err
 	}

@@ -129,6 +129,8 @@ func FuzzCompileSchema(f *testing.F) {
 	f.Add([]byte(`{"anyOf":[{"$ref":"#"},{"type":"null"}]}`), []byte("null"))
 	f.Add([]byte(`{"type":"number","minimum":1e3}`), []byte("1000"))
 	f.Add(nestedAnyOf(3), []byte(`{"a":{"a":{"a":`))
+	f.Add([]byte(`{"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]}`), []byte(`{"a":{"a":`))
+	f.Add([]byte(`{"type":"array","items":{"$ref":"#"},"minItems":1}`), []byte(`[[[`))
 	f.Fuzz(func(t *testing.T, doc, text []byte) {
 		g, err := CompileSchema(doc)
 		if err != nil {
