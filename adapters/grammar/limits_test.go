@@ -123,3 +123,13 @@ func TestSchemaUnsatisfiableRecursionRefused(t *testing.T) {
 		assert.NoError(t, err, doc)
 	}
 }
+
+// BenchmarkCompileNestedAnyOf is the cost of refusing the review's repro (three levels of 64).
+func BenchmarkCompileNestedAnyOf(b *testing.B) {
+	doc := nestedAnyOf(3)
+	for b.Loop() {
+		if _, err := CompileSchema(doc); err == nil {
+			b.Fatal("accepted")
+		}
+	}
+}
