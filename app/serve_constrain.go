@@ -146,11 +146,11 @@ func prepareConstraint(l *loaded, req ports.GenerateRequest, think, inThink bool
 	g, err := constraintGrammar(c, think, inThink)
 	if err != nil {
 		// A *grammar.SchemaError names the keyword and where it is; adapters prefix the field.
-		return nil, invalid(param, "%v", err)
+		return nil, invalidCause(param, err)
 	}
 	v, err := grammarVocab(l)
 	if err != nil {
-		return nil, invalid(param, "%v", err)
+		return nil, invalidCause(param, err)
 	}
 	eos := make([]ports.Token, 0, len(l.eos))
 	for t := range l.eos {
@@ -171,6 +171,30 @@ func prepareConstraint(l *loaded, req ports.GenerateRequest, think, inThink bool
 	l.vocab.matchers[key] = m
 	l.vocab.mu.Unlock()
 	return m, nil
+}
+
+// requestCause is a request error that keeps its cause in the chain: errors.As finds the
+// *ports.RequestError (the adapters' 400 and its parameter) and the cause alike (a *grammar.SchemaError).
+type requestCause struct {
+	req   *ports.RequestError
+	cause error
+}
+
+func (e *requestCause) Error() string   { return e.req.Error() }
+func (e *requestCause) Unwrap() []error { return []error{e.req, e.cause} }
+
+// invalidCause is the request error for param whose message is err's.
+func invalidCause(param string, err error) error {
+	return &requestCause{req: &ports.RequestError{Param: param, Message: err.Error()}, cause: err}
+}
+
+// limitError turns a grammar's stack limit into a request error (the schema, not the server, is at fault:
+// a 400 when no part of the answer was sent yet); other errors pass unchanged.
+func limitError(err error) error {
+	if errors.Is(err, grammar.ErrTooManyStacks) {
+		return invalidCause("", err)
+	}
+	return err
 }
 
 // MaskStats is what masking cost one generation.
@@ -241,6 +265,7 @@ func (c *constrained) TrimKV(n int) error {
 func (c *constrained) Forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, error) {
 	pos0 := c.inner.Len()
 	t0 := c.clock.Now()
+	held := len(c.states)
 	for i, t := range tokens {
 		p := pos0 + i
 		if p < c.start {
@@ -248,15 +273,23 @@ func (c *constrained) Forward(ctx context.Context, tokens []ports.Token, opts po
 		}
 		k := p - c.start
 		if k != len(c.states)-1 {
+			c.states = c.states[:held]
 			return ports.ForwardResult{}, fmt.Errorf("constraint: grammar holds %d generated positions, the block starts at %d", len(c.states)-1, k)
 		}
-		c.states = append(c.states, c.m.Advance(c.states[k], t))
+		st := c.m.Advance(c.states[k], t)
+		if err := st.Err(); err != nil {
+			c.states = c.states[:held]
+			return ports.ForwardResult{}, limitError(fmt.Errorf("constraint: the schema cannot be followed past %d generated tokens: %w", k+1, err))
+		}
+		c.states = append(c.states, st)
 	}
 	feedTime := c.clock.Now().Sub(t0)
 	inner := opts
 	inner.Logits, inner.Sampling = true, nil
 	fr, err := c.inner.Forward(ctx, tokens, inner)
 	if err != nil {
+		// The block was not appended: the states stay those of the positions the session holds.
+		c.states = c.states[:held]
 		return fr, err
 	}
 	t1 := c.clock.Now()
@@ -275,7 +308,7 @@ func (c *constrained) Forward(ctx context.Context, tokens []ports.Token, opts po
 		q := first + r + 1 // the position row r predicts
 		if q >= c.start {
 			if st := c.states[q-c.start]; !st.Dead() {
-				if err := c.mask(lg, st); err != nil {
+				if err := c.mask(ctx, lg, st); err != nil {
 					return fr, err
 				}
 				c.stats.Rows++
@@ -298,8 +331,11 @@ func (c *constrained) Forward(ctx context.Context, tokens []ports.Token, opts po
 }
 
 // mask sets the logits of the tokens st forbids to −Inf.
-func (c *constrained) mask(lg []float32, st grammar.State) error {
-	mk := c.m.Allowed(st)
+func (c *constrained) mask(ctx context.Context, lg []float32, st grammar.State) error {
+	mk, err := c.m.Allowed(ctx, st)
+	if err != nil {
+		return limitError(fmt.Errorf("constraint: %w", err))
+	}
 	any := false
 	neg := float32(math.Inf(-1))
 	for w, bits := range mk {

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"math"
 	"slices"
 	"strings"
@@ -34,7 +35,8 @@ func exactConstrained(t *testing.T, model *portfake.Model, m *grammar.Matcher, p
 		for i, v := range lg {
 			row[i] = float32(v)
 		}
-		mk := m.Allowed(st)
+		mk, err := m.Allowed(context.Background(), st)
+		require.NoError(t, err)
 		for i := range row {
 			if !mk.Has(int32(i)) {
 				row[i] = float32(math.Inf(-1))

@@ -20,6 +20,8 @@ func newGrammar(reg *registry, root *node) *Grammar { return &Grammar{root: root
 type State struct {
 	stacks []*frame
 	key    string
+	// err is why the state is dead when it is not a forbidden byte (too many stacks).
+	err error
 }
 
 // Start is the state before any byte.
@@ -76,8 +78,12 @@ func stackKey(f *frame) string {
 	return string(b)
 }
 
-// Dead reports whether no continuation is possible (a forbidden byte was fed).
+// Dead reports whether no continuation is possible (a forbidden byte was fed, or Err says why not).
 func (s State) Dead() bool { return len(s.stacks) == 0 }
+
+// Err is why a dead state could not be computed (a *StackLimitError wrapping ErrTooManyStacks), nil for a
+// live state or one a forbidden byte killed.
+func (s State) Err() error { return s.err }
 
 // Key identifies the state: equal keys mean equal futures (the mask cache's key).
 func (s State) Key() string { return s.key }
@@ -88,7 +94,12 @@ func (s State) Accepting() bool {
 }
 
 // Advance returns the state after bytes (dead if any byte is forbidden).
+// Past maxStacks live stacks the state is dead with Err set: the caller must end the generation rather than
+// let one request's schema hold a core for minutes.
 func (s State) Advance(bytes []byte) State {
+	if s.err != nil {
+		return s
+	}
 	cur := s.stacks
 	for _, b := range bytes {
 		var next []*frame
@@ -97,6 +108,9 @@ func (s State) Advance(bytes []byte) State {
 		}
 		if len(next) == 0 {
 			return State{}
+		}
+		if len(next) > maxStacks {
+			return State{err: &StackLimitError{Stacks: len(next)}}
 		}
 		cur = next
 	}
@@ -194,6 +208,9 @@ func callNode(reg *registry, tools []Tool, syntax ToolCallSyntax) (*node, error)
 	alt.alts = flat
 	seq := reg.newNode(kSeq)
 	seq.parts = []part{{lit: syntax.Open}, {value: alt}, {lit: syntax.Close}}
+	if err := checkWidth(seq); err != nil {
+		return nil, fmt.Errorf("tools: %w", err)
+	}
 	return seq, nil
 }
 

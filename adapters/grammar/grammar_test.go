@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -149,18 +150,18 @@ func TestMaskOverVocab(t *testing.T) {
 	m, err := NewMatcher(g, v, []int32{9})
 	require.NoError(t, err)
 	s := m.Start()
-	mk := m.Allowed(s)
+	mk := allowed(t, m, s)
 	assert.Equal(t, []bool{true, false, false, false, false, false, false, true, false, false, false}, bitsOf(mk, len(toks)))
 	s = m.Advance(s, 7) // {"a":
-	mk = m.Allowed(s)
+	mk = allowed(t, m, s)
 	assert.True(t, mk.Has(5) && mk.Has(6) && mk.Has(8))
 	assert.False(t, mk.Has(1) || mk.Has(9))
 	s = m.Advance(m.Advance(s, 6), 1)
-	mk = m.Allowed(s)
+	mk = allowed(t, m, s)
 	assert.Equal(t, 1, mk.Count())
 	assert.True(t, mk.Has(9), "only EOS after the object")
 	assert.Equal(t, 3, m.Computed())
-	m.Allowed(s)
+	allowed(t, m, s)
 	assert.Equal(t, 3, m.Computed(), "cached")
 }
 
@@ -199,4 +200,11 @@ func TestLimits(t *testing.T) {
 	_, err = CompileSchema([]byte(`{"enum":[` + strings.Join(vals, ",") + `]}`))
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, "enum", se.Keyword)
+}
+
+func allowed(tb testing.TB, m *Matcher, s State) Mask {
+	tb.Helper()
+	mk, err := m.Allowed(context.Background(), s)
+	require.NoError(tb, err)
+	return mk
 }

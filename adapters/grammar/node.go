@@ -29,6 +29,8 @@ const (
 type node struct {
 	id   int
 	kind kind
+	// path is the JSON pointer of the schema it was compiled from (for errors found after compilation).
+	path string
 
 	// kObject: props in declaration order; free means any string keys with any JSON values.
 	props []prop

@@ -94,7 +94,16 @@ func compileSchemaNode(reg *registry, doc []byte) (*node, error) {
 	if err := metaValidate(doc); err != nil {
 		return nil, err
 	}
-	return c.finish(n)
+	if n, err = c.finish(n); err != nil {
+		return nil, err
+	}
+	if err := checkProductive(n, reg.nodes); err != nil {
+		return nil, err
+	}
+	if err := checkWidth(n); err != nil {
+		return nil, err
+	}
+	return n, nil
 }
 
 // metaValidate checks the document against the JSON Schema meta-schema (draft 2020-12 unless it names
@@ -146,6 +155,9 @@ func (c *compiler) compile(path string, v any) (*node, error) {
 	n, err := c.compileNew(path, v)
 	if err != nil {
 		return nil, err
+	}
+	if n.path == "" {
+		n.path = path
 	}
 	c.byPath[path] = n
 	return n, nil

@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"context"
 	"fmt"
 	"math/bits"
 	"slices"
@@ -226,18 +227,26 @@ func (m *Matcher) Advance(s State, id int32) State {
 }
 
 // Allowed returns the tokens that may follow state s (EOS included when s is accepting). The mask is shared:
-// callers must not modify it. A dead state allows nothing.
-func (m *Matcher) Allowed(s State) Mask {
+// callers must not modify it. A dead state allows nothing; one dead for a reason (State.Err) is that error.
+// The walk checks ctx as it goes (a client gone stops it) and refuses, with a *StackLimitError, a prefix
+// that leaves more than maxStacks stacks alive.
+func (m *Matcher) Allowed(ctx context.Context, s State) (Mask, error) {
+	if s.err != nil {
+		return nil, s.err
+	}
 	if s.Dead() {
-		return make(Mask, (m.v.size+63)/64)
+		return make(Mask, (m.v.size+63)/64), nil
 	}
 	m.mu.Lock()
 	if mk, ok := m.cache[s.key]; ok {
 		m.mu.Unlock()
-		return mk
+		return mk, nil
 	}
 	m.mu.Unlock()
-	mk := m.compute(s)
+	mk, err := m.compute(ctx, s)
+	if err != nil {
+		return nil, err
+	}
 	m.mu.Lock()
 	if len(m.cache) >= maxCached {
 		clear(m.cache)
@@ -245,7 +254,7 @@ func (m *Matcher) Allowed(s State) Mask {
 	m.cache[s.key] = mk
 	m.computed++
 	m.mu.Unlock()
-	return mk
+	return mk, nil
 }
 
 // Computed is the number of masks computed so far (the others came from the cache).
@@ -259,7 +268,7 @@ func (m *Matcher) Computed() int {
 // stack accepts prunes every token under it. Inside a string the plain tokens that fit are allowed without
 // a walk (whatever surrounds the string, they leave it a string) and only the others' trie is walked; in
 // free text, likewise the tokens that cannot complete its trigger.
-func (m *Matcher) compute(s State) Mask {
+func (m *Matcher) compute(ctx context.Context, s State) (Mask, error) {
 	mk := make(Mask, (m.v.size+63)/64)
 	if s.Accepting() {
 		for _, id := range m.eos {
@@ -285,9 +294,18 @@ func (m *Matcher) compute(s State) Mask {
 		}
 		t = with
 	}
+	var (
+		err   error
+		edges int
+	)
 	var walk func(k int32, stacks []*frame)
 	walk = func(k int32, stacks []*frame) {
-		for e := t.edgeStart[k]; e < t.edgeStart[k+1]; e++ {
+		for e := t.edgeStart[k]; e < t.edgeStart[k+1] && err == nil; e++ {
+			if edges++; edges%ctxEvery == 0 {
+				if err = ctx.Err(); err != nil {
+					return
+				}
+			}
 			b := t.edgeByte[e]
 			var next []*frame
 			for _, f := range stacks {
@@ -295,6 +313,10 @@ func (m *Matcher) compute(s State) Mask {
 			}
 			if len(next) == 0 {
 				continue
+			}
+			if len(next) > maxStacks {
+				err = &StackLimitError{Stacks: len(next)}
+				return
 			}
 			to := t.edgeTo[e]
 			for _, id := range t.ends[to] {
@@ -306,5 +328,11 @@ func (m *Matcher) compute(s State) Mask {
 		}
 	}
 	walk(0, s.stacks)
-	return mk
+	if err != nil {
+		return nil, fmt.Errorf("grammar: allowed tokens: %w", err)
+	}
+	return mk, nil
 }
+
+// ctxEvery is how many trie edges the walk takes between looks at its context.
+const ctxEvery = 1024
