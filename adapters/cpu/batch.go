@@ -2,7 +2,6 @@ package cpu
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/higgs-go/higgs/adapters/model"
@@ -10,9 +9,6 @@ import (
 )
 
 var _ ports.BatchForwarder = (*Target)(nil)
-
-// errForeignSession refuses a batch item whose session this target did not open.
-var errForeignSession = errors.New("session was not opened by this target")
 
 // ForwardBatch runs several sessions' blocks in one pass (ports.BatchForwarder): the embedding, norms,
 // projections, MLPs, experts and LM head run once over every item's rows, so each weight streams once per
@@ -108,20 +104,8 @@ func (t *Target) ForwardBatch(ctx context.Context, items []ports.BatchItem) ([]p
 
 // batchSessions checks that every item's session is a distinct session of this target.
 func (t *Target) batchSessions(items []ports.BatchItem) ([]*Session, error) {
-	out := make([]*Session, len(items))
-	seen := make(map[*Session]int, len(items))
-	for i, it := range items {
-		s, ok := it.Session.(*Session)
-		if !ok || s == nil || s.t != t {
-			return nil, fmt.Errorf("cpu forward batch: item %d: %T: %w", i, it.Session, errForeignSession)
-		}
-		if j, dup := seen[s]; dup {
-			return nil, fmt.Errorf("cpu forward batch: items %d and %d share one session", j, i)
-		}
-		seen[s] = i
-		out[i] = s
-	}
-	return out, nil
+	return model.ClaimSessions("cpu forward batch", len(items), func(i int) any { return items[i].Session },
+		func(v any) (*Session, bool) { s, ok := v.(*Session); return s, ok && s != nil && s.t == t })
 }
 
 // batchArena returns a reset arena for a batched pass's shared rows (put back with t.batch.Put).

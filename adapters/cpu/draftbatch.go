@@ -16,18 +16,10 @@ var _ ports.BatchDrafter = (*Drafter)(nil)
 // its own session's cache. Rows are computed independently of one another by the kernels, so every item's
 // proposal and session state are bit-identical to its solo Draft (DraftSampled at Temperature > 0).
 func (d *Drafter) DraftBatch(ctx context.Context, items []ports.DraftItem) ([]ports.DraftResult, error) {
-	sessions := make([]*DraftSession, len(items))
-	seen := make(map[*DraftSession]int, len(items))
-	for i, it := range items {
-		s, ok := it.Session.(*DraftSession)
-		if !ok || s == nil || s.d != d {
-			return nil, fmt.Errorf("cpu draft batch: item %d: %T: session was not opened by this drafter", i, it.Session)
-		}
-		if j, dup := seen[s]; dup {
-			return nil, fmt.Errorf("cpu draft batch: items %d and %d share one session", j, i)
-		}
-		seen[s] = i
-		sessions[i] = s
+	sessions, err := model.ClaimSessions("cpu draft batch", len(items), func(i int) any { return items[i].Session },
+		func(v any) (*DraftSession, bool) { s, ok := v.(*DraftSession); return s, ok && s != nil && s.d == d })
+	if err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("cpu draft batch: %w", err)

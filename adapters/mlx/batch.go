@@ -26,18 +26,10 @@ func (t *Target) ForwardBatch(ctx context.Context, items []ports.BatchItem) ([]p
 	if t.pipe != nil {
 		return nil, fmt.Errorf("mlx forward batch: %w", errPipelined)
 	}
-	sessions := make([]*Session, len(items))
-	seen := make(map[*Session]int, len(items))
-	for i, it := range items {
-		s, ok := it.Session.(*Session)
-		if !ok || s == nil || s.t != t {
-			return nil, fmt.Errorf("mlx forward batch: item %d: %T: session was not opened by this target", i, it.Session)
-		}
-		if j, dup := seen[s]; dup {
-			return nil, fmt.Errorf("mlx forward batch: items %d and %d share one session", j, i)
-		}
-		seen[s] = i
-		sessions[i] = s
+	sessions, err := model.ClaimSessions("mlx forward batch", len(items), func(i int) any { return items[i].Session },
+		func(v any) (*Session, bool) { s, ok := v.(*Session); return s, ok && s != nil && s.t == t })
+	if err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("mlx forward batch: %w", err)

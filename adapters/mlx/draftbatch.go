@@ -17,18 +17,10 @@ var _ ports.BatchDrafter = (*Drafter)(nil)
 // (candidates, the selector's projections) once for all items, and DFlash2's walk per item. Exactness is
 // ForwardBatch's: equal to the solo calls up to MLX's rounding for other row counts.
 func (d *Drafter) DraftBatch(ctx context.Context, items []ports.DraftItem) ([]ports.DraftResult, error) {
-	sessions := make([]*DraftSession, len(items))
-	seen := make(map[*DraftSession]int, len(items))
-	for i, it := range items {
-		s, ok := it.Session.(*DraftSession)
-		if !ok || s == nil || s.d != d {
-			return nil, fmt.Errorf("mlx draft batch: item %d: %T: session was not opened by this drafter", i, it.Session)
-		}
-		if j, dup := seen[s]; dup {
-			return nil, fmt.Errorf("mlx draft batch: items %d and %d share one session", j, i)
-		}
-		seen[s] = i
-		sessions[i] = s
+	sessions, err := model.ClaimSessions("mlx draft batch", len(items), func(i int) any { return items[i].Session },
+		func(v any) (*DraftSession, bool) { s, ok := v.(*DraftSession); return s, ok && s != nil && s.d == d })
+	if err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("mlx draft batch: %w", err)
@@ -55,7 +47,7 @@ func (d *Drafter) DraftBatch(ctx context.Context, items []ports.DraftItem) ([]po
 	}
 	a := &d.m.Arch
 	width := len(a.TapLayers) * a.HiddenSize
-	err := d.t.rt.Do(func() error {
+	err = d.t.rt.Do(func() error {
 		if d.closed || d.t.closed {
 			return errors.New("mlx drafter: drafter or target is closed")
 		}

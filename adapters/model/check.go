@@ -180,3 +180,28 @@ type PrefixSize struct{ Size int64 }
 
 // Bytes returns the memory the state holds.
 func (s PrefixSize) Bytes() int64 { return s.Size }
+
+// ErrForeignSession is wrapped by ClaimSessions when a batch item's session was not opened by the target or
+// drafter asked to run the batch.
+var ErrForeignSession = errors.New("session was not opened by this model")
+
+// ClaimSessions is the check every batched call starts with: each of the n items' sessions (at(i)) must be
+// one of this model's (own returns the backend's session and whether it belongs), and no session may appear
+// twice, since an item advances its session's state. what names the call in errors ("cpu forward batch").
+func ClaimSessions[S comparable](what string, n int, at func(i int) any, own func(v any) (S, bool)) ([]S, error) {
+	out := make([]S, n)
+	seen := make(map[S]int, n)
+	for i := range n {
+		v := at(i)
+		s, ok := own(v)
+		if !ok {
+			return nil, fmt.Errorf("%s: item %d: %T: %w", what, i, v, ErrForeignSession)
+		}
+		if j, dup := seen[s]; dup {
+			return nil, fmt.Errorf("%s: items %d and %d share one session", what, j, i)
+		}
+		seen[s] = i
+		out[i] = s
+	}
+	return out, nil
+}
