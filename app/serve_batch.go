@@ -15,7 +15,8 @@ import (
 func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // timerClock gives a clock without timers (a test's) the system's: the scheduler then waits in real time and
-// measures on the clock.
+// measures on the clock, and runs a round once a timer fires whatever the clock says (a frozen clock would
+// otherwise never end the wait).
 type timerClock struct{ ports.Clock }
 
 func (timerClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
