@@ -39,6 +39,8 @@ func TestAdmissionWithoutMaxTokensOnDemo(t *testing.T) {
 
 	res, err := serve.Generate(t.Context(), req, nil)
 	require.NoError(t, err)
+	t.Logf("whole context %d bytes; reserved %d bytes for %d tokens; finished %q after %d", whole, need, p.cfg.MaxTokens,
+		res.FinishReason, res.CompletionTokens)
 	switch res.FinishReason {
 	case "length":
 		assert.Equal(t, p.cfg.MaxTokens, res.CompletionTokens)
