@@ -470,7 +470,7 @@ func (s *Serve) Generate(ctx context.Context, req ports.GenerateRequest, emit fu
 	if err != nil {
 		return ports.GenerateResult{}, err
 	}
-	need, err := s.admissionBytes(l, p)
+	need, err := s.admissionBytes(l, &p)
 	if err != nil {
 		return ports.GenerateResult{}, err
 	}

@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/higgs-go/higgs/domain/batch"
@@ -13,7 +15,8 @@ import (
 func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // timerClock gives a clock without timers (a test's) the system's: the scheduler then waits in real time and
-// measures on the clock.
+// measures on the clock, and runs a round once a timer fires whatever the clock says (a frozen clock would
+// otherwise never end the wait).
 type timerClock struct{ ports.Clock }
 
 func (timerClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
@@ -74,24 +77,51 @@ func (s *Serve) observeRound(r batch.Round) {
 	}
 }
 
-// admissionBytes is what request p reserves (memory admission), or a client error when it can never fit.
-func (s *Serve) admissionBytes(l *loaded, p prepared) (int64, error) {
-	budget, err := speculative.TokenBudget(len(p.prompt), p.maxTokens, l.info.ContextLength)
+// admissionBytes is what request p reserves (memory admission, batch.Admit), or a client error when it can
+// never fit. A request without max_tokens reserves its fair share of the budget rather than the whole context,
+// and its generation is capped at what was reserved (it ends with "length" there, as at any max_tokens).
+func (s *Serve) admissionBytes(l *loaded, p *prepared) (int64, error) {
+	room, err := speculative.TokenBudget(len(p.prompt), 0, l.info.ContextLength)
+	if p.maxTokens > 0 && l.info.ContextLength == 0 {
+		room, err = p.maxTokens, nil // no context length: the client's limit is the room
+	}
 	if err != nil {
-		return 0, invalid("max_tokens", "%v", err)
+		return 0, requestErr("max_tokens", err)
 	}
-	need := l.footprint.requestBytes(len(p.prompt), budget, p.cfg.BlockSize, s.cfg.PrefillChunk)
-	if total := l.budget.Total(); need > total {
-		param := "max_tokens"
-		if p.maxTokens == 0 {
-			param = ""
-		}
-		return 0, invalid(param, "%v: this request's %d prompt tokens and %d generated tokens need %d bytes of KV cache and state, "+
-			"more than the server's whole memory budget of %d bytes (--memory-budget-bytes); lower max_tokens or shorten the prompt",
-			batch.ErrOverBudget, len(p.prompt), budget, need, total)
+	total := l.budget.Total()
+	adm, err := batch.Admit(batch.Demand{Room: room, MaxTokens: p.maxTokens, Total: total, Concurrency: max(s.cfg.MaxConcurrency, 1),
+		Cost: func(tokens int) int64 {
+			return l.footprint.requestBytes(len(p.prompt), tokens, p.cfg.BlockSize, s.cfg.PrefillChunk)
+		}})
+	var over *batch.OverBudgetError
+	switch {
+	case errors.As(err, &over) && over.Fits == 0:
+		return 0, requestErr("", fmt.Errorf("this request's %d prompt tokens: %w (--memory-budget-bytes); shorten the prompt or raise --memory-budget-bytes",
+			len(p.prompt), err))
+	case errors.As(err, &over):
+		return 0, requestErr("max_tokens", fmt.Errorf("this request's %d prompt tokens and max_tokens %d: %w (--memory-budget-bytes); at most %d tokens fit: lower max_tokens or shorten the prompt",
+			len(p.prompt), p.maxTokens, err, over.Fits))
+	case err != nil:
+		return 0, fmt.Errorf("memory admission: %w", err)
 	}
-	return need, nil
+	if adm.Capped {
+		p.maxTokens, p.cfg.MaxTokens = adm.Tokens, adm.Tokens
+	}
+	return adm.Bytes, nil
 }
+
+// requestErr is a client error (a *ports.RequestError, so ErrInvalidRequest) that keeps err's chain: errors.Is
+// still finds ports.ErrContextFull or batch.ErrOverBudget in it.
+func requestErr(param string, err error) error {
+	return &wrappedRequestError{RequestError: &ports.RequestError{Param: param, Message: err.Error()}, err: err}
+}
+
+type wrappedRequestError struct {
+	*ports.RequestError
+	err error
+}
+
+func (e *wrappedRequestError) Unwrap() []error { return []error{e.RequestError, e.err} }
 
 // admit waits for a place in the batch (the bounded queue) and for the request's memory; the returned
 // release gives both back.

@@ -99,7 +99,8 @@ func (f MemoryFootprint) requestBytes(promptLen, budget, blockSize, prefillChunk
 	return n
 }
 
-// defaultMemoryBudget is the admission budget when none is configured: half the machine's memory, less the
+// defaultMemoryBudget is the admission budget when none is configured: half the machine's memory (on Linux
+// the cgroup's memory limit where that is smaller: a container sees the host's RAM otherwise), less the
 // prefix cache's budget (the weights, the prefix cache and the rest of the system share the other half), at
 // least 256 MiB; 8 GiB where the machine's memory is unknown.
 func defaultMemoryBudget(prefixCacheBytes int64) int64 {

@@ -148,8 +148,12 @@ func guard(calls []*call, f func()) {
 // member's context.
 func (s *Scheduler) dispatch() {
 	ctx := context.Background()
+	// expired says the last wait's timer fired: the round then runs whatever the clock says, since a clock
+	// whose timers are not its own (a frozen test clock beside real timers) may never show the wait as over.
+	expired := false
 	for {
-		calls, kind, wait, idle := s.next()
+		calls, kind, wait, idle := s.next(expired)
+		expired = false
 		if idle {
 			return
 		}
@@ -164,13 +168,15 @@ func (s *Scheduler) dispatch() {
 		select {
 		case <-s.wake:
 		case <-timer:
+			expired = true
 		}
 	}
 }
 
 // next takes the calls of the next round, or says how long to wait for one (0: until woken), or that the
-// scheduler is idle (no member left: the dispatcher stops).
-func (s *Scheduler) next() (calls []*call, kind RoundKind, wait time.Duration, idle bool) {
+// scheduler is idle (no member left: the dispatcher stops). expired runs a round of what is pending without
+// waiting for the missing members.
+func (s *Scheduler) next(expired bool) (calls []*call, kind RoundKind, wait time.Duration, idle bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	pending := len(s.forwards) + len(s.drafts)
@@ -181,7 +187,7 @@ func (s *Scheduler) next() (calls []*call, kind RoundKind, wait time.Duration, i
 		}
 		return nil, "", 0, false
 	}
-	if pending < len(s.members) && s.cfg.MaxWait > 0 {
+	if !expired && pending < len(s.members) && s.cfg.MaxWait > 0 {
 		// The wait counts from the scheduler being free with the oldest call pending: a call that came
 		// while a round ran has not waited for the missing members yet.
 		start := s.oldestSince()

@@ -345,3 +345,27 @@ func TestPanicReachesItsCaller(t *testing.T) {
 	_, err := b.Forward(t.Context(), openSession(t, m), []ports.Token{3}, ports.ForwardOptions{})
 	require.NoError(t, err)
 }
+
+// frozenClock never moves, but its timers are real: a clock without timers of its own that the app gives the
+// system's (app's timerClock).
+type frozenClock struct{ now time.Time }
+
+func (c frozenClock) Now() time.Time                       { return c.now }
+func (frozenClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// TestRoundRunsWhenTheTimerFires: once the wait's timer fires the round runs, even on a clock that never
+// shows the wait as over (a frozen one), with more members than pending calls.
+func TestRoundRunsWhenTheTimerFires(t *testing.T) {
+	bt := &batchTarget{Model: fakeModel(t)}
+	s, err := New(Config{MaxWait: time.Millisecond}, frozenClock{time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}, bt, nil)
+	require.NoError(t, err)
+	a, b := s.Join(), s.Join()
+	defer b.Leave()
+	defer a.Leave()
+	select {
+	case o := <-forwardAsync(t.Context(), a, openSession(t, bt), []ports.Token{1}, ports.ForwardOptions{}):
+		require.NoError(t, o.err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the round never ran: the scheduler kept waiting for b on the frozen clock")
+	}
+}
