@@ -107,41 +107,63 @@ func TestConcurrentGenerationsEqualSolo(t *testing.T) {
 				solo[i] = generateOne(t, model, dr, nil, r)
 			}
 
+			// Later requests join from the scheduler's own round report once their arrival round has run, so
+			// which rounds they share is the same on every run; a request whose round never comes (every
+			// earlier one has finished) joins once the scheduler is idle.
 			var roundsRun atomic.Int64
 			var mu sync.Mutex
 			var seqs []int
-			s, err := New(Config{MaxWait: time.Hour, Observe: func(r Round) {
-				roundsRun.Add(1)
+			members := make([]*Member, len(reqs))
+			joined := make([]chan struct{}, len(reqs))
+			once := make([]sync.Once, len(reqs))
+			var s *Scheduler
+			join := func(i int) {
+				once[i].Do(func() {
+					members[i] = s.Join()
+					close(joined[i])
+				})
+			}
+			for i := range reqs {
+				joined[i] = make(chan struct{})
+			}
+			s, err = New(Config{MaxWait: time.Hour, Observe: func(r Round) {
+				n := roundsRun.Add(1)
 				mu.Lock()
 				seqs = append(seqs, r.Sequences)
 				mu.Unlock()
+				for i, q := range reqs {
+					if q.after > 0 && n >= int64(q.after) {
+						join(i)
+					}
+				}
 			}}, newManualClock(), target, drafter)
 			require.NoError(t, err)
 
 			got := make([]speculative.Result, len(reqs))
 			var wg sync.WaitGroup
-			// The first requests join before any round; the later ones once the scheduler has run their
-			// arrival round (while the earlier ones decode, since a round waits for every member).
-			members := make([]*Member, len(reqs))
 			for i, r := range reqs {
 				if r.after == 0 {
-					members[i] = s.Join()
+					join(i)
 				}
 			}
-			for i, r := range reqs {
+			for i := range reqs {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					m := members[i]
-					if m == nil {
-						// (Or once nobody decodes any more, so a slow machine cannot leave it waiting.)
-						for roundsRun.Load() < int64(r.after) && s.active() > 0 {
-							time.Sleep(50 * time.Microsecond)
+					for {
+						select {
+						case <-joined[i]:
+						case <-time.After(time.Millisecond):
+							if s.active() == 0 {
+								join(i)
+							}
+							continue
 						}
-						m = s.Join()
+						break
 					}
+					m := members[i]
 					defer m.Leave()
-					got[i] = generateOne(t, target, drafter, m, r)
+					got[i] = generateOne(t, target, drafter, m, reqs[i])
 				}()
 			}
 			wg.Wait()
