@@ -283,7 +283,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, r, err)
 			return
 		}
-		if st.sse.err != nil {
+		if st.sse.Err() != nil {
 			s.log.Debug().Err(err).Str("path", r.URL.Path).Msg("client gone during the stream")
 			return
 		}

@@ -3,56 +3,12 @@ package anthropic
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
-	"io"
 	"net/http"
 
+	"github.com/higgs-go/higgs/adapters/openai"
 	"github.com/higgs-go/higgs/adapters/toolcall"
 	"github.com/higgs-go/higgs/ports"
 )
-
-// sseWriter writes Anthropic's named server-sent events ("event: NAME", "data: JSON", blank line), flushing
-// after each so text reaches the client as it is made. The first write error is sticky.
-type sseWriter struct {
-	w     io.Writer
-	flush func() error
-	buf   bytes.Buffer
-	enc   *json.Encoder
-	err   error
-}
-
-func newSSEWriter(w http.ResponseWriter) *sseWriter {
-	sw := &sseWriter{w: w, flush: http.NewResponseController(w).Flush}
-	sw.enc = json.NewEncoder(&sw.buf)
-	sw.enc.SetEscapeHTML(false) // model output is full of <think> and <tool_call>
-	return sw
-}
-
-// event writes one event; v's JSON is one line (JSON escapes newlines in strings), so it cannot end the
-// event early.
-func (s *sseWriter) event(name string, v any) error {
-	if s.err != nil {
-		return s.err
-	}
-	s.buf.Reset()
-	s.buf.WriteString("event: ")
-	s.buf.WriteString(name)
-	s.buf.WriteString("\ndata: ")
-	if err := s.enc.Encode(v); err != nil {
-		return fmt.Errorf("sse: encode %s: %w", name, err)
-	}
-	s.buf.WriteByte('\n')
-	if _, err := s.w.Write(s.buf.Bytes()); err != nil {
-		s.err = fmt.Errorf("sse: write: %w", err)
-		return s.err
-	}
-	if s.flush != nil {
-		if err := s.flush(); err != nil {
-			s.err = fmt.Errorf("sse: flush: %w", err)
-		}
-	}
-	return s.err
-}
 
 // The event payloads, in the order a stream sends them.
 type (
@@ -101,7 +57,7 @@ type (
 // errors found before it (validation, a full queue) still get their own status.
 type stream struct {
 	w           http.ResponseWriter
-	sse         *sseWriter
+	sse         *openai.SSEWriter
 	id, model   string
 	inputTokens int
 	newID       func() string
@@ -123,19 +79,14 @@ func (st *stream) start() error {
 		return nil
 	}
 	st.started = true
-	h := st.w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	st.w.WriteHeader(http.StatusOK)
-	st.sse = newSSEWriter(st.w)
+	st.sse = openai.StartSSE(st.w)
 	st.index = -1
 	msg := Message{ID: st.id, Type: "message", Role: "assistant", Model: st.model, Content: []Block{},
 		Usage: Usage{InputTokens: st.inputTokens}}
-	if err := st.sse.event("message_start", messageStart{Type: "message_start", Message: msg}); err != nil {
+	if err := st.sse.Named("message_start", messageStart{Type: "message_start", Message: msg}); err != nil {
 		return err
 	}
-	return st.sse.event("ping", ping{Type: "ping"})
+	return st.sse.Named("ping", ping{Type: "ping"})
 }
 
 // send streams one piece of output.
@@ -186,14 +137,14 @@ func (st *stream) parsed(content string, calls []toolcall.Call) error {
 		b := toolUseBlock(c, "toolu_"+st.newID())
 		args := string(b.Input)
 		b.Input = json.RawMessage("{}")
-		if err := st.sse.event("content_block_start", contentBlockStart{Type: "content_block_start", Index: st.index, ContentBlock: b}); err != nil {
+		if err := st.sse.Named("content_block_start", contentBlockStart{Type: "content_block_start", Index: st.index, ContentBlock: b}); err != nil {
 			return err
 		}
-		if err := st.sse.event("content_block_delta", contentBlockDelta{Type: "content_block_delta", Index: st.index,
+		if err := st.sse.Named("content_block_delta", contentBlockDelta{Type: "content_block_delta", Index: st.index,
 			Delta: delta{Type: "input_json_delta", PartialJSON: &args}}); err != nil {
 			return err
 		}
-		if err := st.sse.event("content_block_stop", contentBlockStop{Type: "content_block_stop", Index: st.index}); err != nil {
+		if err := st.sse.Named("content_block_stop", contentBlockStop{Type: "content_block_stop", Index: st.index}); err != nil {
 			return err
 		}
 	}
@@ -212,7 +163,7 @@ func (st *stream) delta(kind, s string) error {
 		if kind == "thinking" {
 			b = thinkingBlockOf("")
 		}
-		if err := st.sse.event("content_block_start", contentBlockStart{Type: "content_block_start", Index: st.index, ContentBlock: b}); err != nil {
+		if err := st.sse.Named("content_block_start", contentBlockStart{Type: "content_block_start", Index: st.index, ContentBlock: b}); err != nil {
 			return err
 		}
 	}
@@ -220,7 +171,7 @@ func (st *stream) delta(kind, s string) error {
 	if kind == "thinking" {
 		d = delta{Type: "thinking_delta", Thinking: &s}
 	}
-	return st.sse.event("content_block_delta", contentBlockDelta{Type: "content_block_delta", Index: st.index, Delta: d})
+	return st.sse.Named("content_block_delta", contentBlockDelta{Type: "content_block_delta", Index: st.index, Delta: d})
 }
 
 func (st *stream) closeBlock() error {
@@ -228,7 +179,7 @@ func (st *stream) closeBlock() error {
 		return nil
 	}
 	st.open = ""
-	return st.sse.event("content_block_stop", contentBlockStop{Type: "content_block_stop", Index: st.index})
+	return st.sse.Named("content_block_stop", contentBlockStop{Type: "content_block_stop", Index: st.index})
 }
 
 // finish settles what the tool parser holds, closes the last block and ends the message.
@@ -251,14 +202,14 @@ func (st *stream) finish(res ports.GenerateResult) error {
 		return err
 	}
 	reason, seq := StopReason(res, st.calls > 0)
-	if err := st.sse.event("message_delta", messageDelta{Type: "message_delta",
+	if err := st.sse.Named("message_delta", messageDelta{Type: "message_delta",
 		Delta: messageDeltaDelta{StopReason: reason, StopSequence: seq}, Usage: UsageOf(res)}); err != nil {
 		return err
 	}
-	return st.sse.event("message_stop", messageStop{Type: "message_stop"})
+	return st.sse.Named("message_stop", messageStop{Type: "message_stop"})
 }
 
 // fail reports an error after the stream has started, as Anthropic does: an error event ends the stream.
 func (st *stream) fail(e *Error, requestID string) error {
-	return st.sse.event("error", e.body(requestID))
+	return st.sse.Named("error", e.body(requestID))
 }

@@ -19,12 +19,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	ch, cancel := s.opts.Events.Subscribe()
 	defer cancel()
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	sse := newSSEWriter(w)
+	sse := StartSSE(w)
 	tick := time.NewTicker(eventsKeepAlive)
 	defer tick.Stop()
 	for {
@@ -38,7 +33,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		case ev, ok := <-ch:
-			if !ok || sse.event(ev) != nil {
+			if !ok || sse.Event(ev) != nil {
 				return
 			}
 		}

@@ -420,14 +420,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 	s.metrics.observeResult(res)
 	if err != nil {
 		gone := r.Context().Err() != nil && errors.Is(err, context.Canceled)
-		if gone || st.sse != nil && st.sse.err != nil {
+		if gone || st.sse != nil && st.sse.Err() != nil {
 			s.cancelled(w, r, err, start, true)
 		}
 		if !st.started {
 			s.fail(w, r, err)
 			return
 		}
-		if st.sse.err != nil {
+		if st.sse.Err() != nil {
 			// The client went away: nothing more can reach it, and its leaving is no server failure.
 			return
 		}
@@ -436,7 +436,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 		if e.Status >= 500 && !errors.Is(err, context.Canceled) {
 			s.log.Error().Err(err).Str("path", r.URL.Path).Msg("stream failed")
 		}
-		_ = st.sse.event(e.body())
+		_ = st.sse.Event(e.body())
 		_ = st.sse.done()
 		return
 	}
@@ -449,7 +449,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 // any output (validation, a full queue) still get a proper status.
 type stream struct {
 	w       http.ResponseWriter
-	sse     *sseWriter
+	sse     *SSEWriter
 	id      string
 	created int64
 	model   string
@@ -468,14 +468,9 @@ func (st *stream) start() error {
 		return nil
 	}
 	st.started = true
-	h := st.w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("X-Accel-Buffering", "no")
-	st.w.WriteHeader(http.StatusOK)
-	st.sse = newSSEWriter(st.w)
+	st.sse = StartSSE(st.w)
 	if st.chat {
-		return st.sse.event(chatDeltaChunk(st.id, st.created, st.model, ports.GenerateEvent{}, "assistant"))
+		return st.sse.Event(chatDeltaChunk(st.id, st.created, st.model, ports.GenerateEvent{}, "assistant"))
 	}
 	return nil
 }
@@ -485,10 +480,10 @@ func (st *stream) send(ev ports.GenerateEvent) error {
 		return err
 	}
 	if !st.chat {
-		return st.sse.event(completionTextChunk(st.id, st.created, st.model, ev.Content, nil))
+		return st.sse.Event(completionTextChunk(st.id, st.created, st.model, ev.Content, nil))
 	}
 	if st.tools == nil {
-		return st.sse.event(chatDeltaChunk(st.id, st.created, st.model, ev, ""))
+		return st.sse.Event(chatDeltaChunk(st.id, st.created, st.model, ev, ""))
 	}
 	content, calls := st.tools.Feed(ev.Content)
 	ev.Content = content
@@ -498,7 +493,7 @@ func (st *stream) send(ev ports.GenerateEvent) error {
 // sendParsed sends the content and reasoning that are final, then the calls that are complete.
 func (st *stream) sendParsed(ev ports.GenerateEvent, calls []toolcall.Call) error {
 	if ev.Content != "" || ev.Reasoning != "" {
-		if err := st.sse.event(chatDeltaChunk(st.id, st.created, st.model, ev, "")); err != nil {
+		if err := st.sse.Event(chatDeltaChunk(st.id, st.created, st.model, ev, "")); err != nil {
 			return err
 		}
 	}
@@ -508,7 +503,7 @@ func (st *stream) sendParsed(ev ports.GenerateEvent, calls []toolcall.Call) erro
 	if len(calls) == 0 {
 		return nil
 	}
-	err := st.sse.event(chatToolCallsChunk(st.id, st.created, st.model, toolCallsOf(calls, st.newID, true, st.calls)))
+	err := st.sse.Event(chatToolCallsChunk(st.id, st.created, st.model, toolCallsOf(calls, st.newID, true, st.calls)))
 	st.calls += len(calls)
 	return err
 }
@@ -528,18 +523,18 @@ func (st *stream) finish(res ports.GenerateResult, includeUsage bool) error {
 	}
 	var err error
 	if st.chat {
-		err = st.sse.event(chatFinishChunk(st.id, st.created, st.model, fr))
+		err = st.sse.Event(chatFinishChunk(st.id, st.created, st.model, fr))
 	} else {
-		err = st.sse.event(completionTextChunk(st.id, st.created, st.model, "", &fr))
+		err = st.sse.Event(completionTextChunk(st.id, st.created, st.model, "", &fr))
 	}
 	if err != nil {
 		return err
 	}
 	if includeUsage {
 		if st.chat {
-			err = st.sse.event(chatUsageChunk(st.id, st.created, res))
+			err = st.sse.Event(chatUsageChunk(st.id, st.created, res))
 		} else {
-			err = st.sse.event(completionUsageChunk(st.id, st.created, res))
+			err = st.sse.Event(completionUsageChunk(st.id, st.created, res))
 		}
 		if err != nil {
 			return err

@@ -9,10 +9,10 @@ import (
 
 // BenchmarkSSEEvent is the per-token cost of one streamed chat delta.
 func BenchmarkSSEEvent(b *testing.B) {
-	s := &sseWriter{w: io.Discard}
+	s := &SSEWriter{w: io.Discard}
 	ev := ports.GenerateEvent{Content: " world"}
 	for b.Loop() {
-		if err := s.event(chatDeltaChunk("chatcmpl-test", 1700000000, "toy", ev, "")); err != nil {
+		if err := s.Event(chatDeltaChunk("chatcmpl-test", 1700000000, "toy", ev, "")); err != nil {
 			b.Fatal(err)
 		}
 	}
