@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
@@ -122,20 +121,11 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 func (s *Server) recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rw := &recordWriter{ResponseWriter: w}
-		defer func() {
-			v := recover()
-			if v == nil {
-				return
-			}
-			if v == http.ErrAbortHandler {
-				panic(v)
-			}
-			s.log.Error().Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).Str("path", r.URL.Path).
-				Msg("handler panicked")
+		defer openai.RecoverPanic(s.log, r, func() {
 			if !rw.wrote {
 				writeError(rw, &Error{Status: http.StatusInternalServerError, Type: "api_error", Message: "internal server error"})
 			}
-		}()
+		})
 		w.Header().Set("request-id", "req_"+s.opts.NewID())
 		next.ServeHTTP(rw, r)
 	})

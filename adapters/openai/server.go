@@ -277,23 +277,30 @@ func (s *Server) instrument(next http.Handler) http.Handler {
 func (s *Server) recoverer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sw := &statusWriter{ResponseWriter: w}
-		defer func() {
-			v := recover()
-			if v == nil {
-				return
-			}
-			if v == http.ErrAbortHandler {
-				panic(v)
-			}
-			s.log.Error().Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).Str("path", r.URL.Path).
-				Msg("handler panicked")
+		defer RecoverPanic(s.log, r, func() {
 			if sw.status == 0 {
 				writeError(sw, &Error{Status: http.StatusInternalServerError, Type: "server_error",
 					Code: "internal_error", Message: "internal server error"})
 			}
-		}()
+		})
 		next.ServeHTTP(sw, r)
 	})
+}
+
+// RecoverPanic, deferred by a handler, turns a panic into a logged error and calls answer (which writes the
+// API's 500 unless the response has begun), so that no panic reaches a client as a dropped connection;
+// http.ErrAbortHandler, the deliberate abort, is re-raised. Both APIs' recoverers defer it.
+func RecoverPanic(log zerolog.Logger, r *http.Request, answer func()) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if v == http.ErrAbortHandler {
+		panic(v)
+	}
+	log.Error().Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).Str("path", r.URL.Path).
+		Msg("handler panicked")
+	answer()
 }
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
