@@ -227,3 +227,46 @@ func cloneLinear(l *Linear) *Linear {
 	}
 	return &c
 }
+
+// BenchmarkQuantRows compares, on AVX2, the multi-row quantized kernels (rows) with the one- and two-row
+// kernels they replace (pairs), side by side on the same weights (L3-resident: 3072×1024 and 1024×3072 like a
+// 306M model's MLP), for the row counts of verify blocks, on one worker (a shared machine disturbs one worker
+// less; min-us is the fastest call, the least disturbed by other work).
+//
+//	go test -run '^$' -bench QuantRows -benchtime 20x -count 5 ./adapters/cpu/kernel
+func BenchmarkQuantRows(b *testing.B) {
+	if !useAVX2 || useAVX512 {
+		b.Skip("the multi-row AVX2 kernels run on AVX2 without AVX-512")
+	}
+	defer func() { quantRowsMin = 3 }()
+	r := rand.New(rand.NewPCG(5, 5))
+	for _, sz := range [][2]int{{3072, 1024}, {1024, 3072}} {
+		out, in := sz[0], sz[1]
+		for _, bits := range []int{4, 8, 3} {
+			q, _ := quantFixture(r, out, in, bits, 64)
+			l, _ := NewQuant(out, in, q)
+			l.Pool = NewPool(1)
+			for _, rows := range benchRows {
+				x := randVec(r, rows*in, 1)
+				dst := make([]float32, rows*out)
+				for _, k := range []struct {
+					name string
+					min  int
+				}{{"pairs", 1 << 30}, {"rows", 1}} {
+					b.Run(fmt.Sprintf("q%d/%dx%d/rows=%d/%s", bits, out, in, rows, k.name), func(b *testing.B) {
+						quantRowsMin = k.min
+						best := time.Duration(math.MaxInt64)
+						for b.Loop() {
+							start := time.Now()
+							l.Forward(dst, x, rows)
+							best = min(best, time.Since(start))
+						}
+						b.ReportMetric(float64(best.Nanoseconds())/1e3, "min-us")
+					})
+				}
+			}
+		}
+	}
+}
+
+var benchRows = []int{2, 4, 8, 16}
