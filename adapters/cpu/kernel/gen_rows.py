@@ -59,8 +59,8 @@ def kernel(kind, gs):
     parts = [list(range(p, min(p + hold, per))) for p in range(0, per, hold)]
     gcb = per * cbytes
     chains = [f"Y{9+c}" for c in range(nch)]
-    e(f"// func {name}(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32)")
-    e(f"TEXT ·{name}(SB), NOSPLIT, $0-112")
+    e(f"// func {name}(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32, pfd int, dst *float32, ldd int)")
+    e(f"TEXT ·{name}(SB), NOSPLIT, $0-136")
     e("\tMOVQ nrows+72(FP), R14")
     e("\tSHLQ $5, R14")       # nrows·32: the end of a row loop's state offsets
     e("\tMOVQ ldx+24(FP), DX")
@@ -96,9 +96,10 @@ def kernel(kind, gs):
     e(f"{name}_group:")
     e("\tTESTQ BX, BX")
     e(f"\tJE {name}_next")
-    # The next weight row's codes, scales and biases at this group, so they arrive while this row computes (a
-    # block's weight rows are rowBytes apart: a stride the hardware prefetchers follow late).
-    e("\tMOVQ rowBytes+8(FP), AX")
+    # Prefetches: the codes pfd bytes on (the caller points them at this row's next block, from the last block
+    # at the next call's first), and the next weight row's scales and biases. A block's weight rows are
+    # rowBytes apart, a stride the hardware prefetchers follow late.
+    e("\tMOVQ pfd+112(FP), AX")
     for off in range(0, gcb, 64):
         e(f"\tPREFETCHT0 {off}(DI)(AX*1)")
     e("\tMOVQ ngb+48(FP), AX")
@@ -161,6 +162,28 @@ def kernel(kind, gs):
     e("\tDECQ BX")
     e(f"\tJMP {name}_group")
     e(f"{name}_next:")
+    # With dst (the call holding the last groups), weight row CX's elements are done: dst[r·ldd + CX] gets the
+    # one-row kernel's horizontal sum of the accumulator plus the bias term.
+    e("\tMOVQ dst+120(FP), R8")
+    e("\tTESTQ R8, R8")
+    e(f"\tJE {name}_inc")
+    e("\tLEAQ (R8)(CX*4), R8")
+    e("\tMOVQ ldd+128(FP), R9")
+    e("\tMOVQ R14, R10")
+    e("\tSHRQ $3, R10")       # nrows·4: the end of the bias terms' offsets
+    e("\tXORQ AX, AX")
+    e(f"{name}_fin:")
+    e("\tVMOVUPS (R12)(AX*8), X0")
+    e("\tVADDPS 16(R12)(AX*8), X0, X0")
+    e("\tVHADDPS X0, X0, X0")
+    e("\tVHADDPS X0, X0, X0")
+    e("\tVADDSS (R13)(AX*1), X0, X0")
+    e("\tVMOVSS X0, (R8)")
+    e("\tADDQ R9, R8")
+    e("\tADDQ $4, AX")
+    e("\tCMPQ AX, R10")
+    e(f"\tJLT {name}_fin")
+    e(f"{name}_inc:")
     e("\tINCQ CX")
     e(f"\tJMP {name}_row")
     e(f"{name}_done:")

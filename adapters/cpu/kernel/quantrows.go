@@ -8,7 +8,7 @@ import "unsafe"
 // rows beside it.
 
 // rowsFunc is the signature of the multi-row AVX2 kernels (see rows_amd64.go).
-type rowsFunc func(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32)
+type rowsFunc func(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32, pfd int, dst *float32, ldd int)
 
 // rowsKernels holds them by width (4 bits, 8 bits, codes widened to float32) and group size / 64 (32, 64, 128).
 var rowsKernels = [3][3]rowsFunc{
@@ -101,14 +101,14 @@ func (l *Linear) forwardQuantRowsAVX2(dst, x, xs []float32, rows int) {
 			clear(bstate[:(c1-c0)*rpad])
 			for g0 := 0; g0 < ng; g0 += kg {
 				g1 := min(g0+kg, ng)
-				k(&cb[g0*gb], rowBytes, &xp[g0*gs*rows], 4*(g1-g0)*gs, &q.Scales[c0*ng+g0], &q.Biases[c0*ng+g0], 4*ng,
-					&xsT[g0*rpad], g1-g0, rows, c1-c0, &state[0], &bstate[0], &cs[0])
-			}
-			for o := c0; o < c1; o++ {
-				for r := range rows {
-					i := (o-c0)*rows + r
-					dst[r*out+o] = finishQuant((*[8]float32)(state[8*i:8*i+8])) + bstate[(o-c0)*rpad+r]
+				// Each weight row prefetches its next block, and from the last block the next chunk's first.
+				pfd, d := kg*gb, (*float32)(nil)
+				if g1 == ng {
+					// The last block also writes the results.
+					pfd, d = (c1-c0)*rowBytes-g0*gb, &dst[c0]
 				}
+				k(&cb[g0*gb], rowBytes, &xp[g0*gs*rows], 4*(g1-g0)*gs, &q.Scales[c0*ng+g0], &q.Biases[c0*ng+g0], 4*ng,
+					&xsT[g0*rpad], g1-g0, rows, c1-c0, &state[0], &bstate[0], &cs[0], pfd, d, 4*out)
 			}
 		}
 	})

@@ -55,3 +55,43 @@ func TestQuantRowsStayInBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestDenseTilesStayInBounds runs the f32 and bf16 products (the 6 × 2 and 4 × 2 AVX2 tiles) on weights,
+// inputs and outputs placed against inaccessible pages and checks each row against its one-row product.
+func TestDenseTilesStayInBounds(t *testing.T) {
+	if !useAVX2 {
+		t.Skip("no AVX2+FMA on this CPU: the AVX2 tiles do not run")
+	}
+	saved512 := useAVX512
+	defer func() { useAVX512 = saved512 }()
+	useAVX512 = false
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, tail := range []bool{true, false} {
+		for _, shape := range [][2]int{{2, 32}, {3, 64}, {5, 96}} {
+			out, in := shape[0], shape[1]
+			w := guardedF32(t, randVec(r, out*in, 1), tail)
+			bb := guarded(t, 2*out*in, tail)
+			bf := unsafe.Slice((*uint16)(unsafe.Pointer(&bb[0])), out*in)
+			for i, v := range randVec(r, out*in, 1) {
+				bf[i] = F32ToBF16(v)
+			}
+			lf, err := NewF32(out, in, w)
+			require.NoError(t, err)
+			lb, err := NewBF16(out, in, bf)
+			require.NoError(t, err)
+			for _, l := range []*Linear{lf, lb} {
+				l.Pool = NewPool(2)
+				for _, rows := range []int{4, 6, 8, 10, 16, 17, 33} {
+					x := guardedF32(t, randVec(r, rows*in, 1), tail)
+					a := guardedF32(t, make([]float32, rows*out), tail)
+					l.Forward(a, x, rows)
+					for row := range rows {
+						one := make([]float32, out)
+						l.Forward(one, x[row*in:(row+1)*in], 1)
+						assertBits(t, one, a[row*out:(row+1)*out], "%v tail %v out %d in %d rows %d row %d", l.Format(), tail, out, in, rows, row)
+					}
+				}
+			}
+		}
+	}
+}

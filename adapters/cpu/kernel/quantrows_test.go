@@ -72,3 +72,38 @@ func TestQuantRowsMatchOneRow(t *testing.T) {
 		}
 	}
 }
+
+// The f32 and bf16 products of 1 to 34 rows (the 6 × 2 and 4 × 2 AVX2 tiles, the two- and one-row kernels for
+// the rest) give every row the bits of its one-row product, with tiles (In a multiple of 32) and without.
+func TestDenseRowsMatchOneRow(t *testing.T) {
+	bothPaths(t, func(t *testing.T) {
+		r := rand.New(rand.NewPCG(43, 44))
+		for _, shape := range [][2]int{{7, 320}, {5, 96}, {3, 70}} {
+			out, in := shape[0], shape[1]
+			w := randVec(r, out*in, 1)
+			bf := make([]uint16, len(w))
+			for i, v := range w {
+				bf[i] = F32ToBF16(v)
+			}
+			lf, err := NewF32(out, in, w)
+			require.NoError(t, err)
+			lb, err := NewBF16(out, in, bf)
+			require.NoError(t, err)
+			x := randVec(r, 34*in, 1)
+			for _, l := range []*Linear{lf, lb} {
+				one := make([]float32, 34*out)
+				for row := range 34 {
+					l.Forward(one[row*out:(row+1)*out], x[row*in:(row+1)*in], 1)
+				}
+				for _, threads := range []int{1, 3} {
+					l.Pool = NewPool(threads)
+					for rows := 1; rows <= 34; rows++ {
+						got := make([]float32, rows*out)
+						l.Forward(got, x, rows)
+						assertBits(t, one[:rows*out], got, "%v in %d threads %d rows %d", l.Format(), in, threads, rows)
+					}
+				}
+			}
+		}
+	})
+}

@@ -14,8 +14,8 @@ DATA rowsmask<>+24(SB)/4, $0x0f
 DATA rowsmask<>+28(SB)/4, $0x0f
 GLOBL rowsmask<>(SB), RODATA|NOPTR, $32
 
-// func dotQ4RowsG32AVX2(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32)
-TEXT ·dotQ4RowsG32AVX2(SB), NOSPLIT, $0-112
+// func dotQ4RowsG32AVX2(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32, pfd int, dst *float32, ldd int)
+TEXT ·dotQ4RowsG32AVX2(SB), NOSPLIT, $0-136
 	MOVQ nrows+72(FP), R14
 	SHLQ $5, R14
 	MOVQ ldx+24(FP), DX
@@ -50,7 +50,7 @@ dotQ4RowsG32AVX2_row:
 dotQ4RowsG32AVX2_group:
 	TESTQ BX, BX
 	JE dotQ4RowsG32AVX2_next
-	MOVQ rowBytes+8(FP), AX
+	MOVQ pfd+112(FP), AX
 	PREFETCHT0 0(DI)(AX*1)
 	MOVQ ngb+48(FP), AX
 	PREFETCHT0 (R9)(AX*1)
@@ -108,14 +108,34 @@ dotQ4RowsG32AVX2_bias:
 	DECQ BX
 	JMP dotQ4RowsG32AVX2_group
 dotQ4RowsG32AVX2_next:
+	MOVQ dst+120(FP), R8
+	TESTQ R8, R8
+	JE dotQ4RowsG32AVX2_inc
+	LEAQ (R8)(CX*4), R8
+	MOVQ ldd+128(FP), R9
+	MOVQ R14, R10
+	SHRQ $3, R10
+	XORQ AX, AX
+dotQ4RowsG32AVX2_fin:
+	VMOVUPS (R12)(AX*8), X0
+	VADDPS 16(R12)(AX*8), X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS (R13)(AX*1), X0, X0
+	VMOVSS X0, (R8)
+	ADDQ R9, R8
+	ADDQ $4, AX
+	CMPQ AX, R10
+	JLT dotQ4RowsG32AVX2_fin
+dotQ4RowsG32AVX2_inc:
 	INCQ CX
 	JMP dotQ4RowsG32AVX2_row
 dotQ4RowsG32AVX2_done:
 	VZEROUPPER
 	RET
 
-// func dotQ4RowsG64AVX2(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32)
-TEXT ·dotQ4RowsG64AVX2(SB), NOSPLIT, $0-112
+// func dotQ4RowsG64AVX2(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32, pfd int, dst *float32, ldd int)
+TEXT ·dotQ4RowsG64AVX2(SB), NOSPLIT, $0-136
 	MOVQ nrows+72(FP), R14
 	SHLQ $5, R14
 	MOVQ ldx+24(FP), DX
@@ -150,7 +170,7 @@ dotQ4RowsG64AVX2_row:
 dotQ4RowsG64AVX2_group:
 	TESTQ BX, BX
 	JE dotQ4RowsG64AVX2_next
-	MOVQ rowBytes+8(FP), AX
+	MOVQ pfd+112(FP), AX
 	PREFETCHT0 0(DI)(AX*1)
 	MOVQ ngb+48(FP), AX
 	PREFETCHT0 (R9)(AX*1)
@@ -222,14 +242,34 @@ dotQ4RowsG64AVX2_bias:
 	DECQ BX
 	JMP dotQ4RowsG64AVX2_group
 dotQ4RowsG64AVX2_next:
+	MOVQ dst+120(FP), R8
+	TESTQ R8, R8
+	JE dotQ4RowsG64AVX2_inc
+	LEAQ (R8)(CX*4), R8
+	MOVQ ldd+128(FP), R9
+	MOVQ R14, R10
+	SHRQ $3, R10
+	XORQ AX, AX
+dotQ4RowsG64AVX2_fin:
+	VMOVUPS (R12)(AX*8), X0
+	VADDPS 16(R12)(AX*8), X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS (R13)(AX*1), X0, X0
+	VMOVSS X0, (R8)
+	ADDQ R9, R8
+	ADDQ $4, AX
+	CMPQ AX, R10
+	JLT dotQ4RowsG64AVX2_fin
+dotQ4RowsG64AVX2_inc:
 	INCQ CX
 	JMP dotQ4RowsG64AVX2_row
 dotQ4RowsG64AVX2_done:
 	VZEROUPPER
 	RET
 
-// func dotQ4RowsG128AVX2(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32)
-TEXT ·dotQ4RowsG128AVX2(SB), NOSPLIT, $0-112
+// func dotQ4RowsG128AVX2(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32, pfd int, dst *float32, ldd int)
+TEXT ·dotQ4RowsG128AVX2(SB), NOSPLIT, $0-136
 	MOVQ nrows+72(FP), R14
 	SHLQ $5, R14
 	MOVQ ldx+24(FP), DX
@@ -264,7 +304,7 @@ dotQ4RowsG128AVX2_row:
 dotQ4RowsG128AVX2_group:
 	TESTQ BX, BX
 	JE dotQ4RowsG128AVX2_next
-	MOVQ rowBytes+8(FP), AX
+	MOVQ pfd+112(FP), AX
 	PREFETCHT0 0(DI)(AX*1)
 	MOVQ ngb+48(FP), AX
 	PREFETCHT0 (R9)(AX*1)
@@ -379,14 +419,34 @@ dotQ4RowsG128AVX2_bias:
 	DECQ BX
 	JMP dotQ4RowsG128AVX2_group
 dotQ4RowsG128AVX2_next:
+	MOVQ dst+120(FP), R8
+	TESTQ R8, R8
+	JE dotQ4RowsG128AVX2_inc
+	LEAQ (R8)(CX*4), R8
+	MOVQ ldd+128(FP), R9
+	MOVQ R14, R10
+	SHRQ $3, R10
+	XORQ AX, AX
+dotQ4RowsG128AVX2_fin:
+	VMOVUPS (R12)(AX*8), X0
+	VADDPS 16(R12)(AX*8), X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS (R13)(AX*1), X0, X0
+	VMOVSS X0, (R8)
+	ADDQ R9, R8
+	ADDQ $4, AX
+	CMPQ AX, R10
+	JLT dotQ4RowsG128AVX2_fin
+dotQ4RowsG128AVX2_inc:
 	INCQ CX
 	JMP dotQ4RowsG128AVX2_row
 dotQ4RowsG128AVX2_done:
 	VZEROUPPER
 	RET
 
-// func dotQ8RowsG32AVX2(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32)
-TEXT ·dotQ8RowsG32AVX2(SB), NOSPLIT, $0-112
+// func dotQ8RowsG32AVX2(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32, pfd int, dst *float32, ldd int)
+TEXT ·dotQ8RowsG32AVX2(SB), NOSPLIT, $0-136
 	MOVQ nrows+72(FP), R14
 	SHLQ $5, R14
 	MOVQ ldx+24(FP), DX
@@ -421,7 +481,7 @@ dotQ8RowsG32AVX2_row:
 dotQ8RowsG32AVX2_group:
 	TESTQ BX, BX
 	JE dotQ8RowsG32AVX2_next
-	MOVQ rowBytes+8(FP), AX
+	MOVQ pfd+112(FP), AX
 	PREFETCHT0 0(DI)(AX*1)
 	MOVQ ngb+48(FP), AX
 	PREFETCHT0 (R9)(AX*1)
@@ -473,14 +533,34 @@ dotQ8RowsG32AVX2_bias:
 	DECQ BX
 	JMP dotQ8RowsG32AVX2_group
 dotQ8RowsG32AVX2_next:
+	MOVQ dst+120(FP), R8
+	TESTQ R8, R8
+	JE dotQ8RowsG32AVX2_inc
+	LEAQ (R8)(CX*4), R8
+	MOVQ ldd+128(FP), R9
+	MOVQ R14, R10
+	SHRQ $3, R10
+	XORQ AX, AX
+dotQ8RowsG32AVX2_fin:
+	VMOVUPS (R12)(AX*8), X0
+	VADDPS 16(R12)(AX*8), X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS (R13)(AX*1), X0, X0
+	VMOVSS X0, (R8)
+	ADDQ R9, R8
+	ADDQ $4, AX
+	CMPQ AX, R10
+	JLT dotQ8RowsG32AVX2_fin
+dotQ8RowsG32AVX2_inc:
 	INCQ CX
 	JMP dotQ8RowsG32AVX2_row
 dotQ8RowsG32AVX2_done:
 	VZEROUPPER
 	RET
 
-// func dotQ8RowsG64AVX2(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32)
-TEXT ·dotQ8RowsG64AVX2(SB), NOSPLIT, $0-112
+// func dotQ8RowsG64AVX2(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32, pfd int, dst *float32, ldd int)
+TEXT ·dotQ8RowsG64AVX2(SB), NOSPLIT, $0-136
 	MOVQ nrows+72(FP), R14
 	SHLQ $5, R14
 	MOVQ ldx+24(FP), DX
@@ -515,7 +595,7 @@ dotQ8RowsG64AVX2_row:
 dotQ8RowsG64AVX2_group:
 	TESTQ BX, BX
 	JE dotQ8RowsG64AVX2_next
-	MOVQ rowBytes+8(FP), AX
+	MOVQ pfd+112(FP), AX
 	PREFETCHT0 0(DI)(AX*1)
 	MOVQ ngb+48(FP), AX
 	PREFETCHT0 (R9)(AX*1)
@@ -579,14 +659,34 @@ dotQ8RowsG64AVX2_bias:
 	DECQ BX
 	JMP dotQ8RowsG64AVX2_group
 dotQ8RowsG64AVX2_next:
+	MOVQ dst+120(FP), R8
+	TESTQ R8, R8
+	JE dotQ8RowsG64AVX2_inc
+	LEAQ (R8)(CX*4), R8
+	MOVQ ldd+128(FP), R9
+	MOVQ R14, R10
+	SHRQ $3, R10
+	XORQ AX, AX
+dotQ8RowsG64AVX2_fin:
+	VMOVUPS (R12)(AX*8), X0
+	VADDPS 16(R12)(AX*8), X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS (R13)(AX*1), X0, X0
+	VMOVSS X0, (R8)
+	ADDQ R9, R8
+	ADDQ $4, AX
+	CMPQ AX, R10
+	JLT dotQ8RowsG64AVX2_fin
+dotQ8RowsG64AVX2_inc:
 	INCQ CX
 	JMP dotQ8RowsG64AVX2_row
 dotQ8RowsG64AVX2_done:
 	VZEROUPPER
 	RET
 
-// func dotQ8RowsG128AVX2(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32)
-TEXT ·dotQ8RowsG128AVX2(SB), NOSPLIT, $0-112
+// func dotQ8RowsG128AVX2(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32, pfd int, dst *float32, ldd int)
+TEXT ·dotQ8RowsG128AVX2(SB), NOSPLIT, $0-136
 	MOVQ nrows+72(FP), R14
 	SHLQ $5, R14
 	MOVQ ldx+24(FP), DX
@@ -621,7 +721,7 @@ dotQ8RowsG128AVX2_row:
 dotQ8RowsG128AVX2_group:
 	TESTQ BX, BX
 	JE dotQ8RowsG128AVX2_next
-	MOVQ rowBytes+8(FP), AX
+	MOVQ pfd+112(FP), AX
 	PREFETCHT0 0(DI)(AX*1)
 	PREFETCHT0 64(DI)(AX*1)
 	MOVQ ngb+48(FP), AX
@@ -721,14 +821,34 @@ dotQ8RowsG128AVX2_bias:
 	DECQ BX
 	JMP dotQ8RowsG128AVX2_group
 dotQ8RowsG128AVX2_next:
+	MOVQ dst+120(FP), R8
+	TESTQ R8, R8
+	JE dotQ8RowsG128AVX2_inc
+	LEAQ (R8)(CX*4), R8
+	MOVQ ldd+128(FP), R9
+	MOVQ R14, R10
+	SHRQ $3, R10
+	XORQ AX, AX
+dotQ8RowsG128AVX2_fin:
+	VMOVUPS (R12)(AX*8), X0
+	VADDPS 16(R12)(AX*8), X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS (R13)(AX*1), X0, X0
+	VMOVSS X0, (R8)
+	ADDQ R9, R8
+	ADDQ $4, AX
+	CMPQ AX, R10
+	JLT dotQ8RowsG128AVX2_fin
+dotQ8RowsG128AVX2_inc:
 	INCQ CX
 	JMP dotQ8RowsG128AVX2_row
 dotQ8RowsG128AVX2_done:
 	VZEROUPPER
 	RET
 
-// func dotFRowsG32AVX2(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32)
-TEXT ·dotFRowsG32AVX2(SB), NOSPLIT, $0-112
+// func dotFRowsG32AVX2(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32, pfd int, dst *float32, ldd int)
+TEXT ·dotFRowsG32AVX2(SB), NOSPLIT, $0-136
 	MOVQ nrows+72(FP), R14
 	SHLQ $5, R14
 	MOVQ ldx+24(FP), DX
@@ -763,7 +883,7 @@ dotFRowsG32AVX2_row:
 dotFRowsG32AVX2_group:
 	TESTQ BX, BX
 	JE dotFRowsG32AVX2_next
-	MOVQ rowBytes+8(FP), AX
+	MOVQ pfd+112(FP), AX
 	PREFETCHT0 0(DI)(AX*1)
 	PREFETCHT0 64(DI)(AX*1)
 	MOVQ ngb+48(FP), AX
@@ -812,14 +932,34 @@ dotFRowsG32AVX2_bias:
 	DECQ BX
 	JMP dotFRowsG32AVX2_group
 dotFRowsG32AVX2_next:
+	MOVQ dst+120(FP), R8
+	TESTQ R8, R8
+	JE dotFRowsG32AVX2_inc
+	LEAQ (R8)(CX*4), R8
+	MOVQ ldd+128(FP), R9
+	MOVQ R14, R10
+	SHRQ $3, R10
+	XORQ AX, AX
+dotFRowsG32AVX2_fin:
+	VMOVUPS (R12)(AX*8), X0
+	VADDPS 16(R12)(AX*8), X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS (R13)(AX*1), X0, X0
+	VMOVSS X0, (R8)
+	ADDQ R9, R8
+	ADDQ $4, AX
+	CMPQ AX, R10
+	JLT dotFRowsG32AVX2_fin
+dotFRowsG32AVX2_inc:
 	INCQ CX
 	JMP dotFRowsG32AVX2_row
 dotFRowsG32AVX2_done:
 	VZEROUPPER
 	RET
 
-// func dotFRowsG64AVX2(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32)
-TEXT ·dotFRowsG64AVX2(SB), NOSPLIT, $0-112
+// func dotFRowsG64AVX2(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32, pfd int, dst *float32, ldd int)
+TEXT ·dotFRowsG64AVX2(SB), NOSPLIT, $0-136
 	MOVQ nrows+72(FP), R14
 	SHLQ $5, R14
 	MOVQ ldx+24(FP), DX
@@ -854,7 +994,7 @@ dotFRowsG64AVX2_row:
 dotFRowsG64AVX2_group:
 	TESTQ BX, BX
 	JE dotFRowsG64AVX2_next
-	MOVQ rowBytes+8(FP), AX
+	MOVQ pfd+112(FP), AX
 	PREFETCHT0 0(DI)(AX*1)
 	PREFETCHT0 64(DI)(AX*1)
 	PREFETCHT0 128(DI)(AX*1)
@@ -913,14 +1053,34 @@ dotFRowsG64AVX2_bias:
 	DECQ BX
 	JMP dotFRowsG64AVX2_group
 dotFRowsG64AVX2_next:
+	MOVQ dst+120(FP), R8
+	TESTQ R8, R8
+	JE dotFRowsG64AVX2_inc
+	LEAQ (R8)(CX*4), R8
+	MOVQ ldd+128(FP), R9
+	MOVQ R14, R10
+	SHRQ $3, R10
+	XORQ AX, AX
+dotFRowsG64AVX2_fin:
+	VMOVUPS (R12)(AX*8), X0
+	VADDPS 16(R12)(AX*8), X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS (R13)(AX*1), X0, X0
+	VMOVSS X0, (R8)
+	ADDQ R9, R8
+	ADDQ $4, AX
+	CMPQ AX, R10
+	JLT dotFRowsG64AVX2_fin
+dotFRowsG64AVX2_inc:
 	INCQ CX
 	JMP dotFRowsG64AVX2_row
 dotFRowsG64AVX2_done:
 	VZEROUPPER
 	RET
 
-// func dotFRowsG128AVX2(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32)
-TEXT ·dotFRowsG128AVX2(SB), NOSPLIT, $0-112
+// func dotFRowsG128AVX2(codes *byte, rowBytes int, xp *float32, ldx int, scales, biases *float32, ngb int, xsT *float32, groups, nrows, nout int, state, bstate, cs *float32, pfd int, dst *float32, ldd int)
+TEXT ·dotFRowsG128AVX2(SB), NOSPLIT, $0-136
 	MOVQ nrows+72(FP), R14
 	SHLQ $5, R14
 	MOVQ ldx+24(FP), DX
@@ -955,7 +1115,7 @@ dotFRowsG128AVX2_row:
 dotFRowsG128AVX2_group:
 	TESTQ BX, BX
 	JE dotFRowsG128AVX2_next
-	MOVQ rowBytes+8(FP), AX
+	MOVQ pfd+112(FP), AX
 	PREFETCHT0 0(DI)(AX*1)
 	PREFETCHT0 64(DI)(AX*1)
 	PREFETCHT0 128(DI)(AX*1)
@@ -1045,6 +1205,26 @@ dotFRowsG128AVX2_bias:
 	DECQ BX
 	JMP dotFRowsG128AVX2_group
 dotFRowsG128AVX2_next:
+	MOVQ dst+120(FP), R8
+	TESTQ R8, R8
+	JE dotFRowsG128AVX2_inc
+	LEAQ (R8)(CX*4), R8
+	MOVQ ldd+128(FP), R9
+	MOVQ R14, R10
+	SHRQ $3, R10
+	XORQ AX, AX
+dotFRowsG128AVX2_fin:
+	VMOVUPS (R12)(AX*8), X0
+	VADDPS 16(R12)(AX*8), X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VADDSS (R13)(AX*1), X0, X0
+	VMOVSS X0, (R8)
+	ADDQ R9, R8
+	ADDQ $4, AX
+	CMPQ AX, R10
+	JLT dotFRowsG128AVX2_fin
+dotFRowsG128AVX2_inc:
 	INCQ CX
 	JMP dotFRowsG128AVX2_row
 dotFRowsG128AVX2_done:
