@@ -227,3 +227,93 @@ func cloneLinear(l *Linear) *Linear {
 	}
 	return &c
 }
+
+// BenchmarkQuantRows compares, on AVX2, the multi-row quantized kernels (rows) with the one- and two-row
+// kernels they replace (pairs), side by side on the same weights, for the row counts of verify blocks: a stack
+// of copies of one matrix (3072×1024 and 1024×3072 like a 306M model's MLP) holding 64 MiB or more, each
+// read from memory once per pass as a model's layers are. One worker (a shared machine disturbs one worker
+// less); min-us is the fastest pass over the stack, the least disturbed by other work; GMAC/s follows from it.
+//
+//	go test -run '^$' -bench QuantRows -benchtime 10x -count 3 ./adapters/cpu/kernel
+func BenchmarkQuantRows(b *testing.B) {
+	if testing.Short() {
+		b.Skip("allocates 64 MiB or more per format")
+	}
+	if !useAVX2 || useAVX512 {
+		b.Skip("the multi-row AVX2 kernels run on AVX2 without AVX-512")
+	}
+	defer func() { quantRowsMin = 3 }()
+	r := rand.New(rand.NewPCG(5, 5))
+	pool := NewPool(1)
+	for _, sz := range [][2]int{{3072, 1024}, {1024, 3072}} {
+		out, in := sz[0], sz[1]
+		for _, bits := range []int{4, 8, 3} {
+			q, _ := quantFixture(r, out, in, bits, 64)
+			one, _ := NewQuant(out, in, q)
+			var stack []*Linear
+			for bytes := 0; bytes < 64<<20; bytes += one.Bytes() {
+				l := cloneLinear(one)
+				l.Pool = pool
+				stack = append(stack, l)
+			}
+			for _, rows := range benchRows {
+				x := randVec(r, rows*in, 1)
+				dst := make([]float32, rows*out)
+				for _, k := range []struct {
+					name string
+					min  int
+				}{{"pairs", 1 << 30}, {"rows", 1}} {
+					b.Run(fmt.Sprintf("q%d/%dx%d/rows=%d/%s", bits, out, in, rows, k.name), func(b *testing.B) {
+						quantRowsMin = k.min
+						best := time.Duration(math.MaxInt64)
+						for b.Loop() {
+							start := time.Now()
+							for _, l := range stack {
+								l.Forward(dst, x, rows)
+							}
+							best = min(best, time.Since(start))
+						}
+						b.ReportMetric(float64(best.Nanoseconds())/1e3, "min-us")
+						b.ReportMetric(float64(len(stack)*rows*out*in)/best.Seconds()/1e9, "GMAC/s")
+					})
+				}
+			}
+		}
+	}
+}
+
+var benchRows = []int{2, 4, 8, 16}
+
+// BenchmarkDenseRows compares the 6 × 2 AVX2 tiles with the 4 × 2 ones alone (f32 and bf16, L3-resident
+// 3072×1024; min-us as in BenchmarkQuantRows).
+//
+//	go test -run '^$' -bench DenseRows -benchtime 20x -count 5 ./adapters/cpu/kernel
+func BenchmarkDenseRows(b *testing.B) {
+	if !useAVX2 || useAVX512 {
+		b.Skip("the 6 × 2 tiles run on AVX2 without AVX-512")
+	}
+	defer func() { denseTile6 = true }()
+	r := rand.New(rand.NewPCG(6, 6))
+	const out, in = 3072, 1024
+	ls := benchLinears(r, out, in)
+	for _, name := range []string{"f32", "bf16"} {
+		l := ls[name]
+		l.Pool = NewPool(1)
+		for _, rows := range []int{8, 16} {
+			x := randVec(r, rows*in, 1)
+			dst := make([]float32, rows*out)
+			for _, six := range []bool{false, true} {
+				b.Run(fmt.Sprintf("%s/rows=%d/tile6=%v", name, rows, six), func(b *testing.B) {
+					denseTile6 = six
+					best := time.Duration(math.MaxInt64)
+					for b.Loop() {
+						start := time.Now()
+						l.Forward(dst, x, rows)
+						best = min(best, time.Since(start))
+					}
+					b.ReportMetric(float64(best.Nanoseconds())/1e3, "min-us")
+				})
+			}
+		}
+	}
+}

@@ -21,7 +21,12 @@
 //     once for all 16 rows, two weight rows at a time. 2-, 3-, 5- and 6-bit codes are widened (AVX2/AVX-512
 //     shuffles and variable shifts, 8 codes per step): to float32 rows for the AVX2 kernels, and with AVX-512 to
 //     bytes, a chunk of weight rows at a time, for the 8-bit kernels, whose operations the AVX2 ones share.
-//     gen_tile.py generates tile_amd64.s.
+//     gen_tile.py generates tile_amd64.s. Without AVX-512, products of 3 or more rows at every quantized width
+//     go through the AVX2 multi-row kernels (quantrows.go; gen_rows.py generates rows_amd64.s): each group of
+//     a weight row's codes is decoded into registers once and applied to every input row in turn, along In
+//     in L1-sized blocks, each element's accumulator waiting in memory between groups (2-, 3-, 5- and 6-bit
+//     codes widened to float32 a chunk of weight rows at a time); f32/bf16 blocks of 6 rows go through 6 × 2
+//     AVX2 tiles. Per element the operations stay the one-row kernels'.
 //   - everywhere else, or with the purego build tag: pure Go plus github.com/viterin/vek (vek32.Dot has a fixed
 //     reduction order for a given length).
 //

@@ -6,13 +6,15 @@ out = []
 def e(s=""): out.append(s)
 
 def tile(name, R, O, bf16, evex):
-    # regs: w: Y0..Y(O-1), x: Y(O)..Y(O+R-1), accs: base..base+R*O-1
+    # regs: w: Y0..Y(O-1), x: Y(O)..Y(O+R-1), accs: base..base+R*O-1. Where the 16 AVX2 registers do not hold
+    # every row's x vector beside the accumulators (6 rows × 2), the rows' x vectors take turns in two registers.
     wreg = [f"Y{i}" for i in range(O)]
-    xreg = [f"Y{O+i}" for i in range(R)]
-    base = 16 if evex else O + R
+    stream = not evex and O + R + R*O > 16
+    xreg = [f"Y{O + (i % 2 if stream else i)}" for i in range(R)]
+    base = 16 if evex else O + (2 if stream else R)
     acc = [[f"Y{base + r*O + o}" for o in range(O)] for r in range(R)]
     assert base + R*O <= (32 if evex else 16)
-    xptr = ["R8", "R9", "R10", "R11"][:R]
+    xptr = ["R8", "R9", "R10", "R11", "R14", "R15"][:R]
     wptr = ["R12", "R13", "SI", "DI"][:O]
     wt = "uint16" if bf16 else "float32"
     e(f"// func {name}(x *float32, ldx int, w *{wt}, ldw int, n int, dst *float32, ldd int, scratch *float32)")
@@ -44,11 +46,17 @@ def tile(name, R, O, bf16, evex):
                 e(f"\tVPSLLD $16, {wreg[o]}, {wreg[o]}")
             else:
                 e(f"\tVMOVUPS ({wptr[o]})(AX*4), {wreg[o]}")
-        for r in range(R):
-            e(f"\tVMOVUPS ({xptr[r]})(AX*4), {xreg[r]}")
-        for r in range(R):
-            for o in range(O):
-                e(f"\tVFMADD231PS {xreg[r]}, {wreg[o]}, {acc[r][o]}")
+        if stream:
+            for r in range(R):
+                e(f"\tVMOVUPS ({xptr[r]})(AX*4), {xreg[r]}")
+                for o in range(O):
+                    e(f"\tVFMADD231PS {xreg[r]}, {wreg[o]}, {acc[r][o]}")
+        else:
+            for r in range(R):
+                e(f"\tVMOVUPS ({xptr[r]})(AX*4), {xreg[r]}")
+            for r in range(R):
+                for o in range(O):
+                    e(f"\tVFMADD231PS {xreg[r]}, {wreg[o]}, {acc[r][o]}")
         e("\tADDQ $32, AX")
         e("\tCMPQ AX, DX")
         e(f"\tJLT {lbl}")
@@ -688,6 +696,8 @@ e("GLOBL q4float<>(SB), RODATA|NOPTR, $64")
 e()
 tile("tileF32x4x2AVX2", 4, 2, False, False)
 tile("tileBF16x4x2AVX2", 4, 2, True, False)
+tile("tileF32x6x2AVX2", 6, 2, False, False)
+tile("tileBF16x6x2AVX2", 6, 2, True, False)
 tilez("tileF32x4x4AVX512", 4, 4, False)
 tilez("tileBF16x4x4AVX512", 4, 4, True)
 quantrows("dotQ4Rows8AVX512", 4, 8)

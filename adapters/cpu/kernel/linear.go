@@ -232,8 +232,8 @@ func (l *Linear) forwardTile(dst, x []float32, rows int) {
 	}
 }
 
-// forwardDenseAVX2 is the f32/bf16 product on AVX2. Blocks of 4 input rows × 2 weight rows (4 × 4 with
-// AVX-512) go through the tile kernels, which read each weight vector once per 4 rows; the remaining rows and
+// forwardDenseAVX2 is the f32/bf16 product on AVX2. Blocks of 6 or 4 input rows × 2 weight rows (4 × 4 with
+// AVX-512) go through the tile kernels, which read each weight vector once per 6 or 4 rows; the remaining rows and
 // outputs go through the one- and two-row kernels. All of them run the same operations per element.
 func (l *Linear) forwardDenseAVX2(dst, x []float32, rows, grain int) {
 	in, out := l.In, l.Out
@@ -274,6 +274,16 @@ func (l *Linear) forwardDenseAVX2(dst, x []float32, rows, grain int) {
 		if tileO > 0 {
 			for ; o+tileO <= hi; o += tileO {
 				r := 0
+				// On AVX2, blocks of 6 rows while 6 or more remain (8 go as 4 + 4): each weight vector is read
+				// once per 6 rows.
+				for ; tileO == 2 && denseTile6 && r+6 <= rows && rows-r != 8; r += 6 {
+					xp, dp := &x[r*in], &dst[r*out+o]
+					if l.f32 != nil {
+						tileF32x6x2AVX2(xp, in, &l.f32[o*in], in, in, dp, out, &scratch[0])
+					} else {
+						tileBF16x6x2AVX2(xp, in, &l.bf16[o*in], in, in, dp, out, &scratch[0])
+					}
+				}
 				for ; r+4 <= rows; r += 4 {
 					xp, dp := &x[r*in], &dst[r*out+o]
 					switch {
@@ -299,6 +309,9 @@ func (l *Linear) forwardDenseAVX2(dst, x []float32, rows, grain int) {
 		}
 	})
 }
+
+// denseTile6 enables the 6 × 2 AVX2 tiles (benchmarks turn it off to compare them with the 4 × 2 ones).
+var denseTile6 = true
 
 // tilePrefetch returns where the AVX-512 tile for outputs [o, o+4) and row block b prefetches: the next tile's
 // 4 weight rows (16·In bytes f32, 8·In bf16; each call covers 8·In bytes), spread over the first row blocks,

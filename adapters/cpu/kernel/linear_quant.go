@@ -65,6 +65,10 @@ func (l *Linear) forwardQuant(dst, x []float32, rows int) {
 // y = hsum(Σ_g s_g·v_g) + Σ_g b_g·xsum_g. Rows are processed in pairs that share one decode of the codes; the
 // per-row operations are the same for a pair and a single row, so results do not depend on the row count.
 func (l *Linear) forwardQuantAVX2(dst, x, xs []float32, rows int) {
+	if rows >= quantRowsMin {
+		l.forwardQuantRowsAVX2(dst, x, xs, rows)
+		return
+	}
 	q := l.q
 	in, out, gs := l.In, l.Out, q.Group
 	ng := in / gs
