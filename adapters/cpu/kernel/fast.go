@@ -183,14 +183,18 @@ func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 	rec := fastRec(nibble)
 	nch := (in + fastChunk - 1) / fastChunk
 	ngp := (ng + 15) &^ 15
+	vnni := useVNNI
+	avx2 := !vnni && useFastAVX2
 	blocks := fastBlocks(rows)
+	if avx2 {
+		blocks = fastBlocks2(rows)
+	}
 	bp := getBytes(rows * nch * rec)
 	defer bytesPool.Put(bp)
 	xp := *bp
 	xsp := getScratch(rows * ngp)
 	defer scratchPool.Put(xsp)
 	xs := *xsp
-	vnni := useVNNI
 	// Quantize every row into its block's records (rows are independent; each is written by one worker).
 	l.Pool.For(len(blocks), 1, func(lo, hi int) {
 		for _, b := range blocks[lo:hi] {
@@ -225,6 +229,11 @@ func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 	codes := unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
 	wpr := q.wordsPerRow(in)
 	tmpl := fastTemplate(in, gs, nibble)
+	var tmpl2 *fastArgs2
+	if avx2 {
+		t := fastTemplate2(in, gs, nibble)
+		tmpl2 = &t
+	}
 	form := 1
 	if nibble {
 		form = 0
@@ -256,6 +265,16 @@ func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 			}
 			for _, b := range blocks {
 				blk := xp[b.r*nch*rec:]
+				if avx2 {
+					a := *tmpl2
+					a.cstride, a.sstride = rowBytes, 4*ng
+					a.xp, a.xs, a.xss = unsafe.Pointer(&blk[0]), unsafe.Pointer(&xs[b.r*ngp]), 4*ngp
+					a.ldd = 4 * out
+					a.codes, a.scales, a.biases = unsafe.Pointer(&cb[0]), unsafe.Pointer(&q.Scales[o0*ng]), unsafe.Pointer(&q.Biases[o0*ng])
+					a.dst, a.wrows = unsafe.Pointer(&dst[b.r*out+o0]), o1-o0
+					fastKernels2[form][fastRIndex2(b.n)](&a)
+					continue
+				}
 				if !vnni {
 					for o := o0; o < o1; o++ {
 						c := cb[(o-o0)*rowBytes : (o-o0+1)*rowBytes]

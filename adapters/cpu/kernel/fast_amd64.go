@@ -83,3 +83,33 @@ var fastKernels = [2][4][2]func(a *fastArgs){
 		{fastQ8R8W1AVX512, fastQ8R8W2AVX512},
 	},
 }
+
+// useFastAVX2 selects the AVX2 fast-mode kernels (gen_fast_avx2.py) where VNNI is missing. They give the same
+// bits as the VNNI kernels and the portable path. Tests flip it to cover the portable path.
+var useFastAVX2 = useAVX2
+
+// The AVX2 fast-mode kernels: R packed input rows against a.wrows weight rows; see fastArgs2.
+
+//go:noescape
+func fastQ4R1AVX2(a *fastArgs2)
+
+//go:noescape
+func fastQ4R2AVX2(a *fastArgs2)
+
+//go:noescape
+func fastQ4R4AVX2(a *fastArgs2)
+
+//go:noescape
+func fastQ8R1AVX2(a *fastArgs2)
+
+//go:noescape
+func fastQ8R2AVX2(a *fastArgs2)
+
+//go:noescape
+func fastQ8R4AVX2(a *fastArgs2)
+
+// fastKernels2 holds the AVX2 kernels by form (nibble, byte) and R (1, 2, 4).
+var fastKernels2 = [2][3]func(a *fastArgs2){
+	{fastQ4R1AVX2, fastQ4R2AVX2, fastQ4R4AVX2},
+	{fastQ8R1AVX2, fastQ8R2AVX2, fastQ8R4AVX2},
+}

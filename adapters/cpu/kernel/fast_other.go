@@ -10,3 +10,9 @@ var fastKernels [2][4][2]func(a *fastArgs)
 
 func quantizeFastQ4AVX512(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
 func quantizeFastQ8AVX512(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
+
+// useFastAVX2 is always false here.
+var useFastAVX2 = false
+
+// fastKernels2 is never called without AVX2.
+var fastKernels2 [2][3]func(a *fastArgs2)
