@@ -156,6 +156,7 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) 
 	// Causal depthwise conv over X, then SiLU.
 	conv := w.Conv.vec
 	Y := p.mem.get(T * C)
+	fast := p.pool.Mode() == kernel.ModeFast
 	p.pool.For(C, 256, func(lo, hi int) {
 		for c := lo; c < hi; c++ {
 			wc := conv[c*Kc : (c+1)*Kc]
@@ -164,7 +165,17 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) 
 				for j, wj := range wc {
 					acc += float32(wj * X[(t+j)*C+c])
 				}
+				if fast {
+					Y[t*C+c] = acc
+					continue
+				}
 				Y[t*C+c] = kernel.SiLU(acc)
+			}
+		}
+		if fast {
+			// The fast mode's vectorized SiLU over the chunk's channels (elementwise: the same bits per row).
+			for t := range T {
+				kernel.SiLUFastInto(Y[t*C+lo:t*C+hi], Y[t*C+lo:t*C+hi])
 			}
 		}
 	})

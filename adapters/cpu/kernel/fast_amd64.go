@@ -113,3 +113,14 @@ var fastKernels2 = [2][3]func(a *fastArgs2){
 	{fastQ4R1AVX2, fastQ4R2AVX2, fastQ4R4AVX2},
 	{fastQ8R1AVX2, fastQ8R2AVX2, fastQ8R4AVX2},
 }
+
+// The fast-mode activations over n floats (a positive multiple of 8); see fastmath.go.
+
+//go:noescape
+func siluFastAVX2(dst, x *float32, n int)
+
+//go:noescape
+func sigmoidFastAVX2(dst, x *float32, n int)
+
+//go:noescape
+func swigluFastAVX2(dst, gate, up *float32, n int)

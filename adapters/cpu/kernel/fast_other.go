@@ -16,3 +16,7 @@ var useFastAVX2 = false
 
 // fastKernels2 is never called without AVX2.
 var fastKernels2 [2][3]func(a *fastArgs2)
+
+func siluFastAVX2(dst, x *float32, n int)          { noAVX2() }
+func sigmoidFastAVX2(dst, x *float32, n int)       { noAVX2() }
+func swigluFastAVX2(dst, gate, up *float32, n int) { noAVX2() }
