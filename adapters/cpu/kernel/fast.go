@@ -209,13 +209,20 @@ func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 				}
 				xsr := xs[r*ngp : (r+1)*ngp]
 				clear(xsr[ng:])
-				if vnni {
+				switch {
+				case vnni:
 					k := quantizeFastQ8AVX512
 					if nibble {
 						k = quantizeFastQ4AVX512
 					}
 					k(&row[0], stride, &xsr[0], &x[r*in], ng, gs)
-				} else {
+				case avx2:
+					k := quantizeFastQ8AVX2
+					if nibble {
+						k = quantizeFastQ4AVX2
+					}
+					k(&row[0], stride, &xsr[0], &x[r*in], ng, gs)
+				default:
 					quantizeFastGo(row, stride, xsr, x[r*in:(r+1)*in], gs, nibble)
 				}
 			}

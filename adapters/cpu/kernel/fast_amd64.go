@@ -124,3 +124,12 @@ func sigmoidFastAVX2(dst, x *float32, n int)
 
 //go:noescape
 func swigluFastAVX2(dst, gate, up *float32, n int)
+
+// quantizeFastQ4AVX2 and quantizeFastQ8AVX2 are quantizeFastGo (nibble and byte form) on AVX2; arguments as
+// quantizeFastQ4AVX512's.
+
+//go:noescape
+func quantizeFastQ4AVX2(dst *byte, stride int, xs, x *float32, groups, gs int)
+
+//go:noescape
+func quantizeFastQ8AVX2(dst *byte, stride int, xs, x *float32, groups, gs int)

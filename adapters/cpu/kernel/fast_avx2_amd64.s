@@ -32,6 +32,24 @@ DATA f2sixteens<>+20(SB)/4, $0x00100010
 DATA f2sixteens<>+24(SB)/4, $0x00100010
 DATA f2sixteens<>+28(SB)/4, $0x00100010
 GLOBL f2sixteens<>(SB), RODATA|NOPTR, $32
+// f2abs: the float magnitude mask; f2perm: VPERMD indices putting VPACKSSWB's dwords in input order;
+// f2eo: VPSHUFB indices putting each 16 codes' even ones first, then the odd ones.
+DATA f2abs<>+0(SB)/4, $0x7fffffff
+GLOBL f2abs<>(SB), RODATA|NOPTR, $4
+DATA f2perm<>+0(SB)/4, $0
+DATA f2perm<>+4(SB)/4, $4
+DATA f2perm<>+8(SB)/4, $1
+DATA f2perm<>+12(SB)/4, $5
+DATA f2perm<>+16(SB)/4, $2
+DATA f2perm<>+20(SB)/4, $6
+DATA f2perm<>+24(SB)/4, $3
+DATA f2perm<>+28(SB)/4, $7
+GLOBL f2perm<>(SB), RODATA|NOPTR, $32
+DATA f2eo<>+0(SB)/8, $0x0e0c0a0806040200
+DATA f2eo<>+8(SB)/8, $0x0f0d0b0907050301
+DATA f2eo<>+16(SB)/8, $0x0e0c0a0806040200
+DATA f2eo<>+24(SB)/8, $0x0f0d0b0907050301
+GLOBL f2eo<>(SB), RODATA|NOPTR, $32
 
 // func fastQ4R1AVX2(a *fastArgs2)
 // 1 input rows x 1 weight row at a time, 4-bit codes.
@@ -1598,4 +1616,225 @@ fastQ8R4AVX2_reduce:
 	JNZ fastQ8R4AVX2_wrow
 	VZEROUPPER
 	RET
+
+// func quantizeFastQ4AVX2(dst *byte, stride int, xs, x *float32, groups, gs int)
+TEXT ·quantizeFastQ4AVX2(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), R8
+	MOVQ stride+8(FP), R13
+	MOVQ xs+16(FP), R9
+	MOVQ x+24(FP), SI
+	MOVQ groups+32(FP), R10
+	MOVQ gs+40(FP), R11
+	MOVQ SI, DI
+	MOVQ R10, R12
+quantizeFastQ4AVX2_group:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	XORQ CX, CX
+quantizeFastQ4AVX2_scan:
+	VADDPS (DI)(CX*4), Y0, Y0
+	VADDPS 32(DI)(CX*4), Y1, Y1
+	ADDQ $16, CX
+	CMPQ CX, R11
+	JLT quantizeFastQ4AVX2_scan
+	VADDPS Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (R9)
+	ADDQ $4, R9
+	LEAQ (DI)(R11*4), DI
+	DECQ R12
+	JNZ quantizeFastQ4AVX2_group
+	IMULQ R11, R10
+	SHRQ $5, R10
+	XORQ DX, DX
+	VPBROADCASTD f2abs<>(SB), Y15
+	VMOVDQU f2perm<>(SB), Y14
+	VMOVDQU f2eo<>(SB), Y13
+	MOVL $0x42fe0000, AX
+	VMOVD AX, X12
+	MOVL $0x3f800000, AX
+	VMOVD AX, X11
+quantizeFastQ4AVX2_block:
+	MOVQ DX, BX
+	SHLQ $4, BX
+	LEAQ 128(BX), DI
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VPAND Y15, Y0, Y4
+	VPAND Y15, Y1, Y5
+	VPMAXUD Y5, Y4, Y4
+	VPAND Y15, Y2, Y5
+	VPMAXUD Y5, Y4, Y4
+	VPAND Y15, Y3, Y5
+	VPMAXUD Y5, Y4, Y4
+	VEXTRACTI128 $1, Y4, X5
+	VPMAXUD X5, X4, X4
+	VPSHUFD $0x4e, X4, X5
+	VPMAXUD X5, X4, X4
+	VPSHUFD $0xb1, X4, X5
+	VPMAXUD X5, X4, X4
+	VMOVD X4, AX
+	CMPL AX, $0x0d800000
+	JB quantizeFastQ4AVX2_zero
+	CMPL AX, $0x7f800000
+	JAE quantizeFastQ4AVX2_nan
+	VDIVSS X12, X4, X6
+	VBROADCASTSS X6, Y7
+	VMOVUPS X7, (R8)(DI*1)
+	VDIVSS X6, X11, X6
+	VBROADCASTSS X6, Y6
+	VMULPS Y6, Y0, Y0
+	VCVTPS2DQ Y0, Y0
+	VMULPS Y6, Y1, Y1
+	VCVTPS2DQ Y1, Y1
+	VMULPS Y6, Y2, Y2
+	VCVTPS2DQ Y2, Y2
+	VMULPS Y6, Y3, Y3
+	VCVTPS2DQ Y3, Y3
+	VPACKSSDW Y1, Y0, Y0
+	VPACKSSDW Y3, Y2, Y2
+	VPACKSSWB Y2, Y0, Y0
+	VPERMD Y0, Y14, Y0
+	VPSHUFB Y13, Y0, Y0
+	VPERMQ $0xd8, Y0, Y0
+	VMOVDQU X0, (R8)(BX*1)
+	VEXTRACTI128 $1, Y0, 64(R8)(BX*1)
+quantizeFastQ4AVX2_next:
+	ADDQ $128, SI
+	INCQ DX
+	CMPQ DX, $4
+	JLT quantizeFastQ4AVX2_same
+	XORQ DX, DX
+	ADDQ R13, R8
+quantizeFastQ4AVX2_same:
+	DECQ R10
+	JNZ quantizeFastQ4AVX2_block
+	VZEROUPPER
+	RET
+quantizeFastQ4AVX2_nan:
+	MOVL $0x7fc00000, AX
+	JMP quantizeFastQ4AVX2_special
+quantizeFastQ4AVX2_zero:
+	XORL AX, AX
+quantizeFastQ4AVX2_special:
+	VMOVD AX, X7
+	VPBROADCASTD X7, Y7
+	VPXOR Y0, Y0, Y0
+	VMOVUPS X7, (R8)(DI*1)
+	VMOVDQU X0, (R8)(BX*1)
+	VMOVDQU X0, 64(R8)(BX*1)
+	JMP quantizeFastQ4AVX2_next
+
+// func quantizeFastQ8AVX2(dst *byte, stride int, xs, x *float32, groups, gs int)
+TEXT ·quantizeFastQ8AVX2(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), R8
+	MOVQ stride+8(FP), R13
+	MOVQ xs+16(FP), R9
+	MOVQ x+24(FP), SI
+	MOVQ groups+32(FP), R10
+	MOVQ gs+40(FP), R11
+	MOVQ SI, DI
+	MOVQ R10, R12
+quantizeFastQ8AVX2_group:
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	XORQ CX, CX
+quantizeFastQ8AVX2_scan:
+	VADDPS (DI)(CX*4), Y0, Y0
+	VADDPS 32(DI)(CX*4), Y1, Y1
+	ADDQ $16, CX
+	CMPQ CX, R11
+	JLT quantizeFastQ8AVX2_scan
+	VADDPS Y1, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VMOVSS X0, (R9)
+	ADDQ $4, R9
+	LEAQ (DI)(R11*4), DI
+	DECQ R12
+	JNZ quantizeFastQ8AVX2_group
+	IMULQ R11, R10
+	SHRQ $5, R10
+	XORQ DX, DX
+	VPBROADCASTD f2abs<>(SB), Y15
+	VMOVDQU f2perm<>(SB), Y14
+	MOVL $0x42fe0000, AX
+	VMOVD AX, X12
+	MOVL $0x3f800000, AX
+	VMOVD AX, X11
+quantizeFastQ8AVX2_block:
+	MOVQ DX, BX
+	SHLQ $5, BX
+	LEAQ 128(BX), DI
+	VMOVUPS (SI), Y0
+	VMOVUPS 32(SI), Y1
+	VMOVUPS 64(SI), Y2
+	VMOVUPS 96(SI), Y3
+	VPAND Y15, Y0, Y4
+	VPAND Y15, Y1, Y5
+	VPMAXUD Y5, Y4, Y4
+	VPAND Y15, Y2, Y5
+	VPMAXUD Y5, Y4, Y4
+	VPAND Y15, Y3, Y5
+	VPMAXUD Y5, Y4, Y4
+	VEXTRACTI128 $1, Y4, X5
+	VPMAXUD X5, X4, X4
+	VPSHUFD $0x4e, X4, X5
+	VPMAXUD X5, X4, X4
+	VPSHUFD $0xb1, X4, X5
+	VPMAXUD X5, X4, X4
+	VMOVD X4, AX
+	CMPL AX, $0x0d800000
+	JB quantizeFastQ8AVX2_zero
+	CMPL AX, $0x7f800000
+	JAE quantizeFastQ8AVX2_nan
+	VDIVSS X12, X4, X6
+	VBROADCASTSS X6, Y7
+	VMOVUPS Y7, (R8)(DI*1)
+	VDIVSS X6, X11, X6
+	VBROADCASTSS X6, Y6
+	VMULPS Y6, Y0, Y0
+	VCVTPS2DQ Y0, Y0
+	VMULPS Y6, Y1, Y1
+	VCVTPS2DQ Y1, Y1
+	VMULPS Y6, Y2, Y2
+	VCVTPS2DQ Y2, Y2
+	VMULPS Y6, Y3, Y3
+	VCVTPS2DQ Y3, Y3
+	VPACKSSDW Y1, Y0, Y0
+	VPACKSSDW Y3, Y2, Y2
+	VPACKSSWB Y2, Y0, Y0
+	VPERMD Y0, Y14, Y0
+	VMOVDQU Y0, (R8)(BX*1)
+quantizeFastQ8AVX2_next:
+	ADDQ $128, SI
+	INCQ DX
+	CMPQ DX, $4
+	JLT quantizeFastQ8AVX2_same
+	XORQ DX, DX
+	ADDQ R13, R8
+quantizeFastQ8AVX2_same:
+	DECQ R10
+	JNZ quantizeFastQ8AVX2_block
+	VZEROUPPER
+	RET
+quantizeFastQ8AVX2_nan:
+	MOVL $0x7fc00000, AX
+	JMP quantizeFastQ8AVX2_special
+quantizeFastQ8AVX2_zero:
+	XORL AX, AX
+quantizeFastQ8AVX2_special:
+	VMOVD AX, X7
+	VPBROADCASTD X7, Y7
+	VPXOR Y0, Y0, Y0
+	VMOVUPS Y7, (R8)(DI*1)
+	VMOVDQU Y0, (R8)(BX*1)
+	JMP quantizeFastQ8AVX2_next
 

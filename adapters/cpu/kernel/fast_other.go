@@ -17,6 +17,8 @@ var useFastAVX2 = false
 // fastKernels2 is never called without AVX2.
 var fastKernels2 [2][3]func(a *fastArgs2)
 
-func siluFastAVX2(dst, x *float32, n int)          { noAVX2() }
-func sigmoidFastAVX2(dst, x *float32, n int)       { noAVX2() }
-func swigluFastAVX2(dst, gate, up *float32, n int) { noAVX2() }
+func siluFastAVX2(dst, x *float32, n int)                                      { noAVX2() }
+func sigmoidFastAVX2(dst, x *float32, n int)                                   { noAVX2() }
+func swigluFastAVX2(dst, gate, up *float32, n int)                             { noAVX2() }
+func quantizeFastQ4AVX2(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
+func quantizeFastQ8AVX2(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }

@@ -275,11 +275,13 @@ func TestFastModeScope(t *testing.T) {
 	}
 }
 
-// The AVX-512 quantizers give quantizeFastGo's bytes (codes, steps) and group sums for both forms and every
-// group size, on zeros, signed zeros, tiny values, NaN, ±Inf, outliers and a partial last chunk.
+// The assembly quantizers (AVX-512, AVX2: each this CPU has) give quantizeFastGo's bytes (codes, steps) and
+// group sums for both forms and every group size, on zeros, signed zeros, tiny values, NaN, ±Inf, outliers
+// and a partial last chunk.
 func TestQuantizeFastMatchesGo(t *testing.T) {
-	if !useVNNI {
-		t.Skip("no AVX512-VNNI on this CPU")
+	paths := fastAsmPaths()
+	if len(paths) == 0 {
+		t.Skip("neither AVX512-VNNI nor AVX2 on this CPU")
 	}
 	r := rand.New(rand.NewPCG(39, 40))
 	const in = 1024 + 64
@@ -293,30 +295,42 @@ func TestQuantizeFastMatchesGo(t *testing.T) {
 		x[j] *= 1e-33
 	}
 	x[700] = 1e30
-	for _, nibble := range []bool{true, false} {
-		for _, gs := range []int{32, 64, 128} {
-			n := in / gs * gs
-			ng := n / gs
-			nch := (n + fastChunk - 1) / fastChunk
-			const rows = 3 // the row's records interleave with two others'
-			stride := rows * fastRec(nibble)
-			b1, b2 := make([]byte, nch*stride), make([]byte, nch*stride)
-			for i := range b1 {
-				b1[i], b2[i] = 0x5a, 0x5a // bytes outside the row's records stay as they are
-			}
-			s1, s2 := make([]float32, ng), make([]float32, ng)
-			off := fastRec(nibble) // the middle row
-			k := quantizeFastQ8AVX512
-			if nibble {
-				k = quantizeFastQ4AVX512
-			}
-			k(&b1[off], stride, &s1[0], &x[0], ng, gs)
-			quantizeFastGo(b2[off:], stride, s2, x[:n], gs, nibble)
-			require.Equal(t, b2, b1, "nibble %v g%d records", nibble, gs)
-			for g := range ng {
-				assert.Equal(t, math.Float32bits(s2[g]), math.Float32bits(s1[g]), "nibble %v g%d group %d sum", nibble, gs, g)
+	for _, path := range paths {
+		for _, nibble := range []bool{true, false} {
+			for _, gs := range []int{32, 64, 128} {
+				quantizeFastCase(t, x, in, path, nibble, gs)
 			}
 		}
+	}
+}
+
+// quantizeFastCase is one case of TestQuantizeFastMatchesGo: the middle row of three interleaved records.
+func quantizeFastCase(t *testing.T, x []float32, in int, path string, nibble bool, gs int) {
+	n := in / gs * gs
+	ng := n / gs
+	nch := (n + fastChunk - 1) / fastChunk
+	const rows = 3 // the row's records interleave with two others'
+	stride := rows * fastRec(nibble)
+	b1, b2 := make([]byte, nch*stride), make([]byte, nch*stride)
+	for i := range b1 {
+		b1[i], b2[i] = 0x5a, 0x5a // bytes outside the row's records stay as they are
+	}
+	s1, s2 := make([]float32, ng), make([]float32, ng)
+	off := fastRec(nibble) // the middle row
+	k := quantizeFastQ8AVX512
+	switch {
+	case path == fastVNNI && nibble:
+		k = quantizeFastQ4AVX512
+	case path == fastAVX2 && nibble:
+		k = quantizeFastQ4AVX2
+	case path == fastAVX2:
+		k = quantizeFastQ8AVX2
+	}
+	k(&b1[off], stride, &s1[0], &x[0], ng, gs)
+	quantizeFastGo(b2[off:], stride, s2, x[:n], gs, nibble)
+	require.Equal(t, b2, b1, "%s nibble %v g%d records", path, nibble, gs)
+	for g := range ng {
+		assert.Equal(t, math.Float32bits(s2[g]), math.Float32bits(s1[g]), "%s nibble %v g%d group %d sum", path, nibble, gs, g)
 	}
 }
 
