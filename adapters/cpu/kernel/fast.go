@@ -279,7 +279,7 @@ func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 					a.ldd = 4 * out
 					a.codes, a.scales, a.biases = unsafe.Pointer(&cb[0]), unsafe.Pointer(&q.Scales[o0*ng]), unsafe.Pointer(&q.Biases[o0*ng])
 					a.dst, a.wrows = unsafe.Pointer(&dst[b.r*out+o0]), o1-o0
-					fastKernels2[form][fastRIndex2(b.n)](&a)
+					runFast2(form, b.n, &a)
 					continue
 				}
 				if !vnni {

@@ -108,12 +108,6 @@ func fastQ8R2AVX2(a *fastArgs2)
 //go:noescape
 func fastQ8R4AVX2(a *fastArgs2)
 
-// fastKernels2 holds the AVX2 kernels by form (nibble, byte) and R (1, 2, 4).
-var fastKernels2 = [2][3]func(a *fastArgs2){
-	{fastQ4R1AVX2, fastQ4R2AVX2, fastQ4R4AVX2},
-	{fastQ8R1AVX2, fastQ8R2AVX2, fastQ8R4AVX2},
-}
-
 // The fast-mode activations over n floats (a positive multiple of 8); see fastmath.go.
 
 //go:noescape

@@ -80,13 +80,21 @@ func fastBlocks2(rows int) []quantRowBlock {
 	return bs
 }
 
-// fastRIndex2 is the AVX2 kernel table index of a block of n input rows.
-func fastRIndex2(n int) int {
-	switch n {
-	case 4:
-		return 2
-	case 2:
-		return 1
+// runFast2 runs the AVX2 kernel of a form (0 nibble, 1 byte) for a block of n input rows. The calls are direct
+// (not through a table) so that a stays on the caller's stack.
+func runFast2(form, n int, a *fastArgs2) {
+	switch {
+	case form == 0 && n == 4:
+		fastQ4R4AVX2(a)
+	case form == 0 && n == 2:
+		fastQ4R2AVX2(a)
+	case form == 0:
+		fastQ4R1AVX2(a)
+	case n == 4:
+		fastQ8R4AVX2(a)
+	case n == 2:
+		fastQ8R2AVX2(a)
+	default:
+		fastQ8R1AVX2(a)
 	}
-	return 0
 }

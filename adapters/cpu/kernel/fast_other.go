@@ -14,8 +14,12 @@ func quantizeFastQ8AVX512(dst *byte, stride int, xs, x *float32, groups, gs int)
 // useFastAVX2 is always false here.
 var useFastAVX2 = false
 
-// fastKernels2 is never called without AVX2.
-var fastKernels2 [2][3]func(a *fastArgs2)
+func fastQ4R1AVX2(a *fastArgs2) { noAVX2() }
+func fastQ4R2AVX2(a *fastArgs2) { noAVX2() }
+func fastQ4R4AVX2(a *fastArgs2) { noAVX2() }
+func fastQ8R1AVX2(a *fastArgs2) { noAVX2() }
+func fastQ8R2AVX2(a *fastArgs2) { noAVX2() }
+func fastQ8R4AVX2(a *fastArgs2) { noAVX2() }
 
 func siluFastAVX2(dst, x *float32, n int)                                      { noAVX2() }
 func sigmoidFastAVX2(dst, x *float32, n int)                                   { noAVX2() }
