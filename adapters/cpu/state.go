@@ -222,15 +222,22 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) 
 				for t := range T {
 					khat := Y[t*C+Dk+kh*dk : t*C+Dk+(kh+1)*dk]
 					qhat := Y[t*C+kh*dk : t*C+(kh+1)*dk]
+					from := Si
 					if t == 0 {
-						decay(Si, S0i, alpha[t*Hv+h])
-					} else {
-						decay(Si, Si, alpha[t*Hv+h])
+						from = S0i
 					}
-					mem := kernel.Dot(Si, khat)
-					di := beta[t*Hv+h] * (Y[t*C+2*Dk+h*dv+i] - mem)
-					kernel.AddScaled(Si, khat, tmp, di)
-					o[(t*Hv+h)*dv+i] = kernel.Dot(Si, qhat)
+					vi := Y[t*C+2*Dk+h*dv+i]
+					var di float32
+					if fast {
+						// One vectorized pass per step (the fast mode's dot order; the same state updates).
+						o[(t*Hv+h)*dv+i], di = kernel.GDNStepFast(Si, from, khat, qhat, alpha[t*Hv+h], beta[t*Hv+h], vi)
+					} else {
+						decay(Si, from, alpha[t*Hv+h])
+						mem := kernel.Dot(Si, khat)
+						di = beta[t*Hv+h] * (vi - mem)
+						kernel.AddScaled(Si, khat, tmp, di)
+						o[(t*Hv+h)*dv+i] = kernel.Dot(Si, qhat)
+					}
 					if delta != nil {
 						delta[(t*Hv+h)*dv+i] = di
 					}

@@ -26,3 +26,5 @@ func sigmoidFastAVX2(dst, x *float32, n int)                                   {
 func swigluFastAVX2(dst, gate, up *float32, n int)                             { noAVX2() }
 func quantizeFastQ4AVX2(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
 func quantizeFastQ8AVX2(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
+
+func gdnStepAVX2(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32) { noAVX2() }
