@@ -15,8 +15,9 @@ const (
 	// dot products, as llama.cpp's Q4×Q8_0 kernels do) instead of by the float inputs. It is NOT bit-identical
 	// to ModeExact (the relative error of a product is about 1e-3 of Σ|x||w|; TestFastError bounds it), but it
 	// keeps the determinism contract on its own: a row's result does not depend on the rows beside it, the
-	// worker count or the CPU (the AVX512-VNNI kernels and the portable Go path give the same bits). f32 and
-	// bf16 weights run the exact kernels.
+	// worker count or the CPU (the AVX512-VNNI kernels, the AVX2 kernels and the portable Go path give the
+	// same bits). f32 and bf16 weights run the exact kernels. Pools in this mode also select the fast
+	// activations (SiLUFast, SigmoidFast) and Gated DeltaNet step (GDNStepFast) in the CPU backend.
 	ModeFast
 )
 
