@@ -83,6 +83,12 @@ func (o ops) Gate(x, g act, a model.Act) act {
 	if a == model.SiLU {
 		f = kernel.SiLU
 	}
+	if o.pool.Mode() == kernel.ModeFast {
+		f = kernel.SigmoidFast
+		if a == model.SiLU {
+			f = kernel.SiLUFast
+		}
+	}
 	if g.width() == 1 && x.width() != 1 {
 		w := x.width()
 		for r := range x.t {
@@ -91,6 +97,20 @@ func (o ops) Gate(x, g act, a model.Act) act {
 				out[r*w+j] = v * s
 			}
 		}
+		return act{out, x.t}
+	}
+	if o.pool.Mode() == kernel.ModeFast {
+		// The fast mode's vectorized float32 activations (elementwise, so rows stay independent).
+		o.pool.For(len(out), 4096, func(lo, hi int) {
+			if a == model.SiLU {
+				kernel.SwiGLUFast(out[lo:hi], g.v[lo:hi], x.v[lo:hi])
+				return
+			}
+			kernel.SigmoidFastInto(out[lo:hi], g.v[lo:hi])
+			for j := lo; j < hi; j++ {
+				out[j] = x.v[j] * out[j]
+			}
+		})
 		return act{out, x.t}
 	}
 	// The float64 exp per element is costly for verify blocks: split it between the workers.

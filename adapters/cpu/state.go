@@ -156,6 +156,7 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) 
 	// Causal depthwise conv over X, then SiLU.
 	conv := w.Conv.vec
 	Y := p.mem.get(T * C)
+	fast := p.pool.Mode() == kernel.ModeFast
 	p.pool.For(C, 256, func(lo, hi int) {
 		for c := lo; c < hi; c++ {
 			wc := conv[c*Kc : (c+1)*Kc]
@@ -164,7 +165,17 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) 
 				for j, wj := range wc {
 					acc += float32(wj * X[(t+j)*C+c])
 				}
+				if fast {
+					Y[t*C+c] = acc
+					continue
+				}
 				Y[t*C+c] = kernel.SiLU(acc)
+			}
+		}
+		if fast {
+			// The fast mode's vectorized SiLU over the chunk's channels (elementwise: the same bits per row).
+			for t := range T {
+				kernel.SiLUFastInto(Y[t*C+lo:t*C+hi], Y[t*C+lo:t*C+hi])
 			}
 		}
 	})
@@ -197,34 +208,39 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) 
 	}
 	src, dst := st.s[st.cur], st.s[1-st.cur]
 	o := p.mem.get(T * Dv)
+	// Every operation touches one row i of a head's state at a time (decay, the memory read S_i·k̂, the rank-1
+	// update S_i += δ_i k̂, the read-out S_i·q̂), so each row runs the whole block while it sits in L1: the
+	// same operations in the same order as a pass over the state per step, with one pass in all.
 	p.pool.For(Hv, 1, func(lo, hi int) {
 		tmp := make([]float32, dk)
-		d := make([]float32, dv)
 		for h := lo; h < hi; h++ {
 			kh := h / rho
 			S := dst[h*dv*dk : (h+1)*dv*dk]
 			S0 := src[h*dv*dk : (h+1)*dv*dk]
-			for t := range T {
-				khat := Y[t*C+Dk+kh*dk : t*C+Dk+(kh+1)*dk]
-				qhat := Y[t*C+kh*dk : t*C+(kh+1)*dk]
-				v := Y[t*C+2*Dk+h*dv : t*C+2*Dk+(h+1)*dv]
-				if t == 0 {
-					decay(S, S0, alpha[t*Hv+h])
-				} else {
-					decay(S, S, alpha[t*Hv+h])
-				}
-				bt := beta[t*Hv+h]
-				for i := range dv {
-					mem := kernel.Dot(S[i*dk:(i+1)*dk], khat)
-					d[i] = bt * (v[i] - mem)
-				}
-				rank1(S, d, khat, tmp)
-				oh := o[(t*Hv+h)*dv : (t*Hv+h+1)*dv]
-				for i := range dv {
-					oh[i] = kernel.Dot(S[i*dk:(i+1)*dk], qhat)
-				}
-				if delta != nil {
-					copy(delta[(t*Hv+h)*dv:(t*Hv+h+1)*dv], d)
+			for i := range dv {
+				Si, S0i := S[i*dk:(i+1)*dk], S0[i*dk:(i+1)*dk]
+				for t := range T {
+					khat := Y[t*C+Dk+kh*dk : t*C+Dk+(kh+1)*dk]
+					qhat := Y[t*C+kh*dk : t*C+(kh+1)*dk]
+					from := Si
+					if t == 0 {
+						from = S0i
+					}
+					vi := Y[t*C+2*Dk+h*dv+i]
+					var di float32
+					if fast {
+						// One vectorized pass per step (the fast mode's dot order; the same state updates).
+						o[(t*Hv+h)*dv+i], di = kernel.GDNStepFast(Si, from, khat, qhat, alpha[t*Hv+h], beta[t*Hv+h], vi)
+					} else {
+						decay(Si, from, alpha[t*Hv+h])
+						mem := kernel.Dot(Si, khat)
+						di = beta[t*Hv+h] * (vi - mem)
+						kernel.AddScaled(Si, khat, tmp, di)
+						o[(t*Hv+h)*dv+i] = kernel.Dot(Si, qhat)
+					}
+					if delta != nil {
+						delta[(t*Hv+h)*dv+i] = di
+					}
 				}
 			}
 		}

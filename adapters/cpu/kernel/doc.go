@@ -31,11 +31,13 @@
 //     reduction order for a given length).
 //
 // ModeFast (a Pool's kernel mode, opt-in; see fast.go) lives beside these reference kernels: quantized
-// products (every width) with inputs quantized to int8 per block of 32 and AVX512-VNNI integer dot products,
-// R input rows × W weight rows per kernel call so each step of codes is decoded once for up to 8 rows
-// (gen_fast.py generates fast_amd64.s). It is not bit-identical to the reference, but it keeps the same
-// contract within itself (independent of rows, worker count and CPU: the portable Go path in fastref.go gives
-// the kernels' bits).
+// products (every width) with inputs quantized to int8 per block of 32 and integer dot products, R input
+// rows × W weight rows per kernel call so each step of codes is decoded once for up to 8 rows: AVX512-VNNI
+// (gen_fast.py generates fast_amd64.s) or, without VNNI, AVX2 (VPMADDUBSW on nibble-split codes, up to 4
+// rows; gen_fast_avx2.py generates fast_avx2_amd64.s). The fast mode also has its own float32 SiLU and
+// sigmoid (fastmath.go) and Gated DeltaNet step (fast_gdn.go), vectorized with AVX2. It is not
+// bit-identical to the reference, but it keeps the same contract within itself (independent of rows, worker
+// count and CPU: the portable Go paths in fastref.go, fastmath.go and fast_gdn.go give the kernels' bits).
 //
 // Quantized products use y_r = Σ_g (s_rg·Σ_{j∈g} q_rj x_j + b_rg·Σ_{j∈g} x_j) on the packed codes; no matrix is
 // ever dequantized as a whole. Element-wise helpers only use operations that round each element once (mul,

@@ -15,8 +15,9 @@ const (
 	// dot products, as llama.cpp's Q4×Q8_0 kernels do) instead of by the float inputs. It is NOT bit-identical
 	// to ModeExact (the relative error of a product is about 1e-3 of Σ|x||w|; TestFastError bounds it), but it
 	// keeps the determinism contract on its own: a row's result does not depend on the rows beside it, the
-	// worker count or the CPU (the AVX512-VNNI kernels and the portable Go path give the same bits). f32 and
-	// bf16 weights run the exact kernels.
+	// worker count or the CPU (the AVX512-VNNI kernels, the AVX2 kernels and the portable Go path give the
+	// same bits). f32 and bf16 weights run the exact kernels. Pools in this mode also select the fast
+	// activations (SiLUFast, SigmoidFast) and Gated DeltaNet step (GDNStepFast) in the CPU backend.
 	ModeFast
 )
 
@@ -183,14 +184,18 @@ func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 	rec := fastRec(nibble)
 	nch := (in + fastChunk - 1) / fastChunk
 	ngp := (ng + 15) &^ 15
+	vnni := useVNNI
+	avx2 := !vnni && useFastAVX2
 	blocks := fastBlocks(rows)
+	if avx2 {
+		blocks = fastBlocks2(rows)
+	}
 	bp := getBytes(rows * nch * rec)
 	defer bytesPool.Put(bp)
 	xp := *bp
 	xsp := getScratch(rows * ngp)
 	defer scratchPool.Put(xsp)
 	xs := *xsp
-	vnni := useVNNI
 	// Quantize every row into its block's records (rows are independent; each is written by one worker).
 	l.Pool.For(len(blocks), 1, func(lo, hi int) {
 		for _, b := range blocks[lo:hi] {
@@ -205,13 +210,20 @@ func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 				}
 				xsr := xs[r*ngp : (r+1)*ngp]
 				clear(xsr[ng:])
-				if vnni {
+				switch {
+				case vnni:
 					k := quantizeFastQ8AVX512
 					if nibble {
 						k = quantizeFastQ4AVX512
 					}
 					k(&row[0], stride, &xsr[0], &x[r*in], ng, gs)
-				} else {
+				case avx2:
+					k := quantizeFastQ8AVX2
+					if nibble {
+						k = quantizeFastQ4AVX2
+					}
+					k(&row[0], stride, &xsr[0], &x[r*in], ng, gs)
+				default:
 					quantizeFastGo(row, stride, xsr, x[r*in:(r+1)*in], gs, nibble)
 				}
 			}
@@ -225,6 +237,11 @@ func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 	codes := unsafe.Slice((*byte)(unsafe.Pointer(&q.Codes[0])), len(q.Codes)*4)
 	wpr := q.wordsPerRow(in)
 	tmpl := fastTemplate(in, gs, nibble)
+	var tmpl2 *fastArgs2
+	if avx2 {
+		t := fastTemplate2(in, gs, nibble)
+		tmpl2 = &t
+	}
 	form := 1
 	if nibble {
 		form = 0
@@ -256,6 +273,16 @@ func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 			}
 			for _, b := range blocks {
 				blk := xp[b.r*nch*rec:]
+				if avx2 {
+					a := *tmpl2
+					a.cstride, a.sstride = rowBytes, 4*ng
+					a.xp, a.xs, a.xss = unsafe.Pointer(&blk[0]), unsafe.Pointer(&xs[b.r*ngp]), 4*ngp
+					a.ldd = 4 * out
+					a.codes, a.scales, a.biases = unsafe.Pointer(&cb[0]), unsafe.Pointer(&q.Scales[o0*ng]), unsafe.Pointer(&q.Biases[o0*ng])
+					a.dst, a.wrows = unsafe.Pointer(&dst[b.r*out+o0]), o1-o0
+					runFast2(form, b.n, &a)
+					continue
+				}
 				if !vnni {
 					for o := o0; o < o1; o++ {
 						c := cb[(o-o0)*rowBytes : (o-o0+1)*rowBytes]

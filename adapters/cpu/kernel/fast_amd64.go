@@ -83,3 +83,52 @@ var fastKernels = [2][4][2]func(a *fastArgs){
 		{fastQ8R8W1AVX512, fastQ8R8W2AVX512},
 	},
 }
+
+// useFastAVX2 selects the AVX2 fast-mode kernels (gen_fast_avx2.py) where VNNI is missing. They give the same
+// bits as the VNNI kernels and the portable path. Tests flip it to cover the portable path.
+var useFastAVX2 = useAVX2
+
+// The AVX2 fast-mode kernels: R packed input rows against a.wrows weight rows; see fastArgs2.
+
+//go:noescape
+func fastQ4R1AVX2(a *fastArgs2)
+
+//go:noescape
+func fastQ4R2AVX2(a *fastArgs2)
+
+//go:noescape
+func fastQ4R4AVX2(a *fastArgs2)
+
+//go:noescape
+func fastQ8R1AVX2(a *fastArgs2)
+
+//go:noescape
+func fastQ8R2AVX2(a *fastArgs2)
+
+//go:noescape
+func fastQ8R4AVX2(a *fastArgs2)
+
+// The fast-mode activations over n floats (a positive multiple of 8); see fastmath.go.
+
+//go:noescape
+func siluFastAVX2(dst, x *float32, n int)
+
+//go:noescape
+func sigmoidFastAVX2(dst, x *float32, n int)
+
+//go:noescape
+func swigluFastAVX2(dst, gate, up *float32, n int)
+
+// quantizeFastQ4AVX2 and quantizeFastQ8AVX2 are quantizeFastGo (nibble and byte form) on AVX2; arguments as
+// quantizeFastQ4AVX512's.
+
+//go:noescape
+func quantizeFastQ4AVX2(dst *byte, stride int, xs, x *float32, groups, gs int)
+
+//go:noescape
+func quantizeFastQ8AVX2(dst *byte, stride int, xs, x *float32, groups, gs int)
+
+// gdnStepAVX2 is GDNStepFast for n a positive multiple of 32; out gets o and d.
+//
+//go:noescape
+func gdnStepAVX2(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32)

@@ -10,3 +10,21 @@ var fastKernels [2][4][2]func(a *fastArgs)
 
 func quantizeFastQ4AVX512(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
 func quantizeFastQ8AVX512(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
+
+// useFastAVX2 is always false here.
+var useFastAVX2 = false
+
+func fastQ4R1AVX2(a *fastArgs2) { noAVX2() }
+func fastQ4R2AVX2(a *fastArgs2) { noAVX2() }
+func fastQ4R4AVX2(a *fastArgs2) { noAVX2() }
+func fastQ8R1AVX2(a *fastArgs2) { noAVX2() }
+func fastQ8R2AVX2(a *fastArgs2) { noAVX2() }
+func fastQ8R4AVX2(a *fastArgs2) { noAVX2() }
+
+func siluFastAVX2(dst, x *float32, n int)                                      { noAVX2() }
+func sigmoidFastAVX2(dst, x *float32, n int)                                   { noAVX2() }
+func swigluFastAVX2(dst, gate, up *float32, n int)                             { noAVX2() }
+func quantizeFastQ4AVX2(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
+func quantizeFastQ8AVX2(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
+
+func gdnStepAVX2(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32) { noAVX2() }

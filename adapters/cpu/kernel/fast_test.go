@@ -61,11 +61,33 @@ func fastInputs(r *rand.Rand, rows, in int) []float32 {
 	return x
 }
 
-// withVNNI runs f with useVNNI set to on (restoring it after).
-func withVNNI(on bool, f func()) {
-	saved := useVNNI
-	useVNNI = on
-	defer func() { useVNNI = saved }()
+// The fast-mode paths: the portable Go, and the assembly kernels this CPU runs (fastAsmPaths).
+const (
+	fastGo   = "go"
+	fastAVX2 = "avx2"
+	fastVNNI = "vnni"
+)
+
+// The CPU's fast kernel sets, before any test flips them.
+var hasVNNI, hasFastAVX2 = useVNNI, useFastAVX2
+
+// fastAsmPaths lists the assembly fast paths this CPU has (VNNI first).
+func fastAsmPaths() []string {
+	var ps []string
+	if hasVNNI {
+		ps = append(ps, fastVNNI)
+	}
+	if hasFastAVX2 {
+		ps = append(ps, fastAVX2)
+	}
+	return ps
+}
+
+// withFastPath runs f on one fast path (restoring the CPU's after).
+func withFastPath(path string, f func()) {
+	v, a := useVNNI, useFastAVX2
+	useVNNI, useFastAVX2 = path == fastVNNI, path == fastAVX2
+	defer func() { useVNNI, useFastAVX2 = v, a }()
 	f()
 }
 
@@ -79,11 +101,13 @@ func fastShapes(gs int) []int {
 	return s
 }
 
-// The VNNI kernels give the portable path's bits for every width, group size, shape and row count 1–34,
-// and a block of rows gives the bits of one-row calls (so verify and decode agree in fast mode).
+// The assembly kernels (VNNI, AVX2: each this CPU has) give the portable path's bits for every width, group
+// size, shape and row count 1–34, and a block of rows gives the bits of one-row calls (so verify and decode
+// agree in fast mode).
 func TestFastKernelsMatchGo(t *testing.T) {
-	if !useVNNI {
-		t.Skip("no AVX512-VNNI on this CPU: only the portable fast path runs (TestFastDeterministic)")
+	paths := fastAsmPaths()
+	if len(paths) == 0 {
+		t.Skip("neither AVX512-VNNI nor AVX2 on this CPU: only the portable fast path runs (TestFastDeterministic)")
 	}
 	r := rand.New(rand.NewPCG(31, 32))
 	for _, bits := range []int{2, 3, 4, 5, 6, 8} {
@@ -97,14 +121,18 @@ func TestFastKernelsMatchGo(t *testing.T) {
 				const maxRows = 34
 				x := fastInputs(r, maxRows, in)
 				var ref []float32
-				withVNNI(false, func() {
+				withFastPath(fastGo, func() {
 					ref = make([]float32, maxRows*out)
 					l.Forward(ref, x, maxRows)
 				})
-				for rows := 1; rows <= maxRows; rows++ {
-					got := make([]float32, rows*out)
-					l.Forward(got, x, rows)
-					assertBits(t, ref[:rows*out], got, "q%d g%d in %d out %d rows %d", bits, gs, in, out, rows)
+				for _, path := range paths {
+					withFastPath(path, func() {
+						for rows := 1; rows <= maxRows; rows++ {
+							got := make([]float32, rows*out)
+							l.Forward(got, x, rows)
+							assertBits(t, ref[:rows*out], got, "%s q%d g%d in %d out %d rows %d", path, bits, gs, in, out, rows)
+						}
+					})
 				}
 			}
 		}
@@ -125,20 +153,17 @@ func TestFastDeterministic(t *testing.T) {
 			l.Pool = NewPoolMode(1, ModeFast)
 			ref := make([]float32, rows*out)
 			l.Forward(ref, x, rows)
-			for _, vnni := range []bool{true, false} {
-				if vnni && !useVNNI {
-					continue
-				}
-				withVNNI(vnni, func() {
+			for _, path := range append(fastAsmPaths(), fastGo) {
+				withFastPath(path, func() {
 					for _, threads := range []int{1, 2, 3, 7} {
 						l.Pool = NewPoolMode(threads, ModeFast)
 						got := make([]float32, rows*out)
 						l.Forward(got, x, rows)
-						assertBits(t, ref, got, "q%d g%d vnni %v threads %d", bits, gs, vnni, threads)
+						assertBits(t, ref, got, "q%d g%d %s threads %d", bits, gs, path, threads)
 						for row := range rows {
 							one := make([]float32, out)
 							l.Forward(one, x[row*in:(row+1)*in], 1)
-							assertBits(t, ref[row*out:(row+1)*out], one, "q%d g%d vnni %v row %d alone", bits, gs, vnni, row)
+							assertBits(t, ref[row*out:(row+1)*out], one, "q%d g%d %s row %d alone", bits, gs, path, row)
 						}
 					}
 				})
@@ -234,18 +259,15 @@ func TestFastModeScope(t *testing.T) {
 		q, _ := quantFixture(r, out, in, bits, 64)
 		l, _ := NewQuant(out, in, q)
 		l.Pool = NewPoolMode(2, ModeFast)
-		for _, vnni := range []bool{true, false} {
-			if vnni && !useVNNI {
-				continue
-			}
-			withVNNI(vnni, func() {
+		for _, path := range append(fastAsmPaths(), fastGo) {
+			withFastPath(path, func() {
 				for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
 					xb := append([]float32(nil), x[:in]...)
 					xb[70] = bad
 					y := make([]float32, out)
 					l.Forward(y, xb, 1)
 					for o := range out {
-						assert.True(t, math.IsNaN(float64(y[o])), "q%d vnni %v input %v out %d: %v", bits, vnni, bad, o, y[o])
+						assert.True(t, math.IsNaN(float64(y[o])), "q%d %s input %v out %d: %v", bits, path, bad, o, y[o])
 					}
 				}
 			})
@@ -253,11 +275,13 @@ func TestFastModeScope(t *testing.T) {
 	}
 }
 
-// The AVX-512 quantizers give quantizeFastGo's bytes (codes, steps) and group sums for both forms and every
-// group size, on zeros, signed zeros, tiny values, NaN, ±Inf, outliers and a partial last chunk.
+// The assembly quantizers (AVX-512, AVX2: each this CPU has) give quantizeFastGo's bytes (codes, steps) and
+// group sums for both forms and every group size, on zeros, signed zeros, tiny values, NaN, ±Inf, outliers
+// and a partial last chunk.
 func TestQuantizeFastMatchesGo(t *testing.T) {
-	if !useVNNI {
-		t.Skip("no AVX512-VNNI on this CPU")
+	paths := fastAsmPaths()
+	if len(paths) == 0 {
+		t.Skip("neither AVX512-VNNI nor AVX2 on this CPU")
 	}
 	r := rand.New(rand.NewPCG(39, 40))
 	const in = 1024 + 64
@@ -271,30 +295,42 @@ func TestQuantizeFastMatchesGo(t *testing.T) {
 		x[j] *= 1e-33
 	}
 	x[700] = 1e30
-	for _, nibble := range []bool{true, false} {
-		for _, gs := range []int{32, 64, 128} {
-			n := in / gs * gs
-			ng := n / gs
-			nch := (n + fastChunk - 1) / fastChunk
-			const rows = 3 // the row's records interleave with two others'
-			stride := rows * fastRec(nibble)
-			b1, b2 := make([]byte, nch*stride), make([]byte, nch*stride)
-			for i := range b1 {
-				b1[i], b2[i] = 0x5a, 0x5a // bytes outside the row's records stay as they are
-			}
-			s1, s2 := make([]float32, ng), make([]float32, ng)
-			off := fastRec(nibble) // the middle row
-			k := quantizeFastQ8AVX512
-			if nibble {
-				k = quantizeFastQ4AVX512
-			}
-			k(&b1[off], stride, &s1[0], &x[0], ng, gs)
-			quantizeFastGo(b2[off:], stride, s2, x[:n], gs, nibble)
-			require.Equal(t, b2, b1, "nibble %v g%d records", nibble, gs)
-			for g := range ng {
-				assert.Equal(t, math.Float32bits(s2[g]), math.Float32bits(s1[g]), "nibble %v g%d group %d sum", nibble, gs, g)
+	for _, path := range paths {
+		for _, nibble := range []bool{true, false} {
+			for _, gs := range []int{32, 64, 128} {
+				quantizeFastCase(t, x, in, path, nibble, gs)
 			}
 		}
+	}
+}
+
+// quantizeFastCase is one case of TestQuantizeFastMatchesGo: the middle row of three interleaved records.
+func quantizeFastCase(t *testing.T, x []float32, in int, path string, nibble bool, gs int) {
+	n := in / gs * gs
+	ng := n / gs
+	nch := (n + fastChunk - 1) / fastChunk
+	const rows = 3 // the row's records interleave with two others'
+	stride := rows * fastRec(nibble)
+	b1, b2 := make([]byte, nch*stride), make([]byte, nch*stride)
+	for i := range b1 {
+		b1[i], b2[i] = 0x5a, 0x5a // bytes outside the row's records stay as they are
+	}
+	s1, s2 := make([]float32, ng), make([]float32, ng)
+	off := fastRec(nibble) // the middle row
+	k := quantizeFastQ8AVX512
+	switch {
+	case path == fastVNNI && nibble:
+		k = quantizeFastQ4AVX512
+	case path == fastAVX2 && nibble:
+		k = quantizeFastQ4AVX2
+	case path == fastAVX2:
+		k = quantizeFastQ8AVX2
+	}
+	k(&b1[off], stride, &s1[0], &x[0], ng, gs)
+	quantizeFastGo(b2[off:], stride, s2, x[:n], gs, nibble)
+	require.Equal(t, b2, b1, "%s nibble %v g%d records", path, nibble, gs)
+	for g := range ng {
+		assert.Equal(t, math.Float32bits(s2[g]), math.Float32bits(s1[g]), "%s nibble %v g%d group %d sum", path, nibble, gs, g)
 	}
 }
 

@@ -81,13 +81,15 @@ func TestQuantKernelsStayInBounds(t *testing.T) {
 	}
 }
 
-// TestFastKernelsStayInBounds runs the fast-mode VNNI kernels (every width and group size, full and partial
-// chunks, 1 to 33 rows) on weights, inputs and outputs placed against inaccessible pages, and checks the bits
-// against the portable path: the 64-byte code loads, the masked loads of a partial chunk and of the last
-// scales and biases, and the prefetches must stay inside the codes (which may end a read-only mmap).
+// TestFastKernelsStayInBounds runs the fast-mode assembly kernels (VNNI and AVX2, each this CPU has; every
+// width and group size, full and partial chunks, 1 to 33 rows) on weights, inputs and outputs placed against
+// inaccessible pages, and checks the bits against the portable path: the 32- and 64-byte code loads, the masked
+// loads of a partial chunk and of the last scales and biases, and the prefetches must stay inside the codes
+// (which may end a read-only mmap).
 func TestFastKernelsStayInBounds(t *testing.T) {
-	if !useVNNI {
-		t.Skip("no AVX512-VNNI on this CPU")
+	paths := fastAsmPaths()
+	if len(paths) == 0 {
+		t.Skip("neither AVX512-VNNI nor AVX2 on this CPU")
 	}
 	r := rand.New(rand.NewPCG(7, 8))
 	for _, tail := range []bool{true, false} {
@@ -110,11 +112,13 @@ func TestFastKernelsStayInBounds(t *testing.T) {
 							x[i] = r.Float32()*2 - 1
 						}
 						x = guardedF32(t, x, tail)
-						a := guardedF32(t, make([]float32, rows*out), tail)
-						l.Forward(a, x, rows)
 						b := make([]float32, rows*out)
-						withVNNI(false, func() { l.Forward(b, x, rows) })
-						assertBits(t, b, a, "tail %v q%d g%d out %d in %d rows %d", tail, bits, g, out, in, rows)
+						withFastPath(fastGo, func() { l.Forward(b, x, rows) })
+						for _, path := range paths {
+							a := guardedF32(t, make([]float32, rows*out), tail)
+							withFastPath(path, func() { l.Forward(a, x, rows) })
+							assertBits(t, b, a, "%s tail %v q%d g%d out %d in %d rows %d", path, tail, bits, g, out, in, rows)
+						}
 					}
 				}
 			}

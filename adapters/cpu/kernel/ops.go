@@ -91,17 +91,46 @@ func SwiGLU(dst, gate, up []float32) {
 }
 
 // SwiGLU is SwiGLU split between the pool's workers (the float64 exp per element is costly for verify
-// blocks); every element is computed alone, so the bits do not depend on the split.
+// blocks), SwiGLUFast in ModeFast; every element is computed alone, so the bits do not depend on the split.
 func (p *Pool) SwiGLU(dst, gate, up []float32) {
-	p.For(len(dst), 4096, func(lo, hi int) { SwiGLU(dst[lo:hi], gate[lo:hi], up[lo:hi]) })
+	f := SwiGLU
+	if p.Mode() == ModeFast {
+		f = SwiGLUFast
+	}
+	p.For(len(dst), 4096, func(lo, hi int) { f(dst[lo:hi], gate[lo:hi], up[lo:hi]) })
 }
 
-// GatedRMSNorm is GatedRMSNorm with rows split between the pool's workers (rows are independent).
+// GatedRMSNorm is GatedRMSNorm with rows split between the pool's workers (rows are independent); in
+// ModeFast, GatedRMSNormFast.
 func (p *Pool) GatedRMSNorm(dst, x, z, w []float32, eps float32) {
 	n := len(w)
+	f := GatedRMSNorm
+	if p.Mode() == ModeFast {
+		f = GatedRMSNormFast
+	}
 	p.For(len(x)/n, max(1, 4096/n), func(lo, hi int) {
-		GatedRMSNorm(dst[lo*n:hi*n], x[lo*n:hi*n], z[lo*n:hi*n], w, eps)
+		f(dst[lo*n:hi*n], x[lo*n:hi*n], z[lo*n:hi*n], w, eps)
 	})
+}
+
+// GatedRMSNormFast is GatedRMSNorm with SiLUFast for SiLU: dst = w ⊙ x̂ ⊙ silu(z), each element's operations
+// in GatedRMSNorm's order. dst may alias x.
+func GatedRMSNormFast(dst, x, z, w []float32, eps float32) {
+	n := len(w)
+	var buf [512]float32
+	s := buf[:]
+	if n > len(s) {
+		s = make([]float32, n)
+	}
+	s = s[:n]
+	for r := 0; r+n <= len(x); r += n {
+		xr, dr := x[r:r+n], dst[r:r+n]
+		inv := rmsInv(xr, eps)
+		SiLUFastInto(s, z[r:r+n])
+		for j, v := range xr {
+			dr[j] = float32(w[j]*float32(v*inv)) * s[j]
+		}
+	}
 }
 
 // Add sets dst[j] += x[j] (one rounding per element).

@@ -1,0 +1,46 @@
+package kernel
+
+// GDNStepFast is one state row's step of the Gated DeltaNet recurrence in the fast mode: S = α·src
+// (elementwise, as ScaleInto), the memory read m = S·k, the innovation δ = β·(v − m), the update
+// S += δ·k (each product rounded before the add, as AddScaled) and the read-out o = S·q. The state updates
+// are the exact mode's elementwise operations (so tape replay rebuilds the same state); the two dot products
+// use fastDot's order instead of the exact mode's, so they vectorize in one pass with the update. S may be
+// src.
+func GDNStepFast(S, src, k, q []float32, alpha, beta, v float32) (o, d float32) {
+	n := len(S)
+	src, k, q = src[:n], k[:n], q[:n]
+	if useAVX2 && n > 0 && n%32 == 0 {
+		var out [2]float32
+		gdnStepAVX2(&S[0], &src[0], &k[0], &q[0], n, alpha, beta, v, &out)
+		return out[0], out[1]
+	}
+	var acc [32]float32
+	for j := range S {
+		s := src[j] * alpha
+		S[j] = s
+		acc[j%32] += float32(s * k[j])
+	}
+	d = beta * (v - reduce32(&acc))
+	acc = [32]float32{}
+	for j := range S {
+		s := S[j] + float32(d*k[j])
+		S[j] = s
+		acc[j%32] += float32(s * q[j])
+	}
+	return reduce32(&acc), d
+}
+
+// reduce32 sums fastDot's 32 lanes: (l, l+8) and (l+16, l+24), then those two, then by halving (i, i+4),
+// (i, i+2) and lanes 0 and 1.
+func reduce32(a *[32]float32) float32 {
+	var v [8]float32
+	for l := range v {
+		v[l] = float32(a[l]+a[l+8]) + float32(a[l+16]+a[l+24])
+	}
+	for n := 4; n >= 1; n /= 2 {
+		for i := range n {
+			v[i] += v[i+n]
+		}
+	}
+	return v[0]
+}
