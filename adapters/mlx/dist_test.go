@@ -231,7 +231,7 @@ func TestDistributedRank(t *testing.T) {
 	case spec.Suite:
 		d, err := LoadDrafter(ctx, spec.Drafter, tgt, DrafterOptions{})
 		require.NoError(t, err)
-		porttest.BatchSuite{Target: Pipeline(tgt), Drafter: d, TapLayers: []int{3, 1}, ReadTaps: readTaps}.Run(t)
+		porttest.BatchSuite{Target: Pipeline(tgt), Drafter: d, TapLayers: []int{3, 1}, ReadTaps: readTaps, Tolerance: batchTolerance}.Run(t)
 		out.Stats = tgt.Stats()
 		ranks, err := tgt.Stop()
 		require.NoError(t, err)
@@ -418,7 +418,7 @@ func TestDistributedPipeline(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, want.Greedy, want.Replay, "speculation is lossless in one process")
 			assert.Equal(t, want.Greedy, want.Prefix, "an imported prefix continues as the session would")
-			wantSolo := soloDecodes(t, tgt)
+			wantSolo, soloTaps := soloDecodes(t, tgt)
 			assert.Equal(t, wantSolo, want.Batched, "batched rounds equal each sequence's solo decode in one process")
 			// Rounds pass the ring whole (2 ranks) and in micro-batches (3 ranks, one sequence each).
 			for _, c := range []struct{ n, microRows int }{{2, 0}, {3, 1}} {
@@ -427,7 +427,13 @@ func TestDistributedPipeline(t *testing.T) {
 					outs := runPipeline(t, tdir, ddir, n, c.microRows)
 					got := outs[0]
 					assert.Equal(t, want.Batched, got.Batched, "batched rounds")
-					assert.Equal(t, want.BatchTaps, got.BatchTaps, "batched rounds' taps")
+					if c.microRows == 1 {
+						// Micro-batches of one sequence each run each item's rows alone: bit for bit the
+						// solo forwards (MLX's products may round differently with the rows beside them).
+						assert.Equal(t, soloTaps, got.BatchTaps, "micro-batched rounds' taps")
+					} else {
+						assert.Equal(t, want.BatchTaps, got.BatchTaps, "batched rounds' taps")
+					}
 					assert.Equal(t, want.Greedy, got.Greedy, "greedy")
 					assert.Equal(t, want.Replay, got.Replay, "speculative, tape replay")
 					assert.Equal(t, want.Recompute, got.Recompute, "speculative, snapshot + recompute")

@@ -173,7 +173,7 @@ func (t *Target) stageRound(ctx context.Context, jobs []*stageJob, parts []int32
 	for k, cnt := range parts {
 		mb := jobs[lo : lo+int(cnt)]
 		lo += int(cnt)
-		o, err := t.stageMicro(ctx, mb, k == len(parts)-1, roundLogits)
+		o, err := t.stageMicro(ctx, mb, k == 0, roundLogits)
 		outs[k] = o
 		kept = append(append(kept, o.ids, o.lg), o.taps...)
 		if err != nil {
@@ -226,9 +226,10 @@ func (t *Target) stageRound(ctx context.Context, jobs []*stageJob, parts []int32
 // stageMicro runs one micro-batch through this rank's stage: it receives the micro-batch's stream (and the
 // taps carried so far) from the rank before (rank 0 embeds its tokens), runs the stage's layers on every
 // sequence's rows and state, adopts the new state, and passes the stream on (the last rank computes the
-// greedy ids, and the logits when the round wants them, and keeps them). The last micro-batch's compute is
-// acknowledged before its stream goes on (ack).
-func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, lastMB, roundLogits bool) (mbOut, error) {
+// greedy ids, and the logits when the round wants them, and keeps them). The first micro-batch's compute
+// is acknowledged before its stream goes on (ack): a send to a rank that died never completes (MLX's ring
+// neither fails nor times out), so a later acknowledgement would name this rank for its successor's loss.
+func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundLogits bool) (mbOut, error) {
 	p := t.pipe
 	m := t.m
 	H := m.Arch.Hidden
@@ -333,7 +334,12 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, lastMB, roundLo
 		}
 		return g.concat(1, parts...)
 	}
-	flat := func(a arr) arr { return g.reshape(a, int(mlxc.ArraySize(a))) }
+	flat := func(a arr) arr {
+		if a == 0 || g.err != nil {
+			return 0
+		}
+		return g.reshape(a, int(mlxc.ArraySize(a)))
+	}
 	res := mbOut{taps: make([]arr, n)}
 	var fwd arr
 	switch {
@@ -404,7 +410,7 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, lastMB, roundLo
 		jb.s.pos.N += jb.T
 		jb.s.pos.Rec = jb.s.pos.N
 	}
-	if lastMB {
+	if firstMB {
 		if err := t.ack(); err != nil {
 			return res, err
 		}

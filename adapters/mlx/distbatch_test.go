@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -58,6 +59,24 @@ func batchedDecode(ctx context.Context, t ports.Target, n int) ([][]ports.Token,
 	if !ok {
 		return nil, nil, errors.New("the target has no batched forward")
 	}
+	return lockstepDecode(ctx, t, n, bf.ForwardBatch)
+}
+
+// soloForward runs a round's items one Forward after another.
+func soloForward(ctx context.Context, items []ports.BatchItem) ([]ports.BatchResult, error) {
+	out := make([]ports.BatchResult, len(items))
+	for i, it := range items {
+		r, err := it.Session.Forward(ctx, it.Tokens, it.Opts)
+		if err != nil {
+			return nil, err
+		}
+		out[i].Result = r
+	}
+	return out, nil
+}
+
+// lockstepDecode is batchedDecode with each round run by fwd.
+func lockstepDecode(ctx context.Context, t ports.Target, n int, fwd func(context.Context, []ports.BatchItem) ([]ports.BatchResult, error)) ([][]ports.Token, []float64, error) {
 	sessions := make([]ports.Session, len(batchPrompts))
 	for i := range sessions {
 		s, err := t.NewSession(ctx, []int{1, 3})
@@ -83,7 +102,7 @@ func batchedDecode(ctx context.Context, t ports.Target, n int) ([][]ports.Token,
 			}
 			items[i] = ports.BatchItem{Session: s, Tokens: block, Opts: opts}
 		}
-		res, err := bf.ForwardBatch(ctx, items)
+		res, err := fwd(ctx, items)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -112,8 +131,9 @@ func batchedDecode(ctx context.Context, t ports.Target, n int) ([][]ports.Token,
 	return out, sums, nil
 }
 
-// soloDecodes is what batchedDecode's sequences decode alone, one Forward at a time.
-func soloDecodes(t *testing.T, tg ports.Target) [][]ports.Token {
+// soloDecodes is what batchedDecode's sequences decode alone, one Forward at a time, and the sums of their
+// taps in batchedDecode's rounds (every item run alone).
+func soloDecodes(t *testing.T, tg ports.Target) ([][]ports.Token, []float64) {
 	t.Helper()
 	var out [][]ports.Token
 	for _, p := range batchPrompts[:2] {
@@ -123,12 +143,17 @@ func soloDecodes(t *testing.T, tg ports.Target) [][]ports.Token {
 	}
 	s, err := seededDecode(t.Context(), tg, batchPrompts[2], distTokens, 7)
 	require.NoError(t, err)
-	return append(out, s)
+	out = append(out, s)
+	lock, sums, err := lockstepDecode(t.Context(), tg, distTokens, soloForward)
+	require.NoError(t, err)
+	require.Equal(t, out, lock, "the lockstep solo decode is the solo decodes")
+	return out, sums
 }
 
 // TestDistributedBatchSuite: the batched-forward and batched-draft conformance suite on rank 0 of a
 // hybrid target split over 3 processes, every round cut into micro-batches: each item equals its solo
-// call through the same pipeline, bit for bit.
+// call through the same pipeline within the single-process suite's tolerance (a micro-batch of several
+// sequences rounds like a batched round in one process: MLX's products depend on the rows beside them).
 func TestDistributedBatchSuite(t *testing.T) {
 	requireRing(t)
 	tdir := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 95})
@@ -137,5 +162,32 @@ func TestDistributedBatchSuite(t *testing.T) {
 	for r, o := range outs[0].Ranks {
 		t.Logf("rank %d: %d batched rounds in %d micro-batches: compute %v, wait %v, send %v", r, o.Batches, o.MicroBatches, o.BatchCompute, o.BatchWait, o.BatchSend)
 		assert.Greater(t, o.MicroBatches, o.Batches, "rank %d cut rounds into micro-batches", r)
+	}
+}
+
+// The timeout's error names the rank the round waited on: with 3+ ranks the first whose acknowledgement is
+// missing, then the last rank's answer; on a worker its input or the acknowledgement it relays.
+func TestPipelineLostNamesRank(t *testing.T) {
+	tests := []struct {
+		rank, size, waiting int
+		want                string
+	}{
+		{0, 2, 1, "no answer from rank 1 within"},
+		{0, 3, 0, "no answer from rank 1 within"},
+		{0, 3, 1, "no answer from rank 1 within"},
+		{0, 3, 2, "no answer from rank 2 within 1s (ranks 1..1 acknowledged"},
+		{0, 4, 3, "no answer from rank 3 within 1s (ranks 1..2 acknowledged"},
+		{0, 3, 3, "no answer from rank 2 within 1s (every worker acknowledged"},
+		{1, 3, 0, "rank 1: no message from rank 0 within"},
+		{1, 4, 3, "rank 1: no acknowledgement from rank 3 within"},
+		{2, 3, 1, "rank 2: no message from rank 1 within"},
+	}
+	for _, tc := range tests {
+		p := &pipeline{rank: tc.rank, size: tc.size}
+		p.waiting.Store(int32(tc.waiting))
+		err := p.lost(time.Second)
+		require.ErrorIs(t, err, ErrRankLost)
+		require.ErrorIs(t, err, ports.ErrBackendLost)
+		assert.Contains(t, err.Error(), tc.want, "rank %d of %d waiting on %d", tc.rank, tc.size, tc.waiting)
 	}
 }
