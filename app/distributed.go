@@ -73,9 +73,9 @@ func RunWorker(ctx context.Context, mc ModelConfig, log zerolog.Logger) error {
 	return nil
 }
 
-// loadDistributed is LoadModels' MLX target on rank 0: its stage of dir behind mlx.Pipeline (one sequence
-// at a time, no prefix export), a heartbeat keeping the workers and /health informed, and a close that
-// stops the workers. The drafter loads on the returned *mlx.Target.
+// loadDistributed is LoadModels' MLX target on rank 0: its stage of dir behind mlx.Pipeline (batched
+// rounds pass the ring once, in micro-batches), a heartbeat keeping the workers and /health informed, and a
+// close that stops the workers. The drafter loads on the returned *mlx.Target.
 func loadDistributed(ctx context.Context, dir string, drafter bool, log zerolog.Logger) (*mlx.Target, ports.Target, func() error, error) {
 	t, err := mlx.LoadDistributed(ctx, dir, mlx.LoadOptions{Logger: log}, distOptions(drafter))
 	if err != nil {
@@ -98,10 +98,22 @@ func loadDistributed(ctx context.Context, dir string, drafter bool, log zerolog.
 	return t, healthTarget{mlx.Pipeline(t), t}, closeFn, nil
 }
 
-// healthTarget is a pipelined target that reports a lost rank (Serve.Degraded reads it).
+// healthTarget is a pipelined target that reports a lost rank (Serve.Degraded reads it) and keeps the
+// pipeline's batched rounds visible to the scheduler.
 type healthTarget struct {
 	ports.Target
 	t *mlx.Target
+}
+
+var _ ports.BatchForwarder = healthTarget{}
+
+// ForwardBatch is the pipeline's batched round (ports.BatchForwarder).
+func (h healthTarget) ForwardBatch(ctx context.Context, items []ports.BatchItem) ([]ports.BatchResult, error) {
+	bf, ok := h.Target.(ports.BatchForwarder)
+	if !ok {
+		return nil, fmt.Errorf("distributed target: batched forward: %w", errors.ErrUnsupported)
+	}
+	return bf.ForwardBatch(ctx, items)
 }
 
 // Health is the error that broke the pipeline, or nil.

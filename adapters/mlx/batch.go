@@ -23,7 +23,7 @@ var _ ports.BatchForwarder = (*Target)(nil)
 // 5.4e-6 apart in the logits of a float 512-wide dense model; Metal is not measured. The suite runs here
 // with a tolerance of 1e-4; a greedy token may then differ only where two logits are that close.
 func (t *Target) ForwardBatch(ctx context.Context, items []ports.BatchItem) ([]ports.BatchResult, error) {
-	if t.pipe != nil {
+	if t.pipe != nil && t.pipe.rank != 0 {
 		return nil, fmt.Errorf("mlx forward batch: %w", errPipelined)
 	}
 	sessions, err := model.ClaimSessions("mlx forward batch", len(items), func(i int) any { return items[i].Session },
@@ -56,7 +56,11 @@ func (t *Target) ForwardBatch(ctx context.Context, items []ports.BatchItem) ([]p
 		jobs = append(jobs, batchJob{i: i, s: s, rows: rows, item: &items[i]})
 	}
 	if len(jobs) > 0 {
-		if err := t.runBatch(ctx, jobs); err != nil {
+		run := t.runBatch
+		if t.pipe != nil {
+			run = t.runPipeBatch // distbatch.go: the round passes the ring once, in micro-batches
+		}
+		if err := run(ctx, jobs); err != nil {
 			return nil, err
 		}
 		for _, jb := range jobs {

@@ -62,6 +62,11 @@ type DistOptions struct {
 	// Timeout bounds one round trip of the pipeline (a chunk's forward on every rank, or a control message
 	// answered; 0: two minutes).
 	Timeout time.Duration
+	// MicroBatchRows is the rows a micro-batch of a batched round aims at (0: 32): a round of R rows is cut
+	// into min(ranks, ⌈R/MicroBatchRows⌉, its sequences) micro-batches of whole sequences, so rank k+1 runs
+	// micro-batch i while rank k runs i+1. Each micro-batch reads the stage's weights again, so rounds of
+	// few rows (decoding) pass whole: cutting them would cost every rank more than the overlap saves.
+	MicroBatchRows int
 }
 
 // RankFromEnv reads MLX_RANK (and checks that MLX_HOSTFILE is set, for the ring backend's sake).
@@ -84,9 +89,13 @@ type pipeline struct {
 	lastSent   atomic.Int64  // unix nanoseconds of rank 0's latest control message
 	stopped    atomic.Bool   // rank 0 sent opStop
 	stats      PipelineStats // MLX thread only
-	mu         sync.Mutex
-	nextID     int32
-	freed      []int32 // snapshot ids rank 0 dropped, sent to the workers with the next control message
+	microRows  int           // DistOptions.MicroBatchRows
+	// waiting is the rank this one waits on now (for the timeout's message): on rank 0 the rank whose
+	// acknowledgement is due, or size when every worker acknowledged and the last rank's answer is due.
+	waiting atomic.Int32
+	mu      sync.Mutex
+	nextID  int32
+	freed   []int32 // snapshot ids rank 0 dropped, sent to the workers with the next control message
 }
 
 func (p *pipeline) stage() model.Stage {
@@ -124,7 +133,8 @@ func join(rt *mlxc.Runtime, o DistOptions) (*pipeline, error) {
 	// which would end this process without a word. Ignored, the send fails with EPIPE instead, and the
 	// round's timeout reports the lost rank.
 	signal.Ignore(syscall.SIGPIPE)
-	p := &pipeline{timeout: o.Timeout, head: o.DrafterHead, idle: o.Idle, ping: cmp.Or(o.PingTimeout, 10*time.Second)}
+	p := &pipeline{timeout: o.Timeout, head: o.DrafterHead, idle: o.Idle, ping: cmp.Or(o.PingTimeout, 10*time.Second),
+		microRows: cmp.Or(o.MicroBatchRows, 32)}
 	if p.timeout <= 0 {
 		p.timeout = 2 * time.Minute
 	}
@@ -199,29 +209,108 @@ func (t *Target) do(f func() error) error {
 // doWithin is do bounded by d.
 func (t *Target) doWithin(d time.Duration, f func() error) error {
 	p := t.pipe
-	return t.rt.DoWithin(d, func() error {
-		if p.rank > 0 {
-			return fmt.Errorf("%w: rank %d: no message from rank %d within %v", ErrRankLost, p.rank, p.rank-1, d)
-		}
-		// The ring tells rank 0 only that the answer did not come round: with 2 ranks that names the lost
-		// one, with more it may be any worker.
-		if p.size == 2 {
-			return fmt.Errorf("%w: no answer from rank 1 within %v", ErrRankLost, d)
-		}
-		return fmt.Errorf("%w: no answer from rank %d within %v (one of ranks 1..%d died or hangs)",
-			ErrRankLost, p.size-1, d, p.size-1)
-	}, f)
+	return t.rt.DoWithin(d, func() error { return p.lost(d) }, f)
 }
 
-// PipelineStats is where a rank's forward rounds spent their time: Compute its own layers (and passing
-// the result on), Wait its input (on a worker: the ranks before it and the hop; on rank 0: the results
-// coming back round the ring, i.e. every worker's compute and every hop), Send the last rank's answers to
-// rank 0.
+// lost is the error of a round that did not finish within d, naming the rank it waited on. With 3 or more
+// ranks every worker acknowledges its part of each round to rank 0 (ack, relay), so rank 0 knows how far
+// the round got: the first rank whose acknowledgement is missing stopped (or its link did).
+func (p *pipeline) lost(d time.Duration) error {
+	w := int(p.waiting.Load())
+	switch {
+	case p.rank > 0 && w > p.rank:
+		return fmt.Errorf("%w: rank %d: no acknowledgement from rank %d within %v", ErrRankLost, p.rank, w, d)
+	case p.rank > 0:
+		return fmt.Errorf("%w: rank %d: no message from rank %d within %v", ErrRankLost, p.rank, p.rank-1, d)
+	case p.size == 2 || w <= 1:
+		return fmt.Errorf("%w: no answer from rank 1 within %v", ErrRankLost, d)
+	case w >= p.size:
+		return fmt.Errorf("%w: no answer from rank %d within %v (every worker acknowledged its part of the round)", ErrRankLost, p.size-1, d)
+	default:
+		return fmt.Errorf("%w: no answer from rank %d within %v (ranks 1..%d acknowledged their part of the round)", ErrRankLost, w, d, w-1)
+	}
+}
+
+// ack is worker r's acknowledgement of its part of a round (its layers computed), sent towards rank 0 by
+// way of rank r−1; relay then passes on those of the ranks after it. Only with 3 or more ranks: with 2,
+// rank 1's answer is the acknowledgement. On the MLX thread.
+func (t *Target) ack() error {
+	p := t.pipe
+	if p.size < 3 || p.rank == 0 {
+		return nil
+	}
+	g := newGraph(t.rt, "mlx distributed ack")
+	defer g.release()
+	g.eval(g.send(uploadI32(g, []int32{int32(p.rank)}, 1), p.rank-1, p.group))
+	return g.err
+}
+
+// relay passes the acknowledgements of ranks r+1..n−1 from rank r+1 on to rank r−1 (worker r).
+func (t *Target) relay() error {
+	p := t.pipe
+	if p.size < 3 || p.rank == 0 || p.last() {
+		return nil
+	}
+	defer p.waiting.Store(int32(p.rank - 1))
+	for q := p.rank + 1; q < p.size; q++ {
+		p.waiting.Store(int32(q))
+		g := newGraph(t.rt, "mlx distributed ack")
+		a := g.recv(mlxc.Int32, p.rank+1, p.group, 1)
+		g.eval(a)
+		g.eval(g.send(a, p.rank-1, p.group))
+		err := g.err
+		g.release()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// awaitAcks receives every worker's acknowledgement of the round, in rank order (rank 0, 3 or more ranks),
+// and leaves waiting at size: the last rank's answer is next.
+func (t *Target) awaitAcks() error {
+	p := t.pipe
+	defer p.waiting.Store(int32(p.size))
+	if p.size < 3 {
+		return nil
+	}
+	for q := 1; q < p.size; q++ {
+		p.waiting.Store(int32(q))
+		g := newGraph(t.rt, "mlx distributed ack")
+		a := g.recv(mlxc.Int32, 1, p.group, 1)
+		g.eval(a)
+		v := g.readI32(a)
+		err := g.err
+		g.release()
+		if err != nil {
+			return err
+		}
+		if len(v) != 1 || int(v[0]) != q {
+			return fmt.Errorf("mlx distributed: acknowledgement %v where rank %d's was due", v, q)
+		}
+	}
+	return nil
+}
+
+// PipelineStats is where a rank's forward rounds spent their time: Compute its own layers, Wait its input
+// (on a worker: the ranks before it and the hop; on rank 0: the results coming back round the ring, i.e.
+// every worker's compute and every hop, and the workers' acknowledgements), Send passing its output on (the
+// stream to the next rank; the last rank's answers to rank 0; the acknowledgements relayed): the transfer
+// as its sender sees it. SentBytes counts the activations, taps and answers sent. The Batch fields are
+// the same for batched rounds (ForwardBatch), cut into MicroBatches micro-batches in all.
 type PipelineStats struct {
-	Forwards int           `json:"forwards"`
-	Compute  time.Duration `json:"compute_ns"`
-	Wait     time.Duration `json:"wait_ns"`
-	Send     time.Duration `json:"send_ns"`
+	Forwards  int           `json:"forwards"`
+	Compute   time.Duration `json:"compute_ns"`
+	Wait      time.Duration `json:"wait_ns"`
+	Send      time.Duration `json:"send_ns"`
+	SentBytes int64         `json:"sent_bytes"`
+
+	Batches      int           `json:"batches"`
+	MicroBatches int           `json:"micro_batches"`
+	BatchCompute time.Duration `json:"batch_compute_ns"`
+	BatchWait    time.Duration `json:"batch_wait_ns"`
+	BatchSend    time.Duration `json:"batch_send_ns"`
 }
 
 // Stats returns this rank's pipeline timings so far (the zero value when not distributed). Call it
@@ -298,6 +387,7 @@ const (
 	opStop
 	opExport
 	opImport
+	opBatch
 )
 
 const (
@@ -321,6 +411,7 @@ func (t *Target) sendCtrl(c ctrl) error {
 		c.freed, p.freed = p.freed, nil
 		p.mu.Unlock()
 		p.lastSent.Store(time.Now().UnixNano())
+		p.waiting.Store(1)
 	}
 	g := newGraph(t.rt, "mlx distributed control")
 	defer g.release()
@@ -399,17 +490,33 @@ func btoi(b bool) int {
 	return 0
 }
 
-// exchange finishes a pipeline round after this rank's own graph was evaluated: the last rank returns the
-// greedy ids, the logits when asked and the workers' taps to rank 0, which receives them (in that order,
-// one evaluation each, so sends and receives pair up whatever order MLX would schedule them in) and joins
-// the taps in slot order. It returns rank 0's ids, logits and taps (0 elsewhere).
-func (s *Session) exchange(g *graph, T, rows int, wantTaps, wantLogits bool, ids, lg arr, wire []arr, tapRows []act) (arr, arr, arr) {
+// exchange finishes a pipeline round after this rank's own graph was evaluated: a rank before the last
+// sends its output fwd on; the last rank returns the greedy ids, the logits when asked and the workers'
+// taps to rank 0, which receives them (in that order, one evaluation each, so sends and receives pair up
+// whatever order MLX would schedule them in) and joins the taps in slot order; with 3 or more ranks the
+// workers' acknowledgements travel back first (ack, relay, awaitAcks). It returns rank 0's ids, logits and
+// taps (0 elsewhere) and accounts the time in the rank's stats.
+func (s *Session) exchange(g *graph, T, rows int, wantTaps, wantLogits bool, ids, lg, fwd arr, wire []arr, tapRows []act) (arr, arr, arr) {
 	p := s.t.pipe
 	a := &s.t.m.Arch
 	own := tapOrder(s.taps.Layers(), p.stages)
 	others := carriedSlots(own, p.size)
+	t0 := time.Now()
+	send := func(x arr, dst int) {
+		g.eval(g.send(x, dst, p.group))
+		p.stats.SentBytes += arrBytes(x)
+	}
 	switch {
 	case p.rank == 0:
+		g.eval(fwd)
+		p.stats.SentBytes += arrBytes(fwd)
+		t1 := time.Now()
+		p.stats.Send += t1.Sub(t0)
+		defer func() { p.stats.Wait += time.Since(t1) }()
+		if err := s.t.awaitAcks(); err != nil {
+			g.fail(err)
+			return 0, 0, 0
+		}
 		ids = g.recv(mlxc.Int32, p.size-1, p.group, rows)
 		g.eval(ids)
 		if wantLogits {
@@ -438,16 +545,32 @@ func (s *Session) exchange(g *graph, T, rows int, wantTaps, wantLogits bool, ids
 		}
 		return ids, lg, tapArr
 	case p.last():
-		g.eval(g.send(ids, 0, p.group))
+		defer func() { p.stats.Send += time.Since(t0) }()
+		if err := s.t.ack(); err != nil {
+			g.fail(err)
+			return 0, 0, 0
+		}
+		send(ids, 0)
 		if wantLogits {
-			g.eval(g.send(lg, 0, p.group))
+			send(lg, 0)
 		}
 		if wantTaps && len(wire) > 0 {
 			msg := wire[0]
 			if len(wire) > 1 {
 				msg = g.concat(1, wire...)
 			}
-			g.eval(g.send(msg, 0, p.group))
+			send(msg, 0)
+		}
+	default:
+		defer func() { p.stats.Send += time.Since(t0) }()
+		if err := s.t.ack(); err != nil {
+			g.fail(err)
+			return 0, 0, 0
+		}
+		g.eval(fwd)
+		p.stats.SentBytes += arrBytes(fwd)
+		if err := s.t.relay(); err != nil {
+			g.fail(err)
 		}
 	}
 	return 0, 0, 0

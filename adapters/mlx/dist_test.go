@@ -35,19 +35,28 @@ type distSpec struct {
 	Timeout           time.Duration
 	// Rank0Exits makes rank 0 exit once the pipeline is up; the workers, with Idle = Timeout, must give up.
 	Rank0Exits bool
+	// MicroRows is DistOptions.MicroBatchRows; Suite runs porttest.BatchSuite on rank 0 instead of the
+	// decodes; Batched makes a DieRank run decode in batched rounds.
+	MicroRows      int
+	Suite, Batched bool
 }
 
 // distOutput is what each pipeline computes; the single-process run computes the same.
 type distOutput struct {
 	Greedy, Replay, Recompute, Seeded, Prefix []ports.Token
-	WeightBytes                               int64
-	Stage                                     [2]int
-	Stats                                     PipelineStats
-	Ranks                                     []RankStats // rank 0: everyone's, gathered at Stop
+	// Batched are batchedDecode's sequences, BatchTaps the sums of their taps per round.
+	Batched     [][]ports.Token
+	BatchTaps   []float64
+	WeightBytes int64
+	Stage       [2]int
+	Stats       PipelineStats
+	Ranks       []RankStats // rank 0: everyone's, gathered at Stop
 	// Err and Elapsed are rank 0's failure and how long it took to see it (failure tests).
 	Err     string
 	Lost    bool
 	Elapsed time.Duration
+	// Broken is rank 0's Err() after the failure (what /health reports).
+	Broken string
 }
 
 var distPrompt = []ports.Token{3, 17, 5, 42, 9, 11, 2, 30}
@@ -73,6 +82,9 @@ func decodeAll(ctx context.Context, tgt *Target, mt ports.Target, d ports.Drafte
 	}
 	if out.Prefix, err = prefixDecode(ctx, mt, distPrompt, distTokens); err != nil {
 		return out, fmt.Errorf("prefix: %w", err)
+	}
+	if out.Batched, out.BatchTaps, err = batchedDecode(ctx, mt, distTokens); err != nil {
+		return out, fmt.Errorf("batched: %w", err)
 	}
 	out.WeightBytes = tgt.WeightBytes()
 	st := tgt.Stage()
@@ -172,7 +184,7 @@ func TestDistributedRank(t *testing.T) {
 		idle = timeout
 	}
 	tgt, err := LoadDistributed(ctx, spec.Target, LoadOptions{}, DistOptions{Backend: "ring", DrafterHead: true,
-		JoinTimeout: timeout, Timeout: timeout, Idle: idle})
+		JoinTimeout: timeout, Timeout: timeout, Idle: idle, MicroBatchRows: spec.MicroRows})
 	if spec.DieRank != 0 && err != nil {
 		// A rank that never joins: rank 0 reports it within the join timeout.
 		writeRankOutput(t, spec, 0, distOutput{Err: err.Error(), Lost: errors.Is(err, ErrRankLost), Elapsed: time.Since(start)})
@@ -202,12 +214,28 @@ func TestDistributedRank(t *testing.T) {
 		// Decode until the dying rank's messages run out: rank 0 must fail, naming a lost rank, within the
 		// timeout (plus the time the rounds before took).
 		start := time.Now()
-		_, err := porttest.Greedy(ctx, Pipeline(tgt), distPrompt, 1000)
+		var err error
+		if spec.Batched {
+			_, _, err = batchedDecode(ctx, Pipeline(tgt), 1000)
+		} else {
+			_, err = porttest.Greedy(ctx, Pipeline(tgt), distPrompt, 1000)
+		}
 		require.Error(t, err)
 		out.Err, out.Lost, out.Elapsed = err.Error(), errors.Is(err, ErrRankLost), time.Since(start)
+		if tgt.Err() != nil {
+			out.Broken = tgt.Err().Error()
+		}
 		// Everything on the broken runtime fails at once from now on, and nothing hangs.
 		_, err = tgt.NewSession(ctx, nil)
 		require.ErrorIs(t, err, ErrRankLost)
+	case spec.Suite:
+		d, err := LoadDrafter(ctx, spec.Drafter, tgt, DrafterOptions{})
+		require.NoError(t, err)
+		porttest.BatchSuite{Target: Pipeline(tgt), Drafter: d, TapLayers: []int{3, 1}, ReadTaps: readTaps, Tolerance: batchTolerance}.Run(t)
+		out.Stats = tgt.Stats()
+		ranks, err := tgt.Stop()
+		require.NoError(t, err)
+		out.Ranks = ranks
 	default:
 		d, err := LoadDrafter(ctx, spec.Drafter, tgt, DrafterOptions{})
 		require.NoError(t, err)
@@ -268,8 +296,8 @@ func freePorts(t *testing.T, n int) []int {
 }
 
 // runPipeline starts n ranks of the test binary on 127.0.0.1 and returns each rank's output.
-func runPipeline(t *testing.T, tdir, ddir string, n int) []distOutput {
-	return runRanks(t, distSpec{Target: tdir, Drafter: ddir}, n, n)
+func runPipeline(t *testing.T, tdir, ddir string, n, microRows int) []distOutput {
+	return runRanks(t, distSpec{Target: tdir, Drafter: ddir, MicroRows: microRows}, n, n)
 }
 
 // runRanks starts ranks 0..start−1 of an n-rank pipeline and returns the outputs of those that wrote one
@@ -337,10 +365,14 @@ func TestDistributedRankLost(t *testing.T) {
 		name              string
 		n, start, dieRank int
 		want              string
+		batched           bool
 	}{
-		{"dies mid-decode, 2 ranks", 2, 2, 1, "no answer from rank 1"},
-		{"middle rank dies, 3 ranks", 3, 3, 1, "no answer from rank 2"},
-		{"never joins", 2, 1, 1, "not every rank joined"},
+		{"dies mid-decode, 2 ranks", 2, 2, 1, "no answer from rank 1", false},
+		{"middle rank dies, 3 ranks", 3, 3, 1, "no answer from rank 1 ", false},
+		{"last rank dies, 3 ranks", 3, 3, 2, "no answer from rank 2 ", false},
+		{"middle rank dies in a batched round, 3 ranks", 3, 3, 1, "no answer from rank 1 ", true},
+		{"last rank dies in a batched round, 3 ranks", 3, 3, 2, "no answer from rank 2 ", true},
+		{"never joins", 2, 1, 1, "not every rank joined", false},
 	}
 	t.Run("rank 0 exits, 3 ranks", func(t *testing.T) {
 		outs := runRanks(t, distSpec{Target: tdir, Drafter: ddir, Rank0Exits: true, Timeout: timeout}, 3, 3)
@@ -353,12 +385,16 @@ func TestDistributedRankLost(t *testing.T) {
 	})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			outs := runRanks(t, distSpec{Target: tdir, Drafter: ddir, DieRank: tc.dieRank, DieAfter: 20, Timeout: timeout}, tc.n, tc.start)
+			outs := runRanks(t, distSpec{Target: tdir, Drafter: ddir, DieRank: tc.dieRank, DieAfter: 20, Timeout: timeout,
+				Batched: tc.batched, MicroRows: 1}, tc.n, tc.start)
 			got := outs[0]
 			t.Logf("rank 0: %s after %v", got.Err, got.Elapsed)
 			assert.True(t, got.Lost, "wraps ErrRankLost: %s", got.Err)
 			assert.Contains(t, got.Err, tc.want)
 			assert.Less(t, got.Elapsed, 4*timeout, "bounded by the timeout")
+			if tc.start == tc.n {
+				assert.Contains(t, got.Broken, tc.want, "the runtime stays broken with the same error (/health: degraded)")
+			}
 		})
 	}
 }
@@ -382,10 +418,22 @@ func TestDistributedPipeline(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, want.Greedy, want.Replay, "speculation is lossless in one process")
 			assert.Equal(t, want.Greedy, want.Prefix, "an imported prefix continues as the session would")
-			for _, n := range []int{2, 3} {
+			wantSolo, soloTaps := soloDecodes(t, tgt)
+			assert.Equal(t, wantSolo, want.Batched, "batched rounds equal each sequence's solo decode in one process")
+			// Rounds pass the ring whole (2 ranks) and in micro-batches (3 ranks, one sequence each).
+			for _, c := range []struct{ n, microRows int }{{2, 0}, {3, 1}} {
+				n := c.n
 				t.Run(fmt.Sprintf("ranks=%d", n), func(t *testing.T) {
-					outs := runPipeline(t, tdir, ddir, n)
+					outs := runPipeline(t, tdir, ddir, n, c.microRows)
 					got := outs[0]
+					assert.Equal(t, want.Batched, got.Batched, "batched rounds")
+					if c.microRows == 1 {
+						// Micro-batches of one sequence each run each item's rows alone: bit for bit the
+						// solo forwards (MLX's products may round differently with the rows beside them).
+						assert.Equal(t, soloTaps, got.BatchTaps, "micro-batched rounds' taps")
+					} else {
+						assert.Equal(t, want.BatchTaps, got.BatchTaps, "batched rounds' taps")
+					}
 					assert.Equal(t, want.Greedy, got.Greedy, "greedy")
 					assert.Equal(t, want.Replay, got.Replay, "speculative, tape replay")
 					assert.Equal(t, want.Recompute, got.Recompute, "speculative, snapshot + recompute")
@@ -396,6 +444,12 @@ func TestDistributedPipeline(t *testing.T) {
 						t.Logf("rank %d: layers [%d,%d), %d weight bytes of %d; %d forwards: compute %v, wait %v, send %v", r,
 							o.Stage[0], o.Stage[1], o.WeightBytes, want.WeightBytes, o.Stats.Forwards, o.Stats.Compute, o.Stats.Wait, o.Stats.Send)
 						assert.Positive(t, o.Stats.Forwards, "rank %d ran the rounds", r)
+						assert.Positive(t, o.Stats.Batches, "rank %d ran the batched rounds", r)
+						if c.microRows == 1 {
+							assert.Greater(t, o.Stats.MicroBatches, o.Stats.Batches, "rank %d cut its rounds into micro-batches", r)
+						} else {
+							assert.Equal(t, o.Stats.Batches, o.Stats.MicroBatches, "rank %d ran its rounds whole", r)
+						}
 						require.Len(t, got.Ranks, n)
 						assert.Equal(t, RankStats{Rank: r, Lo: o.Stage[0], Hi: o.Stage[1], WeightBytes: o.WeightBytes, PipelineStats: o.Stats}, got.Ranks[r],
 							"rank 0 gathered rank %d's figures", r)

@@ -8,13 +8,14 @@ import (
 
 // Pipeline is rank 0's view of a distributed target as the rest of higgs sees it: an ordinary ports.Target
 // whose sessions keep every ability a pipeline offers (Forward with taps and tapes, KV trim, snapshots,
-// tape replay, raw logits, prefix export and import: every rank keeps its own layers' share under one id)
-// and which hides the one it does not yet (batched rounds), so the server's scheduler runs the sequences'
-// forwards one after another.
-// The drafter is loaded on t itself.
+// tape replay, raw logits, prefix export and import: every rank keeps its own layers' share under one id),
+// and batched rounds (ports.BatchForwarder: one pass of the ring per round, cut into micro-batches; see
+// distbatch.go). The drafter is loaded on t itself.
 func Pipeline(t *Target) ports.Target { return pipelineTarget{t} }
 
 type pipelineTarget struct{ t *Target }
+
+var _ ports.BatchForwarder = pipelineTarget{}
 
 func (p pipelineTarget) Info() ports.ModelInfo { return p.t.Info() }
 
@@ -24,6 +25,18 @@ func (p pipelineTarget) NewSession(ctx context.Context, tapLayers []int) (ports.
 		return nil, err
 	}
 	return pipelineSession{s.(*Session)}, nil
+}
+
+// ForwardBatch is Target.ForwardBatch on the pipeline's sessions (ports.BatchForwarder).
+func (p pipelineTarget) ForwardBatch(ctx context.Context, items []ports.BatchItem) ([]ports.BatchResult, error) {
+	in := make([]ports.BatchItem, len(items))
+	for i, it := range items {
+		if ps, ok := it.Session.(pipelineSession); ok {
+			it.Session = ps.Session
+		}
+		in[i] = it
+	}
+	return p.t.ForwardBatch(ctx, in)
 }
 
 // pipelineSession is the Session behind the wrapper, with all its abilities.

@@ -80,15 +80,22 @@ func (t *Target) Serve(ctx context.Context) error {
 			return nil
 		}
 		if c.op == opPing {
-			if p.last() {
-				if err := t.rt.Do(func() error { return t.reply() }); err != nil {
-					return fmt.Errorf("rank %d: ping: %w", p.rank, err)
+			err := t.do(func() error {
+				if err := t.ack(); err != nil {
+					return err
 				}
+				if p.last() {
+					return t.reply()
+				}
+				return t.relay()
+			})
+			if err != nil {
+				return fmt.Errorf("rank %d: ping: %w", p.rank, err)
 			}
 			continue
 		}
 		s := sessions[c.sess]
-		if s == nil && c.op != opNew {
+		if s == nil && c.op != opNew && c.op != opBatch {
 			return fmt.Errorf("rank %d: op %d on unknown session %d", p.rank, c.op, c.sess)
 		}
 		var err error
@@ -118,6 +125,8 @@ func (t *Target) Serve(ctx context.Context) error {
 					s.freeAll([]arr{r.taps})
 				}
 			}
+		case opBatch:
+			err = t.serveBatch(ctx, c, sessions)
 		case opTrim:
 			err = s.TrimKV(int(c.a))
 		case opSnapshot:
@@ -207,6 +216,9 @@ func (t *Target) Ping(ctx context.Context) error {
 		if err := t.sendCtrl(ctrl{op: opPing}); err != nil {
 			return err
 		}
+		if err := t.awaitAcks(); err != nil {
+			return err
+		}
 		g := newGraph(t.rt, "mlx distributed ping")
 		defer g.release()
 		g.eval(g.recv(mlxc.Int32, p.size-1, p.group, 1))
@@ -271,7 +283,8 @@ type RankStats struct {
 func (t *Target) gatherStats() ([]RankStats, error) {
 	p := t.pipe
 	st := p.stats
-	vals := []int64{int64(st.Forwards), int64(st.Compute), int64(st.Wait), int64(st.Send), int64(p.stage().Lo), int64(p.stage().Hi), t.weightBytes}
+	vals := []int64{int64(st.Forwards), int64(st.Compute), int64(st.Wait), int64(st.Send), int64(p.stage().Lo), int64(p.stage().Hi), t.weightBytes,
+		st.SentBytes, int64(st.Batches), int64(st.MicroBatches), int64(st.BatchCompute), int64(st.BatchWait), int64(st.BatchSend)}
 	enc := make([]int32, 2*len(vals))
 	for i, v := range vals {
 		enc[2*i], enc[2*i+1] = int32(uint64(v)>>32), int32(uint32(v))
@@ -302,7 +315,8 @@ func (t *Target) gatherStats() ([]RankStats, error) {
 			return int64(uint64(uint32(all[j]))<<32 | uint64(uint32(all[j+1])))
 		}
 		out[r] = RankStats{Rank: r, Lo: int(v(4)), Hi: int(v(5)), WeightBytes: v(6), PipelineStats: PipelineStats{
-			Forwards: int(v(0)), Compute: time.Duration(v(1)), Wait: time.Duration(v(2)), Send: time.Duration(v(3))}}
+			Forwards: int(v(0)), Compute: time.Duration(v(1)), Wait: time.Duration(v(2)), Send: time.Duration(v(3)), SentBytes: v(7),
+			Batches: int(v(8)), MicroBatches: int(v(9)), BatchCompute: time.Duration(v(10)), BatchWait: time.Duration(v(11)), BatchSend: time.Duration(v(12))}}
 	}
 	return out, nil
 }

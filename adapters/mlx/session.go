@@ -291,6 +291,8 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 			if err := s.t.sendCtrl(c); err != nil {
 				return err
 			}
+			// The workers run this chunk now: cancelling it on rank 0 alone would leave them waiting.
+			ctx = context.WithoutCancel(ctx)
 		}
 		t0 := time.Now()
 		g := newGraph(s.t.rt, "mlx forward")
@@ -311,6 +313,7 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 			own = tapOrder(s.taps.Layers(), p.stages)[p.rank]
 			carriedIn = carriedSlots(tapOrder(s.taps.Layers(), p.stages), p.rank)
 			w := m.Arch.Hidden * (1 + len(carriedIn)*btoi(wantTaps))
+			p.waiting.Store(int32(p.rank - 1))
 			in := act{g.recv(s.t.dt, p.rank-1, p.group, T, w), T, w}
 			// Received in an evaluation of its own, so the stage's time splits into waiting for its input
 			// (the ranks before it and the hop) and its own layers.
@@ -328,7 +331,7 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 			return fmt.Errorf("mlx forward: %w", err)
 		}
 		var tapArr arr
-		var ids, lg arr
+		var ids, lg, fwd arr
 		var outs []arr
 		var wire []arr // what travels on (a worker's carried and own taps)
 		if p != nil && p.rank > 0 && wantTaps {
@@ -347,7 +350,7 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 			if len(out) > 1 {
 				msg = g.concat(1, out...)
 			}
-			outs = append(outs, g.send(msg, p.rank+1, p.group))
+			fwd = g.send(msg, p.rank+1, p.group)
 		default:
 			lg = be.f32(model.Logits(m, be, x, T-rows, T).a)
 			ids = g.astype(g.argmax(lg, -1), mlxc.Int32)
@@ -377,15 +380,9 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 		t1 := time.Now()
 		g.eval(append(outs, tapLocal...)...)
 		if p != nil {
-			te := time.Now()
 			p.stats.Forwards++
-			p.stats.Compute += te.Sub(t1)
-			ids, lg, tapArr = s.exchange(g, T, rows, wantTaps, wantLogits, ids, lg, wire, tapRows)
-			if p.rank == 0 {
-				p.stats.Wait += time.Since(te)
-			} else if p.last() {
-				p.stats.Send += time.Since(te)
-			}
+			p.stats.Compute += time.Since(t1)
+			ids, lg, tapArr = s.exchange(g, T, rows, wantTaps, wantLogits, ids, lg, fwd, wire, tapRows)
 			outs = outs[nLocal:]
 			if tapArr != 0 {
 				outs = append(outs, tapArr)

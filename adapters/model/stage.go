@@ -1,6 +1,7 @@
 package model
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -69,6 +70,17 @@ func SplitStages(layer []int64, first, last int64, n int) ([]Stage, error) {
 	}
 	stages[n-1] = Stage{Lo: lo, Hi: L}
 	return stages, nil
+}
+
+// ForwardBatchStage is ForwardBatch over one pipeline stage's layers: x holds every sequence's rows of the
+// residual stream entering layer stage.Lo (sequence i's seqs[i].Rows rows after those of the sequences
+// before it, at positions seqs[i].Pos..), the result the stream leaving layer stage.Hi−1, in the same order.
+// A batch of one runs exactly ForwardStage's ops, as ForwardBatch runs Forward's.
+func ForwardBatchStage[X any, W comparable](ctx context.Context, m *Target[W], be Backend[X, W], seqs []Seq[X, W], x X, stage Stage, tap func(layer int, x X)) (X, error) {
+	if len(seqs) == 1 {
+		return ForwardStage(ctx, m, be, seqs[0].State, x, seqs[0].Pos, stage, tap)
+	}
+	return ForwardStage(ctx, m, be, &Batch[X, W]{Ops: be, Seqs: seqs}, x, 0, stage, tap)
 }
 
 func abs(v int64) int64 {

@@ -516,7 +516,7 @@ func (c *cli) benchCmd() *cobra.Command {
 	fs.IntVar(&mt.SystemTokens, "system-tokens", 1500, "multi-turn: system prompt length in tokens (cut from the prompts, cycled)")
 	fs.Int64Var(&mt.CacheBytes, "prefix-cache-bytes", app.DefaultConfig().PrefixCacheBytes, "multi-turn: the prefix cache's budget")
 	fs.IntVar(&mt.Every, "prefix-cache-every", app.DefaultConfig().PrefixCacheEvery, "multi-turn: the prefix cache's boundary interval")
-	fs.BoolVar(&distributed, "distributed", false, "split the target across processes with MLX distributed (as higgsd --distributed: MLX_RANK, MLX_HOSTFILE; ranks ≠ 0 serve rank 0) and report each rank's forward time and the time it waited for its input")
+	fs.BoolVar(&distributed, "distributed", false, "split the target across processes with MLX distributed (as higgsd --distributed: MLX_RANK, MLX_HOSTFILE; ranks ≠ 0 serve rank 0) and report each rank's forward time, the time it waited for its input and the time it spent sending, for single and (with --clients) batched rounds")
 	fs.BoolVar(&kernelCosts, "kernel-costs", false, "also measure the target's kernel costs: decode ms/token, verify cost of --cost-rows rows in decode steps, prefill tokens/s, achieved bandwidth and arithmetic rate, beside the CPU's features")
 	fs.StringVar(&costRows, "cost-rows", "2,4,8,16", "kernel costs: verify row counts")
 	fs.IntVar(&co.Context, "cost-context", 128, "kernel costs: context length (prefilled, then held for every decode and verify Forward)")
@@ -530,18 +530,22 @@ func (c *cli) benchCmd() *cobra.Command {
 
 // printRanks is the text form of bench --distributed: per rank, its layers, weights and the mean time of
 // its part of a forward round (own layers; waiting for the input, i.e. the ranks before it and the
-// transfers; on rank 0 the wait is the whole round trip of the others; the last rank's answer to rank 0).
+// transfers, on rank 0 the whole round trip of the others; sending its output on, i.e. the transfer as the
+// sender sees it), the bytes it sent, and the same per batched round (bench --clients runs them) with the
+// micro-batches they were cut into.
 func printRanks(w io.Writer, ranks []app.RankStats) {
-	fmt.Fprintf(w, "\npipeline: %d ranks\n%-5s %10s %14s %9s %12s %12s %12s\n", len(ranks), "rank", "layers", "weight bytes", "forwards", "compute ms", "wait ms", "send ms")
+	fmt.Fprintf(w, "\npipeline: %d ranks\n%-5s %10s %14s %9s %12s %12s %12s %10s | %8s %6s %12s %12s %12s\n", len(ranks),
+		"rank", "layers", "weight bytes", "forwards", "compute ms", "wait ms", "send ms", "sent MB", "batches", "micro", "compute ms", "wait ms", "send ms")
 	for _, r := range ranks {
-		per := func(d time.Duration) float64 {
-			if r.Forwards == 0 {
+		per := func(d time.Duration, n int) float64 {
+			if n == 0 {
 				return 0
 			}
-			return float64(d) / float64(time.Millisecond) / float64(r.Forwards)
+			return float64(d) / float64(time.Millisecond) / float64(n)
 		}
-		fmt.Fprintf(w, "%-5d %10s %14d %9d %12.3f %12.3f %12.3f\n", r.Rank, fmt.Sprintf("%d-%d", r.Lo, r.Hi-1), r.WeightBytes,
-			r.Forwards, per(r.Compute), per(r.Wait), per(r.Send))
+		fmt.Fprintf(w, "%-5d %10s %14d %9d %12.3f %12.3f %12.3f %10.2f | %8d %6d %12.3f %12.3f %12.3f\n", r.Rank, fmt.Sprintf("%d-%d", r.Lo, r.Hi-1),
+			r.WeightBytes, r.Forwards, per(r.Compute, r.Forwards), per(r.Wait, r.Forwards), per(r.Send, r.Forwards), float64(r.SentBytes)/1e6,
+			r.Batches, r.MicroBatches, per(r.BatchCompute, r.Batches), per(r.BatchWait, r.Batches), per(r.BatchSend, r.Batches))
 	}
 }
 
