@@ -74,72 +74,133 @@ func (p *pass) Remember(layer int, k, v act, a model.Attend[*weight]) {
 // fused), and each (row, head) output is computed by one goroutine, so results depend neither on the worker
 // count nor on the rows beside them.
 func (p *pass) Attention(layer int, q, k, v act, a model.Attend[*weight]) act {
-	d := a.HeadDim
-	c := p.kv[layer]
-	qr := rotate(p.mem, q, a.Rope.rope, d, a.Pos)
-	kr := rotate(p.mem, k, a.Rope.rope, d, a.Pos)
-	Hq, Hkv := q.width()/d, k.width()/d
-	kvw := Hkv * d
-	n := len(c.k) / kvw // cached positions, all before the block
-	bs := k.t
-	group := Hq / Hkv
-	scale := float32(1 / math.Sqrt(float64(d)))
-	hidden := func(i, j int) bool { // block key j is not visible to query slot i
-		return (a.Causal && j > i) || (a.Window > 0 && (j-i >= a.Window || i-j >= a.Window))
-	}
-	out := p.mem.get(q.t * Hq * d)
-	p.pool.For(q.t*Hq, 1, func(lo, hi int) {
-		scores := make([]float32, n+bs)
-		tmp := make([]float32, d)
+	j := p.attend(layer, q, k, v, a, nil)
+	p.pool.For(q.t*j.Hq, 1, func(lo, hi int) {
+		scores, tmp := make([]float32, j.n+j.bs), make([]float32, j.d)
 		for idx := lo; idx < hi; idx++ {
-			i, h := idx/Hq, idx%Hq
-			g := h / group
-			qh := qr[idx*d : (idx+1)*d]
-			first := 0
-			if a.Window > 0 {
-				first = max(0, a.Pos+i-a.Window+1)
-			}
-			sc := scores[:0]
-			for j := first; j < n; j++ {
-				sc = append(sc, kernel.Dot(qh, c.k[j*kvw+g*d:j*kvw+g*d+d])*scale)
-			}
-			for j := range bs {
-				if !hidden(i, j) {
-					sc = append(sc, kernel.Dot(qh, kr[j*kvw+g*d:j*kvw+g*d+d])*scale)
-				}
-			}
-			kernel.Softmax(sc)
-			oh := out[idx*d : (idx+1)*d]
-			s := 0
-			for j := first; j < n; j++ {
-				kernel.AddScaled(oh, c.v[j*kvw+g*d:j*kvw+g*d+d], tmp, sc[s])
-				s++
-			}
-			for j := range bs {
-				if !hidden(i, j) {
-					kernel.AddScaled(oh, v.v[j*kvw+g*d:j*kvw+g*d+d], tmp, sc[s])
-					s++
-				}
-			}
+			j.head(idx, scores, tmp)
 		}
 	})
-	if a.Keep {
-		c.k = append(c.k, kr...)
-		c.v = append(c.v, v.v...)
+	p.keep(j)
+	return act{j.out, q.t}
+}
+
+// attnJob is one sequence's attention of a layer, prepared (rotated rows, the cache's extent) so that each
+// (row, head) output can be computed on its own by head: pass.Attention and the batched attention over
+// several sequences (batchstate.go) run the same computation per output.
+type attnJob struct {
+	a                 model.Attend[*weight]
+	c                 *kvCache
+	qr, kr, v, out    []float32
+	d, Hq, kvw, n, bs int
+	group             int
+	scale             float32
+}
+
+// attend prepares layer's attention of q over the cache and the block's k, v; out (nil: taken from the
+// pass's arena) receives q.t rows of Hq·d values.
+func (p *pass) attend(layer int, q, k, v act, a model.Attend[*weight], out []float32) *attnJob {
+	d := a.HeadDim
+	c := p.kv[layer]
+	j := &attnJob{a: a, c: c, v: v.v, d: d, Hq: q.width() / d, bs: k.t, scale: float32(1 / math.Sqrt(float64(d)))}
+	j.qr = rotate(p.mem, q, a.Rope.rope, d, a.Pos)
+	j.kr = rotate(p.mem, k, a.Rope.rope, d, a.Pos)
+	Hkv := k.width() / d
+	j.kvw = Hkv * d
+	j.n = len(c.k) / j.kvw // cached positions, all before the block
+	j.group = j.Hq / Hkv
+	if out == nil {
+		out = p.mem.get(q.t * j.Hq * d)
+	}
+	j.out = out
+	return j
+}
+
+// head computes output idx (query slot idx/Hq, head idx%Hq); scores holds at least n+bs values and tmp d
+// (scratch, their contents ignored).
+func (j *attnJob) head(idx int, scores, tmp []float32) {
+	a, c, d, kvw := j.a, j.c, j.d, j.kvw
+	hidden := func(i, jj int) bool { // block key jj is not visible to query slot i
+		return (a.Causal && jj > i) || (a.Window > 0 && (jj-i >= a.Window || i-jj >= a.Window))
+	}
+	i, h := idx/j.Hq, idx%j.Hq
+	g := h / j.group
+	qh := j.qr[idx*d : (idx+1)*d]
+	first := 0
+	if a.Window > 0 {
+		first = max(0, a.Pos+i-a.Window+1)
+	}
+	sc := scores[:0]
+	for jj := first; jj < j.n; jj++ {
+		sc = append(sc, kernel.Dot(qh, c.k[jj*kvw+g*d:jj*kvw+g*d+d])*j.scale)
+	}
+	for jj := range j.bs {
+		if !hidden(i, jj) {
+			sc = append(sc, kernel.Dot(qh, j.kr[jj*kvw+g*d:jj*kvw+g*d+d])*j.scale)
+		}
+	}
+	kernel.Softmax(sc)
+	oh := j.out[idx*d : (idx+1)*d]
+	s := 0
+	for jj := first; jj < j.n; jj++ {
+		kernel.AddScaled(oh, c.v[jj*kvw+g*d:jj*kvw+g*d+d], tmp, sc[s])
+		s++
+	}
+	for jj := range j.bs {
+		if !hidden(i, jj) {
+			kernel.AddScaled(oh, j.v[jj*kvw+g*d:jj*kvw+g*d+d], tmp, sc[s])
+			s++
+		}
+	}
+}
+
+// keep appends the block's rotated keys and values to the cache when the spec asks for it.
+func (p *pass) keep(j *attnJob) {
+	if j.a.Keep {
+		j.c.k = append(j.c.k, j.kr...)
+		j.c.v = append(j.c.v, j.v...)
 		p.touched = true
 	}
-	return act{out, q.t}
 }
 
 // DeltaNet runs one Gated DeltaNet layer's recurrence (see model.State), recording the block's innovations
 // when the pass records a tape.
 func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) act {
+	j := p.deltaNet(layer, w, pr, b, araw, nil)
+	p.pool.For(j.C, 256, j.conv)
+	j.gates()
+	p.pool.For(j.Hv, 1, func(lo, hi int) {
+		tmp := make([]float32, j.dk)
+		for h := lo; h < hi; h++ {
+			j.head(h, tmp)
+		}
+	})
+	j.st.cur = 1 - j.st.cur
+	return act{j.o, j.T}
+}
+
+// gdnJob is one sequence's Gated DeltaNet layer over a block, in steps that pass.DeltaNet and the batched
+// recurrence over several sequences (batchstate.go) run alike: conv over channel ranges, then gates (on
+// the caller), then head per value head, then the state's ping-pong flip.
+type gdnJob struct {
+	st                            *gdnState
+	w                             *model.DeltaNet[*weight]
+	b, araw                       act
+	X, Y, beta, alpha, delta, o   []float32
+	Hk, Hv, dk, dv, Kc, Dk, Dv, C int
+	rho, T                        int
+	fast                          bool
+}
+
+// deltaNet prepares layer's recurrence over the block's projections (the tape, when recorded, set up);
+// o (nil: taken from the pass's arena) receives T rows of Dv values.
+func (p *pass) deltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act, o []float32) *gdnJob {
 	st := p.gdn[layer]
 	Hk, Hv, dk, dv, Kc := w.KeyHeads, w.ValueHeads, w.KeyDim, w.ValueDim, w.ConvKernel
 	Dk, Dv := Hk*dk, Hv*dv
 	C := 2*Dk + Dv
-	rho := Hv / Hk
 	T := pr.t
+	j := &gdnJob{st: st, w: w, b: b, araw: araw, Hk: Hk, Hv: Hv, dk: dk, dv: dv, Kc: Kc, Dk: Dk, Dv: Dv, C: C, rho: Hv / Hk, T: T}
 	var tp *gdnTape
 	if p.tape != nil {
 		tp = &gdnTape{}
@@ -150,35 +211,51 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) 
 	X := p.mem.get((Kc - 1 + T) * C)
 	copy(X, st.conv)
 	copy(X[(Kc-1)*C:], pr.v)
+	j.X, j.Y = X, p.mem.get(T*C)
+	j.fast = p.pool.Mode() == kernel.ModeFast
+	j.beta, j.alpha = p.mem.get(T*Hv), p.mem.get(T*Hv)
 	if tp != nil {
+		j.delta = p.mem.get(T * Hv * dv)
 		tp.x = X // never written after this point
+		tp.alpha, tp.delta = j.alpha, j.delta
+		tp.y = j.Y // never written after this point
+		tp.s0 = st.cur
 	}
-	// Causal depthwise conv over X, then SiLU.
-	conv := w.Conv.vec
-	Y := p.mem.get(T * C)
-	fast := p.pool.Mode() == kernel.ModeFast
-	p.pool.For(C, 256, func(lo, hi int) {
-		for c := lo; c < hi; c++ {
-			wc := conv[c*Kc : (c+1)*Kc]
-			for t := range T {
-				var acc float32
-				for j, wj := range wc {
-					acc += float32(wj * X[(t+j)*C+c])
-				}
-				if fast {
-					Y[t*C+c] = acc
-					continue
-				}
-				Y[t*C+c] = kernel.SiLU(acc)
+	if o == nil {
+		o = p.mem.get(T * Dv)
+	}
+	j.o = o
+	return j
+}
+
+// conv runs the causal depthwise conv over X, then SiLU, for channels lo..hi−1.
+func (j *gdnJob) conv(lo, hi int) {
+	conv, X, Y, C, Kc, T, fast := j.w.Conv.vec, j.X, j.Y, j.C, j.Kc, j.T, j.fast
+	for c := lo; c < hi; c++ {
+		wc := conv[c*Kc : (c+1)*Kc]
+		for t := range T {
+			var acc float32
+			for j, wj := range wc {
+				acc += float32(wj * X[(t+j)*C+c])
 			}
-		}
-		if fast {
-			// The fast mode's vectorized SiLU over the chunk's channels (elementwise: the same bits per row).
-			for t := range T {
-				kernel.SiLUFastInto(Y[t*C+lo:t*C+hi], Y[t*C+lo:t*C+hi])
+			if fast {
+				Y[t*C+c] = acc
+				continue
 			}
+			Y[t*C+c] = kernel.SiLU(acc)
 		}
-	})
+	}
+	if fast {
+		// The fast mode's vectorized SiLU over the chunk's channels (elementwise: the same bits per row).
+		for t := range T {
+			kernel.SiLUFastInto(Y[t*C+lo:t*C+hi], Y[t*C+lo:t*C+hi])
+		}
+	}
+}
+
+// gates runs, once the conv is done, the conv state's shift, the q and k normalisation and the gates.
+func (j *gdnJob) gates() {
+	st, X, Y, C, T, Hk, Hv, dk, Dk := j.st, j.X, j.Y, j.C, j.T, j.Hk, j.Hv, j.dk, j.Dk
 	copy(st.conv, X[T*C:])
 	// L2-normalised q (scaled by dk^-1/2) and k per key head.
 	qs := float32(1 / math.Sqrt(float64(dk)))
@@ -188,65 +265,54 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) 
 			kernel.L2Normalize(Y[t*C+Dk+g*dk:t*C+Dk+(g+1)*dk], 1e-6, 1)
 		}
 	}
-	negA, dtBias := w.NegA.vec, w.DtBias.vec
-	beta := p.mem.get(T * Hv)
-	alpha := p.mem.get(T * Hv)
+	negA, dtBias := j.w.NegA.vec, j.w.DtBias.vec
 	for t := range T {
 		for h := range Hv {
 			i := t*Hv + h
-			beta[i] = kernel.Sigmoid(b.v[i])
-			g := negA[h] * kernel.Softplus(araw.v[i]+dtBias[h])
-			alpha[i] = float32(math.Exp(float64(g)))
+			j.beta[i] = kernel.Sigmoid(j.b.v[i])
+			g := negA[h] * kernel.Softplus(j.araw.v[i]+dtBias[h])
+			j.alpha[i] = float32(math.Exp(float64(g)))
 		}
 	}
-	var delta []float32
-	if tp != nil {
-		delta = p.mem.get(T * Hv * dv)
-		tp.alpha, tp.delta = alpha, delta
-		tp.y = Y // never written after this point
-		tp.s0 = st.cur
-	}
-	src, dst := st.s[st.cur], st.s[1-st.cur]
-	o := p.mem.get(T * Dv)
-	// Every operation touches one row i of a head's state at a time (decay, the memory read S_i·k̂, the rank-1
-	// update S_i += δ_i k̂, the read-out S_i·q̂), so each row runs the whole block while it sits in L1: the
-	// same operations in the same order as a pass over the state per step, with one pass in all.
-	p.pool.For(Hv, 1, func(lo, hi int) {
-		tmp := make([]float32, dk)
-		for h := lo; h < hi; h++ {
-			kh := h / rho
-			S := dst[h*dv*dk : (h+1)*dv*dk]
-			S0 := src[h*dv*dk : (h+1)*dv*dk]
-			for i := range dv {
-				Si, S0i := S[i*dk:(i+1)*dk], S0[i*dk:(i+1)*dk]
-				for t := range T {
-					khat := Y[t*C+Dk+kh*dk : t*C+Dk+(kh+1)*dk]
-					qhat := Y[t*C+kh*dk : t*C+(kh+1)*dk]
-					from := Si
-					if t == 0 {
-						from = S0i
-					}
-					vi := Y[t*C+2*Dk+h*dv+i]
-					var di float32
-					if fast {
-						// One vectorized pass per step (the fast mode's dot order; the same state updates).
-						o[(t*Hv+h)*dv+i], di = kernel.GDNStepFast(Si, from, khat, qhat, alpha[t*Hv+h], beta[t*Hv+h], vi)
-					} else {
-						decay(Si, from, alpha[t*Hv+h])
-						mem := kernel.Dot(Si, khat)
-						di = beta[t*Hv+h] * (vi - mem)
-						kernel.AddScaled(Si, khat, tmp, di)
-						o[(t*Hv+h)*dv+i] = kernel.Dot(Si, qhat)
-					}
-					if delta != nil {
-						delta[(t*Hv+h)*dv+i] = di
-					}
-				}
+}
+
+// head runs value head h's recurrence over the block (tmp: dk values of scratch). Every operation touches
+// one row i of a head's state at a time (decay, the memory read S_i·k̂, the rank-1 update S_i += δ_i k̂, the
+// read-out S_i·q̂), so each row runs the whole block while it sits in L1: the same operations in the same
+// order as a pass over the state per step, with one pass in all.
+func (j *gdnJob) head(h int, tmp []float32) {
+	Y, C, T, Hv, dk, dv, Dk, fast := j.Y, j.C, j.T, j.Hv, j.dk, j.dv, j.Dk, j.fast
+	o, delta, alpha, beta := j.o, j.delta, j.alpha, j.beta
+	src, dst := j.st.s[j.st.cur], j.st.s[1-j.st.cur]
+	kh := h / j.rho
+	S := dst[h*dv*dk : (h+1)*dv*dk]
+	S0 := src[h*dv*dk : (h+1)*dv*dk]
+	for i := range dv {
+		Si, S0i := S[i*dk:(i+1)*dk], S0[i*dk:(i+1)*dk]
+		for t := range T {
+			khat := Y[t*C+Dk+kh*dk : t*C+Dk+(kh+1)*dk]
+			qhat := Y[t*C+kh*dk : t*C+(kh+1)*dk]
+			from := Si
+			if t == 0 {
+				from = S0i
+			}
+			vi := Y[t*C+2*Dk+h*dv+i]
+			var di float32
+			if fast {
+				// One vectorized pass per step (the fast mode's dot order; the same state updates).
+				o[(t*Hv+h)*dv+i], di = kernel.GDNStepFast(Si, from, khat, qhat, alpha[t*Hv+h], beta[t*Hv+h], vi)
+			} else {
+				decay(Si, from, alpha[t*Hv+h])
+				mem := kernel.Dot(Si, khat)
+				di = beta[t*Hv+h] * (vi - mem)
+				kernel.AddScaled(Si, khat, tmp, di)
+				o[(t*Hv+h)*dv+i] = kernel.Dot(Si, qhat)
+			}
+			if delta != nil {
+				delta[(t*Hv+h)*dv+i] = di
 			}
 		}
-	})
-	st.cur = 1 - st.cur
-	return act{o, T}
+	}
 }
 
 // decay sets S = α·S0 (one rounding per element). S may alias S0. Shared by the forward pass and tape replay so

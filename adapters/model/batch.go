@@ -32,8 +32,25 @@ type Batch[X any, W comparable] struct {
 
 var _ State[any, int] = (*Batch[any, int])(nil)
 
+// BatchStates is an optional ability of a backend (found on Batch's Ops): one layer's attention, or Gated
+// DeltaNet recurrence, for every sequence of a batch in one go (the CPU backend's workers then take work
+// items of all sequences at once instead of splitting each sequence's small job in turn). q, k, v, p, b and
+// a hold every sequence's rows in order as Batch receives them; queries is Batch.Queries; spec's Pos is
+// relative (each sequence's Pos is to be added). Each sequence's result and state must equal those of its
+// own State's Attention or DeltaNet. ok false (a state the backend cannot run so, checked before any work)
+// makes Batch run each sequence in turn.
+type BatchStates[X any, W comparable] interface {
+	AttentionBatch(layer int, seqs []Seq[X, W], queries []int, q, k, v X, spec Attend[W]) (out X, ok bool)
+	DeltaNetBatch(layer int, seqs []Seq[X, W], w *DeltaNet[W], p, b, a X) (out X, ok bool)
+}
+
 // Attention runs each sequence's attention on its own rows and state.
 func (b *Batch[X, W]) Attention(layer int, q, k, v X, spec Attend[W]) X {
+	if bs, ok := b.Ops.(BatchStates[X, W]); ok {
+		if out, ok := bs.AttentionBatch(layer, b.Seqs, b.Queries, q, k, v, spec); ok {
+			return out
+		}
+	}
 	out := make([]X, len(b.Seqs))
 	qo, ko := 0, 0
 	for i, s := range b.Seqs {
@@ -63,6 +80,11 @@ func (b *Batch[X, W]) Remember(layer int, k, v X, spec Attend[W]) {
 
 // DeltaNet runs each sequence's recurrence on its own rows and state.
 func (b *Batch[X, W]) DeltaNet(layer int, w *DeltaNet[W], p, bb, a X) X {
+	if bs, ok := b.Ops.(BatchStates[X, W]); ok {
+		if out, ok := bs.DeltaNetBatch(layer, b.Seqs, w, p, bb, a); ok {
+			return out
+		}
+	}
 	out := make([]X, len(b.Seqs))
 	o := 0
 	for i, s := range b.Seqs {
