@@ -16,8 +16,11 @@ import (
 // as soon as it is computed, so rank k+1 runs micro-batch i while rank k runs i+1. Every worker does the
 // same with what it receives. The last rank keeps each micro-batch's greedy ids, logits and taps and
 // returns them to rank 0 after the last one: every transfer of a round then flows one way round the ring
-// (0 → 1 → … → n−1 → 0), so no send waits on a rank that is itself waiting to send, whatever the
-// sockets buffer.
+// (0 → 1 → … → n−1 → 0). The exception is the per-round acknowledgement (4 bytes, relayed backwards after the
+// first micro-batch, so that a timeout names the lost rank): with 3 or more ranks it can be sent while its
+// receiver is itself sending the next micro-batch forward, which completes only because the ring backend's
+// TCP sockets buffer a message that small. A transport without such buffering would need the
+// acknowledgements moved to the end of the round.
 //
 // A micro-batch's message is one flat array: the stream's rows, then for each sequence that wants taps
 // the tap slots of the ranks before (in carriedSlots order) and this rank's own, [T, H·slots] each.
