@@ -17,7 +17,7 @@ run:
 # The whole suite: vet, every test, the race detector on the domain and ports, a stale-wire check, and the
 # official Anthropic SDK against a real higgsd.
 test: lint wire-check
-	$(GO) test -count=1 $(PKGS)
+	$(GO) test -count=1 -timeout 30m $(PKGS)
 	$(GO) test -count=1 -race ./domain/... ./ports/...
 	$(MAKE) --no-print-directory sdk-test
 

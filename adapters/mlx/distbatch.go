@@ -105,7 +105,15 @@ func (t *Target) runPipeBatch(ctx context.Context, jobs []batchJob) error {
 			return err
 		}
 		// The workers run the round now: cancelling it on rank 0 alone would leave them waiting.
-		return t.stageRound(context.WithoutCancel(ctx), sj, parts)
+		if err := t.stageRound(context.WithoutCancel(ctx), sj, parts); err != nil {
+			// Part of the round ran on some ranks and the next control message would be read as its data:
+			// the pipeline cannot go on, so it is marked lost (503, /health degraded) rather than left out of
+			// step. A timeout has already done this; Fail keeps the first error.
+			err = fmt.Errorf("%w: rank 0: batched round failed after the workers began it: %v", ErrRankLost, err)
+			t.rt.Fail(err)
+			return err
+		}
+		return nil
 	})
 	if err != nil {
 		return err
