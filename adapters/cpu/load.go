@@ -37,6 +37,7 @@ func (l *loader) Linear(tensor, module string, dims ...int) (*weight, error) {
 		}
 		for _, x := range xs {
 			x.Pool = l.pool
+			x.Prepare() // the kernels' own layout, if the pool's mode has one: built now, not in the first request
 		}
 		return &weight{experts: xs}, nil
 	}
@@ -48,6 +49,7 @@ func (l *loader) Linear(tensor, module string, dims ...int) (*weight, error) {
 		return nil, err
 	}
 	lin.Pool = l.pool
+	lin.Prepare()
 	return &weight{lin: lin}, nil
 }
 

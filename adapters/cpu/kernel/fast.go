@@ -14,9 +14,13 @@ const (
 	// ModeFast multiplies quantized weights (every width) by inputs quantized to int8 per block of 32 (integer
 	// dot products, as llama.cpp's Q4×Q8_0 kernels do) instead of by the float inputs. It is NOT bit-identical
 	// to ModeExact (the relative error of a product is about 1e-3 of Σ|x||w|; TestFastError bounds it), but it
-	// keeps the determinism contract on its own: a row's result does not depend on the rows beside it, the
-	// worker count or the CPU (the AVX512-VNNI kernels, the AVX2 kernels and the portable Go path give the
-	// same bits). f32 and bf16 weights run the exact kernels. Pools in this mode also select the fast
+	// keeps the determinism contract on its own: a row's result does not depend on the rows beside it or the
+	// worker count. The arithmetic has two forms: on CPUs with AVX512-VNNI, 4- and 8-bit weights whose row
+	// count is a multiple of 16 take the panel form (panel.go: a block of 32 inputs summed in int32 before it is
+	// scaled), everything else the lane form below (the AVX512-VNNI kernels, the AVX2 kernels and the portable
+	// Go path give the same bits); each form's kernels are tested bit for bit against its Go form, so a machine
+	// gives the same bits run after run, but a VNNI machine and an AVX2 one can differ by rounding. f32 and
+	// bf16 weights run the exact kernels. Pools in this mode also select the fast
 	// activations (SiLUFast, SigmoidFast) and Gated DeltaNet step (GDNStepFast) in the CPU backend.
 	ModeFast
 )
@@ -43,7 +47,7 @@ func ParseMode(s string) (Mode, error) {
 	return ModeExact, fmt.Errorf("unknown kernel mode %q (want exact or fast)", s)
 }
 
-// The fast-mode arithmetic (fastref.go holds it in Go, operation for operation):
+// The fast-mode arithmetic of the lane form (fastref.go holds it in Go, operation for operation):
 //
 // Each input row is quantized once per call (per row, so it does not depend on the rows beside it): per block
 // of 32 inputs a step d = max|x|/127 and codes xq = round(x·(1/d)) (to nearest, ties to even; |x·(1/d)| stays
@@ -178,6 +182,10 @@ func (l *Linear) fastTile() int {
 // forwardQuantFast is the ModeFast product of a quantized weight.
 func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 	q := l.q
+	if usePanels && panelsFit(q, l.Out) {
+		l.forwardPanels(dst, x, rows)
+		return
+	}
 	in, out, gs := l.In, l.Out, q.Group
 	ng := in / gs
 	nibble := q.Bits == 4
@@ -190,45 +198,10 @@ func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 	if avx2 {
 		blocks = fastBlocks2(rows)
 	}
-	bp := getBytes(rows * nch * rec)
+	bp, xsp := l.quantizeFast(x, rows, blocks, vnni, avx2)
 	defer bytesPool.Put(bp)
-	xp := *bp
-	xsp := getScratch(rows * ngp)
 	defer scratchPool.Put(xsp)
-	xs := *xsp
-	// Quantize every row into its block's records (rows are independent; each is written by one worker).
-	l.Pool.For(len(blocks), 1, func(lo, hi int) {
-		for _, b := range blocks[lo:hi] {
-			base := b.r * nch * rec
-			stride := b.n * rec
-			for i := range b.n {
-				r := b.r + i
-				row := xp[base+i*rec:]
-				if in%fastChunk != 0 {
-					last := row[(nch-1)*stride:]
-					clear(last[:rec])
-				}
-				xsr := xs[r*ngp : (r+1)*ngp]
-				clear(xsr[ng:])
-				switch {
-				case vnni:
-					k := quantizeFastQ8AVX512
-					if nibble {
-						k = quantizeFastQ4AVX512
-					}
-					k(&row[0], stride, &xsr[0], &x[r*in], ng, gs)
-				case avx2:
-					k := quantizeFastQ8AVX2
-					if nibble {
-						k = quantizeFastQ4AVX2
-					}
-					k(&row[0], stride, &xsr[0], &x[r*in], ng, gs)
-				default:
-					quantizeFastGo(row, stride, xsr, x[r*in:(r+1)*in], gs, nibble)
-				}
-			}
-		}
-	})
+	xp, xs := *bp, *xsp
 	wide := q.Bits != 4 && q.Bits != 8
 	rowBytes := in * q.Bits / 8
 	if wide {
@@ -321,4 +294,54 @@ func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 			}
 		}
 	})
+}
+
+// quantizeFast packs the input rows for the fast kernels: per block of rows (each block's records chunk by
+// chunk, its rows' records side by side) into the returned bytes, and each row's group sums, zero-padded to a
+// multiple of 16, into the returned floats (both pooled: the caller puts them back). Rows are independent;
+// each is written by one worker. vnni and avx2 pick the quantizer, which gives the same bits on every path.
+func (l *Linear) quantizeFast(x []float32, rows int, blocks []quantRowBlock, vnni, avx2 bool) (*[]byte, *[]float32) {
+	in, gs := l.In, l.q.Group
+	ng := in / gs
+	nibble := l.q.Bits == 4
+	rec := fastRec(nibble)
+	nch := (in + fastChunk - 1) / fastChunk
+	ngp := (ng + 15) &^ 15
+	bp := getBytes(rows * nch * rec)
+	xp := *bp
+	xsp := getScratch(rows * ngp)
+	xs := *xsp
+	l.Pool.For(len(blocks), 1, func(lo, hi int) {
+		for _, b := range blocks[lo:hi] {
+			base := b.r * nch * rec
+			stride := b.n * rec
+			for i := range b.n {
+				r := b.r + i
+				row := xp[base+i*rec:]
+				if in%fastChunk != 0 {
+					last := row[(nch-1)*stride:]
+					clear(last[:rec])
+				}
+				xsr := xs[r*ngp : (r+1)*ngp]
+				clear(xsr[ng:])
+				switch {
+				case vnni:
+					k := quantizeFastQ8AVX512
+					if nibble {
+						k = quantizeFastQ4AVX512
+					}
+					k(&row[0], stride, &xsr[0], &x[r*in], ng, gs)
+				case avx2:
+					k := quantizeFastQ8AVX2
+					if nibble {
+						k = quantizeFastQ4AVX2
+					}
+					k(&row[0], stride, &xsr[0], &x[r*in], ng, gs)
+				default:
+					quantizeFastGo(row, stride, xsr, x[r*in:(r+1)*in], gs, nibble)
+				}
+			}
+		}
+	})
+	return bp, xsp
 }

@@ -28,3 +28,6 @@ func quantizeFastQ4AVX2(dst *byte, stride int, xs, x *float32, groups, gs int) {
 func quantizeFastQ8AVX2(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
 
 func gdnStepAVX2(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32) { noAVX2() }
+
+// panelKernels is never called without VNNI (usePanelAsm is false).
+var panelKernels [2][5]func(a *panelArgs)

@@ -83,11 +83,12 @@ func fastAsmPaths() []string {
 	return ps
 }
 
-// withFastPath runs f on one fast path (restoring the CPU's after).
+// withFastPath runs f on one fast path of the lane form (restoring the CPU's after); the panel form
+// (panel_test.go) is off inside.
 func withFastPath(path string, f func()) {
-	v, a := useVNNI, useFastAVX2
-	useVNNI, useFastAVX2 = path == fastVNNI, path == fastAVX2
-	defer func() { useVNNI, useFastAVX2 = v, a }()
+	v, a, p := useVNNI, useFastAVX2, usePanels
+	useVNNI, useFastAVX2, usePanels = path == fastVNNI, path == fastAVX2, false
+	defer func() { useVNNI, useFastAVX2, usePanels = v, a, p }()
 	f()
 }
 

@@ -41,6 +41,7 @@ type Linear struct {
 	f32  []float32
 	bf16 []uint16
 	q    *Quant
+	pan  *panelState // the fast mode's panel form of q (panel.go), built on first use
 }
 
 // NewF32 wraps a row-major float32 weight [out, in].
@@ -75,7 +76,7 @@ func NewQuant(out, in int, q Quant) (*Linear, error) {
 		return nil, fmt.Errorf("quantized linear [%d,%d] group %d: %d scales and %d biases, want %d", out, in, q.Group, len(q.Scales), len(q.Biases), ng)
 	}
 	qq := q
-	return &Linear{Out: out, In: in, q: &qq}, nil
+	return &Linear{Out: out, In: in, q: &qq, pan: new(panelState)}, nil
 }
 
 // Format reports the weight storage.
@@ -121,6 +122,7 @@ func (l *Linear) Rows(lo, hi int) (*Linear, error) {
 		q.Scales = q.Scales[lo*ng : hi*ng]
 		q.Biases = q.Biases[lo*ng : hi*ng]
 		v.q = &q
+		v.pan = new(panelState)
 	}
 	return v, nil
 }

@@ -1,0 +1,249 @@
+package kernel
+
+import (
+	"encoding/binary"
+	"math"
+	"sync"
+	"unsafe"
+)
+
+// The fast mode's panel form: 4- and 8-bit weights whose row count is a multiple of 16, on CPUs with
+// AVX512-VNNI (usePanels). The lane form (fast.go) converts every 8 (4-bit) or 4 (8-bit) inputs' integer dot
+// product to float and scales it: with 16 lanes per output those float operations, not the VPDPBUSDs, bound a
+// multi-row product. The panel form sums a whole block of 32 inputs in int32 before converting it, which its
+// layout makes cheap, so a verify block of 16 rows costs several times less arithmetic per weight.
+//
+// Layout: a panel is 16 consecutive weight rows; its codes are the rows' 32-bit code words interleaved word by
+// word (word w of rows 0…15, then word w+1), so one 64-byte load holds the same 8 (4-bit) or 4 (8-bit) inputs
+// of 16 rows, and its scales and biases are per group the 16 rows' values side by side. A Linear builds its
+// panels once, on its first fast-mode product (or Prepare), as a copy: the MLX layout it borrows stays for Row
+// (embedding lookups) and for the exact mode.
+//
+// Arithmetic (panelRunGo, operation for operation): the inputs are quantized exactly as in the lane form
+// (fast.go: per block of 32 inputs a step d and int8 codes, per group the sum xs). An element
+// y = Σ_j w_j·x_j with w_j = s_g·q_j + b_g is one float accumulator from +0: per group g in order,
+// acc += b_g·xs_g (product rounded, then the add), then per block k of the group in order, with isum the exact
+// integer dot product of its 32 codes and input codes, acc += (float(isum)·d_k)·s_g (each product rounded, then
+// the add). A row's result does not depend on the rows beside it or on the worker count, so verify and decode
+// agree; it differs from the lane form's by rounding.
+
+// panelRows is the number of weight rows in one panel.
+const panelRows = 16
+
+// usePanels selects the panel form for the weights it applies to; usePanelAsm runs it in assembly (the
+// alternative is panelRunGo). Tests flip them.
+var usePanels, usePanelAsm = useVNNI, useVNNI
+
+// panels is a Linear's weights in the panel layout.
+type panels struct {
+	codes          []uint32  // per panel, per code word w: the 16 rows' word w
+	scales, biases []float32 // per panel, per group: the 16 rows' values
+	n              int       // panels
+}
+
+// panelsFit reports whether a quantized weight can take the panel form.
+func panelsFit(q *Quant, out int) bool {
+	return q != nil && (q.Bits == 4 || q.Bits == 8) && out%panelRows == 0
+}
+
+// buildPanels copies q [out, in] into the panel layout.
+func buildPanels(q *Quant, out, in int) *panels {
+	wpr, ng := q.wordsPerRow(in), in/q.Group
+	p := &panels{n: out / panelRows, codes: make([]uint32, len(q.Codes)),
+		scales: make([]float32, len(q.Scales)), biases: make([]float32, len(q.Biases))}
+	for pi := range p.n {
+		c := p.codes[pi*panelRows*wpr : (pi+1)*panelRows*wpr]
+		s, b := p.scales[pi*panelRows*ng:(pi+1)*panelRows*ng], p.biases[pi*panelRows*ng:(pi+1)*panelRows*ng]
+		for j := range panelRows {
+			o := pi*panelRows + j
+			for w, v := range q.Codes[o*wpr : (o+1)*wpr] {
+				c[w*panelRows+j] = v
+			}
+			for g := range ng {
+				s[g*panelRows+j] = q.Scales[o*ng+g]
+				b[g*panelRows+j] = q.Biases[o*ng+g]
+			}
+		}
+	}
+	return p
+}
+
+// panelState is the lazily built panel form of one Linear (a view from Rows builds its own).
+type panelState struct {
+	once sync.Once
+	p    *panels
+}
+
+// Prepare builds what the Pool's mode will read on the first product (the panel layout of a fast-mode
+// quantized weight), so that cost falls at load time rather than in the first request. It is safe to call
+// more than once, and concurrently with Forward.
+func (l *Linear) Prepare() {
+	if l.q != nil && l.Pool.Mode() == ModeFast && usePanels && panelsFit(l.q, l.Out) {
+		l.panelForm()
+	}
+}
+
+// panelForm returns the weight's panels, building them on first use.
+func (l *Linear) panelForm() *panels {
+	l.pan.once.Do(func() { l.pan.p = buildPanels(l.q, l.Out, l.In) })
+	return l.pan.p
+}
+
+// panelArgs is the argument block of the panel kernels (gen_panel.py reads its fields by offset: every field
+// is 8 bytes, in this order).
+type panelArgs struct {
+	codes   unsafe.Pointer // the first panel's codes
+	scales  unsafe.Pointer // its scales
+	biases  unsafe.Pointer // and biases
+	npanels int            // panels to run (consecutive)
+	xp      unsafe.Pointer // the block of input rows' records (per chunk, the R rows' records side by side)
+	chadj   int            // bytes from the block offset after a chunk's 4 blocks to the next chunk's records
+	xst     unsafe.Pointer // the block's group sums, group-major: [ngroups][R]
+	ngroups int            // groups per weight row
+	bpg     int            // blocks of 32 inputs per group
+	dst     unsafe.Pointer // the first panel's output for input row 0
+	ldd     int            // bytes from one input row's outputs to the next
+}
+
+// panelBlocks splits rows into the panel kernels' blocks: 16 at a time, then 8, 4, 2 and 1.
+func panelBlocks(rows int) []quantRowBlock {
+	var bs []quantRowBlock
+	for r := 0; r < rows; {
+		n := 16
+		for n > rows-r {
+			n /= 2
+		}
+		bs = append(bs, quantRowBlock{r, n})
+		r += n
+	}
+	return bs
+}
+
+// panelRIndex is the kernel table index of a block of n input rows.
+func panelRIndex(n int) int {
+	switch n {
+	case 16:
+		return 4
+	case 8:
+		return 3
+	case 4:
+		return 2
+	case 2:
+		return 1
+	}
+	return 0
+}
+
+// panelChunkBytes bounds the codes of the panels one worker runs every block of input rows over before moving
+// on (they stay in L2 while the blocks pass).
+const panelChunkBytes = 64 << 10
+
+// forwardPanels is the fast-mode product in the panel form.
+func (l *Linear) forwardPanels(dst, x []float32, rows int) {
+	pn := l.panelForm()
+	q := l.q
+	in, out, gs := l.In, l.Out, q.Group
+	ng := in / gs
+	nibble := q.Bits == 4
+	rec := fastRec(nibble)
+	nch := (in + fastChunk - 1) / fastChunk
+	ngp := (ng + 15) &^ 15
+	blocks := panelBlocks(rows)
+	bp, xsp := l.quantizeFast(x, rows, blocks, useVNNI, !useVNNI && useFastAVX2)
+	defer bytesPool.Put(bp)
+	defer scratchPool.Put(xsp)
+	xp, xs := *bp, *xsp
+	// The group sums of each block of rows, group-major, for the kernels' broadcasts.
+	xtp := getScratch(rows * ng)
+	defer scratchPool.Put(xtp)
+	xst := *xtp
+	for _, b := range blocks {
+		t := xst[b.r*ng : (b.r+b.n)*ng]
+		for i := range b.n {
+			for g, v := range xs[(b.r+i)*ngp : (b.r+i)*ngp+ng] {
+				t[g*b.n+i] = v
+			}
+		}
+	}
+	wpr := q.wordsPerRow(in)
+	pw := panelRows * wpr // code words per panel
+	xstep := 64           // record bytes of a chunk's 4 blocks of codes
+	if !nibble {
+		xstep = 128
+	}
+	form := 1
+	if nibble {
+		form = 0
+	}
+	step := max(1, panelChunkBytes/(4*pw))
+	if len(blocks) == 1 {
+		step = pn.n // one pass: nothing to keep in cache
+	}
+	grain := max(1, 2048/(in*rows))
+	l.Pool.For(pn.n, grain, func(lo, hi int) {
+		for p0 := lo; p0 < hi; p0 += step {
+			p1 := min(p0+step, hi)
+			for _, b := range blocks {
+				a := panelArgs{
+					codes: unsafe.Pointer(&pn.codes[p0*pw]), scales: unsafe.Pointer(&pn.scales[p0*panelRows*ng]),
+					biases: unsafe.Pointer(&pn.biases[p0*panelRows*ng]), npanels: p1 - p0,
+					xp: unsafe.Pointer(&xp[b.r*nch*rec]), chadj: b.n*rec - xstep, xst: unsafe.Pointer(&xst[b.r*ng]),
+					ngroups: ng, bpg: gs / 32, dst: unsafe.Pointer(&dst[b.r*out+p0*panelRows]), ldd: 4 * out,
+				}
+				if usePanelAsm {
+					panelKernels[form][panelRIndex(b.n)](&a)
+					continue
+				}
+				panelRunGo(pn, p0, p1, xp[b.r*nch*rec:], b.n, xst[b.r*ng:(b.r+b.n)*ng], in, gs, nibble, dst[b.r*out:], out)
+			}
+		}
+	})
+}
+
+// panelRunGo is the panel kernels in Go: panels [p0, p1) against the n input rows of one block (records as
+// the quantizer writes them for a block of n rows, group sums xst group-major), into dst[i·out + o].
+func panelRunGo(pn *panels, p0, p1 int, rec []byte, n int, xst []float32, in, gs int, nibble bool, dst []float32, out int) {
+	ng := in / gs
+	rb := fastRec(nibble)
+	wpb := 4 // code words per block of 32 inputs
+	if !nibble {
+		wpb = 8
+	}
+	wpr := in / 32 * wpb
+	for p := p0; p < p1; p++ {
+		codes := pn.codes[p*panelRows*wpr : (p+1)*panelRows*wpr]
+		for j := range panelRows {
+			for i := range n {
+				var acc float32
+				for g := range ng {
+					acc += float32(pn.biases[(p*ng+g)*panelRows+j] * xst[g*n+i])
+					s := pn.scales[(p*ng+g)*panelRows+j]
+					for k := g * gs / 32; k < (g+1)*gs/32; k++ {
+						r := rec[(k/4)*n*rb+i*rb:]
+						bb := k % 4
+						var isum int32
+						for v := range wpb {
+							w := codes[(k*wpb+v)*panelRows+j]
+							for t := range 4 {
+								if nibble {
+									lo, hi := int32(w>>(8*t))&15, int32(w>>(8*t+4))&15
+									isum += lo*int32(int8(r[16*bb+4*v+t])) + hi*int32(int8(r[64+16*bb+4*v+t]))
+								} else {
+									isum += int32(byte(w>>(8*t))) * int32(int8(r[32*bb+4*v+t]))
+								}
+							}
+						}
+						doff := 128 + 16*bb
+						if !nibble {
+							doff = 128 + 32*bb
+						}
+						d := math.Float32frombits(binary.LittleEndian.Uint32(r[doff:]))
+						u := float32(float32(isum) * d)
+						acc += float32(u * s)
+					}
+				}
+				dst[i*out+p*panelRows+j] = acc
+			}
+		}
+	}
+}

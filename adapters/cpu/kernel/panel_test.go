@@ -1,0 +1,194 @@
+package kernel
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// hasPanelAsm is whether this CPU runs the panel kernels, before any test flips it.
+var hasPanelAsm = usePanelAsm
+
+// withPanels runs f with the panel form on, in assembly or in Go (restoring the CPU's choice after).
+func withPanels(asm bool, f func()) {
+	p, a := usePanels, usePanelAsm
+	usePanels, usePanelAsm = true, asm
+	defer func() { usePanels, usePanelAsm = p, a }()
+	f()
+}
+
+// panelPaths are the panel form's paths this CPU has: Go always, assembly with AVX512-VNNI.
+func panelPaths() []bool {
+	if hasPanelAsm {
+		return []bool{false, true}
+	}
+	return []bool{false}
+}
+
+// The layout: word w of panel row j is the weight row's word w; scales and biases side by side per group.
+func TestPanelLayout(t *testing.T) {
+	r := rand.New(rand.NewPCG(51, 52))
+	for _, bits := range []int{4, 8} {
+		const out, in, gs = 32, 256, 64
+		q, _ := quantFixture(r, out, in, bits, gs)
+		p := buildPanels(&q, out, in)
+		wpr, ng := q.wordsPerRow(in), in/gs
+		require.Equal(t, 2, p.n)
+		for o := range out {
+			pi, j := o/panelRows, o%panelRows
+			for w := range wpr {
+				require.Equal(t, q.Codes[o*wpr+w], p.codes[pi*panelRows*wpr+w*panelRows+j], "q%d row %d word %d", bits, o, w)
+			}
+			for g := range ng {
+				require.Equal(t, q.Scales[o*ng+g], p.scales[(pi*ng+g)*panelRows+j])
+				require.Equal(t, q.Biases[o*ng+g], p.biases[(pi*ng+g)*panelRows+j])
+			}
+		}
+	}
+	q, _ := quantFixture(r, 20, 64, 4, 64)
+	assert.False(t, panelsFit(&q, 20), "20 rows are not whole panels")
+	q3, _ := quantFixture(r, 32, 64, 3, 64)
+	assert.False(t, panelsFit(&q3, 32), "3-bit codes stay in the lane form")
+}
+
+// The panel kernels give panelRunGo's bits for both widths, every group size, shape and row count 1–34, and a
+// block of rows gives the bits of one-row calls (so verify and decode agree in fast mode).
+func TestPanelKernelsMatchGo(t *testing.T) {
+	if !hasPanelAsm {
+		t.Skip("no AVX512-VNNI on this CPU: the panel form runs only in Go here (TestPanelDeterministic, TestPanelError)")
+	}
+	r := rand.New(rand.NewPCG(53, 54))
+	for _, bits := range []int{4, 8} {
+		for _, gs := range []int{32, 64, 128} {
+			for _, in := range fastShapes(gs) {
+				for _, out := range []int{16, 48} {
+					q, _ := quantFixture(r, out, in, bits, gs)
+					l, err := NewQuant(out, in, q)
+					require.NoError(t, err)
+					l.Pool = NewPoolMode(2, ModeFast)
+					const maxRows = 34
+					x := fastInputs(r, maxRows, in)
+					ref := make([]float32, maxRows*out)
+					withPanels(false, func() { l.Forward(ref, x, maxRows) })
+					withPanels(true, func() {
+						for rows := 1; rows <= maxRows; rows++ {
+							got := make([]float32, rows*out)
+							l.Forward(got, x, rows)
+							assertBits(t, ref[:rows*out], got, "q%d g%d in %d out %d rows %d", bits, gs, in, out, rows)
+						}
+					})
+				}
+			}
+		}
+	}
+}
+
+// The panel form keeps the determinism contract: one block call equals row-by-row calls for every worker
+// count, in Go and in assembly, and long inputs (Forward's tiles) change no bits.
+func TestPanelDeterministic(t *testing.T) {
+	r := rand.New(rand.NewPCG(55, 56))
+	const out, in, rows = 64, 512, 19
+	x := fastInputs(r, rows, in)
+	for _, bits := range []int{4, 8} {
+		for _, gs := range []int{32, 64, 128} {
+			q, _ := quantFixture(r, out, in, bits, gs)
+			l, err := NewQuant(out, in, q)
+			require.NoError(t, err)
+			var ref []float32
+			for _, asm := range panelPaths() {
+				withPanels(asm, func() {
+					for _, threads := range []int{1, 2, 3, 7} {
+						l.Pool = NewPoolMode(threads, ModeFast)
+						got := make([]float32, rows*out)
+						l.Forward(got, x, rows)
+						if ref == nil {
+							ref = got
+						}
+						assertBits(t, ref, got, "q%d g%d asm %v threads %d", bits, gs, asm, threads)
+						for row := range rows {
+							one := make([]float32, out)
+							l.Forward(one, x[row*in:(row+1)*in], 1)
+							assertBits(t, ref[row*out:(row+1)*out], one, "q%d g%d asm %v row %d alone", bits, gs, asm, row)
+						}
+					}
+				})
+			}
+		}
+	}
+	// Prefill-sized inputs run in several of Forward's tiles.
+	q, _ := quantFixture(r, 32, 1024, 4, 64)
+	l, err := NewQuant(32, 1024, q)
+	require.NoError(t, err)
+	l.Pool = NewPoolMode(2, ModeFast)
+	for _, asm := range panelPaths() {
+		withPanels(asm, func() {
+			n := l.fastTile() + 13
+			xl := fastInputs(r, n, 1024)
+			all := make([]float32, n*32)
+			l.Forward(all, xl, n)
+			for _, row := range []int{0, 17, l.fastTile() - 1, l.fastTile(), n - 1} {
+				one := make([]float32, 32)
+				l.Forward(one, xl[row*1024:(row+1)*1024], 1)
+				assertBits(t, all[row*32:(row+1)*32], one, "asm %v row %d of %d", asm, row, n)
+			}
+		})
+	}
+}
+
+// The panel product's error against the exact product in float64 stays within the int8 rounding's bound (as
+// TestFastError for the lane form), and a block holding NaN or Inf gives NaN.
+func TestPanelError(t *testing.T) {
+	r := rand.New(rand.NewPCG(57, 58))
+	const out, in, rows = 48, 1024, 3
+	x := randVec(r, rows*in, 1)
+	x[5] = 30
+	for _, bits := range []int{4, 8} {
+		for _, gs := range []int{32, 64, 128} {
+			t.Run(fmt.Sprintf("q%d_g%d", bits, gs), func(t *testing.T) {
+				q, deq := quantFixture(r, out, in, bits, gs)
+				l, err := NewQuant(out, in, q)
+				require.NoError(t, err)
+				l.Pool = NewPoolMode(2, ModeFast)
+				want, mag := naive(deq, x, rows, out, in)
+				for _, asm := range panelPaths() {
+					withPanels(asm, func() {
+						got := make([]float32, rows*out)
+						l.Forward(got, x, rows)
+						var relSum float64
+						for row := range rows {
+							for o := range out {
+								var bound float64
+								for b := range in / 32 {
+									var amax, wsum float64
+									for j := b * 32; j < (b+1)*32; j++ {
+										amax = max(amax, math.Abs(float64(x[row*in+j])))
+										wsum += math.Abs(deq[o*in+j])
+									}
+									bound += amax / 254 * wsum
+								}
+								i := row*out + o
+								e := math.Abs(float64(got[i]) - want[i])
+								require.LessOrEqual(t, e, 1.01*bound+1e-5*mag[i], "asm %v row %d out %d", asm, row, o)
+								relSum += e / mag[i]
+							}
+						}
+						assert.Less(t, relSum/float64(rows*out), 2e-3, "asm %v: mean error relative to Σ|x||w|", asm)
+						for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
+							xb := append([]float32(nil), x[:in]...)
+							xb[70] = bad
+							y := make([]float32, out)
+							l.Forward(y, xb, 1)
+							for o := range out {
+								require.True(t, math.IsNaN(float64(y[o])), "asm %v input %v out %d: %v", asm, bad, o, y[o])
+							}
+						}
+					})
+				}
+			})
+		}
+	}
+}
