@@ -14,8 +14,8 @@ type arena struct {
 }
 
 const (
-	maxArena    = 1 << 16 // values
-	arenaBudget = 1 << 22 // values (16 MiB)
+	maxArena    = 1 << 18 // values (1 MiB: a 16-row verify block's fused projections and logits fit)
+	arenaBudget = 1 << 23 // values (32 MiB)
 )
 
 // reset starts a pass: every buffer may be handed out again.

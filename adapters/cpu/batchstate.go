@@ -41,8 +41,8 @@ func (o ops) AttentionBatch(layer int, seqs []model.Seq[act, *weight], queries [
 		sp := a
 		sp.Pos += s.Pos
 		jobs[i] = ps[i].attend(layer, o.Rows(q, qo, qo+nq), o.Rows(k, ko, ko+s.Rows), o.Rows(v, ko, ko+s.Rows), sp, out[qo*Hq*d:(qo+nq)*Hq*d])
-		starts[i+1] = starts[i] + nq*Hq
-		scratch = max(scratch, jobs[i].n+jobs[i].bs)
+		starts[i+1] = starts[i] + jobs[i].units()
+		scratch = max(scratch, jobs[i].scratch())
 		qo += nq
 		ko += s.Rows
 	}
@@ -53,7 +53,7 @@ func (o ops) AttentionBatch(layer int, seqs []model.Seq[act, *weight], queries [
 			for idx >= starts[i+1] {
 				i++
 			}
-			jobs[i].head(idx-starts[i], scores, tmp)
+			jobs[i].unit(idx-starts[i], scores, tmp)
 		}
 	})
 	for i, p := range ps {

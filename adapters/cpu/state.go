@@ -75,10 +75,10 @@ func (p *pass) Remember(layer int, k, v act, a model.Attend[*weight]) {
 // count nor on the rows beside them.
 func (p *pass) Attention(layer int, q, k, v act, a model.Attend[*weight]) act {
 	j := p.attend(layer, q, k, v, a, nil)
-	p.pool.For(q.t*j.Hq, 1, func(lo, hi int) {
-		scores, tmp := make([]float32, j.n+j.bs), make([]float32, j.d)
+	p.pool.For(j.units(), 1, func(lo, hi int) {
+		scores, tmp := make([]float32, j.scratch()), make([]float32, j.d)
 		for idx := lo; idx < hi; idx++ {
-			j.head(idx, scores, tmp)
+			j.unit(idx, scores, tmp)
 		}
 	})
 	p.keep(j)
@@ -95,6 +95,80 @@ type attnJob struct {
 	d, Hq, kvw, n, bs int
 	group             int
 	scale             float32
+	rows              int
+	// fast runs the fast mode's attention kernels (kernel.FastAttention): one work unit per (row, KV head)
+	// for all the query heads that share it, instead of one per (row, query head).
+	fast bool
+}
+
+// units is the number of independent work units of the job (unit's idx range).
+func (j *attnJob) units() int {
+	if j.fast {
+		return j.rows * (j.Hq / j.group)
+	}
+	return j.rows * j.Hq
+}
+
+// scratch is the length of the scores buffer unit needs.
+func (j *attnJob) scratch() int {
+	if j.fast {
+		return j.group * (j.n + j.bs)
+	}
+	return j.n + j.bs
+}
+
+// unit computes work unit idx: one (row, head) output (head), or in the fast mode one (row, KV head)'s group
+// of outputs (groupFast).
+func (j *attnJob) unit(idx int, scores, tmp []float32) {
+	if j.fast {
+		j.groupFast(idx, scores)
+		return
+	}
+	j.head(idx, scores, tmp)
+}
+
+// groupFast computes the outputs of row idx/Hkv for the query heads of KV head idx%Hkv with the fast attention
+// kernels: the same visible keys as head (the cached ones from the window's start, then the visible block
+// keys, a contiguous range), each head's softmax over them, then the weighted sum in key order.
+func (j *attnJob) groupFast(idx int, scores []float32) {
+	a, c, d, kvw := j.a, j.c, j.d, j.kvw
+	Hkv := j.Hq / j.group
+	i, g := idx/Hkv, idx%Hkv
+	h0 := g * j.group
+	first := 0
+	if a.Window > 0 {
+		first = max(0, a.Pos+i-a.Window+1)
+	}
+	blo, bhi := 0, j.bs
+	if a.Causal {
+		bhi = min(bhi, i+1)
+	}
+	if a.Window > 0 {
+		blo, bhi = max(blo, i-a.Window+1), min(bhi, i+a.Window)
+	}
+	nc, nb := j.n-first, max(0, bhi-blo)
+	nv := nc + nb
+	if nv == 0 {
+		return
+	}
+	q := j.qr[(i*j.Hq+h0)*d : (i*j.Hq+h0+j.group)*d]
+	sc := scores[:j.group*nv]
+	if nc > 0 {
+		kernel.AttnScores(sc, nv, q, j.group, c.k[first*kvw+g*d:], kvw, nc, d, j.scale)
+	}
+	if nb > 0 {
+		kernel.AttnScores(sc[nc:], nv, q, j.group, j.kr[blo*kvw+g*d:], kvw, nb, d, j.scale)
+	}
+	for h := range j.group {
+		kernel.SoftmaxFast(sc[h*nv : (h+1)*nv])
+	}
+	o := j.out[(i*j.Hq+h0)*d : (i*j.Hq+h0+j.group)*d]
+	if nc > 0 {
+		kernel.AttnValues(o, sc, nv, j.group, c.v[first*kvw+g*d:], kvw, nc, d)
+	}
+	if nb > 0 {
+		kernel.AttnValues(o, sc[nc:], nv, j.group, j.v[blo*kvw+g*d:], kvw, nb, d)
+	}
 }
 
 // attend prepares layer's attention of q over the cache and the block's k, v; out (nil: taken from the
@@ -109,6 +183,8 @@ func (p *pass) attend(layer int, q, k, v act, a model.Attend[*weight], out []flo
 	j.kvw = Hkv * d
 	j.n = len(c.k) / j.kvw // cached positions, all before the block
 	j.group = j.Hq / Hkv
+	j.rows = q.t
+	j.fast = p.pool.Mode() == kernel.ModeFast && kernel.FastAttention(d)
 	if out == nil {
 		out = p.mem.get(q.t * j.Hq * d)
 	}

@@ -117,6 +117,9 @@ func siluFastAVX2(dst, x *float32, n int)
 func sigmoidFastAVX2(dst, x *float32, n int)
 
 //go:noescape
+func expNegFastAVX2(dst, x *float32, n int)
+
+//go:noescape
 func swigluFastAVX2(dst, gate, up *float32, n int)
 
 // quantizeFastQ4AVX2 and quantizeFastQ8AVX2 are quantizeFastGo (nibble and byte form) on AVX2; arguments as

@@ -1,0 +1,90 @@
+package kernel
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The AVX-512 attention kernels give attnScoresGo's and attnValuesGo's bits for every head size, head count,
+// key count and stride; AttnValues is AddScaled key by key; SoftmaxFast stays within float32 rounding of
+// Softmax.
+func TestAttnKernelsMatchGo(t *testing.T) {
+	r := rand.New(rand.NewPCG(61, 62))
+	for _, d := range []int{16, 64, 128, 256} {
+		for _, nq := range []int{1, 2, 4, 8} {
+			for _, n := range []int{1, 7, 33} {
+				stride := 2*d + 16
+				q, k, v := randVec(r, nq*d, 1), randVec(r, n*stride, 1), randVec(r, n*stride, 1)
+				lds := n + 3
+				want, got := make([]float32, nq*lds), make([]float32, nq*lds)
+				attnScoresGo(want, lds, q, nq, k, stride, n, d, 0.125)
+				o0 := randVec(r, nq*d, 1)
+				wantO, gotO := append([]float32(nil), o0...), append([]float32(nil), o0...)
+				attnValuesGo(wantO, want, lds, nq, v, stride, n, d)
+				// AddScaled, key by key, is the same arithmetic.
+				add := append([]float32(nil), o0...)
+				tmp := make([]float32, d)
+				for i := range nq {
+					for p := range n {
+						AddScaled(add[i*d:(i+1)*d], v[p*stride:p*stride+d], tmp, want[i*lds+p])
+					}
+				}
+				assertBits(t, add, wantO, "d %d nq %d n %d: AddScaled", d, nq, n)
+				if !useAVX512 {
+					continue
+				}
+				AttnScores(got, lds, q, nq, k, stride, n, d, 0.125)
+				assertBits(t, want, got, "scores d %d nq %d n %d", d, nq, n)
+				AttnValues(gotO, want, lds, nq, v, stride, n, d)
+				assertBits(t, wantO, gotO, "values d %d nq %d n %d", d, nq, n)
+			}
+		}
+	}
+	if !useAVX512 {
+		t.Skip("no AVX-512 on this CPU: only the Go attention ran (the fast mode keeps the exact attention here)")
+	}
+}
+
+func TestSoftmaxFast(t *testing.T) {
+	r := rand.New(rand.NewPCG(63, 64))
+	x := randVec(r, 300, 20)
+	x[7] = -1e4 // far below the max: exp underflows to (nearly) zero
+	a, b := append([]float32(nil), x...), append([]float32(nil), x...)
+	Softmax(a)
+	SoftmaxFast(b)
+	var sum float64
+	for i := range a {
+		require.InDelta(t, a[i], b[i], 1e-6+1e-5*float64(a[i]), "element %d", i)
+		sum += float64(b[i])
+	}
+	require.InDelta(t, 1, sum, 1e-5)
+	require.False(t, math.IsNaN(float64(b[0])))
+}
+
+// SoftmaxFast's vector exp (AVX2) gives the bits of fastExpNeg element by element.
+func TestSoftmaxFastMatchesScalar(t *testing.T) {
+	r := rand.New(rand.NewPCG(65, 66))
+	for _, n := range []int{1, 7, 8, 9, 64, 301} {
+		x := randVec(r, n, 30)
+		got := append([]float32(nil), x...)
+		SoftmaxFast(got)
+		m := x[0]
+		for _, v := range x {
+			m = max(m, v)
+		}
+		want := make([]float32, n)
+		var s float32
+		for j, v := range x {
+			want[j] = fastExpNeg(m - v)
+			s += want[j]
+		}
+		inv := 1 / s
+		for j := range want {
+			want[j] *= inv
+		}
+		assertBits(t, want, got, "n %d", n)
+	}
+}
