@@ -131,7 +131,10 @@ func quantizeFastQ4AVX2(dst *byte, stride int, xs, x *float32, groups, gs int)
 //go:noescape
 func quantizeFastQ8AVX2(dst *byte, stride int, xs, x *float32, groups, gs int)
 
-// gdnStepAVX2 is GDNStepFast for n a positive multiple of 32; out gets o and d.
+// gdnStepAVX512 and gdnStepAVX2 are GDNStepFast for n a positive multiple of 32; out gets o and d.
 //
+//go:noescape
+func gdnStepAVX512(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32)
+
 //go:noescape
 func gdnStepAVX2(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32)

@@ -11,7 +11,11 @@ func GDNStepFast(S, src, k, q []float32, alpha, beta, v float32) (o, d float32) 
 	src, k, q = src[:n], k[:n], q[:n]
 	if useAVX2 && n > 0 && n%32 == 0 {
 		var out [2]float32
-		gdnStepAVX2(&S[0], &src[0], &k[0], &q[0], n, alpha, beta, v, &out)
+		if useAVX512 {
+			gdnStepAVX512(&S[0], &src[0], &k[0], &q[0], n, alpha, beta, v, &out)
+		} else {
+			gdnStepAVX2(&S[0], &src[0], &k[0], &q[0], n, alpha, beta, v, &out)
+		}
 		return out[0], out[1]
 	}
 	var acc [32]float32

@@ -8,17 +8,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// GDNStepFast gives the same bits with and without AVX2, in place and not, and its state update is the exact
+// GDNStepFast gives the same bits in Go, AVX2 and AVX-512 (each this CPU has), in place and not, and its state update is the exact
 // mode's elementwise ScaleInto then AddScaled with the returned δ (what tape replay runs).
 func TestGDNStepFast(t *testing.T) {
 	r := rand.New(rand.NewPCG(61, 62))
 	for _, n := range []int{32, 64, 256, 40} {
 		src, k, q := randVec(r, n, 1), randVec(r, n, 0.1), randVec(r, n, 0.1)
 		alpha, beta, v := float32(0.93), float32(0.61), float32(0.37)
-		run := func(avx2, inPlace bool) ([]float32, float32, float32) {
-			saved := useAVX2
-			useAVX2 = avx2 && saved
-			defer func() { useAVX2 = saved }()
+		run := func(path string, inPlace bool) ([]float32, float32, float32) {
+			s2, s5 := useAVX2, useAVX512
+			useAVX2, useAVX512 = path != "go" && s2, path == "avx512" && s5
+			defer func() { useAVX2, useAVX512 = s2, s5 }()
 			S := make([]float32, n)
 			from := src
 			if inPlace {
@@ -28,13 +28,13 @@ func TestGDNStepFast(t *testing.T) {
 			o, d := GDNStepFast(S, from, k, q, alpha, beta, v)
 			return S, o, d
 		}
-		S0, o0, d0 := run(false, false)
-		for _, avx2 := range []bool{false, true} {
+		S0, o0, d0 := run("go", false)
+		for _, path := range []string{"go", "avx2", "avx512"} {
 			for _, inPlace := range []bool{false, true} {
-				S, o, d := run(avx2, inPlace)
-				assertBits(t, S0, S, "n %d avx2 %v in place %v: state", n, avx2, inPlace)
-				require.Equal(t, math.Float32bits(o0), math.Float32bits(o), "n %d avx2 %v: o", n, avx2)
-				require.Equal(t, math.Float32bits(d0), math.Float32bits(d), "n %d avx2 %v: d", n, avx2)
+				S, o, d := run(path, inPlace)
+				assertBits(t, S0, S, "n %d %s in place %v: state", n, path, inPlace)
+				require.Equal(t, math.Float32bits(o0), math.Float32bits(o), "n %d %s: o", n, path)
+				require.Equal(t, math.Float32bits(d0), math.Float32bits(d), "n %d %s: d", n, path)
 			}
 		}
 		want := make([]float32, n)

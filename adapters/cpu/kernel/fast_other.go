@@ -28,7 +28,8 @@ func swigluFastAVX2(dst, gate, up *float32, n int)                             {
 func quantizeFastQ4AVX2(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
 func quantizeFastQ8AVX2(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
 
-func gdnStepAVX2(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32) { noAVX2() }
+func gdnStepAVX2(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32)   { noAVX2() }
+func gdnStepAVX512(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32) { noAVX2() }
 
 // panelKernels is never called without VNNI (usePanelAsm is false).
 var panelKernels [2][5]func(a *panelArgs)
