@@ -1,0 +1,83 @@
+//go:build linux && amd64 && !purego
+
+package kernel
+
+import (
+	"math/rand/v2"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+)
+
+// guardedPanels moves p's codes, scales and biases against inaccessible pages.
+func guardedPanels(t *testing.T, p *panels, tail bool) *panels {
+	cb := guarded(t, 4*len(p.codes), tail)
+	codes := unsafe.Slice((*uint32)(unsafe.Pointer(&cb[0])), len(p.codes))
+	copy(codes, p.codes)
+	return &panels{codes: codes, scales: guardedF32(t, p.scales, tail), biases: guardedF32(t, p.biases, tail), n: p.n}
+}
+
+// The panel kernels (both widths, every group size, 1 to 33 rows) on panels and outputs placed against
+// inaccessible pages give panelRunGo's bits: the prefetching one- and two-row kernels and the last panel's
+// reads stay inside the weights.
+func TestPanelKernelsStayInBounds(t *testing.T) {
+	if !hasPanelAsm {
+		t.Skip("no AVX512-VNNI on this CPU: the panel kernels do not run here")
+	}
+	r := rand.New(rand.NewPCG(71, 72))
+	for _, tail := range []bool{true, false} {
+		for _, bits := range []int{4, 8} {
+			for _, g := range []int{32, 64, 128} {
+				for _, shape := range [][2]int{{16, g}, {32, 3 * g}, {16, 128 + g}} {
+					out, in := shape[0], shape[1]
+					q, _ := quantFixture(r, out, in, bits, g)
+					l, err := NewQuant(out, in, q)
+					require.NoError(t, err)
+					l.Pool = NewPoolMode(2, ModeFast)
+					gp := guardedPanels(t, buildPanels(&q, out, in), tail)
+					l.pan.once.Do(func() { l.pan.p = gp })
+					for _, rows := range []int{1, 2, 5, 8, 13, 16, 17, 33} {
+						x := guardedF32(t, randVec(r, rows*in, 1), tail)
+						b := make([]float32, rows*out)
+						withPanels(false, func() { l.Forward(b, x, rows) })
+						a := guardedF32(t, make([]float32, rows*out), tail)
+						withPanels(true, func() { l.Forward(a, x, rows) })
+						assertBits(t, b, a, "tail %v q%d g%d out %d in %d rows %d", tail, bits, g, out, in, rows)
+					}
+				}
+			}
+		}
+	}
+}
+
+// The attention kernels on keys, values, queries, scores and outputs placed against inaccessible pages give
+// their Go form's bits.
+func TestAttnKernelsStayInBounds(t *testing.T) {
+	if !useAVX512 {
+		t.Skip("no AVX-512 on this CPU: the attention kernels do not run here")
+	}
+	r := rand.New(rand.NewPCG(73, 74))
+	for _, tail := range []bool{true, false} {
+		for _, d := range []int{16, 64, 256} {
+			for _, nq := range []int{1, 3} {
+				for _, n := range []int{1, 5} {
+					stride := d + 16
+					kv := (n-1)*stride + d
+					k, v := guardedF32(t, randVec(r, kv, 1), tail), guardedF32(t, randVec(r, kv, 1), tail)
+					q := guardedF32(t, randVec(r, nq*d, 1), tail)
+					want := make([]float32, nq*n)
+					attnScoresGo(want, n, q, nq, k, stride, n, d, 0.5)
+					got := guardedF32(t, make([]float32, nq*n), tail)
+					AttnScores(got, n, q, nq, k, stride, n, d, 0.5)
+					assertBits(t, want, got, "scores tail %v d %d nq %d n %d", tail, d, nq, n)
+					wo := make([]float32, nq*d)
+					attnValuesGo(wo, want, n, nq, v, stride, n, d)
+					o := guardedF32(t, make([]float32, nq*d), tail)
+					AttnValues(o, got, n, nq, v, stride, n, d)
+					assertBits(t, wo, o, "values tail %v d %d nq %d n %d", tail, d, nq, n)
+				}
+			}
+		}
+	}
+}
