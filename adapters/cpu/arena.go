@@ -14,7 +14,7 @@ type arena struct {
 }
 
 const (
-	maxArena    = 1 << 18 // values (1 MiB: a 16-row verify block's fused projections and logits fit)
+	maxArena    = 1 << 18 // values (1 MiB: a 16-row verify block's fused projections fit, and its logits up to a vocabulary of 16,384)
 	arenaBudget = 1 << 23 // values (32 MiB)
 )
 

@@ -20,8 +20,9 @@ func passes(seqs []model.Seq[act, *weight]) ([]*pass, bool) {
 }
 
 // AttentionBatch runs one layer's attention for every sequence of a batch in one pool loop over all their
-// (row, head) outputs (model.BatchStates). Each output is computed by attnJob.head inside one work item, as
-// in pass.Attention, so every sequence gets the bits of its own attention whatever the batch holds.
+// work units (model.BatchStates). Each unit is computed by attnJob.unit, as in pass.Attention, and an
+// output's bits do not depend on how its unit was cut, so every sequence gets the bits of its own attention
+// whatever the batch holds.
 func (o ops) AttentionBatch(layer int, seqs []model.Seq[act, *weight], queries []int, q, k, v act, a model.Attend[*weight]) (act, bool) {
 	ps, ok := passes(seqs)
 	if !ok {

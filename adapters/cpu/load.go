@@ -49,7 +49,12 @@ func (l *loader) Linear(tensor, module string, dims ...int) (*weight, error) {
 		return nil, err
 	}
 	lin.Pool = l.pool
-	lin.Prepare()
+	// The kernels' own layout (if the pool's mode has one) is built now, not in the first request; except for
+	// the input embedding, which only Row reads unless it is tied to the LM head (then its first product
+	// builds it).
+	if !strings.HasSuffix(module, "embed_tokens") {
+		lin.Prepare()
+	}
 	return &weight{lin: lin}, nil
 }
 

@@ -85,9 +85,9 @@ func (p *pass) Attention(layer int, q, k, v act, a model.Attend[*weight]) act {
 	return act{j.out, q.t}
 }
 
-// attnJob is one sequence's attention of a layer, prepared (rotated rows, the cache's extent) so that each
-// (row, head) output can be computed on its own by head: pass.Attention and the batched attention over
-// several sequences (batchstate.go) run the same computation per output.
+// attnJob is one sequence's attention of a layer, prepared (rotated rows, the cache's extent) so that its work
+// units (unit) can be computed on their own: pass.Attention and the batched attention over several sequences
+// (batchstate.go) run the same computation per output.
 type attnJob struct {
 	a                 model.Attend[*weight]
 	c                 *kvCache
@@ -96,14 +96,16 @@ type attnJob struct {
 	group             int
 	scale             float32
 	rows              int
-	// fast runs the fast mode's attention kernels (kernel.FastAttention): one work unit per (row, KV head)
-	// for all the query heads that share it, instead of one per (row, query head).
-	fast bool
+	// fast runs the fast mode's attention kernels (kernel.FastAttention) over the query heads of a unit
+	// together: one unit per (row, KV head), or per (row, query head) when perHead (fewer (row, KV head)
+	// pairs than workers, as when decoding with few KV heads on many cores). Each output's bits are the
+	// same either way.
+	fast, perHead bool
 }
 
 // units is the number of independent work units of the job (unit's idx range).
 func (j *attnJob) units() int {
-	if j.fast {
+	if j.fast && !j.perHead {
 		return j.rows * (j.Hq / j.group)
 	}
 	return j.rows * j.Hq
@@ -111,30 +113,32 @@ func (j *attnJob) units() int {
 
 // scratch is the length of the scores buffer unit needs.
 func (j *attnJob) scratch() int {
-	if j.fast {
+	if j.fast && !j.perHead {
 		return j.group * (j.n + j.bs)
 	}
 	return j.n + j.bs
 }
 
-// unit computes work unit idx: one (row, head) output (head), or in the fast mode one (row, KV head)'s group
-// of outputs (groupFast).
+// unit computes work unit idx: in the exact mode one (row, head) output (head); in the fast mode one (row,
+// KV head)'s group of query heads, or one (row, query head) (headsFast).
 func (j *attnJob) unit(idx int, scores, tmp []float32) {
-	if j.fast {
-		j.groupFast(idx, scores)
-		return
+	switch {
+	case !j.fast:
+		j.head(idx, scores, tmp)
+	case j.perHead:
+		j.headsFast(idx/j.Hq, idx%j.Hq, 1, scores)
+	default:
+		Hkv := j.Hq / j.group
+		j.headsFast(idx/Hkv, (idx%Hkv)*j.group, j.group, scores)
 	}
-	j.head(idx, scores, tmp)
 }
 
-// groupFast computes the outputs of row idx/Hkv for the query heads of KV head idx%Hkv with the fast attention
-// kernels: the same visible keys as head (the cached ones from the window's start, then the visible block
-// keys, a contiguous range), each head's softmax over them, then the weighted sum in key order.
-func (j *attnJob) groupFast(idx int, scores []float32) {
+// headsFast computes the outputs of row i for the nh query heads from h0 (all of one KV head) with the fast
+// attention kernels: the same visible keys as head (the cached ones from the window's start, then the visible
+// block keys, a contiguous range), each head's softmax over them, then the weighted sum in key order.
+func (j *attnJob) headsFast(i, h0, nh int, scores []float32) {
 	a, c, d, kvw := j.a, j.c, j.d, j.kvw
-	Hkv := j.Hq / j.group
-	i, g := idx/Hkv, idx%Hkv
-	h0 := g * j.group
+	g := h0 / j.group
 	first := 0
 	if a.Window > 0 {
 		first = max(0, a.Pos+i-a.Window+1)
@@ -146,28 +150,29 @@ func (j *attnJob) groupFast(idx int, scores []float32) {
 	if a.Window > 0 {
 		blo, bhi = max(blo, i-a.Window+1), min(bhi, i+a.Window)
 	}
-	nc, nb := j.n-first, max(0, bhi-blo)
+	// A window can start past every cached key (a block longer than the window).
+	nc, nb := max(0, j.n-first), max(0, bhi-blo)
 	nv := nc + nb
 	if nv == 0 {
 		return
 	}
-	q := j.qr[(i*j.Hq+h0)*d : (i*j.Hq+h0+j.group)*d]
-	sc := scores[:j.group*nv]
+	q := j.qr[(i*j.Hq+h0)*d : (i*j.Hq+h0+nh)*d]
+	sc := scores[:nh*nv]
 	if nc > 0 {
-		kernel.AttnScores(sc, nv, q, j.group, c.k[first*kvw+g*d:], kvw, nc, d, j.scale)
+		kernel.AttnScores(sc, nv, q, nh, c.k[first*kvw+g*d:], kvw, nc, d, j.scale)
 	}
 	if nb > 0 {
-		kernel.AttnScores(sc[nc:], nv, q, j.group, j.kr[blo*kvw+g*d:], kvw, nb, d, j.scale)
+		kernel.AttnScores(sc[nc:], nv, q, nh, j.kr[blo*kvw+g*d:], kvw, nb, d, j.scale)
 	}
-	for h := range j.group {
+	for h := range nh {
 		kernel.SoftmaxFast(sc[h*nv : (h+1)*nv])
 	}
-	o := j.out[(i*j.Hq+h0)*d : (i*j.Hq+h0+j.group)*d]
+	o := j.out[(i*j.Hq+h0)*d : (i*j.Hq+h0+nh)*d]
 	if nc > 0 {
-		kernel.AttnValues(o, sc, nv, j.group, c.v[first*kvw+g*d:], kvw, nc, d)
+		kernel.AttnValues(o, sc, nv, nh, c.v[first*kvw+g*d:], kvw, nc, d)
 	}
 	if nb > 0 {
-		kernel.AttnValues(o, sc[nc:], nv, j.group, j.v[blo*kvw+g*d:], kvw, nb, d)
+		kernel.AttnValues(o, sc[nc:], nv, nh, j.v[blo*kvw+g*d:], kvw, nb, d)
 	}
 }
 
@@ -185,6 +190,7 @@ func (p *pass) attend(layer int, q, k, v act, a model.Attend[*weight], out []flo
 	j.group = j.Hq / Hkv
 	j.rows = q.t
 	j.fast = p.pool.Mode() == kernel.ModeFast && kernel.FastAttention(d)
+	j.perHead = j.rows*Hkv < p.pool.Threads()
 	if out == nil {
 		out = p.mem.get(q.t * j.Hq * d)
 	}

@@ -1,5 +1,7 @@
 package kernel
 
+import "fmt"
+
 // The fast mode's attention kernels (AVX-512; gen_attn.py). The exact mode computes each (row, head) score
 // with Dot and its softmax with float64 exp, one key at a time, which on a long context costs more in calls
 // than in arithmetic (a DFlash drafter's rounds attend over the whole context). In the fast mode, on CPUs with
@@ -20,6 +22,7 @@ func FastAttention(d int) bool { return useFastAttn && d%16 == 0 && d > 0 && d <
 // AttnScores sets s[i·lds + p] = (q_i · k_p)·scale for the nq query heads q_i = q[i·d:(i+1)·d] and the n keys
 // k_p = k[p·kstride:p·kstride+d] (d a multiple of 16).
 func AttnScores(s []float32, lds int, q []float32, nq int, k []float32, kstride, n, d int, scale float32) {
+	checkAttnDim(d)
 	if n == 0 || nq == 0 {
 		return
 	}
@@ -36,6 +39,7 @@ func AttnScores(s []float32, lds int, q []float32, nq int, k []float32, kstride,
 // AttnValues adds Σ_p s[i·lds + p]·v_p, in key order, to o_i = o[i·d:(i+1)·d] for the nq heads, with
 // v_p = v[p·vstride:p·vstride+d] (d a multiple of 16, at most 256).
 func AttnValues(o, s []float32, lds, nq int, v []float32, vstride, n, d int) {
+	checkAttnDim(d)
 	if n == 0 || nq == 0 {
 		return
 	}
@@ -47,6 +51,13 @@ func AttnValues(o, s []float32, lds, nq int, v []float32, vstride, n, d int) {
 		return
 	}
 	attnValuesGo(o, s, lds, nq, v, vstride, n, d)
+}
+
+// checkAttnDim panics on a head dimension the kernels do not take (a caller bug: FastAttention says which).
+func checkAttnDim(d int) {
+	if d <= 0 || d%16 != 0 || d > 256 {
+		panic(fmt.Sprintf("kernel: attention head dimension %d is not a multiple of 16 up to 256", d))
+	}
 }
 
 // SoftmaxFast is Softmax with fastExpNeg: m = max x, e_j = exp(−(m − x_j)), the sum in index order, then each

@@ -17,7 +17,8 @@ import (
 // word (word w of rows 0…15, then word w+1), so one 64-byte load holds the same 8 (4-bit) or 4 (8-bit) inputs
 // of 16 rows, and its scales and biases are per group the 16 rows' values side by side. A Linear builds its
 // panels once, on its first fast-mode product (or Prepare), as a copy: the MLX layout it borrows stays for Row
-// (embedding lookups) and for the exact mode.
+// (embedding lookups) and for the exact mode. So the fast mode on such a CPU holds its 4- and 8-bit weights
+// twice: once as heap memory, once in the (file-backed, reclaimable) mmap of the checkpoint.
 //
 // Arithmetic (panelRunGo, operation for operation): the inputs are quantized exactly as in the lane form
 // (fast.go: per block of 32 inputs a step d and int8 codes, per group the sum xs). An element
@@ -181,10 +182,11 @@ func (l *Linear) forwardPanels(dst, x []float32, rows int) {
 	}
 	grain := max(1, 2048/(in*rows))
 	l.Pool.For(pn.n, grain, func(lo, hi int) {
+		var a panelArgs // one per worker: the call through the kernel table moves it to the heap
 		for p0 := lo; p0 < hi; p0 += step {
 			p1 := min(p0+step, hi)
 			for _, b := range blocks {
-				a := panelArgs{
+				a = panelArgs{
 					codes: unsafe.Pointer(&pn.codes[p0*pw]), scales: unsafe.Pointer(&pn.scales[p0*panelRows*ng]),
 					biases: unsafe.Pointer(&pn.biases[p0*panelRows*ng]), npanels: p1 - p0,
 					xp: unsafe.Pointer(&xp[b.r*nch*rec]), chadj: b.n*rec - xstep, xst: unsafe.Pointer(&xst[b.r*ng]),
