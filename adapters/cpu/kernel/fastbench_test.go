@@ -7,7 +7,7 @@ import (
 )
 
 // BenchmarkFastRows times Forward alone (no side measurements) on the 306M synth's shapes, 4- and 8-bit
-// weights with groups of 64, in both modes, for the row counts of decode, verify blocks and prefill tiles.
+// weights with groups of 64, in both modes (and the fast mode's lane form), for the row counts of decode, verify blocks and prefill tiles.
 // The machine may be shared: compare runs side by side with -count.
 //
 //	go test -run '^$' -bench FastRows -benchtime 20x -count 3 ./adapters/cpu/kernel
@@ -18,12 +18,21 @@ func BenchmarkFastRows(b *testing.B) {
 		for _, bits := range []int{4, 8} {
 			q, _ := quantFixture(r, out, in, bits, 64)
 			l, _ := NewQuant(out, in, q)
-			for _, mode := range []Mode{ModeExact, ModeFast} {
+			// "fast" is the fast mode as this CPU runs it; "lanes" the fast mode with the panel form off (on a
+			// CPU without AVX512-VNNI the two are the same kernels).
+			for _, variant := range []string{"exact", "fast", "lanes"} {
+				mode := ModeFast
+				if variant == "exact" {
+					mode = ModeExact
+				}
 				l.Pool = NewPoolMode(0, mode)
 				for _, rows := range []int{1, 4, 8, 16, 128} {
 					x := randVec(r, rows*in, 1)
 					dst := make([]float32, rows*out)
-					b.Run(fmt.Sprintf("q%d/%s/%dx%d/rows=%d", bits, mode, out, in, rows), func(b *testing.B) {
+					b.Run(fmt.Sprintf("q%d/%s/%dx%d/rows=%d", bits, variant, out, in, rows), func(b *testing.B) {
+						p := usePanels
+						usePanels = p && variant != "lanes"
+						defer func() { usePanels = p }()
 						for b.Loop() {
 							l.Forward(dst, x, rows)
 						}
