@@ -100,7 +100,7 @@ func (o ops) DeltaNetBatch(layer int, seqs []model.Seq[act, *weight], w *model.D
 		}
 	})
 	for _, j := range jobs {
-		j.st.cur = 1 - j.st.cur
+		j.flip()
 	}
 	return act{out, pr.t}, true
 }

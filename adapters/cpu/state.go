@@ -14,8 +14,9 @@ type kvCache struct {
 
 // gdnState is one Gated DeltaNet layer's recurrent state. The conv buffer holds the last Kc−1 raw projection
 // rows, oldest first (a shift buffer, so there is no ring index to save). The SSM state [Hv, dv, dk] lives in
-// two ping-pong buffers: every Forward reads s[cur] and writes the other, so the pre-block state S₀ stays intact
-// for tape replay until the next Forward.
+// two ping-pong buffers: a Forward that records a tape reads s[cur] and writes the other, so the pre-block state
+// S₀ stays intact for tape replay until the next Forward; one that records none (decode, prefill) updates s[cur]
+// in place, which reads and writes the state once instead of reading one buffer and filling another.
 type gdnState struct {
 	conv []float32
 	s    [2][]float32
@@ -257,8 +258,15 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) 
 			j.head(h, tmp)
 		}
 	})
-	j.st.cur = 1 - j.st.cur
+	j.flip()
 	return act{j.o, j.T}
+}
+
+// flip makes the buffer head wrote the current state (nothing to do after an update in place).
+func (j *gdnJob) flip() {
+	if !j.inPlace {
+		j.st.cur = 1 - j.st.cur
+	}
 }
 
 // gdnJob is one sequence's Gated DeltaNet layer over a block, in steps that pass.DeltaNet and the batched
@@ -271,6 +279,7 @@ type gdnJob struct {
 	X, Y, beta, alpha, delta, o   []float32
 	Hk, Hv, dk, dv, Kc, Dk, Dv, C int
 	rho, T                        int
+	inPlace                       bool // no tape: the recurrence updates s[cur] in place (see gdnState)
 	fast                          bool
 }
 
@@ -288,6 +297,7 @@ func (p *pass) deltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act, 
 		tp = &gdnTape{}
 		p.tape.layers[layer] = tp
 	}
+	j.inPlace = tp == nil
 	p.touched = true
 	// The conv window X = [conv state; P], which the tape keeps as is.
 	X := p.mem.get((Kc - 1 + T) * C)
@@ -366,6 +376,9 @@ func (j *gdnJob) head(h int, tmp []float32) {
 	Y, C, T, Hv, dk, dv, Dk, fast := j.Y, j.C, j.T, j.Hv, j.dk, j.dv, j.Dk, j.fast
 	o, delta, alpha, beta := j.o, j.delta, j.alpha, j.beta
 	src, dst := j.st.s[j.st.cur], j.st.s[1-j.st.cur]
+	if j.inPlace {
+		dst = src
+	}
 	kh := h / j.rho
 	S := dst[h*dv*dk : (h+1)*dv*dk]
 	S0 := src[h*dv*dk : (h+1)*dv*dk]
