@@ -1,6 +1,10 @@
 package kernel
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/viterin/vek/vek32"
+)
 
 // The fast mode's attention kernels (AVX-512; gen_attn.py). The exact mode computes each (row, head) score
 // with Dot and its softmax with float64 exp, one key at a time, which on a long context costs more in calls
@@ -60,37 +64,24 @@ func checkAttnDim(d int) {
 	}
 }
 
-// SoftmaxFast is Softmax with fastExpNeg: m = max x, e_j = exp(−(m − x_j)), the sum in index order, then each
-// e_j times 1/sum.
+// SoftmaxFast is Softmax in the fast mode's arithmetic: m = max x (vek32.Max), y_j = x_j − m, e_j =
+// fastExpNeg(−y_j) (an AVX2 vector exp, the same bits lane by lane), the sum of the e_j by vek32.Sum (a fixed
+// order for a given length), then each e_j times 1/sum.
 func SoftmaxFast(x []float32) {
 	if len(x) == 0 {
 		return
 	}
-	m := x[0]
-	for _, v := range x[1:] {
-		if v > m {
-			m = v
-		}
-	}
-	for j, v := range x {
-		x[j] = m - v
-	}
+	m := vek32.Max(x)
+	vek32.SubNumber_Inplace(x, m)
 	j := 0
 	if useFastAVX2 && len(x) >= 8 {
 		j = len(x) &^ 7
-		expNegFastAVX2(&x[0], &x[0], j)
+		expFastAVX2(&x[0], &x[0], j)
 	}
 	for ; j < len(x); j++ {
-		x[j] = fastExpNeg(x[j])
+		x[j] = fastExpNeg(-x[j])
 	}
-	var s float32
-	for _, e := range x {
-		s += e
-	}
-	inv := 1 / s
-	for j := range x {
-		x[j] *= inv
-	}
+	vek32.MulNumber_Inplace(x, 1/vek32.Sum(x))
 }
 
 func attnScoresGo(s []float32, lds int, q []float32, nq int, k []float32, kstride, n, d int, scale float32) {

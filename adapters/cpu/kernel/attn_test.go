@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/viterin/vek/vek32"
 )
 
 // The AVX-512 attention kernels give attnScoresGo's and attnValuesGo's bits for every head size, head count,
@@ -76,12 +77,10 @@ func TestSoftmaxFastMatchesScalar(t *testing.T) {
 			m = max(m, v)
 		}
 		want := make([]float32, n)
-		var s float32
 		for j, v := range x {
 			want[j] = fastExpNeg(m - v)
-			s += want[j]
 		}
-		inv := 1 / s
+		inv := 1 / vek32.Sum(want)
 		for j := range want {
 			want[j] *= inv
 		}

@@ -117,7 +117,7 @@ func siluFastAVX2(dst, x *float32, n int)
 func sigmoidFastAVX2(dst, x *float32, n int)
 
 //go:noescape
-func expNegFastAVX2(dst, x *float32, n int)
+func expFastAVX2(dst, x *float32, n int)
 
 //go:noescape
 func swigluFastAVX2(dst, gate, up *float32, n int)

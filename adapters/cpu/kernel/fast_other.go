@@ -23,7 +23,7 @@ func fastQ8R4AVX2(a *fastArgs2) { noAVX2() }
 
 func siluFastAVX2(dst, x *float32, n int)                                      { noAVX2() }
 func sigmoidFastAVX2(dst, x *float32, n int)                                   { noAVX2() }
-func expNegFastAVX2(dst, x *float32, n int)                                    { noAVX2() }
+func expFastAVX2(dst, x *float32, n int)                                       { noAVX2() }
 func swigluFastAVX2(dst, gate, up *float32, n int)                             { noAVX2() }
 func quantizeFastQ4AVX2(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
 func quantizeFastQ8AVX2(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }

@@ -291,8 +291,9 @@ gdn_pass2:
 	VZEROUPPER
 	RET
 
-// func expNegFastAVX2(dst, x *float32, n int): dst = fastExpNeg(x) lane by lane; n a positive multiple of 8.
-TEXT ·expNegFastAVX2(SB), NOSPLIT, $0-24
+// func expFastAVX2(dst, x *float32, n int): dst = fastExpNeg(−x), i.e. exp(x) clamped, lane by lane; n a
+// positive multiple of 8.
+TEXT ·expFastAVX2(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI
 	MOVQ x+8(FP), SI
 	MOVQ n+16(FP), CX
@@ -304,9 +305,9 @@ TEXT ·expNegFastAVX2(SB), NOSPLIT, $0-24
 	VBROADCASTSS fxc<>+16(SB), Y13
 	VBROADCASTSS fxc<>+20(SB), Y14
 	VBROADCASTSS fxc<>+44(SB), Y15
-expnegloop:
+exploop:
 	VMOVUPS (SI), Y0
-	VXORPS Y8, Y0, Y1
+	VMOVUPS Y0, Y1
 	VMINPS Y1, Y9, Y1
 	VMAXPS Y1, Y10, Y1
 	VMULPS Y11, Y1, Y2
@@ -342,7 +343,7 @@ expnegloop:
 	ADDQ $32, SI
 	ADDQ $32, DI
 	SUBQ $8, CX
-	JNZ expnegloop
+	JNZ exploop
 	VZEROUPPER
 	RET
 
