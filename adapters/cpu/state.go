@@ -323,18 +323,25 @@ func (p *pass) deltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act, 
 // conv runs the causal depthwise conv over X, then SiLU, for channels lo..hi−1.
 func (j *gdnJob) conv(lo, hi int) {
 	conv, X, Y, C, Kc, T, fast := j.w.Conv.vec, j.X, j.Y, j.C, j.Kc, j.T, j.fast
+	// The taps transposed for the chunk, so each step runs over contiguous channels: per row t and channel c,
+	// from +0, acc += w_j·X[t+j] for j in order (each product rounded, then the add), as one vector op per tap.
+	n := hi - lo
+	wt, tmp := make([]float32, Kc*n), make([]float32, n)
 	for c := lo; c < hi; c++ {
-		wc := conv[c*Kc : (c+1)*Kc]
-		for t := range T {
-			var acc float32
-			for j, wj := range wc {
-				acc += float32(wj * X[(t+j)*C+c])
+		for jj, w := range conv[c*Kc : (c+1)*Kc] {
+			wt[jj*n+c-lo] = w
+		}
+	}
+	for t := range T {
+		y := Y[t*C+lo : t*C+hi]
+		clear(y)
+		for jj := range Kc {
+			kernel.MulAdd(y, wt[jj*n:(jj+1)*n], X[(t+jj)*C+lo:(t+jj)*C+hi], tmp)
+		}
+		if !fast {
+			for i, v := range y {
+				y[i] = kernel.SiLU(v)
 			}
-			if fast {
-				Y[t*C+c] = acc
-				continue
-			}
-			Y[t*C+c] = kernel.SiLU(acc)
 		}
 	}
 	if fast {

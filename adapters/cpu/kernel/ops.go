@@ -161,6 +161,16 @@ func ScaleInto(dst, x []float32, a float32) {
 	vek32.MulNumber_Into(dst, x[:len(dst)], a)
 }
 
+// MulAdd sets dst[j] += x[j]·y[j] with the product rounded before the add (never fused), using tmp (len(dst))
+// as scratch.
+func MulAdd(dst, x, y, tmp []float32) {
+	if len(dst) == 0 {
+		return
+	}
+	vek32.Mul_Into(tmp[:len(dst)], x[:len(dst)], y[:len(dst)])
+	vek32.Add_Inplace(dst, tmp[:len(dst)])
+}
+
 // AddScaled sets dst[j] += a·x[j] with the product rounded before the add (never fused), using tmp (len(dst))
 // as scratch.
 func AddScaled(dst, x, tmp []float32, a float32) {
