@@ -145,10 +145,13 @@ func fastTemplate(in, gs int, nibble bool) fastArgs {
 }
 
 // fastBlocks splits rows into the kernels' input-row blocks: 8 at a time, then 4, 2 and 1.
-func fastBlocks(rows int) []quantRowBlock {
+func fastBlocks(rows int) []quantRowBlock { return pow2Blocks(rows, 8) }
+
+// pow2Blocks splits rows into blocks of most rows at a time (a power of two), then halves of it down to 1.
+func pow2Blocks(rows, most int) []quantRowBlock {
 	var bs []quantRowBlock
 	for r := 0; r < rows; {
-		n := 8
+		n := most
 		for n > rows-r {
 			n /= 2
 		}

@@ -67,18 +67,7 @@ func fastTemplate2(in, gs int, nibble bool) fastArgs2 {
 }
 
 // fastBlocks2 splits rows into the AVX2 kernels' input-row blocks: 4 at a time, then 2 and 1.
-func fastBlocks2(rows int) []quantRowBlock {
-	var bs []quantRowBlock
-	for r := 0; r < rows; {
-		n := 4
-		for n > rows-r {
-			n /= 2
-		}
-		bs = append(bs, quantRowBlock{r, n})
-		r += n
-	}
-	return bs
-}
+func fastBlocks2(rows int) []quantRowBlock { return pow2Blocks(rows, 4) }
 
 // runFast2 runs the AVX2 kernel of a form (0 nibble, 1 byte) for a block of n input rows. The calls are direct
 // (not through a table) so that a stays on the caller's stack.

@@ -210,29 +210,37 @@ func TestFastError(t *testing.T) {
 				l.Pool = NewPoolMode(2, ModeFast)
 				got := make([]float32, rows*out)
 				l.Forward(got, x, rows)
-				want, mag := naive(deq, x, rows, out, in)
-				var relSum float64
-				for row := range rows {
-					for o := range out {
-						var bound float64
-						for b := range in / 32 {
-							var amax, wsum float64
-							for j := b * 32; j < (b+1)*32; j++ {
-								amax = max(amax, math.Abs(float64(x[row*in+j])))
-								wsum += math.Abs(deq[o*in+j])
-							}
-							bound += amax / 254 * wsum
-						}
-						i := row*out + o
-						e := math.Abs(float64(got[i]) - want[i])
-						require.LessOrEqual(t, e, 1.01*bound+1e-5*mag[i], "row %d out %d", row, o)
-						relSum += e / mag[i]
-					}
-				}
-				assert.Less(t, relSum/float64(rows*out), 2e-3, "mean error relative to Σ|x||w|")
+				assertInt8Error(t, got, x, deq, rows, out, in, "lanes")
 			})
 		}
 	}
+}
+
+// assertInt8Error checks a fast product got of x against the dequantized weights deq: every element within
+// the bound the int8 rounding of the inputs allows (TestFastError), and the mean error relative to Σ|x||w|
+// below 2e-3.
+func assertInt8Error(t *testing.T, got, x []float32, deq []float64, rows, out, in int, what string) {
+	t.Helper()
+	want, mag := naive(deq, x, rows, out, in)
+	var relSum float64
+	for row := range rows {
+		for o := range out {
+			var bound float64
+			for b := range in / 32 {
+				var amax, wsum float64
+				for j := b * 32; j < (b+1)*32; j++ {
+					amax = max(amax, math.Abs(float64(x[row*in+j])))
+					wsum += math.Abs(deq[o*in+j])
+				}
+				bound += amax / 254 * wsum
+			}
+			i := row*out + o
+			e := math.Abs(float64(got[i]) - want[i])
+			require.LessOrEqual(t, e, 1.01*bound+1e-5*mag[i], "%s: row %d out %d", what, row, o)
+			relSum += e / mag[i]
+		}
+	}
+	assert.Less(t, relSum/float64(rows*out), 2e-3, "%s: mean error relative to Σ|x||w|", what)
 }
 
 // ModeFast changes only quantized products; f32 and bf16 keep the exact bits. A block holding NaN or Inf

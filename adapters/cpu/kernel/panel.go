@@ -107,18 +107,7 @@ type panelArgs struct {
 }
 
 // panelBlocks splits rows into the panel kernels' blocks: 16 at a time, then 8, 4, 2 and 1.
-func panelBlocks(rows int) []quantRowBlock {
-	var bs []quantRowBlock
-	for r := 0; r < rows; {
-		n := 16
-		for n > rows-r {
-			n /= 2
-		}
-		bs = append(bs, quantRowBlock{r, n})
-		r += n
-	}
-	return bs
-}
+func panelBlocks(rows int) []quantRowBlock { return pow2Blocks(rows, 16) }
 
 // panelRIndex is the kernel table index of a block of n input rows.
 func panelRIndex(n int) int {

@@ -153,30 +153,11 @@ func TestPanelError(t *testing.T) {
 				l, err := NewQuant(out, in, q)
 				require.NoError(t, err)
 				l.Pool = NewPoolMode(2, ModeFast)
-				want, mag := naive(deq, x, rows, out, in)
 				for _, asm := range panelPaths() {
 					withPanels(asm, func() {
 						got := make([]float32, rows*out)
 						l.Forward(got, x, rows)
-						var relSum float64
-						for row := range rows {
-							for o := range out {
-								var bound float64
-								for b := range in / 32 {
-									var amax, wsum float64
-									for j := b * 32; j < (b+1)*32; j++ {
-										amax = max(amax, math.Abs(float64(x[row*in+j])))
-										wsum += math.Abs(deq[o*in+j])
-									}
-									bound += amax / 254 * wsum
-								}
-								i := row*out + o
-								e := math.Abs(float64(got[i]) - want[i])
-								require.LessOrEqual(t, e, 1.01*bound+1e-5*mag[i], "asm %v row %d out %d", asm, row, o)
-								relSum += e / mag[i]
-							}
-						}
-						assert.Less(t, relSum/float64(rows*out), 2e-3, "asm %v: mean error relative to Σ|x||w|", asm)
+						assertInt8Error(t, got, x, deq, rows, out, in, fmt.Sprintf("panels, asm %v", asm))
 						for _, bad := range []float32{float32(math.NaN()), float32(math.Inf(1))} {
 							xb := append([]float32(nil), x[:in]...)
 							xb[70] = bad
