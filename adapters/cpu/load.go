@@ -67,7 +67,18 @@ func (l *loader) Conv(v []float32, channels, k int) (*weight, error) {
 	if len(v) != channels*k {
 		return nil, fmt.Errorf("conv: %d values for %d channels × %d taps", len(v), channels, k)
 	}
-	return &weight{vec: v}, nil
+	return &weight{vec: v, taps: convTaps(v, channels, k)}, nil
+}
+
+// convTaps transposes conv weights [channels, k] to [k, channels].
+func convTaps(v []float32, channels, k int) []float32 {
+	taps := make([]float32, len(v))
+	for c := range channels {
+		for j := range k {
+			taps[j*channels+c] = v[c*k+j]
+		}
+	}
+	return taps
 }
 
 // Fuse never fuses: a fused product computes the same rows as two, and the CPU kernels gain nothing from it.

@@ -33,6 +33,7 @@ type weight struct {
 	lin     *kernel.Linear
 	experts []*kernel.Linear
 	vec     []float32
+	taps    []float32 // a conv's taps transposed, [k][channels] (Conv), for the vectorized convolution
 	rope    *kernel.Rope
 }
 

@@ -322,21 +322,18 @@ func (p *pass) deltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act, 
 
 // conv runs the causal depthwise conv over X, then SiLU, for channels lo..hi−1.
 func (j *gdnJob) conv(lo, hi int) {
-	conv, X, Y, C, Kc, T, fast := j.w.Conv.vec, j.X, j.Y, j.C, j.Kc, j.T, j.fast
-	// The taps transposed for the chunk, so each step runs over contiguous channels: per row t and channel c,
-	// from +0, acc += w_j·X[t+j] for j in order (each product rounded, then the add), as one vector op per tap.
-	n := hi - lo
-	wt, tmp := make([]float32, Kc*n), make([]float32, n)
-	for c := lo; c < hi; c++ {
-		for jj, w := range conv[c*Kc : (c+1)*Kc] {
-			wt[jj*n+c-lo] = w
-		}
+	taps, X, Y, C, Kc, T, fast := j.w.Conv.taps, j.X, j.Y, j.C, j.Kc, j.T, j.fast
+	// With the taps transposed at load, each step runs over contiguous channels: per row t and channel c, from
+	// +0, acc += w_j·X[t+j] for j in order (each product rounded, then the add), as one vector op per tap.
+	tmp := make([]float32, hi-lo)
+	if taps == nil { // a weight built in memory rather than by the loader (benchmarks)
+		taps = convTaps(j.w.Conv.vec, C, Kc)
 	}
 	for t := range T {
 		y := Y[t*C+lo : t*C+hi]
 		clear(y)
 		for jj := range Kc {
-			kernel.MulAdd(y, wt[jj*n:(jj+1)*n], X[(t+jj)*C+lo:(t+jj)*C+hi], tmp)
+			kernel.MulAdd(y, taps[jj*C+lo:jj*C+hi], X[(t+jj)*C+lo:(t+jj)*C+hi], tmp)
 		}
 		if !fast {
 			for i, v := range y {

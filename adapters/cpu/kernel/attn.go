@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"fmt"
+	"math"
 
 	"github.com/viterin/vek/vek32"
 )
@@ -64,7 +65,7 @@ func checkAttnDim(d int) {
 	}
 }
 
-// SoftmaxFast is Softmax in the fast mode's arithmetic: m = max x (vek32.Max), y_j = x_j − m, e_j =
+// SoftmaxFast is Softmax in the fast mode's arithmetic: m = max x (vek32.Max; a row of −Inf gives NaN, as Softmax), y_j = x_j − m, e_j =
 // fastExpNeg(−y_j) (an AVX2 vector exp, the same bits lane by lane), the sum of the e_j by vek32.Sum (a fixed
 // order for a given length), then each e_j times 1/sum.
 func SoftmaxFast(x []float32) {
@@ -72,6 +73,14 @@ func SoftmaxFast(x []float32) {
 		return
 	}
 	m := vek32.Max(x)
+	if m <= -math.MaxFloat32 {
+		// vek32's AVX2 max starts from −MaxFloat32: a row of −Inf would pass for finite (and come out
+		// uniform instead of NaN, as Softmax gives).
+		m = x[0]
+		for _, v := range x[1:] {
+			m = max(m, v)
+		}
+	}
 	vek32.SubNumber_Inplace(x, m)
 	j := 0
 	if useFastAVX2 && len(x) >= 8 {

@@ -86,4 +86,15 @@ func TestSoftmaxFastMatchesScalar(t *testing.T) {
 		}
 		assertBits(t, want, got, "n %d", n)
 	}
+	// A row of −Inf is NaN, as in Softmax, whatever vek32's max starts from.
+	for _, n := range []int{3, 8, 20} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(math.Inf(-1))
+		}
+		SoftmaxFast(x)
+		for i, v := range x {
+			require.True(t, math.IsNaN(float64(v)), "n %d element %d: %v", n, i, v)
+		}
+	}
 }
