@@ -35,17 +35,17 @@ func TestFastAttentionMatchesExact(t *testing.T) {
 	for _, causal := range []bool{false, true} {
 		for _, window := range []int{0, 2, 3, 5, 20} {
 			t.Run(fmt.Sprintf("causal_%v_window_%d", causal, window), func(t *testing.T) {
-				job := func(fast, perHead bool) []float32 {
+				job := func(fast bool, unitHeads int) []float32 {
 					j := &attnJob{a: model.Attend[*weight]{Pos: n, HeadDim: d, Causal: causal, Window: window}, c: c,
 						qr: qr, kr: kr, v: v, out: make([]float32, bs*Hq*d), d: d, Hq: Hq, kvw: kvw, n: n, bs: bs,
-						group: Hq / Hkv, scale: float32(1 / math.Sqrt(d)), rows: bs, fast: fast, perHead: perHead}
+						group: Hq / Hkv, scale: float32(1 / math.Sqrt(d)), rows: bs, fast: fast, unitHeads: unitHeads}
 					scores, tmp := make([]float32, j.scratch()), make([]float32, d)
 					for idx := range j.units() {
 						j.unit(idx, scores, tmp)
 					}
 					return j.out
 				}
-				exact, grouped, single := job(false, false), job(true, false), job(true, true)
+				exact, grouped, single := job(false, 1), job(true, Hq/Hkv), job(true, 1)
 				for i := range exact {
 					require.Equal(t, math.Float32bits(grouped[i]), math.Float32bits(single[i]), "element %d: per KV head vs per query head", i)
 					require.InDelta(t, exact[i], grouped[i], 1e-4, "element %d", i)

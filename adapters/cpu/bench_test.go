@@ -113,7 +113,7 @@ func syntheticTarget(format string, threads int) (*Target, int, int) {
 				negA[j] = -r.Float32()
 			}
 			ly.GDN = &model.DeltaNet[*weight]{QKV: lw(C, H), Z: lw(Dv, H), B: lw(a.ValueHeads, H), A: lw(a.ValueHeads, H), Out: lw(H, Dv),
-				Conv: vec(conv), NegA: vec(negA), DtBias: vec(ones(a.ValueHeads)), Norm: vec(ones(a.ValueDim)),
+				Conv: &weight{vec: conv, taps: convTaps(conv, C, a.ConvKernel)}, NegA: vec(negA), DtBias: vec(ones(a.ValueHeads)), Norm: vec(ones(a.ValueDim)),
 				KeyHeads: a.KeyHeads, ValueHeads: a.ValueHeads, KeyDim: a.KeyDim, ValueDim: a.ValueDim, ConvKernel: a.ConvKernel}
 		}
 		ly.MLP = &model.FFN[*weight]{Gate: lw(a.Intermediate, H), Up: lw(a.Intermediate, H), Down: lw(H, a.Intermediate), Inter: a.Intermediate}

@@ -97,41 +97,29 @@ type attnJob struct {
 	group             int
 	scale             float32
 	rows              int
-	// fast runs the fast mode's attention kernels (kernel.FastAttention) over the query heads of a unit
-	// together: one unit per (row, KV head), or per (row, query head) when perHead (fewer (row, KV head)
-	// pairs than workers, as when decoding with few KV heads on many cores). Each output's bits are the
-	// same either way.
-	fast, perHead bool
+	// fast runs the fast mode's attention kernels (kernel.FastAttention) over unitHeads query heads of one KV
+	// head at a time: the whole group, or 1 when there are fewer (row, KV head) pairs than workers (decoding
+	// with few KV heads on many cores). Each output's bits are the same either way. The exact mode's unit is
+	// one (row, head): unitHeads 1.
+	fast      bool
+	unitHeads int
 }
 
 // units is the number of independent work units of the job (unit's idx range).
-func (j *attnJob) units() int {
-	if j.fast && !j.perHead {
-		return j.rows * (j.Hq / j.group)
-	}
-	return j.rows * j.Hq
-}
+func (j *attnJob) units() int { return j.rows * j.Hq / j.unitHeads }
 
 // scratch is the length of the scores buffer unit needs.
-func (j *attnJob) scratch() int {
-	if j.fast && !j.perHead {
-		return j.group * (j.n + j.bs)
-	}
-	return j.n + j.bs
-}
+func (j *attnJob) scratch() int { return j.unitHeads * (j.n + j.bs) }
 
-// unit computes work unit idx: in the exact mode one (row, head) output (head); in the fast mode one (row,
-// KV head)'s group of query heads, or one (row, query head) (headsFast).
+// unit computes work unit idx: in the exact mode one (row, head) output (head); in the fast mode unitHeads
+// query heads of one row (headsFast).
 func (j *attnJob) unit(idx int, scores, tmp []float32) {
-	switch {
-	case !j.fast:
+	if !j.fast {
 		j.head(idx, scores, tmp)
-	case j.perHead:
-		j.headsFast(idx/j.Hq, idx%j.Hq, 1, scores)
-	default:
-		Hkv := j.Hq / j.group
-		j.headsFast(idx/Hkv, (idx%Hkv)*j.group, j.group, scores)
+		return
 	}
+	per := j.Hq / j.unitHeads // units per row
+	j.headsFast(idx/per, (idx%per)*j.unitHeads, j.unitHeads, scores)
 }
 
 // headsFast computes the outputs of row i for the nh query heads from h0 (all of one KV head) with the fast
@@ -191,7 +179,10 @@ func (p *pass) attend(layer int, q, k, v act, a model.Attend[*weight], out []flo
 	j.group = j.Hq / Hkv
 	j.rows = q.t
 	j.fast = p.pool.Mode() == kernel.ModeFast && kernel.FastAttention(d)
-	j.perHead = j.rows*Hkv < p.pool.Threads()
+	j.unitHeads = 1
+	if j.fast && j.rows*Hkv >= p.pool.Threads() {
+		j.unitHeads = j.group
+	}
 	if out == nil {
 		out = p.mem.get(q.t * j.Hq * d)
 	}
@@ -326,9 +317,6 @@ func (j *gdnJob) conv(lo, hi int) {
 	// With the taps transposed at load, each step runs over contiguous channels: per row t and channel c, from
 	// +0, acc += w_j·X[t+j] for j in order (each product rounded, then the add), as one vector op per tap.
 	tmp := make([]float32, hi-lo)
-	if taps == nil { // a weight built in memory rather than by the loader (benchmarks)
-		taps = convTaps(j.w.Conv.vec, C, Kc)
-	}
 	for t := range T {
 		y := Y[t*C+lo : t*C+hi]
 		clear(y)

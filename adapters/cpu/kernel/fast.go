@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"fmt"
+	"math/bits"
 	"unsafe"
 )
 
@@ -22,8 +23,8 @@ const (
 	// gives the same bits run after run, but a VNNI machine and an AVX2 one can differ by rounding. f32 and
 	// bf16 weights run the exact kernels. On CPUs with AVX-512 the CPU backend's fast mode also runs attention
 	// through kernels of its own (attn.go) and the Gated DeltaNet step with wider vectors (the same bits as
-	// AVX2's). Pools in this mode also select the fast
-	// activations (SiLUFast, SigmoidFast) and Gated DeltaNet step (GDNStepFast) in the CPU backend.
+	// AVX2's). Pools in this mode also select the fast activations (SiLUFast, SigmoidFast) and Gated DeltaNet
+	// step (GDNStepFast) in the CPU backend.
 	ModeFast
 )
 
@@ -161,19 +162,6 @@ func pow2Blocks(rows, most int) []quantRowBlock {
 	return bs
 }
 
-// fastRIndex is the kernel table index of a block of n input rows.
-func fastRIndex(n int) int {
-	switch n {
-	case 8:
-		return 3
-	case 4:
-		return 2
-	case 2:
-		return 1
-	}
-	return 0
-}
-
 // fastTileBytes bounds the packed inputs of one Forward tile in fast mode (each weight row passes over all of
 // them while its codes are in L1, so they should stay in L2).
 const fastTileBytes = 512 << 10
@@ -203,7 +191,7 @@ func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 	if avx2 {
 		blocks = fastBlocks2(rows)
 	}
-	bp, xsp := l.quantizeFast(x, rows, blocks, vnni, avx2)
+	bp, xsp := l.quantizeFast(x, rows, blocks)
 	defer bytesPool.Put(bp)
 	defer scratchPool.Put(xsp)
 	xp, xs := *bp, *xsp
@@ -275,7 +263,7 @@ func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 				a.cstride, a.sstride = rowBytes, 4*ng
 				a.xp, a.xs, a.xss = unsafe.Pointer(&blk[0]), unsafe.Pointer(&xs[b.r*ngp]), 4*ngp
 				a.ldd = 4 * out
-				ks := &fastKernels[form][fastRIndex(b.n)]
+				ks := &fastKernels[form][bits.TrailingZeros(uint(b.n))] // blocks of 1, 2, 4, 8 rows
 				n := o1 - o0
 				if n >= 2 && b.n > 1 {
 					a.codes, a.scales, a.biases = unsafe.Pointer(&cb[0]), unsafe.Pointer(&q.Scales[o0*ng]), unsafe.Pointer(&q.Biases[o0*ng])
@@ -304,8 +292,9 @@ func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 // quantizeFast packs the input rows for the fast kernels: per block of rows (each block's records chunk by
 // chunk, its rows' records side by side) into the returned bytes, and each row's group sums, zero-padded to a
 // multiple of 16, into the returned floats (both pooled: the caller puts them back). Rows are independent;
-// each is written by one worker. vnni and avx2 pick the quantizer, which gives the same bits on every path.
-func (l *Linear) quantizeFast(x []float32, rows int, blocks []quantRowBlock, vnni, avx2 bool) (*[]byte, *[]float32) {
+// each is written by one worker. The quantizer is the CPU's (AVX-512, AVX2 or Go: the same bits on every path).
+func (l *Linear) quantizeFast(x []float32, rows int, blocks []quantRowBlock) (*[]byte, *[]float32) {
+	vnni, avx2 := useVNNI, !useVNNI && useFastAVX2
 	in, gs := l.In, l.q.Group
 	ng := in / gs
 	nibble := l.q.Bits == 4

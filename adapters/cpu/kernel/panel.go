@@ -3,6 +3,7 @@ package kernel
 import (
 	"encoding/binary"
 	"math"
+	"math/bits"
 	"sync"
 	"unsafe"
 )
@@ -109,21 +110,6 @@ type panelArgs struct {
 // panelBlocks splits rows into the panel kernels' blocks: 16 at a time, then 8, 4, 2 and 1.
 func panelBlocks(rows int) []quantRowBlock { return pow2Blocks(rows, 16) }
 
-// panelRIndex is the kernel table index of a block of n input rows.
-func panelRIndex(n int) int {
-	switch n {
-	case 16:
-		return 4
-	case 8:
-		return 3
-	case 4:
-		return 2
-	case 2:
-		return 1
-	}
-	return 0
-}
-
 // panelChunkBytes bounds the codes of the panels one worker runs every block of input rows over before moving
 // on (they stay in L2 while the blocks pass).
 const panelChunkBytes = 64 << 10
@@ -139,7 +125,7 @@ func (l *Linear) forwardPanels(dst, x []float32, rows int) {
 	nch := (in + fastChunk - 1) / fastChunk
 	ngp := (ng + 15) &^ 15
 	blocks := panelBlocks(rows)
-	bp, xsp := l.quantizeFast(x, rows, blocks, useVNNI, !useVNNI && useFastAVX2)
+	bp, xsp := l.quantizeFast(x, rows, blocks)
 	defer bytesPool.Put(bp)
 	defer scratchPool.Put(xsp)
 	xp, xs := *bp, *xsp
@@ -182,7 +168,7 @@ func (l *Linear) forwardPanels(dst, x []float32, rows int) {
 					ngroups: ng, bpg: gs / 32, dst: unsafe.Pointer(&dst[b.r*out+p0*panelRows]), ldd: 4 * out,
 				}
 				if usePanelAsm {
-					panelKernels[form][panelRIndex(b.n)](&a)
+					panelKernels[form][bits.TrailingZeros(uint(b.n))](&a) // blocks of 1, 2, 4, 8, 16 rows
 					continue
 				}
 				panelRunGo(pn, p0, p1, xp[b.r*nch*rec:], b.n, xst[b.r*ng:(b.r+b.n)*ng], in, gs, nibble, dst[b.r*out:], out)
