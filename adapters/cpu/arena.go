@@ -1,55 +1,151 @@
 package cpu
 
-// arena recycles one sequence's activation buffers from pass to pass: the n-th buffer a pass asks for is
-// the n-th of the previous pass when that one is large enough, so steady decoding and verify rounds allocate
-// (and leave the garbage collector) almost nothing. Buffers over maxArena values are allocated afresh, and
-// the arena never holds more than arenaBudget values in all (a MoE model's routing changes which ops land in
-// which slot from pass to pass, so slots could otherwise each grow to the largest request seen). A nil arena
-// allocates every buffer. Values from a pass stay valid until the next reset: nothing a Forward returns to
-// its caller may live in it.
+import (
+	"math"
+	"math/bits"
+	"sync"
+)
+
+// arena recycles one sequence's (or one batched pass's) activation buffers from pass to pass. Buffers are
+// kept by size class (sizes rounded up to three significant bits, so at most 1/8 more than asked), and a
+// pass's k-th request of a class gets the class's k-th buffer: steady decoding, verify rounds and batched
+// rounds of a stable composition allocate (and leave the garbage collector) nothing, and passes of different
+// shapes (decode, verify, a prefill chunk; MoE routing that moves rows between experts) each find their own
+// classes instead of evicting each other's buffers. Classes that no pass of the last trimEvery passes used as
+// many times as they hold are trimmed, so a long prompt's prefill buffers do not stay for good; buffers over
+// maxArena values are allocated afresh, and the arena never holds more than arenaBudget values in all. A nil
+// arena allocates every buffer. Values from a pass stay valid until the next reset: nothing a Forward returns
+// to its caller may live in it.
 type arena struct {
-	bufs [][]float32
-	next int
-	held int // Σ cap(bufs)
+	classes map[int]*sizeClass
+	touched []*sizeClass // the classes this pass asked for
+	held    int          // Σ cap over every class's buffers
+	passes  int
+}
+
+// sizeClass holds the buffers of one rounded size; used counts this pass's requests, peak the most requests
+// one pass made since the last trim.
+type sizeClass struct {
+	size       int
+	bufs       [][]float32
+	used, peak int
+	active     bool
 }
 
 const (
 	maxArena    = 1 << 18 // values (1 MiB: a 16-row verify block's fused projections fit, and its logits up to a vocabulary of 16,384)
 	arenaBudget = 1 << 23 // values (32 MiB)
+	trimEvery   = 32      // passes between trims
 )
+
+// classSize rounds n up to its size class: three significant bits.
+func classSize(n int) int {
+	if n <= 8 {
+		return 8
+	}
+	step := 1 << (bits.Len(uint(n)) - 3)
+	return (n + step - 1) &^ (step - 1)
+}
 
 // reset starts a pass: every buffer may be handed out again.
 func (a *arena) reset() {
-	if a != nil {
-		a.next = 0
+	if a == nil {
+		return
+	}
+	for _, c := range a.touched {
+		c.peak = max(c.peak, c.used)
+		c.used, c.active = 0, false
+	}
+	a.touched = a.touched[:0]
+	a.passes++
+	if a.passes%trimEvery != 0 {
+		return
+	}
+	for size, c := range a.classes {
+		for len(c.bufs) > c.peak {
+			last := len(c.bufs) - 1
+			a.held -= cap(c.bufs[last])
+			c.bufs[last] = nil
+			c.bufs = c.bufs[:last]
+		}
+		c.peak = 0
+		if len(c.bufs) == 0 {
+			delete(a.classes, size)
+		}
 	}
 }
 
 // get returns n zeroed values.
 func (a *arena) get(n int) []float32 {
+	b := a.scratch(n)
+	clear(b)
+	return b
+}
+
+// scratch returns n values whose contents are whatever the buffer last held, for a caller that writes every
+// one of them before it reads any (an op's output). Under poisonScratch (tests) they are NaN, so a value an
+// op fails to write shows in its results.
+func (a *arena) scratch(n int) []float32 {
 	if a == nil || n > maxArena {
 		return make([]float32, n)
 	}
-	if a.next < len(a.bufs) && cap(a.bufs[a.next]) >= n {
-		b := a.bufs[a.next][:n]
-		clear(b)
-		a.next++
+	m := classSize(n)
+	c := a.classes[m]
+	if c == nil {
+		if a.classes == nil {
+			a.classes = make(map[int]*sizeClass)
+		}
+		c = &sizeClass{size: m}
+		a.classes[m] = c
+	}
+	if !c.active {
+		c.active = true
+		a.touched = append(a.touched, c)
+	}
+	k := c.used
+	c.used++
+	if k < len(c.bufs) {
+		b := c.bufs[k][:n]
+		if poisonScratch {
+			for i := range b {
+				b[i] = float32(math.NaN())
+			}
+		}
 		return b
 	}
-	b := make([]float32, n)
-	old := 0
-	if a.next < len(a.bufs) {
-		old = cap(a.bufs[a.next])
+	b := make([]float32, m)
+	if k == len(c.bufs) && a.held+m <= arenaBudget {
+		c.bufs = append(c.bufs, b)
+		a.held += m
 	}
-	if a.held-old+n > arenaBudget {
-		return b // over budget: this one is not kept
+	return b[:n]
+}
+
+// poisonScratch makes scratch fill recycled buffers with NaN (set by tests only).
+var poisonScratch = false
+
+// arenas is a free list of arenas for passes that own no session (batched rounds). Unlike a sync.Pool it
+// is not emptied by a garbage collection, which a round's own garbage (its logits) triggers every few
+// rounds: a dropped arena would make the next round allocate and zero every buffer afresh. It holds at
+// most as many arenas as batched passes ever ran at once.
+type arenas struct {
+	mu   sync.Mutex
+	free []*arena
+}
+
+func (l *arenas) get() *arena {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.free); n > 0 {
+		a := l.free[n-1]
+		l.free = l.free[:n-1]
+		return a
 	}
-	a.held += n - old
-	if a.next < len(a.bufs) {
-		a.bufs[a.next] = b
-	} else {
-		a.bufs = append(a.bufs, b)
-	}
-	a.next++
-	return b
+	return new(arena)
+}
+
+func (l *arenas) put(a *arena) {
+	l.mu.Lock()
+	l.free = append(l.free, a)
+	l.mu.Unlock()
 }

@@ -62,7 +62,7 @@ func (t *Target) ForwardBatch(ctx context.Context, items []ports.BatchItem) ([]p
 	}
 	// The rows every item shares live in an arena of the target's (each session's own steps use its own).
 	mem := t.batchArena()
-	defer t.batch.Put(mem)
+	defer t.batch.put(mem)
 	be := ops{pool: t.pool, mem: mem}
 	var tap func(int, act)
 	if taps {
@@ -108,11 +108,9 @@ func (t *Target) batchSessions(items []ports.BatchItem) ([]*Session, error) {
 		func(v any) (*Session, bool) { s, ok := v.(*Session); return s, ok && s != nil && s.t == t })
 }
 
-// batchArena returns a reset arena for a batched pass's shared rows (put back with t.batch.Put).
+// batchArena returns a reset arena for a batched pass's shared rows (put back with t.batch.put).
 func (t *Target) batchArena() *arena {
-	if a, ok := t.batch.Get().(*arena); ok {
-		a.reset()
-		return a
-	}
-	return new(arena)
+	a := t.batch.get()
+	a.reset()
+	return a
 }

@@ -57,7 +57,7 @@ func (d *Drafter) DraftBatch(ctx context.Context, items []ports.DraftItem) ([]po
 		return results, nil
 	}
 	mem := d.t.batchArena()
-	defer d.t.batch.Put(mem)
+	defer d.t.batch.put(mem)
 	be := ops{pool: d.t.pool, mem: mem}
 	for _, jb := range jobs {
 		jb.s.mem.reset()

@@ -50,6 +50,9 @@ var _ model.Backend[act, *weight] = ops{}
 // buf returns n zeroed values for an op's result.
 func (o ops) buf(n int) []float32 { return o.mem.get(n) }
 
+// out is buf for an op that writes every value before it reads any: the arena skips zeroing it.
+func (o ops) out(n int) []float32 { return o.mem.scratch(n) }
+
 func (o ops) Embed(w *weight, tokens []ports.Token) act {
 	H := w.lin.In
 	out := o.buf(len(tokens) * H)
@@ -60,26 +63,26 @@ func (o ops) Embed(w *weight, tokens []ports.Token) act {
 }
 
 func (o ops) Linear(w *weight, x act) act {
-	out := o.buf(x.t * w.lin.Out)
+	out := o.out(x.t * w.lin.Out)
 	w.lin.Forward(out, x.v, x.t)
 	return act{out, x.t}
 }
 
 func (o ops) Norm(x act, w *weight, eps float32) act {
-	out := o.buf(len(x.v))
+	out := o.out(len(x.v))
 	kernel.RMSNorm(out, x.v, w.vec, eps)
 	return act{out, x.t}
 }
 
 func (o ops) Add(x, y act) act {
-	out := o.buf(len(x.v))
+	out := o.out(len(x.v))
 	copy(out, x.v)
 	kernel.Add(out, y.v)
 	return act{out, x.t}
 }
 
 func (o ops) Gate(x, g act, a model.Act) act {
-	out := o.buf(len(x.v))
+	out := o.out(len(x.v))
 	f := kernel.Sigmoid
 	if a == model.SiLU {
 		f = kernel.SiLU
@@ -130,7 +133,7 @@ func (o ops) Split(x act, groups int, widths ...int) []act {
 	}
 	outs := make([]act, len(widths))
 	for i, w := range widths {
-		outs[i] = act{o.buf(x.t * groups * w), x.t}
+		outs[i] = act{o.out(x.t * groups * w), x.t}
 	}
 	for t := range x.t {
 		src := x.v[t*groups*gw:]
@@ -150,7 +153,7 @@ func (o ops) Concat(xs ...act) act {
 	for _, x := range xs {
 		W += x.width()
 	}
-	out := o.buf(T * W)
+	out := o.out(T * W)
 	for t := range T {
 		off := t * W
 		for _, x := range xs {
@@ -171,7 +174,7 @@ func (o ops) Join(xs ...act) act {
 		n += len(x.v)
 		T += x.t
 	}
-	out := o.buf(n)
+	out := o.out(n)
 	off := 0
 	for _, x := range xs {
 		off += copy(out[off:], x.v)
@@ -180,14 +183,14 @@ func (o ops) Join(xs ...act) act {
 }
 
 func (o ops) Scale(x act, s float32) act {
-	out := o.buf(len(x.v))
+	out := o.out(len(x.v))
 	copy(out, x.v)
 	kernel.Scale(out, s)
 	return act{out, x.t}
 }
 
 func (o ops) GatedNorm(x, z act, w *weight, eps float32) act {
-	out := o.buf(len(x.v))
+	out := o.out(len(x.v))
 	o.pool.GatedRMSNorm(out, x.v, z.v, w.vec, eps)
 	return act{out, x.t}
 }

@@ -12,7 +12,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/rs/zerolog"
 
@@ -49,7 +48,7 @@ type Target struct {
 	cfg   *hfmodel.TextConfig
 	info  ports.ModelInfo
 	store *safetensors.Store
-	batch sync.Pool // *arena: the shared rows of batched passes (ForwardBatch, DraftBatch)
+	batch arenas // the shared rows of batched passes (ForwardBatch, DraftBatch)
 }
 
 // Load reads a model directory (config.json, generation_config.json, safetensors) and builds the target. Any
