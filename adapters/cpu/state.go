@@ -360,10 +360,13 @@ func (j *gdnJob) gates() {
 	}
 }
 
+// headRowGroup is how many state rows head runs side by side (8 rows of 256 values: 8 KiB of L1).
+const headRowGroup = 8
+
 // head runs value head h's recurrence over the block (tmp: dk values of scratch). Every operation touches
 // one row i of a head's state at a time (decay, the memory read S_i·k̂, the rank-1 update S_i += δ_i k̂, the
-// read-out S_i·q̂), so each row runs the whole block while it sits in L1: the same operations in the same
-// order as a pass over the state per step, with one pass in all.
+// read-out S_i·q̂), so a group of rows runs the whole block while it sits in L1: the same operations in the
+// same order as a pass over the state per step, with one pass in all.
 func (j *gdnJob) head(h int, tmp []float32) {
 	Y, C, T, Hv, dk, dv, Dk, fast := j.Y, j.C, j.T, j.Hv, j.dk, j.dv, j.Dk, j.fast
 	o, delta, alpha, beta := j.o, j.delta, j.alpha, j.beta
@@ -374,29 +377,35 @@ func (j *gdnJob) head(h int, tmp []float32) {
 	kh := h / j.rho
 	S := dst[h*dv*dk : (h+1)*dv*dk]
 	S0 := src[h*dv*dk : (h+1)*dv*dk]
-	for i := range dv {
-		Si, S0i := S[i*dk:(i+1)*dk], S0[i*dk:(i+1)*dk]
+	// Rows go in groups of headRowGroup, each group's rows one step after another: consecutive steps are then
+	// independent (a row's next step waits on its dot products' reductions), so they overlap in the core,
+	// while the group stays in L1 for the whole block.
+	for i0 := 0; i0 < dv; i0 += headRowGroup {
 		for t := range T {
 			khat := Y[t*C+Dk+kh*dk : t*C+Dk+(kh+1)*dk]
 			qhat := Y[t*C+kh*dk : t*C+(kh+1)*dk]
-			from := Si
-			if t == 0 {
-				from = S0i
-			}
-			vi := Y[t*C+2*Dk+h*dv+i]
-			var di float32
-			if fast {
-				// One vectorized pass per step (the fast mode's dot order; the same state updates).
-				o[(t*Hv+h)*dv+i], di = kernel.GDNStepFast(Si, from, khat, qhat, alpha[t*Hv+h], beta[t*Hv+h], vi)
-			} else {
-				decay(Si, from, alpha[t*Hv+h])
-				mem := kernel.Dot(Si, khat)
-				di = beta[t*Hv+h] * (vi - mem)
-				kernel.AddScaled(Si, khat, tmp, di)
-				o[(t*Hv+h)*dv+i] = kernel.Dot(Si, qhat)
-			}
-			if delta != nil {
-				delta[(t*Hv+h)*dv+i] = di
+			a, b := alpha[t*Hv+h], beta[t*Hv+h]
+			for i := i0; i < min(i0+headRowGroup, dv); i++ {
+				Si := S[i*dk : (i+1)*dk]
+				from := Si
+				if t == 0 {
+					from = S0[i*dk : (i+1)*dk]
+				}
+				vi := Y[t*C+2*Dk+h*dv+i]
+				var di float32
+				if fast {
+					// One vectorized pass per step (the fast mode's dot order; the same state updates).
+					o[(t*Hv+h)*dv+i], di = kernel.GDNStepFast(Si, from, khat, qhat, a, b, vi)
+				} else {
+					decay(Si, from, a)
+					mem := kernel.Dot(Si, khat)
+					di = b * (vi - mem)
+					kernel.AddScaled(Si, khat, tmp, di)
+					o[(t*Hv+h)*dv+i] = kernel.Dot(Si, qhat)
+				}
+				if delta != nil {
+					delta[(t*Hv+h)*dv+i] = di
+				}
 			}
 		}
 	}
