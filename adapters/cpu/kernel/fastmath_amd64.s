@@ -349,7 +349,9 @@ exploop:
 
 // func gdnStepAVX512(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32): gdnStepAVX2 with
 // 16-lane vectors; Z0 holds gdnStepAVX2's Y0:Y1 (lanes j mod 32 = 0…15) and Z1 its Y2:Y3, so the reduction and
-// every element's operations are the same. n a positive multiple of 32.
+// every element's operations are the same. n a positive multiple of 32. The first pass prefetches src 2 KiB
+// ahead: a batched round steps every state row of many sequences once, a stream from memory that the
+// hardware prefetcher alone does not keep ahead of (a prefetch never faults past the end).
 TEXT ·gdnStepAVX512(SB), NOSPLIT, $0-64
 	MOVQ S+0(FP), DI
 	MOVQ src+8(FP), SI
@@ -362,6 +364,8 @@ TEXT ·gdnStepAVX512(SB), NOSPLIT, $0-64
 	VPXORD Z1, Z1, Z1
 	XORQ BX, BX
 gdn512_pass1:
+	PREFETCHT0 2048(SI)(BX*1)
+	PREFETCHT0 2112(SI)(BX*1)
 	VMOVUPS 0(SI)(BX*1), Z4
 	VMULPS Z15, Z4, Z4
 	VMOVUPS Z4, 0(DI)(BX*1)
