@@ -7,7 +7,7 @@ import (
 )
 
 // arena recycles one sequence's (or one batched pass's) activation buffers from pass to pass. Buffers are
-// kept by size class (sizes rounded up to three significant bits, so at most 1/8 more than asked), and a
+// kept by size class (sizes rounded up to four significant bits, so at most 1/8 more than asked), and a
 // pass's k-th request of a class gets the class's k-th buffer: steady decoding, verify rounds and batched
 // rounds of a stable composition allocate (and leave the garbage collector) nothing, and passes of different
 // shapes (decode, verify, a prefill chunk; MoE routing that moves rows between experts) each find their own
@@ -38,12 +38,12 @@ const (
 	trimEvery   = 32      // passes between trims
 )
 
-// classSize rounds n up to its size class: three significant bits.
+// classSize rounds n up to its size class: four significant bits (eight classes per doubling).
 func classSize(n int) int {
 	if n <= 8 {
 		return 8
 	}
-	step := 1 << (bits.Len(uint(n)) - 3)
+	step := 1 << max(bits.Len(uint(n))-4, 0)
 	return (n + step - 1) &^ (step - 1)
 }
 
@@ -113,11 +113,12 @@ func (a *arena) scratch(n int) []float32 {
 		}
 		return b
 	}
-	b := make([]float32, m)
-	if k == len(c.bufs) && a.held+m <= arenaBudget {
-		c.bufs = append(c.bufs, b)
-		a.held += m
+	if k != len(c.bufs) || a.held+m > arenaBudget {
+		return make([]float32, n) // not kept: over budget, or an earlier request of the pass was not kept either
 	}
+	b := make([]float32, m)
+	c.bufs = append(c.bufs, b)
+	a.held += m
 	return b[:n]
 }
 
@@ -126,8 +127,8 @@ var poisonScratch = false
 
 // arenas is a free list of arenas for passes that own no session (batched rounds). Unlike a sync.Pool it
 // is not emptied by a garbage collection, which a round's own garbage (its logits) triggers every few
-// rounds: a dropped arena would make the next round allocate and zero every buffer afresh. It holds at
-// most as many arenas as batched passes ever ran at once.
+// rounds: a dropped arena would make the next round allocate and zero every buffer afresh. It keeps at most
+// maxFreeArenas (the scheduler runs one batched pass at a time; concurrent callers beyond that allocate).
 type arenas struct {
 	mu   sync.Mutex
 	free []*arena
@@ -146,6 +147,10 @@ func (l *arenas) get() *arena {
 
 func (l *arenas) put(a *arena) {
 	l.mu.Lock()
-	l.free = append(l.free, a)
+	if len(l.free) < maxFreeArenas {
+		l.free = append(l.free, a)
+	}
 	l.mu.Unlock()
 }
+
+const maxFreeArenas = 2

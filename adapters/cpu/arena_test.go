@@ -38,6 +38,29 @@ func TestArenaRecyclesAndStaysBounded(t *testing.T) {
 	assert.Equal(t, classSize(5), a.held)
 	big := a.get(maxArena + 1)
 	assert.Len(t, big, maxArena+1, "an over-size request is served, not kept")
+	assert.Equal(t, classSize(5), a.held)
+	// Within a pass no two buffers overlap, whatever the mix of sizes.
+	a.reset()
+	var live [][]float32
+	for i := range 300 {
+		b := a.scratch(1 + (i*7919)%5000)
+		for j := range b {
+			b[j] = float32(i)
+		}
+		live = append(live, b)
+	}
+	for i, b := range live {
+		for _, v := range b {
+			require.Equal(t, float32(i), v, "buffer %d was overwritten by a later one of the same pass", i)
+		}
+	}
+	held := 0
+	for _, c := range a.classes {
+		for _, b := range c.bufs {
+			held += cap(b)
+		}
+	}
+	assert.Equal(t, held, a.held, "held is the capacity of every kept buffer")
 	var none *arena
 	assert.Len(t, none.get(3), 3, "a nil arena allocates")
 }
@@ -70,7 +93,7 @@ func TestScratchBuffersAreFullyWritten(t *testing.T) {
 				b, err := tg.NewSession(t.Context(), nil)
 				require.NoError(t, err)
 				defer b.Close()
-				// Two warm-up passes fill the arenas, so the passes below run on recycled buffers.
+				// Every shape runs twice, so its second pass runs on the buffers its first one left.
 				for _, step := range []struct {
 					s    ports.Session
 					toks []ports.Token

@@ -28,6 +28,7 @@ func TestBatchStatesMatchSolo(t *testing.T) {
 			for _, mode := range []kernel.Mode{kernel.ModeExact, kernel.ModeFast} {
 				t.Run(fmt.Sprintf("%s/threads%d/mode%d", f.Family, threads, mode), func(t *testing.T) {
 					t.Parallel()
+					f := f
 					f.Context = 64
 					tg, err := Load(context.Background(), testmodel.Target(t, f), LoadOptions{Threads: threads, Kernels: mode})
 					require.NoError(t, err)

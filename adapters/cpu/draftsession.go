@@ -64,6 +64,7 @@ func (s *DraftSession) Crop(n int) error {
 func (s *DraftSession) Close() error {
 	s.closed = true
 	s.kv, s.queued = nil, nil
+	s.mem = arena{}
 	return nil
 }
 

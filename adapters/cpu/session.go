@@ -292,6 +292,7 @@ func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
 func (s *Session) Close() error {
 	s.closed = true
 	s.kv, s.gdn, s.lastTap = nil, nil, nil
+	s.mem = arena{} // nothing a Forward returned lives in it
 	return nil
 }
 
