@@ -11,7 +11,7 @@ import (
 // modes, on every kernel path this CPU has (the feature flags turned off one by one) and on the portable one.
 func TestForwardWritesEveryElement(t *testing.T) {
 	type flags struct {
-		name                                                  string
+		name                                                 string
 		avx2, avx512, vnni, favx2, panels, q16, fused, pairs bool
 	}
 	nat := flags{"native", useAVX2, useAVX512, useVNNI, useFastAVX2, usePanels, quant16, quantFused, quantPairs}
