@@ -385,7 +385,25 @@ func (j *gdnJob) head(h int, tmp []float32) {
 			khat := Y[t*C+Dk+kh*dk : t*C+Dk+(kh+1)*dk]
 			qhat := Y[t*C+kh*dk : t*C+(kh+1)*dk]
 			a, b := alpha[t*Hv+h], beta[t*Hv+h]
-			for i := i0; i < min(i0+headRowGroup, dv); i++ {
+			end := min(i0+headRowGroup, dv)
+			i := i0
+			if fast {
+				// Four rows per call (kernel.GDNStep4Fast: GDNStepFast's bits).
+				from := S
+				if t == 0 {
+					from = S0
+				}
+				for ; i+4 <= end; i += 4 {
+					v0 := t*C + 2*Dk + h*dv + i
+					r := kernel.GDNStep4Fast(S[i*dk:], from[i*dk:], khat, qhat, dk, dk, a, b, Y[v0:v0+4])
+					oi := (t*Hv+h)*dv + i
+					copy(o[oi:oi+4], r[:4])
+					if delta != nil {
+						copy(delta[oi:oi+4], r[4:])
+					}
+				}
+			}
+			for ; i < end; i++ {
 				Si := S[i*dk : (i+1)*dk]
 				from := Si
 				if t == 0 {

@@ -138,3 +138,9 @@ func gdnStepAVX512(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2
 
 //go:noescape
 func gdnStepAVX2(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32)
+
+// gdnStep4AVX512 is gdnStepAVX512 on four rows side by side (gen_gdn.py): rows r < 4 at S + r·stride and
+// src + r·stride, v[r]; out[r] gets row r's o, out[4+r] its δ.
+//
+//go:noescape
+func gdnStep4AVX512(S, src, k, q *float32, n, stride int, alpha, beta float32, v *float32, out *[8]float32)

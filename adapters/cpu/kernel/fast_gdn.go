@@ -34,6 +34,22 @@ func GDNStepFast(S, src, k, q []float32, alpha, beta, v float32) (o, d float32) 
 	return reduce32(&acc), d
 }
 
+// GDNStep4Fast is GDNStepFast on four state rows at once, with the same bits: rows r < 4 of n values at
+// S[r·stride:] and src[r·stride:] (S may be src), with v[r]. out[r] gets row r's o, out[4+r] its δ. On
+// AVX-512 one kernel runs the four rows' steps side by side, so their dependent reductions overlap (the rows of
+// a Gated DeltaNet head are independent) and one call replaces four.
+func GDNStep4Fast(S, src, k, q []float32, n, stride int, alpha, beta float32, v []float32) (out [8]float32) {
+	S, src, k, q, v = S[:3*stride+n], src[:3*stride+n], k[:n], q[:n], v[:4]
+	if useAVX512 && n > 0 && n%32 == 0 && stride >= n {
+		gdnStep4AVX512(&S[0], &src[0], &k[0], &q[0], n, stride, alpha, beta, &v[0], &out)
+		return out
+	}
+	for r := range 4 {
+		out[r], out[4+r] = GDNStepFast(S[r*stride:r*stride+n], src[r*stride:r*stride+n], k, q, alpha, beta, v[r])
+	}
+	return out
+}
+
 // reduce32 sums fastDot's 32 lanes: (l, l+8) and (l+16, l+24), then those two, then by halving (i, i+4),
 // (i, i+2) and lanes 0 and 1.
 func reduce32(a *[32]float32) float32 {

@@ -52,3 +52,42 @@ func TestGDNStepFast(t *testing.T) {
 		require.InDelta(t, o, float64(o0), 1e-5, "n %d: o", n)
 	}
 }
+
+// GDNStep4Fast gives four GDNStepFast calls' bits (state rows, o and δ), in place and not, with rows packed
+// (stride n) and spread (stride > n), on the AVX-512 kernel and on the fallback.
+func TestGDNStep4Fast(t *testing.T) {
+	r := rand.New(rand.NewPCG(63, 64))
+	for _, n := range []int{32, 64, 128, 256, 40} {
+		for _, stride := range []int{n, n + 32} {
+			src, k, q, v := randVec(r, 3*stride+n, 1), randVec(r, n, 0.1), randVec(r, n, 0.1), randVec(r, 4, 0.5)
+			alpha, beta := float32(0.93), float32(0.61)
+			want := make([]float32, len(src))
+			var wantOut [8]float32
+			for row := range 4 {
+				lo := row * stride
+				wantOut[row], wantOut[4+row] = GDNStepFast(want[lo:lo+n], src[lo:lo+n], k, q, alpha, beta, v[row])
+			}
+			for _, path := range []string{"avx512", "fallback"} {
+				for _, inPlace := range []bool{false, true} {
+					s5 := useAVX512
+					useAVX512 = path == "avx512" && s5
+					S := make([]float32, len(src))
+					from := src
+					if inPlace {
+						copy(S, src)
+						from = S
+					}
+					out := GDNStep4Fast(S, from, k, q, n, stride, alpha, beta, v)
+					useAVX512 = s5
+					for row := range 4 {
+						lo := row * stride
+						assertBits(t, want[lo:lo+n], S[lo:lo+n], "n %d stride %d %s in place %v: row %d", n, stride, path, inPlace, row)
+					}
+					for i := range out {
+						require.Equal(t, math.Float32bits(wantOut[i]), math.Float32bits(out[i]), "n %d stride %d %s: out[%d]", n, stride, path, i)
+					}
+				}
+			}
+		}
+	}
+}

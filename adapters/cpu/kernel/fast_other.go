@@ -30,6 +30,9 @@ func quantizeFastQ8AVX2(dst *byte, stride int, xs, x *float32, groups, gs int) {
 
 func gdnStepAVX2(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32)   { noAVX2() }
 func gdnStepAVX512(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32) { noAVX2() }
+func gdnStep4AVX512(S, src, k, q *float32, n, stride int, alpha, beta float32, v *float32, out *[8]float32) {
+	noAVX2()
+}
 
 // panelKernels is never called without VNNI (usePanelAsm is false).
 var panelKernels [2][5]func(a *panelArgs)
