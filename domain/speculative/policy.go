@@ -76,8 +76,11 @@ type depthPolicy struct {
 	probes    int
 	lastProbe int     // round count at the last probe
 	probeRate float64 // when the pending round is a probe: the displaced choice's expected tokens per ns
-	elapsed   float64 // nanoseconds of every observed round
-	spent     float64 // nanoseconds the probes lost against the choices they displaced
+	// probeWeight is how many sequences the pending probe delays (itself and, in a batched round, the others
+	// sharing the round: each waits for its draft and rows); its loss counts that many times.
+	probeWeight float64
+	elapsed     float64 // nanoseconds of every observed round
+	spent       float64 // nanoseconds the probes lost against the choices they displaced
 	// batch prices blocks in shared rounds (PolicyConfig.Batch); nil when the generation runs alone.
 	batch BatchCost
 	// batchNS and batchOthers are the current round's prices by block size (scratch, reused), valid when
@@ -148,6 +151,8 @@ func (p *depthPolicy) plan() (int, string) {
 	}
 	if p.measured(1, +1, p.draft) == 0 {
 		p.probeRate = 1 / p.verify[0].v
+		p.batchedNow = p.batchPrices()
+		p.probeWeight = p.probeDelays()
 		p.lastProbe = p.rounds
 		return min(exploreBlock, p.maxBS), reasonExplore
 	}
@@ -170,10 +175,11 @@ func (p *depthPolicy) plan() (int, string) {
 		if probe > 1 {
 			loss = p.probeLoss(probe, rate)
 		}
-		if probe != best && probe > 0 && p.spent+loss <= p.budget*p.elapsed {
+		weight := p.probeDelays()
+		if probe != best && probe > 0 && p.spent+loss*weight <= p.budget*p.elapsed {
 			p.probes++
 			p.lastProbe = p.rounds
-			p.probeRate = rate
+			p.probeRate, p.probeWeight = rate, weight
 			return probe, reasonProbe
 		}
 	}
@@ -181,6 +187,17 @@ func (p *depthPolicy) plan() (int, string) {
 		return 1, reasonFallbackAR
 	}
 	return best, reasonBest
+}
+
+// probeDelays is how many sequences a probe of this round delays: 1 alone; in a batched round also the others
+// sharing it, who wait for its draft and extra rows. A probe's loss is counted that many times against this
+// sequence's budget, so the probes of all the batch's sequences together cost each of them about the budget
+// (each sequence's own probes being rarer by probeInterval, but each costing everyone).
+func (p *depthPolicy) probeDelays() float64 {
+	if !p.batchedNow {
+		return 1
+	}
+	return 1 + p.batchOthers[0]
 }
 
 // probeInterval is the least number of rounds between probes. In a batched round a probe's draft and extra
@@ -368,7 +385,7 @@ func (p *depthPolicy) observe(bs, accepted int, draft, catchUp, verify, rollback
 	p.elapsed += total
 	if p.probeRate > 0 {
 		// What this probe cost beyond the displaced choice committing as many tokens.
-		p.spent += max(0, total-float64(accepted+1)/p.probeRate)
+		p.spent += p.probeWeight * max(0, total-float64(accepted+1)/p.probeRate)
 		p.probeRate = 0
 	}
 	if bs > 1 {

@@ -454,3 +454,30 @@ func TestPolicyPricesBlocksInTheBatch(t *testing.T) {
 	assert.Equal(t, reasonBest, last(weightBound).reason)
 	assert.Equal(t, 8, last(weightBound).bs, "weight bound: the largest block rides along for free")
 }
+
+// TestBatchedProbesStayWithinTheBudget: a probe in a batched round delays every sequence of the round, so its
+// loss counts once per sequence. Beside 7 others, in a batch where speculation does not pay, the time all
+// of one sequence's probes cost the batch (each probe's extra time, eight times) stays within the probe budget
+// of the sequence's own decoding time, plus one probe: the batch's probes together then cost each sequence
+// about the budget, as one sequence's probes cost it alone.
+func TestBatchedProbesStayWithinTheBudget(t *testing.T) {
+	cost := func(bs int) time.Duration { return time.Duration(bs) * 10 * time.Millisecond }
+	b := fakeBatch{others: 7, draft: 2 * time.Millisecond, forward: func(rows int) time.Duration { return time.Duration(rows) * 10 * time.Millisecond }}
+	p := newDepthPolicy(8, PolicyConfig{Batch: b})
+	rs := simulate(p, 3000, cost, func(int, int) float64 { return 0.5 })
+	var elapsed, lost, worst float64
+	probes := 0
+	for _, r := range rs {
+		c := float64(cost(r.bs))
+		elapsed += c
+		if r.reason == reasonProbe && r.bs > 1 {
+			probes++
+			l := 8 * max(0, c-float64(r.a+1)*float64(cost(1)))
+			lost += l
+			worst = max(worst, l)
+		}
+	}
+	require.Positive(t, probes, "the sequence still probes")
+	assert.Equal(t, reasonFallbackAR, rs[len(rs)-1].reason)
+	assert.LessOrEqual(t, lost, defaultProbeBudget*elapsed+worst, "%d probes cost the batch %.0f ms of %.0f ms", probes, lost/1e6, elapsed/1e6)
+}
