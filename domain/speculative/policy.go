@@ -175,7 +175,12 @@ func (p *depthPolicy) plan() (int, string) {
 		if probe > 1 {
 			loss = p.probeLoss(probe, rate)
 		}
-		weight := p.probeDelays()
+		// A probe of a smaller block than the choice (plain decoding while speculating) adds no draft work or
+		// rows to the round: it delays nobody else.
+		weight := 1.0
+		if probe > best {
+			weight = p.probeDelays()
+		}
 		if probe != best && probe > 0 && p.spent+loss*weight <= p.budget*p.elapsed {
 			p.probes++
 			p.lastProbe = p.rounds
@@ -189,8 +194,8 @@ func (p *depthPolicy) plan() (int, string) {
 	return best, reasonBest
 }
 
-// probeDelays is how many sequences a probe of this round delays: 1 alone; in a batched round also the others
-// sharing it, who wait for its draft and extra rows. A probe's loss is counted that many times against this
+// probeDelays is how many sequences a probe of a larger block than the choice delays: 1 alone; in a batched
+// round also the others sharing it, who wait for its draft and extra rows. A probe's loss is counted that many times against this
 // sequence's budget, so the probes of all the batch's sequences together cost each of them about the budget
 // (each sequence's own probes being rarer by probeInterval, but each costing everyone).
 func (p *depthPolicy) probeDelays() float64 {
@@ -385,7 +390,7 @@ func (p *depthPolicy) observe(bs, accepted int, draft, catchUp, verify, rollback
 	p.elapsed += total
 	if p.probeRate > 0 {
 		// What this probe cost beyond the displaced choice committing as many tokens.
-		p.spent += p.probeWeight * max(0, total-float64(accepted+1)/p.probeRate)
+		p.spent += max(1, p.probeWeight) * max(0, total-float64(accepted+1)/p.probeRate)
 		p.probeRate = 0
 	}
 	if bs > 1 {

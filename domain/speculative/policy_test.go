@@ -481,3 +481,22 @@ func TestBatchedProbesStayWithinTheBudget(t *testing.T) {
 	assert.Equal(t, reasonFallbackAR, rs[len(rs)-1].reason)
 	assert.LessOrEqual(t, lost, defaultProbeBudget*elapsed+worst, "%d probes cost the batch %.0f ms of %.0f ms", probes, lost/1e6, elapsed/1e6)
 }
+
+// TestBatchedPlainProbesAreNotHeldBack: a plain-decoding probe while speculating adds nothing to the round the
+// others share, so it is charged as a solo probe: beside 7 others in a batch where the largest block rides
+// along for free, the baseline is refreshed about every probe interval (16 rounds × 8 sequences).
+func TestBatchedPlainProbesAreNotHeldBack(t *testing.T) {
+	cost := func(bs int) time.Duration { return 10*time.Millisecond + time.Duration(bs)*500*time.Microsecond }
+	b := fakeBatch{others: 7, draft: time.Millisecond, forward: func(int) time.Duration { return 10 * time.Millisecond }}
+	p := newDepthPolicy(8, PolicyConfig{Batch: b})
+	const rounds = 6000
+	rs := simulate(p, rounds, cost, func(int, int) float64 { return 0.8 })
+	plain := 0
+	for _, r := range rs {
+		if r.reason == reasonProbe && r.bs == 1 {
+			plain++
+		}
+	}
+	assert.Equal(t, 8, rs[len(rs)-1].bs)
+	assert.GreaterOrEqual(t, plain, rounds/(defaultProbeEvery*8)*8/10, "plain probes in %d rounds", rounds)
+}

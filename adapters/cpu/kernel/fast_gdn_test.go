@@ -77,14 +77,18 @@ func TestGDNStep4Fast(t *testing.T) {
 						copy(S, src)
 						from = S
 					}
+					before := append([]float32(nil), S...)
 					out := GDNStep4Fast(S, from, k, q, n, stride, alpha, beta, v)
 					useAVX512 = s5
 					for row := range 4 {
 						lo := row * stride
 						assertBits(t, want[lo:lo+n], S[lo:lo+n], "n %d stride %d %s in place %v: row %d", n, stride, path, inPlace, row)
+						if row < 3 {
+							assertBits(t, before[lo+n:lo+stride], S[lo+n:lo+stride], "n %d stride %d %s: the gap after row %d is untouched", n, stride, path, row)
+						}
 					}
 					for i := range out {
-						require.Equal(t, math.Float32bits(wantOut[i]), math.Float32bits(out[i]), "n %d stride %d %s: out[%d]", n, stride, path, i)
+						require.Equal(t, math.Float32bits(wantOut[i]), math.Float32bits(out[i]), "n %d stride %d %s in place %v: out[%d]", n, stride, path, inPlace, i)
 					}
 				}
 			}
