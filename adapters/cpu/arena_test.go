@@ -9,6 +9,7 @@ import (
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
 	"github.com/higgs-go/higgs/adapters/quant"
+	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -79,6 +80,8 @@ func TestScratchBuffersAreFullyWritten(t *testing.T) {
 		"qwen3_next hybrid fast": {f: testmodel.TargetSpec{Family: "qwen3_next", Seed: 93, Layers: 4}, mode: kernel.ModeFast},
 		"qwen3_5 hybrid gated":   {f: testmodel.TargetSpec{Family: "qwen3_5", Seed: 94, Layers: 4, OutputGate: true, PartialRotary: 0.25}},
 		"qwen3_next moe q4 fast": {f: testmodel.TargetSpec{Family: "qwen3_next", Seed: 95, Layers: 4, MoE: true, ExpertLayout: testmodel.ExpertsSwitch, MLXLayout: true, Quant: q4}, mode: kernel.ModeFast},
+		"qwen3_next q4 exact":    {f: testmodel.TargetSpec{Family: "qwen3_next", Seed: 97, Layers: 4, Quant: q4}},
+		"qwen3 bf16 fast":        {f: testmodel.TargetSpec{Family: "qwen3", Seed: 98, Layers: 2, BF16: true}, mode: kernel.ModeFast},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c.f.Context = 64
@@ -134,6 +137,49 @@ func TestScratchBuffersAreFullyWritten(t *testing.T) {
 					require.Equal(t, math.Float32bits(clean[i][j]), math.Float32bits(v), "pass %d logit %d", i, j)
 				}
 			}
+		})
+	}
+}
+
+// The drafter's ops (Scale, its attention over the context cache, its block) also write every value they take
+// unzeroed: DFlash and DFlash2 drafts on poisoned buffers propose what they propose on clean ones.
+func TestScratchBuffersAreFullyWrittenByDrafters(t *testing.T) {
+	for name, v2 := range map[string]bool{"dflash": false, "dflash2": true} {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			tdir := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 31})
+			ddir := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 32, Taps: []int{0, 3}, Mask: 63, Nested: v2, DFlash2: v2})
+			// Scaled embeddings and logits, so the drafter's Scale runs too.
+			testmodel.EditConfig(t, ddir, func(m map[string]any) { m["input_embedding_scale"], m["output_multiplier"] = 1.5, 2.0 })
+			tg, err := Load(ctx, tdir, LoadOptions{Threads: 2})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = tg.Close() })
+			d, err := LoadDrafter(ctx, ddir, tg, DrafterOptions{})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = d.Close() })
+			run := func() [][]ports.Token {
+				sess, err := tg.NewSession(ctx, d.TapLayers())
+				require.NoError(t, err)
+				defer sess.Close()
+				ds, err := d.NewSession(ctx)
+				require.NoError(t, err)
+				defer ds.Close()
+				var out [][]ports.Token
+				next := []ports.Token{3, 1, 4, 1, 5, 9, 2, 6}
+				for range 4 { // later rounds run on the buffers the earlier ones left
+					fr, err := sess.Forward(ctx, next, ports.ForwardOptions{Rows: 1, Taps: true})
+					require.NoError(t, err)
+					p, err := ds.Draft(ctx, fr.Greedy[0], fr.Taps, 8)
+					require.NoError(t, err)
+					out = append(out, p.Tokens)
+					next = []ports.Token{fr.Greedy[0]}
+				}
+				return out
+			}
+			clean := run()
+			poisonScratch = true
+			defer func() { poisonScratch = false }()
+			assert.Equal(t, clean, run())
 		})
 	}
 }
