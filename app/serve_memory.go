@@ -83,16 +83,18 @@ func estimateFootprint(info ports.ModelInfo, tapLayers int) MemoryFootprint {
 }
 
 // requestBytes is what a request reserves: every position its sequence can reach (the prompt, its whole
-// token budget and one verify block past it), its recurrent state and tape, the scratch of its largest
-// forward (a prefill chunk, or the whole prompt unchunked), and the drafter's context when it speculates.
+// token budget and one verify block past it), its recurrent state and tape, the scratch its session keeps
+// (the CPU arena holds each pass shape's buffers side by side, sizes rounded up by at most 1/8: those of its
+// largest prefill forward, a prefill chunk or the whole prompt unchunked, of a verify block and of a plain
+// step), and the drafter's context when it speculates.
 func (f MemoryFootprint) requestBytes(promptLen, budget, blockSize, prefillChunk int) int64 {
 	positions := int64(promptLen + budget + blockSize)
 	rows := int64(promptLen)
 	if prefillChunk > 0 {
 		rows = int64(min(promptLen, prefillChunk))
 	}
-	rows = max(rows, int64(blockSize))
-	n := positions*f.TargetPerPosition + f.TargetPerSequence + int64(blockSize)*f.TapePerPosition + rows*f.ActivationsPerRow
+	held := rows + int64(blockSize) + 1
+	n := positions*f.TargetPerPosition + f.TargetPerSequence + int64(blockSize)*f.TapePerPosition + held*f.ActivationsPerRow*9/8
 	if blockSize > 1 {
 		n += positions * f.DrafterPerPosition
 	}
