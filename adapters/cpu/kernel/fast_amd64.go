@@ -144,3 +144,9 @@ func gdnStepAVX2(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]f
 //
 //go:noescape
 func gdnStep4AVX512(S, src, k, q *float32, n, stride int, alpha, beta float32, v *float32, out *[8]float32)
+
+// gdnStep2AVX2 is gdnStepAVX2 on two rows side by side (gen_gdn.py): rows r < 2 at S + r·stride and
+// src + r·stride, v[r]; out[r] gets row r's o, out[2+r] its δ.
+//
+//go:noescape
+func gdnStep2AVX2(S, src, k, q *float32, n, stride int, alpha, beta float32, v *float32, out *[4]float32)

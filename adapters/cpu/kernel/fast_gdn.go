@@ -37,12 +37,18 @@ func GDNStepFast(S, src, k, q []float32, alpha, beta, v float32) (o, d float32) 
 // GDNStep4Fast is GDNStepFast on four state rows at once, with the same bits: rows r < 4 of n values at
 // S[r·stride:] and src[r·stride:] (S may be src), with v[r]. out[r] gets row r's o, out[4+r] its δ. On
 // AVX-512 one kernel runs the four rows' steps side by side, so their dependent reductions overlap (the rows of
-// a Gated DeltaNet head are independent) and one call replaces four.
+// a Gated DeltaNet head are independent) and one call replaces four; on AVX2, two calls of two rows each.
 func GDNStep4Fast(S, src, k, q []float32, n, stride int, alpha, beta float32, v []float32) (out [8]float32) {
 	S, src, k, q, v = S[:3*stride+n], src[:3*stride+n], k[:n], q[:n], v[:4]
 	if useAVX512 && n > 0 && n%32 == 0 && stride >= n {
 		gdnStep4AVX512(&S[0], &src[0], &k[0], &q[0], n, stride, alpha, beta, &v[0], &out)
 		return out
+	}
+	if useAVX2 && n > 0 && n%32 == 0 && stride >= n {
+		var a, b [4]float32
+		gdnStep2AVX2(&S[0], &src[0], &k[0], &q[0], n, stride, alpha, beta, &v[0], &a)
+		gdnStep2AVX2(&S[2*stride], &src[2*stride], &k[0], &q[0], n, stride, alpha, beta, &v[2], &b)
+		return [8]float32{a[0], a[1], b[0], b[1], a[2], a[3], b[2], b[3]}
 	}
 	for r := range 4 {
 		out[r], out[4+r] = GDNStepFast(S[r*stride:r*stride+n], src[r*stride:r*stride+n], k, q, alpha, beta, v[r])

@@ -54,7 +54,7 @@ func TestGDNStepFast(t *testing.T) {
 }
 
 // GDNStep4Fast gives four GDNStepFast calls' bits (state rows, o and δ), in place and not, with rows packed
-// (stride n) and spread (stride > n), on the AVX-512 kernel and on the fallback.
+// (stride n) and spread (stride > n), on the AVX-512 kernel, the AVX2 one and the fallback (each this CPU has).
 func TestGDNStep4Fast(t *testing.T) {
 	r := rand.New(rand.NewPCG(63, 64))
 	for _, n := range []int{32, 64, 128, 256, 40} {
@@ -67,10 +67,10 @@ func TestGDNStep4Fast(t *testing.T) {
 				lo := row * stride
 				wantOut[row], wantOut[4+row] = GDNStepFast(want[lo:lo+n], src[lo:lo+n], k, q, alpha, beta, v[row])
 			}
-			for _, path := range []string{"avx512", "fallback"} {
+			for _, path := range []string{"avx512", "avx2", "fallback"} {
 				for _, inPlace := range []bool{false, true} {
-					s5 := useAVX512
-					useAVX512 = path == "avx512" && s5
+					s2, s5 := useAVX2, useAVX512
+					useAVX2, useAVX512 = path != "fallback" && s2, path == "avx512" && s5
 					S := make([]float32, len(src))
 					from := src
 					if inPlace {
@@ -79,7 +79,7 @@ func TestGDNStep4Fast(t *testing.T) {
 					}
 					before := append([]float32(nil), S...)
 					out := GDNStep4Fast(S, from, k, q, n, stride, alpha, beta, v)
-					useAVX512 = s5
+					useAVX2, useAVX512 = s2, s5
 					for row := range 4 {
 						lo := row * stride
 						assertBits(t, want[lo:lo+n], S[lo:lo+n], "n %d stride %d %s in place %v: row %d", n, stride, path, inPlace, row)

@@ -33,6 +33,9 @@ func gdnStepAVX512(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2
 func gdnStep4AVX512(S, src, k, q *float32, n, stride int, alpha, beta float32, v *float32, out *[8]float32) {
 	noAVX2()
 }
+func gdnStep2AVX2(S, src, k, q *float32, n, stride int, alpha, beta float32, v *float32, out *[4]float32) {
+	noAVX2()
+}
 
 // panelKernels is never called without VNNI (usePanelAsm is false).
 var panelKernels [2][5]func(a *panelArgs)

@@ -1,4 +1,5 @@
-# Generates gdn_amd64.s: gdnStep4AVX512, four state rows' GDNStepFast steps side by side (see fast_gdn.go). Run:
+# Generates gdn_amd64.s: gdnStep4AVX512, four state rows' GDNStepFast steps side by side, and gdnStep2AVX2, two
+# (see fast_gdn.go). Run:
 # python3 gen_gdn.py
 #
 # Per row the operations, their order and the horizontal reduction are gdnStepAVX512's (fastmath_amd64.s), so
@@ -107,4 +108,86 @@ for r in range(4):
     e(f"\tVMOVSS X{2 * r}, {4 * r}(DX)")
 e("\tVZEROUPPER")
 e("\tRET")
+
+# gdnStep2AVX2: gdnStepAVX2 (fastmath_amd64.s) on two rows side by side, for CPUs without AVX-512. Registers: Y0-Y3
+# and Y4-Y7 the rows' accumulators (lanes j mod 32 in 8-lane quarters, as gdnStepAVX2's Y0-Y3), Y8-Y11 the passes'
+# and reductions' scratch, Y12-Y13 the rows' δ, Y15 α.
+def reduce2(a, t):
+    """gdnStepAVX2's reduction of Y(a)..Y(a+3) into X(a) lane 0, with scratch X(t)."""
+    e(f"\tVADDPS Y{a+1}, Y{a}, Y{a}")
+    e(f"\tVADDPS Y{a+3}, Y{a+2}, Y{a+2}")
+    e(f"\tVADDPS Y{a+2}, Y{a}, Y{a}")
+    e(f"\tVEXTRACTF128 $1, Y{a}, X{t}")
+    e(f"\tVADDPS X{t}, X{a}, X{a}")
+    e(f"\tVPERMILPS $0x4e, X{a}, X{t}")
+    e(f"\tVADDPS X{t}, X{a}, X{a}")
+    e(f"\tVMOVSHDUP X{a}, X{t}")
+    e(f"\tVADDSS X{t}, X{a}, X{a}")
+
+
+e()
+e("// func gdnStep2AVX2(S, src, k, q *float32, n, stride int, alpha, beta float32, v *float32, out *[4]float32)")
+e("// Rows r < 2 at S + r·stride and src + r·stride (floats): GDNStepFast with v[r]; out[r] gets o, out[2+r] δ.")
+e("TEXT ·gdnStep2AVX2(SB), NOSPLIT, $0-72")
+e("\tMOVQ S+0(FP), DI")
+e("\tMOVQ src+8(FP), SI")
+e("\tMOVQ k+16(FP), R8")
+e("\tMOVQ q+24(FP), R9")
+e("\tMOVQ n+32(FP), CX")
+e("\tSHLQ $2, CX")
+e("\tMOVQ stride+40(FP), AX")
+e("\tSHLQ $2, AX")
+e("\tLEAQ (SI)(AX*1), R10")
+e("\tLEAQ (DI)(AX*1), R13")
+e("\tVBROADCASTSS alpha+48(FP), Y15")
+src2, dst2 = ["SI", "R10"], ["DI", "R13"]
+for a in range(8):
+    e(f"\tVXORPS Y{a}, Y{a}, Y{a}")
+e("\tXORQ BX, BX")
+e("gdn2_pass1:")
+for quarter in range(4):
+    off = 32 * quarter
+    for r in range(2):
+        t = 8 + 2 * r + quarter % 2
+        e(f"\tVMOVUPS {off}({src2[r]})(BX*1), Y{t}")
+        e(f"\tVMULPS Y15, Y{t}, Y{t}")
+        e(f"\tVMOVUPS Y{t}, {off}({dst2[r]})(BX*1)")
+        e(f"\tVMULPS {off}(R8)(BX*1), Y{t}, Y{t}")
+        e(f"\tVADDPS Y{t}, Y{4 * r + quarter}, Y{4 * r + quarter}")
+e("\tADDQ $128, BX")
+e("\tCMPQ BX, CX")
+e("\tJLT gdn2_pass1")
+for r in range(2):
+    reduce2(4 * r, 8 + r)
+e("\tMOVQ v+56(FP), AX")
+e("\tMOVQ out+64(FP), DX")
+for r in range(2):
+    t = 10 + r
+    e(f"\tVMOVSS {4 * r}(AX), X{t}")
+    e(f"\tVSUBSS X{4 * r}, X{t}, X{t}")
+    e(f"\tVMULSS beta+52(FP), X{t}, X{t}")
+    e(f"\tVMOVSS X{t}, {8 + 4 * r}(DX)")
+    e(f"\tVBROADCASTSS X{t}, Y{12 + r}")
+for a in range(8):
+    e(f"\tVXORPS Y{a}, Y{a}, Y{a}")
+e("\tXORQ BX, BX")
+e("gdn2_pass2:")
+for quarter in range(4):
+    off = 32 * quarter
+    for r in range(2):
+        t = 8 + 2 * r + quarter % 2
+        e(f"\tVMULPS {off}(R8)(BX*1), Y{12 + r}, Y{t}")
+        e(f"\tVADDPS {off}({dst2[r]})(BX*1), Y{t}, Y{t}")
+        e(f"\tVMOVUPS Y{t}, {off}({dst2[r]})(BX*1)")
+        e(f"\tVMULPS {off}(R9)(BX*1), Y{t}, Y{t}")
+        e(f"\tVADDPS Y{t}, Y{4 * r + quarter}, Y{4 * r + quarter}")
+e("\tADDQ $128, BX")
+e("\tCMPQ BX, CX")
+e("\tJLT gdn2_pass2")
+for r in range(2):
+    reduce2(4 * r, 8 + r)
+    e(f"\tVMOVSS X{4 * r}, {4 * r}(DX)")
+e("\tVZEROUPPER")
+e("\tRET")
+
 open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "gdn_amd64.s"), "w").write("\n".join(out) + "\n")
