@@ -23,13 +23,11 @@ type arena struct {
 	passes  int
 }
 
-// sizeClass holds the buffers of one rounded size; used counts this pass's requests, peak the most requests
-// one pass made since the last trim.
+// sizeClass holds the buffers of one rounded size; used counts this pass's requests (0: not asked for yet,
+// so not yet in touched), peak the most requests one pass made since the last trim.
 type sizeClass struct {
-	size       int
 	bufs       [][]float32
 	used, peak int
-	active     bool
 }
 
 const (
@@ -54,7 +52,7 @@ func (a *arena) reset() {
 	}
 	for _, c := range a.touched {
 		c.peak = max(c.peak, c.used)
-		c.used, c.active = 0, false
+		c.used = 0
 	}
 	a.touched = a.touched[:0]
 	a.passes++
@@ -95,11 +93,10 @@ func (a *arena) scratch(n int) []float32 {
 		if a.classes == nil {
 			a.classes = make(map[int]*sizeClass)
 		}
-		c = &sizeClass{size: m}
+		c = &sizeClass{}
 		a.classes[m] = c
 	}
-	if !c.active {
-		c.active = true
+	if c.used == 0 {
 		a.touched = append(a.touched, c)
 	}
 	k := c.used

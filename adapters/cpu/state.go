@@ -386,13 +386,13 @@ func (j *gdnJob) head(h int, tmp []float32) {
 			qhat := Y[t*C+kh*dk : t*C+(kh+1)*dk]
 			a, b := alpha[t*Hv+h], beta[t*Hv+h]
 			end := min(i0+headRowGroup, dv)
+			from := S // the rows' state before step t
+			if t == 0 {
+				from = S0
+			}
 			i := i0
 			if fast {
 				// Four rows per call (kernel.GDNStep4Fast: GDNStepFast's bits).
-				from := S
-				if t == 0 {
-					from = S0
-				}
 				for ; i+4 <= end; i += 4 {
 					v0 := t*C + 2*Dk + h*dv + i
 					r := kernel.GDNStep4Fast(S[i*dk:], from[i*dk:], khat, qhat, dk, dk, a, b, Y[v0:v0+4])
@@ -404,18 +404,14 @@ func (j *gdnJob) head(h int, tmp []float32) {
 				}
 			}
 			for ; i < end; i++ {
-				Si := S[i*dk : (i+1)*dk]
-				from := Si
-				if t == 0 {
-					from = S0[i*dk : (i+1)*dk]
-				}
+				Si, Fi := S[i*dk:(i+1)*dk], from[i*dk:(i+1)*dk]
 				vi := Y[t*C+2*Dk+h*dv+i]
 				var di float32
 				if fast {
 					// One vectorized pass per step (the fast mode's dot order; the same state updates).
-					o[(t*Hv+h)*dv+i], di = kernel.GDNStepFast(Si, from, khat, qhat, a, b, vi)
+					o[(t*Hv+h)*dv+i], di = kernel.GDNStepFast(Si, Fi, khat, qhat, a, b, vi)
 				} else {
-					decay(Si, from, a)
+					decay(Si, Fi, a)
 					mem := kernel.Dot(Si, khat)
 					di = b * (vi - mem)
 					kernel.AddScaled(Si, khat, tmp, di)
