@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/higgs-go/higgs/app/generation"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -46,7 +47,7 @@ func TestDemoAcceptanceFloor(t *testing.T) {
 	for i := 0; i < 24 && i < len(prompts); i += 3 {
 		ids, err := m.Tokenizer.Encode(prompts[i].Prompt)
 		require.NoError(t, err)
-		opts := GenerateOptions{Prompt: ids, MaxTokens: 256, NoEOS: true}
+		opts := GenerateOptions{Request: generation.Request{Prompt: ids, MaxTokens: 256, NoEOS: true}}
 		ar, err := Generate(t.Context(), m, opts)
 		require.NoError(t, err)
 		opts.Speculative, opts.BlockSize = true, 16

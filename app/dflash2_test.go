@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/synth"
+	"github.com/higgs-go/higgs/app/generation"
 	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -41,8 +42,7 @@ func TestDFlash2SampledGenerationReproducible(t *testing.T) {
 	_, ok := ds.(ports.SamplingDrafter)
 	require.NoError(t, ds.Close())
 	require.True(t, ok, "the CPU draft session samples")
-	o := GenerateOptions{Prompt: []ports.Token{5, 6}, MaxTokens: 48, NoEOS: true, Speculative: true, BlockSize: 4,
-		Sampling: ports.SamplingParams{Temperature: 0.7}, Seed: 3}
+	o := GenerateOptions{Request: generation.Request{Prompt: []ports.Token{5, 6}, MaxTokens: 48, NoEOS: true, BlockSize: 4, Sampling: ports.SamplingParams{Temperature: 0.7}, Seed: 3}, Speculative: true}
 	a, err := Generate(t.Context(), m, o)
 	require.NoError(t, err)
 	b, err := Generate(t.Context(), m, o)

@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
 
-	"github.com/higgs-go/higgs/adapters/grammar"
-	"github.com/higgs-go/higgs/adapters/sampling"
+	"github.com/higgs-go/higgs/adapters/constrained"
+	"github.com/higgs-go/higgs/app/generation"
 	"github.com/higgs-go/higgs/domain/batch"
 	"github.com/higgs-go/higgs/domain/prefixcache"
 	"github.com/higgs-go/higgs/domain/speculative"
@@ -118,37 +117,22 @@ func EngineFromModels(m *Models) Engine {
 // loaded is an Engine checked and prepared for serving.
 type loaded struct {
 	Engine
-	name       string
-	info       ports.ModelInfo
-	blockSize  int  // default block size after resolving 0
-	maxBlock   int  // the drafter's block size, 1 without drafter
-	thinkSplit bool // the tokenizer knows <think> and </think>
+	name string
+	info ports.ModelInfo
+	// gen plans and runs this engine's generations (the pipeline higgs-verify runs too).
+	gen *generation.Engine
+	// thinkSplit: the tokenizer knows <think> and </think>.
+	thinkSplit bool
 	eos        map[ports.Token]bool
 	// prefix is the prefix cache of this engine's states (nil: off).
 	prefix *prefixcache.Cache
-	// policies carries the adaptive depth policy's measurements from request to request (one memory per
-	// block size and sampling regime, as speculative.PolicyConfig.Memory requires), so short requests do not
-	// pay for exploring block sizes afresh. Keyed by policyKey.
-	policies sync.Map
 	// sched forms the batched rounds of every running generation; budget and footprint are memory
 	// admission's.
 	sched     *batch.Scheduler
 	budget    *batch.Budget
 	footprint MemoryFootprint
-	// vocab is the vocabulary as byte strings, built for the first constrained request.
-	vocab vocabCache
-}
-
-// policyKey names one adaptive-policy memory: the largest block size and whether decoding is greedy.
-type policyKey struct {
-	blockSize int
-	greedy    bool
-}
-
-// policyMemory returns the shared memory for requests decoding with block size bs in this sampling regime.
-func (l *loaded) policyMemory(bs int, greedy bool) *speculative.PolicyMemory {
-	m, _ := l.policies.LoadOrStore(policyKey{bs, greedy}, speculative.NewPolicyMemory())
-	return m.(*speculative.PolicyMemory)
+	// constraints compiles requests' output constraints and keeps recent ones' matchers.
+	constraints *constrained.Compiler
 }
 
 // Serve is the serving use case: it implements ports.Generator over the speculative decoder. It is safe for
@@ -204,25 +188,16 @@ func (s *Serve) SetEngine(e Engine) error {
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	l := &loaded{Engine: e, name: e.Name, info: e.Target.Info(), maxBlock: 1, eos: map[ports.Token]bool{}}
+	l := &loaded{Engine: e, name: e.Name, info: e.Target.Info(), eos: map[ports.Token]bool{},
+		gen: &generation.Engine{Target: e.Target, Drafter: e.Drafter, EOS: e.EOS, BlockSize: s.cfg.BlockSize, Policies: &generation.Policies{}}}
 	if s.cfg.ServedModelName != "" {
 		l.name = s.cfg.ServedModelName
 	}
 	if l.name == "" {
 		l.name = "default"
 	}
-	if e.Drafter != nil {
-		l.maxBlock = e.Drafter.BlockSize()
-	}
-	switch bs := s.cfg.BlockSize; {
-	case bs == 0:
-		l.blockSize = l.maxBlock
-	case bs > l.maxBlock && e.Drafter == nil:
-		return fmt.Errorf("serve: block size %d needs a drafter, and none is loaded", bs)
-	case bs > l.maxBlock:
-		return fmt.Errorf("serve: block size %d exceeds the drafter's block size %d", bs, l.maxBlock)
-	default:
-		l.blockSize = bs
+	if err := l.gen.Check(); err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
 	cache, err := newPrefixCache(s.cfg, s.clock)
 	if err != nil {
@@ -232,18 +207,19 @@ func (s *Serve) SetEngine(e Engine) error {
 	if err := s.newScheduler(l); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	for _, t := range e.EOS {
+	for _, t := range l.gen.StopTokens() {
 		l.eos[t] = true
 	}
-	for _, t := range l.info.EOSTokens {
-		l.eos[t] = true
+	if l.constraints, err = constrained.NewCompiler(e.Tokenizer, l.info.VocabSize, l.gen.StopTokens(),
+		constrained.Options{ThinkOpen: thinkOpen, ThinkClose: thinkClose}); err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
 	_, open := e.Tokenizer.TokenID(thinkOpen)
 	_, closeOK := e.Tokenizer.TokenID(thinkClose)
 	l.thinkSplit = open && closeOK
 	s.engine.Store(l)
 	batchedFwd, batchedDraft := l.sched.Batching()
-	s.log.Info().Str("model", l.name).Int("block_size", l.blockSize).Bool("drafter", e.Drafter != nil).
+	s.log.Info().Str("model", l.name).Int("block_size", l.gen.DefaultBlockSize()).Bool("drafter", e.Drafter != nil).
 		Int("context_length", l.info.ContextLength).Bool("reasoning_split", l.thinkSplit).
 		Int64("prefix_cache_bytes", s.cfg.PrefixCacheBytes).Int("max_batch", s.cfg.MaxConcurrency).
 		Bool("batched_forward", batchedFwd).Bool("batched_draft", batchedDraft).
@@ -271,19 +247,15 @@ func invalid(param, format string, args ...any) error {
 	return &ports.RequestError{Param: param, Message: fmt.Sprintf(format, args...)}
 }
 
-// prepared is a validated request ready for the engine.
+// prepared is a validated request ready for the engine: the generation's plan and the text around it.
 type prepared struct {
-	prompt    []ports.Token
-	cfg       speculative.Config
-	seed      uint64
-	stop      []string
-	think     bool // split <think>…</think> into reasoning
-	inThink   bool // the prompt leaves the model inside a think block
-	maxTokens int
-	match     *grammar.Matcher // the output's constraint; nil: free text
+	generation.Plan
+	stop    []string
+	think   bool // split <think>…</think> into reasoning
+	inThink bool // the prompt leaves the model inside a think block
 }
 
-// prepare tokenizes and validates req against l.
+// prepare tokenizes req and checks it against l: the text-level knobs here, the generation's in its plan.
 func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) {
 	var p prepared
 	if req.Model != "" && req.Model != l.name {
@@ -295,76 +267,37 @@ func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) 
 		promptParam = "messages"
 	}
 	ids, text, errs := s.encodePrompt(l, req)
-	p.prompt = ids
-	ctxLen := l.info.ContextLength
-	// The sign of max_tokens was checked where the request was parsed; whether it fits is the decoder's own
-	// invariant (speculative.TokenBudget), asked here so that a request that cannot run is refused before it
-	// queues, naming the field at fault.
-	if len(p.prompt) > 0 {
-		if _, err := speculative.TokenBudget(len(p.prompt), req.MaxTokens, ctxLen); err != nil {
-			param := "max_tokens"
-			if ctxLen > 0 && len(p.prompt) >= ctxLen {
-				param = promptParam
-			}
-			errs = append(errs, invalid(param, "%v", err))
-		}
-	}
-	if err := req.Sampling.Validate(); err != nil {
-		errs = append(errs, invalid("", "%v", err))
-	}
-	bs := l.blockSize
-	switch {
-	case req.BlockSize < 0:
-		errs = append(errs, invalid("block_size", "block_size %d must be ≥ 1", req.BlockSize))
-	case req.BlockSize > 1 && l.Drafter == nil:
-		errs = append(errs, invalid("block_size", "block_size %d needs speculative decoding, which is off on this server (no drafter)", req.BlockSize))
-	case req.BlockSize > l.maxBlock:
-		errs = append(errs, invalid("block_size", "block_size %d exceeds the drafter's block size %d", req.BlockSize, l.maxBlock))
-	case req.BlockSize > 0:
-		bs = req.BlockSize
-	}
 	for i, st := range req.Stop {
 		if st == "" {
 			errs = append(errs, invalid("stop", "stop[%d] must not be empty", i))
 		}
 	}
+	seed := s.seed()
+	if req.Seed != nil {
+		seed = *req.Seed
+	}
+	gr := generation.Request{Prompt: ids, PromptParam: promptParam, MaxTokens: req.MaxTokens, BlockSize: req.BlockSize,
+		Adaptive: s.cfg.Adaptive, Sampling: req.Sampling, Seed: seed, Verify: verification(req.Seed != nil)}
+	if len(ids) > 0 || len(errs) == 0 {
+		// Without ids the prompt's own error says why; the plan would only add "the prompt is empty".
+		plan, err := l.gen.Plan(gr)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		p.Plan = plan
+	}
 	if err := errors.Join(errs...); err != nil {
 		return p, err
 	}
 	p.stop = req.Stop
-	p.maxTokens = req.MaxTokens
 	p.think = chat && l.thinkSplit
 	if p.think {
 		p.inThink = strings.LastIndex(text, thinkOpen) > strings.LastIndex(text, thinkClose)
 	}
 	var err error
-	if p.match, err = prepareConstraint(l, req, p.think && (p.inThink || req.Chat.EnableThinking != nil && *req.Chat.EnableThinking), p.inThink); err != nil {
+	think := p.think && (p.inThink || req.Chat.EnableThinking != nil && *req.Chat.EnableThinking)
+	if p.Constraint, err = l.constraints.Matcher(req.Constraint, think, p.inThink); err != nil {
 		return p, err
-	}
-	if req.Seed != nil {
-		p.seed = *req.Seed
-	} else {
-		p.seed = s.seed()
-	}
-	stops := make([]ports.Token, 0, len(l.eos))
-	for t := range l.eos {
-		stops = append(stops, t)
-	}
-	p.cfg = speculative.Config{
-		BlockSize:     bs,
-		Adaptive:      s.cfg.Adaptive && bs > 1,
-		MaxTokens:     req.MaxTokens,
-		ContextLength: ctxLen,
-		StopTokens:    stops,
-		Sampling:      req.Sampling,
-		Verify:        verification(req.Seed != nil),
-		LayerKinds:    l.info.LayerKinds,
-	}
-	if p.cfg.Adaptive {
-		p.cfg.Policy.Memory = l.policyMemory(bs, req.Sampling.Greedy())
-	}
-	if err := p.cfg.Validate(); err != nil {
-		return p, invalid("", "%v", err)
 	}
 	return p, nil
 }
@@ -430,15 +363,6 @@ func (s *Serve) encodePrompt(l *loaded, req ports.GenerateRequest) (prompt []por
 		case len(ids) == 0:
 			errs = append(errs, invalid(promptParam, "the prompt tokenizes to nothing"))
 		}
-		// A tokenizer may know more ids than the model embeds (added tokens past the embedding table); a prompt
-		// that uses one is refused here with its reason rather than failing inside the forward as a 500.
-		for _, id := range ids {
-			if id < 0 || int(id) >= l.info.VocabSize {
-				errs = append(errs, invalid(promptParam, "the prompt encodes to token id %d, outside this model's vocabulary of %d (the tokenizer knows ids the model cannot embed)",
-					id, l.info.VocabSize))
-				break
-			}
-		}
 		prompt = ids
 	}
 	return prompt, text, errs
@@ -500,61 +424,25 @@ func (s *Serve) Generate(ctx context.Context, req ports.GenerateRequest, emit fu
 var errStopString = fmt.Errorf("stop string reached: %w", speculative.ErrStop)
 
 func (s *Serve) run(ctx context.Context, l *loaded, p prepared, lv *live, emit func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
-	res := ports.GenerateResult{Model: l.name, PromptTokens: len(p.prompt)}
-	// Observing costs one atomic load per round while nobody listens (BenchmarkServeEvents).
-	p.cfg.Observe = lv.observe
-	var taps []int
-	if p.cfg.BlockSize > 1 {
-		taps = l.Drafter.TapLayers()
-	}
-	sess, err := l.Target.NewSession(ctx, taps)
-	if err != nil {
-		return res, fmt.Errorf("open target session: %w", err)
-	}
-	defer closeLogged(s.log, "target session", sess.Close)
-	var draft ports.DraftSession
-	if p.cfg.BlockSize > 1 {
-		ds, err := l.Drafter.NewSession(ctx)
-		if err != nil {
-			return res, fmt.Errorf("open draft session: %w", err)
-		}
-		defer closeLogged(s.log, "draft session", ds.Close)
-		draft = ds
-	}
-	prefix, err := s.startPrefix(l, &p, sess, draft)
-	if err != nil {
-		return res, err
-	}
-	if prefix != nil {
-		res.CachedTokens = prefix.reused
-		s.log.Debug().Int("prompt_tokens", len(p.prompt)).Int("cached_tokens", prefix.reused).
-			Int("prefill_tokens", len(p.prompt)-prefix.reused).Msg("prefix cache")
-	}
-	// The prefix cache restored into the backend's own sessions; the decoder's forwards and drafts go
-	// through the batch's rounds.
-	bsess, bdraft, leave := s.batched(l, &p.cfg, sess, draft)
-	defer leave()
-	dec, err := speculative.New(p.cfg, s.clock, sampling.NewSource(p.seed))
-	if err != nil {
-		return res, invalid("", "%v", err)
-	}
+	res := ports.GenerateResult{Model: l.name, PromptTokens: len(p.Prompt)}
 	pipe := newTextPipe(l.Tokenizer.NewStreamDecoder(true), p.stop, p.think, p.inThink, l.eos, emit)
-	gsess, masked := constrain(bsess, p.match, len(p.prompt), l.info.VocabSize, s.clock)
-	out, genErr := dec.Generate(ctx, gsess, bdraft, p.prompt, lv.committed(pipe.push))
-	leave() // now, not after the prefix cache's exports below: the rounds stop waiting for this request
-	if masked != nil {
-		s.log.Debug().Int("rows", masked.stats.Rows).Int("masks_computed", masked.stats.Computed).
-			Dur("mask", masked.stats.Time).Msg("constrained decoding")
+	// Observing costs one atomic load per round while nobody listens (BenchmarkServeEvents).
+	out, genErr := l.gen.Run(ctx, p.Plan, generation.RunOptions{Clock: s.clock, PrefixCache: l.prefix, Batch: l.sched,
+		PrefillChunk: s.cfg.PrefillChunk, Observe: lv.observe, Emit: lv.committed(pipe.push)})
+	if l.prefix != nil {
+		res.CachedTokens = out.Cached
+		s.log.Debug().Int("prompt_tokens", len(p.Prompt)).Int("cached_tokens", out.Cached).
+			Int("prefill_tokens", len(p.Prompt)-out.Cached).Msg("prefix cache")
+	}
+	if out.Warn != nil {
+		s.log.Warn().Err(out.Warn).Msg("generation: a session did not close cleanly or an entry was not cached")
+	}
+	if p.Constraint != nil {
+		s.log.Debug().Int("rows", out.Mask.Rows).Int("masks_computed", out.Mask.Computed).
+			Dur("mask", out.Mask.Time).Msg("constrained decoding")
 	}
 	res.CompletionTokens = len(out.Tokens)
 	res.Spec = out.Stats.SpecUsage()
-	// Cache what this request computed once it ended cleanly (a stop string ends it through emit, with
-	// every layer at the committed position); a failed or cancelled one leaves no entry.
-	if prefix != nil && (genErr == nil || errors.Is(genErr, errStopString)) {
-		if err := prefix.finish(sess, draft, out.Tokens); err != nil {
-			s.log.Warn().Err(err).Msg("prefix cache: an entry was not cached")
-		}
-	}
 	switch {
 	case errors.Is(genErr, errStopString):
 		res.FinishReason = "stop"
@@ -564,7 +452,7 @@ func (s *Serve) run(ctx context.Context, l *loaded, p prepared, lv *live, emit f
 				Int("plain_steps", res.Spec.PlainSteps).Dur("decode", out.Stats.DecodeTime).
 				Msg("generation cancelled (client gone, request timeout or shutdown)")
 		}
-		return res, fmt.Errorf("generate: %w", genErr)
+		return res, genErr
 	case out.Finish == speculative.FinishStop:
 		res.FinishReason = "stop"
 	case out.Finish == speculative.FinishLength:
@@ -585,10 +473,4 @@ func (s *Serve) run(ctx context.Context, l *loaded, p prepared, lv *live, emit f
 		Str("policy", res.Spec.Policy.Mode).Str("finish", res.FinishReason).
 		Dur("prefill", out.Stats.PrefillTime).Dur("decode", out.Stats.DecodeTime).Msg("generation done")
 	return res, nil
-}
-
-func closeLogged(log zerolog.Logger, what string, f func() error) {
-	if err := f(); err != nil {
-		log.Warn().Err(err).Str("what", what).Msg("close failed")
-	}
 }

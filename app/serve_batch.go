@@ -81,31 +81,31 @@ func (s *Serve) observeRound(r batch.Round) {
 // never fit. A request without max_tokens reserves its fair share of the budget rather than the whole context,
 // and its generation is capped at what was reserved (it ends with "length" there, as at any max_tokens).
 func (s *Serve) admissionBytes(l *loaded, p *prepared) (int64, error) {
-	room, err := speculative.TokenBudget(len(p.prompt), 0, l.info.ContextLength)
-	if p.maxTokens > 0 && l.info.ContextLength == 0 {
-		room, err = p.maxTokens, nil // no context length: the client's limit is the room
+	room, err := speculative.TokenBudget(len(p.Prompt), 0, l.info.ContextLength)
+	if p.Config.MaxTokens > 0 && l.info.ContextLength == 0 {
+		room, err = p.Config.MaxTokens, nil // no context length: the client's limit is the room
 	}
 	if err != nil {
 		return 0, requestErr("max_tokens", err)
 	}
 	total := l.budget.Total()
-	adm, err := batch.Admit(batch.Demand{Room: room, MaxTokens: p.maxTokens, Total: total, Concurrency: max(s.cfg.MaxConcurrency, 1),
+	adm, err := batch.Admit(batch.Demand{Room: room, MaxTokens: p.Config.MaxTokens, Total: total, Concurrency: max(s.cfg.MaxConcurrency, 1),
 		Cost: func(tokens int) int64 {
-			return l.footprint.requestBytes(len(p.prompt), tokens, p.cfg.BlockSize, s.cfg.PrefillChunk)
+			return l.footprint.requestBytes(len(p.Prompt), tokens, p.Config.BlockSize, s.cfg.PrefillChunk)
 		}})
 	var over *batch.OverBudgetError
 	switch {
 	case errors.As(err, &over) && over.Fits == 0:
 		return 0, requestErr("", fmt.Errorf("this request's %d prompt tokens: %w (--memory-budget-bytes); shorten the prompt or raise --memory-budget-bytes",
-			len(p.prompt), err))
+			len(p.Prompt), err))
 	case errors.As(err, &over):
 		return 0, requestErr("max_tokens", fmt.Errorf("this request's %d prompt tokens and max_tokens %d: %w (--memory-budget-bytes); at most %d tokens fit: lower max_tokens or shorten the prompt",
-			len(p.prompt), p.maxTokens, err, over.Fits))
+			len(p.Prompt), p.Config.MaxTokens, err, over.Fits))
 	case err != nil:
 		return 0, fmt.Errorf("memory admission: %w", err)
 	}
 	if adm.Capped {
-		p.maxTokens, p.cfg.MaxTokens = adm.Tokens, adm.Tokens
+		p.Config.MaxTokens = adm.Tokens
 	}
 	return adm.Bytes, nil
 }
@@ -140,26 +140,4 @@ func (s *Serve) admit(ctx context.Context, l *loaded, need int64) (func(), error
 		m.ObserveQueueWait(s.clock.Now().Sub(t0))
 	}
 	return func() { free(); release() }, nil
-}
-
-// batched wraps the request's sessions so their forwards and drafts join the scheduler's rounds, and sets
-// the decoder's batch settings (chunked prefill, the policy's batched cost).
-// leave must be called when the generation ends.
-func (s *Serve) batched(l *loaded, cfg *speculative.Config, sess ports.Session, draft ports.DraftSession) (ports.Session, ports.DraftSession, func()) {
-	m := l.sched.Join()
-	bs, bd := batchSessions(m, cfg, s.cfg.PrefillChunk, sess, draft)
-	return bs, bd, m.Leave
-}
-
-// batchSessions wraps sess and draft (nil: none) so their forwards and drafts join m's rounds, and sets cfg's
-// batch settings: the prefill chunk and the policy's batched cost.
-func batchSessions(m *batch.Member, cfg *speculative.Config, chunk int, sess ports.Session, draft ports.DraftSession) (ports.Session, ports.DraftSession) {
-	cfg.PrefillChunk = chunk
-	if cfg.Adaptive {
-		cfg.Policy.Batch = m
-	}
-	if draft != nil {
-		draft = m.DraftSession(draft)
-	}
-	return m.Session(sess), draft
 }

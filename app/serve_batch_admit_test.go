@@ -27,25 +27,25 @@ func TestAdmissionWithoutMaxTokensOnDemo(t *testing.T) {
 	req := ports.GenerateRequest{Prompt: "func (s *Server) "}
 	p, err := serve.prepare(l, req)
 	require.NoError(t, err)
-	room := l.info.ContextLength - len(p.prompt)
-	whole := l.footprint.requestBytes(len(p.prompt), room, p.cfg.BlockSize, serve.cfg.PrefillChunk)
+	room := l.info.ContextLength - len(p.Prompt)
+	whole := l.footprint.requestBytes(len(p.Prompt), room, p.Config.BlockSize, serve.cfg.PrefillChunk)
 	require.Greater(t, whole, int64(budget), "the whole context does not fit: the case the policy is for")
 	need, err := serve.admissionBytes(l, &p)
 	require.NoError(t, err)
 	assert.LessOrEqual(t, need, int64(budget))
-	require.Positive(t, p.cfg.MaxTokens)
-	require.Less(t, p.cfg.MaxTokens, room, "the generation is capped at what was reserved")
-	assert.GreaterOrEqual(t, p.cfg.MaxTokens, min(batch.DefaultTokenFloor, room))
+	require.Positive(t, p.Config.MaxTokens)
+	require.Less(t, p.Config.MaxTokens, room, "the generation is capped at what was reserved")
+	assert.GreaterOrEqual(t, p.Config.MaxTokens, min(batch.DefaultTokenFloor, room))
 
 	res, err := serve.Generate(t.Context(), req, nil)
 	require.NoError(t, err)
-	t.Logf("whole context %d bytes; reserved %d bytes for %d tokens; finished %q after %d", whole, need, p.cfg.MaxTokens,
+	t.Logf("whole context %d bytes; reserved %d bytes for %d tokens; finished %q after %d", whole, need, p.Config.MaxTokens,
 		res.FinishReason, res.CompletionTokens)
 	switch res.FinishReason {
 	case "length":
-		assert.Equal(t, p.cfg.MaxTokens, res.CompletionTokens)
+		assert.Equal(t, p.Config.MaxTokens, res.CompletionTokens)
 	case "stop":
-		assert.Less(t, res.CompletionTokens, p.cfg.MaxTokens)
+		assert.Less(t, res.CompletionTokens, p.Config.MaxTokens)
 	default:
 		t.Fatalf("finish %q", res.FinishReason)
 	}

@@ -15,7 +15,7 @@ func (s *Serve) helloEvent() ports.Event {
 	ev := ports.Event{Type: "hello", TimeMS: s.clock.Now().UnixMilli(), Hello: &ports.HelloEvent{
 		MaxBlockSize: 1, BlockSize: 1, Adaptive: s.cfg.Adaptive, Queue: s.queueState()}}
 	if l := s.engine.Load(); l != nil {
-		ev.Hello.Model, ev.Hello.MaxBlockSize, ev.Hello.BlockSize = l.name, l.maxBlock, l.blockSize
+		ev.Hello.Model, ev.Hello.MaxBlockSize, ev.Hello.BlockSize = l.name, l.gen.MaxBlockSize(), l.gen.DefaultBlockSize()
 	}
 	return ev
 }
@@ -57,8 +57,8 @@ func (s *Serve) newLive(l *loaded, id string, p prepared, chat bool) *live {
 	lv := &live{s: s, tok: l.Tokenizer, id: id, start: s.clock.Now()}
 	if s.events.active() {
 		s.events.publish(ports.Event{Type: "start", ID: id, TimeMS: lv.start.UnixMilli(), Start: &ports.StartEvent{
-			Chat: chat, PromptTokens: len(p.prompt), MaxTokens: p.maxTokens, BlockSize: p.cfg.BlockSize,
-			Adaptive: p.cfg.Adaptive}})
+			Chat: chat, PromptTokens: len(p.Prompt), MaxTokens: p.Config.MaxTokens, BlockSize: p.Config.BlockSize,
+			Adaptive: p.Config.Adaptive}})
 	}
 	return lv
 }

@@ -30,5 +30,5 @@ func TestPromptIDOutsideModelVocabulary(t *testing.T) {
 	_, err = s.Generate(t.Context(), ports.GenerateRequest{Prompt: "abc", MaxTokens: 2},
 		func(ports.GenerateEvent) error { return nil })
 	require.ErrorIs(t, err, ports.ErrInvalidRequest)
-	assert.Contains(t, err.Error(), "token id 64, outside this model's vocabulary of 63")
+	assert.Contains(t, err.Error(), "token id 64 (position 3) is outside this model's vocabulary of 63")
 }

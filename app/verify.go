@@ -7,9 +7,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/higgs-go/higgs/adapters/grammar"
 	"github.com/higgs-go/higgs/adapters/hfmodel"
-	"github.com/higgs-go/higgs/adapters/sampling"
+	"github.com/higgs-go/higgs/app/generation"
 	"github.com/higgs-go/higgs/domain/batch"
 	"github.com/higgs-go/higgs/domain/prefixcache"
 	"github.com/higgs-go/higgs/domain/speculative"
@@ -35,42 +34,19 @@ func (SystemClock) Now() time.Time { return time.Now() }
 // After is the system clock's timer (batch.Timer).
 func (SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
-// GenerateOptions configure one verify generation.
+// GenerateOptions configure one verify generation: the generation's knobs (a MaxTokens > 0 is required:
+// the contract promises exactly that many tokens unless a stop token ends generation; a BlockSize of 0
+// means the drafter's block size when speculating) and what the harness decides around them.
 type GenerateOptions struct {
-	// Prompt are the prompt ids (non-empty).
-	Prompt []ports.Token
-	// MaxTokens bounds the generated tokens (> 0).
-	MaxTokens int
+	generation.Request
 	// Speculative turns DFlash on (needs Models.Drafter); otherwise decoding is autoregressive.
 	Speculative bool
-	// BlockSize is the DFlash block size (anchor included); 0 means the drafter's block size.
-	BlockSize int
-	// Adaptive lets the domain's depth policy pick each round's block size (≤ BlockSize).
-	Adaptive bool
-	// Sampling are the target's sampling parameters (Temperature 0: greedy).
-	Sampling ports.SamplingParams
-	// Seed seeds the sampler when Temperature > 0.
-	Seed uint64
-	// Verify is how drafts are verified when Temperature > 0; VerifyMatch (the reproducible one) makes the
-	// output a function of the seed alone, whatever the block size.
-	Verify speculative.Verification
-	// StopIDs are extra stop ids on top of the model's EOS ids.
-	StopIDs []ports.Token
-	// NoEOS drops the model's EOS ids (only StopIDs stop generation).
-	NoEOS bool
-	// Rollback forces a recurrent rollback strategy (default: the domain's cost model).
-	Rollback speculative.RollbackMode
-	// PolicyMemory, when non-nil, carries the adaptive policy's measurements across generations (see
-	// speculative.PolicyConfig.Memory).
-	PolicyMemory *speculative.PolicyMemory
 	// PrefixCache, when non-nil, restores the longest cached prefix of Prompt first and caches this
 	// generation's boundaries (as higgsd does).
 	PrefixCache *prefixcache.Cache
-	// Constraint, when set, masks the target's rows (constrained decoding, as higgsd's structured outputs).
-	Constraint *grammar.Matcher
-	// Batch, when non-nil, decodes through this member's shared rounds (as higgsd does with several
+	// Batch, when non-nil, decodes through this scheduler's shared rounds (as higgsd does with several
 	// clients), with prefill chunks of PrefillChunk tokens (0: whole).
-	Batch        *batch.Member
+	Batch        *batch.Scheduler
 	PrefillChunk int
 	// Emit, when non-nil, is called with each round's committed tokens.
 	Emit func([]ports.Token)
@@ -150,58 +126,45 @@ func statsJSON(res speculative.Result, bs int) ([]RoundJSON, StatsJSON) {
 	return rounds, s
 }
 
-// checkGenerate validates opts against the loaded models and returns the effective block size.
-func checkGenerate(m *Models, o GenerateOptions) (int, error) {
-	var errs []error
-	if len(o.Prompt) == 0 {
-		errs = append(errs, errors.New("empty prompt"))
+// engine is m as the generation pipeline sees it; spec false leaves the drafter out (plain decoding).
+func engine(m *Models, spec bool) *generation.Engine {
+	e := &generation.Engine{Target: m.Target, EOS: m.EOS}
+	if spec {
+		e.Drafter = m.Drafter
 	}
-	vocab := m.Target.Info().VocabSize
-	for i, t := range o.Prompt {
-		if t < 0 || int(t) >= vocab {
-			errs = append(errs, fmt.Errorf("prompt token %d (position %d) outside the vocabulary of %d", t, i, vocab))
-			break
-		}
-	}
-	// The contract promises exactly MaxTokens tokens unless a stop token ends generation, so 0 (the decoder's
-	// "as many as fit") is refused; whether the budget fits is the decoder's own check, asked before loading
-	// sessions.
-	if o.MaxTokens <= 0 {
-		errs = append(errs, fmt.Errorf("max tokens %d must be > 0", o.MaxTokens))
-	} else if _, err := speculative.TokenBudget(len(o.Prompt), o.MaxTokens, m.Target.Info().ContextLength); err != nil {
-		errs = append(errs, err)
-	}
-	for _, t := range o.StopIDs {
-		if t < 0 || int(t) >= vocab {
-			errs = append(errs, fmt.Errorf("stop id %d outside the vocabulary of %d", t, vocab))
-		}
-	}
-	if err := o.Sampling.Validate(); err != nil {
-		errs = append(errs, err)
-	}
-	bs := 1
-	if o.Speculative {
-		if m.Drafter == nil {
-			errs = append(errs, errors.New("speculative decoding needs a drafter (--draft DIR)"))
-		} else {
-			bs = o.BlockSize
-			if bs == 0 {
-				bs = m.Drafter.BlockSize()
-			}
-			if bs < 1 || bs > m.Drafter.BlockSize() {
-				errs = append(errs, fmt.Errorf("block size %d outside 1..%d (the drafter's block_size)", bs, m.Drafter.BlockSize()))
-			}
-		}
-	} else if o.BlockSize > 1 {
-		errs = append(errs, fmt.Errorf("block size %d needs a drafter", o.BlockSize))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return 0, fmt.Errorf("%w: %w", ErrBadInput, err)
-	}
-	return bs, nil
+	return e
 }
 
-// runDecoder opens sessions and runs one generation, returning the domain result and the block size used.
+// plan checks o against the loaded models through the generation pipeline's plan, the only place a
+// generation's knobs are checked (the CLI's contract adds that max tokens is given and that speculation has a
+// drafter to run). The engine's default block size is the drafter's.
+func plan(m *Models, o GenerateOptions) (*generation.Engine, generation.Plan, error) {
+	var errs []error
+	// The contract promises exactly MaxTokens tokens unless a stop token ends generation, so 0 (the decoder's
+	// "as many as fit") is refused.
+	if o.MaxTokens <= 0 {
+		errs = append(errs, fmt.Errorf("max tokens %d must be > 0", o.MaxTokens))
+	}
+	if o.Speculative && m.Drafter == nil {
+		errs = append(errs, errors.New("speculative decoding needs a drafter (--draft DIR)"))
+	}
+	e := engine(m, o.Speculative)
+	req := o.Request
+	req.MaxTokens = max(req.MaxTokens, 0)
+	if !o.Speculative && req.BlockSize == 0 {
+		req.BlockSize = 1
+	}
+	p, err := e.Plan(req)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, p, fmt.Errorf("%w: %w", ErrBadInput, err)
+	}
+	return e, p, nil
+}
+
+// runDecoder runs one generation, returning the domain result and the block size used.
 func runDecoder(ctx context.Context, m *Models, o GenerateOptions) (speculative.Result, int, error) {
 	r, err := decode(ctx, m, o)
 	return r.Result, r.blockSize, err
@@ -209,89 +172,27 @@ func runDecoder(ctx context.Context, m *Models, o GenerateOptions) (speculative.
 
 // decoded is one decode's result with what the bench measures around the decoder.
 type decoded struct {
-	speculative.Result
+	generation.Outcome
 	blockSize int
-	// cached is the prompt tokens restored from o.PrefixCache; firstToken the time from opening the
-	// sessions to the first token's emit (restore and prefill included).
-	cached     int
-	firstToken time.Duration
-	// mask is what constrained decoding cost (zero without GenerateOptions.Constraint).
-	mask MaskStats
 }
 
+// decode runs one generation through the pipeline higgsd runs (generation.Engine's Plan and Run).
 func decode(ctx context.Context, m *Models, o GenerateOptions) (decoded, error) {
-	var out decoded
-	bs, err := checkGenerate(m, o)
+	e, p, err := plan(m, o)
 	if err != nil {
-		return out, err
+		return decoded{}, err
 	}
-	out.blockSize = bs
-	start := time.Now()
-	info := m.Target.Info()
-	stops := slices.Clone(o.StopIDs)
-	if !o.NoEOS {
-		stops = append(stops, m.EOS...)
+	out := decoded{blockSize: p.Config.BlockSize}
+	var emit func([]ports.Token) error
+	if o.Emit != nil {
+		emit = func(toks []ports.Token) error { o.Emit(toks); return nil }
 	}
-	cfg := speculative.Config{BlockSize: bs, Adaptive: o.Adaptive && bs > 1, MaxTokens: o.MaxTokens,
-		ContextLength: info.ContextLength, StopTokens: stops, Sampling: o.Sampling, Verify: o.Verify, Rollback: o.Rollback,
-		LayerKinds: info.LayerKinds, Policy: speculative.PolicyConfig{Memory: o.PolicyMemory}}
-	var rnd ports.Rand
-	if !o.Sampling.Greedy() {
-		rnd = sampling.NewSource(o.Seed)
+	out.Outcome, err = e.Run(ctx, p, generation.RunOptions{PrefixCache: o.PrefixCache, Batch: o.Batch,
+		PrefillChunk: o.PrefillChunk, Emit: emit})
+	if err == nil {
+		err = out.Warn
 	}
-	var taps []int
-	var ds ports.DraftSession
-	if bs > 1 {
-		taps = m.Drafter.TapLayers()
-		if ds, err = m.Drafter.NewSession(ctx); err != nil {
-			return out, fmt.Errorf("open draft session: %w", err)
-		}
-		defer ds.Close()
-	}
-	sess, err := m.Target.NewSession(ctx, taps)
-	if err != nil {
-		return out, fmt.Errorf("open target session: %w", err)
-	}
-	defer sess.Close()
-	prefix, err := startPrefix(o.PrefixCache, o.Prompt, &cfg, sess, ds)
-	if err != nil {
-		return out, err
-	}
-	if prefix != nil {
-		out.cached = prefix.reused
-	}
-	gsess, gds := sess, ds
-	if o.Batch != nil {
-		gsess, gds = batchSessions(o.Batch, &cfg, o.PrefillChunk, sess, ds)
-	}
-	dec, err := speculative.New(cfg, SystemClock{}, rnd)
-	if err != nil {
-		return out, fmt.Errorf("%w: %w", ErrBadInput, err)
-	}
-	first := true
-	// The constraint wraps the batch member's session: its masked forward must still join the rounds.
-	csess, masked := constrain(gsess, o.Constraint, len(o.Prompt), info.VocabSize, SystemClock{})
-	out.Result, err = dec.Generate(ctx, csess, gds, o.Prompt, func(toks []ports.Token) error {
-		if first {
-			out.firstToken, first = time.Since(start), false
-		}
-		if o.Emit != nil {
-			o.Emit(toks)
-		}
-		return nil
-	})
-	if masked != nil {
-		out.mask = masked.stats
-	}
-	if err != nil {
-		return out, fmt.Errorf("generate: %w", err)
-	}
-	if prefix != nil {
-		if err := prefix.finish(sess, ds, out.Tokens); err != nil {
-			return out, err
-		}
-	}
-	return out, nil
+	return out, err
 }
 
 // Generate runs `higgs-verify generate`: autoregressive, or DFlash speculative decoding with a per-round trace.

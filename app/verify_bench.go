@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/higgs-go/higgs/app/generation"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -190,9 +191,7 @@ func Bench(ctx context.Context, m *Models, o BenchOptions) (BenchResult, error) 
 			for k := range variants {
 				vi := (first + k) % len(variants)
 				v := variants[vi]
-				g := GenerateOptions{Prompt: p, MaxTokens: o.MaxTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS,
-					Speculative: v.bs > 1, BlockSize: v.bs, Adaptive: v.adaptive, PolicyMemory: v.mem,
-					Sampling: o.Sampling, Seed: o.Seed + uint64(pass*len(o.Prompts)+pi), Verify: o.Verify}
+				g := GenerateOptions{Request: generation.Request{Prompt: p, MaxTokens: o.MaxTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS, BlockSize: v.bs, Adaptive: v.adaptive, PolicyMemory: v.mem, Sampling: o.Sampling, Seed: o.Seed + uint64(pass*len(o.Prompts)+pi), Verify: o.Verify}, Speculative: v.bs > 1}
 				r, _, err := runDecoder(ctx, m, g)
 				if err != nil {
 					return res, err

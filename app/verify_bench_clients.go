@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/higgs-go/higgs/app/generation"
 	"github.com/higgs-go/higgs/domain/batch"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
@@ -158,10 +159,6 @@ func runClients(ctx context.Context, m *Models, o BenchOptions, co ClientsOption
 		return run, err
 	}
 	meta.BatchedForward, meta.BatchedDraft = sched.Batching()
-	members := make([]*batch.Member, n)
-	for i := range members {
-		members[i] = sched.Join()
-	}
 	results := make([]decoded, n)
 	itls := make([][]float64, n)
 	errs := make([]error, n)
@@ -169,22 +166,17 @@ func runClients(ctx context.Context, m *Models, o BenchOptions, co ClientsOption
 	start := time.Now()
 	for i := range n {
 		wg.Go(func() {
-			defer members[i].Leave()
 			var last time.Time
-			g := GenerateOptions{Prompt: o.Prompts[i%len(o.Prompts)], MaxTokens: o.MaxTokens, StopIDs: o.StopIDs,
-				NoEOS: o.NoEOS, Speculative: spec, BlockSize: bs, Adaptive: spec && o.Adaptive, PolicyMemory: mem,
-				Sampling: o.Sampling, Seed: o.Seed + uint64(pass*n+i), Verify: o.Verify,
-				Batch: members[i], PrefillChunk: co.PrefillChunk,
-				Emit: func(toks []ports.Token) {
-					now := time.Now()
-					if !last.IsZero() && len(toks) > 0 {
-						per := ms(now.Sub(last)) / float64(len(toks))
-						for range toks {
-							itls[i] = append(itls[i], per)
-						}
+			g := GenerateOptions{Request: generation.Request{Prompt: o.Prompts[i%len(o.Prompts)], MaxTokens: o.MaxTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS, BlockSize: bs, Adaptive: spec && o.Adaptive, PolicyMemory: mem, Sampling: o.Sampling, Seed: o.Seed + uint64(pass*n+i), Verify: o.Verify}, Speculative: spec, Batch: sched, PrefillChunk: co.PrefillChunk, Emit: func(toks []ports.Token) {
+				now := time.Now()
+				if !last.IsZero() && len(toks) > 0 {
+					per := ms(now.Sub(last)) / float64(len(toks))
+					for range toks {
+						itls[i] = append(itls[i], per)
 					}
-					last = now
-				}}
+				}
+				last = now
+			}}
 			results[i], errs[i] = decode(ctx, m, g)
 		})
 	}

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/higgs-go/higgs/adapters/constrained"
 	"github.com/higgs-go/higgs/adapters/grammar"
+	"github.com/higgs-go/higgs/app/generation"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -64,13 +66,9 @@ func measureConstrained(ctx context.Context, m *Models, o BenchOptions, bs int, 
 			return res, fmt.Errorf("%w: --constrain: %w", ErrBadInput, err)
 		}
 	}
-	eos := map[ports.Token]bool{}
-	for _, t := range m.EOS {
-		eos[t] = true
-	}
-	vocab := buildVocab(tb, m.Target.Info().VocabSize, eos)
+	vocab := constrained.BuildVocab(tb, m.Target.Info().VocabSize, m.EOS)
 	var ar, spec []float64
-	var specMask, arMask MaskStats
+	var specMask, arMask constrained.Stats
 	var arTokens, rounds, committed int
 	for _, p := range o.Prompts {
 		var outs [][]ports.Token
@@ -79,8 +77,7 @@ func measureConstrained(ctx context.Context, m *Models, o BenchOptions, bs int, 
 			if err != nil {
 				return res, err
 			}
-			d, err := decode(ctx, m, GenerateOptions{Prompt: p, MaxTokens: o.MaxTokens, StopIDs: o.StopIDs,
-				Speculative: v > 1, BlockSize: v, Constraint: mt})
+			d, err := decode(ctx, m, GenerateOptions{Request: generation.Request{Prompt: p, MaxTokens: o.MaxTokens, StopIDs: o.StopIDs, BlockSize: v, Constraint: mt}, Speculative: v > 1})
 			if err != nil {
 				return res, err
 			}
@@ -95,14 +92,14 @@ func measureConstrained(ctx context.Context, m *Models, o BenchOptions, bs int, 
 			}
 			if v == 1 {
 				ar = append(ar, rate)
-				arMask.Time += d.mask.Time
+				arMask.Time += d.Mask.Time
 				arTokens += len(d.Tokens)
 				continue
 			}
 			spec = append(spec, rate)
-			specMask.Time += d.mask.Time
-			specMask.Rows += d.mask.Rows
-			specMask.Computed += d.mask.Computed
+			specMask.Time += d.Mask.Time
+			specMask.Rows += d.Mask.Rows
+			specMask.Computed += d.Mask.Computed
 			res.Tokens += len(d.Tokens)
 			for _, r := range d.Stats.Rounds {
 				if r.BlockSize > 1 {

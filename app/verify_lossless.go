@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/higgs-go/higgs/app/generation"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -165,7 +166,7 @@ func Lossless(ctx context.Context, m *Models, o LosslessOptions) (LosslessResult
 		rbs = []speculative.RollbackMode{speculative.RollbackAuto}
 	}
 	for pi, prompt := range o.Prompts {
-		base := GenerateOptions{Prompt: prompt, MaxTokens: o.MaxTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS}
+		base := GenerateOptions{Request: generation.Request{Prompt: prompt, MaxTokens: o.MaxTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS}}
 		ar, _, err := runDecoder(ctx, m, base)
 		if err != nil {
 			return res, fmt.Errorf("prompt %d, autoregressive: %w", pi, err)
@@ -219,8 +220,7 @@ func seededComparison(ctx context.Context, m *Models, o LosslessOptions, sizes [
 	params := ports.SamplingParams{Temperature: o.Temperature}
 	res.SeededCases = []LosslessCase{}
 	for pi, prompt := range o.Prompts {
-		base := GenerateOptions{Prompt: prompt, MaxTokens: o.MaxTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS,
-			Sampling: params, Seed: o.Seed, Verify: o.Verify}
+		base := GenerateOptions{Request: generation.Request{Prompt: prompt, MaxTokens: o.MaxTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS, Sampling: params, Seed: o.Seed, Verify: o.Verify}}
 		plain, _, err := runDecoder(ctx, m, base)
 		if err != nil {
 			return fmt.Errorf("prompt %d, seeded plain sampling: %w", pi, err)
@@ -280,8 +280,7 @@ func distributionTest(ctx context.Context, m *Models, o LosslessOptions, bs int)
 	dt := DistTest{Temperature: o.Temperature, BlockSize: bs, Samples: n, Tokens: DistTokens, Threshold: DistPValue,
 		PValue: 1}
 	sample := func(spec bool, seed uint64) ([]ports.Token, error) {
-		g := GenerateOptions{Prompt: o.Prompts[0], MaxTokens: DistTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS,
-			Sampling: ports.SamplingParams{Temperature: o.Temperature}, Seed: seed, Speculative: spec, Verify: o.Verify}
+		g := GenerateOptions{Request: generation.Request{Prompt: o.Prompts[0], MaxTokens: DistTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS, Sampling: ports.SamplingParams{Temperature: o.Temperature}, Seed: seed, Verify: o.Verify}, Speculative: spec}
 		if spec {
 			g.BlockSize = bs
 		}

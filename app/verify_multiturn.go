@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/higgs-go/higgs/app/generation"
 	"github.com/higgs-go/higgs/domain/prefixcache"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -80,8 +81,7 @@ func MultiTurn(ctx context.Context, m *Models, bo BenchOptions, o MultiTurnOptio
 	}
 	sys, users := multiTurnPrompts(bo.Prompts, o)
 	gen := func(prompt []ports.Token, c *prefixcache.Cache) (decoded, error) {
-		return decode(ctx, m, GenerateOptions{Prompt: prompt, MaxTokens: bo.MaxTokens, Speculative: true,
-			BlockSize: bo.BlockSize, StopIDs: bo.StopIDs, NoEOS: bo.NoEOS, PrefixCache: c})
+		return decode(ctx, m, GenerateOptions{Request: generation.Request{Prompt: prompt, MaxTokens: bo.MaxTokens, BlockSize: bo.BlockSize, StopIDs: bo.StopIDs, NoEOS: bo.NoEOS}, Speculative: true, PrefixCache: c})
 	}
 	if _, err := gen(users[0], nil); err != nil { // warm-up
 		return res, err
@@ -101,8 +101,8 @@ func MultiTurn(ctx context.Context, m *Models, bo BenchOptions, o MultiTurnOptio
 		if err != nil {
 			return res, err
 		}
-		t := MultiTurnTurn{Turn: i + 1, PromptTokens: len(conv), CachedTokens: on.cached,
-			TTFTMsOff: ms(off.firstToken), TTFTMsOn: ms(on.firstToken), Same: slices.Equal(off.Tokens, on.Tokens)}
+		t := MultiTurnTurn{Turn: i + 1, PromptTokens: len(conv), CachedTokens: on.Cached,
+			TTFTMsOff: ms(off.FirstToken), TTFTMsOn: ms(on.FirstToken), Same: slices.Equal(off.Tokens, on.Tokens)}
 		if t.TTFTMsOn > 0 {
 			t.Ratio = t.TTFTMsOff / t.TTFTMsOn
 		}

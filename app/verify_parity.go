@@ -7,6 +7,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/higgs-go/higgs/app/generation"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -181,11 +182,11 @@ func Parity(ctx context.Context, a, b *Models, o ParityOptions) (ParityResult, e
 	} else {
 		tapProblem = fmt.Sprintf("tapped hidden states are not readable as float32 (a: %v, b: %v)", okA, okB)
 	}
-	ga, _, err := runDecoder(ctx, a, GenerateOptions{Prompt: o.Prompt, MaxTokens: o.MaxTokens, NoEOS: true})
+	ga, _, err := runDecoder(ctx, a, GenerateOptions{Request: generation.Request{Prompt: o.Prompt, MaxTokens: o.MaxTokens, NoEOS: true}})
 	if err != nil {
 		return res, fmt.Errorf("a: %w", err)
 	}
-	gb, _, err := runDecoder(ctx, b, GenerateOptions{Prompt: o.Prompt, MaxTokens: o.MaxTokens, NoEOS: true})
+	gb, _, err := runDecoder(ctx, b, GenerateOptions{Request: generation.Request{Prompt: o.Prompt, MaxTokens: o.MaxTokens, NoEOS: true}})
 	if err != nil {
 		return res, fmt.Errorf("b: %w", err)
 	}
@@ -194,11 +195,11 @@ func Parity(ctx context.Context, a, b *Models, o ParityOptions) (ParityResult, e
 	if a.Drafter != nil && b.Drafter != nil {
 		// The drafters on both sides: greedy speculative decoding must reproduce each side's greedy
 		// continuation, and the drafts of equal-size blocks are compared (informational: near-ties may flip).
-		sa, bsA, err := runDecoder(ctx, a, GenerateOptions{Prompt: o.Prompt, MaxTokens: o.MaxTokens, NoEOS: true, Speculative: true})
+		sa, bsA, err := runDecoder(ctx, a, GenerateOptions{Request: generation.Request{Prompt: o.Prompt, MaxTokens: o.MaxTokens, NoEOS: true}, Speculative: true})
 		if err != nil {
 			return res, fmt.Errorf("a: %w", err)
 		}
-		sb, bsB, err := runDecoder(ctx, b, GenerateOptions{Prompt: o.Prompt, MaxTokens: o.MaxTokens, NoEOS: true, Speculative: true})
+		sb, bsB, err := runDecoder(ctx, b, GenerateOptions{Request: generation.Request{Prompt: o.Prompt, MaxTokens: o.MaxTokens, NoEOS: true}, Speculative: true})
 		if err != nil {
 			return res, fmt.Errorf("b: %w", err)
 		}
@@ -293,7 +294,7 @@ func replayCheck(ctx context.Context, t ports.Target, o ParityOptions) (ReplayCh
 	const block = 6
 	prompt := o.Prompt
 	// The block: the prompt's first greedy tokens (any tokens would do; these are realistic).
-	g, _, err := runDecoder(ctx, &Models{Target: t}, GenerateOptions{Prompt: prompt, MaxTokens: block, NoEOS: true})
+	g, _, err := runDecoder(ctx, &Models{Target: t}, GenerateOptions{Request: generation.Request{Prompt: prompt, MaxTokens: block, NoEOS: true}})
 	if err != nil {
 		return rc, err
 	}

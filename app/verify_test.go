@@ -13,6 +13,7 @@ import (
 
 	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/synth"
+	"github.com/higgs-go/higgs/app/generation"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
@@ -130,8 +131,7 @@ func TestChiSquareSurvival(t *testing.T) {
 func TestGenerateReproducibleWithSeed(t *testing.T) {
 	m := load(t, testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 8}),
 		testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 9, Taps: []int{0, 2}, Mask: 60, BlockSize: 8}))
-	o := GenerateOptions{Prompt: []ports.Token{3, 4}, MaxTokens: 20, Speculative: true, NoEOS: true,
-		Sampling: ports.SamplingParams{Temperature: 0.9, TopP: 0.95}, Seed: 123}
+	o := GenerateOptions{Request: generation.Request{Prompt: []ports.Token{3, 4}, MaxTokens: 20, NoEOS: true, Sampling: ports.SamplingParams{Temperature: 0.9, TopP: 0.95}, Seed: 123}, Speculative: true}
 	a, err := Generate(t.Context(), m, o)
 	require.NoError(t, err)
 	b, err := Generate(t.Context(), m, o)
@@ -179,14 +179,14 @@ func TestBadInputBeforeGeneration(t *testing.T) {
 		o    GenerateOptions
 		want string
 	}{
-		{"block size above the drafter's", GenerateOptions{Prompt: []ports.Token{1}, MaxTokens: 4, Speculative: true, BlockSize: 9}, "block size 9 outside 1..8"},
-		{"negative block size", GenerateOptions{Prompt: []ports.Token{1}, MaxTokens: 4, Speculative: true, BlockSize: -1}, "block size -1"},
-		{"empty prompt", GenerateOptions{MaxTokens: 4}, "empty prompt"},
-		{"token outside vocab", GenerateOptions{Prompt: []ports.Token{64}, MaxTokens: 4}, "outside the vocabulary"},
-		{"no budget", GenerateOptions{Prompt: []ports.Token{1}}, "max tokens 0"},
-		{"budget past the context", GenerateOptions{Prompt: []ports.Token{1, 2}, MaxTokens: 511}, "max tokens 511 is too large"},
-		{"prompt fills the context", GenerateOptions{Prompt: make([]ports.Token, 512), MaxTokens: 1}, "maximum context length is 512 tokens, and the prompt has 512 tokens"},
-		{"bad temperature", GenerateOptions{Prompt: []ports.Token{1}, MaxTokens: 4, Sampling: ports.SamplingParams{Temperature: -1}}, "temperature"},
+		{"block size above the drafter's", GenerateOptions{Request: generation.Request{Prompt: []ports.Token{1}, MaxTokens: 4, BlockSize: 9}, Speculative: true}, "block_size 9 exceeds the drafter's block size 8"},
+		{"negative block size", GenerateOptions{Request: generation.Request{Prompt: []ports.Token{1}, MaxTokens: 4, BlockSize: -1}, Speculative: true}, "block_size -1 must be ≥ 1"},
+		{"empty prompt", GenerateOptions{Request: generation.Request{MaxTokens: 4}}, "the prompt is empty"},
+		{"token outside vocab", GenerateOptions{Request: generation.Request{Prompt: []ports.Token{64}, MaxTokens: 4}}, "outside this model's vocabulary of 64"},
+		{"no budget", GenerateOptions{Request: generation.Request{Prompt: []ports.Token{1}}}, "max tokens 0"},
+		{"budget past the context", GenerateOptions{Request: generation.Request{Prompt: []ports.Token{1, 2}, MaxTokens: 511}}, "max tokens 511 is too large"},
+		{"prompt fills the context", GenerateOptions{Request: generation.Request{Prompt: make([]ports.Token, 512), MaxTokens: 1}}, "maximum context length is 512 tokens, and the prompt has 512 tokens"},
+		{"bad temperature", GenerateOptions{Request: generation.Request{Prompt: []ports.Token{1}, MaxTokens: 4, Sampling: ports.SamplingParams{Temperature: -1}}}, "temperature"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Generate(t.Context(), m, tc.o)
@@ -375,8 +375,7 @@ func TestBenchRefusesEmptyBudgets(t *testing.T) {
 func TestSeededGenerateIndependentOfBlockSize(t *testing.T) {
 	m := load(t, testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 6, Vocab: 64, EmbedScale: 4}),
 		testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 7, Taps: []int{0, 3}, Mask: 61, BlockSize: 8}))
-	base := GenerateOptions{Prompt: []ports.Token{5, 6}, MaxTokens: 24, NoEOS: true, Seed: 77,
-		Sampling: ports.SamplingParams{Temperature: 0.7}, Verify: speculative.VerifyMatch}
+	base := GenerateOptions{Request: generation.Request{Prompt: []ports.Token{5, 6}, MaxTokens: 24, NoEOS: true, Seed: 77, Sampling: ports.SamplingParams{Temperature: 0.7}, Verify: speculative.VerifyMatch}}
 	plain, err := Generate(t.Context(), m, base)
 	require.NoError(t, err)
 	for _, bs := range []int{2, 3, 8} {

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/higgs-go/higgs/app"
+	"github.com/higgs-go/higgs/app/generation"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -103,9 +104,10 @@ func (c *cli) generateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o := app.GenerateOptions{Prompt: prompts[0], MaxTokens: d.maxTokens, Speculative: m.Drafter != nil,
+			o := app.GenerateOptions{Request: generation.Request{Prompt: prompts[0], MaxTokens: d.maxTokens,
 				BlockSize: d.blockSize, Adaptive: d.adaptive, Seed: d.seed, Verify: ver, StopIDs: stops, Rollback: rb,
-				Sampling: ports.SamplingParams{Temperature: d.temperature, TopK: d.topK, TopP: d.topP, MinP: d.minP}}
+				Sampling: ports.SamplingParams{Temperature: d.temperature, TopK: d.topK, TopP: d.topP, MinP: d.minP}},
+				Speculative: m.Drafter != nil}
 			res, err := app.Generate(ctx, m, o)
 			if err != nil {
 				return err

@@ -1,4 +1,4 @@
-package app
+package constrained
 
 import (
 	"context"
@@ -89,10 +89,10 @@ func TestConstrainedSamplingHasTheMaskedDistribution(t *testing.T) {
 				require.NoError(t, err)
 				ds, err := drafter.NewSession(t.Context())
 				require.NoError(t, err)
-				cs, _ := constrain(sess, m, len(prompt), len(distVocab), SystemClock{})
+				cs, _ := Wrap(sess, m, len(prompt), len(distVocab), wallClock{})
 				cfg := speculative.Config{BlockSize: 4, MaxTokens: 12, ContextLength: 64, StopTokens: []ports.Token{distEOS},
 					Sampling: ports.SamplingParams{Temperature: 1}, Verify: verify}
-				dec, err := speculative.New(cfg, SystemClock{}, sampling.NewSource(uint64(i)))
+				dec, err := speculative.New(cfg, wallClock{}, sampling.NewSource(uint64(i)))
 				require.NoError(t, err)
 				res, err := dec.Generate(t.Context(), cs, ds, prompt, func([]ports.Token) error { return nil })
 				require.NoError(t, err)
