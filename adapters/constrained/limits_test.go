@@ -77,4 +77,3 @@ func TestConstrainedForwardErrorKeepsStates(t *testing.T) {
 	_, err = sess.Forward(t.Context(), []ports.Token{1}, ports.ForwardOptions{})
 	assert.NoError(t, err, "the session goes on from where it was")
 }
-
