@@ -11,14 +11,15 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// Parity tolerances (MODEL-REFERENCE §7.1 engineering targets for fp32 vs fp32). Two weight variants of one
-// model (f32 vs quantized) differ by more; pass looser tolerances for those.
+// Parity tolerances (docs/model-math.md#tolerances: the engineering targets for fp32 vs fp32). Two weight variants of
+// one model (f32 vs quantized) differ by more; pass looser tolerances for those.
 const (
 	DefaultParityMaxAbs = 1e-3 // max |Δlogit|
 	DefaultParityMargin = 1e-3 // argmax must agree where A's top-2 margin exceeds this
 	DefaultParityTapAbs = 1e-3 // max |Δ| of tapped hidden states
 	// DefaultParityReplayAbs bounds max |Δp| between tape replay and recompute: fp32 tolerance, because a
-	// backend may replay with another op order than its chunked forward (§7.1); the CPU backend is bit-exact.
+	// backend may replay with another op order than its chunked forward (docs/model-math.md#tolerances); the CPU backend
+	// is bit-exact.
 	DefaultParityReplayAbs = 1e-5
 )
 
@@ -34,7 +35,8 @@ type ParityOptions struct {
 	ReplayAbs float64
 }
 
-// DefaultParityOptions are the CLI's defaults: a 16-token continuation and the §7.1 fp32 tolerances.
+// DefaultParityOptions are the CLI's defaults: a 16-token continuation and the fp32 tolerances of
+// docs/model-math.md#tolerances.
 func DefaultParityOptions() ParityOptions {
 	return ParityOptions{MaxTokens: 16, MaxAbs: DefaultParityMaxAbs, Margin: DefaultParityMargin,
 		TapAbs: DefaultParityTapAbs, ReplayAbs: DefaultParityReplayAbs}

@@ -15,7 +15,7 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// The DFlash2 half of the float64 reference (MODEL-REFERENCE §10, restated from the authors' model.py, not
+// The DFlash2 half of the float64 reference (docs/model-math.md#dflash2, restated from the authors' model.py, not
 // from package model): the grouped dynamic causal convolution and the candidate selector's greedy walk.
 
 // convPrepare is GroupedDynamicCausalConv.prepare on h [T, H]: dyn = kernel_projection(h) viewed

@@ -16,8 +16,8 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// draftRef is a float64 re-statement of MODEL-REFERENCE §5 that recomputes everything from the whole context
-// on every call: no cache, no chunking, no kernels, no package model. Its settings are the test's spec (what
+// draftRef is a float64 re-statement of docs/model-math.md#dflash-drafter that recomputes everything from the whole
+// context on every call: no cache, no chunking, no kernels, no package model. Its settings are the test's spec (what
 // the test wrote into the drafter's config), its weights are read straight from the drafter's checkpoint, and
 // the embedding and LM head from the target's.
 type draftRef struct {

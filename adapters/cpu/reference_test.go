@@ -14,8 +14,8 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// A float64 re-implementation of MODEL-REFERENCE §3, written for clarity rather than speed: whole sequence at
-// once, no caches, no shared code with the production kernels beyond reading the loaded weights.
+// A float64 re-implementation of docs/model-math.md#forward-pass, written for clarity rather than speed: whole
+// sequence at once, no caches, no shared code with the production kernels beyond reading the loaded weights.
 
 func mat64(l *kernel.Linear) [][]float64 {
 	out := make([][]float64, l.Out)
@@ -205,7 +205,7 @@ func refGDN(m *model.Target[*weight], w *model.DeltaNet[*weight], n [][]float64)
 	ar := make([][]float64, T)
 	for t := range T {
 		if w.QKVZ != nil {
-			// Ungroup the Qwen3-Next layout by key head (MODEL-REFERENCE §3.4).
+			// Ungroup the Qwen3-Next layout by key head (docs/model-math.md#qwen3-next-projection-layout).
 			rho := Hv / Hk
 			u, bb := apply64(mat64(w.QKVZ.lin), n[t]), apply64(mat64(w.BA.lin), n[t])
 			gw := 2*dk + 2*rho*dv

@@ -23,7 +23,7 @@ type gdnState struct {
 	cur  int
 }
 
-// gdnTape is one GDN layer's record of a block (MODEL-REFERENCE §4.3).
+// gdnTape is one GDN layer's record of a block (docs/model-math.md#the-innovation-tape).
 type gdnTape struct {
 	delta []float32 // [T, Hv, dv]
 	y     []float32 // [T, C] post-conv rows; k̂ of key head g at row t is y[t·C+Dk+g·dk:][:dk]
@@ -439,8 +439,8 @@ func rank1(S, delta, khat, tmp []float32) {
 	}
 }
 
-// replayGDN rebuilds a GDN layer's state after the first n steps of a taped block (MODEL-REFERENCE §4.3),
-// with the forward's float operations in the forward's order.
+// replayGDN rebuilds a GDN layer's state after the first n steps of a taped block
+// (docs/model-math.md#the-innovation-tape), with the forward's float operations in the forward's order.
 func replayGDN(pool *kernel.Pool, w *model.DeltaNet[*weight], st *gdnState, tp *gdnTape, n int) {
 	Hk, Hv, dk, dv := w.KeyHeads, w.ValueHeads, w.KeyDim, w.ValueDim
 	C, Dk := w.Channels(), Hk*dk

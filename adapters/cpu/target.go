@@ -1,7 +1,7 @@
 // Package cpu is the deterministic CPU reference backend (Go, with AVX2 assembly kernels on amd64 and a
 // portable fallback, see package kernel): it loads Qwen3, Qwen3-Next and Qwen3.5 targets
 // (f32, bf16 or MLX affine-quantized safetensors) and runs them with sessions that support KV trimming,
-// recurrent snapshots and bit-exact innovation-tape replay (MODEL-REFERENCE §3–§4).
+// recurrent snapshots and bit-exact innovation-tape replay (docs/model-math.md#forward-pass, #rollback).
 //
 // Everything is computed in float32 with kernels whose per-element reduction order depends on no batch size
 // and no worker count, so a verified block gives the same bits as token-by-token decoding and results do not

@@ -101,8 +101,8 @@ func (ck *Checkpoint) QuantSpec(q *Quantization, c string) (spec *quant.Spec, qu
 }
 
 // ZeroCentredNorms reports whether the RMSNorm weights of a hybrid (Gated DeltaNet) checkpoint are stored
-// zero-centred, so a loader must add 1 to them (MODEL-REFERENCE §2.2). HF hybrid checkpoints store w for a
-// norm that scales by (1+w); MLX conversions have folded the 1 in, recognisable by a quantization block, by
+// zero-centred, so a loader must add 1 to them (docs/model-math.md#zero-centred-norms). HF hybrid checkpoints store w
+// for a norm that scales by (1+w); MLX conversions have folded the 1 in, recognisable by a quantization block, by
 // stacked switch_mlp expert keys, or by the first GDN layer's conv1d stored [C,Kc,1] instead of HF's [C,1,Kc].
 // Dense qwen3 norms are never zero-centred.
 func (ck *Checkpoint) ZeroCentredNorms(cfg *TextConfig) bool {

@@ -2,7 +2,7 @@
 // (qwen3, qwen3_next, qwen3_5, qwen3_5_moe) and DFlash drafters, generation_config.json, MLX quantization
 // settings, canonical tensor names, and where a model lives (a local directory or the hub cache — never a
 // download). It validates up front and reports every problem at once; anything it does not understand is
-// refused by name rather than guessed (MODEL-REFERENCE §1, §2).
+// refused by name rather than guessed (docs/model-math.md#configuration, #tensor-names).
 package hfmodel
 
 import (

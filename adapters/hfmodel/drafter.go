@@ -8,14 +8,14 @@ import (
 )
 
 // The architectures entries of the two DFlash drafter generations: DFlash (v1) and DFlash2 (grouped dynamic
-// convolutions around every sublayer and a candidate selector after the head, MODEL-REFERENCE §10).
+// convolutions around every sublayer and a candidate selector after the head, docs/model-math.md#dflash2).
 const (
 	DrafterArchitecture  = "DFlashDraftModel"
 	Drafter2Architecture = "DFlash2DraftModel"
 )
 
 // ErrNoTapLayers is wrapped when a drafter config gives no target_layer_ids and deriving them was not
-// allowed (MODEL-REFERENCE §1.3 [CHOICE]: the fallback formula is wrong for most published checkpoints).
+// allowed (docs/model-math.md#tap-layers: the fallback formula is wrong for most published checkpoints).
 var ErrNoTapLayers = errors.New("drafter config has no target_layer_ids")
 
 // Drafter layer types (DrafterConfig.LayerTypes).
@@ -31,7 +31,8 @@ type DrafterConfig struct {
 	VocabSize, MaxPositionEmbeddings                                                            int
 	RMSNormEps, RopeTheta                                                                       float64
 	// RopeType is "default", RopeLinear or RopeYaRN (other types are refused with ErrUnsupported), and
-	// RopeScaling its parameters (zero for "default"). Some Qwen3.6 drafters use YaRN (MODEL-REFERENCE §5.2).
+	// RopeScaling its parameters (zero for "default"). Some Qwen3.6 drafters use YaRN
+	// (docs/model-math.md#drafter-layer).
 	RopeType    string
 	RopeScaling RopeScaling
 
@@ -39,7 +40,7 @@ type DrafterConfig struct {
 	// dflash_config.block_size).
 	BlockSize int
 	// NumTargetLayers is the training-time target layer count (informational, 0 when absent; may disagree with
-	// the real target, see §1.3).
+	// the real target, see docs/model-math.md#tap-layers).
 	NumTargetLayers int
 	// TargetLayerIDs are the tapped target layers in order (dflash_config.target_layer_ids, or top-level);
 	// empty when the config gives none — see ResolveTapLayers.
@@ -409,7 +410,7 @@ func (d *DrafterConfig) ResolveTapLayers(targetLayers int) (ids []int, derived b
 	return ids, derived, nil
 }
 
-// DeriveTapLayers is the reference fallback (MODEL-REFERENCE §1.3) for drafters without target_layer_ids:
+// DeriveTapLayers is the reference fallback (docs/model-math.md#tap-layers) for drafters without target_layer_ids:
 // with n drafter layers and N target layers, [N/2] when n == 1, else round(1 + i·(N−4)/(n−1)) for i in
 // 0..n−1 with Python's round-half-to-even. For Qwen3-4B (n=5, N=36) it gives [1 9 17 25 33].
 func DeriveTapLayers(numDraftLayers, numTargetLayers int) ([]int, error) {

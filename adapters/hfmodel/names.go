@@ -3,8 +3,8 @@ package hfmodel
 import "strings"
 
 // namePrefixes are the checkpoint prefixes in front of the canonical names, longest first so that
-// "model.language_model." wins over "model." (MODEL-REFERENCE §2.2): Qwen3 / Qwen3-Next "model.", Qwen3.5 HF
-// "model.language_model.", Qwen3.5 mlx-lm "language_model.model." (and "language_model.lm_head").
+// "model.language_model." wins over "model." (docs/model-math.md#tensor-names): Qwen3 / Qwen3-Next "model.", Qwen3.5
+// HF "model.language_model.", Qwen3.5 mlx-lm "language_model.model." (and "language_model.lm_head").
 var namePrefixes = []string{"model.language_model.", "language_model.model.", "language_model.", "model."}
 
 // droppedPrefixes are canonical-name prefixes of tensors a text-only engine never uses: the vision tower

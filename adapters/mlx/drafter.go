@@ -156,8 +156,8 @@ func (s *DraftSession) Close() error {
 }
 
 // Draft appends newCtx's rows to the context cache, then drafts bs−1 tokens for [anchor, mask…] at positions
-// Len()..Len()+bs−1 (MODEL-REFERENCE §5). bs = 1 only appends the context. A block shorter than the trained
-// one runs the trained block and returns its first bs−1 proposals unless DrafterOptions.ShrinkBlocks is set.
+// Len()..Len()+bs−1 (docs/model-math.md#dflash-drafter). bs = 1 only appends the context. A block shorter than the
+// trained one runs the trained block and returns its first bs−1 proposals unless DrafterOptions.ShrinkBlocks is set.
 // The host reads are the drafted token ids (DFlash), or each slot's candidates and the selector's small
 // projections (DFlash2, whose greedy walk runs on the host).
 func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int) (ports.Proposal, error) {

@@ -12,8 +12,9 @@ type kvCache struct{ k, v arr }
 // gdnState is one GDN layer's recurrent state: conv [Kc−1, C] (raw pre-conv rows) and ssm [1, Hv, dv, dk] fp32.
 type gdnState struct{ conv, ssm arr }
 
-// gdnTape is one GDN layer's record of a block (MODEL-REFERENCE §4.3): the pre-block state, per-step decay
-// α [T,Hv], innovation δ [T,Hv,dv,1], keys k̂ (expanded to value heads) [T,Hv,1,dk] and the raw rows [T,C].
+// gdnTape is one GDN layer's record of a block (docs/model-math.md#the-innovation-tape): the pre-block state,
+// per-step decay α [T,Hv], innovation δ [T,Hv,dv,1], keys k̂ (expanded to value heads) [T,Hv,1,dk] and the raw rows
+// [T,C].
 type gdnTape struct {
 	t                  int
 	s0, cs0            arr
@@ -53,7 +54,7 @@ func (p *pass) Remember(layer int, k, v act, a model.Attend[*weight]) {
 // Attention rotates q and k, then runs MLX's fused attention over [cache ; block]: with the causal mask
 // when every block slot queries (lower-right aligned: slot i sees the cache and slots ≤ i), with no mask for a
 // full non-causal layer, and with an explicit mask for sliding windows or a block whose queries are its first
-// rows only (MODEL-REFERENCE §5.2).
+// rows only (docs/model-math.md#drafter-layer).
 func (p *pass) Attention(layer int, q, k, v act, a model.Attend[*weight]) act {
 	g := p.o.g
 	d := a.HeadDim

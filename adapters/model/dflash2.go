@@ -164,7 +164,7 @@ func Propose[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], st State
 	return logits[0], toks[0]
 }
 
-// ProposeSampled is Propose at temperature T > 0 (MODEL-REFERENCE §10): DFlash2's walk draws each slot's
+// ProposeSampled is Propose at temperature T > 0 (docs/model-math.md#dflash2): DFlash2's walk draws each slot's
 // token from q_t = softmax(score/T) over that slot's candidates, with one uniform from rnd per slot, and
 // returns the q_t it drew from (the proposal verification divides by). A DFlash drafter has no distribution
 // of its own: it proposes its greedy tokens, dists nil (point masses).

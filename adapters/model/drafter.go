@@ -13,7 +13,7 @@ type DrafterOptions struct {
 	// TapLayers, when non-nil, overrides the config's target_layer_ids (for drafters published without them).
 	TapLayers []int
 	// AllowDerivedTapLayers lets a drafter without target_layer_ids use the reference formula of
-	// MODEL-REFERENCE §1.3 (round-half-to-even); by default such a drafter is refused, because the formula is
+	// docs/model-math.md#tap-layers (round-half-to-even); by default such a drafter is refused, because the formula is
 	// wrong for most published checkpoints.
 	AllowDerivedTapLayers bool
 	// ShrinkBlocks makes a Draft call with bs < the trained block size run a block of only bs slots (anchor +
@@ -55,8 +55,8 @@ func CheckSampledDraft(temperature float64, rnd ports.Rand) error {
 	return nil
 }
 
-// Drafter is a DFlash drafter's weights on one backend (MODEL-REFERENCE §5): a Qwen3 attention stack fed with
-// the target's tapped hidden states as context and a noise block [anchor, mask…] as queries. It has no
+// Drafter is a DFlash drafter's weights on one backend (docs/model-math.md#dflash-drafter): a Qwen3 attention stack
+// fed with the target's tapped hidden states as context and a noise block [anchor, mask…] as queries. It has no
 // embedding or LM head of its own: Embed and Head are its target's.
 type Drafter[W comparable] struct {
 	Arch           hfmodel.DrafterArch
@@ -150,7 +150,7 @@ func LoadDrafter[W comparable](be Loader[W], ck *hfmodel.Checkpoint, a hfmodel.D
 
 // Context projects context rows f [m, taps·H] (the target's tapped hidden states of committed positions
 // pos..pos+m−1) into every layer's cache: c = hidden_norm(fc(f)), then each layer's k-normed K (rotated at
-// its position) and V. Context rows skip input_layernorm (MODEL-REFERENCE §5.2).
+// its position) and V. Context rows skip input_layernorm (docs/model-math.md#drafter-layer).
 func Context[X any, W comparable](d *Drafter[W], be Backend[X, W], st State[X, W], f X, pos int) {
 	eps := float32(d.Arch.RMSNormEps)
 	c := be.Norm(be.Linear(d.FC, f), d.HiddenNorm, eps)

@@ -129,7 +129,7 @@ type State[X any, W comparable] interface {
 	Remember(layer int, k, v X, spec Attend[W])
 	// DeltaNet runs layer's Gated DeltaNet recurrence on the raw projections p [T, conv channels], b and a
 	// [T, value heads]: the causal convolution and SiLU, the L2-normalised keys and queries, the gates, the
-	// delta rule (MODEL-REFERENCE §4), updating the layer's conv buffer and SSM state (and recording the
+	// delta rule (docs/model-math.md#gated-deltanet), updating the layer's conv buffer and SSM state (and recording the
 	// block's tape when the pass records one). It returns the read-outs [T, value heads·value dim].
 	DeltaNet(layer int, w *DeltaNet[W], p, b, a X) X
 }

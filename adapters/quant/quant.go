@@ -1,7 +1,7 @@
 // Package quant implements the MLX affine quantization format used by mlx-community checkpoints: per-row
 // little-endian bit streams of b-bit codes packed in uint32 words, with one float scale and bias per group of
-// GroupSize consecutive inputs (MODEL-REFERENCE §1.4). It holds the reference dequantizer, a quantizer for
-// fixtures, and shape checks; fast kernels live in the backends and are tested against DequantizeRow.
+// GroupSize consecutive inputs (docs/model-math.md#mlx-affine-quantization). It holds the reference dequantizer, a
+// quantizer for fixtures, and shape checks; fast kernels live in the backends and are tested against DequantizeRow.
 package quant
 
 import (

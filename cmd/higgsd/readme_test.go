@@ -21,36 +21,51 @@ import (
 	"github.com/higgs-go/higgs/internal/readme"
 )
 
-// TestREADMECommands checks every higgsd command README.md shows (their flags must make a valid
-// configuration), then serves the bundled demo as `go run ./cmd/higgsd` does, through the real wiring, and
-// runs every curl command of the README against it: each must succeed, and where the README shows the
-// response that follows, the generated text must be the one shown (greedy decoding is deterministic).
+// TestREADMECommands checks every higgsd command README.md and docs/*.md show (their flags must make a valid
+// configuration), then serves the bundled model as `go run ./cmd/higgsd` does, through the real wiring, and
+// runs every curl command of those pages against it: each must succeed, and where a page shows the response
+// that follows, the generated text must be the one shown (greedy decoding is deterministic).
 func TestREADMECommands(t *testing.T) {
 	if testing.Short() {
 		t.Skip("serves the demo model; skipped with -short")
 	}
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	require.NoError(t, err)
-	cmds, blocks, err := readme.Commands(filepath.Join(root, "README.md"), map[string]string{"HOME": t.TempDir()})
+	files, err := readme.Files(root)
 	require.NoError(t, err)
+	type page struct {
+		name   string
+		cmds   []readme.Command
+		blocks []readme.Block
+	}
+	var pages []page
+	for _, f := range files {
+		cmds, blocks, err := readme.Commands(f, map[string]string{"HOME": t.TempDir()})
+		require.NoError(t, err)
+		name, err := filepath.Rel(root, f)
+		require.NoError(t, err)
+		pages = append(pages, page{name, cmds, blocks})
+	}
 	t.Chdir(root)
 	noEnv := func(string) string { return "" }
 	var daemons, curls int
-	for _, c := range cmds {
-		args := c.Args
-		switch {
-		case args[0] == "bin/higgsd":
-			args = args[1:]
-		case len(args) > 2 && args[0] == "go" && args[1] == "run" && args[2] == "./cmd/higgsd":
-			args = args[3:]
-		default:
-			continue
+	for _, p := range pages {
+		for _, c := range p.cmds {
+			args := c.Args
+			switch {
+			case args[0] == "bin/higgsd":
+				args = args[1:]
+			case len(args) > 2 && args[0] == "go" && args[1] == "run" && args[2] == "./cmd/higgsd":
+				args = args[3:]
+			default:
+				continue
+			}
+			daemons++
+			_, err := app.LoadConfig(args, noEnv, io.Discard)
+			assert.NoError(t, err, "%s:%d: higgsd %s", p.name, c.Line, strings.Join(args, " "))
 		}
-		daemons++
-		_, err := app.LoadConfig(args, noEnv, io.Discard)
-		assert.NoError(t, err, "README.md:%d: higgsd %s", c.Line, strings.Join(args, " "))
 	}
-	require.Positive(t, daemons, "README.md shows no higgsd command")
+	require.Positive(t, daemons, "README.md and docs/ show no higgsd command")
 
 	cfg, err := app.LoadConfig([]string{"--port", "0"}, noEnv, io.Discard)
 	require.NoError(t, err)
@@ -78,40 +93,42 @@ func TestREADMECommands(t *testing.T) {
 		return r.StatusCode == http.StatusOK
 	}, 30*time.Second, 10*time.Millisecond, "the demo did not load")
 
-	for _, c := range cmds {
-		if c.Args[0] != "curl" {
-			continue
-		}
-		curls++
-		req := curlRequest(t, c, base)
-		resp, err := hc.Do(req)
-		require.NoError(t, err, "README.md:%d", c.Line)
-		if resp.Header.Get("Content-Type") == "text/event-stream" {
-			// The event stream never ends by itself: its first event is the hello.
-			line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	for _, p := range pages {
+		for _, c := range p.cmds {
+			if c.Args[0] != "curl" {
+				continue
+			}
+			curls++
+			req := curlRequest(t, p.name, c, base)
+			resp, err := hc.Do(req)
+			require.NoError(t, err, "%s:%d", p.name, c.Line)
+			if resp.Header.Get("Content-Type") == "text/event-stream" {
+				// The event stream never ends by itself: its first event is the hello.
+				line, err := bufio.NewReader(resp.Body).ReadString('\n')
+				resp.Body.Close()
+				require.NoError(t, err)
+				assert.Contains(t, line, `"type":"hello"`, "%s:%d", p.name, c.Line)
+				continue
+			}
+			body, err := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			require.NoError(t, err)
-			assert.Contains(t, line, `"type":"hello"`, "README.md:%d", c.Line)
-			continue
-		}
-		body, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		require.NoError(t, err)
-		require.Equal(t, http.StatusOK, resp.StatusCode, "README.md:%d: %s", c.Line, body)
-		got := answerText(t, body)
-		// The response the README shows is the next block, when it is JSON.
-		if i := c.Block + 1; i < len(blocks) && blocks[i].Lang == "json" {
-			assert.Equal(t, answerText(t, []byte(blocks[i].Text)), got,
-				"README.md:%d: the README shows another answer than the demo gives (block at line %d)", c.Line, blocks[i].Line)
+			require.Equal(t, http.StatusOK, resp.StatusCode, "%s:%d: %s", p.name, c.Line, body)
+			got := answerText(t, body)
+			// The response the page shows is the next block, when it is JSON.
+			if i := c.Block + 1; i < len(p.blocks) && p.blocks[i].Lang == "json" {
+				assert.Equal(t, answerText(t, []byte(p.blocks[i].Text)), got,
+					"%s:%d: the page shows another answer than the bundled model gives (block at line %d)", p.name, c.Line, p.blocks[i].Line)
+			}
 		}
 	}
-	assert.Positive(t, curls, "README.md shows no curl command")
+	assert.Positive(t, curls, "README.md and docs/ show no curl command")
 	t.Logf("%d higgsd and %d curl commands checked", daemons, curls)
 }
 
-// curlRequest builds the request of a README curl command (flags -s, -N, -H and -d; the URL's host replaced
-// by base).
-func curlRequest(t *testing.T, c readme.Command, base string) *http.Request {
+// curlRequest builds the request of a curl command shown on page (flags -s, -N, -H and -d; the URL's host
+// replaced by base).
+func curlRequest(t *testing.T, page string, c readme.Command, base string) *http.Request {
 	t.Helper()
 	var url, data string
 	hdr := http.Header{}
@@ -129,12 +146,12 @@ func curlRequest(t *testing.T, c readme.Command, base string) *http.Request {
 			url = a
 		case slices.Contains([]string{"-s", "-N", "-sN"}, a):
 		default:
-			t.Fatalf("README.md:%d: curl flag %q is not understood by this test", c.Line, a)
+			t.Fatalf("%s:%d: curl flag %q is not understood by this test", page, c.Line, a)
 		}
 	}
-	require.NotEmpty(t, url, "README.md:%d: curl without a URL", c.Line)
+	require.NotEmpty(t, url, "%s:%d: curl without a URL", page, c.Line)
 	rest, ok := strings.CutPrefix(url, "http://127.0.0.1:8000")
-	require.True(t, ok, "README.md:%d: the README's examples talk to http://127.0.0.1:8000", c.Line)
+	require.True(t, ok, "%s:%d: the examples talk to http://127.0.0.1:8000", page, c.Line)
 	method := http.MethodGet
 	var body io.Reader
 	if data != "" {

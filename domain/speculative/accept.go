@@ -13,8 +13,8 @@ import (
 // distributions practically never produces.
 const maxResidualTries = 1 << 20
 
-// acceptGreedy applies the greedy rule of MODEL-REFERENCE §6.3: greedy[i] is the target's argmax after block
-// slot i, so draft i+1 is accepted while drafts[i] == greedy[i]. It returns the number of accepted drafts and
+// acceptGreedy applies the greedy rule of docs/model-math.md#acceptance-rules: greedy[i] is the target's argmax after
+// block slot i, so draft i+1 is accepted while drafts[i] == greedy[i]. It returns the number of accepted drafts and
 // the bonus/correction token greedy[accepted]. greedy must hold exactly len(drafts)+1 tokens.
 func acceptGreedy(drafts, greedy []ports.Token) (int, ports.Token, error) {
 	if len(greedy) != len(drafts)+1 {
@@ -28,7 +28,7 @@ func acceptGreedy(drafts, greedy []ports.Token) (int, ports.Token, error) {
 	return a, greedy[a], nil
 }
 
-// acceptSampled applies lossless speculative sampling (MODEL-REFERENCE §6.3). ps[i] is the target
+// acceptSampled applies lossless speculative sampling (docs/model-math.md#acceptance-rules). ps[i] is the target
 // distribution after block slot i (len(drafts)+1 of them); qs[i], when qs is non-nil, is the distribution
 // drafts[i] was drawn from, and nil qs means point-mass drafts. Draft i is accepted with probability
 // min(1, p(d)/q(d)); on the first rejection the correction is drawn from the residual ∝ max(0, p−q); if every

@@ -1,6 +1,6 @@
 // Package speculative is the decoding loop of higgs: prefill, then rounds of draft → verify → accept →
-// roll back → commit → emit (MODEL-REFERENCE §6), for plain autoregressive decoding (block size 1) and
-// DFlash block drafts. It is pure Go over the ports: time comes from a ports.Clock, randomness from a
+// roll back → commit → emit (docs/model-math.md#the-generation-loop), for plain autoregressive decoding (block size
+// 1) and DFlash block drafts. It is pure Go over the ports: time comes from a ports.Clock, randomness from a
 // ports.Rand, and it never logs (it returns Stats for the caller to log).
 //
 // # Acceptance

@@ -6,13 +6,15 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"mvdan.cc/sh/v3/expand"
 	"mvdan.cc/sh/v3/syntax"
 )
 
-// Block is one code block: fenced (Lang is its info string) or indented by four spaces (Lang "indented").
+// Block is one code block: fenced (Lang is its info string; the fence may be indented by up to three spaces, as
+// inside a list item, and that indentation is removed from its lines) or indented by four spaces (Lang "indented").
 type Block struct {
 	Lang string
 	Line int // first line of its text, 1-based
@@ -47,18 +49,25 @@ func Blocks(path string) ([]Block, error) {
 			text.Reset()
 		}
 	}
+	indent := 0 // a fence's indentation (up to 3 spaces, as in a list item), stripped from its lines
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Text()
+		trimmed := strings.TrimLeft(line, " ")
+		fence := len(line)-len(trimmed) <= 3 && strings.HasPrefix(trimmed, "```")
 		switch {
-		case fenced && strings.HasPrefix(line, "```"):
+		case fenced && fence:
 			flush()
 			fenced = false
 		case fenced:
+			for i := 0; i < indent && strings.HasPrefix(line, " "); i++ {
+				line = line[1:]
+			}
 			text.WriteString(line + "\n")
-		case strings.HasPrefix(line, "```"):
+		case fence:
 			flush()
 			fenced = true
-			cur = &Block{Lang: strings.TrimSpace(strings.TrimPrefix(line, "```")), Line: n + 1}
+			indent = len(line) - len(trimmed)
+			cur = &Block{Lang: strings.TrimSpace(strings.TrimPrefix(trimmed, "```")), Line: n + 1}
 		case strings.HasPrefix(line, "    ") && strings.TrimSpace(line) != "":
 			if cur == nil {
 				cur = &Block{Lang: "indented", Line: n}
@@ -116,4 +125,69 @@ func Commands(path string, env map[string]string) ([]Command, []Block, error) {
 		}
 	}
 	return out, blocks, nil
+}
+
+// TableCommands returns the commands a Markdown file shows in table cells, as code spans (`…`) whose first word
+// is name: records of what a measurement ran, too long to run in a test but checkable. A `\|` in a cell is a
+// `|`. Code blocks are skipped; words are expanded as in Commands.
+func TableCommands(path, name string, env map[string]string) ([]Command, error) {
+	blocks, err := Blocks(path)
+	if err != nil {
+		return nil, err
+	}
+	inBlock := map[int]bool{}
+	for _, b := range blocks {
+		for i := range strings.Count(b.Text, "\n") {
+			inBlock[b.Line+i] = true
+		}
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pairs := make([]string, 0, len(env))
+	for k, v := range env {
+		pairs = append(pairs, k+"="+v)
+	}
+	cfg := &expand.Config{Env: expand.ListEnviron(pairs...)}
+	var out []Command
+	for i, line := range strings.Split(string(data), "\n") {
+		n := i + 1
+		if inBlock[n] || !strings.HasPrefix(strings.TrimSpace(line), "|") {
+			continue
+		}
+		spans := strings.Split(strings.ReplaceAll(line, `\|`, "|"), "`")
+		for j := 1; j < len(spans); j += 2 {
+			if !strings.HasPrefix(spans[j], name+" ") {
+				continue
+			}
+			file, err := syntax.NewParser().Parse(strings.NewReader(spans[j]), path)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+			}
+			if len(file.Stmts) != 1 {
+				return nil, fmt.Errorf("%s:%d: %q is not one command", path, n, spans[j])
+			}
+			call, ok := file.Stmts[0].Cmd.(*syntax.CallExpr)
+			if !ok {
+				return nil, fmt.Errorf("%s:%d: %q is not a simple command", path, n, spans[j])
+			}
+			args, err := expand.Fields(cfg, call.Args...)
+			if err != nil {
+				return nil, fmt.Errorf("%s:%d: %w", path, n, err)
+			}
+			out = append(out, Command{Line: n, Args: args, Block: -1})
+		}
+	}
+	return out, nil
+}
+
+// Files are the Markdown files whose commands the README tests run: README.md and every docs/*.md, under the
+// repository root.
+func Files(root string) ([]string, error) {
+	docs, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		return nil, err
+	}
+	return append([]string{filepath.Join(root, "README.md")}, docs...), nil
 }

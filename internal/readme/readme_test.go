@@ -27,3 +27,32 @@ func TestCommands(t *testing.T) {
 	assert.Equal(t, []string{"curl", "-d", "{\n  \"k\": \"v w\"\n}", "http://h/p"}, cmds[2].Args, "quotes removed, newlines kept")
 	assert.Equal(t, 1, cmds[2].Block)
 }
+
+func TestIndentedFence(t *testing.T) {
+	md := "1. Build:\n\n   ```sh\n   go build -o bin/x ./cmd/x\n     --indented-more\n   ```\n\n2. Run.\n"
+	path := filepath.Join(t.TempDir(), "a.md")
+	require.NoError(t, os.WriteFile(path, []byte(md), 0o644))
+	blocks, err := Blocks(path)
+	require.NoError(t, err)
+	require.Len(t, blocks, 1)
+	assert.Equal(t, "sh", blocks[0].Lang)
+	assert.Equal(t, 4, blocks[0].Line)
+	assert.Equal(t, "go build -o bin/x ./cmd/x\n  --indented-more\n", blocks[0].Text, "the fence's indentation removed")
+}
+
+func TestTableCommands(t *testing.T) {
+	md := "| date | command | result |\n| --- | --- | --- |\n" +
+		"| d1 | `tool bench --x 'a b'` and `tool gen` | `other` |\n" +
+		"| d2 | `go test -bench 'A\\|B'` | `tool x --re 'p\\|q'` |\n\n" +
+		"```sh\n| `tool not --a table` |\n```\n\n`tool prose`\n"
+	path := filepath.Join(t.TempDir(), "a.md")
+	require.NoError(t, os.WriteFile(path, []byte(md), 0o644))
+	cmds, err := TableCommands(path, "tool", nil)
+	require.NoError(t, err)
+	require.Len(t, cmds, 3)
+	assert.Equal(t, []string{"tool", "bench", "--x", "a b"}, cmds[0].Args)
+	assert.Equal(t, 3, cmds[0].Line)
+	assert.Equal(t, []string{"tool", "gen"}, cmds[1].Args)
+	assert.Equal(t, []string{"tool", "x", "--re", "p|q"}, cmds[2].Args, `\| is |`)
+	assert.Equal(t, 4, cmds[2].Line)
+}

@@ -59,8 +59,8 @@ func Greedy(ctx context.Context, t ports.Target, prompt []ports.Token, n int) ([
 
 // Speculate decodes n tokens after prompt greedily with drafter d proposing blocks of bs tokens (anchor
 // included) for t to verify: a small restatement, through the ports only, of the loop the domain implements
-// (MODEL-REFERENCE §6), so a backend pair can be checked end to end without the domain. Each round the
-// drafter receives the taps of the positions committed since its last call, the target verifies [anchor,
+// (docs/model-math.md#the-generation-loop), so a backend pair can be checked end to end without the domain. Each
+// round the drafter receives the taps of the positions committed since its last call, the target verifies [anchor,
 // drafts…] in one Forward, the longest agreeing prefix is kept with the target's own next token as the new
 // anchor, and the rest is rolled back with TrimKV plus rb for recurrent layers.
 func Speculate(ctx context.Context, t ports.Target, d ports.Drafter, prompt []ports.Token, bs int, rb Rollback, n int) ([]ports.Token, []Round, error) {
