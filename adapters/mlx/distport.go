@@ -8,7 +8,7 @@ import (
 
 // Pipeline is rank 0's view of a distributed target as the rest of higgs sees it: an ordinary ports.Target
 // whose sessions keep every ability a pipeline offers (Forward with taps and tapes, KV trim, snapshots,
-// tape replay, raw logits, prefix export and import: every rank keeps its own layers' share under one id),
+// tape replay, raw logits (ForwardOptions.Logits), prefix export and import: every rank keeps its own layers' share under one id),
 // and batched rounds (ports.BatchForwarder: one pass of the ring per round, cut into micro-batches; see
 // distbatch.go). The drafter is loaded on t itself.
 func Pipeline(t *Target) ports.Target { return pipelineTarget{t} }
@@ -45,6 +45,5 @@ type pipelineSession struct{ *Session }
 var _ interface {
 	ports.Session
 	ports.TapeReplayer
-	ports.LogitsForwarder
 	ports.PrefixExporter
 } = pipelineSession{}

@@ -16,7 +16,6 @@ import (
 var _ interface {
 	ports.Session
 	ports.TapeReplayer
-	ports.LogitsForwarder
 } = (*Session)(nil)
 
 var errClosed = errors.New("mlx: session is closed")
@@ -114,20 +113,16 @@ func (s *Session) Len() int { return s.pos.N }
 
 // Forward runs tokens at positions Len().. (see ports.Session).
 func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, error) {
-	res, logits, err := s.forward(ctx, tokens, opts, opts.Logits)
+	res, logits, err := s.forward(ctx, tokens, opts)
 	if err == nil && opts.Logits {
 		res.Logits = logits
 	}
 	return res, err
 }
 
-// ForwardLogits is Forward that also returns the next-token logits ([rows, V], row-major) of the returned
-// rows (the optional ability higgs-verify's logits and parity commands use).
-func (s *Session) ForwardLogits(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, []float32, error) {
-	return s.forward(ctx, tokens, opts, true)
-}
-
-func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions, wantLogits bool) (ports.ForwardResult, []float32, error) {
+// forward is Forward that also returns the logits of the returned rows ([rows, V]) when opts asks for raw
+// logits or distributions.
+func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, []float32, error) {
 	fail := func(err error) (ports.ForwardResult, []float32, error) { return ports.ForwardResult{}, nil, err }
 	if s.closed {
 		return fail(errClosed)
@@ -141,9 +136,7 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	if err != nil {
 		return fail(fmt.Errorf("mlx forward: %w", err))
 	}
-	if opts.Sampling != nil {
-		wantLogits = true
-	}
+	wantLogits := opts.Logits || opts.Sampling != nil
 	s.gen++
 	s.replay = false
 	if err := s.t.rt.Do(func() error { s.dropLast(); return nil }); err != nil {
