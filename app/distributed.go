@@ -9,6 +9,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/higgs-go/higgs/adapters/mlx"
+	"github.com/higgs-go/higgs/adapters/mlx/pipeline"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -26,18 +27,18 @@ const (
 	distWorkerIdle   = 60 * time.Second
 )
 
-func distOptions(drafterHead bool) mlx.DistOptions {
-	return mlx.DistOptions{JoinTimeout: distJoinTimeout, Timeout: distRoundTimeout, Idle: distWorkerIdle, DrafterHead: drafterHead}
+func distOptions(drafterHead bool) pipeline.Options {
+	return pipeline.Options{JoinTimeout: distJoinTimeout, Timeout: distRoundTimeout, Idle: distWorkerIdle, DrafterHead: drafterHead}
 }
 
 // IsDistributedWorker reports whether this process is a worker of a --distributed higgsd or higgs-verify
 // (MLX_RANK ≠ 0).
 func IsDistributedWorker(distributed bool, getenv func(string) string) bool {
-	return distributed && getenv(mlx.EnvRank) != "" && getenv(mlx.EnvRank) != "0"
+	return distributed && getenv(pipeline.EnvRank) != "" && getenv(pipeline.EnvRank) != "0"
 }
 
-// RankStats is one rank's stage, weight bytes and forward timings (mlx.RankStats).
-type RankStats = mlx.RankStats
+// RankStats is one rank's stage, weight bytes and forward timings (pipeline.RankStats).
+type RankStats = pipeline.RankStats
 
 // StopPipeline stops the workers of m's distributed target and returns every rank's figures (nil when m
 // is not distributed). m.Close stops them too; after StopPipeline it only closes.
@@ -46,7 +47,7 @@ func StopPipeline(m *Models) ([]RankStats, error) {
 	if !ok {
 		return nil, nil
 	}
-	return h.t.Stop()
+	return h.n.Stop()
 }
 
 // RunWorker loads this rank's stage of mc's model and serves rank 0's pipeline until rank 0 stops it, a
@@ -60,7 +61,7 @@ func RunWorker(ctx context.Context, mc ModelConfig, log zerolog.Logger) error {
 		return err
 	}
 	_, draft := mc.drafterName()
-	t, err := mlx.LoadDistributed(ctx, dir, mlx.LoadOptions{Logger: log}, distOptions(draft))
+	t, err := pipeline.Load(ctx, dir, mlx.LoadOptions{Logger: log}, distOptions(draft))
 	if err != nil {
 		return err
 	}
@@ -73,11 +74,11 @@ func RunWorker(ctx context.Context, mc ModelConfig, log zerolog.Logger) error {
 	return nil
 }
 
-// loadDistributed is LoadModels' MLX target on rank 0: its stage of dir behind mlx.Pipeline (batched
+// loadDistributed is LoadModels' MLX target on rank 0: its stage of dir as pipeline.Node.Target (batched
 // rounds pass the ring once, in micro-batches), a heartbeat keeping the workers and /health informed, and a
-// close that stops the workers. The drafter loads on the returned *mlx.Target.
+// close that stops the workers. The drafter loads on the returned *mlx.Target (the stage's).
 func loadDistributed(ctx context.Context, dir string, drafter bool, log zerolog.Logger) (*mlx.Target, ports.Target, func() error, error) {
-	t, err := mlx.LoadDistributed(ctx, dir, mlx.LoadOptions{Logger: log}, distOptions(drafter))
+	t, err := pipeline.Load(ctx, dir, mlx.LoadOptions{Logger: log}, distOptions(drafter))
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -95,14 +96,14 @@ func loadDistributed(ctx context.Context, dir string, drafter bool, log zerolog.
 		_, err := t.Stop()
 		return errors.Join(err, t.Close())
 	}
-	return t, healthTarget{mlx.Pipeline(t), t}, closeFn, nil
+	return t.MLX(), healthTarget{t.Target(), t}, closeFn, nil
 }
 
 // healthTarget is a pipelined target that reports a lost rank (Serve.Degraded reads it) and keeps the
 // pipeline's batched rounds visible to the scheduler.
 type healthTarget struct {
 	ports.Target
-	t *mlx.Target
+	n *pipeline.Node
 }
 
 var _ ports.BatchForwarder = healthTarget{}
@@ -117,7 +118,7 @@ func (h healthTarget) ForwardBatch(ctx context.Context, items []ports.BatchItem)
 }
 
 // Health is the error that broke the pipeline, or nil.
-func (h healthTarget) Health() error { return h.t.Err() }
+func (h healthTarget) Health() error { return h.n.Err() }
 
 // Degraded reports why a loaded engine cannot generate (a lost rank of a distributed target), or nil;
 // /health answers 503 degraded with it.

@@ -21,25 +21,18 @@ func probeFinite(ctx context.Context, t ports.Target) error {
 	bad := func(err error) error {
 		return fmt.Errorf("the model's weights give no finite output for one token (%w): the checkpoint is corrupt (NaN or Inf weights?)", err)
 	}
-	lf, ok := sess.(ports.LogitsForwarder)
-	if !ok {
-		if _, err := sess.Forward(ctx, []ports.Token{0}, ports.ForwardOptions{Rows: 1}); err != nil {
-			return bad(err)
-		}
-		return nil
-	}
-	_, logits, err := lf.ForwardLogits(ctx, []ports.Token{0}, ports.ForwardOptions{Rows: 1})
+	fr, err := sess.Forward(ctx, []ports.Token{0}, ports.ForwardOptions{Rows: 1, Logits: true})
 	if err != nil {
 		return bad(err)
 	}
 	n := 0
-	for _, v := range logits {
+	for _, v := range fr.Logits {
 		if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
 			n++
 		}
 	}
 	if n > 0 {
-		return bad(fmt.Errorf("%d of %d logits are NaN or infinite", n, len(logits)))
+		return bad(fmt.Errorf("%d of %d logits are NaN or infinite", n, len(fr.Logits)))
 	}
 	return nil
 }

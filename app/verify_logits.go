@@ -9,7 +9,8 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// ErrNoRawLogits is wrapped when the backend's sessions do not expose raw logits. It wraps
+// ErrNoRawLogits is wrapped when a backend's Forward returns no raw logits though ForwardOptions.Logits asked
+// for them. It wraps
 // errors.ErrUnsupported.
 var ErrNoRawLogits = fmt.Errorf("this backend's sessions do not expose raw logits: %w", errors.ErrUnsupported)
 
@@ -33,13 +34,13 @@ func forwardLogits(ctx context.Context, t ports.Target, tokens []ports.Token, ta
 		return nil, nil, fmt.Errorf("open session: %w", err)
 	}
 	defer sess.Close()
-	rl, ok := sess.(ports.LogitsForwarder)
-	if !ok {
-		return nil, nil, fmt.Errorf("session %T: %w", sess, ErrNoRawLogits)
-	}
-	fr, flat, err := rl.ForwardLogits(ctx, tokens, ports.ForwardOptions{Taps: len(tapLayers) > 0})
+	fr, err := sess.Forward(ctx, tokens, ports.ForwardOptions{Taps: len(tapLayers) > 0, Logits: true})
 	if err != nil {
 		return nil, nil, fmt.Errorf("forward: %w", err)
+	}
+	flat := fr.Logits
+	if flat == nil {
+		return nil, nil, fmt.Errorf("session %T: %w", sess, ErrNoRawLogits)
 	}
 	V := t.Info().VocabSize
 	if len(flat) != len(tokens)*V {

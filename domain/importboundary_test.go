@@ -2,7 +2,8 @@
 // the standard library and ports, and ports only on the standard library; adapters (tests included) never
 // import the domain or app; the backends are siblings (adapters/cpu and adapters/mlx import nothing from each
 // other, except that MLX's parity tests use the CPU reference as their oracle), and the model graphs
-// (adapters/model) know no backend; the test-support checkpoint writers (internal/testmodel) are imported by
+// (adapters/model) know no backend; distributed MLX (adapters/mlx/pipeline) reaches the backend only through
+// its exports and the wire protocol (adapters/mlx/internal/ring), which knows no backend; the test-support checkpoint writers (internal/testmodel) are imported by
 // _test.go files only.
 package domain_test
 
@@ -54,6 +55,15 @@ var rules = []rule{
 	}},
 	{tree: "adapters/cpu", allowed: func(p string, _ bool) bool { return !within(p, module+"/adapters/mlx") }},
 	{tree: "adapters/mlx", allowed: func(p string, test bool) bool { return test || !within(p, module+"/adapters/cpu") }},
+	// Distributed MLX: the processes (pipeline) reach the backend through its exports and the shared wire
+	// protocol (internal/ring), which knows nothing of the backend.
+	{tree: "adapters/mlx/pipeline", allowed: func(p string, test bool) bool {
+		return test || within(p, module+"/adapters/mlx") || p == module+"/adapters/model" || p == module+"/ports" ||
+			p == "github.com/rs/zerolog"
+	}},
+	{tree: "adapters/mlx/internal/ring", allowed: func(p string, test bool) bool {
+		return test || p == module+"/adapters/mlx/internal/mlxc" || p == module+"/adapters/model" || p == module+"/ports"
+	}},
 	{tree: "adapters/model", allowed: func(p string, _ bool) bool {
 		return !within(p, module+"/adapters/cpu") && !within(p, module+"/adapters/mlx")
 	}},
@@ -137,26 +147,29 @@ func TestImportBoundary(t *testing.T) {
 func TestImportBoundaryDetectsViolations(t *testing.T) {
 	root := t.TempDir()
 	files := map[string]string{
-		"domain/speculative/ok.go":      `package speculative; import ("context"; "github.com/higgs-go/higgs/ports")`,
-		"domain/speculative/bad.go":     `package speculative; import "github.com/rs/zerolog"`,
-		"domain/speculative/adapter.go": `package speculative; import "github.com/higgs-go/higgs/adapters/cpu"`,
-		"domain/speculative/x_test.go":  `package speculative; import ("github.com/stretchr/testify/require"; "github.com/higgs-go/higgs/ports/portfake")`,
-		"domain/speculative/fake.go":    `package speculative; import "github.com/higgs-go/higgs/ports/portfake"`,
-		"ports/target.go":               `package ports; import ("context"; "errors")`,
-		"ports/bad.go":                  `package ports; import "github.com/higgs-go/higgs/domain/speculative"`,
-		"ports/portfake/fake.go":        `package portfake; import ("math/rand/v2"; "github.com/higgs-go/higgs/ports")`,
-		"ports/porttest/suite.go":       `package porttest; import "github.com/stretchr/testify/require"`,
-		"ports/porttest/bad.go":         `package porttest; import "github.com/higgs-go/higgs/adapters/cpu"`,
-		"adapters/openai/ok.go":         `package openai; import "github.com/higgs-go/higgs/ports"`,
-		"adapters/openai/bad_test.go":   `package openai; import "github.com/higgs-go/higgs/domain/speculative"`,
-		"adapters/cpu/bad.go":           `package cpu; import "github.com/higgs-go/higgs/adapters/mlx"`,
-		"adapters/mlx/bad.go":           `package mlx; import "github.com/higgs-go/higgs/adapters/cpu"`,
-		"adapters/mlx/oracle_test.go":   `package mlx; import "github.com/higgs-go/higgs/adapters/cpu"`,
-		"adapters/model/bad.go":         `package model; import "github.com/higgs-go/higgs/adapters/cpu"`,
-		"adapters/cpu/app.go":           `package cpu; import "github.com/higgs-go/higgs/app"`,
-		"app/fixture.go":                `package app; import "github.com/higgs-go/higgs/internal/testmodel"`,
-		"app/fixture_test.go":           `package app; import "github.com/higgs-go/higgs/internal/testmodel"`,
-		"adapters/cpu/x_test.go":        `package cpu; import "github.com/higgs-go/higgs/internal/testmodel"`,
+		"domain/speculative/ok.go":          `package speculative; import ("context"; "github.com/higgs-go/higgs/ports")`,
+		"domain/speculative/bad.go":         `package speculative; import "github.com/rs/zerolog"`,
+		"domain/speculative/adapter.go":     `package speculative; import "github.com/higgs-go/higgs/adapters/cpu"`,
+		"domain/speculative/x_test.go":      `package speculative; import ("github.com/stretchr/testify/require"; "github.com/higgs-go/higgs/ports/portfake")`,
+		"domain/speculative/fake.go":        `package speculative; import "github.com/higgs-go/higgs/ports/portfake"`,
+		"ports/target.go":                   `package ports; import ("context"; "errors")`,
+		"ports/bad.go":                      `package ports; import "github.com/higgs-go/higgs/domain/speculative"`,
+		"ports/portfake/fake.go":            `package portfake; import ("math/rand/v2"; "github.com/higgs-go/higgs/ports")`,
+		"ports/porttest/suite.go":           `package porttest; import "github.com/stretchr/testify/require"`,
+		"ports/porttest/bad.go":             `package porttest; import "github.com/higgs-go/higgs/adapters/cpu"`,
+		"adapters/openai/ok.go":             `package openai; import "github.com/higgs-go/higgs/ports"`,
+		"adapters/openai/bad_test.go":       `package openai; import "github.com/higgs-go/higgs/domain/speculative"`,
+		"adapters/cpu/bad.go":               `package cpu; import "github.com/higgs-go/higgs/adapters/mlx"`,
+		"adapters/mlx/bad.go":               `package mlx; import "github.com/higgs-go/higgs/adapters/cpu"`,
+		"adapters/mlx/oracle_test.go":       `package mlx; import "github.com/higgs-go/higgs/adapters/cpu"`,
+		"adapters/model/bad.go":             `package model; import "github.com/higgs-go/higgs/adapters/cpu"`,
+		"adapters/cpu/app.go":               `package cpu; import "github.com/higgs-go/higgs/app"`,
+		"app/fixture.go":                    `package app; import "github.com/higgs-go/higgs/internal/testmodel"`,
+		"app/fixture_test.go":               `package app; import "github.com/higgs-go/higgs/internal/testmodel"`,
+		"adapters/cpu/x_test.go":            `package cpu; import "github.com/higgs-go/higgs/internal/testmodel"`,
+		"adapters/mlx/pipeline/ok.go":       `package pipeline; import ("github.com/higgs-go/higgs/adapters/mlx"; "github.com/higgs-go/higgs/adapters/mlx/internal/ring")`,
+		"adapters/mlx/pipeline/bad.go":      `package pipeline; import "github.com/higgs-go/higgs/adapters/safetensors"`,
+		"adapters/mlx/internal/ring/bad.go": `package ring; import "github.com/higgs-go/higgs/adapters/mlx"`,
 	}
 	for name, src := range files {
 		p := filepath.Join(root, filepath.FromSlash(name))
@@ -177,5 +190,7 @@ func TestImportBoundaryDetectsViolations(t *testing.T) {
 		"adapters/model/bad.go imports github.com/higgs-go/higgs/adapters/cpu",
 		"adapters/cpu/app.go imports github.com/higgs-go/higgs/app",
 		"app/fixture.go imports github.com/higgs-go/higgs/internal/testmodel",
+		"adapters/mlx/pipeline/bad.go imports github.com/higgs-go/higgs/adapters/safetensors",
+		"adapters/mlx/internal/ring/bad.go imports github.com/higgs-go/higgs/adapters/mlx",
 	}, v)
 }

@@ -9,13 +9,6 @@ type HostTaps interface {
 	Host() (data []float32, rows, width int, err error)
 }
 
-// LogitsForwarder is an optional Session ability for reference checks (`higgs-verify logits` and `parity`):
-// Forward that also returns the raw next-token logits of the returned rows, row-major [rows, VocabSize]. The
-// slice is the caller's.
-type LogitsForwarder interface {
-	ForwardLogits(ctx context.Context, tokens []Token, opts ForwardOptions) (ForwardResult, []float32, error)
-}
-
 // SamplingDrafter is an optional DraftSession ability for temperature > 0: Draft whose proposals are drawn
 // from the drafter's own distributions at that temperature, with uniforms taken from rnd (so a seeded
 // generation stays reproducible), each reported in Proposal.Dists. Verification against them is the usual

@@ -14,7 +14,6 @@ import (
 var _ interface {
 	ports.Session
 	ports.TapeReplayer
-	ports.LogitsForwarder
 } = (*Session)(nil)
 
 // errClosed is returned by every method of a closed session.
@@ -66,13 +65,6 @@ func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.
 		res.Logits = logits
 	}
 	return res, err
-}
-
-// ForwardLogits is Forward that also returns the raw next-token logits of the returned rows (row-major
-// [rows, V]; opts.Rows 0 means every position), for reference checks such as `higgs-verify logits`. The slice
-// is the caller's.
-func (s *Session) ForwardLogits(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, []float32, error) {
-	return s.forward(ctx, tokens, opts)
 }
 
 // forward is Forward that also returns the logits of the returned rows ([rows, V]).

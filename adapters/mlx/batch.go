@@ -23,7 +23,7 @@ var _ ports.BatchForwarder = (*Target)(nil)
 // 5.4e-6 apart in the logits of a float 512-wide dense model; Metal is not measured. The suite runs here
 // with a tolerance of 1e-4; a greedy token may then differ only where two logits are that close.
 func (t *Target) ForwardBatch(ctx context.Context, items []ports.BatchItem) ([]ports.BatchResult, error) {
-	if t.pipe != nil && t.pipe.rank != 0 {
+	if t.ring != nil && t.ring.Rank != 0 {
 		return nil, fmt.Errorf("mlx forward batch: %w", errPipelined)
 	}
 	sessions, err := model.ClaimSessions("mlx forward batch", len(items), func(i int) any { return items[i].Session },
@@ -57,8 +57,8 @@ func (t *Target) ForwardBatch(ctx context.Context, items []ports.BatchItem) ([]p
 	}
 	if len(jobs) > 0 {
 		run := t.runBatch
-		if t.pipe != nil {
-			run = t.runPipeBatch // distbatch.go: the round passes the ring once, in micro-batches
+		if t.ring != nil {
+			run = t.runPipeBatch // stagebatch.go: the round passes the ring once, in micro-batches
 		}
 		if err := run(ctx, jobs); err != nil {
 			return nil, err

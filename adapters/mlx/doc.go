@@ -31,6 +31,10 @@
 // random dense/hybrid/quantized fixtures, DFlash traces) keep the two backends in step; they are the only
 // place this package touches adapters/cpu (as the test oracle).
 //
+// A target may also hold one stage of a model split across processes (LoadStage; stage.go, stagebatch.go,
+// worker.go): package pipeline joins the group and runs the processes, and internal/ring is the wire protocol
+// both speak.
+//
 // Numerics: float32 by default (parity with the CPU reference). LoadOptions.BFloat16 is experimental: bf16
 // weights and activations with the GDN recurrence in float32.
 package mlx

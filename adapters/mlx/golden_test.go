@@ -43,8 +43,9 @@ func TestGoldens(t *testing.T) {
 			cs, err := ct.NewSession(t.Context(), nil)
 			require.NoError(t, err)
 			defer cs.Close()
-			mr, logits, err := ms.(*Session).ForwardLogits(t.Context(), g.Prompt, ports.ForwardOptions{})
+			mr, err := ms.Forward(t.Context(), g.Prompt, ports.ForwardOptions{Logits: true})
 			require.NoError(t, err)
+			logits := mr.Logits
 			cr, err := cs.Forward(t.Context(), g.Prompt, ports.ForwardOptions{Sampling: temp1})
 			require.NoError(t, err)
 			want := golden.Floats(t, dir, g.Logits)
@@ -159,8 +160,9 @@ func TestGoldensBFloat16(t *testing.T) {
 			s, err := mt.NewSession(t.Context(), []int{0})
 			require.NoError(t, err)
 			defer s.Close()
-			fr, logits, err := s.(*Session).ForwardLogits(t.Context(), g.Prompt, ports.ForwardOptions{Taps: true})
+			fr, err := s.Forward(t.Context(), g.Prompt, ports.ForwardOptions{Taps: true, Logits: true})
 			require.NoError(t, err)
+			logits := fr.Logits
 			_, err = readTaps(fr.Taps)
 			require.NoError(t, err, "bf16 taps read back as float32")
 			V := mt.Info().VocabSize

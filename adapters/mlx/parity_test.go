@@ -68,8 +68,9 @@ func TestParityWithCPU(t *testing.T) {
 
 			cr, err := cs.Forward(t.Context(), prompt, ports.ForwardOptions{Sampling: temp1})
 			require.NoError(t, err)
-			mr, logits, err := ms.(*Session).ForwardLogits(t.Context(), prompt, ports.ForwardOptions{})
+			mr, err := ms.Forward(t.Context(), prompt, ports.ForwardOptions{Logits: true})
 			require.NoError(t, err)
+			logits := mr.Logits
 			V := mt.Info().VocabSize
 			worst := 0.0
 			for r := range prompt {
@@ -110,8 +111,9 @@ func TestParityWithCPU(t *testing.T) {
 			}
 			c, err := cs.Forward(t.Context(), []ports.Token{block[keep]}, ports.ForwardOptions{Sampling: temp1})
 			require.NoError(t, err)
-			m, l2, err := ms.(*Session).ForwardLogits(t.Context(), []ports.Token{block[keep]}, ports.ForwardOptions{})
+			m, err := ms.Forward(t.Context(), []ports.Token{block[keep]}, ports.ForwardOptions{Logits: true})
 			require.NoError(t, err)
+			l2 := m.Logits
 			gap := logitGap(l2, c.Dists[0])
 			t.Logf("after rollback max |Δlogit| = %.3g", gap)
 			assert.LessOrEqual(t, gap, 1e-3)

@@ -6,6 +6,7 @@ import (
 	"runtime"
 
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/ring"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -97,12 +98,12 @@ func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 	}
 	a := &s.t.m.Arch
 	p := &Prefix{t: s.t, n: n, kv: make([]kvCache, len(s.st.kv)), gdn: make([]gdnState, len(s.st.gdn))}
-	if pp := s.t.pipe; pp != nil && pp.rank == 0 {
-		p.id = pp.newID()
-		if err := s.broadcast(ctrl{op: opExport, a: int32(n), b: p.id}); err != nil {
+	if pp := s.t.ring; pp != nil && pp.Rank == 0 {
+		p.id = pp.NewID()
+		if err := s.broadcast(ring.Ctrl{Op: ring.OpExport, A: int32(n), B: p.id}); err != nil {
 			return nil, fmt.Errorf("mlx: export prefix: %w", err)
 		}
-		runtime.AddCleanup(p, func(id int32) { pp.drop(id) }, p.id)
+		runtime.AddCleanup(p, func(id int32) { pp.Drop(id) }, p.id)
 	}
 	err := s.t.rt.Do(func() error {
 		if s.t.closed {
@@ -175,7 +176,7 @@ func (s *Session) ImportPrefix(ps ports.PrefixState) error {
 	case s.pos.N != 0:
 		return fmt.Errorf("mlx: import prefix: the session holds %d positions, want an empty session", s.pos.N)
 	}
-	if err := s.broadcast(ctrl{op: opImport, a: p.id}); err != nil {
+	if err := s.broadcast(ring.Ctrl{Op: ring.OpImport, A: p.id}); err != nil {
 		return fmt.Errorf("mlx: import prefix: %w", err)
 	}
 	err := s.t.rt.Do(func() error {

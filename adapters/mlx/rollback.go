@@ -7,6 +7,7 @@ import (
 	"runtime"
 
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/ring"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -42,13 +43,13 @@ func (s *Session) Snapshot() (ports.RecurrentSnapshot, error) {
 		return nil, fmt.Errorf("mlx: snapshot: model has no recurrent layers: %w", errors.ErrUnsupported)
 	}
 	p := &Snapshot{sess: s, pos: s.pos.Rec, conv: make([]arr, len(s.st.gdn)), ssm: make([]arr, len(s.st.gdn))}
-	if pp := s.t.pipe; pp != nil && pp.rank == 0 {
-		p.id = pp.newID()
-		if err := s.broadcast(ctrl{op: opSnapshot, a: p.id}); err != nil {
+	if pp := s.t.ring; pp != nil && pp.Rank == 0 {
+		p.id = pp.NewID()
+		if err := s.broadcast(ring.Ctrl{Op: ring.OpSnapshot, A: p.id}); err != nil {
 			return nil, fmt.Errorf("mlx: snapshot: %w", err)
 		}
 		// The workers drop their copy once this one is unreachable (told with the next message).
-		runtime.AddCleanup(p, func(id int32) { pp.drop(id) }, p.id)
+		runtime.AddCleanup(p, func(id int32) { pp.Drop(id) }, p.id)
 	}
 	err := s.t.rt.Do(func() error {
 		for i, g := range s.st.gdn {
@@ -85,7 +86,7 @@ func (s *Session) Restore(rs ports.RecurrentSnapshot) error {
 	if !ok || p == nil || p.sess != s {
 		return fmt.Errorf("mlx: restore: snapshot %T was not taken from this session", rs)
 	}
-	if err := s.broadcast(ctrl{op: opRestore, a: p.id}); err != nil {
+	if err := s.broadcast(ring.Ctrl{Op: ring.OpRestore, A: p.id}); err != nil {
 		return fmt.Errorf("mlx: restore: %w", err)
 	}
 	err := s.t.rt.Do(func() error {
@@ -169,7 +170,7 @@ func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
 		return fmt.Errorf("mlx replay: %w", err)
 	}
 	tp := t.(*Tape)
-	if err := s.broadcast(ctrl{op: opReplay, a: int32(n)}); err != nil {
+	if err := s.broadcast(ring.Ctrl{Op: ring.OpReplay, A: int32(n)}); err != nil {
 		return fmt.Errorf("mlx replay: %w", err)
 	}
 	if skip {

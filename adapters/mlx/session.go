@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/ring"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/adapters/sampling"
 	"github.com/higgs-go/higgs/ports"
@@ -16,7 +17,6 @@ import (
 var _ interface {
 	ports.Session
 	ports.TapeReplayer
-	ports.LogitsForwarder
 } = (*Session)(nil)
 
 var errClosed = errors.New("mlx: session is closed")
@@ -64,13 +64,13 @@ func (t *Target) newSession(tapLayers []int) (*Session, error) {
 	s.st.kv = make([]*kvCache, a.Layers)
 	s.st.gdn = make([]*gdnState, a.Layers)
 	s.pos.Recurrent = t.info.HasRecurrent()
-	if t.pipe != nil && t.pipe.rank == 0 {
-		s.id = t.pipe.newID()
+	if t.ring != nil && t.ring.Rank == 0 {
+		s.id = t.ring.NewID()
 		layers := make([]int32, len(tapLayers))
 		for i, l := range tapLayers {
 			layers[i] = int32(l)
 		}
-		if err := s.broadcast(ctrl{op: opNew, payload: layers}); err != nil {
+		if err := s.broadcast(ring.Ctrl{Op: ring.OpNew, Payload: layers}); err != nil {
 			return nil, err
 		}
 	}
@@ -114,20 +114,16 @@ func (s *Session) Len() int { return s.pos.N }
 
 // Forward runs tokens at positions Len().. (see ports.Session).
 func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, error) {
-	res, logits, err := s.forward(ctx, tokens, opts, opts.Logits)
+	res, logits, err := s.forward(ctx, tokens, opts)
 	if err == nil && opts.Logits {
 		res.Logits = logits
 	}
 	return res, err
 }
 
-// ForwardLogits is Forward that also returns the next-token logits ([rows, V], row-major) of the returned
-// rows (the optional ability higgs-verify's logits and parity commands use).
-func (s *Session) ForwardLogits(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, []float32, error) {
-	return s.forward(ctx, tokens, opts, true)
-}
-
-func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions, wantLogits bool) (ports.ForwardResult, []float32, error) {
+// forward is Forward that also returns the logits of the returned rows ([rows, V]) when opts asks for raw
+// logits or distributions.
+func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, []float32, error) {
 	fail := func(err error) (ports.ForwardResult, []float32, error) { return ports.ForwardResult{}, nil, err }
 	if s.closed {
 		return fail(errClosed)
@@ -141,9 +137,7 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	if err != nil {
 		return fail(fmt.Errorf("mlx forward: %w", err))
 	}
-	if opts.Sampling != nil {
-		wantLogits = true
-	}
+	wantLogits := opts.Logits || opts.Sampling != nil
 	s.gen++
 	s.replay = false
 	if err := s.t.rt.Do(func() error { s.dropLast(); return nil }); err != nil {
@@ -278,17 +272,17 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 		if s.t.closed {
 			return errTargetClosed
 		}
-		if p := s.t.pipe; p != nil && p.rank == 0 {
-			c := ctrl{op: opForward, sess: s.id, a: int32(T), b: int32(rows)}
+		if p := s.t.ring; p != nil && p.Rank == 0 {
+			c := ring.Ctrl{Op: ring.OpForward, Sess: s.id, A: int32(T), B: int32(rows)}
 			for _, f := range []struct {
 				on bool
 				fl int32
-			}{{wantTaps, flagTaps}, {wantTape, flagTape}, {wantLogits, flagLogits}} {
+			}{{wantTaps, ring.FlagTaps}, {wantTape, ring.FlagTape}, {wantLogits, ring.FlagLogits}} {
 				if f.on {
-					c.flags |= f.fl
+					c.Flags |= f.fl
 				}
 			}
-			if err := s.t.sendCtrl(c); err != nil {
+			if err := s.t.ring.SendCtrl(c); err != nil {
 				return err
 			}
 			// The workers run this chunk now: cancelling it on rank 0 alone would leave them waiting.
@@ -304,22 +298,22 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 			st.tape = &Tape{TapeHeader: model.TapeHeader{Session: s, Forward: s.gen, Length: T, Start: s.pos.N}, sess: s, layers: make([]*gdnTape, m.Arch.Layers)}
 		}
 		tapRows, tap := model.Collect[act](s.taps)
-		p := s.t.pipe
+		p := s.t.ring
 		var x, carried act
 		var own, carriedIn []int
-		if p == nil || p.rank == 0 {
+		if p == nil || p.Rank == 0 {
 			x = be.Embed(m.Embed, tokens)
 		} else {
-			own = tapOrder(s.taps.Layers(), p.stages)[p.rank]
-			carriedIn = carriedSlots(tapOrder(s.taps.Layers(), p.stages), p.rank)
+			own = tapOrder(s.taps.Layers(), p.Stages)[p.Rank]
+			carriedIn = carriedSlots(tapOrder(s.taps.Layers(), p.Stages), p.Rank)
 			w := m.Arch.Hidden * (1 + len(carriedIn)*btoi(wantTaps))
-			p.waiting.Store(int32(p.rank - 1))
-			in := act{g.recv(s.t.dt, p.rank-1, p.group, T, w), T, w}
+			p.Waiting.Store(int32(p.Rank - 1))
+			in := act{g.recv(s.t.dt, p.Rank-1, p.Group, T, w), T, w}
 			// Received in an evaluation of its own, so the stage's time splits into waiting for its input
 			// (the ranks before it and the hop) and its own layers.
 			tw := time.Now()
 			g.eval(in.a)
-			p.stats.Wait += time.Since(tw)
+			p.Stats.Wait += time.Since(tw)
 			x = be.Split(in, 1, m.Arch.Hidden, w-m.Arch.Hidden)[0]
 			if w > m.Arch.Hidden {
 				carried = be.Split(in, 1, m.Arch.Hidden, w-m.Arch.Hidden)[1]
@@ -334,7 +328,7 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 		var ids, lg, fwd arr
 		var outs []arr
 		var wire []arr // what travels on (a worker's carried and own taps)
-		if p != nil && p.rank > 0 && wantTaps {
+		if p != nil && p.Rank > 0 && wantTaps {
 			if carried.a != 0 {
 				wire = append(wire, carried.a)
 			}
@@ -343,14 +337,14 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 			}
 		}
 		switch {
-		case p != nil && !p.last():
+		case p != nil && !p.Last():
 			// Pass the stream (and the taps carried so far) to the next rank.
 			out := append([]arr{x.a}, wire...)
 			msg := out[0]
 			if len(out) > 1 {
 				msg = g.concat(1, out...)
 			}
-			fwd = g.send(msg, p.rank+1, p.group)
+			fwd = g.send(msg, p.Rank+1, p.Group)
 		default:
 			lg = be.f32(model.Logits(m, be, x, T-rows, T).a)
 			ids = g.astype(g.argmax(lg, -1), mlxc.Int32)
@@ -359,12 +353,12 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 		nLocal := len(outs)
 		outs = append(outs, s.st.handles()...)
 		var tapLocal []arr // rank 0's own tap rows, joined with the others' after the exchange
-		if (p == nil || p.rank == 0) && wantTaps && s.taps.Len() > 0 {
+		if (p == nil || p.Rank == 0) && wantTaps && s.taps.Len() > 0 {
 			if p == nil {
 				tapArr = be.Concat(tapRows...).a
 				outs = append(outs, tapArr)
 			} else {
-				for _, slot := range tapOrder(s.taps.Layers(), p.stages)[0] {
+				for _, slot := range tapOrder(s.taps.Layers(), p.Stages)[0] {
 					tapLocal = append(tapLocal, tapRows[slot].a)
 				}
 			}
@@ -380,8 +374,8 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 		t1 := time.Now()
 		g.eval(append(outs, tapLocal...)...)
 		if p != nil {
-			p.stats.Forwards++
-			p.stats.Compute += time.Since(t1)
+			p.Stats.Forwards++
+			p.Stats.Compute += time.Since(t1)
 			ids, lg, tapArr = s.exchange(g, T, rows, wantTaps, wantLogits, ids, lg, fwd, wire, tapRows)
 			outs = outs[nLocal:]
 			if tapArr != 0 {
@@ -488,7 +482,7 @@ func (s *Session) TrimKV(n int) error {
 	if n < 0 || n > s.pos.N {
 		return fmt.Errorf("mlx: trim to %d outside [0,%d]", n, s.pos.N)
 	}
-	if err := s.broadcast(ctrl{op: opTrim, a: int32(n)}); err != nil {
+	if err := s.broadcast(ring.Ctrl{Op: ring.OpTrim, A: int32(n)}); err != nil {
 		return err
 	}
 	if n < s.pos.N {
@@ -538,7 +532,7 @@ func (s *Session) Close() error {
 	if s.t.rt.Err() != nil {
 		return nil // the pipeline is broken: the MLX thread is blocked, and the process goes with it
 	}
-	if err := s.broadcast(ctrl{op: opClose}); err != nil {
+	if err := s.broadcast(ring.Ctrl{Op: ring.OpClose}); err != nil {
 		return err
 	}
 	return s.t.rt.Do(func() error {

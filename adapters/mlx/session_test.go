@@ -256,8 +256,9 @@ func TestChunkedForward(t *testing.T) {
 		s, err := tg.NewSession(t.Context(), []int{1, 3})
 		require.NoError(t, err)
 		defer s.Close()
-		fr, logits, err := s.(*Session).ForwardLogits(t.Context(), prompt, ports.ForwardOptions{Rows: rows, Taps: true})
+		fr, err := s.Forward(t.Context(), prompt, ports.ForwardOptions{Rows: rows, Taps: true, Logits: true})
 		require.NoError(t, err)
+		logits := fr.Logits
 		taps, err := readTaps(fr.Taps)
 		require.NoError(t, err)
 		next, err := s.Forward(t.Context(), []ports.Token{7}, ports.ForwardOptions{})

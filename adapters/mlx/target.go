@@ -9,6 +9,7 @@ import (
 
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/ring"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -52,14 +53,10 @@ type Target struct {
 	// closed is read and written only on the MLX thread, so a Close racing a session's Forward turns into
 	// an error instead of a use of freed arrays.
 	closed bool
-	// pipe is the target's place in a distributed pipeline (nil: the whole model is here); weightBytes
-	// is the stored size of the weights this process loaded.
-	pipe        *pipeline
+	// ring is the target's place in a pipeline when it holds one stage (nil: the whole model is here);
+	// weightBytes is the stored size of the weights this process loaded.
+	ring        *ring.Peer
 	weightBytes int64
-	// log is LoadDistributed's logger (the pipeline's timings at Stop).
-	log zerolog.Logger
-	// onCtrl, when set (tests), is called by a worker's loop after each control message it receives.
-	onCtrl func()
 }
 
 // errTargetClosed is returned by calls that need the weights after Target.Close.
@@ -80,7 +77,7 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 }
 
 // load reads dir's target, or pipe's stage of it.
-func load(rt *mlxc.Runtime, dir string, opts LoadOptions, pipe *pipeline) (*Target, error) {
+func load(rt *mlxc.Runtime, dir string, opts LoadOptions, pipe *ring.Peer) (*Target, error) {
 	f, err := hfmodel.OpenTarget(dir, opts.ContextLength)
 	if err != nil {
 		return nil, err
@@ -91,10 +88,10 @@ func load(rt *mlxc.Runtime, dir string, opts LoadOptions, pipe *pipeline) (*Targ
 	if layer, first, last, err := stageBytes(dir, a.Layers); err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	} else if pipe != nil {
-		if pipe.stages, err = model.SplitStages(layer, first, last, pipe.size); err != nil {
+		if pipe.Stages, err = model.SplitStages(layer, first, last, pipe.Size); err != nil {
 			return nil, fmt.Errorf("load %s: %w", dir, err)
 		}
-		stage = pipe.stage()
+		stage = pipe.Stage()
 		for i := stage.Lo; i < stage.Hi; i++ {
 			weightBytes += layer[i]
 		}
@@ -128,7 +125,7 @@ func load(rt *mlxc.Runtime, dir string, opts LoadOptions, pipe *pipeline) (*Targ
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
-	t := &Target{rt: rt, m: m, arena: arena, dt: dt, cfg: cfg, info: f.Info(dir), pipe: pipe, weightBytes: weightBytes}
+	t := &Target{rt: rt, m: m, arena: arena, dt: dt, cfg: cfg, info: f.Info(dir), ring: pipe, weightBytes: weightBytes}
 	opts.Logger.Debug().Str("dir", dir).Str("model_type", cfg.ModelType).Int("layers", a.Layers).
 		Int("first_layer", stage.Lo).Int("end_layer", stage.Hi).Int64("weight_bytes", weightBytes).Msg("mlx target loaded")
 	return t, nil

@@ -12,7 +12,7 @@ import (
 
 // PrefixSuite configures the prefix-state conformance suite (ports.PrefixExporter): snapshot a prefix, run
 // other work, restore into a fresh session, continue, and compare with a session that never left — greedy
-// tokens, raw logits (ports.LogitsForwarder) and taps (ports.HostTaps) where the backend has them, all
+// tokens, raw logits (ForwardOptions.Logits) and taps (ports.HostTaps) where the backend has them, all
 // bit-identical; then the same for the drafter's context.
 type PrefixSuite struct {
 	// Target's sessions must implement ports.PrefixExporter. Required.
@@ -68,17 +68,9 @@ type observed struct {
 
 func observe(t *testing.T, sess ports.Session, toks []ports.Token, taps bool) observed {
 	t.Helper()
-	opts := ports.ForwardOptions{Taps: taps}
-	var o observed
-	var fr ports.ForwardResult
-	var err error
-	if lf, ok := sess.(ports.LogitsForwarder); ok {
-		fr, o.logits, err = lf.ForwardLogits(t.Context(), toks, opts)
-	} else {
-		fr, err = sess.Forward(t.Context(), toks, opts)
-	}
+	fr, err := sess.Forward(t.Context(), toks, ports.ForwardOptions{Taps: taps, Logits: true})
 	require.NoError(t, err)
-	o.greedy = fr.Greedy
+	o := observed{greedy: fr.Greedy, logits: fr.Logits}
 	if ht, ok := fr.Taps.(ports.HostTaps); ok && taps {
 		data, rows, width, err := ht.Host()
 		require.NoError(t, err)

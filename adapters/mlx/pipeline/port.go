@@ -1,19 +1,18 @@
-package mlx
+package pipeline
 
 import (
 	"context"
 
+	"github.com/higgs-go/higgs/adapters/mlx"
 	"github.com/higgs-go/higgs/ports"
 )
 
-// Pipeline is rank 0's view of a distributed target as the rest of higgs sees it: an ordinary ports.Target
-// whose sessions keep every ability a pipeline offers (Forward with taps and tapes, KV trim, snapshots,
-// tape replay, raw logits, prefix export and import: every rank keeps its own layers' share under one id),
-// and batched rounds (ports.BatchForwarder: one pass of the ring per round, cut into micro-batches; see
-// distbatch.go). The drafter is loaded on t itself.
-func Pipeline(t *Target) ports.Target { return pipelineTarget{t} }
-
-type pipelineTarget struct{ t *Target }
+// pipelineTarget is rank 0's view of a distributed target: an ordinary ports.Target whose sessions keep
+// every ability a pipeline offers (Forward with taps, tapes and raw logits, KV trim, snapshots, tape
+// replay, prefix export and import: every rank keeps its own layers' share under one id), and batched
+// rounds (ports.BatchForwarder: one pass of the ring per round, cut into micro-batches; see adapters/mlx's
+// stagebatch.go), and nothing of the MLX target's other methods.
+type pipelineTarget struct{ t *mlx.Target }
 
 var _ ports.BatchForwarder = pipelineTarget{}
 
@@ -24,10 +23,10 @@ func (p pipelineTarget) NewSession(ctx context.Context, tapLayers []int) (ports.
 	if err != nil {
 		return nil, err
 	}
-	return pipelineSession{s.(*Session)}, nil
+	return pipelineSession{s.(*mlx.Session)}, nil
 }
 
-// ForwardBatch is Target.ForwardBatch on the pipeline's sessions (ports.BatchForwarder).
+// ForwardBatch is mlx.Target.ForwardBatch on the pipeline's sessions (ports.BatchForwarder).
 func (p pipelineTarget) ForwardBatch(ctx context.Context, items []ports.BatchItem) ([]ports.BatchResult, error) {
 	in := make([]ports.BatchItem, len(items))
 	for i, it := range items {
@@ -40,11 +39,10 @@ func (p pipelineTarget) ForwardBatch(ctx context.Context, items []ports.BatchIte
 }
 
 // pipelineSession is the Session behind the wrapper, with all its abilities.
-type pipelineSession struct{ *Session }
+type pipelineSession struct{ *mlx.Session }
 
 var _ interface {
 	ports.Session
 	ports.TapeReplayer
-	ports.LogitsForwarder
 	ports.PrefixExporter
 } = pipelineSession{}

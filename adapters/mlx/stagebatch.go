@@ -6,11 +6,12 @@ import (
 	"time"
 
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/ring"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
 )
 
-// Batched rounds across a pipeline. Rank 0 sends one control message (opBatch: every sequence's session,
+// Batched rounds across a pipeline. Rank 0 sends one control message (ring.OpBatch: every sequence's session,
 // block length, returned rows and flags, and how the round is cut into micro-batches of whole sequences),
 // then runs the micro-batches through its stage one after another, sending each one's residual stream on
 // as soon as it is computed, so rank k+1 runs micro-batch i while rank k runs i+1. Every worker does the
@@ -38,19 +39,19 @@ type stageJob struct {
 	tape   *Tape
 }
 
-func (j *stageJob) wantTaps() bool { return j.flags&flagTaps != 0 && j.s.taps.Len() > 0 }
+func (j *stageJob) wantTaps() bool { return j.flags&ring.FlagTaps != 0 && j.s.taps.Len() > 0 }
 
 // optFlags is a forward's options as control flags.
 func optFlags(o ports.ForwardOptions) int32 {
 	var f int32
 	if o.Taps {
-		f |= flagTaps
+		f |= ring.FlagTaps
 	}
 	if o.RecordTape {
-		f |= flagTape
+		f |= ring.FlagTape
 	}
 	if o.Logits || o.Sampling != nil {
-		f |= flagLogits
+		f |= ring.FlagLogits
 	}
 	return f
 }
@@ -80,20 +81,20 @@ func microBatches(sizes []int, m, rowsEach int) []int32 {
 
 // runPipeBatch is runBatch on a pipeline's rank 0: the jobs' blocks pass the ring once, in micro-batches.
 func (t *Target) runPipeBatch(ctx context.Context, jobs []batchJob) error {
-	p := t.pipe
+	p := t.ring
 	sj := make([]*stageJob, len(jobs))
 	sizes := make([]int, len(jobs))
-	c := ctrl{op: opBatch, a: int32(len(jobs))}
+	c := ring.Ctrl{Op: ring.OpBatch, A: int32(len(jobs))}
 	for i, jb := range jobs {
 		sj[i] = &stageJob{s: jb.s, tokens: jb.item.Tokens, T: len(jb.item.Tokens), rows: jb.rows, flags: optFlags(jb.item.Opts)}
 		sizes[i] = sj[i].T
-		c.payload = append(c.payload, jb.s.id, int32(sj[i].T), int32(jb.rows), sj[i].flags)
+		c.Payload = append(c.Payload, jb.s.id, int32(sj[i].T), int32(jb.rows), sj[i].flags)
 		jb.s.gen++
 		jb.s.replay = false
 	}
-	parts := microBatches(sizes, p.size, p.microRows)
-	c.b = int32(len(parts))
-	c.payload = append(c.payload, parts...)
+	parts := microBatches(sizes, p.Size, p.MicroRows)
+	c.B = int32(len(parts))
+	c.Payload = append(c.Payload, parts...)
 	err := t.do(func() error {
 		if t.closed {
 			return errTargetClosed
@@ -101,7 +102,7 @@ func (t *Target) runPipeBatch(ctx context.Context, jobs []batchJob) error {
 		for _, j := range sj {
 			j.s.dropLast()
 		}
-		if err := t.sendCtrl(c); err != nil {
+		if err := t.ring.SendCtrl(c); err != nil {
 			return err
 		}
 		// The workers run the round now: cancelling it on rank 0 alone would leave them waiting.
@@ -109,7 +110,7 @@ func (t *Target) runPipeBatch(ctx context.Context, jobs []batchJob) error {
 			// Part of the round ran on some ranks and the next control message would be read as its data:
 			// the pipeline cannot go on, so it is marked lost (503, /health degraded) rather than left out of
 			// step. A timeout has already done this; Fail keeps the first error.
-			err = fmt.Errorf("%w: rank 0: batched round failed after the workers began it: %v", ErrRankLost, err)
+			err = fmt.Errorf("%w: rank 0: batched round failed after the workers began it: %v", ring.ErrRankLost, err)
 			t.rt.Fail(err)
 			return err
 		}
@@ -124,15 +125,15 @@ func (t *Target) runPipeBatch(ctx context.Context, jobs []batchJob) error {
 	return nil
 }
 
-// serveBatch is a worker's part of an opBatch round.
-func (t *Target) serveBatch(ctx context.Context, c ctrl, sessions map[int32]*Session) error {
-	n := int(c.a)
-	if len(c.payload) != 4*n+int(c.b) {
-		return fmt.Errorf("batch message of %d values for %d sequences in %d micro-batches", len(c.payload), n, c.b)
+// serveBatch is a worker's part of an ring.OpBatch round.
+func (t *Target) serveBatch(ctx context.Context, c ring.Ctrl, sessions map[int32]*Session) error {
+	n := int(c.A)
+	if len(c.Payload) != 4*n+int(c.B) {
+		return fmt.Errorf("batch message of %d values for %d sequences in %d micro-batches", len(c.Payload), n, c.B)
 	}
 	sj := make([]*stageJob, n)
 	for i := range sj {
-		v := c.payload[4*i : 4*i+4]
+		v := c.Payload[4*i : 4*i+4]
 		s := sessions[v[0]]
 		if s == nil {
 			return fmt.Errorf("batch on unknown session %d", v[0])
@@ -141,7 +142,7 @@ func (t *Target) serveBatch(ctx context.Context, c ctrl, sessions map[int32]*Ses
 		s.gen++
 		s.replay = false
 	}
-	parts := c.payload[4*n:]
+	parts := c.Payload[4*n:]
 	return t.do(func() error {
 		for _, j := range sj {
 			j.s.dropLast()
@@ -150,7 +151,7 @@ func (t *Target) serveBatch(ctx context.Context, c ctrl, sessions map[int32]*Ses
 			return err
 		}
 		for _, j := range sj {
-			j.s.lastTap = j.tape // replayed by a later opReplay on its session
+			j.s.lastTap = j.tape // replayed by a later ring.OpReplay on its session
 		}
 		return nil
 	})
@@ -166,10 +167,10 @@ type mbOut struct {
 // receives the answers, the last rank sends them, the others relay the acknowledgements). On the MLX
 // thread; every job's session advances by its block.
 func (t *Target) stageRound(ctx context.Context, jobs []*stageJob, parts []int32) error {
-	p := t.pipe
+	p := t.ring
 	roundLogits := false
 	for _, j := range jobs {
-		roundLogits = roundLogits || j.flags&flagLogits != 0
+		roundLogits = roundLogits || j.flags&ring.FlagLogits != 0
 	}
 	var kept []arr // arrays held across the micro-batches' graphs, freed at the end
 	defer func() {
@@ -191,16 +192,16 @@ func (t *Target) stageRound(ctx context.Context, jobs []*stageJob, parts []int32
 			return err
 		}
 	}
-	p.stats.Batches++
-	p.stats.MicroBatches += len(parts)
+	p.Stats.Batches++
+	p.Stats.MicroBatches += len(parts)
 	switch {
-	case p.rank == 0:
+	case p.Rank == 0:
 		t0 := time.Now()
-		defer func() { p.stats.BatchWait += time.Since(t0) }()
+		defer func() { p.Stats.BatchWait += time.Since(t0) }()
 		return t.receiveRound(jobs, parts, outs)
-	case p.last():
+	case p.Last():
 		t0 := time.Now()
-		defer func() { p.stats.BatchSend += time.Since(t0) }()
+		defer func() { p.Stats.BatchSend += time.Since(t0) }()
 		g := newGraph(t.rt, "mlx pipeline batch answer")
 		defer g.release()
 		var ids, lg, taps []arr
@@ -223,14 +224,14 @@ func (t *Target) stageRound(ctx context.Context, jobs []*stageJob, parts []int32
 			if len(part) > 1 {
 				msg = g.concat(0, part...)
 			}
-			g.eval(g.send(msg, 0, p.group))
-			p.stats.SentBytes += arrBytes(msg)
+			g.eval(g.send(msg, 0, p.Group))
+			p.Stats.SentBytes += arrBytes(msg)
 		}
 		return g.err
 	default:
 		t0 := time.Now()
-		defer func() { p.stats.BatchSend += time.Since(t0) }()
-		return t.relay()
+		defer func() { p.Stats.BatchSend += time.Since(t0) }()
+		return t.ring.Relay()
 	}
 }
 
@@ -241,7 +242,7 @@ func (t *Target) stageRound(ctx context.Context, jobs []*stageJob, parts []int32
 // is acknowledged before its stream goes on (ack): a send to a rank that died never completes (MLX's ring
 // neither fails nor times out), so a later acknowledgement would name this rank for its successor's loss.
 func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundLogits bool) (mbOut, error) {
-	p := t.pipe
+	p := t.ring
 	m := t.m
 	H := m.Arch.Hidden
 	g := newGraph(t.rt, "mlx pipeline batch")
@@ -255,14 +256,14 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 	for j, jb := range mb {
 		sizes[j], rows[j] = jb.T, jb.rows
 		R += jb.T
-		own[j] = tapOrder(jb.s.taps.Layers(), p.stages)
+		own[j] = tapOrder(jb.s.taps.Layers(), p.Stages)
 		if jb.wantTaps() {
-			carriedIn[j] = len(carriedSlots(own[j], p.rank))
+			carriedIn[j] = len(carriedSlots(own[j], p.Rank))
 		}
 	}
 	var x act
 	carried := make([]act, n)
-	if p.rank == 0 {
+	if p.Rank == 0 {
 		var toks []ports.Token
 		for _, jb := range mb {
 			toks = append(toks, jb.tokens...)
@@ -273,11 +274,11 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 		for j, jb := range mb {
 			w += jb.T * H * carriedIn[j]
 		}
-		p.waiting.Store(int32(p.rank - 1))
-		in := g.recv(t.dt, p.rank-1, p.group, w)
+		p.Waiting.Store(int32(p.Rank - 1))
+		in := g.recv(t.dt, p.Rank-1, p.Group, w)
 		tw := time.Now()
 		g.eval(in)
-		p.stats.BatchWait += time.Since(tw)
+		p.Stats.BatchWait += time.Since(tw)
 		x = act{g.reshape(g.slice(in, []int{0}, []int{R * H}), R, H), R, H}
 		off := R * H
 		for j, jb := range mb {
@@ -297,7 +298,7 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 		s := jb.s
 		olds[j] = s.st.handles()
 		passes[j] = &pass{o: be, kv: s.st.kv, gdn: s.st.gdn}
-		if jb.flags&flagTape != 0 && s.pos.Recurrent {
+		if jb.flags&ring.FlagTape != 0 && s.pos.Recurrent {
 			passes[j].tape = &Tape{TapeHeader: model.TapeHeader{Session: s, Forward: s.gen, Length: jb.T, Start: s.pos.N}, sess: s, layers: make([]*gdnTape, m.Arch.Layers)}
 		}
 		seqs[j] = model.Seq[act, *weight]{State: passes[j], Pos: s.pos.N, Rows: jb.T}
@@ -334,7 +335,7 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 		if carried[j].a != 0 {
 			parts = append(parts, carried[j].a)
 		}
-		for _, slot := range own[j][p.rank] {
+		for _, slot := range own[j][p.Rank] {
 			parts = append(parts, tapRows[j][slot].a)
 		}
 		switch len(parts) {
@@ -354,12 +355,12 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 	res := mbOut{taps: make([]arr, n)}
 	var fwd arr
 	switch {
-	case p.rank == 0:
+	case p.Rank == 0:
 		for j := range mb {
 			res.taps[j] = tapOut(j)
 		}
-		fwd = g.send(flat(x.a), 1, p.group)
-	case !p.last():
+		fwd = g.send(flat(x.a), 1, p.Group)
+	case !p.Last():
 		msg := []arr{flat(x.a)}
 		for j := range mb {
 			if a := tapOut(j); a != 0 {
@@ -370,7 +371,7 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 		if len(msg) > 1 {
 			w = g.concat(0, msg...)
 		}
-		fwd = g.send(w, p.rank+1, p.group)
+		fwd = g.send(w, p.Rank+1, p.Group)
 	default:
 		lg := be.f32(model.LogitsBatch(m, be, x, sizes, rows).a)
 		res.ids = g.astype(g.argmax(lg, -1), mlxc.Int32)
@@ -397,7 +398,7 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 	results := append(append([]arr{res.ids, res.lg}, res.taps...), state...)
 	tc := time.Now()
 	g.eval(results...)
-	p.stats.BatchCompute += time.Since(tc)
+	p.Stats.BatchCompute += time.Since(tc)
 	if g.err != nil {
 		restore()
 		return mbOut{}, g.err
@@ -422,15 +423,15 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 		jb.s.pos.Rec = jb.s.pos.N
 	}
 	if firstMB {
-		if err := t.ack(); err != nil {
+		if err := t.ring.Ack(); err != nil {
 			return res, err
 		}
 	}
 	if fwd != 0 {
 		ts := time.Now()
 		g.eval(fwd)
-		p.stats.SentBytes += arrBytes(fwd)
-		p.stats.BatchSend += time.Since(ts)
+		p.Stats.SentBytes += arrBytes(fwd)
+		p.Stats.BatchSend += time.Since(ts)
 	}
 	return res, g.err
 }
@@ -439,10 +440,10 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 // greedy ids, logits and taps of every sequence (in job order), shared out to the jobs; each job's taps
 // join rank 0's own slots and the others' in slot order.
 func (t *Target) receiveRound(jobs []*stageJob, parts []int32, outs []mbOut) error {
-	p := t.pipe
+	p := t.ring
 	a := &t.m.Arch
 	H := a.Hidden
-	if err := t.awaitAcks(); err != nil {
+	if err := t.ring.AwaitAcks(); err != nil {
 		return err
 	}
 	g := newGraph(t.rt, "mlx pipeline batch answer")
@@ -450,23 +451,23 @@ func (t *Target) receiveRound(jobs []*stageJob, parts []int32, outs []mbOut) err
 	total, tapW, wantLogits := 0, 0, false
 	for _, j := range jobs {
 		total += j.rows
-		wantLogits = wantLogits || j.flags&flagLogits != 0
+		wantLogits = wantLogits || j.flags&ring.FlagLogits != 0
 		if j.wantTaps() {
-			tapW += j.T * H * len(carriedSlots(tapOrder(j.s.taps.Layers(), p.stages), p.size))
+			tapW += j.T * H * len(carriedSlots(tapOrder(j.s.taps.Layers(), p.Stages), p.Size))
 		}
 	}
-	ids := g.recv(mlxc.Int32, p.size-1, p.group, total)
+	ids := g.recv(mlxc.Int32, p.Size-1, p.Group, total)
 	g.eval(ids)
 	greedy := g.readI32(ids)
 	var logits []float32
 	if wantLogits {
-		lg := g.recv(mlxc.Float32, p.size-1, p.group, total, a.Vocab)
+		lg := g.recv(mlxc.Float32, p.Size-1, p.Group, total, a.Vocab)
 		g.eval(lg)
 		logits = g.readF32(lg)
 	}
 	var got arr
 	if tapW > 0 {
-		got = g.recv(t.dt, p.size-1, p.group, tapW)
+		got = g.recv(t.dt, p.Size-1, p.Group, tapW)
 		g.eval(got)
 	}
 	if g.err != nil {
@@ -486,8 +487,8 @@ func (t *Target) receiveRound(jobs []*stageJob, parts []int32, outs []mbOut) err
 			if !j.wantTaps() {
 				continue
 			}
-			own := tapOrder(j.s.taps.Layers(), p.stages)
-			others := carriedSlots(own, p.size)
+			own := tapOrder(j.s.taps.Layers(), p.Stages)
+			others := carriedSlots(own, p.Size)
 			slots := make([]arr, j.s.taps.Len())
 			for c, slot := range own[0] {
 				slots[slot] = g.slice(outs[k].taps[jj], []int{0, c * H}, []int{j.T, (c + 1) * H})

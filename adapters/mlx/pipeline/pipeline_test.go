@@ -1,4 +1,4 @@
-package mlx
+package pipeline
 
 import (
 	"cmp"
@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/higgs-go/higgs/adapters/mlx"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
 	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/internal/testmodel"
@@ -49,7 +50,7 @@ type distOutput struct {
 	BatchTaps   []float64
 	WeightBytes int64
 	Stage       [2]int
-	Stats       PipelineStats
+	Stats       Stats
 	Ranks       []RankStats // rank 0: everyone's, gathered at Stop
 	// Err and Elapsed are rank 0's failure and how long it took to see it (failure tests).
 	Err     string
@@ -65,7 +66,7 @@ const distTokens = 14
 
 // decodeAll runs every check of the pipeline tests on one target (distributed or not) and drafter.
 // mt is the target as ports see it (Pipeline on rank 0).
-func decodeAll(ctx context.Context, tgt *Target, mt ports.Target, d ports.Drafter) (distOutput, error) {
+func decodeAll(ctx context.Context, tgt staged, mt ports.Target, d ports.Drafter) (distOutput, error) {
 	var out distOutput
 	var err error
 	if out.Greedy, err = porttest.Greedy(ctx, mt, distPrompt, distTokens); err != nil {
@@ -183,7 +184,7 @@ func TestDistributedRank(t *testing.T) {
 	if spec.Rank0Exits {
 		idle = timeout
 	}
-	tgt, err := LoadDistributed(ctx, spec.Target, LoadOptions{}, DistOptions{Backend: "ring", DrafterHead: true,
+	tgt, err := Load(ctx, spec.Target, mlx.LoadOptions{}, Options{Backend: "ring", DrafterHead: true,
 		JoinTimeout: timeout, Timeout: timeout, Idle: idle, MicroBatchRows: spec.MicroRows})
 	if spec.DieRank != 0 && err != nil {
 		// A rank that never joins: rank 0 reports it within the join timeout.
@@ -216,9 +217,9 @@ func TestDistributedRank(t *testing.T) {
 		start := time.Now()
 		var err error
 		if spec.Batched {
-			_, _, err = batchedDecode(ctx, Pipeline(tgt), 1000)
+			_, _, err = batchedDecode(ctx, tgt.Target(), 1000)
 		} else {
-			_, err = porttest.Greedy(ctx, Pipeline(tgt), distPrompt, 1000)
+			_, err = porttest.Greedy(ctx, tgt.Target(), distPrompt, 1000)
 		}
 		require.Error(t, err)
 		out.Err, out.Lost, out.Elapsed = err.Error(), errors.Is(err, ErrRankLost), time.Since(start)
@@ -226,21 +227,21 @@ func TestDistributedRank(t *testing.T) {
 			out.Broken = tgt.Err().Error()
 		}
 		// Everything on the broken runtime fails at once from now on, and nothing hangs.
-		_, err = tgt.NewSession(ctx, nil)
+		_, err = tgt.Target().NewSession(ctx, nil)
 		require.ErrorIs(t, err, ErrRankLost)
 	case spec.Suite:
-		d, err := LoadDrafter(ctx, spec.Drafter, tgt, DrafterOptions{})
+		d, err := mlx.LoadDrafter(ctx, spec.Drafter, tgt.MLX(), mlx.DrafterOptions{})
 		require.NoError(t, err)
-		porttest.BatchSuite{Target: Pipeline(tgt), Drafter: d, TapLayers: []int{3, 1}, ReadTaps: readTaps, Tolerance: batchTolerance}.Run(t)
+		porttest.BatchSuite{Target: tgt.Target(), Drafter: d, TapLayers: []int{3, 1}, ReadTaps: readTaps, Tolerance: batchTolerance}.Run(t)
 		out.Stats = tgt.Stats()
 		ranks, err := tgt.Stop()
 		require.NoError(t, err)
 		out.Ranks = ranks
 	default:
-		d, err := LoadDrafter(ctx, spec.Drafter, tgt, DrafterOptions{})
+		d, err := mlx.LoadDrafter(ctx, spec.Drafter, tgt.MLX(), mlx.DrafterOptions{})
 		require.NoError(t, err)
 		require.NoError(t, tgt.Ping(ctx))
-		out, err = decodeAll(ctx, tgt, Pipeline(tgt), d)
+		out, err = decodeAll(ctx, tgt, tgt.Target(), d)
 		require.NoError(t, err)
 		out.Stats = tgt.Stats()
 		ranks, err := tgt.Stop()
@@ -258,7 +259,7 @@ func writeRankOutput(t *testing.T, spec distSpec, rank int, out distOutput) {
 
 // dieAfter runs a worker's loop for n control messages, then exits the process as a crash would (its
 // sockets close; rank 0 is told nothing).
-func dieAfter(t *testing.T, tgt *Target, n int) {
+func dieAfter(t *testing.T, tgt *Node, n int) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	seen := 0
@@ -408,10 +409,10 @@ func TestDistributedPipeline(t *testing.T) {
 		t.Run(family, func(t *testing.T) {
 			tdir := testmodel.Synth(t, synth.TargetSpec{Family: family, Seed: 91})
 			ddir := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 92, Taps: []int{1, 3}, Mask: 60})
-			tgt, err := Load(t.Context(), tdir, LoadOptions{})
+			tgt, err := mlx.Load(t.Context(), tdir, mlx.LoadOptions{})
 			require.NoError(t, err)
 			defer tgt.Close()
-			d, err := LoadDrafter(t.Context(), ddir, tgt, DrafterOptions{})
+			d, err := mlx.LoadDrafter(t.Context(), ddir, tgt, mlx.DrafterOptions{})
 			require.NoError(t, err)
 			defer d.Close()
 			want, err := decodeAll(t.Context(), tgt, tgt, d)
@@ -451,7 +452,7 @@ func TestDistributedPipeline(t *testing.T) {
 							assert.Equal(t, o.Stats.Batches, o.Stats.MicroBatches, "rank %d ran its rounds whole", r)
 						}
 						require.Len(t, got.Ranks, n)
-						assert.Equal(t, RankStats{Rank: r, Lo: o.Stage[0], Hi: o.Stage[1], WeightBytes: o.WeightBytes, PipelineStats: o.Stats}, got.Ranks[r],
+						assert.Equal(t, RankStats{Rank: r, Lo: o.Stage[0], Hi: o.Stage[1], WeightBytes: o.WeightBytes, Stats: o.Stats}, got.Ranks[r],
 							"rank 0 gathered rank %d's figures", r)
 						assert.Less(t, o.WeightBytes, want.WeightBytes, "rank %d holds only its slice", r)
 						sum += o.WeightBytes
@@ -460,5 +461,123 @@ func TestDistributedPipeline(t *testing.T) {
 				})
 			}
 		})
+	}
+}
+
+// batchPrompts are batchedDecode's sequences (ragged): the first is distPrompt.
+var batchPrompts = [][]ports.Token{distPrompt, {4, 8, 15, 16, 23}, {1, 2, 3, 5, 8, 13, 21, 34, 55, 6, 7}}
+
+// batchedDecode decodes batchPrompts together, one ForwardBatch per round (the prompts' prefill first),
+// for n tokens each: the first two greedily (the second recording tapes), the third sampled at temperature
+// 0.9 from its own PCG as seededDecode does, every item with taps; it returns the sequences and the sum of
+// each round's taps.
+func batchedDecode(ctx context.Context, t ports.Target, n int) ([][]ports.Token, []float64, error) {
+	bf, ok := t.(ports.BatchForwarder)
+	if !ok {
+		return nil, nil, errors.New("the target has no batched forward")
+	}
+	return lockstepDecode(ctx, t, n, bf.ForwardBatch)
+}
+
+// soloForward runs a round's items one Forward after another.
+func soloForward(ctx context.Context, items []ports.BatchItem) ([]ports.BatchResult, error) {
+	out := make([]ports.BatchResult, len(items))
+	for i, it := range items {
+		r, err := it.Session.Forward(ctx, it.Tokens, it.Opts)
+		if err != nil {
+			return nil, err
+		}
+		out[i].Result = r
+	}
+	return out, nil
+}
+
+// lockstepDecode is batchedDecode with each round run by fwd.
+func lockstepDecode(ctx context.Context, t ports.Target, n int, fwd func(context.Context, []ports.BatchItem) ([]ports.BatchResult, error)) ([][]ports.Token, []float64, error) {
+	sessions := make([]ports.Session, len(batchPrompts))
+	for i := range sessions {
+		s, err := t.NewSession(ctx, []int{1, 3})
+		if err != nil {
+			return nil, nil, err
+		}
+		defer s.Close()
+		sessions[i] = s
+	}
+	rnd := rand.New(rand.NewPCG(7, 8))
+	out := make([][]ports.Token, len(batchPrompts))
+	var sums []float64
+	for len(out[0]) < n {
+		items := make([]ports.BatchItem, len(sessions))
+		for i, s := range sessions {
+			block := batchPrompts[i]
+			if len(out[i]) > 0 {
+				block = out[i][len(out[i])-1:]
+			}
+			opts := ports.ForwardOptions{Rows: 1, Taps: true, RecordTape: i == 1}
+			if i == 2 {
+				opts.Sampling = &ports.SamplingParams{Temperature: 0.9}
+			}
+			items[i] = ports.BatchItem{Session: s, Tokens: block, Opts: opts}
+		}
+		res, err := fwd(ctx, items)
+		if err != nil {
+			return nil, nil, err
+		}
+		var sum float64
+		for i, r := range res {
+			if r.Err != nil {
+				return nil, nil, fmt.Errorf("sequence %d: %w", i, r.Err)
+			}
+			tok := r.Result.Greedy[0]
+			if i == 2 {
+				tok = r.Result.Dists[0].Sample(rnd.Float64(), ports.NoToken)
+			}
+			out[i] = append(out[i], tok)
+			rows, err := readTaps(r.Result.Taps)
+			if err != nil {
+				return nil, nil, err
+			}
+			for _, row := range rows {
+				for _, v := range row {
+					sum += float64(v)
+				}
+			}
+		}
+		sums = append(sums, sum)
+	}
+	return out, sums, nil
+}
+
+// soloDecodes is what batchedDecode's sequences decode alone, one Forward at a time, and the sums of their
+// taps in batchedDecode's rounds (every item run alone).
+func soloDecodes(t *testing.T, tg ports.Target) ([][]ports.Token, []float64) {
+	t.Helper()
+	var out [][]ports.Token
+	for _, p := range batchPrompts[:2] {
+		g, err := porttest.Greedy(t.Context(), tg, p, distTokens)
+		require.NoError(t, err)
+		out = append(out, g)
+	}
+	s, err := seededDecode(t.Context(), tg, batchPrompts[2], distTokens, 7)
+	require.NoError(t, err)
+	out = append(out, s)
+	lock, sums, err := lockstepDecode(t.Context(), tg, distTokens, soloForward)
+	require.NoError(t, err)
+	require.Equal(t, out, lock, "the lockstep solo decode is the solo decodes")
+	return out, sums
+}
+
+// TestDistributedBatchSuite: the batched-forward and batched-draft conformance suite on rank 0 of a
+// hybrid target split over 3 processes, every round cut into micro-batches: each item equals its solo
+// call through the same pipeline within the single-process suite's tolerance (a micro-batch of several
+// sequences rounds like a batched round in one process: MLX's products depend on the rows beside them).
+func TestDistributedBatchSuite(t *testing.T) {
+	requireRing(t)
+	tdir := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 95})
+	ddir := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 96, Taps: []int{1, 3}, Mask: 60})
+	outs := runRanks(t, distSpec{Target: tdir, Drafter: ddir, Suite: true, MicroRows: 1}, 3, 3)
+	for r, o := range outs[0].Ranks {
+		t.Logf("rank %d: %d batched rounds in %d micro-batches: compute %v, wait %v, send %v", r, o.Batches, o.MicroBatches, o.BatchCompute, o.BatchWait, o.BatchSend)
+		assert.Greater(t, o.MicroBatches, o.Batches, "rank %d cut rounds into micro-batches", r)
 	}
 }
