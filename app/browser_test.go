@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	oaiapi "github.com/higgs-go/higgs/adapters/openai"
+	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/app/serve"
 )
 
 // findChromium returns a Chromium or Chrome binary: $HIGGS_CHROMIUM, else the first of the usual names on
@@ -44,16 +46,16 @@ func TestBrowserPage(t *testing.T) {
 	if bin == "" {
 		t.Skip("no Chromium found (install Debian's chromium package, as .ci/run does, or set HIGGS_CHROMIUM): the browser test cannot run")
 	}
-	root := filepath.Join("..", DemoTargetDir)
-	m, err := LoadModels(t.Context(), ModelConfig{Model: root, Draft: filepath.Join("..", DemoDrafterDir)}, zerolog.Nop(), nil)
+	root := filepath.Join("..", models.DemoTargetDir)
+	m, err := models.LoadModels(t.Context(), models.ModelConfig{Model: root, Draft: filepath.Join("..", models.DemoDrafterDir)}, zerolog.Nop(), nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = m.Close() })
 	// A fixed block of 16, so that the strip shows speculation (the adaptive policy settles on plain decoding
 	// on this tiny model, where a 16-row verify costs several decode steps).
-	serve, err := NewServe(ServeConfig{BlockSize: 16, MaxConcurrency: 1, QueueSize: 4}, zerolog.Nop())
+	svc, err := serve.NewServe(serve.ServeConfig{BlockSize: 16, MaxConcurrency: 1, QueueSize: 4}, zerolog.Nop())
 	require.NoError(t, err)
-	require.NoError(t, serve.SetEngine(EngineFromModels(m)))
-	srv := httptest.NewServer(oaiapi.New(serve, oaiapi.Options{Log: zerolog.Nop(), Events: serve.Events()}))
+	require.NoError(t, svc.SetEngine(serve.EngineFromModels(m)))
+	srv := httptest.NewServer(oaiapi.New(svc, oaiapi.Options{Log: zerolog.Nop(), Events: svc.Events()}))
 	t.Cleanup(srv.Close)
 
 	opts := append(chromedp.DefaultExecAllocatorOptions[:0:0],

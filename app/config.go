@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/app/serve"
 	"github.com/pelletier/go-toml/v2"
 	"github.com/rs/zerolog"
 	"golang.org/x/term"
@@ -62,8 +64,8 @@ type Config struct {
 // DefaultConfig serves the bundled demo on 127.0.0.1:8000.
 func DefaultConfig() Config {
 	return Config{
-		Backend: BackendCPU,
-		Kernels: KernelsExact,
+		Backend: models.BackendCPU,
+		Kernels: models.KernelsExact,
 		// Speculation only where it pays: a fixed block on a CPU can run several times slower than plain
 		// decoding (the demo at block 16: 0.32× autoregressive); the policy settles on the best block size,
 		// plain decoding included. --adaptive=false keeps the fixed block.
@@ -283,17 +285,17 @@ func (c Config) Validate() error {
 func (c Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.Port)) }
 
 // ModelConfig is the model-loading part of c.
-func (c Config) ModelConfig() ModelConfig {
-	return ModelConfig{Model: c.Model, Draft: c.Draft, NoDraft: c.NoDraft, Backend: c.Backend, Threads: c.Threads, Kernels: c.Kernels, Distributed: c.Distributed}
+func (c Config) ModelConfig() models.ModelConfig {
+	return models.ModelConfig{Model: c.Model, Draft: c.Draft, NoDraft: c.NoDraft, Backend: c.Backend, Threads: c.Threads, Kernels: c.Kernels, Distributed: c.Distributed}
 }
 
 // ServeConfig is the use-case part of c.
-func (c Config) ServeConfig() ServeConfig {
+func (c Config) ServeConfig() serve.ServeConfig {
 	bs := c.BlockSize
 	if c.NoDraft {
 		bs = 1
 	}
-	return ServeConfig{ServedModelName: c.ServedModelName, BlockSize: bs, Adaptive: c.Adaptive,
+	return serve.ServeConfig{ServedModelName: c.ServedModelName, BlockSize: bs, Adaptive: c.Adaptive,
 		MaxConcurrency: c.MaxConcurrency, BatchWait: c.BatchWait, PrefillChunk: c.PrefillChunk, MemoryBudget: c.MemoryBudget,
 		QueueSize: c.QueueSize, SpecialTokensInContent: c.SpecialTokensInContent,
 		PrefixCacheBytes: c.PrefixCacheBytes, PrefixCacheEvery: c.PrefixCacheEvery}

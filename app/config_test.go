@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/higgs-go/higgs/app/serve"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -129,6 +130,6 @@ func TestConfigPrefixCache(t *testing.T) {
 	_, err = LoadConfig([]string{"--prefix-cache-bytes", "-1", "--prefix-cache-every", "-2"}, env(nil), io.Discard)
 	assert.ErrorContains(t, err, "--prefix-cache-bytes -1")
 	assert.ErrorContains(t, err, "--prefix-cache-every -2")
-	_, err = NewServe(ServeConfig{MaxConcurrency: 1, PrefixCacheBytes: -1}, zerolog.Nop())
+	_, err = serve.NewServe(serve.ServeConfig{MaxConcurrency: 1, PrefixCacheBytes: -1}, zerolog.Nop())
 	assert.ErrorContains(t, err, "prefix cache budget -1")
 }

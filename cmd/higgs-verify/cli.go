@@ -16,6 +16,8 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/higgs-go/higgs/app"
+	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/app/verify"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -28,7 +30,7 @@ const (
 )
 
 // modelLoader is the wire injector (initModels), replaceable in tests.
-type modelLoader func(ctx context.Context, cfg app.ModelConfig, log zerolog.Logger) (*app.Models, func(), error)
+type modelLoader func(ctx context.Context, cfg models.ModelConfig, log zerolog.Logger) (*models.Models, func(), error)
 
 // cli holds what every subcommand shares.
 type cli struct {
@@ -61,7 +63,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, load mode
 	}
 	// One line: joined errors are flattened.
 	fmt.Fprintln(stderr, "higgs-verify:", strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; "))
-	if errors.Is(err, app.ErrCheckFailed) {
+	if errors.Is(err, verify.ErrCheckFailed) {
 		return exitFailed
 	}
 	return exitUsage
@@ -76,23 +78,23 @@ func (c *cli) root() *cobra.Command {
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			lvl, err := zerolog.ParseLevel(c.logLevel)
 			if err != nil || c.logLevel == "" {
-				return fmt.Errorf("%w: --log-level %q (want trace, debug, info, warn, error or disabled)", app.ErrBadInput, c.logLevel)
+				return fmt.Errorf("%w: --log-level %q (want trace, debug, info, warn, error or disabled)", verify.ErrBadInput, c.logLevel)
 			}
 			app.UseDurationUnits()
 			c.log = zerolog.New(zerolog.ConsoleWriter{Out: c.stderr, NoColor: true}).Level(lvl).With().Timestamp().Logger()
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return fmt.Errorf("%w: a subcommand is required (logits, generate, lossless, tokenize, parity, bench, synth)", app.ErrBadInput)
+			return fmt.Errorf("%w: a subcommand is required (logits, generate, lossless, tokenize, parity, bench, synth)", verify.ErrBadInput)
 		},
 	}
 	root.PersistentFlags().StringVar(&c.logLevel, "log-level", "warn", "stderr log level: trace, debug, info, warn, error, disabled")
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %w", app.ErrBadInput, err) })
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %w", verify.ErrBadInput, err) })
 	root.AddCommand(c.logitsCmd(), c.generateCmd(), c.losslessCmd(), c.tokenizeCmd(), c.parityCmd(), c.benchCmd(), c.synthCmd(), c.exportGGUFCmd())
 	for _, sub := range root.Commands() {
 		sub.Args = func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {
-				return fmt.Errorf("%w: unexpected arguments %q", app.ErrBadInput, args)
+				return fmt.Errorf("%w: unexpected arguments %q", verify.ErrBadInput, args)
 			}
 			return nil
 		}
@@ -119,38 +121,38 @@ func (f *common) add(fs *pflag.FlagSet, draft bool) {
 	fs.BoolVar(&f.chat, "chat", false, "apply the model's chat template to --prompt first")
 	fs.BoolVar(&f.json, "json", false, "print exactly one JSON object on stdout")
 	fs.IntVar(&f.threads, "threads", 0, "CPU worker threads (0: GOMAXPROCS)")
-	fs.StringVar(&f.kernels, "kernels", app.KernelsExact, "CPU kernels: exact (the bit-exact reference) or fast (4-bit products with int8 inputs; not bit-identical)")
+	fs.StringVar(&f.kernels, "kernels", models.KernelsExact, "CPU kernels: exact (the bit-exact reference) or fast (4-bit products with int8 inputs; not bit-identical)")
 }
 
-func (f *common) modelConfig() app.ModelConfig {
-	return app.ModelConfig{Model: f.model, Draft: f.draft, NoDraft: f.noDraft, Backend: f.backend, Threads: f.threads, Kernels: f.kernels}
+func (f *common) modelConfig() models.ModelConfig {
+	return models.ModelConfig{Model: f.model, Draft: f.draft, NoDraft: f.noDraft, Backend: f.backend, Threads: f.threads, Kernels: f.kernels}
 }
 
 // promptInputs returns the prompt given by --tokens / --prompt (nil when neither).
-func (f *common) promptInput() (*app.PromptInput, error) {
+func (f *common) promptInput() (*verify.PromptInput, error) {
 	switch {
 	case f.tokens != "" && f.prompt != "":
-		return nil, fmt.Errorf("%w: give --tokens or --prompt, not both", app.ErrBadInput)
+		return nil, fmt.Errorf("%w: give --tokens or --prompt, not both", verify.ErrBadInput)
 	case f.tokens != "":
 		if f.chat {
-			return nil, fmt.Errorf("%w: --chat applies to --prompt, not --tokens", app.ErrBadInput)
+			return nil, fmt.Errorf("%w: --chat applies to --prompt, not --tokens", verify.ErrBadInput)
 		}
-		t, err := app.ParseTokenList(f.tokens)
+		t, err := verify.ParseTokenList(f.tokens)
 		if err != nil {
 			return nil, err
 		}
-		return &app.PromptInput{Tokens: t}, nil
+		return &verify.PromptInput{Tokens: t}, nil
 	case f.prompt != "":
-		return &app.PromptInput{Text: f.prompt, Chat: f.chat}, nil
+		return &verify.PromptInput{Text: f.prompt, Chat: f.chat}, nil
 	}
 	return nil, nil
 }
 
 // loadModels loads cfg; a load failure is bad input (exit 2).
-func (c *cli) loadModels(ctx context.Context, cfg app.ModelConfig) (*app.Models, func(), error) {
+func (c *cli) loadModels(ctx context.Context, cfg models.ModelConfig) (*models.Models, func(), error) {
 	m, cleanup, err := c.load(ctx, cfg, c.log)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", app.ErrBadInput, err)
+		return nil, nil, fmt.Errorf("%w: %w", verify.ErrBadInput, err)
 	}
 	return m, cleanup, nil
 }
@@ -163,7 +165,7 @@ func (c *cli) emit(asJSON bool, v any, text func(io.Writer)) error {
 			if uv := (*json.UnsupportedValueError)(nil); errors.As(err, &uv) {
 				// NaN or ±Inf (a corrupt checkpoint, a numerical blow-up) has no JSON form.
 				return fmt.Errorf("%w: the result holds %s, which JSON cannot represent (non-finite values: corrupt weights?); run without --json to see it",
-					app.ErrBadInput, uv.Str)
+					verify.ErrBadInput, uv.Str)
 			}
 			return fmt.Errorf("write JSON: %w", err)
 		}
@@ -181,7 +183,7 @@ func parseInts(name, s string) ([]int, error) {
 	for _, p := range strings.Split(s, ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(p))
 		if err != nil {
-			return nil, fmt.Errorf("%w: --%s entry %q is not an integer", app.ErrBadInput, name, strings.TrimSpace(p))
+			return nil, fmt.Errorf("%w: --%s entry %q is not an integer", verify.ErrBadInput, name, strings.TrimSpace(p))
 		}
 		out = append(out, v)
 	}
@@ -192,7 +194,7 @@ func parseStopIDs(s string) ([]ports.Token, error) {
 	if strings.TrimSpace(s) == "" {
 		return nil, nil
 	}
-	ids, err := app.ParseTokenList(s)
+	ids, err := verify.ParseTokenList(s)
 	if err != nil {
 		return nil, fmt.Errorf("--stop-ids: %w", err)
 	}
@@ -202,7 +204,7 @@ func parseStopIDs(s string) ([]ports.Token, error) {
 func parseRollbacks(s string) ([]speculative.RollbackMode, error) {
 	var out []speculative.RollbackMode
 	for _, p := range strings.Split(s, ",") {
-		m, err := app.ParseRollback(strings.TrimSpace(p))
+		m, err := verify.ParseRollback(strings.TrimSpace(p))
 		if err != nil {
 			return nil, err
 		}
@@ -212,9 +214,9 @@ func parseRollbacks(s string) ([]speculative.RollbackMode, error) {
 }
 
 // readPrompts resolves --prompts FILE, or --tokens/--prompt, into token ids for m; with none given, the
-// commands that take several prompts (lossless, bench: defaults true) use app.DefaultPrompts.
-func readPrompts(m *app.Models, f *common, file string, defaults ...bool) ([][]ports.Token, error) {
-	var inputs []app.PromptInput
+// commands that take several prompts (lossless, bench: defaults true) use verify.DefaultPrompts.
+func readPrompts(m *models.Models, f *common, file string, defaults ...bool) ([][]ports.Token, error) {
+	var inputs []verify.PromptInput
 	one, err := f.promptInput()
 	if err != nil {
 		return nil, err
@@ -225,9 +227,9 @@ func readPrompts(m *app.Models, f *common, file string, defaults ...bool) ([][]p
 	if file != "" {
 		data, err := os.ReadFile(file)
 		if err != nil {
-			return nil, fmt.Errorf("%w: --prompts: %w", app.ErrBadInput, err)
+			return nil, fmt.Errorf("%w: --prompts: %w", verify.ErrBadInput, err)
 		}
-		more, err := app.ParsePromptsFile(data)
+		more, err := verify.ParsePromptsFile(data)
 		if err != nil {
 			return nil, fmt.Errorf("--prompts %s: %w", file, err)
 		}
@@ -237,17 +239,17 @@ func readPrompts(m *app.Models, f *common, file string, defaults ...bool) ([][]p
 		}
 	}
 	if len(inputs) == 0 && len(defaults) > 0 && defaults[0] {
-		for _, p := range app.DefaultPrompts() {
+		for _, p := range verify.DefaultPrompts() {
 			p.Chat = f.chat
 			inputs = append(inputs, p)
 		}
 	}
 	if len(inputs) == 0 {
-		return nil, fmt.Errorf("%w: no prompt: give --tokens, --prompt or --prompts FILE", app.ErrBadInput)
+		return nil, fmt.Errorf("%w: no prompt: give --tokens, --prompt or --prompts FILE", verify.ErrBadInput)
 	}
 	out := make([][]ports.Token, 0, len(inputs))
 	for _, in := range inputs {
-		ids, err := app.EncodePrompt(m, in)
+		ids, err := verify.EncodePrompt(m, in)
 		if err != nil {
 			return nil, err
 		}

@@ -17,7 +17,8 @@ import (
 
 	"github.com/higgs-go/higgs/adapters/mlx"
 	"github.com/higgs-go/higgs/adapters/synth"
-	"github.com/higgs-go/higgs/app"
+	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/app/verify"
 	"github.com/higgs-go/higgs/internal/testmodel"
 )
 
@@ -370,7 +371,7 @@ func TestSynthCommand(t *testing.T) {
 // A panic anywhere below the command line (here in the model loader) still ends with exit 2, one line on
 // stderr and nothing on stdout.
 func TestPanicIsOneLineExit2(t *testing.T) {
-	boom := func(context.Context, app.ModelConfig, zerolog.Logger) (*app.Models, func(), error) {
+	boom := func(context.Context, models.ModelConfig, zerolog.Logger) (*models.Models, func(), error) {
 		panic("index out of range [9] with length 4")
 	}
 	var out, errb bytes.Buffer
@@ -387,7 +388,7 @@ func TestPanicIsOneLineExit2(t *testing.T) {
 func TestNonFiniteResultIsBadInput(t *testing.T) {
 	c := &cli{stdout: new(bytes.Buffer)}
 	err := c.emit(true, map[string]any{"logits": [][]float32{{1, float32(math.NaN())}}}, nil)
-	require.ErrorIs(t, err, app.ErrBadInput)
+	require.ErrorIs(t, err, verify.ErrBadInput)
 	assert.Contains(t, err.Error(), "NaN")
 	assert.Empty(t, c.stdout.(*bytes.Buffer).String())
 }

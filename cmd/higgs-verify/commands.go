@@ -14,6 +14,8 @@ import (
 
 	"github.com/higgs-go/higgs/app"
 	"github.com/higgs-go/higgs/app/generation"
+	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/app/verify"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -34,7 +36,7 @@ func (c *cli) logitsCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := app.Logits(ctx, m, prompts[0])
+			res, err := verify.Logits(ctx, m, prompts[0])
 			if err != nil {
 				return err
 			}
@@ -87,11 +89,11 @@ func (c *cli) generateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			rb, err := app.ParseRollback(d.rollback)
+			rb, err := verify.ParseRollback(d.rollback)
 			if err != nil {
 				return err
 			}
-			ver, err := app.ParseVerification(d.verify)
+			ver, err := verify.ParseVerification(d.verify)
 			if err != nil {
 				return err
 			}
@@ -104,11 +106,11 @@ func (c *cli) generateCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o := app.GenerateOptions{Request: generation.Request{Prompt: prompts[0], MaxTokens: d.maxTokens,
+			o := verify.GenerateOptions{Request: generation.Request{Prompt: prompts[0], MaxTokens: d.maxTokens,
 				BlockSize: d.blockSize, Adaptive: d.adaptive, Seed: d.seed, Verify: ver, StopIDs: stops, Rollback: rb,
 				Sampling: ports.SamplingParams{Temperature: d.temperature, TopK: d.topK, TopP: d.topP, MinP: d.minP}},
 				Speculative: m.Drafter != nil}
-			res, err := app.Generate(ctx, m, o)
+			res, err := verify.Generate(ctx, m, o)
 			if err != nil {
 				return err
 			}
@@ -164,7 +166,7 @@ func addVerifyFlag(fs *pflag.FlagSet, v *string) {
 
 func (c *cli) losslessCmd() *cobra.Command {
 	var f common
-	var prompts, sizes, stopIDs, rollbacks, verify string
+	var prompts, sizes, stopIDs, rollbacks, verifyRule string
 	var maxTokens, samples int
 	var temperature float64
 	var seed uint64
@@ -186,9 +188,9 @@ func (c *cli) losslessCmd() *cobra.Command {
 				return err
 			}
 			if temperature < 0 {
-				return fmt.Errorf("%w: --temperature %v must be ≥ 0", app.ErrBadInput, temperature)
+				return fmt.Errorf("%w: --temperature %v must be ≥ 0", verify.ErrBadInput, temperature)
 			}
-			ver, err := app.ParseVerification(verify)
+			ver, err := verify.ParseVerification(verifyRule)
 			if err != nil {
 				return err
 			}
@@ -201,7 +203,7 @@ func (c *cli) losslessCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := app.Lossless(ctx, m, app.LosslessOptions{Prompts: ps, BlockSizes: bs, MaxTokens: maxTokens,
+			res, err := verify.Lossless(ctx, m, verify.LosslessOptions{Prompts: ps, BlockSizes: bs, MaxTokens: maxTokens,
 				StopIDs: stops, Rollbacks: rbs, Temperature: temperature, Seed: seed, Samples: samples, Verify: ver})
 			if err != nil && !errorsIsCheck(err) {
 				return err
@@ -239,12 +241,12 @@ func (c *cli) losslessCmd() *cobra.Command {
 	fs.StringVar(&rollbacks, "rollback", "auto", "comma-separated rollback modes to check: auto, replay, recompute")
 	fs.Float64Var(&temperature, "temperature", 0, "> 0 adds the seeded distribution test at this temperature")
 	fs.Uint64Var(&seed, "seed", 1, "seed of the distribution test")
-	fs.IntVar(&samples, "samples", app.DefaultDistSamples, "samples per sampler in the distribution test")
-	addVerifyFlag(fs, &verify)
+	fs.IntVar(&samples, "samples", verify.DefaultDistSamples, "samples per sampler in the distribution test")
+	addVerifyFlag(fs, &verifyRule)
 	return cmd
 }
 
-func errorsIsCheck(err error) bool { return errors.Is(err, app.ErrCheckFailed) }
+func errorsIsCheck(err error) bool { return errors.Is(err, verify.ErrCheckFailed) }
 
 func (c *cli) tokenizeCmd() *cobra.Command {
 	var dir, text, chatFile, thinking string
@@ -253,7 +255,7 @@ func (c *cli) tokenizeCmd() *cobra.Command {
 		Use:   "tokenize",
 		Short: "Encode text (or a rendered chat) with a tokenizer directory",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o := app.TokenizeOptions{TokenizerDir: dir, ChatFile: chatFile, AddGenerationPrompt: !noGen}
+			o := verify.TokenizeOptions{TokenizerDir: dir, ChatFile: chatFile, AddGenerationPrompt: !noGen}
 			if cmd.Flags().Changed("text") {
 				o.Text = &text
 			}
@@ -263,17 +265,17 @@ func (c *cli) tokenizeCmd() *cobra.Command {
 				v := thinking == "true"
 				o.EnableThinking = &v
 			default:
-				return fmt.Errorf("%w: --enable-thinking %q (want true or false)", app.ErrBadInput, thinking)
+				return fmt.Errorf("%w: --enable-thinking %q (want true or false)", verify.ErrBadInput, thinking)
 			}
 			if dir == "" {
-				return fmt.Errorf("%w: --tokenizer DIR is required", app.ErrBadInput)
+				return fmt.Errorf("%w: --tokenizer DIR is required", verify.ErrBadInput)
 			}
 			if (o.Text == nil) == (chatFile == "") {
-				return fmt.Errorf("%w: give exactly one of --text and --chat", app.ErrBadInput)
+				return fmt.Errorf("%w: give exactly one of --text and --chat", verify.ErrBadInput)
 			}
-			res, err := app.Tokenize(cmd.Context(), o)
+			res, err := verify.Tokenize(cmd.Context(), o)
 			if err != nil {
-				return fmt.Errorf("%w: %w", app.ErrBadInput, err)
+				return fmt.Errorf("%w: %w", verify.ErrBadInput, err)
 			}
 			return c.emit(asJSON, res, func(w io.Writer) {
 				if res.Text != "" {
@@ -297,24 +299,24 @@ func (c *cli) parityCmd() *cobra.Command {
 	var f common
 	var a, b, bModel string
 	var bThreads int
-	var o app.ParityOptions
+	var o verify.ParityOptions
 	cmd := &cobra.Command{
 		Use:   "parity",
 		Short: "Compare two backends, or two weight variants of one model (--b-model), position by position",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			for _, side := range []string{a, b} {
-				if side != app.BackendCPU && side != app.BackendMLX && side != app.BackendCPUFast {
-					return fmt.Errorf("%w: unknown backend %q (want cpu, cpu-fast or mlx)", app.ErrBadInput, side)
+				if side != models.BackendCPU && side != models.BackendMLX && side != models.BackendCPUFast {
+					return fmt.Errorf("%w: unknown backend %q (want cpu, cpu-fast or mlx)", verify.ErrBadInput, side)
 				}
 			}
 			// cpu-fast is the cpu backend with fast kernels; a cpu side keeps --kernels, mlx has no modes.
-			side := func(cfg app.ModelConfig, backend string) app.ModelConfig {
+			side := func(cfg models.ModelConfig, backend string) models.ModelConfig {
 				cfg.Backend = backend
 				switch backend {
-				case app.BackendCPUFast:
-					cfg.Backend, cfg.Kernels = app.BackendCPU, app.KernelsFast
-				case app.BackendMLX:
+				case models.BackendCPUFast:
+					cfg.Backend, cfg.Kernels = models.BackendCPU, models.KernelsFast
+				case models.BackendMLX:
 					cfg.Kernels = ""
 				}
 				return cfg
@@ -340,7 +342,7 @@ func (c *cli) parityCmd() *cobra.Command {
 				return err
 			}
 			o.Prompt = prompts[0]
-			res, err := app.Parity(ctx, ma, mb, o)
+			res, err := verify.Parity(ctx, ma, mb, o)
 			if err != nil && !errorsIsCheck(err) {
 				return err
 			}
@@ -372,24 +374,24 @@ func (c *cli) parityCmd() *cobra.Command {
 	fs.StringVar(&bModel, "b-model", "", "model directory for B (a second weight variant, e.g. quantized); default --model")
 	fs.IntVar(&bThreads, "b-threads", 0, "CPU worker threads for B (0: GOMAXPROCS)")
 	fs.IntVar(&o.MaxTokens, "max-tokens", 16, "greedy continuation length")
-	fs.Float64Var(&o.MaxAbs, "max-abs", app.DefaultParityMaxAbs, "tolerance: max |Δlogit| (0: bit-identical)")
-	fs.Float64Var(&o.Margin, "margin", app.DefaultParityMargin, "argmax must agree where A's top-2 margin exceeds this")
-	fs.Float64Var(&o.TapAbs, "tap-abs", app.DefaultParityTapAbs, "tolerance: max |Δ| of tapped hidden states")
-	fs.Float64Var(&o.ReplayAbs, "replay-abs", app.DefaultParityReplayAbs, "tolerance: max |Δp| of the next-token distribution after tape replay vs recompute (0: bit-exact, as the CPU backend is)")
+	fs.Float64Var(&o.MaxAbs, "max-abs", verify.DefaultParityMaxAbs, "tolerance: max |Δlogit| (0: bit-identical)")
+	fs.Float64Var(&o.Margin, "margin", verify.DefaultParityMargin, "argmax must agree where A's top-2 margin exceeds this")
+	fs.Float64Var(&o.TapAbs, "tap-abs", verify.DefaultParityTapAbs, "tolerance: max |Δ| of tapped hidden states")
+	fs.Float64Var(&o.ReplayAbs, "replay-abs", verify.DefaultParityReplayAbs, "tolerance: max |Δp| of the next-token distribution after tape replay vs recompute (0: bit-exact, as the CPU backend is)")
 	return cmd
 }
 
 func (c *cli) benchCmd() *cobra.Command {
 	var f common
-	var prompts, sweep, stopIDs, verify string
-	var o app.BenchOptions
+	var prompts, sweep, stopIDs, verifyRule string
+	var o verify.BenchOptions
 	var multiTurn, kernelCosts, distributed bool
-	var mt app.MultiTurnOptions
+	var mt verify.MultiTurnOptions
 	var costRows string
-	var co app.CostsOptions
+	var co verify.CostsOptions
 	var constrain string
 	var clients string
-	var cl app.ClientsOptions
+	var cl verify.ClientsOptions
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure autoregressive vs DFlash decoding of the same prompts, interleaved, after a warm-up (medians)",
@@ -402,7 +404,7 @@ func (c *cli) benchCmd() *cobra.Command {
 			if o.StopIDs, err = parseStopIDs(stopIDs); err != nil {
 				return err
 			}
-			if o.Verify, err = app.ParseVerification(verify); err != nil {
+			if o.Verify, err = verify.ParseVerification(verifyRule); err != nil {
 				return err
 			}
 			if kernelCosts {
@@ -422,8 +424,8 @@ func (c *cli) benchCmd() *cobra.Command {
 			}
 			mc := f.modelConfig()
 			mc.Distributed = distributed
-			if app.IsDistributedWorker(distributed, os.Getenv) {
-				return app.RunWorker(ctx, mc, c.log)
+			if models.IsDistributedWorker(distributed, os.Getenv) {
+				return models.RunWorker(ctx, mc, c.log)
 			}
 			m, cleanup, err := c.loadModels(ctx, mc)
 			if err != nil {
@@ -436,15 +438,15 @@ func (c *cli) benchCmd() *cobra.Command {
 			if multiTurn {
 				o.MultiTurn = &mt
 			}
-			bench, err := app.Bench(ctx, m, o)
+			bench, err := verify.Bench(ctx, m, o)
 			if err != nil {
 				return err
 			}
 			res := struct {
-				app.BenchResult
-				Ranks []app.RankStats `json:"ranks,omitempty"`
+				verify.BenchResult
+				Ranks []models.RankStats `json:"ranks,omitempty"`
 			}{BenchResult: bench}
-			if res.Ranks, err = app.StopPipeline(m); err != nil {
+			if res.Ranks, err = models.StopPipeline(m); err != nil {
 				return err
 			}
 			return c.emit(f.json, res, func(w io.Writer) {
@@ -455,7 +457,7 @@ func (c *cli) benchCmd() *cobra.Command {
 				}
 				fmt.Fprintf(w, "%-22s %10s %8s %10s %10s %8s %10s\n", "", "tok/s", "tau", "draft ms", "verify ms", "speedup", "predicted")
 				fmt.Fprintf(w, "%-22s %10.2f %8s %10s %10s %8s %10s\n", "autoregressive", res.AR.TokensPerS, "-", "-", "-", "1.00", "-")
-				row := func(name string, s app.BenchSpec) {
+				row := func(name string, s verify.BenchSpec) {
 					fmt.Fprintf(w, "%-22s %10.2f %8.2f %10.2f %10.2f %8.2f %10.2f\n", name, s.TokensPerS, s.Tau,
 						s.DraftMsPerRound, s.VerifyMsPerRound, s.Speedup, s.PredictedSpeedup)
 				}
@@ -512,7 +514,7 @@ func (c *cli) benchCmd() *cobra.Command {
 	fs.Float64Var(&o.Sampling.TopP, "top-p", 1, "top-p (1: off)")
 	fs.Float64Var(&o.Sampling.MinP, "min-p", 0, "min-p (0: off)")
 	fs.Uint64Var(&o.Seed, "seed", 0, "sampling seed of the first run; each prompt and pass adds one, the same for every variant")
-	addVerifyFlag(fs, &verify)
+	addVerifyFlag(fs, &verifyRule)
 	fs.BoolVar(&multiTurn, "multi-turn", false, "also run the multi-turn scenario: time to first token per turn with the prefix cache off and on, and τ on the last turn")
 	fs.IntVar(&mt.Turns, "turns", 6, "multi-turn: conversation turns")
 	fs.IntVar(&mt.SystemTokens, "system-tokens", 1500, "multi-turn: system prompt length in tokens (cut from the prompts, cycled)")
@@ -535,7 +537,7 @@ func (c *cli) benchCmd() *cobra.Command {
 // transfers, on rank 0 the whole round trip of the others; sending its output on, i.e. the transfer as the
 // sender sees it), the bytes it sent, and the same per batched round (bench --clients runs them) with the
 // micro-batches they were cut into.
-func printRanks(w io.Writer, ranks []app.RankStats) {
+func printRanks(w io.Writer, ranks []models.RankStats) {
 	fmt.Fprintf(w, "\npipeline: %d ranks\n%-5s %10s %14s %9s %12s %12s %12s %10s | %8s %6s %12s %12s %12s\n", len(ranks),
 		"rank", "layers", "weight bytes", "forwards", "compute ms", "wait ms", "send ms", "sent MB", "batches", "micro", "compute ms", "wait ms", "send ms")
 	for _, r := range ranks {
@@ -552,7 +554,7 @@ func printRanks(w io.Writer, ranks []app.RankStats) {
 }
 
 // printClients is the text form of bench --clients.
-func printClients(w io.Writer, res app.BenchResult) {
+func printClients(w io.Writer, res verify.BenchResult) {
 	b := res.ClientsBatch
 	fmt.Fprintf(w, "\nconcurrent clients, %d tokens each, dflash bs=%d (batched forward %t, batched draft %t)\n",
 		res.MaxTokens, res.Clients[0].Spec.BlockSize, b.BatchedForward, b.BatchedDraft)
@@ -560,7 +562,7 @@ func printClients(w io.Writer, res app.BenchResult) {
 	for _, r := range res.Clients {
 		for _, x := range []struct {
 			mode string
-			f    app.BenchClientsFigure
+			f    verify.BenchClientsFigure
 		}{{"ar", r.AR}, {"spec", r.Spec}} {
 			fmt.Fprintf(w, "%-8d %-5s %10.2f %8.2f %10.2f %10.2f %10.2f %6.2f %6.2f\n", r.Clients, x.mode, x.f.TokensPerS,
 				x.f.Scaling, x.f.P50ITLMs, x.f.P95ITLMs, x.f.WorstP95ITLMs, x.f.MeanBatch, x.f.Tau)
@@ -569,7 +571,7 @@ func printClients(w io.Writer, res app.BenchResult) {
 }
 
 // printCosts is the text form of bench --kernel-costs.
-func printCosts(w io.Writer, kc *app.KernelCosts) {
+func printCosts(w io.Writer, kc *verify.KernelCosts) {
 	fmt.Fprintf(w, "\nkernel costs (%s, %s, %d threads; cpu: %s), context %d, %d rounds (medians)\n",
 		kc.Backend, kc.CPU.Arch, kc.CPU.Threads, kc.CPU, kc.ContextTokens, kc.Repeats)
 	fmt.Fprintf(w, "prefill %.1f tokens/s; decode %.3f ms/token, %.2f GB/s of %d weight bytes, %.2f GFLOP/s of %d params\n",

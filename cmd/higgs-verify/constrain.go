@@ -5,20 +5,20 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/higgs-go/higgs/app"
+	"github.com/higgs-go/higgs/app/verify"
 )
 
 // readConstrain reads bench --constrain: "" (off), json_object, or a JSON Schema file.
-func readConstrain(arg string) (*app.ConstrainOptions, error) {
+func readConstrain(arg string) (*verify.ConstrainOptions, error) {
 	switch arg {
 	case "":
 		return nil, nil
 	case "json_object":
-		return &app.ConstrainOptions{Name: arg}, nil
+		return &verify.ConstrainOptions{Name: arg}, nil
 	}
 	doc, err := os.ReadFile(arg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --constrain: %w", app.ErrBadInput, err)
+		return nil, fmt.Errorf("%w: --constrain: %w", verify.ErrBadInput, err)
 	}
-	return &app.ConstrainOptions{Name: filepath.Base(arg), Schema: doc}, nil
+	return &verify.ConstrainOptions{Name: filepath.Base(arg), Schema: doc}, nil
 }

@@ -6,13 +6,12 @@ import (
 	"context"
 
 	"github.com/google/wire"
+	"github.com/higgs-go/higgs/app/models"
 	"github.com/rs/zerolog"
-
-	"github.com/higgs-go/higgs/app"
 )
 
 // initModels loads the models named by cfg; the cleanup closes them.
-func initModels(ctx context.Context, cfg app.ModelConfig, log zerolog.Logger) (*app.Models, func(), error) {
-	wire.Build(app.ProvideModels)
+func initModels(ctx context.Context, cfg models.ModelConfig, log zerolog.Logger) (*models.Models, func(), error) {
+	wire.Build(models.ProvideModels)
 	return nil, nil, nil
 }

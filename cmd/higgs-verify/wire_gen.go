@@ -8,19 +8,19 @@ package main
 
 import (
 	"context"
-	"github.com/higgs-go/higgs/app"
+	"github.com/higgs-go/higgs/app/models"
 	"github.com/rs/zerolog"
 )
 
 // Injectors from wire.go:
 
 // initModels loads the models named by cfg; the cleanup closes them.
-func initModels(ctx context.Context, cfg app.ModelConfig, log zerolog.Logger) (*app.Models, func(), error) {
-	models, cleanup, err := app.ProvideModels(ctx, cfg, log)
+func initModels(ctx context.Context, cfg models.ModelConfig, log zerolog.Logger) (*models.Models, func(), error) {
+	modelsModels, cleanup, err := models.ProvideModels(ctx, cfg, log)
 	if err != nil {
 		return nil, nil, err
 	}
-	return models, func() {
+	return modelsModels, func() {
 		cleanup()
 	}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/higgs-go/higgs/app"
+	"github.com/higgs-go/higgs/app/models"
 )
 
 func main() { os.Exit(run()) }
@@ -33,8 +34,8 @@ func run() int {
 		<-ctx.Done()
 		stop()
 	}()
-	if app.IsDistributedWorker(cfg.Distributed, os.Getenv) {
-		if err := app.RunWorker(ctx, cfg.ModelConfig(), log); err != nil {
+	if models.IsDistributedWorker(cfg.Distributed, os.Getenv) {
+		if err := models.RunWorker(ctx, cfg.ModelConfig(), log); err != nil {
 			log.Error().Err(err).Msg("higgsd distributed worker stopped with an error")
 			return 1
 		}

@@ -1,0 +1,157 @@
+// Package app holds the use cases (serve, verify) and the wire provider sets that assemble adapters, domain and
+// ports into the two binaries.
+package models
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/rs/zerolog"
+
+	"github.com/higgs-go/higgs/adapters/hfmodel"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// Backends understood by ModelConfig.Backend.
+const (
+	BackendCPU  = "cpu"
+	BackendMLX  = "mlx"
+	BackendAuto = "auto"
+	// BackendCPUFast is reported as Models.Backend for the cpu backend with Kernels "fast", and names that
+	// combination in higgs-verify parity's --a/--b.
+	BackendCPUFast = "cpu-fast"
+)
+
+// NoDraftName as ModelConfig.Draft turns speculation off.
+const NoDraftName = "none"
+
+// Bundled model directories. The default (used when ModelConfig.Model is empty) is gocoder, a 47.5M Go-code
+// target stored 4-bit as mlx-lm would, with its DFlash drafter; the 7.9M demo is kept for what must be fast
+// (tests name it explicitly). Both are resolved relative to the working directory first, then to the
+// directory holding the running executable and its parent (so `go run ./cmd/...` from the repository root and
+// `bin/higgsd` both find them).
+const (
+	DefaultTargetDir  = "models/gocoder/target"
+	DefaultDrafterDir = "models/gocoder/drafter"
+	DemoTargetDir     = "models/demo/target"
+	DemoDrafterDir    = "models/demo/drafter"
+)
+
+// ErrMLXUnavailable is wrapped by LoadModels when the MLX backend is requested but cannot run here (libmlxc
+// not found or not matching; the reason follows, and the chain wraps errors.ErrUnsupported through it).
+var ErrMLXUnavailable = errors.New("MLX backend not available")
+
+// ModelConfig names the model and drafter to load and the backend to run them on.
+type ModelConfig struct {
+	// Model is a target directory or a Hugging Face hub id found in the local hub cache; "" means the bundled
+	// default model DefaultTargetDir.
+	Model string
+	// Draft is a DFlash drafter directory or hub id. "" with Model "" means the bundled default drafter
+	// DefaultDrafterDir; "" with a named Model means no drafter; NoDraftName ("none") means no drafter.
+	Draft string
+	// NoDraft turns speculation off whatever Draft says.
+	NoDraft bool
+	// Backend is "cpu", "mlx" or "auto" ("" means "cpu"). "mlx" is an error wrapping ErrMLXUnavailable when
+	// libmlxc cannot be loaded; "auto" picks MLX on Apple silicon when it can run, else "cpu" with a log line
+	// saying why.
+	Backend string
+	// Threads is the CPU worker count; 0 means GOMAXPROCS.
+	Threads int
+	// Kernels is the CPU backend's kernel mode: "exact" ("" too; the bit-exact reference) or "fast"
+	// (kernel.ModeFast: quantized products of every width with int8-quantized inputs, not bit-identical to
+	// exact). Only the cpu backend has modes.
+	Kernels string
+	// Distributed loads rank 0's stage of the model split across processes by MLX distributed (needs
+	// Backend "mlx"; the other ranks run RunWorker).
+	Distributed bool
+}
+
+// MaxThreads bounds ModelConfig.Threads: each worker is a goroutine with its own scratch buffers, and more
+// workers than this is a typo, not a machine.
+const MaxThreads = 1024
+
+// Kernel modes understood by ModelConfig.Kernels.
+const (
+	KernelsExact = "exact"
+	KernelsFast  = "fast"
+)
+
+// Validate reports every problem with the configuration at once.
+func (c ModelConfig) Validate() error {
+	var errs []error
+	switch c.Backend {
+	case "", BackendCPU, BackendMLX, BackendAuto:
+	default:
+		errs = append(errs, fmt.Errorf("unknown backend %q (want cpu, mlx or auto)", c.Backend))
+	}
+	if c.Threads < 0 || c.Threads > MaxThreads {
+		errs = append(errs, fmt.Errorf("threads %d must be in [0, %d]", c.Threads, MaxThreads))
+	}
+	switch c.Kernels {
+	case "", KernelsExact:
+	case KernelsFast:
+		if c.Backend == BackendMLX {
+			errs = append(errs, errors.New("kernels fast needs the cpu backend (mlx has no kernel modes)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("unknown kernels %q (want exact or fast)", c.Kernels))
+	}
+	if c.Distributed && c.Backend != BackendMLX {
+		errs = append(errs, fmt.Errorf("--distributed needs --backend mlx (not %q)", c.Backend))
+	}
+	if strings.TrimSpace(c.Model) != c.Model {
+		errs = append(errs, fmt.Errorf("model %q has surrounding spaces", c.Model))
+	}
+	return errors.Join(errs...)
+}
+
+// drafterName reports whether a drafter should be loaded and which name to resolve.
+func (c ModelConfig) drafterName() (string, bool) {
+	if c.NoDraft || c.Draft == NoDraftName {
+		return "", false
+	}
+	if c.Draft != "" {
+		return c.Draft, true
+	}
+	if c.Model == "" {
+		return DefaultDrafterDir, true
+	}
+	return "", false
+}
+
+// Models is a loaded target with its optional drafter, tokenizer and chat template.
+type Models struct {
+	Target ports.Target
+	// Drafter is nil when speculation is off; DrafterInfo then too. DrafterInfo describes the drafter's config
+	// (generation, dialect, optional features).
+	Drafter     ports.Drafter
+	DrafterInfo *hfmodel.DrafterInfo
+	// Tokenizer is nil when the model directory has no tokenizer.json (token-id-only use).
+	Tokenizer ports.Tokenizer
+	// Template is nil when the model has no chat template.
+	Template ports.ChatTemplate
+	// EOS are the stop ids from generation_config.json, else config.json.
+	EOS []ports.Token
+	// Name is the served model id (the directory's base name or the hub id).
+	Name string
+	// TargetDir is the target's model directory (bench --kernel-costs reads its tensor sizes).
+	TargetDir string
+	// DrafterDir is the drafter's directory ("" without one).
+	DrafterDir string
+	// Backend is the backend actually used ("cpu" after an "auto" fallback; BackendCPUFast for the cpu
+	// backend with Kernels "fast").
+	Backend string
+	// Close releases the models' memory (memory-mapped weights). It is safe to call more than once.
+	Close func() error
+}
+
+// ProvideModels is the wire provider of LoadModels: the returned cleanup closes the models.
+func ProvideModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger) (*Models, func(), error) {
+	m, err := LoadModels(ctx, cfg, log, nil)
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, func() { _ = m.Close() }, nil
+}

@@ -1,0 +1,143 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/higgs-go/higgs/domain/batch"
+	"github.com/higgs-go/higgs/domain/speculative"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// After is the system clock's timer (batch.Timer).
+func (systemClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// timerClock gives a clock without timers (a test's) the system's: the scheduler then waits in real time and
+// measures on the clock, and runs a round once a timer fires whatever the clock says (a frozen clock would
+// otherwise never end the wait).
+type timerClock struct{ ports.Clock }
+
+func (timerClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// EngineMetrics receives the engine's serving figures for /metrics (openai.Server implements it).
+type EngineMetrics interface {
+	// ObserveBatch is called after each batched target forward with the sequences it served and the rows
+	// (tokens) it ran.
+	ObserveBatch(sequences, rows int)
+	// ObserveQueueWait is called when a request starts decoding, with how long it waited for a place in the
+	// batch and for its memory.
+	ObserveQueueWait(d time.Duration)
+}
+
+// SetMetrics makes Serve report to m (nil: stop reporting). Call it before serving.
+func (s *Serve) SetMetrics(m EngineMetrics) {
+	s.metrics.Store(&metricsBox{m})
+}
+
+// metricsBox lets an interface live in an atomic.Pointer.
+type metricsBox struct{ m EngineMetrics }
+
+func (s *Serve) engineMetrics() EngineMetrics {
+	if b := s.metrics.Load(); b != nil {
+		return b.m
+	}
+	return nil
+}
+
+// newScheduler makes the engine's round scheduler and memory budget.
+func (s *Serve) newScheduler(l *loaded) error {
+	clock, ok := s.clock.(batch.Clock)
+	if !ok {
+		clock = timerClock{s.clock}
+	}
+	sched, err := batch.New(batch.Config{MaxWait: s.cfg.BatchWait, Observe: s.observeRound}, clock, l.Target, l.Drafter)
+	if err != nil {
+		return err
+	}
+	total := s.cfg.MemoryBudget
+	if total == 0 {
+		total = defaultMemoryBudget(s.cfg.PrefixCacheBytes)
+	}
+	budget, err := batch.NewBudget(total)
+	if err != nil {
+		return err
+	}
+	l.sched, l.budget, l.footprint = sched, budget, footprintFor(l.Engine, l.info)
+	return nil
+}
+
+func (s *Serve) observeRound(r batch.Round) {
+	if r.Kind != batch.RoundForward {
+		return
+	}
+	if m := s.engineMetrics(); m != nil {
+		m.ObserveBatch(r.Sequences, r.Rows)
+	}
+}
+
+// admissionBytes is what request p reserves (memory admission, batch.Admit), or a client error when it can
+// never fit. A request without max_tokens reserves its fair share of the budget rather than the whole context,
+// and its generation is capped at what was reserved (it ends with "length" there, as at any max_tokens).
+func (s *Serve) admissionBytes(l *loaded, p *prepared) (int64, error) {
+	room, err := speculative.TokenBudget(len(p.Prompt), 0, l.info.ContextLength)
+	if p.Config.MaxTokens > 0 && l.info.ContextLength == 0 {
+		room, err = p.Config.MaxTokens, nil // no context length: the client's limit is the room
+	}
+	if err != nil {
+		return 0, requestErr("max_tokens", err)
+	}
+	total := l.budget.Total()
+	adm, err := batch.Admit(batch.Demand{Room: room, MaxTokens: p.Config.MaxTokens, Total: total, Concurrency: max(s.cfg.MaxConcurrency, 1),
+		Cost: func(tokens int) int64 {
+			return l.footprint.requestBytes(len(p.Prompt), tokens, p.Config.BlockSize, s.cfg.PrefillChunk)
+		}})
+	var over *batch.OverBudgetError
+	switch {
+	case errors.As(err, &over) && over.Fits == 0:
+		return 0, requestErr("", fmt.Errorf("this request's %d prompt tokens: %w (--memory-budget-bytes); shorten the prompt or raise --memory-budget-bytes",
+			len(p.Prompt), err))
+	case errors.As(err, &over):
+		return 0, requestErr("max_tokens", fmt.Errorf("this request's %d prompt tokens and max_tokens %d: %w (--memory-budget-bytes); at most %d tokens fit: lower max_tokens or shorten the prompt",
+			len(p.Prompt), p.Config.MaxTokens, err, over.Fits))
+	case err != nil:
+		return 0, fmt.Errorf("memory admission: %w", err)
+	}
+	if adm.Capped {
+		p.Config.MaxTokens = adm.Tokens
+	}
+	return adm.Bytes, nil
+}
+
+// requestErr is a client error (a *ports.RequestError, so ErrInvalidRequest) that keeps err's chain: errors.Is
+// still finds ports.ErrContextFull or batch.ErrOverBudget in it.
+func requestErr(param string, err error) error {
+	return &wrappedRequestError{RequestError: &ports.RequestError{Param: param, Message: err.Error()}, err: err}
+}
+
+type wrappedRequestError struct {
+	*ports.RequestError
+	err error
+}
+
+func (e *wrappedRequestError) Unwrap() []error { return []error{e.RequestError, e.err} }
+
+// admit waits for a place in the batch (the bounded queue) and for the request's memory; the returned
+// release gives both back.
+func (s *Serve) admit(ctx context.Context, l *loaded, need int64) (func(), error) {
+	t0 := s.clock.Now()
+	release, err := s.gate.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	free, err := l.budget.Reserve(ctx, need)
+	if err != nil {
+		release()
+		return nil, err
+	}
+	if m := s.engineMetrics(); m != nil {
+		m.ObserveQueueWait(s.clock.Now().Sub(t0))
+	}
+	return func() { free(); release() }, nil
+}

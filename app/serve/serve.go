@@ -1,0 +1,490 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/higgs-go/higgs/adapters/constrained"
+	"github.com/higgs-go/higgs/app/generation"
+	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/domain/batch"
+	"github.com/higgs-go/higgs/domain/prefixcache"
+	"github.com/higgs-go/higgs/domain/speculative"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// ServeConfig tunes the Serve use case.
+type ServeConfig struct {
+	// ServedModelName overrides the model id clients use; "" means the loaded model's name.
+	ServedModelName string
+	// BlockSize is the default speculative block size (anchor included): 0 means the drafter's trained block
+	// size, 1 turns speculation off. Requests may lower or raise it up to the drafter's block size.
+	BlockSize int
+	// Adaptive lets the depth policy pick each round's block size (≤ the request's block size).
+	Adaptive bool
+	// MaxConcurrency is the batch size: the number of generations decoded together, each round's drafts
+	// and verifies of all of them run as one batched drafter call and one batched target forward
+	// (domain/batch). More requests wait in the queue.
+	MaxConcurrency int
+	// BatchWait bounds how long a round waits for a generation that has not submitted its next call (one
+	// busy writing to a slow client); 0 means batch.DefaultMaxWait.
+	BatchWait time.Duration
+	// PrefillChunk, when > 0, splits each prompt's prefill into forwards of at most this many tokens, so the
+	// streams batched beside a new request keep flowing while it prefills.
+	PrefillChunk int
+	// MemoryBudget is the bytes of KV cache and state the running requests may reserve together (memory
+	// admission); 0 means half the machine's memory less the prefix cache's budget.
+	MemoryBudget int64
+	// QueueSize is the number of requests that may wait for the engine; one more is refused with
+	// ports.ErrBusy.
+	QueueSize int
+	// SpecialTokensInContent encodes special-token text in user, system and tool message content as control
+	// tokens (the old behaviour). By default that content is plain text: only the template's own markup is
+	// special, so a client cannot close its turn and forge a system turn by typing <|im_end|><|im_start|>.
+	SpecialTokensInContent bool
+	// PrefixCacheBytes is the prefix cache's byte budget; 0 turns the cache off.
+	PrefixCacheBytes int64
+	// PrefixCacheEvery is the interval, in prompt tokens, of the cache's boundaries inside a prompt (0: only
+	// at the prompt's end and the generation's end).
+	PrefixCacheEvery int
+}
+
+// Validate reports every problem at once.
+func (c ServeConfig) Validate() error {
+	var errs []error
+	if c.BlockSize < 0 {
+		errs = append(errs, fmt.Errorf("block size %d must be ≥ 0", c.BlockSize))
+	}
+	if c.MaxConcurrency < 1 {
+		errs = append(errs, fmt.Errorf("max concurrency %d must be ≥ 1", c.MaxConcurrency))
+	}
+	if c.QueueSize < 0 {
+		errs = append(errs, fmt.Errorf("queue size %d must be ≥ 0", c.QueueSize))
+	}
+	if c.BatchWait < 0 {
+		errs = append(errs, fmt.Errorf("batch wait %v must be ≥ 0", c.BatchWait))
+	}
+	if c.PrefillChunk < 0 {
+		errs = append(errs, fmt.Errorf("prefill chunk %d tokens must be ≥ 0", c.PrefillChunk))
+	}
+	if c.MemoryBudget < 0 {
+		errs = append(errs, fmt.Errorf("memory budget %d bytes must be ≥ 0", c.MemoryBudget))
+	}
+	if c.PrefixCacheBytes < 0 {
+		errs = append(errs, fmt.Errorf("prefix cache budget %d bytes must be ≥ 0", c.PrefixCacheBytes))
+	}
+	if c.PrefixCacheEvery < 0 {
+		errs = append(errs, fmt.Errorf("prefix cache interval %d tokens must be ≥ 0", c.PrefixCacheEvery))
+	}
+	return errors.Join(errs...)
+}
+
+// Engine is what Serve generates with: a loaded target, its optional drafter, tokenizer and chat template.
+type Engine struct {
+	Target    ports.Target
+	Drafter   ports.Drafter // nil: speculation off
+	Tokenizer ports.Tokenizer
+	Template  ports.ChatTemplate // nil: chat requests are refused
+	EOS       []ports.Token
+	Name      string
+	// Created is the model card's creation time (Unix seconds).
+	Created int64
+	// Memory is what one sequence holds besides the weights (memory admission); nil: estimated from the
+	// target's ModelInfo.
+	Memory *MemoryFootprint
+}
+
+// EngineFromModels adapts LoadModels' result.
+func EngineFromModels(m *models.Models) Engine {
+	e := Engine{Target: m.Target, Drafter: m.Drafter, Tokenizer: m.Tokenizer, Template: m.Template,
+		EOS: m.EOS, Name: m.Name, Created: time.Now().Unix()}
+	var taps []int
+	if m.Drafter != nil {
+		taps = m.Drafter.TapLayers()
+	}
+	if f, err := ReadMemoryFootprint(m.TargetDir, m.DrafterDir, taps); err == nil {
+		e.Memory = &f
+	}
+	return e
+}
+
+// loaded is an Engine checked and prepared for serving.
+type loaded struct {
+	Engine
+	name string
+	info ports.ModelInfo
+	// gen plans and runs this engine's generations (the pipeline higgs-verify runs too).
+	gen *generation.Engine
+	// thinkSplit: the tokenizer knows <think> and </think>.
+	thinkSplit bool
+	eos        map[ports.Token]bool
+	// prefix is the prefix cache of this engine's states (nil: off).
+	prefix *prefixcache.Cache
+	// sched forms the batched rounds of every running generation; budget and footprint are memory
+	// admission's.
+	sched     *batch.Scheduler
+	budget    *batch.Budget
+	footprint MemoryFootprint
+	// constraints compiles requests' output constraints and keeps recent ones' matchers.
+	constraints *constrained.Compiler
+}
+
+// Serve is the serving use case: it implements ports.Generator over the speculative decoder. It is safe for
+// concurrent use. Until SetEngine is called it reports ports.ErrNotReady.
+type Serve struct {
+	cfg    ServeConfig
+	log    zerolog.Logger
+	clock  ports.Clock
+	gate   *gate
+	engine atomic.Pointer[loaded]
+	// seed returns a fresh seed for requests without one.
+	seed func() uint64
+	// events feeds live views (Events); ids numbers requests that come without an ID.
+	events *hub
+	ids    atomic.Uint64
+	// metrics receives batch sizes and queue waits (SetMetrics).
+	metrics atomic.Pointer[metricsBox]
+}
+
+var (
+	_ ports.Generator    = (*Serve)(nil)
+	_ ports.TokenCounter = (*Serve)(nil)
+)
+
+// NewServe returns a Serve that is not ready until SetEngine.
+func NewServe(cfg ServeConfig, log zerolog.Logger) (*Serve, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("serve config: %w", err)
+	}
+	s := &Serve{cfg: cfg, log: log, clock: systemClock{}, gate: newGate(cfg.MaxConcurrency, cfg.QueueSize),
+		seed: rand.Uint64}
+	s.events = newHub(s.helloEvent)
+	s.gate.changed = s.publishQueue
+	return s, nil
+}
+
+// systemClock is the real ports.Clock.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+var _ batch.Clock = systemClock{}
+
+// SetEngine checks e and makes Serve ready to generate with it.
+func (s *Serve) SetEngine(e Engine) error {
+	var errs []error
+	if e.Target == nil {
+		errs = append(errs, errors.New("no target model"))
+	}
+	if e.Tokenizer == nil {
+		errs = append(errs, errors.New("the model has no tokenizer (tokenizer.json); higgsd needs one to serve text"))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	l := &loaded{Engine: e, name: e.Name, info: e.Target.Info(), eos: map[ports.Token]bool{},
+		gen: &generation.Engine{Target: e.Target, Drafter: e.Drafter, EOS: e.EOS, BlockSize: s.cfg.BlockSize, Policies: &generation.Policies{}}}
+	if s.cfg.ServedModelName != "" {
+		l.name = s.cfg.ServedModelName
+	}
+	if l.name == "" {
+		l.name = "default"
+	}
+	if err := l.gen.Check(); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	cache, err := newPrefixCache(s.cfg, s.clock)
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	l.prefix = cache
+	if err := s.newScheduler(l); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	for _, t := range l.gen.StopTokens() {
+		l.eos[t] = true
+	}
+	if l.constraints, err = constrained.NewCompiler(e.Tokenizer, l.info.VocabSize, l.gen.StopTokens(),
+		constrained.Options{ThinkOpen: thinkOpen, ThinkClose: thinkClose}); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	_, open := e.Tokenizer.TokenID(thinkOpen)
+	_, closeOK := e.Tokenizer.TokenID(thinkClose)
+	l.thinkSplit = open && closeOK
+	s.engine.Store(l)
+	batchedFwd, batchedDraft := l.sched.Batching()
+	s.log.Info().Str("model", l.name).Int("block_size", l.gen.DefaultBlockSize()).Bool("drafter", e.Drafter != nil).
+		Int("context_length", l.info.ContextLength).Bool("reasoning_split", l.thinkSplit).
+		Int64("prefix_cache_bytes", s.cfg.PrefixCacheBytes).Int("max_batch", s.cfg.MaxConcurrency).
+		Bool("batched_forward", batchedFwd).Bool("batched_draft", batchedDraft).
+		Int64("memory_budget_bytes", l.budget.Total()).Bool("memory_estimated", l.footprint.Estimated).Msg("engine ready")
+	return nil
+}
+
+// Ready reports whether an engine is loaded.
+func (s *Serve) Ready() bool { return s.engine.Load() != nil }
+
+// QueueDepth returns the number of requests waiting for the engine.
+func (s *Serve) QueueDepth() int { return s.gate.waiting() }
+
+// Models lists the served model (none while loading).
+func (s *Serve) Models() []ports.ModelCard {
+	l := s.engine.Load()
+	if l == nil {
+		return nil
+	}
+	return []ports.ModelCard{{ID: l.name, Created: l.Created, OwnedBy: "higgs"}}
+}
+
+// invalid is a problem with the request's param (the OpenAI wire name; "" when no single field is at fault).
+func invalid(param, format string, args ...any) error {
+	return &ports.RequestError{Param: param, Message: fmt.Sprintf(format, args...)}
+}
+
+// prepared is a validated request ready for the engine: the generation's plan and the text around it.
+type prepared struct {
+	generation.Plan
+	stop    []string
+	think   bool // split <think>…</think> into reasoning
+	inThink bool // the prompt leaves the model inside a think block
+}
+
+// prepare tokenizes req and checks it against l: the text-level knobs here, the generation's in its plan.
+func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) {
+	var p prepared
+	if req.Model != "" && req.Model != l.name {
+		return p, fmt.Errorf("%w: the model %q does not exist; this server serves %q", ports.ErrUnknownModel, req.Model, l.name)
+	}
+	chat := req.Messages != nil
+	promptParam := "prompt"
+	if chat {
+		promptParam = "messages"
+	}
+	ids, text, errs := s.encodePrompt(l, req)
+	for i, st := range req.Stop {
+		if st == "" {
+			errs = append(errs, invalid("stop", "stop[%d] must not be empty", i))
+		}
+	}
+	seed := s.seed()
+	if req.Seed != nil {
+		seed = *req.Seed
+	}
+	gr := generation.Request{Prompt: ids, PromptParam: promptParam, MaxTokens: req.MaxTokens, BlockSize: req.BlockSize,
+		Adaptive: s.cfg.Adaptive, Sampling: req.Sampling, Seed: seed, Verify: verification(req.Seed != nil)}
+	if len(ids) > 0 || len(errs) == 0 {
+		// Without ids the prompt's own error says why; the plan would only add "the prompt is empty".
+		plan, err := l.gen.Plan(gr)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		p.Plan = plan
+	}
+	if err := errors.Join(errs...); err != nil {
+		return p, err
+	}
+	p.stop = req.Stop
+	p.think = chat && l.thinkSplit
+	if p.think {
+		p.inThink = strings.LastIndex(text, thinkOpen) > strings.LastIndex(text, thinkClose)
+	}
+	var err error
+	think := p.think && (p.inThink || req.Chat.EnableThinking != nil && *req.Chat.EnableThinking)
+	if p.Constraint, err = l.constraints.Matcher(req.Constraint, think, p.inThink); err != nil {
+		return p, err
+	}
+	return p, nil
+}
+
+// verification picks how a sampled request's drafts are verified. A request that names a seed gets
+// sample-and-match, whose output is a function of (model, prompt, parameters, seed) alone — the same under
+// any block size, adaptive-policy decision or timing, as the seed parameter promises. Without a seed nothing
+// can be reproduced anyway, and residual rejection sampling is kept: with DFlash's point-mass drafts both
+// accept each draft with probability p(d) (τ measured equal on the demo, README), and residual sampling
+// accepts more than matching would from a drafter that samples its drafts.
+func verification(seeded bool) speculative.Verification {
+	if seeded {
+		return speculative.VerifyMatch
+	}
+	return speculative.VerifyResidual
+}
+
+// encodePrompt renders (chat) and tokenizes a request's prompt, checking it against the model's vocabulary.
+func (s *Serve) encodePrompt(l *loaded, req ports.GenerateRequest) (prompt []ports.Token, text string, errs []error) {
+	chat := req.Messages != nil
+	promptParam := "prompt"
+	if chat {
+		promptParam = "messages"
+	}
+	var plain []ports.Span // client-written text that must not become control tokens
+	switch {
+	case chat && req.Prompt != "":
+		errs = append(errs, invalid("messages", "set either a prompt or messages, not both"))
+	case chat && len(req.Messages) == 0:
+		errs = append(errs, invalid("messages", "messages must not be empty"))
+	case chat && l.Template == nil:
+		errs = append(errs, invalid("messages", "model %q has no chat template; use /v1/completions", l.name))
+	case chat:
+		opts := req.Chat
+		opts.AddGenerationPrompt = true
+		t, err := l.Template.Render(req.Messages, opts)
+		if err != nil {
+			errs = append(errs, invalid("messages", "chat template: %v", err))
+			break
+		}
+		text = t
+		if !s.cfg.SpecialTokensInContent {
+			if err := toolsSpecial(l, opts.Tools); err != nil {
+				errs = append(errs, err)
+				text = ""
+				break
+			}
+			if plain, err = s.plainSpans(l, req.Messages, opts, text); err != nil {
+				errs = append(errs, err)
+				text = ""
+			}
+		}
+	case req.Prompt == "":
+		errs = append(errs, invalid("prompt", "prompt must not be empty"))
+	default:
+		text = req.Prompt
+	}
+	if text != "" {
+		ids, err := encodeText(l.Tokenizer, text, plain)
+		switch {
+		case err != nil:
+			errs = append(errs, invalid(promptParam, "tokenize prompt: %v", err))
+		case len(ids) == 0:
+			errs = append(errs, invalid(promptParam, "the prompt tokenizes to nothing"))
+		}
+		prompt = ids
+	}
+	return prompt, text, errs
+}
+
+// CountTokens returns the number of prompt tokens req would have (ports.TokenCounter), without generating.
+func (s *Serve) CountTokens(_ context.Context, req ports.GenerateRequest) (int, error) {
+	l := s.engine.Load()
+	if l == nil {
+		return 0, fmt.Errorf("count tokens: %w", ports.ErrNotReady)
+	}
+	if req.Model != "" && req.Model != l.name {
+		return 0, fmt.Errorf("%w: the model %q does not exist; this server serves %q", ports.ErrUnknownModel, req.Model, l.name)
+	}
+	ids, _, errs := s.encodePrompt(l, req)
+	if err := errors.Join(errs...); err != nil {
+		return 0, err
+	}
+	return len(ids), nil
+}
+
+// Generate runs one request: tokenize, validate, wait for the engine, decode speculatively, and stream text.
+func (s *Serve) Generate(ctx context.Context, req ports.GenerateRequest, emit func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
+	l := s.engine.Load()
+	if l == nil {
+		return ports.GenerateResult{}, fmt.Errorf("generate: %w", ports.ErrNotReady)
+	}
+	p, err := s.prepare(l, req)
+	if err != nil {
+		return ports.GenerateResult{}, err
+	}
+	need, err := s.admissionBytes(l, &p)
+	if err != nil {
+		return ports.GenerateResult{}, err
+	}
+	release, err := s.admit(ctx, l, need)
+	if err != nil {
+		return ports.GenerateResult{}, fmt.Errorf("generate: %w", err)
+	}
+	defer release()
+	id := req.ID
+	if id == "" {
+		id = s.requestID()
+	}
+	lv := s.newLive(l, id, p, req.Messages != nil)
+	res, err := s.run(ctx, l, p, lv, emit)
+	switch {
+	case err == nil:
+		lv.end(res.FinishReason, res)
+	case ctx.Err() != nil:
+		lv.end("cancelled", res)
+	default:
+		lv.end("error", res)
+	}
+	return res, err
+}
+
+// errStopString stops the decoder when a stop string appeared.
+var errStopString = fmt.Errorf("stop string reached: %w", speculative.ErrStop)
+
+func (s *Serve) run(ctx context.Context, l *loaded, p prepared, lv *live, emit func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
+	res := ports.GenerateResult{Model: l.name, PromptTokens: len(p.Prompt)}
+	pipe := newTextPipe(l.Tokenizer.NewStreamDecoder(true), p.stop, p.think, p.inThink, l.eos, emit)
+	// Observing costs one atomic load per round while nobody listens (BenchmarkServeEvents).
+	out, genErr := l.gen.Run(ctx, p.Plan, generation.RunOptions{Clock: s.clock, PrefixCache: l.prefix, Batch: l.sched,
+		PrefillChunk: s.cfg.PrefillChunk, Observe: lv.observe, Emit: lv.committed(pipe.push)})
+	if l.prefix != nil {
+		res.CachedTokens = out.Cached
+		s.log.Debug().Int("prompt_tokens", len(p.Prompt)).Int("cached_tokens", out.Cached).
+			Int("prefill_tokens", len(p.Prompt)-out.Cached).Msg("prefix cache")
+	}
+	if out.Warn != nil {
+		s.log.Warn().Err(out.Warn).Msg("generation: a session did not close cleanly or an entry was not cached")
+	}
+	if p.Constraint != nil {
+		s.log.Debug().Int("rows", out.Mask.Rows).Int("masks_computed", out.Mask.Computed).
+			Dur("mask", out.Mask.Time).Msg("constrained decoding")
+	}
+	res.CompletionTokens = len(out.Tokens)
+	res.Spec = out.Stats.SpecUsage()
+	switch {
+	case errors.Is(genErr, errStopString):
+		res.FinishReason = "stop"
+	case genErr != nil:
+		if ctx.Err() != nil {
+			s.log.Debug().Err(genErr).Int("completion_tokens", res.CompletionTokens).Int("rounds", res.Spec.Rounds).
+				Int("plain_steps", res.Spec.PlainSteps).Dur("decode", out.Stats.DecodeTime).
+				Msg("generation cancelled (client gone, request timeout or shutdown)")
+		}
+		return res, genErr
+	case out.Finish == speculative.FinishStop:
+		res.FinishReason = "stop"
+	case out.Finish == speculative.FinishLength:
+		res.FinishReason = "length"
+	default:
+		return res, fmt.Errorf("generate: unexpected finish %q", out.Finish)
+	}
+	if err := pipe.finish(); err != nil {
+		return res, fmt.Errorf("generate: %w", err)
+	}
+	if pipe.stop.hit != "" {
+		// The stop string may also be found only in the text held back when generation ended.
+		res.FinishReason, res.StopSequence = "stop", pipe.stop.hit
+	}
+	res.Content, res.Reasoning = pipe.content.String(), pipe.reasoning.String()
+	s.log.Debug().Int("prompt_tokens", res.PromptTokens).Int("completion_tokens", res.CompletionTokens).
+		Int("rounds", res.Spec.Rounds).Int("plain_steps", res.Spec.PlainSteps).Float64("tau", res.Spec.Tau).
+		Str("policy", res.Spec.Policy.Mode).Str("finish", res.FinishReason).
+		Dur("prefill", out.Stats.PrefillTime).Dur("decode", out.Stats.DecodeTime).Msg("generation done")
+	return res, nil
+}
+
+// Degraded reports why a loaded engine cannot generate (a lost rank of a distributed target, whose ports.Target reports Health), or nil;
+// /health answers 503 degraded with it.
+func (s *Serve) Degraded() error {
+	l := s.engine.Load()
+	if l == nil {
+		return nil
+	}
+	if h, ok := l.Target.(interface{ Health() error }); ok {
+		return h.Health()
+	}
+	return nil
+}

@@ -1,0 +1,230 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/google/wire"
+	"github.com/rs/zerolog"
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/higgs-go/higgs/adapters/anthropic"
+	"github.com/higgs-go/higgs/adapters/openai"
+	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/app/serve"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// ServeSet is the wire provider set of higgsd.
+var ServeSet = wire.NewSet(ProvideServe, wire.Bind(new(ports.Generator), new(*serve.Serve)), ProvideEvents, ProvideAPI,
+	ProvideMessages,
+	ProvideLoader, NewServer)
+
+// LoadFunc loads the engine; progress (may be nil) receives work done and total (LoadModels counts steps). The returned close
+// releases the models.
+type LoadFunc func(ctx context.Context, progress func(done, total int64)) (serve.Engine, func() error, error)
+
+// ProvideServe builds the Serve use case from the configuration.
+func ProvideServe(cfg Config, log zerolog.Logger) (*serve.Serve, error) {
+	return serve.NewServe(cfg.ServeConfig(), log)
+}
+
+// ProvideEvents exposes the live event stream of s (the web page's feed) as its port.
+func ProvideEvents(s *serve.Serve) ports.EventSource { return s.Events() }
+
+// ProvideAPI builds the OpenAI-compatible HTTP adapter over gen, with the page's event stream.
+func ProvideAPI(cfg Config, gen ports.Generator, events ports.EventSource, log zerolog.Logger) *openai.Server {
+	return openai.New(gen, openai.Options{APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
+		BodyTimeout: cfg.BodyTimeout, RequestTimeout: cfg.RequestTimeout, Log: log, Events: events})
+}
+
+// ProvideMessages builds the Anthropic Messages API adapter over gen, feeding the OpenAI adapter's metrics.
+func ProvideMessages(cfg Config, gen ports.Generator, api *openai.Server, log zerolog.Logger) *anthropic.Server {
+	return anthropic.New(gen, anthropic.Options{APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
+		BodyTimeout: cfg.BodyTimeout, RequestTimeout: cfg.RequestTimeout, Metrics: api, Log: log})
+}
+
+// ProvideLoader loads the configured models with LoadModels.
+func ProvideLoader(cfg Config, log zerolog.Logger) LoadFunc {
+	return func(ctx context.Context, progress func(done, total int64)) (serve.Engine, func() error, error) {
+		m, err := models.LoadModels(ctx, cfg.ModelConfig(), log, progress)
+		if err != nil {
+			return serve.Engine{}, nil, err
+		}
+		closeFn := m.Close
+		if closeFn == nil {
+			closeFn = func() error { return nil }
+		}
+		return serve.EngineFromModels(m), closeFn, nil
+	}
+}
+
+// ErrLoadModels is wrapped when Run stops because the configured models could not be loaded or served (a
+// missing directory, a corrupt checkpoint, an unknown architecture, a block size the drafter cannot do): a
+// problem with the input that higgsd reports with exit status 2, like an invalid flag.
+var ErrLoadModels = errors.New("load models")
+
+// Server runs higgsd: it listens first (so /health can say "loading"), loads the models, serves, and shuts
+// down gracefully.
+type Server struct {
+	cfg   Config
+	serve *serve.Serve
+	api   *openai.Server
+	load  LoadFunc
+	log   zerolog.Logger
+	// OnListen, when set, is called with the bound address (tests listen on port 0).
+	OnListen func(net.Addr)
+	// Progress, when set, replaces the terminal progress bar / log lines while loading.
+	Progress func(done, total int64)
+}
+
+// NewServer assembles the runner: the Messages API is mounted beside the OpenAI API on one listener.
+func NewServer(cfg Config, serve *serve.Serve, api *openai.Server, msgs *anthropic.Server, load LoadFunc, log zerolog.Logger) *Server {
+	for pattern, h := range msgs.Routes() {
+		api.Mount(pattern, h)
+	}
+	serve.SetMetrics(api)
+	return &Server{cfg: cfg, serve: serve, api: api, load: load, log: log}
+}
+
+// Run serves until ctx ends (SIGINT/SIGTERM in higgsd), then drains: the listener stays open, /health answers
+// 503 draining and new generations are refused while those in flight finish for up to ShutdownTimeout; then
+// it stops accepting connections and cancels what still runs.
+func (s *Server) Run(ctx context.Context) error {
+	ln, err := net.Listen("tcp", s.cfg.Addr())
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", s.cfg.Addr(), err)
+	}
+	base, cancelAll := context.WithCancel(context.Background())
+	defer cancelAll()
+	hs := &http.Server{Handler: s.api, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+		BaseContext: func(net.Listener) context.Context { return base }}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	s.log.Info().Str("addr", ln.Addr().String()).Msg("listening (models loading)")
+	if s.cfg.ExposedWithoutKey() {
+		s.log.Warn().Str("host", s.cfg.Host).
+			Msg("listening beyond this machine without --api-key: anyone who can reach the port can use the model; set --api-key")
+	}
+	if s.OnListen != nil {
+		s.OnListen(ln.Addr())
+	}
+
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	defer stopLoad()
+	type loadResult struct {
+		closeFn func() error
+		err     error
+	}
+	loadDone := make(chan loadResult, 1)
+	go func() {
+		progress := s.Progress
+		if progress == nil {
+			progress = newProgress(s.log)
+		}
+		start := time.Now()
+		eng, closeFn, err := s.load(loadCtx, progress)
+		if err == nil {
+			if err = s.serve.SetEngine(eng); err != nil && closeFn != nil {
+				_ = closeFn()
+				closeFn = nil
+			}
+		}
+		if err == nil {
+			s.log.Info().Dur("took", time.Since(start)).Str("addr", ln.Addr().String()).Msg("serving")
+		}
+		loadDone <- loadResult{closeFn, err}
+	}()
+
+	var runErr error
+	var closeModels func() error
+	loadReceived := false
+	select {
+	case <-ctx.Done():
+	case err := <-serveErr:
+		runErr = fmt.Errorf("serve: %w", err)
+	case lr := <-loadDone:
+		loadReceived = true
+		closeModels = lr.closeFn
+		if lr.err != nil {
+			runErr = fmt.Errorf("%w: %w", ErrLoadModels, lr.err)
+			break
+		}
+		select {
+		case <-ctx.Done():
+		case err := <-serveErr:
+			runErr = fmt.Errorf("serve: %w", err)
+		}
+	}
+	stopLoad()
+	s.shutdown(hs, cancelAll)
+	if !loadReceived {
+		// The loader may still be running (shutdown during loading): wait for it so its memory is freed.
+		if lr := <-loadDone; lr.closeFn != nil {
+			closeModels = lr.closeFn
+		}
+	}
+	if closeModels != nil {
+		if err := closeModels(); err != nil {
+			runErr = errors.Join(runErr, fmt.Errorf("close models: %w", err))
+		}
+	}
+	return runErr
+}
+
+func (s *Server) shutdown(hs *http.Server, cancelAll context.CancelFunc) {
+	s.log.Info().Dur("deadline", s.cfg.ShutdownTimeout).Msg("shutting down: draining (health 503, no new generations); finishing in-flight requests")
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	if err := s.api.Drain(ctx); err != nil {
+		s.log.Warn().Msg("in-flight requests did not finish in time; cancelling them")
+		cancelAll()
+		// Cancelled generations stop within one decoding round; give their handlers a moment to answer.
+		ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel2()
+		if err := s.api.Drain(ctx2); err != nil {
+			s.log.Warn().Msg("cancelled requests did not end in time")
+		}
+	}
+	// Nothing generates now; what is left are idle connections and finished responses being written.
+	ctx3, cancel3 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel3()
+	if err := hs.Shutdown(ctx3); err != nil {
+		_ = hs.Close()
+	}
+	s.log.Info().Msg("stopped")
+}
+
+// newProgress shows a progress bar on a terminal and structured log lines (every 10%) otherwise.
+func newProgress(log zerolog.Logger) func(done, total int64) {
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		var bar *progressbar.ProgressBar
+		return func(done, total int64) {
+			if bar == nil {
+				bar = progressbar.Default(total, "loading model")
+			}
+			_ = bar.Set64(done)
+			if done >= total {
+				_ = bar.Finish()
+			}
+		}
+	}
+	last := int64(-1)
+	return func(done, total int64) {
+		if total <= 0 {
+			return
+		}
+		pct := done * 100 / total
+		if pct/10 == last/10 && done < total {
+			return
+		}
+		last = pct
+		log.Info().Int64("done", done).Int64("total", total).Int64("percent", pct).Msg("loading model")
+	}
+}

@@ -1,0 +1,287 @@
+package verify
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/higgs-go/higgs/app/generation"
+	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/domain/speculative"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// BenchOptions configure `higgs-verify bench`.
+type BenchOptions struct {
+	Prompts   [][]ports.Token
+	MaxTokens int // generated tokens per run (≥ 1)
+	// Repeats is the number of measured passes over the prompts (≥ 1); Warmup passes run first and are
+	// discarded (≥ 0).
+	Repeats, Warmup int
+	// BlockSize is the DFlash block size of "spec" (0: the drafter's block_size); Adaptive runs "spec" under
+	// the domain's adaptive depth policy.
+	BlockSize int
+	Adaptive  bool
+	// Sweep lists extra fixed block sizes measured beside "spec"; when set, the adaptive policy is measured
+	// too (as "adaptive").
+	Sweep   []int
+	StopIDs []ports.Token
+	NoEOS   bool
+	// Sampling, when not greedy, makes every run sample (autoregressive runs too); Seed seeds run k of a pass
+	// (prompt k) with Seed + pass·prompts + k, the same for every variant, and Verify is how the speculative
+	// variants verify their drafts. Under VerifyMatch every variant then generates the same tokens.
+	Sampling ports.SamplingParams
+	Seed     uint64
+	Verify   speculative.Verification
+	// MultiTurn, when set, also runs the multi-turn prefix-cache scenario (BenchResult.MultiTurn).
+	MultiTurn *MultiTurnOptions
+	// Costs, when set, also measures the target's kernel costs through the session port (BenchResult.Costs).
+	Costs *CostsOptions
+	// Constrain, when set, also measures constrained decoding (BenchResult.Constrained).
+	Constrain *ConstrainOptions
+	// Clients, when set, also measures concurrent clients decoding together (BenchResult.Clients).
+	Clients *ClientsOptions
+}
+
+// BenchAR is the autoregressive figure.
+type BenchAR struct {
+	TokensPerS float64 `json:"tokens_per_s"`
+	MsPerToken float64 `json:"ms_per_token"`
+	Runs       int     `json:"runs"`
+	Tokens     int     `json:"tokens"`
+}
+
+// BenchSpec is a speculative figure.
+type BenchSpec struct {
+	TokensPerS       float64 `json:"tokens_per_s"`
+	Tau              float64 `json:"tau"`
+	DraftMsPerRound  float64 `json:"draft_ms_per_round"`
+	VerifyMsPerRound float64 `json:"verify_ms_per_round"`
+	RollbackMsPerRnd float64 `json:"rollback_ms_per_round"`
+	MsPerToken       float64 `json:"ms_per_token"`
+	BlockSize        int     `json:"block_size"`
+	Adaptive         bool    `json:"adaptive"`
+	Rounds           int     `json:"rounds"`
+	Runs             int     `json:"runs"`
+	Tokens           int     `json:"tokens"`
+	// Speedup is the median over runs of tokens/s against the autoregressive run of the same prompt and pass
+	// (run back to back), so a slow spell of a shared machine slows both sides of a ratio.
+	Speedup float64 `json:"speedup"`
+	// PredictedSpeedup is what the measured costs predict: τ committed tokens per round of
+	// draft + verify + rollback milliseconds, against the autoregressive milliseconds per token.
+	PredictedSpeedup float64 `json:"predicted_speedup"`
+}
+
+// BenchResult is the JSON object `higgs-verify bench --json` prints. Throughput is decode throughput (the
+// tokens after the first, which comes from the prefill, over the decode time), the median over runs; each
+// speedup is the median of per-run ratios against the autoregressive run of the same prompt and pass.
+type BenchResult struct {
+	Model     string      `json:"model"`
+	Backend   string      `json:"backend"`
+	AR        BenchAR     `json:"ar"`
+	Spec      BenchSpec   `json:"spec"`
+	Speedup   float64     `json:"speedup"`
+	Adaptive  *BenchSpec  `json:"adaptive,omitempty"`
+	Sweep     []BenchSpec `json:"sweep,omitempty"`
+	Prompts   int         `json:"prompts"`
+	MaxTokens int         `json:"max_tokens"`
+	Repeats   int         `json:"repeats"`
+	Warmup    int         `json:"warmup"`
+	// Temperature, Seed and Verify describe sampled runs (absent when greedy).
+	Temperature float64 `json:"temperature,omitempty"`
+	Seed        uint64  `json:"seed,omitempty"`
+	Verify      string  `json:"verify,omitempty"`
+	// MultiTurn is the multi-turn prefix-cache scenario (bench --multi-turn).
+	MultiTurn *MultiTurnResult `json:"multi_turn,omitempty"`
+	// Costs are the target's kernel costs (bench --kernel-costs).
+	Costs *KernelCosts `json:"costs,omitempty"`
+	// Constrained is constrained decoding's cost, the mask cost per token among it (bench --constrain).
+	Constrained *ConstrainedBench `json:"constrained,omitempty"`
+	// Clients are the concurrent-clients figures (bench --clients), one row per client count, and
+	// ClientsBatch how their rounds ran (batched calls or one item after another).
+	Clients      []BenchClientsRow `json:"clients,omitempty"`
+	ClientsBatch *BenchClientsMeta `json:"clients_batch,omitempty"`
+}
+
+type benchAcc struct {
+	tps []float64
+	// ratio holds tps / the autoregressive tps of the same prompt and pass.
+	ratio                         []float64
+	draft, verify, rollback       []float64
+	rounds, committed, tokens, in int
+}
+
+func (a *benchAcc) spec(bs int, adaptive bool) BenchSpec {
+	s := BenchSpec{TokensPerS: median(a.tps), DraftMsPerRound: median(a.draft), VerifyMsPerRound: median(a.verify),
+		RollbackMsPerRnd: median(a.rollback), BlockSize: bs, Adaptive: adaptive, Rounds: a.rounds, Runs: len(a.tps),
+		Tokens: a.tokens}
+	if a.rounds > 0 {
+		s.Tau = float64(a.committed) / float64(a.rounds)
+	}
+	if s.TokensPerS > 0 {
+		s.MsPerToken = 1000 / s.TokensPerS
+	}
+	return s
+}
+
+func median(x []float64) float64 {
+	if len(x) == 0 {
+		return 0
+	}
+	s := slices.Clone(x)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// Bench decodes the same prompts autoregressively and speculatively, interleaved run by run, after warm-up
+// passes, and reports medians.
+func Bench(ctx context.Context, m *models.Models, o BenchOptions) (BenchResult, error) {
+	// No zero-means-default here: the caller's 0 would silently measure something else than asked.
+	if o.MaxTokens < 1 || o.Repeats < 1 || o.Warmup < 0 {
+		return BenchResult{}, fmt.Errorf("%w: --max-tokens %d and --repeats %d must be ≥ 1, --warmup %d ≥ 0",
+			ErrBadInput, o.MaxTokens, o.Repeats, o.Warmup)
+	}
+	res := BenchResult{Model: m.Name, Backend: m.Backend, Prompts: len(o.Prompts), MaxTokens: o.MaxTokens,
+		Repeats: o.Repeats, Warmup: o.Warmup}
+	if !o.Sampling.Greedy() {
+		res.Temperature, res.Seed, res.Verify = o.Sampling.Temperature, o.Seed, o.Verify.String()
+	}
+	if m.Drafter == nil {
+		return res, fmt.Errorf("%w: bench needs a drafter (--draft DIR)", ErrBadInput)
+	}
+	if len(o.Prompts) == 0 {
+		return res, fmt.Errorf("%w: no prompts", ErrBadInput)
+	}
+	type variant struct {
+		bs       int
+		adaptive bool
+		acc      benchAcc
+		// mem carries the adaptive policy's measurements from run to run (warm-up included), as a server
+		// keeps them across requests: a 128-token generation is too short to amortise exploring afresh.
+		mem *speculative.PolicyMemory
+	}
+	bs := o.BlockSize
+	if bs == 0 {
+		bs = m.Drafter.BlockSize()
+	}
+	variants := []*variant{{bs: 1}, {bs: bs, adaptive: o.Adaptive, mem: speculative.NewPolicyMemory()}}
+	if len(o.Sweep) > 0 {
+		if !o.Adaptive {
+			variants = append(variants, &variant{bs: m.Drafter.BlockSize(), adaptive: true, mem: speculative.NewPolicyMemory()})
+		}
+		for _, b := range o.Sweep {
+			if b < 2 || b > m.Drafter.BlockSize() {
+				return res, fmt.Errorf("%w: sweep block size %d outside 2..%d", ErrBadInput, b, m.Drafter.BlockSize())
+			}
+			if b == bs && !o.Adaptive || slices.ContainsFunc(variants[2:], func(v *variant) bool { return v.bs == b && !v.adaptive }) {
+				// Already measured as the main figure (or listed twice): one row per configuration.
+				continue
+			}
+			variants = append(variants, &variant{bs: b})
+		}
+	}
+	for pass := range o.Warmup + o.Repeats {
+		for pi, p := range o.Prompts {
+			// The variants of one prompt run back to back, starting each time from the next one, so none of
+			// them always runs first (after the previous prompt's longest run) or last.
+			tps := make([]float64, len(variants))
+			first := (pass + pi) % len(variants)
+			for k := range variants {
+				vi := (first + k) % len(variants)
+				v := variants[vi]
+				g := GenerateOptions{Request: generation.Request{Prompt: p, MaxTokens: o.MaxTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS, BlockSize: v.bs, Adaptive: v.adaptive, PolicyMemory: v.mem, Sampling: o.Sampling, Seed: o.Seed + uint64(pass*len(o.Prompts)+pi), Verify: o.Verify}, Speculative: v.bs > 1}
+				r, _, err := runDecoder(ctx, m, g)
+				if err != nil {
+					return res, err
+				}
+				if pass < o.Warmup {
+					continue
+				}
+				st := r.Stats
+				n := len(r.Tokens) - 1
+				if n <= 0 || st.DecodeTime <= 0 {
+					continue
+				}
+				a := &v.acc
+				tps[vi] = float64(n) / st.DecodeTime.Seconds()
+				a.tps = append(a.tps, tps[vi])
+				a.tokens += len(r.Tokens)
+				if k := st.NumRounds(); k > 0 && v.bs > 1 {
+					var dr, vr, rb float64
+					for _, rs := range st.Rounds {
+						dr += ms(rs.DraftTime)
+						vr += ms(rs.VerifyTime)
+						rb += ms(rs.RollbackTime)
+						a.committed += rs.Accepted + 1
+					}
+					a.rounds += k
+					a.draft = append(a.draft, dr/float64(k))
+					a.verify = append(a.verify, vr/float64(k))
+					a.rollback = append(a.rollback, rb/float64(k))
+				}
+			}
+			if tps[0] > 0 {
+				for vi, v := range variants[1:] {
+					if t := tps[vi+1]; t > 0 {
+						v.acc.ratio = append(v.acc.ratio, t/tps[0])
+					}
+				}
+			}
+		}
+	}
+	ar := variants[0].acc
+	res.AR = BenchAR{TokensPerS: median(ar.tps), Runs: len(ar.tps), Tokens: ar.tokens}
+	if res.AR.TokensPerS > 0 {
+		res.AR.MsPerToken = 1000 / res.AR.TokensPerS
+	}
+	speed := func(s BenchSpec, a *benchAcc) BenchSpec {
+		s.Speedup = median(a.ratio)
+		if round := s.DraftMsPerRound + s.VerifyMsPerRound + s.RollbackMsPerRnd; round > 0 && res.AR.MsPerToken > 0 {
+			s.PredictedSpeedup = s.Tau * res.AR.MsPerToken / round
+		}
+		return s
+	}
+	res.Spec = speed(variants[1].acc.spec(variants[1].bs, variants[1].adaptive), &variants[1].acc)
+	res.Speedup = res.Spec.Speedup
+	rest := variants[2:]
+	if len(o.Sweep) > 0 && !o.Adaptive {
+		a := speed(rest[0].acc.spec(rest[0].bs, true), &rest[0].acc)
+		res.Adaptive = &a
+		rest = rest[1:]
+	}
+	for _, v := range rest {
+		res.Sweep = append(res.Sweep, speed(v.acc.spec(v.bs, false), &v.acc))
+	}
+	if o.MultiTurn != nil {
+		mt, err := MultiTurn(ctx, m, o, *o.MultiTurn)
+		if err != nil {
+			return res, err
+		}
+		res.MultiTurn = &mt
+	}
+	if o.Costs != nil {
+		kc, err := MeasureCosts(ctx, m, o.Prompts, *o.Costs)
+		if err != nil {
+			return res, err
+		}
+		res.Costs = &kc
+	}
+	if o.Constrain != nil {
+		cb, err := measureConstrained(ctx, m, o, variants[1].bs, res.Spec.Tau)
+		if err != nil {
+			return res, err
+		}
+		res.Constrained = &cb
+	}
+	if o.Clients != nil {
+		rows, meta, err := benchClients(ctx, m, o, *o.Clients)
+		if err != nil {
+			return res, err
+		}
+		res.Clients, res.ClientsBatch = rows, &meta
+	}
+	return res, nil
+}
