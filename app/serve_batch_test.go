@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/anthropic"
+	"github.com/higgs-go/higgs/adapters/httpapi"
 	oaiapi "github.com/higgs-go/higgs/adapters/openai"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -51,7 +52,7 @@ func (m *batchMetrics) largest() int {
 	return n
 }
 
-var _ EngineMetrics = (*oaiapi.Server)(nil)
+var _ EngineMetrics = (*httpapi.Metrics)(nil)
 
 // mixedDemoRequests are eight requests of different prompts, lengths and parameters: greedy and seeded
 // sampling at T 0.7, plain decoding, the drafter's block and a short one.
@@ -188,7 +189,7 @@ func TestMemoryAdmission(t *testing.T) {
 	assert.Zero(t, l.budget.Used())
 }
 
-// TestMetricsShowBatchAndQueueWait: wired as higgsd wires it (NewServer hands the API to Serve), /metrics
+// TestMetricsShowBatchAndQueueWait: wired as higgsd wires it (NewServer hands the server's metrics to Serve), /metrics
 // carries each round's batch size and rows and each request's queue wait.
 func TestMetricsShowBatchAndQueueWait(t *testing.T) {
 	leakCheck(t)
@@ -196,10 +197,11 @@ func TestMetricsShowBatchAndQueueWait(t *testing.T) {
 	serve, err := NewServe(ServeConfig{BlockSize: 4, MaxConcurrency: 4, QueueSize: 4}, zerolog.Nop())
 	require.NoError(t, err)
 	require.NoError(t, serve.SetEngine(eng))
-	api := oaiapi.New(serve, oaiapi.Options{Log: zerolog.Nop()})
-	msgs := anthropic.New(serve, anthropic.Options{Metrics: api, Log: zerolog.Nop()})
-	NewServer(DefaultConfig(), serve, api, msgs, nil, zerolog.Nop())
-	srv := httptest.NewServer(api)
+	host := ProvideHTTP(serve, zerolog.Nop())
+	api := oaiapi.New(serve, oaiapi.Options{Log: zerolog.Nop(), Host: host})
+	msgs := anthropic.New(serve, anthropic.Options{Host: host, Log: zerolog.Nop()})
+	NewServer(DefaultConfig(), serve, host, api, msgs, nil, zerolog.Nop())
+	srv := httptest.NewServer(host)
 	hc := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(func() { hc.CloseIdleConnections(); srv.Close() })
 	resp, err := hc.Post(srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"abc","max_tokens":5}`))

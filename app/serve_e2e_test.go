@@ -68,14 +68,12 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	if !o.notReady {
 		require.NoError(t, serve.SetEngine(eng))
 	}
-	api := oaiapi.New(serve, oaiapi.Options{APIKey: o.apiKey, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
+	host := ProvideHTTP(serve, zerolog.Nop())
+	oaiapi.New(serve, oaiapi.Options{Host: host, APIKey: o.apiKey, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
 		Log: zerolog.Nop(), Events: serve.Events()})
-	msgs := anthropic.New(serve, anthropic.Options{APIKey: o.apiKey, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
-		Metrics: api, Log: zerolog.Nop()})
-	for pattern, h := range msgs.Routes() {
-		api.Mount(pattern, h)
-	}
-	srv := httptest.NewServer(api)
+	anthropic.New(serve, anthropic.Options{Host: host, APIKey: o.apiKey, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
+		Log: zerolog.Nop()})
+	srv := httptest.NewServer(host)
 	hc := &http.Client{Transport: &http.Transport{}}
 	key := o.apiKey
 	if key == "" {

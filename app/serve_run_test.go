@@ -49,8 +49,9 @@ func startRun(t *testing.T, shutdown time.Duration, delay time.Duration, release
 		progress(10, 10)
 		return eng, func() error { h.closed.Add(1); return nil }, nil
 	}
-	api := oaiapi.New(serve, oaiapi.Options{Log: zerolog.Nop()})
-	srv := NewServer(cfg, serve, api, ProvideMessages(cfg, serve, api, zerolog.Nop()), load, zerolog.Nop())
+	host := ProvideHTTP(serve, zerolog.Nop())
+	api := oaiapi.New(serve, oaiapi.Options{Log: zerolog.Nop(), Host: host})
+	srv := NewServer(cfg, serve, host, api, ProvideMessages(cfg, serve, host, zerolog.Nop()), load, zerolog.Nop())
 	srv.OnListen = func(a net.Addr) { h.addr <- a }
 	srv.Progress = func(int64, int64) {}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -198,12 +199,13 @@ func TestRunWarnsWideBindWithoutKey(t *testing.T) {
 		log := zerolog.New(&syncWriter{w: &logs})
 		serve, err := NewServe(cfg.ServeConfig(), log)
 		require.NoError(t, err)
-		api := oaiapi.New(serve, oaiapi.Options{Log: log})
+		host := ProvideHTTP(serve, log)
+		api := oaiapi.New(serve, oaiapi.Options{Log: log, Host: host})
 		load := func(ctx context.Context, _ func(done, total int64)) (Engine, func() error, error) {
 			<-ctx.Done()
 			return Engine{}, nil, ctx.Err()
 		}
-		srv := NewServer(cfg, serve, api, ProvideMessages(cfg, serve, api, log), load, log)
+		srv := NewServer(cfg, serve, host, api, ProvideMessages(cfg, serve, host, log), load, log)
 		listening := make(chan struct{})
 		srv.OnListen = func(net.Addr) { close(listening) }
 		srv.Progress = func(int64, int64) {}
