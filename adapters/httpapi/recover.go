@@ -10,33 +10,26 @@ import (
 
 // Recover turns a panic in next into a logged error and, unless the response has begun, calls answer with
 // the request's writer to send the API's own 500, so that no panic reaches a client as a dropped
-// connection. http.ErrAbortHandler, the deliberate abort, is re-raised.
+// connection. http.ErrAbortHandler, the deliberate abort, is re-raised for net/http.
 func Recover(log zerolog.Logger, next http.Handler, answer func(w http.ResponseWriter)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		bw := &beganWriter{ResponseWriter: w}
-		defer RecoverPanic(log, r, func() {
+		defer func() {
+			v := recover()
+			if v == nil {
+				return
+			}
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			log.Error().Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).Str("path", r.URL.Path).
+				Msg("handler panicked")
 			if !bw.began {
 				answer(bw)
 			}
-		})
+		}()
 		next.ServeHTTP(bw, r)
 	})
-}
-
-// RecoverPanic, deferred by a handler, turns a panic into a logged error and calls answer (which writes the
-// API's 500 unless the response has begun); http.ErrAbortHandler is re-raised. Recover is built on it; a
-// handler that tracks the response itself defers it directly.
-func RecoverPanic(log zerolog.Logger, r *http.Request, answer func()) {
-	v := recover()
-	if v == nil {
-		return
-	}
-	if v == http.ErrAbortHandler {
-		panic(v)
-	}
-	log.Error().Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).Str("path", r.URL.Path).
-		Msg("handler panicked")
-	answer()
 }
 
 // beganWriter notes whether the response has begun; Unwrap keeps Flush, deadlines and the statusWriter
