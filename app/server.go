@@ -15,6 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/higgs-go/higgs/adapters/anthropic"
+	"github.com/higgs-go/higgs/adapters/httpapi"
 	"github.com/higgs-go/higgs/adapters/openai"
 	"github.com/higgs-go/higgs/app/models"
 	"github.com/higgs-go/higgs/app/serve"
@@ -22,8 +23,8 @@ import (
 )
 
 // ServeSet is the wire provider set of higgsd.
-var ServeSet = wire.NewSet(ProvideServe, wire.Bind(new(ports.Generator), new(*serve.Serve)), ProvideEvents, ProvideAPI,
-	ProvideMessages,
+var ServeSet = wire.NewSet(ProvideServe, wire.Bind(new(ports.Generator), new(*serve.Serve)), ProvideEvents, ProvideHTTP,
+	ProvideAPI, ProvideMessages,
 	ProvideLoader, NewServer)
 
 // LoadFunc loads the engine; progress (may be nil) receives work done and total (LoadModels counts steps). The returned close
@@ -38,16 +39,22 @@ func ProvideServe(cfg Config, log zerolog.Logger) (*serve.Serve, error) {
 // ProvideEvents exposes the live event stream of s (the web page's feed) as its port.
 func ProvideEvents(s *serve.Serve) ports.EventSource { return s.Events() }
 
-// ProvideAPI builds the OpenAI-compatible HTTP adapter over gen, with the page's event stream.
-func ProvideAPI(cfg Config, gen ports.Generator, events ports.EventSource, log zerolog.Logger) *openai.Server {
-	return openai.New(gen, openai.Options{APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
+// ProvideHTTP builds the HTTP server both APIs are registered on, side by side: one listener, one set of
+// metrics.
+func ProvideHTTP(gen ports.Generator, log zerolog.Logger) *httpapi.Server {
+	return httpapi.New(gen, httpapi.Options{Log: log})
+}
+
+// ProvideAPI builds the OpenAI-compatible HTTP adapter over gen on host, with the page's event stream.
+func ProvideAPI(cfg Config, gen ports.Generator, events ports.EventSource, host *httpapi.Server, log zerolog.Logger) *openai.Server {
+	return openai.New(gen, openai.Options{Host: host, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
 		BodyTimeout: cfg.BodyTimeout, RequestTimeout: cfg.RequestTimeout, Log: log, Events: events})
 }
 
-// ProvideMessages builds the Anthropic Messages API adapter over gen, feeding the OpenAI adapter's metrics.
-func ProvideMessages(cfg Config, gen ports.Generator, api *openai.Server, log zerolog.Logger) *anthropic.Server {
-	return anthropic.New(gen, anthropic.Options{APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
-		BodyTimeout: cfg.BodyTimeout, RequestTimeout: cfg.RequestTimeout, Metrics: api, Log: log})
+// ProvideMessages builds the Anthropic Messages API adapter over gen on host.
+func ProvideMessages(cfg Config, gen ports.Generator, host *httpapi.Server, log zerolog.Logger) *anthropic.Server {
+	return anthropic.New(gen, anthropic.Options{Host: host, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
+		BodyTimeout: cfg.BodyTimeout, RequestTimeout: cfg.RequestTimeout, Log: log})
 }
 
 // ProvideLoader loads the configured models with LoadModels.
@@ -75,6 +82,7 @@ var ErrLoadModels = errors.New("load models")
 type Server struct {
 	cfg   Config
 	serve *serve.Serve
+	host  *httpapi.Server
 	api   *openai.Server
 	load  LoadFunc
 	log   zerolog.Logger
@@ -84,13 +92,11 @@ type Server struct {
 	Progress func(done, total int64)
 }
 
-// NewServer assembles the runner: the Messages API is mounted beside the OpenAI API on one listener.
-func NewServer(cfg Config, serve *serve.Serve, api *openai.Server, msgs *anthropic.Server, load LoadFunc, log zerolog.Logger) *Server {
-	for pattern, h := range msgs.Routes() {
-		api.Mount(pattern, h)
-	}
-	serve.SetMetrics(api)
-	return &Server{cfg: cfg, serve: serve, api: api, load: load, log: log}
+// NewServer assembles the runner: host serves both APIs, which registered their routes on it when built (the
+// Messages API is a parameter so that the wiring builds it); api is kept to drain its generations at shutdown.
+func NewServer(cfg Config, serve *serve.Serve, host *httpapi.Server, api *openai.Server, _ *anthropic.Server, load LoadFunc, log zerolog.Logger) *Server {
+	serve.SetMetrics(host.Metrics())
+	return &Server{cfg: cfg, serve: serve, host: host, api: api, load: load, log: log}
 }
 
 // Run serves until ctx ends (SIGINT/SIGTERM in higgsd), then drains: the listener stays open, /health answers
@@ -103,7 +109,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	base, cancelAll := context.WithCancel(context.Background())
 	defer cancelAll()
-	hs := &http.Server{Handler: s.api, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
+	hs := &http.Server{Handler: s.host, ReadHeaderTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute,
 		BaseContext: func(net.Listener) context.Context { return base }}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()

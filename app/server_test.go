@@ -52,8 +52,9 @@ func startRun(t *testing.T, shutdown time.Duration, delay time.Duration, release
 		progress(10, 10)
 		return eng, func() error { h.closed.Add(1); return nil }, nil
 	}
-	api := oaiapi.New(svc, oaiapi.Options{Log: zerolog.Nop()})
-	srv := NewServer(cfg, svc, api, ProvideMessages(cfg, svc, api, zerolog.Nop()), load, zerolog.Nop())
+	host := ProvideHTTP(svc, zerolog.Nop())
+	api := oaiapi.New(svc, oaiapi.Options{Log: zerolog.Nop(), Host: host})
+	srv := NewServer(cfg, svc, host, api, ProvideMessages(cfg, svc, host, zerolog.Nop()), load, zerolog.Nop())
 	srv.OnListen = func(a net.Addr) { h.addr <- a }
 	srv.Progress = func(int64, int64) {}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -201,12 +202,13 @@ func TestRunWarnsWideBindWithoutKey(t *testing.T) {
 		log := zerolog.New(&syncWriter{w: &logs})
 		svc, err := serve.NewServe(cfg.ServeConfig(), log)
 		require.NoError(t, err)
-		api := oaiapi.New(svc, oaiapi.Options{Log: log})
+		host := ProvideHTTP(svc, log)
+		api := oaiapi.New(svc, oaiapi.Options{Log: log, Host: host})
 		load := func(ctx context.Context, _ func(done, total int64)) (serve.Engine, func() error, error) {
 			<-ctx.Done()
 			return serve.Engine{}, nil, ctx.Err()
 		}
-		srv := NewServer(cfg, svc, api, ProvideMessages(cfg, svc, api, log), load, log)
+		srv := NewServer(cfg, svc, host, api, ProvideMessages(cfg, svc, host, log), load, log)
 		listening := make(chan struct{})
 		srv.OnListen = func(net.Addr) { close(listening) }
 		srv.Progress = func(int64, int64) {}

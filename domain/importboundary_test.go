@@ -3,8 +3,10 @@
 // import the domain or app; the backends are siblings (adapters/cpu and adapters/mlx import nothing from each
 // other, except that MLX's parity tests use the CPU reference as their oracle), and the model graphs
 // (adapters/model) know no backend; distributed MLX (adapters/mlx/pipeline) reaches the backend only through
-// its exports and the wire protocol (adapters/mlx/internal/ring), which knows no backend; the test-support checkpoint writers (internal/testmodel) are imported by
-// _test.go files only.
+// its exports and the wire protocol (adapters/mlx/internal/ring), which knows no backend; the two HTTP APIs
+// are siblings too (adapters/openai and adapters/anthropic import nothing from each other, tests included),
+// and the plumbing they share (adapters/httpapi) knows neither; the test-support checkpoint writers
+// (internal/testmodel) are imported by _test.go files only.
 package domain_test
 
 import (
@@ -66,6 +68,11 @@ var rules = []rule{
 	}},
 	{tree: "adapters/model", allowed: func(p string, _ bool) bool {
 		return !within(p, module+"/adapters/cpu") && !within(p, module+"/adapters/mlx")
+	}},
+	{tree: "adapters/openai", allowed: func(p string, _ bool) bool { return !within(p, module+"/adapters/anthropic") }},
+	{tree: "adapters/anthropic", allowed: func(p string, _ bool) bool { return !within(p, module+"/adapters/openai") }},
+	{tree: "adapters/httpapi", allowed: func(p string, _ bool) bool {
+		return !within(p, module+"/adapters/openai") && !within(p, module+"/adapters/anthropic")
 	}},
 	{tree: ".", allowed: func(p string, test bool) bool { return test || !within(p, module+"/internal/testmodel") }},
 }
@@ -139,7 +146,8 @@ func TestImportBoundary(t *testing.T) {
 	v, err := violations(moduleRoot(t))
 	require.NoError(t, err)
 	assert.Empty(t, v, "domain may import only the standard library and ports; ports only the standard library; "+
-		"adapters never the domain, app or cmd; the backends not each other; adapters/model no backend")
+		"adapters never the domain, app or cmd; the backends not each other; adapters/model no backend; "+
+		"the HTTP APIs not each other; adapters/httpapi no API")
 }
 
 // TestImportBoundaryDetectsViolations runs the checker over a synthetic tree, so a checker that accepts
@@ -170,6 +178,10 @@ func TestImportBoundaryDetectsViolations(t *testing.T) {
 		"adapters/mlx/pipeline/ok.go":       `package pipeline; import ("github.com/higgs-go/higgs/adapters/mlx"; "github.com/higgs-go/higgs/adapters/mlx/internal/ring")`,
 		"adapters/mlx/pipeline/bad.go":      `package pipeline; import "github.com/higgs-go/higgs/adapters/safetensors"`,
 		"adapters/mlx/internal/ring/bad.go": `package ring; import "github.com/higgs-go/higgs/adapters/mlx"`,
+		"adapters/openai/ok_test.go":        `package openai; import "github.com/higgs-go/higgs/adapters/httpapi"`,
+		"adapters/anthropic/x_test.go":      `package anthropic; import "github.com/higgs-go/higgs/adapters/openai"`,
+		"adapters/openai/anthropic.go":      `package openai; import "github.com/higgs-go/higgs/adapters/anthropic"`,
+		"adapters/httpapi/bad.go":           `package httpapi; import "github.com/higgs-go/higgs/adapters/openai"`,
 	}
 	for name, src := range files {
 		p := filepath.Join(root, filepath.FromSlash(name))
@@ -192,5 +204,8 @@ func TestImportBoundaryDetectsViolations(t *testing.T) {
 		"app/fixture.go imports github.com/higgs-go/higgs/internal/testmodel",
 		"adapters/mlx/pipeline/bad.go imports github.com/higgs-go/higgs/adapters/safetensors",
 		"adapters/mlx/internal/ring/bad.go imports github.com/higgs-go/higgs/adapters/mlx",
+		"adapters/anthropic/x_test.go imports github.com/higgs-go/higgs/adapters/openai",
+		"adapters/openai/anthropic.go imports github.com/higgs-go/higgs/adapters/anthropic",
+		"adapters/httpapi/bad.go imports github.com/higgs-go/higgs/adapters/openai",
 	}, v)
 }

@@ -10,4 +10,7 @@
 // Unknown top-level fields are refused, as Anthropic's API does ("Extra inputs are not permitted"), so a
 // feature higgs does not have (server tools, MCP servers) is never silently dropped. Structured outputs
 // (output_config.format), tool_choice any / tool and strict tools become ports.GenerateRequest.Constraint.
+//
+// The routes are registered on an httpapi.Server, beside the OpenAI API's (adapters/openai, a sibling this
+// package does not import), whose metrics both feed; the plumbing both share is adapters/httpapi.
 package anthropic

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/higgs-go/higgs/adapters/openai"
+	"github.com/higgs-go/higgs/adapters/httpapi"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -64,7 +64,7 @@ func ErrorFor(err error) *Error {
 	switch {
 	case errors.As(err, &apiErr):
 		return apiErr
-	case openai.ErrBodyTimeout(err):
+	case errors.Is(err, httpapi.ErrBodyTimeout):
 		return &Error{Status: http.StatusRequestTimeout, Type: "invalid_request_error",
 			Message: "the request body did not arrive in time"}
 	case errors.As(err, &maxBytes):

@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/higgs-go/higgs/adapters/openai"
+	"github.com/higgs-go/higgs/adapters/httpapi"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -209,14 +209,12 @@ func decode(raw []byte, v any, allowed []string) error {
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
 		if errors.As(err, &typ) && typ.Field != "" {
-			return invalid(typ.Field, "must be %s, not %s", jsonKind(typ.Type.Kind().String()), typ.Value)
+			return invalid(typ.Field, "must be %s, not %s", httpapi.JSONKind(typ.Type.Kind().String()), typ.Value)
 		}
 		return invalid("", "the request body could not be decoded: %v", err)
 	}
 	return nil
 }
-
-func jsonKind(goKind string) string { return openai.JSONKind(goKind) }
 
 func isNull(r json.RawMessage) bool {
 	t := bytes.TrimSpace(r)
@@ -383,7 +381,7 @@ func contentBlocks(raw json.RawMessage, field string) ([]block, error) {
 	if err := json.Unmarshal(raw, &blocks); err != nil {
 		var typ *json.UnmarshalTypeError
 		if errors.As(err, &typ) && typ.Field != "" {
-			return nil, invalid(field+"."+typ.Field, "must be %s, not %s", jsonKind(typ.Type.Kind().String()), typ.Value)
+			return nil, invalid(field+"."+typ.Field, "must be %s, not %s", httpapi.JSONKind(typ.Type.Kind().String()), typ.Value)
 		}
 		return nil, invalid(field, "must be a string or an array of content blocks")
 	}

@@ -3,7 +3,6 @@ package anthropic
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -14,29 +13,24 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/higgs-go/higgs/adapters/openai"
+	"github.com/higgs-go/higgs/adapters/httpapi"
 	"github.com/higgs-go/higgs/adapters/toolcall"
 	"github.com/higgs-go/higgs/ports"
 )
 
-// Metrics receives what the Messages API measures; higgsd passes the OpenAI adapter's server, so both APIs
-// feed one set of series. Nil means none.
-type Metrics interface {
-	ObserveTTFT(endpoint string, d time.Duration)
-	ObserveResult(res ports.GenerateResult)
-}
-
 // Options configure the adapter.
 type Options struct {
+	// Host is the server this API registers its routes on, beside the other APIs mounted there (whose metrics
+	// it feeds); nil means a server of its own, serving this API alone.
+	Host *httpapi.Server
 	// APIKey, when set, is required as "x-api-key: KEY" or "Authorization: Bearer KEY".
 	APIKey string
-	// MaxBodyBytes bounds request bodies (default openai.DefaultMaxBodyBytes).
+	// MaxBodyBytes bounds request bodies (default httpapi.DefaultMaxBodyBytes).
 	MaxBodyBytes int64
-	// BodyTimeout bounds the time a client may take to send a body (default openai.DefaultBodyTimeout).
+	// BodyTimeout bounds the time a client may take to send a body (default httpapi.DefaultBodyTimeout).
 	BodyTimeout time.Duration
 	// RequestTimeout bounds a generation request (0: no limit).
 	RequestTimeout time.Duration
-	Metrics        Metrics
 	Log            zerolog.Logger
 	// NewID makes responses reproducible in tests; nil means random ids.
 	NewID func() string
@@ -44,27 +38,35 @@ type Options struct {
 
 // Server is the Messages API over a ports.Generator.
 type Server struct {
-	gen  ports.Generator
-	opts Options
-	log  zerolog.Logger
-	mux  *http.ServeMux // the routes alone, for ServeHTTP
+	gen     ports.Generator
+	opts    Options
+	log     zerolog.Logger
+	host    *httpapi.Server
+	metrics *httpapi.Metrics
 }
 
-// New builds the adapter; Routes gives its handlers.
+// New builds the adapter and registers its routes on opts.Host (or a server of its own), wrong methods
+// included (answered 405 in this API's shape).
 func New(gen ports.Generator, opts Options) *Server {
 	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = openai.DefaultMaxBodyBytes
+		opts.MaxBodyBytes = httpapi.DefaultMaxBodyBytes
 	}
 	if opts.BodyTimeout <= 0 {
-		opts.BodyTimeout = openai.DefaultBodyTimeout
+		opts.BodyTimeout = httpapi.DefaultBodyTimeout
 	}
 	if opts.NewID == nil {
 		opts.NewID = randomID
 	}
-	s := &Server{gen: gen, opts: opts, log: opts.Log, mux: http.NewServeMux()}
-	for p, h := range s.Routes() {
-		s.mux.Handle(p, h)
+	host := opts.Host
+	if host == nil {
+		host = httpapi.New(gen, httpapi.Options{Log: opts.Log})
 	}
+	s := &Server{gen: gen, opts: opts, log: opts.Log, host: host, metrics: host.Metrics()}
+	wrap := func(h http.HandlerFunc) http.Handler { return s.recoverer(s.authenticate(h)) }
+	host.Handle("POST /v1/messages", wrap(s.messages))
+	host.Handle("POST /v1/messages/count_tokens", wrap(s.countTokens))
+	host.Handle("/v1/messages", wrap(methodNotAllowed))
+	host.Handle("/v1/messages/count_tokens", wrap(methodNotAllowed))
 	return s
 }
 
@@ -74,20 +76,8 @@ func randomID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Routes returns the handlers by ServeMux pattern, wrong methods included (answered 405 in this API's
-// shape).
-func (s *Server) Routes() map[string]http.Handler {
-	wrap := func(h http.HandlerFunc) http.Handler { return s.recoverer(s.authenticate(h)) }
-	return map[string]http.Handler{
-		"POST /v1/messages":              wrap(s.messages),
-		"POST /v1/messages/count_tokens": wrap(s.countTokens),
-		"/v1/messages":                   wrap(methodNotAllowed),
-		"/v1/messages/count_tokens":      wrap(methodNotAllowed),
-	}
-}
-
-// ServeHTTP serves the routes alone (tests; higgsd mounts Routes beside the OpenAI API).
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+// ServeHTTP serves the host this API is registered on: its routes and those of every API beside it.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.host.ServeHTTP(w, r) }
 
 func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Allow", "POST")
@@ -97,10 +87,10 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 
 // writeJSON sends v with status, without HTML escaping (model output is full of <think> and <tool_call>).
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	openai.WriteJSON(w, status, v, []byte(`{"type":"error","error":{"type":"api_error","message":"internal server error"}}`))
+	httpapi.WriteJSON(w, status, v, []byte(`{"type":"error","error":{"type":"api_error","message":"internal server error"}}`))
 }
 
-func marshal(v any) ([]byte, error) { return openai.MarshalJSON(v) }
+func marshal(v any) ([]byte, error) { return httpapi.Marshal(v) }
 
 func writeError(w http.ResponseWriter, e *Error) {
 	if e.RetryAfter > 0 {
@@ -117,32 +107,17 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, e)
 }
 
-// recoverer answers a panic with a logged 500 in this API's shape.
+// recoverer gives every answer its request-id header (errors repeat it in their body) and answers a panic
+// with a logged 500 in this API's shape.
 func (s *Server) recoverer(next http.Handler) http.Handler {
+	rec := httpapi.Recover(s.log, next, func(w http.ResponseWriter) {
+		writeError(w, &Error{Status: http.StatusInternalServerError, Type: "api_error", Message: "internal server error"})
+	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rw := &recordWriter{ResponseWriter: w}
-		defer openai.RecoverPanic(s.log, r, func() {
-			if !rw.wrote {
-				writeError(rw, &Error{Status: http.StatusInternalServerError, Type: "api_error", Message: "internal server error"})
-			}
-		})
 		w.Header().Set("request-id", "req_"+s.opts.NewID())
-		next.ServeHTTP(rw, r)
+		rec.ServeHTTP(w, r)
 	})
 }
-
-// recordWriter notes whether the response has begun; Unwrap keeps Flush and deadlines reachable.
-type recordWriter struct {
-	http.ResponseWriter
-	wrote bool
-}
-
-func (w *recordWriter) WriteHeader(code int) { w.wrote = true; w.ResponseWriter.WriteHeader(code) }
-func (w *recordWriter) Write(b []byte) (int, error) {
-	w.wrote = true
-	return w.ResponseWriter.Write(b)
-}
-func (w *recordWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // authenticate takes the key as Anthropic's SDKs send it (x-api-key) or as a Bearer token (what
 // ANTHROPIC_AUTH_TOKEN clients send), compared in constant time, before the body is read.
@@ -154,10 +129,10 @@ func (s *Server) authenticate(next http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("x-api-key")
 		if key == "" {
-			key = openai.BearerToken(r.Header.Get("Authorization"))
+			key = httpapi.BearerToken(r.Header.Get("Authorization"))
 		}
-		if subtle.ConstantTimeCompare([]byte(key), want) != 1 {
-			openai.RefuseUnread(w, r)
+		if !httpapi.KeyMatches(key, want) {
+			httpapi.RefuseUnread(w, r)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="higgs"`)
 			writeError(w, &Error{Status: http.StatusUnauthorized, Type: "authentication_error",
 				Message: "missing or incorrect API key: send x-api-key: <key> (or Authorization: Bearer <key>)"})
@@ -168,9 +143,9 @@ func (s *Server) authenticate(next http.HandlerFunc) http.HandlerFunc {
 }
 
 func (s *Server) read(w http.ResponseWriter, r *http.Request, parse func([]byte) (Request, error)) (Request, bool) {
-	body, err := openai.ReadBody(w, r, s.opts.MaxBodyBytes, s.opts.BodyTimeout)
+	body, err := httpapi.ReadBody(w, r, s.opts.MaxBodyBytes, s.opts.BodyTimeout)
 	var mbe *http.MaxBytesError
-	if err != nil && !errors.As(err, &mbe) && !openai.ErrBodyTimeout(err) {
+	if err != nil && !errors.As(err, &mbe) && !errors.Is(err, httpapi.ErrBodyTimeout) {
 		err = invalid("", "could not read the request body: %v", err)
 	}
 	if err != nil {
@@ -227,18 +202,8 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	}
 	id := "msg_" + s.opts.NewID()
 	var firstOnce sync.Once
-	first := func() {
-		firstOnce.Do(func() {
-			if s.opts.Metrics != nil {
-				s.opts.Metrics.ObserveTTFT(r.Pattern, time.Since(start))
-			}
-		})
-	}
-	observe := func(res ports.GenerateResult) {
-		if s.opts.Metrics != nil {
-			s.opts.Metrics.ObserveResult(res)
-		}
-	}
+	first := func() { firstOnce.Do(func() { s.metrics.ObserveTTFT(r.Pattern, time.Since(start)) }) }
+	observe := s.metrics.ObserveResult
 	if !req.Stream {
 		res, err := s.gen.Generate(ctx, req.Gen, func(ports.GenerateEvent) error { first(); return nil })
 		observe(res)

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 
-	"github.com/higgs-go/higgs/adapters/openai"
+	"github.com/higgs-go/higgs/adapters/httpapi"
 	"github.com/higgs-go/higgs/adapters/toolcall"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -57,7 +57,7 @@ type (
 // errors found before it (validation, a full queue) still get their own status.
 type stream struct {
 	w           http.ResponseWriter
-	sse         *openai.SSEWriter
+	sse         *httpapi.SSE
 	id, model   string
 	inputTokens int
 	newID       func() string
@@ -79,7 +79,7 @@ func (st *stream) start() error {
 		return nil
 	}
 	st.started = true
-	st.sse = openai.StartSSE(st.w)
+	st.sse = httpapi.StartSSE(st.w)
 	st.index = -1
 	msg := Message{ID: st.id, Type: "message", Role: "assistant", Model: st.model, Content: []Block{},
 		Usage: Usage{InputTokens: st.inputTokens}}

@@ -37,9 +37,3 @@ func TestWithheldBody(t *testing.T) {
 		assert.Contains(t, string(resp), c.body)
 	}
 }
-
-func TestBearerToken(t *testing.T) {
-	for in, want := range map[string]string{"Bearer k": "k", "bearer k": "k", "BEARER  k ": "k", "Basic k": "", "k": "", "": "", "Bearer": ""} {
-		assert.Equal(t, want, BearerToken(in), "%q", in)
-	}
-}

@@ -17,4 +17,8 @@
 //
 // Streaming responses send their headers with the first output, so that errors found before any output
 // (validation, a full queue) still get their own status; an error after that is sent as an SSE error event.
+//
+// The routes are registered on an httpapi.Server, beside the Messages API's (adapters/anthropic, a sibling
+// this package does not import); the plumbing both share — body limits, JSON and SSE writing, request
+// metrics, panic recovery — is adapters/httpapi, and only the shapes of answers are written here.
 package openai

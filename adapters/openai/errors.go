@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/higgs-go/higgs/adapters/httpapi"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -65,7 +66,7 @@ func ErrorFor(err error) *Error {
 	switch {
 	case errors.As(err, &apiErr):
 		return apiErr
-	case errors.Is(err, errBodyTimeout):
+	case errors.Is(err, httpapi.ErrBodyTimeout):
 		return &Error{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout",
 			Message: "the request body did not arrive in time"}
 	case errors.As(err, &maxBytes):

@@ -3,6 +3,8 @@ package openai
 import (
 	"net/http"
 	"time"
+
+	"github.com/higgs-go/higgs/adapters/httpapi"
 )
 
 // eventsKeepAlive is how often an idle event stream gets a comment line, so that proxies and browsers do not
@@ -19,7 +21,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	ch, cancel := s.opts.Events.Subscribe()
 	defer cancel()
-	sse := StartSSE(w)
+	sse := httpapi.StartSSE(w)
 	tick := time.NewTicker(eventsKeepAlive)
 	defer tick.Stop()
 	for {
@@ -29,7 +31,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		case <-s.drain.started:
 			return
 		case <-tick.C:
-			if sse.write([]byte(": keep-alive\n\n")) != nil {
+			if sse.Comment("keep-alive") != nil {
 				return
 			}
 		case ev, ok := <-ch:

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/higgs-go/higgs/adapters/httpapi"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -102,33 +103,11 @@ func decodeJSON(body []byte, v any) error {
 	case errors.As(err, &typ):
 		// Fields of the embedded params struct are reported as "params.x"; clients know them as "x".
 		field := strings.TrimPrefix(typ.Field, "params.")
-		return badRequest(field, "%s must be %s, not %s", field, jsonKind(typ.Type.Kind().String()), typ.Value)
+		return badRequest(field, "%s must be %s, not %s", field, httpapi.JSONKind(typ.Type.Kind().String()), typ.Value)
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return badRequest("", "the request body is truncated JSON")
 	}
 	return badRequest("", "the request body could not be decoded: %v", err)
-}
-
-func jsonKind(goKind string) string { return JSONKind(goKind) }
-
-// JSONKind names, for a client, the JSON kind a Go kind decodes from ("an integer", "a string", …): what a
-// type error in a request body says was expected.
-func JSONKind(goKind string) string {
-	switch {
-	case strings.HasPrefix(goKind, "int"), strings.HasPrefix(goKind, "uint"):
-		return "an integer"
-	case strings.HasPrefix(goKind, "float"):
-		return "a number"
-	case goKind == "bool":
-		return "a boolean"
-	case goKind == "string":
-		return "a string"
-	case goKind == "slice":
-		return "an array"
-	case goKind == "struct", goKind == "map":
-		return "an object"
-	}
-	return "a " + goKind
 }
 
 // isNull reports whether a raw field is absent or JSON null.
@@ -427,7 +406,7 @@ func parseMessages(raw json.RawMessage) ([]ports.ChatMessage, error) {
 			var typ *json.UnmarshalTypeError
 			if errors.As(err, &typ) && typ.Field != "" {
 				return nil, badRequest(param+"."+typ.Field, "%s.%s must be %s, not %s", param, typ.Field,
-					jsonKind(typ.Type.Kind().String()), typ.Value)
+					httpapi.JSONKind(typ.Type.Kind().String()), typ.Value)
 			}
 			return nil, badRequest(param, "%s must be an object with role and content", param)
 		}

@@ -1,41 +1,38 @@
 package openai
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
+	"github.com/higgs-go/higgs/adapters/httpapi"
 	"github.com/higgs-go/higgs/adapters/toolcall"
 	"github.com/higgs-go/higgs/ports"
 )
 
 // Options configure the HTTP adapter.
 type Options struct {
+	// Host is the server this API registers its routes on, beside the other APIs mounted there; nil means a
+	// server of its own (serving this API alone, with a fresh metrics registry).
+	Host *httpapi.Server
 	// APIKey, when set, is required as "Authorization: Bearer <key>" on /v1/ routes.
 	APIKey string
-	// MaxBodyBytes bounds request bodies (default 4 MiB).
+	// MaxBodyBytes bounds request bodies (default httpapi.DefaultMaxBodyBytes).
 	MaxBodyBytes int64
-	// BodyTimeout bounds the time a client may take to send a request body (default DefaultBodyTimeout);
-	// a slower body is answered 408 and the connection closed.
+	// BodyTimeout bounds the time a client may take to send a request body (default
+	// httpapi.DefaultBodyTimeout); a slower body is answered 408 and the connection closed.
 	BodyTimeout time.Duration
 	// RequestTimeout bounds a generation request (0: no limit).
 	RequestTimeout time.Duration
-	// Registry receives the metrics and is served on /metrics; nil means a fresh registry.
-	Registry *prometheus.Registry
-	Log      zerolog.Logger
+	Log            zerolog.Logger
 	// Events, when set, is served as GET /v1/events and feeds the live view of the page at /.
 	Events ports.EventSource
 	// Now and NewID make responses reproducible in tests; nil means the clock and random ids.
@@ -50,38 +47,25 @@ type Readier interface{ Ready() bool }
 // its text (a lost rank of a model split across processes).
 type Degrader interface{ Degraded() error }
 
-// QueueDepther is an optional Generator ability: the number of queued requests, exported as a gauge.
-type QueueDepther interface{ QueueDepth() int }
-
-// PrefixCacheReporter is an optional Generator ability: the prefix cache's account, exported as the
-// higgs_prefix_cache_* series (all zero while the cache is off).
-type PrefixCacheReporter interface{ PrefixCacheStats() ports.PrefixCacheStats }
-
 // Server is the OpenAI-compatible HTTP API over a ports.Generator.
 type Server struct {
 	gen     ports.Generator
 	opts    Options
 	log     zerolog.Logger
-	metrics *metrics
-	reg     *prometheus.Registry
-	mux     *http.ServeMux
-	handler http.Handler
+	host    *httpapi.Server
+	metrics *httpapi.Metrics
 	drain   *drainer
 }
 
-// DefaultMaxBodyBytes is the request body limit when Options.MaxBodyBytes is 0.
-const DefaultMaxBodyBytes = 4 << 20
-
-// DefaultBodyTimeout is the body read limit when Options.BodyTimeout is 0.
-const DefaultBodyTimeout = 30 * time.Second
-
-// New builds the API's handler.
+// New builds the API and registers its routes on opts.Host (or a server of its own). It also answers, in
+// OpenAI's shape, every path no API on the host routes (404) and a wrong method on its own routes and on
+// /metrics (405): it is higgsd's default API.
 func New(gen ports.Generator, opts Options) *Server {
 	if opts.MaxBodyBytes <= 0 {
-		opts.MaxBodyBytes = DefaultMaxBodyBytes
+		opts.MaxBodyBytes = httpapi.DefaultMaxBodyBytes
 	}
 	if opts.BodyTimeout <= 0 {
-		opts.BodyTimeout = DefaultBodyTimeout
+		opts.BodyTimeout = httpapi.DefaultBodyTimeout
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -89,29 +73,23 @@ func New(gen ports.Generator, opts Options) *Server {
 	if opts.NewID == nil {
 		opts.NewID = randomID
 	}
-	reg := opts.Registry
-	if reg == nil {
-		reg = prometheus.NewRegistry()
+	host := opts.Host
+	if host == nil {
+		host = httpapi.New(gen, httpapi.Options{Log: opts.Log})
 	}
-	var depth func() int
-	if q, ok := gen.(QueueDepther); ok {
-		depth = q.QueueDepth
-	}
-	prefix, _ := gen.(PrefixCacheReporter)
-	s := &Server{gen: gen, opts: opts, log: opts.Log, reg: reg, metrics: newMetrics(reg, depth, prefix), drain: newDrainer()}
-	mux := http.NewServeMux()
-	s.mux = mux
-	// Authentication is per route (it only guards /v1/ paths), so that a mounted API can answer its own way.
-	handle := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.authenticate(h)) }
+	s := &Server{gen: gen, opts: opts, log: opts.Log, host: host, metrics: host.Metrics(), drain: newDrainer()}
+	// Authentication is per route (it only guards /v1/ paths), so that an API beside this one can answer its
+	// own way; so is the recovery, which answers in this API's shape.
+	route := func(pattern string, h http.Handler) { host.Handle(pattern, s.recoverer(h)) }
+	handle := func(pattern string, h http.HandlerFunc) { route(pattern, s.authenticate(h)) }
 	handle("POST /v1/chat/completions", s.chat)
 	handle("POST /v1/completions", s.completion)
 	handle("GET /v1/models", s.models)
 	handle("GET /v1/models/{id...}", s.model)
 	handle("GET /health", s.health)
 	handle("GET /v1/events", s.events)
-	mux.HandleFunc("GET /{$}", s.page)
-	mux.Handle("GET /ui/", pageAssets())
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	route("GET /{$}", http.HandlerFunc(s.page))
+	route("GET /ui/", pageAssets())
 	// The mux answers a wrong method with a plain-text 405; these catch-alls answer in OpenAI's shape.
 	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/completions": "POST",
 		"/v1/models": "GET", "/v1/models/{id...}": "GET", "/health": "GET", "/metrics": "GET", "/v1/events": "GET"} {
@@ -121,28 +99,11 @@ func New(gen ports.Generator, opts Options) *Server {
 		writeError(w, &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)})
 	})
-	// instrument is outermost so that it records the 500 the recoverer writes after a panic.
-	s.handler = s.instrument(s.recoverer(mux))
 	return s
 }
 
-// Mount serves another API's handler (the Anthropic Messages API) on pattern beside this one's routes, so
-// that it shares the listener, the request metrics and the panic recovery. The mounted handler
-// authenticates requests itself. Mount before serving.
-func (s *Server) Mount(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
-
-// ObserveTTFT records a mounted API's time to first token for endpoint (its route pattern).
-func (s *Server) ObserveTTFT(endpoint string, d time.Duration) {
-	s.metrics.ttft.WithLabelValues(endpoint).Observe(d.Seconds())
-}
-
-// ObserveResult accounts a mounted API's finished generation in the token and speculation counters.
-func (s *Server) ObserveResult(res ports.GenerateResult) { s.metrics.observeResult(res) }
-
-// Registry returns the registry the metrics are registered in.
-func (s *Server) Registry() *prometheus.Registry { return s.reg }
-
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+// ServeHTTP serves the host this API is registered on: its routes and those of every API beside it.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.host.ServeHTTP(w, r) }
 
 func randomID() string {
 	var b [12]byte
@@ -158,36 +119,12 @@ func methodNotAllowed(allow string) http.HandlerFunc {
 	}
 }
 
-// writeJSON sends v with status. The Content-Type matters: OpenAI's SDKs refuse JSON sent as text/plain.
+// writeJSON sends v with status, or OpenAI's 500 when v cannot be encoded.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	WriteJSON(w, status, v, []byte(`{"error":{"message":"internal server error","type":"server_error","param":null,"code":"internal_error"}}`))
+	httpapi.WriteJSON(w, status, v, []byte(`{"error":{"message":"internal server error","type":"server_error","param":null,"code":"internal_error"}}`))
 }
 
-// WriteJSON sends v as JSON (MarshalJSON) with status, or fallback with a 500 when v cannot be encoded:
-// what every HTTP API of higgsd answers with.
-func WriteJSON(w http.ResponseWriter, status int, v any, fallback []byte) {
-	b, err := MarshalJSON(v)
-	if err != nil {
-		b, status = fallback, http.StatusInternalServerError
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
-}
-
-func marshal(v any) ([]byte, error) { return MarshalJSON(v) }
-
-// MarshalJSON is json.Marshal without HTML escaping: model output is full of <think> and <|im_end|>, which
-// clients should read as written.
-func MarshalJSON(v any) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
+func marshal(v any) ([]byte, error) { return httpapi.Marshal(v) }
 
 func writeError(w http.ResponseWriter, e *Error) {
 	if e.RetryAfter > 0 {
@@ -205,102 +142,19 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	writeError(w, e)
 }
 
-// statusWriter records the status for metrics and keeps Flush reachable through Unwrap.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// StatusCancelled is the status recorded (in higgs_requests_total) for a request cancelled before its
-// response ended: the client went away, or shutdown cancelled it. 499 is nginx's "client closed request".
-const StatusCancelled = 499
-
-// markStatus makes every statusWriter around w record code, whatever was written before (a stream that
-// started with 200 and was then cancelled counts as cancelled).
-func markStatus(w http.ResponseWriter, code int) {
-	for {
-		if sw, ok := w.(*statusWriter); ok {
-			sw.status = code
-		}
-		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
-		if !ok {
-			return
-		}
-		w = u.Unwrap()
-	}
-}
-
 // cancelled accounts for a generation whose request context ended before its response did.
 func (s *Server) cancelled(w http.ResponseWriter, r *http.Request, err error, start time.Time, streamed bool) {
-	markStatus(w, StatusCancelled)
+	httpapi.MarkStatus(w, httpapi.StatusCancelled)
 	s.log.Debug().Err(err).Str("path", r.URL.Path).Bool("streamed", streamed).Dur("after", time.Since(start)).
 		Msg("generation cancelled: the client went away or the server is shutting down")
 }
 
-func (s *Server) instrument(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
-		defer func() {
-			endpoint := r.Pattern
-			if endpoint == "" || endpoint == "/" {
-				endpoint = "other"
-			}
-			status := sw.status
-			if status == 0 {
-				status = http.StatusOK
-			}
-			s.metrics.requests.WithLabelValues(endpoint, strconv.Itoa(status)).Inc()
-			s.metrics.latency.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
-		}()
-		next.ServeHTTP(sw, r)
-	})
-}
-
-// recoverer turns a panic into a logged 500 so that none reaches a client as a dropped connection.
+// recoverer turns a panic into a logged 500 in OpenAI's shape.
 func (s *Server) recoverer(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		sw := &statusWriter{ResponseWriter: w}
-		defer RecoverPanic(s.log, r, func() {
-			if sw.status == 0 {
-				writeError(sw, &Error{Status: http.StatusInternalServerError, Type: "server_error",
-					Code: "internal_error", Message: "internal server error"})
-			}
-		})
-		next.ServeHTTP(sw, r)
+	return httpapi.Recover(s.log, next, func(w http.ResponseWriter) {
+		writeError(w, &Error{Status: http.StatusInternalServerError, Type: "server_error",
+			Code: "internal_error", Message: "internal server error"})
 	})
-}
-
-// RecoverPanic, deferred by a handler, turns a panic into a logged error and calls answer (which writes the
-// API's 500 unless the response has begun), so that no panic reaches a client as a dropped connection;
-// http.ErrAbortHandler, the deliberate abort, is re-raised. Both APIs' recoverers defer it.
-func RecoverPanic(log zerolog.Logger, r *http.Request, answer func()) {
-	v := recover()
-	if v == nil {
-		return
-	}
-	if v == http.ErrAbortHandler {
-		panic(v)
-	}
-	log.Error().Str("panic", fmt.Sprint(v)).Str("stack", string(debug.Stack())).Str("path", r.URL.Path).
-		Msg("handler panicked")
-	answer()
 }
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
@@ -383,11 +237,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 	req.Gen.ID = id
 	var firstOnce sync.Once
 	first := func() {
-		firstOnce.Do(func() { s.metrics.ttft.WithLabelValues(r.Pattern).Observe(time.Since(start).Seconds()) })
+		firstOnce.Do(func() { s.metrics.ObserveTTFT(r.Pattern, time.Since(start)) })
 	}
 	if !req.Stream {
 		res, err := s.gen.Generate(ctx, req.Gen, func(ports.GenerateEvent) error { first(); return nil })
-		s.metrics.observeResult(res)
+		s.metrics.ObserveResult(res)
 		if err != nil {
 			if r.Context().Err() != nil && errors.Is(err, context.Canceled) {
 				s.cancelled(w, r, err, start, false)
@@ -424,7 +278,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 		first()
 		return st.send(ev)
 	})
-	s.metrics.observeResult(res)
+	s.metrics.ObserveResult(res)
 	if err != nil {
 		gone := r.Context().Err() != nil && errors.Is(err, context.Canceled)
 		if gone || st.sse != nil && st.sse.Err() != nil {
@@ -444,7 +298,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 			s.log.Error().Err(err).Str("path", r.URL.Path).Msg("stream failed")
 		}
 		_ = st.sse.Event(e.body())
-		_ = st.sse.done()
+		_ = st.sse.Data("[DONE]")
 		return
 	}
 	if err := st.finish(res, req.IncludeUsage); err != nil {
@@ -456,7 +310,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 // any output (validation, a full queue) still get a proper status.
 type stream struct {
 	w       http.ResponseWriter
-	sse     *SSEWriter
+	sse     *httpapi.SSE
 	id      string
 	created int64
 	model   string
@@ -475,7 +329,7 @@ func (st *stream) start() error {
 		return nil
 	}
 	st.started = true
-	st.sse = StartSSE(st.w)
+	st.sse = httpapi.StartSSE(st.w)
 	if st.chat {
 		return st.sse.Event(chatDeltaChunk(st.id, st.created, st.model, ports.GenerateEvent{}, "assistant"))
 	}
@@ -547,5 +401,5 @@ func (st *stream) finish(res ports.GenerateResult, includeUsage bool) error {
 			return err
 		}
 	}
-	return st.sse.done()
+	return st.sse.Data("[DONE]")
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/higgs-go/higgs/adapters/httpapi"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -269,14 +270,16 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 }
 
-// TestSharedRegistry gives one registry to two servers: the second must not panic (MustRegister did), and
-// both count into the same series.
+// TestSharedRegistry gives one registry to the hosts of two APIs: the second must not panic (MustRegister
+// did), and both count into the same series.
 func TestSharedRegistry(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	gen := &scripted{res: goldenResult, ready: true}
 	var servers []*Server
 	for range 2 {
-		require.NotPanics(t, func() { servers = append(servers, New(gen, Options{Log: zerolog.Nop(), Registry: reg})) })
+		require.NotPanics(t, func() {
+			servers = append(servers, New(gen, Options{Log: zerolog.Nop(), Host: httpapi.New(gen, httpapi.Options{Registry: reg})}))
+		})
 	}
 	for _, s := range servers {
 		s.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x"}`)))

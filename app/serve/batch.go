@@ -21,7 +21,7 @@ type timerClock struct{ ports.Clock }
 
 func (timerClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
-// EngineMetrics receives the engine's serving figures for /metrics (openai.Server implements it).
+// EngineMetrics receives the engine's serving figures for /metrics (httpapi.Metrics implements it).
 type EngineMetrics interface {
 	// ObserveBatch is called after each batched target forward with the sequences it served and the rows
 	// (tokens) it ran.

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/anthropic"
+	"github.com/higgs-go/higgs/adapters/httpapi"
 	oaiapi "github.com/higgs-go/higgs/adapters/openai"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -51,7 +52,7 @@ func (m *batchMetrics) largest() int {
 	return n
 }
 
-var _ EngineMetrics = (*oaiapi.Server)(nil)
+var _ EngineMetrics = (*httpapi.Metrics)(nil)
 
 // mixedDemoRequests are eight requests of different prompts, lengths and parameters: greedy and seeded
 // sampling at T 0.7, plain decoding, the drafter's block and a short one.
@@ -188,19 +189,19 @@ func TestMemoryAdmission(t *testing.T) {
 	assert.Zero(t, l.budget.Used())
 }
 
-// TestMetricsShowBatchAndQueueWait: with the API as Serve's metrics (as higgsd wires them), /metrics carries
-// each round's batch size and rows and each request's queue wait.
+// TestMetricsShowBatchAndQueueWait: with the HTTP server's metrics as Serve's (as higgsd wires them), /metrics
+// carries each round's batch size and rows and each request's queue wait.
 func TestMetricsShowBatchAndQueueWait(t *testing.T) {
 	leakCheck(t)
 	eng, _ := srvEngine(4096, 0, false)
 	serve, err := NewServe(ServeConfig{BlockSize: 4, MaxConcurrency: 4, QueueSize: 4}, zerolog.Nop())
 	require.NoError(t, err)
 	require.NoError(t, serve.SetEngine(eng))
-	api := oaiapi.New(serve, oaiapi.Options{Log: zerolog.Nop()})
-	msgs := anthropic.New(serve, anthropic.Options{Metrics: api, Log: zerolog.Nop()})
-	mountBoth(api, msgs)
-	serve.SetMetrics(api)
-	srv := httptest.NewServer(api)
+	host := httpapi.New(serve, httpapi.Options{Log: zerolog.Nop()})
+	oaiapi.New(serve, oaiapi.Options{Log: zerolog.Nop(), Host: host})
+	anthropic.New(serve, anthropic.Options{Host: host, Log: zerolog.Nop()})
+	serve.SetMetrics(host.Metrics())
+	srv := httptest.NewServer(host)
 	hc := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(func() { hc.CloseIdleConnections(); srv.Close() })
 	resp, err := hc.Post(srv.URL+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"abc","max_tokens":5}`))

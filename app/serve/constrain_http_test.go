@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/anthropic"
+	"github.com/higgs-go/higgs/adapters/httpapi"
 	oaiapi "github.com/higgs-go/higgs/adapters/openai"
 )
 
@@ -26,12 +27,10 @@ import (
 func demoServer(t *testing.T) (string, openai.Client, sdk.Client) {
 	t.Helper()
 	serve := constrainedServe(t, loadDemo(t, 0))
-	api := oaiapi.New(serve, oaiapi.Options{Log: zerolog.Nop()})
-	msgs := anthropic.New(serve, anthropic.Options{Metrics: api, Log: zerolog.Nop()})
-	for pattern, h := range msgs.Routes() {
-		api.Mount(pattern, h)
-	}
-	srv := httptest.NewServer(api)
+	host := httpapi.New(serve, httpapi.Options{Log: zerolog.Nop()})
+	oaiapi.New(serve, oaiapi.Options{Host: host, Log: zerolog.Nop()})
+	anthropic.New(serve, anthropic.Options{Host: host, Log: zerolog.Nop()})
+	srv := httptest.NewServer(host)
 	hc := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(func() { hc.CloseIdleConnections(); srv.Close() })
 	oc := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0), option.WithHTTPClient(hc))

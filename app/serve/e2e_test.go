@@ -19,6 +19,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/higgs-go/higgs/adapters/anthropic"
+	"github.com/higgs-go/higgs/adapters/httpapi"
 	oaiapi "github.com/higgs-go/higgs/adapters/openai"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -50,13 +51,6 @@ type harness struct {
 
 // newHarness starts the real HTTP adapter over the real Serve use case and the fake engine on a loopback
 // listener, with an official OpenAI SDK client pointed at it.
-// mountBoth mounts the Messages API beside the OpenAI API on one handler, as higgsd does.
-func mountBoth(api *oaiapi.Server, msgs *anthropic.Server) {
-	for pattern, h := range msgs.Routes() {
-		api.Mount(pattern, h)
-	}
-}
-
 func newHarness(t testing.TB, o harnessOpts) *harness {
 	t.Helper()
 	if o.concurrency == 0 {
@@ -75,12 +69,12 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	if !o.notReady {
 		require.NoError(t, serve.SetEngine(eng))
 	}
-	api := oaiapi.New(serve, oaiapi.Options{APIKey: o.apiKey, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
+	host := httpapi.New(serve, httpapi.Options{Log: zerolog.Nop()})
+	oaiapi.New(serve, oaiapi.Options{Host: host, APIKey: o.apiKey, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
 		Log: zerolog.Nop(), Events: serve.Events()})
-	msgs := anthropic.New(serve, anthropic.Options{APIKey: o.apiKey, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
-		Metrics: api, Log: zerolog.Nop()})
-	mountBoth(api, msgs)
-	srv := httptest.NewServer(api)
+	anthropic.New(serve, anthropic.Options{Host: host, APIKey: o.apiKey, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
+		Log: zerolog.Nop()})
+	srv := httptest.NewServer(host)
 	hc := &http.Client{Transport: &http.Transport{}}
 	key := o.apiKey
 	if key == "" {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/higgs-go/higgs/adapters/anthropic"
 	"github.com/higgs-go/higgs/adapters/chattemplate"
+	"github.com/higgs-go/higgs/adapters/httpapi"
 	oaiapi "github.com/higgs-go/higgs/adapters/openai"
 	"github.com/higgs-go/higgs/adapters/tokenizer"
 	"github.com/higgs-go/higgs/app/models"
@@ -133,10 +134,11 @@ func TestPlainContentBothAPIs(t *testing.T) {
 	s, err := NewServe(ServeConfig{MaxConcurrency: 1, QueueSize: 2}, zerolog.Nop())
 	require.NoError(t, err)
 	require.NoError(t, s.SetEngine(eng))
-	api := oaiapi.New(s, oaiapi.Options{Log: zerolog.Nop(), Events: s.Events()})
-	mountBoth(api, anthropic.New(s, anthropic.Options{Metrics: api, Log: zerolog.Nop()}))
-	s.SetMetrics(api)
-	srv := httptest.NewServer(api)
+	host := httpapi.New(s, httpapi.Options{Log: zerolog.Nop()})
+	oaiapi.New(s, oaiapi.Options{Log: zerolog.Nop(), Events: s.Events(), Host: host})
+	anthropic.New(s, anthropic.Options{Host: host, Log: zerolog.Nop()})
+	s.SetMetrics(host.Metrics())
+	srv := httptest.NewServer(host)
 	t.Cleanup(srv.Close)
 	text, err := eng.Template.Render([]ports.ChatMessage{{Role: "user", Content: forged}}, ports.ChatOptions{AddGenerationPrompt: true})
 	require.NoError(t, err)

@@ -13,7 +13,7 @@ func newPrefixCache(cfg ServeConfig, clock ports.Clock) (*prefixcache.Cache, err
 	return prefixcache.New(prefixcache.Config{Budget: cfg.PrefixCacheBytes, Every: cfg.PrefixCacheEvery}, clock)
 }
 
-// PrefixCacheStats reports the prefix cache's account (openai.PrefixCacheReporter); zero while the cache is
+// PrefixCacheStats reports the prefix cache's account (httpapi.PrefixCacheReporter); zero while the cache is
 // off or no engine is loaded.
 func (s *Serve) PrefixCacheStats() ports.PrefixCacheStats {
 	l := s.engine.Load()

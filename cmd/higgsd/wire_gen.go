@@ -18,10 +18,11 @@ func initServer(cfg app.Config, log zerolog.Logger) (*app.Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	server := app.ProvideHTTP(serve, log)
 	eventSource := app.ProvideEvents(serve)
-	server := app.ProvideAPI(cfg, serve, eventSource, log)
+	openaiServer := app.ProvideAPI(cfg, serve, eventSource, server, log)
 	anthropicServer := app.ProvideMessages(cfg, serve, server, log)
 	loadFunc := app.ProvideLoader(cfg, log)
-	appServer := app.NewServer(cfg, serve, server, anthropicServer, loadFunc, log)
+	appServer := app.NewServer(cfg, serve, server, openaiServer, anthropicServer, loadFunc, log)
 	return appServer, nil
 }

@@ -1,4 +1,4 @@
-package openai
+package httpapi
 
 import (
 	"errors"
@@ -11,8 +11,17 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// metrics are the Prometheus series higgsd exports (all prefixed higgs_; definitions in README.md).
-type metrics struct {
+// QueueDepther is an optional Generator ability: the number of queued requests, exported as a gauge.
+type QueueDepther interface{ QueueDepth() int }
+
+// PrefixCacheReporter is an optional Generator ability: the prefix cache's account, exported as the
+// higgs_prefix_cache_* series (all zero while the cache is off).
+type PrefixCacheReporter interface{ PrefixCacheStats() ports.PrefixCacheStats }
+
+// Metrics are the Prometheus series higgsd exports (all prefixed higgs_; definitions in README.md), one set
+// for every API on a Server: the requests it answers (counted by the Server), and what the APIs and the
+// engine report through the Observe methods. Its methods are safe for concurrent use.
+type Metrics struct {
 	requests     *prometheus.CounterVec   // endpoint, status
 	latency      *prometheus.HistogramVec // endpoint
 	ttft         *prometheus.HistogramVec // endpoint
@@ -28,8 +37,8 @@ type metrics struct {
 	queueWait    prometheus.Histogram
 }
 
-func newMetrics(reg prometheus.Registerer, queueDepth func() int, prefix PrefixCacheReporter) *metrics {
-	m := &metrics{
+func newMetrics(reg prometheus.Registerer, queueDepth func() int, prefix PrefixCacheReporter) *Metrics {
+	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "higgs_requests_total",
 			Help: "HTTP requests answered, by endpoint (route pattern) and status code."}, []string{"endpoint", "status"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "higgs_request_duration_seconds",
@@ -127,11 +136,16 @@ func adopt[C prometheus.Collector](reg prometheus.Registerer, c C) C {
 			return existing
 		}
 	}
-	panic(fmt.Sprintf("openai: register metrics: %v", err))
+	panic(fmt.Sprintf("httpapi: register metrics: %v", err))
 }
 
-// observeResult accounts for a finished (or stopped) generation.
-func (m *metrics) observeResult(res ports.GenerateResult) {
+// ObserveTTFT records a generation's time to first token for endpoint (its route pattern).
+func (m *Metrics) ObserveTTFT(endpoint string, d time.Duration) {
+	m.ttft.WithLabelValues(endpoint).Observe(d.Seconds())
+}
+
+// ObserveResult accounts for a finished (or stopped) generation in the token and speculation counters.
+func (m *Metrics) ObserveResult(res ports.GenerateResult) {
 	m.promptTokens.Add(float64(res.PromptTokens))
 	m.genTokens.Add(float64(res.CompletionTokens))
 	s := res.Spec
@@ -146,10 +160,10 @@ func (m *metrics) observeResult(res ports.GenerateResult) {
 
 // ObserveBatch accounts for one round's target forward: the sequences it served and the tokens it ran
 // (app.EngineMetrics).
-func (s *Server) ObserveBatch(sequences, rows int) {
-	s.metrics.batchSize.Observe(float64(sequences))
-	s.metrics.batchRows.Observe(float64(rows))
+func (m *Metrics) ObserveBatch(sequences, rows int) {
+	m.batchSize.Observe(float64(sequences))
+	m.batchRows.Observe(float64(rows))
 }
 
 // ObserveQueueWait accounts for how long a request waited before decoding (app.EngineMetrics).
-func (s *Server) ObserveQueueWait(d time.Duration) { s.metrics.queueWait.Observe(d.Seconds()) }
+func (m *Metrics) ObserveQueueWait(d time.Duration) { m.queueWait.Observe(d.Seconds()) }

@@ -1,0 +1,66 @@
+package httpapi
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestBearerToken(t *testing.T) {
+	for _, c := range []struct{ header, want string }{
+		{"Bearer k", "k"},
+		{"bearer k", "k"},
+		{"BEARER  k ", "k"},
+		{" Bearer k\t", "k"},
+		{"Bearer a b", "a b"},
+		{"Basic k", ""},
+		{"Bearerk", ""},
+		{"k", ""},
+		{"", ""},
+		{"Bearer", ""},
+		{"Bearer ", ""},
+	} {
+		assert.Equal(t, c.want, BearerToken(c.header), "%q", c.header)
+	}
+}
+
+func TestKeyMatches(t *testing.T) {
+	for _, c := range []struct {
+		got, want string
+		ok        bool
+	}{
+		{"k", "k", true},
+		{"secret", "secret", true},
+		{"k", "K", false},
+		{"", "k", false},
+		{"k ", "k", false},
+		{"kk", "k", false},
+	} {
+		assert.Equal(t, c.ok, KeyMatches(c.got, []byte(c.want)), "%q vs %q", c.got, c.want)
+	}
+}
+
+// FuzzBearerToken checks, for any header, that the token is trimmed, found after a Bearer scheme, and that a
+// header built from a token gives it back.
+func FuzzBearerToken(f *testing.F) {
+	for _, s := range []string{"Bearer k", "bearer  k ", "Basic k", "", "Bearer", "\tBearer\tk", "Bearer \u00a0k"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, header string) {
+		tok := BearerToken(header)
+		if tok == "" {
+			return
+		}
+		if tok != strings.TrimSpace(tok) {
+			t.Fatalf("token %q of %q is not trimmed", tok, header)
+		}
+		h := strings.TrimSpace(header)
+		if len(h) < 7 || !strings.EqualFold(h[:7], "Bearer ") || !strings.HasSuffix(h, tok) {
+			t.Fatalf("token %q from %q, which is not a Bearer header ending with it", tok, header)
+		}
+		if again := BearerToken("Bearer " + tok); again != tok {
+			t.Fatalf("Bearer %q gives %q", tok, again)
+		}
+	})
+}

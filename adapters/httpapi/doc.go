@@ -1,0 +1,12 @@
+// Package httpapi is the HTTP plumbing higgsd's APIs share, so that the OpenAI-compatible API
+// (adapters/openai) and the Messages API (adapters/anthropic) are siblings that import it and never each
+// other.
+//
+// It holds what is the same whatever an API's wire format: one Server that every API registers its routes
+// on (one mux, one listener, the request metrics and /metrics), bounded body reads (a size limit and a time
+// limit, with the connection closed on a client that withholds its body), refusing a request without reading
+// its body, Bearer credentials, JSON answers without HTML escaping, the server-sent events writer, and panic
+// recovery. What differs between the APIs — error shapes, status mapping, authentication headers, event
+// names — stays in each API's package: helpers here take the API's own answer (a fallback body, a func that
+// writes its 500) rather than knowing any shape.
+package httpapi
