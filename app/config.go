@@ -61,7 +61,7 @@ type Config struct {
 	Distributed bool
 }
 
-// DefaultConfig serves the bundled demo on 127.0.0.1:8000.
+// DefaultConfig serves the bundled gocoder model with its drafter on 127.0.0.1:8000.
 func DefaultConfig() Config {
 	return Config{
 		Backend: models.BackendCPU,

@@ -186,31 +186,47 @@ func chooseBackend(b string, log zerolog.Logger) (string, error) {
 // mlxAvailable reports why the MLX backend cannot run here (nil when it can).
 var mlxAvailable = mlx.Available
 
-// resolveTarget returns the target directory and the served name (the directory's base name, the hub id, or
-// "demo").
+// resolveTarget returns the target directory and the served name: the bundled model's name ("gocoder") when
+// none is named, the hub id for a hub model, and for a directory its base name, or its parent's where the
+// directory is a bundled layout's "target" (models/demo/target is served as "demo").
 func resolveTarget(model string) (dir, name string, err error) {
 	if model == "" {
-		dir, err := findDemo(DefaultTargetDir)
+		dir, err := findBundled(DefaultTargetDir)
 		if err != nil {
 			return "", "", err
 		}
-		return dir, "demo", nil
+		return dir, servedName(DefaultTargetDir), nil
 	}
 	dir, err = hfmodel.Resolve(model)
 	if err != nil {
 		return "", "", fmt.Errorf("model: %w", err)
 	}
 	if fi, serr := os.Stat(model); serr == nil && fi.IsDir() {
-		return dir, filepath.Base(filepath.Clean(model)), nil
+		return dir, servedName(model), nil
 	}
 	return dir, model, nil
 }
 
-func resolveDrafter(name string, demo bool) (string, error) {
-	if demo {
-		dir, err := findDemo(name)
+// servedName is the model id of a model directory: its base name, or its parent's for a directory named
+// "target" (the bundled layout NAME/target beside NAME/drafter).
+func servedName(dir string) string {
+	clean := filepath.Clean(dir)
+	base := filepath.Base(clean)
+	if base == "target" {
+		if parent := filepath.Base(filepath.Dir(clean)); parent != "." && parent != string(filepath.Separator) {
+			return parent
+		}
+	}
+	return base
+}
+
+// resolveDrafter returns the drafter's directory: bundled names the bundled default's drafter, found as the
+// target is.
+func resolveDrafter(name string, bundled bool) (string, error) {
+	if bundled {
+		dir, err := findBundled(name)
 		if err != nil {
-			return "", fmt.Errorf("demo drafter: %w", err)
+			return "", fmt.Errorf("bundled drafter: %w", err)
 		}
 		return dir, nil
 	}
@@ -221,9 +237,9 @@ func resolveDrafter(name string, demo bool) (string, error) {
 	return dir, nil
 }
 
-// findDemo looks for a bundled demo directory (holding config.json) relative to the working directory, then
+// findBundled looks for a bundled model directory (holding config.json) relative to the working directory, then
 // next to the executable and one level up (bin/ in the repository).
-func findDemo(rel string) (string, error) {
+func findBundled(rel string) (string, error) {
 	cands := []string{rel}
 	if exe, err := os.Executable(); err == nil {
 		d := filepath.Dir(exe)

@@ -62,3 +62,19 @@ func TestLoadRefusesNonFiniteWeights(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, m.Close())
 }
+
+// The served model id: the bundled layout's NAME/target is served as NAME, any other directory under its
+// base name.
+func TestServedName(t *testing.T) {
+	for dir, want := range map[string]string{
+		DefaultTargetDir:       "gocoder",
+		DemoTargetDir:          "demo",
+		"models/demo/target/":  "demo",
+		"/srv/Qwen3-4B":        "Qwen3-4B",
+		"target":               "target",
+		"/target":              "target",
+		"./checkpoints/target": "checkpoints",
+	} {
+		assert.Equal(t, want, servedName(dir), dir)
+	}
+}

@@ -111,7 +111,7 @@ type common struct {
 }
 
 func (f *common) add(fs *pflag.FlagSet, draft bool) {
-	fs.StringVar(&f.model, "model", "", "target model directory or Hugging Face hub-cache id (default: the bundled demo model)")
+	fs.StringVar(&f.model, "model", "", "target model directory or Hugging Face hub-cache id (default: the bundled gocoder model)")
 	if draft {
 		fs.StringVar(&f.draft, "draft", "", "DFlash drafter directory or hub-cache id")
 	}

@@ -1,5 +1,5 @@
 // Command higgsd serves local LLMs over an OpenAI-compatible HTTP API with DFlash speculative decoding.
-// With no flags it serves the bundled demo model and drafter on 127.0.0.1:8000. See README.md.
+// With no flags it serves the bundled gocoder model and its drafter on 127.0.0.1:8000. See README.md.
 package main
 
 import (
