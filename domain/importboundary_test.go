@@ -6,7 +6,9 @@
 // its exports and the wire protocol (adapters/mlx/internal/ring), which knows no backend; the two HTTP APIs
 // are siblings too (adapters/openai and adapters/anthropic import nothing from each other, tests included),
 // and the plumbing they share (adapters/httpapi) knows neither; the test-support checkpoint writers
-// (internal/testmodel) are imported by _test.go files only.
+// (internal/testmodel) are imported by _test.go files only; in app, the generation pipeline (app/generation)
+// sits on the domain and its adapters alone, and serving (app/serve) and the harness (app/verify) each run it
+// without importing each other or the wiring above them.
 package domain_test
 
 import (
@@ -74,7 +76,23 @@ var rules = []rule{
 	{tree: "adapters/httpapi", allowed: func(p string, _ bool) bool {
 		return !within(p, module+"/adapters/openai") && !within(p, module+"/adapters/anthropic")
 	}},
+	// The application: one generation pipeline (app/generation) that the serving use case (app/serve) and the
+	// harness (app/verify) both run and neither re-implements; loading (app/models) knows neither; only app
+	// itself (configuration and wiring) and cmd put them together.
+	{tree: "app/generation", allowed: func(p string, test bool) bool {
+		return within(p, module+"/domain") || p == module+"/ports" || p == module+"/adapters/constrained" ||
+			p == module+"/adapters/grammar" || p == module+"/adapters/sampling" || (test && testOnly(p))
+	}},
+	{tree: "app/models", allowed: func(p string, _ bool) bool { return !appUseCase(p) && p != module+"/app/generation" }},
+	{tree: "app/serve", allowed: func(p string, _ bool) bool { return !appUseCase(p) || within(p, module+"/app/serve") }},
+	{tree: "app/verify", allowed: func(p string, _ bool) bool { return !appUseCase(p) || within(p, module+"/app/verify") }},
 	{tree: ".", allowed: func(p string, test bool) bool { return test || !within(p, module+"/internal/testmodel") }},
+}
+
+// appUseCase reports whether p is app's wiring or one of its use cases (serving, the harness), or cmd: what
+// the use cases and the loading code below them never import.
+func appUseCase(p string) bool {
+	return p == module+"/app" || within(p, module+"/app/serve") || within(p, module+"/app/verify") || within(p, module+"/cmd")
 }
 
 // stdlib reports whether an import path belongs to the standard library: its first element has no dot.
@@ -147,7 +165,8 @@ func TestImportBoundary(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, v, "domain may import only the standard library and ports; ports only the standard library; "+
 		"adapters never the domain, app or cmd; the backends not each other; adapters/model no backend; "+
-		"the HTTP APIs not each other; adapters/httpapi no API")
+		"the HTTP APIs not each other; adapters/httpapi no API; app/generation nothing above the domain's adapters; "+
+		"app/serve and app/verify not each other nor app's wiring; app/models no use case")
 }
 
 // TestImportBoundaryDetectsViolations runs the checker over a synthetic tree, so a checker that accepts
@@ -182,6 +201,14 @@ func TestImportBoundaryDetectsViolations(t *testing.T) {
 		"adapters/anthropic/x_test.go":      `package anthropic; import "github.com/higgs-go/higgs/adapters/openai"`,
 		"adapters/openai/anthropic.go":      `package openai; import "github.com/higgs-go/higgs/adapters/anthropic"`,
 		"adapters/httpapi/bad.go":           `package httpapi; import "github.com/higgs-go/higgs/adapters/openai"`,
+		"app/generation/ok.go":              `package generation; import ("github.com/higgs-go/higgs/domain/speculative"; "github.com/higgs-go/higgs/adapters/constrained")`,
+		"app/generation/bad.go":             `package generation; import "github.com/higgs-go/higgs/adapters/cpu"`,
+		"app/generation/serve.go":           `package generation; import "github.com/higgs-go/higgs/app/serve"`,
+		"app/serve/ok.go":                   `package serve; import ("github.com/higgs-go/higgs/app/generation"; "github.com/higgs-go/higgs/app/models")`,
+		"app/serve/bad.go":                  `package serve; import "github.com/higgs-go/higgs/app/verify"`,
+		"app/verify/bad.go":                 `package verify; import "github.com/higgs-go/higgs/app/serve"`,
+		"app/verify/wiring.go":              `package verify; import "github.com/higgs-go/higgs/app"`,
+		"app/models/bad.go":                 `package models; import "github.com/higgs-go/higgs/app/generation"`,
 	}
 	for name, src := range files {
 		p := filepath.Join(root, filepath.FromSlash(name))
@@ -198,6 +225,12 @@ func TestImportBoundaryDetectsViolations(t *testing.T) {
 		"ports/porttest/bad.go imports github.com/higgs-go/higgs/adapters/cpu",
 		"adapters/openai/bad_test.go imports github.com/higgs-go/higgs/domain/speculative",
 		"adapters/cpu/bad.go imports github.com/higgs-go/higgs/adapters/mlx",
+		"app/generation/bad.go imports github.com/higgs-go/higgs/adapters/cpu",
+		"app/generation/serve.go imports github.com/higgs-go/higgs/app/serve",
+		"app/serve/bad.go imports github.com/higgs-go/higgs/app/verify",
+		"app/verify/bad.go imports github.com/higgs-go/higgs/app/serve",
+		"app/verify/wiring.go imports github.com/higgs-go/higgs/app",
+		"app/models/bad.go imports github.com/higgs-go/higgs/app/generation",
 		"adapters/mlx/bad.go imports github.com/higgs-go/higgs/adapters/cpu",
 		"adapters/model/bad.go imports github.com/higgs-go/higgs/adapters/cpu",
 		"adapters/cpu/app.go imports github.com/higgs-go/higgs/app",

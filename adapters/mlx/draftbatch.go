@@ -16,6 +16,7 @@ var _ ports.BatchDrafter = (*Drafter)(nil)
 // projected together, every noise block in one pass attending to its own session's cache, the host reads
 // (candidates, the selector's projections) once for all items, and DFlash2's walk per item. Exactness is
 // ForwardBatch's: equal to the solo calls up to MLX's rounding for other row counts.
+// It is one function because every item's part joins one lazy graph that is evaluated once.
 func (d *Drafter) DraftBatch(ctx context.Context, items []ports.DraftItem) ([]ports.DraftResult, error) {
 	sessions, err := model.ClaimSessions("mlx draft batch", len(items), func(i int) any { return items[i].Session },
 		func(v any) (*DraftSession, bool) { s, ok := v.(*DraftSession); return s, ok && s != nil && s.d == d })

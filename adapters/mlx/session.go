@@ -264,6 +264,8 @@ type runResult struct {
 
 // run evaluates one chunk of tokens at positions Len().. as one lazy graph and advances the session. Only
 // the greedy ids (and logits when wantLogits) are read back.
+// It is one function because it builds one lazy graph: every part adds nodes to the same graph, which is
+// evaluated once at the end.
 func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantTaps, wantTape, wantLogits bool) (runResult, error) {
 	m := s.t.m
 	T := len(tokens)

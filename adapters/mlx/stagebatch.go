@@ -241,6 +241,8 @@ func (t *Target) stageRound(ctx context.Context, jobs []*stageJob, parts []int32
 // greedy ids, and the logits when the round wants them, and keeps them). The first micro-batch's compute
 // is acknowledged before its stream goes on (ack): a send to a rank that died never completes (MLX's ring
 // neither fails nor times out), so a later acknowledgement would name this rank for its successor's loss.
+// It is one function because the receive, compute, acknowledge and send steps must keep their order on the
+// ring; each is a short block.
 func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundLogits bool) (mbOut, error) {
 	p := t.ring
 	m := t.m

@@ -24,6 +24,8 @@ import (
 // cache; nothing is downloaded), picks the backend and loads the target, the drafter (checked against the
 // target), the tokenizer and chat template when the model directory has them, and the EOS ids — everything
 // before any generation. progress, when non-nil, is called with (done, total) loading steps.
+// It is one function because its steps are one ordered sequence whose early results (the resolved backend,
+// the target) every later step reads; each step is a few lines that call into the adapters.
 func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progress func(done, total int64)) (*Models, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("model config: %w", err)

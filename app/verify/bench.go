@@ -138,6 +138,8 @@ func median(x []float64) float64 {
 
 // Bench decodes the same prompts autoregressively and speculatively, interleaved run by run, after warm-up
 // passes, and reports medians.
+// It is one function because the interleaving of runs is the measurement (plain and speculative runs of a
+// prompt side by side); the scenarios beside the main figure are their own functions.
 func Bench(ctx context.Context, m *models.Models, o BenchOptions) (BenchResult, error) {
 	// No zero-means-default here: the caller's 0 would silently measure something else than asked.
 	if o.MaxTokens < 1 || o.Repeats < 1 || o.Warmup < 0 {

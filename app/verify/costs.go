@@ -58,6 +58,8 @@ type KernelCosts struct {
 // MeasureCosts prefills Context tokens (cycled from the prompts) and then times, round by round and interleaved,
 // a 1-row decode Forward and a Forward of each of o.Rows rows, bringing the session back to the same context
 // length after each (TrimKV plus Restore of the recurrent snapshot), and reports medians.
+// It is one function because the interleaving is the measurement: splitting the rounds apart would hide
+// which timings were taken side by side.
 func MeasureCosts(ctx context.Context, m *models.Models, prompts [][]ports.Token, o CostsOptions) (KernelCosts, error) {
 	if o.Context < 1 || o.Repeats < 1 || len(o.Rows) == 0 {
 		return KernelCosts{}, fmt.Errorf("%w: kernel costs need --cost-context %d ≥ 1, --cost-repeats %d ≥ 1 and at least one row count",

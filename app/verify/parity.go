@@ -111,6 +111,8 @@ type ParityResult struct {
 
 // Parity compares two loaded model sets position by position (see ParityResult). It returns ErrCheckFailed
 // past the tolerances.
+// It is one function because its checks read one another's results in order (logits, then greedy runs, then
+// speculative runs and their drafts); each check is a short block with its own tolerance.
 func Parity(ctx context.Context, a, b *models.Models, o ParityOptions) (ParityResult, error) {
 	res := ParityResult{A: ParitySide{a.Name, a.Backend}, B: ParitySide{b.Name, b.Backend},
 		Tokens: slices.Clone(o.Prompt), Tolerances: o, Failures: []string{}, ArgmaxMismatch: []int{}}

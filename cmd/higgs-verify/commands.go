@@ -381,6 +381,8 @@ func (c *cli) parityCmd() *cobra.Command {
 	return cmd
 }
 
+// benchCmd is `higgs-verify bench`. It is long because it declares every flag of bench's scenarios in one
+// place, beside the few lines that turn them into app/verify options.
 func (c *cli) benchCmd() *cobra.Command {
 	var f common
 	var prompts, sweep, stopIDs, verifyRule string

@@ -320,6 +320,8 @@ func (g *generation) uniform(pos int) func() float64 {
 
 // round runs one draft → verify → accept → roll back → commit → emit cycle. It reports whether generation
 // finished.
+// It is one function because a round is one ordered sequence whose invariants (the session, the drafter and
+// the committed tokens in step) hold only at its ends; its steps call helpers of their own.
 func (g *generation) round(ctx context.Context) (bool, error) {
 	clock := g.d.clock
 	remaining := g.budget - g.generated()

@@ -210,6 +210,8 @@ func quantBlocks(rows, rb16 int) []quantRowBlock {
 // input rows go in blocks of 16, 8, 4 or 1 that share each decode of the codes, with 16-lane vectors holding
 // two of the AVX2 kernel's 8-lane chains and the bias term computed beside them, so every element gets the
 // AVX2 kernels' bits. Inputs and group sums are packed once per call.
+// It is one function because it is the hot loop: the blocks of rows share one packing of the inputs and one
+// decode of each group of codes, and splitting it would cost calls per group.
 func (l *Linear) forwardQuantAVX512(dst, x, xs []float32, rows int) {
 	q := l.q
 	in, out, gs := l.In, l.Out, q.Group
