@@ -62,7 +62,7 @@ func scratchBytes(all, largest int64) int64 {
 func (t *Target) SessionBytes(d ports.MemoryDemand) int64 { return t.price(d).total() }
 
 func (t *Target) price(d ports.MemoryDemand) price {
-	v := model.TargetValues(&t.m.Arch)
+	v := model.TargetValues(t.m)
 	P, R, B := int64(max(d.Positions, 0)), int64(max(d.Rows, 1)), int64(max(d.Block, 1))
 	var p price
 	for _, k := range t.m.Arch.Kinds {

@@ -72,7 +72,7 @@ func TestSessionBytesCoverWhatSessionsHold(t *testing.T) {
 			kvCap += int64(cap(c.k) + cap(c.v))
 		}
 	}
-	v := model.TargetValues(&tg.m.Arch)
+	v := model.TargetValues(tg.m)
 	require.Positive(t, v.KVPerPosition)
 	assert.Equal(t, int64(s.Len())*v.KVPerPosition, kvLen, "the KV values held")
 	assert.LessOrEqual(t, kvCap*f32Bytes, pr.kv, "the KV caches' capacity")
@@ -112,6 +112,17 @@ func TestSessionBytesCoverWhatSessionsHold(t *testing.T) {
 	assert.LessOrEqual(t, dkv*f32Bytes, dp.kv)
 	assert.LessOrEqual(t, int64(cap(dsess.queued)+cap(dsess.logits))*f32Bytes, dp.out)
 	assert.LessOrEqual(t, int64(dsess.mem.held)*f32Bytes, dp.scratch, "the draft session's arena")
+
+	// One pass's arena, on a fresh session: every value model.TargetValues counts for its rows and the conv
+	// windows (the tape's), rounded up by its size classes.
+	fresh, err := tg.NewSession(ctx, d.TapLayers())
+	require.NoError(t, err)
+	defer fresh.Close()
+	_, err = fresh.Forward(ctx, toks[:block], ports.ForwardOptions{Taps: true, RecordTape: true})
+	require.NoError(t, err)
+	want := int64(block)*v.Row + v.Conv
+	assert.GreaterOrEqual(t, int64(fresh.(*Session).mem.held), want, "a verify pass's arena")
+	assert.LessOrEqual(t, int64(fresh.(*Session).mem.held), want+want/8, "a verify pass's arena")
 
 	// A sequence that does not speculate has no draft session and prices no snapshot.
 	plain := dem

@@ -32,10 +32,10 @@ func dtypeBytes(dt mlxc.Dtype) int64 {
 // sessionBytes. A target holding one pipeline stage prices the whole model's layers (an upper bound for
 // this process).
 func (t *Target) SessionBytes(d ports.MemoryDemand) int64 {
-	return sessionBytes(&t.m.Arch, dtypeBytes(t.dt), d)
+	return sessionBytes(t.m, dtypeBytes(t.dt), d)
 }
 
-// sessionBytes is what an MLX target session of arch a holds for d, with dt bytes a value of the compute
+// sessionBytes is what an MLX session of target m holds for d, with dt bytes a value of the compute
 // dtype:
 //   - the KV caches in the compute dtype, twice: a forward concatenates the old cache and the block into a
 //     new array, and the old one is freed only once the whole graph has run and the session adopts the new
@@ -48,8 +48,8 @@ func (t *Target) SessionBytes(d ports.MemoryDemand) int64 {
 //     layers' worth for the largest forward's rows (its fused attention keeps no score matrix);
 //   - what a Forward returns: float32 logits and a distribution of each of a verify block's rows, and when it
 //     speculates the device-resident taps of its largest forward in the compute dtype.
-func sessionBytes(a *hfmodel.Arch, dt int64, d ports.MemoryDemand) int64 {
-	v := model.TargetValues(a)
+func sessionBytes(m *model.Target[*weight], dt int64, d ports.MemoryDemand) int64 {
+	v := model.TargetValues(m)
 	P, R, B := int64(max(d.Positions, 0)), int64(max(d.Rows, 1)), int64(max(d.Block, 1))
 	R = max(R, B)
 	copies := int64(2)

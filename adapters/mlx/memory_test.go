@@ -7,6 +7,7 @@ import (
 
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -18,24 +19,25 @@ func TestSessionBytesArithmetic(t *testing.T) {
 		Heads: 4, KVHeads: 2, HeadDim: 16, KeyHeads: 2, ValueHeads: 4, KeyDim: 8, ValueDim: 8, ConvKernel: 4,
 		Intermediate: 128, MoE: make([]bool, 4)}
 	d := ports.MemoryDemand{Positions: 100, Rows: 16, Block: 4, Speculative: true, TapLayers: 2}
-	// Per recurrent layer C = 2·2·8 + 4·8 = 64 channels, conv 3·64 = 192 values, SSM 4·8·8 = 256.
-	// The largest layer's row (attention): 4·64 (norms, residuals) + 8·64 (Q…) + 4·32 (K, V…) + 64 (O) +
-	// 5·128 + 64 (MLP) = 1664 values.
+	// Per recurrent layer C = 2·2·8 + 4·8 = 64 channels, Hv·dv = 32, conv 3·64 = 192 values, SSM 4·8·8 = 256.
+	// The largest layer's row (recurrent, as fused, for an arch without loaded layers): 4·64 (norms,
+	// residuals) + 5·64 + 5·32 + 6·4 (projections, conv, gates, δ, output) + 64 (out) + 5·128 + 64 (MLP) = 1528
+	// values (attention's: 4·64 + 4·64 + 4·32 + 64 + 5·128 + 64 = 1408).
 	const (
 		kv32    = 2 * 100 * (2 * 2 * 32) * 4     // old + new cache, 100 positions, 2 layers × K,V × 32, float32
 		state   = 3 * 2 * (192 + 256) * 4        // state, S₀ kept by the tape, snapshot; 2 recurrent layers; float32
 		tape    = 4 * 2 * (4 + 32 + 32 + 64) * 4 // 4 positions; α, δ, k̂, rows per layer; float32
 		taps32  = 16 * 2 * 64 * 4                // 16 rows × 2 taps × hidden 64
-		graph32 = 2 * 16 * 1664 * 4              // two layers' rows live, 16 rows
+		graph32 = 2 * 16 * 1528 * 4              // two layers' rows live, 16 rows
 		outs    = 4 * 100 * (4 + 12)             // a verify block's logits and distributions
 	)
-	assert.Equal(t, int64(kv32+state+tape+taps32+graph32+outs), sessionBytes(&a, dtypeBytes(mlxc.Float32), d))
+	assert.Equal(t, int64(kv32+state+tape+taps32+graph32+outs), sessionBytes(&model.Target[*weight]{Arch: a}, dtypeBytes(mlxc.Float32), d))
 	// bfloat16 halves what is kept in the compute dtype; the recurrence, its tape and the logits stay float32.
-	assert.Equal(t, int64(kv32/2+state+tape+taps32/2+graph32/2+outs), sessionBytes(&a, dtypeBytes(mlxc.BFloat16), d))
+	assert.Equal(t, int64(kv32/2+state+tape+taps32/2+graph32/2+outs), sessionBytes(&model.Target[*weight]{Arch: a}, dtypeBytes(mlxc.BFloat16), d))
 
 	// Plain decoding: no snapshot, no tape, no taps, blocks of one row.
 	p := ports.MemoryDemand{Positions: 100, Rows: 16, Block: 1}
-	assert.Equal(t, int64(kv32+2*2*(192+256)*4+graph32+100*16), sessionBytes(&a, 4, p))
+	assert.Equal(t, int64(kv32+2*2*(192+256)*4+graph32+100*16), sessionBytes(&model.Target[*weight]{Arch: a}, 4, p))
 
 	// The drafter: one layer, K,V of 2 heads × 16 a position; a block row 2·64 + 1664 + 100 logits = 1892
 	// values, a context row 2·64 (taps) + 2·64 + 4·32 = 384.

@@ -27,22 +27,34 @@ type Values struct {
 	Vocab, Hidden int64
 }
 
-// TargetValues counts a's sequence (see Values).
-func TargetValues(a *hfmodel.Arch) Values {
+// TargetValues counts m's sequence (see Values). Where m has its layers loaded the projections' layouts
+// count as loaded (fused projections are split into copies); without them (an arch alone) every layer counts
+// as fused, the wider.
+func TargetValues[W comparable](m *Target[W]) Values {
+	a := &m.Arch
+	var zero W
 	H := int64(a.Hidden)
 	v := Values{Vocab: int64(a.Vocab), Hidden: H, Row: H}
 	qd, kvd := int64(a.Heads*a.HeadDim), int64(a.KVHeads*a.HeadDim)
 	C, Dv, Hv := int64(a.ConvDim()), int64(a.ValueHeads*a.ValueDim), int64(a.ValueHeads)
 	for i, k := range a.Kinds {
+		var ly *Layer[W]
+		if len(m.Layers) == len(a.Kinds) {
+			ly = &m.Layers[i]
+		}
 		// Both norms and both residual additions.
 		row := 4 * H
 		switch k {
 		case ports.LayerAttention:
 			v.KVPerPosition += 2 * kvd
 			v.Heads = max(v.Heads, int64(a.Heads))
-			// Q (twice as wide with the output gate, then split), K, V, their norms, the rotated copies,
-			// the attention output, the gate and the output projection.
-			row += 8*qd + 4*kvd + H
+			// Q, its norm, its rotated copy and the attention output; with the output gate Q is twice as
+			// wide, split in two, and gated. K and V, K's norm and rotated copy. The output projection.
+			q := 4 * qd
+			if a.OutputGate {
+				q = 8 * qd
+			}
+			row += q + 4*kvd + H
 		case ports.LayerRecurrent:
 			v.Conv += int64(max(a.ConvKernel-1, 0)) * C
 			v.SSM += Hv * int64(a.ValueDim*a.KeyDim)
@@ -50,16 +62,25 @@ func TargetValues(a *hfmodel.Arch) Values {
 			v.ValueHeads += Hv
 			v.ValueWidth += Dv
 			v.KeyValues += Hv * int64(a.KeyDim)
-			// The fused projection and its split (C + Dv each), the conv input, window and output, β and α and
-			// their split, δ, the output, its gated norm and the output projection.
-			row += 5*C + 5*Dv + 6*Hv + H
+			// The projections (fused: QKVZ and BA, then split and q, k, v concatenated again), the conv
+			// output, β and α, δ, the output, its gated norm and the output projection; the conv window's
+			// rows are the block's (Conv adds its Kc−1 rows of state).
+			proj := 2*(C+Dv) + C + 4*Hv
+			if ly != nil && ly.GDN != nil && ly.GDN.QKVZ == zero {
+				proj = C + Dv + 2*Hv
+			}
+			row += proj + C + C + 2*Hv + 3*Dv + H
 		}
-		if i < len(a.MoE) && a.MoE[i] {
+		switch {
+		case i < len(a.MoE) && a.MoE[i]:
 			// Each chosen expert's gate and up (fused, then split), its activation and its output, the
 			// shared expert alike, its gate, the weighted sum and the router's scores.
 			row += int64(a.TopK)*(5*int64(a.MoEIntermediate)+H) + 5*int64(a.SharedIn) + 3*H + int64(a.Experts) + 1
-		} else {
-			// Gate and up (fused, then split), the activation, the down projection.
+		case ly != nil && ly.MLP != nil && ly.MLP.GateUp == zero:
+			// Gate and up, the activation, the down projection.
+			row += 3*int64(a.Intermediate) + H
+		default:
+			// Gate and up fused, then split; the activation, the down projection.
 			row += 5*int64(a.Intermediate) + H
 		}
 		v.Row += row
