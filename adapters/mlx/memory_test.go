@@ -4,10 +4,12 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
 	"github.com/higgs-go/higgs/adapters/model"
+	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -45,4 +47,45 @@ func TestSessionBytesArithmetic(t *testing.T) {
 		BlockSize: 4, TapLayers: []int{0, 3}, VocabSize: 100}
 	assert.Equal(t, int64(2*100*64*4+(16*384+4*1892)*4+4*100*4), draftSessionBytes(&da, 4, d))
 	assert.Zero(t, draftSessionBytes(&da, 4, p), "no draft session without speculation")
+}
+
+// TestSessionBytesCoverActiveMemory: a speculating session (a prefill with taps, verify blocks with tapes, a
+// snapshot) holds no more of MLX's active memory than its price, and at least its caches.
+func TestSessionBytesCoverActiveMemory(t *testing.T) {
+	requireMLX(t)
+	tg := loadFixture(t, fixture{spec: synth.TargetSpec{Family: "qwen3_next", Seed: 33, Layers: 4, Vocab: 96}})
+	const block, steps = 4, 5
+	taps := []int{0, 3}
+	d := ports.MemoryDemand{Positions: len(prompt) + steps*block + block, Rows: len(prompt), Block: block, Speculative: true, TapLayers: len(taps)}
+	base := activeMemory(t, tg)
+	s, err := tg.NewSession(t.Context(), taps)
+	require.NoError(t, err)
+	defer s.Close()
+	_, err = s.Forward(t.Context(), prompt, ports.ForwardOptions{Taps: true})
+	require.NoError(t, err)
+	var snap ports.RecurrentSnapshot
+	for range steps {
+		snap, err = s.Snapshot()
+		require.NoError(t, err)
+		_, err = s.Forward(t.Context(), []ports.Token{1, 2, 3, 4}, ports.ForwardOptions{Taps: true, RecordTape: true})
+		require.NoError(t, err)
+	}
+	held := int64(activeMemory(t, tg) - base)
+	priced := tg.SessionBytes(d)
+	kv := int64(s.Len()) * model.TargetValues(tg.m).KVPerPosition * dtypeBytes(tg.dt)
+	// MLX's allocator may round a small buffer up to a page (16 KiB on Apple silicon): allow that for each
+	// array the session holds (K and V per attention layer; per recurrent layer the state, the tape's S₀ and
+	// four arrays, the snapshot; the taps).
+	arrays := int64(1)
+	for _, k := range tg.m.Arch.Kinds {
+		if k == ports.LayerAttention {
+			arrays += 2
+		} else {
+			arrays += 2 + 2 + 4 + 2
+		}
+	}
+	t.Logf("session holds %d bytes of MLX's active memory (%d of them KV); priced %d, %d arrays", held, kv, priced, arrays)
+	assert.GreaterOrEqual(t, held, kv)
+	assert.LessOrEqual(t, held, priced+arrays*16<<10)
+	require.NotNil(t, snap)
 }
