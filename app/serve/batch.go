@@ -64,7 +64,7 @@ func (s *Serve) newScheduler(l *loaded) error {
 	if err != nil {
 		return err
 	}
-	l.sched, l.budget, l.footprint = sched, budget, footprintFor(l.Engine, l.info)
+	l.sched, l.budget, l.footprint = sched, budget, pricingFor(l.Engine, l.info)
 	return nil
 }
 

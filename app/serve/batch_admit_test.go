@@ -10,15 +10,18 @@ import (
 
 	"github.com/higgs-go/higgs/domain/batch"
 	"github.com/higgs-go/higgs/ports"
+	"github.com/higgs-go/higgs/ports/portfake"
 )
 
-// TestAdmissionWithoutMaxTokensOnDemo: on the demo with a 15 MB budget, a request without max_tokens (as the
-// OpenAI SDKs send by default) is not refused for the whole context it could reach: it reserves its fair
-// share, runs, and ends with "length" at the reserved cap (or stops before it). A prompt that cannot fit at
-// all is refused with a 400 naming the budget flag, not max_tokens.
+// TestAdmissionWithoutMaxTokensOnDemo: on the demo with a 20 MB budget (the CPU backend prices a demo
+// sequence at about 15 MB before its first token: its arena keeps every layer's activations of each pass
+// shape), a request without max_tokens (as the OpenAI SDKs send by default) is not refused for the whole
+// context it could reach: it reserves its fair share, runs, and ends with "length" at the reserved cap (or
+// stops before it). A prompt that cannot fit at all is refused with a 400 naming the budget flag, not
+// max_tokens.
 func TestAdmissionWithoutMaxTokensOnDemo(t *testing.T) {
 	m := loadDemo(t, 0)
-	const budget = 15_000_000
+	const budget = 20_000_000
 	serve, err := NewServe(ServeConfig{BlockSize: 4, MaxConcurrency: 8, QueueSize: 8, MemoryBudget: budget}, zerolog.Nop())
 	require.NoError(t, err)
 	require.NoError(t, serve.SetEngine(EngineFromModels(m)))
@@ -71,8 +74,8 @@ func TestAdmissionWithoutMaxTokensOnDemo(t *testing.T) {
 // raised to the floor, which the budget then caps): 10 prompt tokens, a block of 4, 86 generated tokens; it
 // ends with "length" there.
 func TestAdmissionCapsGenerationWithoutMaxTokens(t *testing.T) {
-	eng, _ := srvEngine(4096, 0, true)
-	eng.Memory = &MemoryFootprint{TargetPerPosition: 1000}
+	eng, tg := srvEngine(4096, 0, true)
+	tg.Price = portfake.Price{PerPosition: 1000}
 	serve, err := NewServe(ServeConfig{BlockSize: 4, MaxConcurrency: 4, QueueSize: 4, MemoryBudget: 100_000}, zerolog.Nop())
 	require.NoError(t, err)
 	require.NoError(t, serve.SetEngine(eng))

@@ -21,6 +21,7 @@ import (
 	"github.com/higgs-go/higgs/adapters/httpapi"
 	oaiapi "github.com/higgs-go/higgs/adapters/openai"
 	"github.com/higgs-go/higgs/ports"
+	"github.com/higgs-go/higgs/ports/portfake"
 )
 
 // batchMetrics records what Serve reports for /metrics.
@@ -128,8 +129,8 @@ func TestE2EConcurrentClientsEqualSolo(t *testing.T) {
 // TestMemoryAdmission: a request whose KV cache and state can never fit the memory budget is refused with a
 // client error naming the limit; one that does not fit now waits for the running one to finish, then runs.
 func TestMemoryAdmission(t *testing.T) {
-	eng, _ := srvEngine(4096, 2*time.Millisecond, true)
-	eng.Memory = &MemoryFootprint{TargetPerPosition: 1000}
+	eng, tg := srvEngine(4096, 2*time.Millisecond, true)
+	tg.Price = portfake.Price{PerPosition: 1000}
 	// 30 prompt tokens + 40 generated + a block of 4: 74 000 bytes; two do not fit in 100 000.
 	serve, err := NewServe(ServeConfig{BlockSize: 4, MaxConcurrency: 4, QueueSize: 4, MemoryBudget: 100_000}, zerolog.Nop())
 	require.NoError(t, err)

@@ -96,23 +96,12 @@ type Engine struct {
 	Name      string
 	// Created is the model card's creation time (Unix seconds).
 	Created int64
-	// Memory is what one sequence holds besides the weights (memory admission); nil: estimated from the
-	// target's ModelInfo.
-	Memory *MemoryFootprint
 }
 
 // EngineFromModels adapts LoadModels' result.
 func EngineFromModels(m *models.Models) Engine {
-	e := Engine{Target: m.Target, Drafter: m.Drafter, Tokenizer: m.Tokenizer, Template: m.Template,
+	return Engine{Target: m.Target, Drafter: m.Drafter, Tokenizer: m.Tokenizer, Template: m.Template,
 		EOS: m.EOS, Name: m.Name, Created: time.Now().Unix()}
-	var taps []int
-	if m.Drafter != nil {
-		taps = m.Drafter.TapLayers()
-	}
-	if f, err := ReadMemoryFootprint(m.TargetDir, m.DrafterDir, taps); err == nil {
-		e.Memory = &f
-	}
-	return e
 }
 
 // loaded is an Engine checked and prepared for serving.
@@ -131,7 +120,7 @@ type loaded struct {
 	// admission's.
 	sched     *batch.Scheduler
 	budget    *batch.Budget
-	footprint MemoryFootprint
+	footprint memoryPricing
 	// constraints compiles requests' output constraints and keeps recent ones' matchers.
 	constraints *constrained.Compiler
 }

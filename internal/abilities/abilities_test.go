@@ -39,6 +39,7 @@ var interfaces = map[string]reflect.Type{
 	"ports.TokenBytes":      reflect.TypeFor[ports.TokenBytes](),
 	"ports.PositionRand":    reflect.TypeFor[ports.PositionRand](),
 	"ports.TokenCounter":    reflect.TypeFor[ports.TokenCounter](),
+	"ports.MemoryPricer":    reflect.TypeFor[ports.MemoryPricer](),
 }
 
 // row is one line of a table: the ability, what it is asked of, and the remaining cells by column name.

@@ -40,6 +40,9 @@ type DrafterConfig struct {
 	// Clock and DraftCost simulate drafting time.
 	Clock     *Clock
 	DraftCost func(bs int) time.Duration
+	// Memory is what SessionBytes charges a speculating sequence's draft session (ports.MemoryPricer);
+	// zero: nothing.
+	Memory Price
 }
 
 // Drafter is the scripted drafter. Safe for concurrent use.

@@ -49,6 +49,8 @@ type Config struct {
 	SnapshotCost time.Duration
 	RestoreCost  time.Duration
 	ReplayCost   func(steps int) time.Duration
+	// Memory is what SessionBytes charges a session (ports.MemoryPricer); zero: nothing.
+	Memory Price
 }
 
 // Model is the toy target model. Safe for concurrent use (it is immutable).

@@ -135,7 +135,12 @@ type Target struct {
 	Opened   atomic.Int64
 	// PanicOn makes the n-th Forward (1-based, over all sessions) panic; 0 never.
 	PanicOn int64
+	// Price is what its sessions claim to hold (memory admission; zero: nothing).
+	Price portfake.Price
 }
+
+// SessionBytes prices a session by t.Price (ports.MemoryPricer).
+func (t *Target) SessionBytes(d ports.MemoryDemand) int64 { return t.Price.SessionBytes(d) }
 
 func (t *Target) NewSession(ctx context.Context, taps []int) (ports.Session, error) {
 	s, err := t.model.NewSession(ctx, taps)
