@@ -65,7 +65,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Backend: models.BackendCPU,
-		Kernels: models.KernelsExact,
+		Kernels: models.KernelsAuto,
 		// Speculation only where it pays: a fixed block on a CPU can run several times slower than plain
 		// decoding (the demo at block 16: 0.32× autoregressive); the policy settles on the best block size,
 		// plain decoding included. --adaptive=false keeps the fixed block.
@@ -99,7 +99,7 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Adaptive, "adaptive", c.Adaptive, "let the adaptive depth policy choose each round's block size")
 	fs.StringVar(&c.Backend, "backend", c.Backend, "compute backend: cpu, mlx or auto")
 	fs.IntVar(&c.Threads, "threads", c.Threads, "CPU worker threads (0: GOMAXPROCS)")
-	fs.StringVar(&c.Kernels, "kernels", c.Kernels, "CPU kernels: exact (the bit-exact reference) or fast (4-bit products with int8 inputs; not bit-identical)")
+	fs.StringVar(&c.Kernels, "kernels", c.Kernels, "CPU kernels: auto (fast where the CPU has AVX2 or better, else exact), exact (the bit-exact reference) or fast (quantized products with int8 inputs; not bit-identical)")
 	fs.StringVar(&c.Host, "host", c.Host, "address to listen on (a wider bind such as 0.0.0.0 must be asked for)")
 	fs.IntVar(&c.Port, "port", c.Port, "TCP port to listen on (0: any free port)")
 	fs.StringVar(&c.APIKey, "api-key", c.APIKey, "require this key on /v1/ routes ('Authorization: Bearer KEY'; the Messages API also takes 'x-api-key: KEY')")

@@ -59,9 +59,11 @@ type ModelConfig struct {
 	Backend string
 	// Threads is the CPU worker count; 0 means GOMAXPROCS.
 	Threads int
-	// Kernels is the CPU backend's kernel mode: "exact" ("" too; the bit-exact reference) or "fast"
+	// Kernels is the CPU backend's kernel mode: "exact" ("" too; the bit-exact reference), "fast"
 	// (kernel.ModeFast: quantized products of every width with int8-quantized inputs, not bit-identical to
-	// exact). Only the cpu backend has modes.
+	// exact) or "auto" (fast where the CPU runs the fast kernels in assembly, AVX2 or better; exact elsewhere,
+	// where the fast kernels' portable form would be slower than the exact mode's assembly). Only the cpu
+	// backend has modes ("auto" is allowed with any backend).
 	Kernels string
 	// Distributed loads rank 0's stage of the model split across processes by MLX distributed (needs
 	// Backend "mlx"; the other ranks run RunWorker).
@@ -76,6 +78,7 @@ const MaxThreads = 1024
 const (
 	KernelsExact = "exact"
 	KernelsFast  = "fast"
+	KernelsAuto  = "auto"
 )
 
 // Validate reports every problem with the configuration at once.
@@ -90,13 +93,13 @@ func (c ModelConfig) Validate() error {
 		errs = append(errs, fmt.Errorf("threads %d must be in [0, %d]", c.Threads, MaxThreads))
 	}
 	switch c.Kernels {
-	case "", KernelsExact:
+	case "", KernelsExact, KernelsAuto:
 	case KernelsFast:
 		if c.Backend == BackendMLX {
 			errs = append(errs, errors.New("kernels fast needs the cpu backend (mlx has no kernel modes)"))
 		}
 	default:
-		errs = append(errs, fmt.Errorf("unknown kernels %q (want exact or fast)", c.Kernels))
+		errs = append(errs, fmt.Errorf("unknown kernels %q (want exact, fast or auto)", c.Kernels))
 	}
 	if c.Distributed && c.Backend != BackendMLX {
 		errs = append(errs, fmt.Errorf("--distributed needs --backend mlx (not %q)", c.Backend))

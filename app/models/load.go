@@ -76,10 +76,7 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 			return d, d.Close, nil
 		}
 	default:
-		mode := kernel.ModeExact
-		if cfg.Kernels == KernelsFast {
-			mode = kernel.ModeFast
-		}
+		mode := cpuKernels(cfg.Kernels, log)
 		t, err := cpu.Load(ctx, targetDir, cpu.LoadOptions{Threads: cfg.Threads, Kernels: mode, Logger: log})
 		if err != nil {
 			return nil, err
@@ -94,7 +91,7 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 		}
 	}
 	progress(1, steps)
-	if backend == BackendCPU && cfg.Kernels == KernelsFast {
+	if backend == BackendCPU && cpuKernels(cfg.Kernels, zerolog.Nop()) == kernel.ModeFast {
 		backend = BackendCPUFast
 	}
 	if err := probeFinite(ctx, target); err != nil {
@@ -183,6 +180,26 @@ func chooseBackend(b string, log zerolog.Logger) (string, error) {
 		return BackendCPU, nil
 	}
 	return "", fmt.Errorf("unknown backend %q (want cpu, mlx or auto)", b)
+}
+
+// cpuKernels is the CPU backend's kernel mode for ModelConfig.Kernels k; for "auto" it logs which mode it
+// picked and why.
+func cpuKernels(k string, log zerolog.Logger) kernel.Mode {
+	switch k {
+	case KernelsFast:
+		return kernel.ModeFast
+	case KernelsAuto:
+		form := kernel.FastForm()
+		if form == "portable" {
+			log.Info().Str("kernels", "exact").Str("fast_form", form).
+				Msg("kernels auto: exact, as this CPU has no AVX2 and the fast kernels would run in portable Go")
+			return kernel.ModeExact
+		}
+		log.Info().Str("kernels", "fast").Str("fast_form", form).
+			Msg("kernels auto: fast (int8-quantized inputs, not bit-identical to exact; --kernels exact for the reference)")
+		return kernel.ModeFast
+	}
+	return kernel.ModeExact
 }
 
 // mlxAvailable reports why the MLX backend cannot run here (nil when it can).

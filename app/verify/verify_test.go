@@ -5,17 +5,20 @@ import (
 	"errors"
 	"math"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/higgs-go/higgs/adapters/cpu/kernel"
 	"github.com/higgs-go/higgs/adapters/mlx"
 	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/app/generation"
 	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/domain/batch"
 	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
@@ -80,6 +83,48 @@ func TestLosslessFastKernels(t *testing.T) {
 				assert.True(t, c.Match, "%+v", c)
 			}
 		})
+	}
+}
+
+// TestLosslessFastKernelsBatched: in the fast mode, generations decoded together in batched rounds (mixed
+// block sizes, plain decoding among them) each give the greedy autoregressive output they give alone.
+func TestLosslessFastKernelsBatched(t *testing.T) {
+	target := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 15, Quant: &quant.Spec{Bits: 4, GroupSize: 32}})
+	drafter := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 19, Taps: []int{1, 3}, Mask: 62})
+	m, err := models.LoadModels(t.Context(), models.ModelConfig{Model: target, Draft: drafter, Threads: 2, Kernels: models.KernelsFast},
+		zerolog.Nop(), nil)
+	require.NoError(t, err)
+	defer m.Close()
+	const n = 16
+	want := make([][]ports.Token, len(testPrompts))
+	for i, p := range testPrompts {
+		r, _, err := runDecoder(t.Context(), m, GenerateOptions{Request: generation.Request{Prompt: p, MaxTokens: n, NoEOS: true}})
+		require.NoError(t, err)
+		want[i] = r.Tokens
+	}
+	sched, err := batch.New(batch.Config{}, SystemClock{}, m.Target, m.Drafter)
+	require.NoError(t, err)
+	type job struct{ prompt, bs int }
+	var jobs []job
+	for i := range testPrompts {
+		for _, bs := range []int{1, 4, 8} {
+			jobs = append(jobs, job{i, bs})
+		}
+	}
+	got := make([][]ports.Token, len(jobs))
+	errs := make([]error, len(jobs))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Go(func() {
+			r, err := decode(t.Context(), m, GenerateOptions{Request: generation.Request{Prompt: testPrompts[j.prompt], MaxTokens: n,
+				NoEOS: true, BlockSize: j.bs}, Speculative: j.bs > 1, Batch: sched, PrefillChunk: 3})
+			got[i], errs[i] = r.Tokens, err
+		})
+	}
+	wg.Wait()
+	for i, j := range jobs {
+		require.NoError(t, errs[i])
+		assert.Equal(t, want[j.prompt], got[i], "prompt %d block %d", j.prompt, j.bs)
 	}
 }
 
@@ -238,6 +283,15 @@ func TestLoadModelsBackends(t *testing.T) {
 	require.NoError(t, err)
 	defer mf.Close()
 	assert.Equal(t, models.BackendCPUFast, mf.Backend)
+	// auto is fast wherever the CPU runs the fast kernels in assembly (AVX2 or better), exact elsewhere.
+	ma, err := models.LoadModels(t.Context(), models.ModelConfig{Model: target, Kernels: models.KernelsAuto}, zerolog.Nop(), nil)
+	require.NoError(t, err)
+	defer ma.Close()
+	if kernel.FastForm() == "portable" {
+		assert.Equal(t, models.BackendCPU, ma.Backend, "no AVX2: the exact kernels")
+	} else {
+		assert.Equal(t, models.BackendCPUFast, ma.Backend, "fast form %s", kernel.FastForm())
+	}
 	_, err = models.LoadModels(t.Context(), models.ModelConfig{Model: target, Kernels: "turbo"}, zerolog.Nop(), nil)
 	require.ErrorContains(t, err, `unknown kernels "turbo"`)
 	_, err = models.LoadModels(t.Context(), models.ModelConfig{Model: target, Backend: models.BackendMLX, Kernels: models.KernelsFast}, zerolog.Nop(), nil)

@@ -39,6 +39,20 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
+// FastForm names the arithmetic ModeFast runs on this CPU: "avx512vnni" (the panel form where a layer fits it,
+// the lane form's VNNI kernels elsewhere), "avx2" (the lane form's AVX2 kernels) or "portable" (the lane
+// form in Go, several times slower than the exact mode's assembly). "avx2" and "portable" give the same bits;
+// "avx512vnni" can differ from them by rounding (see ModeFast).
+func FastForm() string {
+	switch {
+	case useVNNI:
+		return "avx512vnni"
+	case useFastAVX2:
+		return "avx2"
+	}
+	return "portable"
+}
+
 // ParseMode parses "exact" or "fast" ("" means exact).
 func ParseMode(s string) (Mode, error) {
 	switch s {
