@@ -1,5 +1,7 @@
-// Package app holds the use cases (serve, verify) and the wire provider sets that assemble adapters, domain and
-// ports into the two binaries.
+// Package models loads what a generation runs on: LoadModels resolves a ModelConfig's target and drafter
+// (local directories or the local hub cache), picks the backend (CPU or MLX, or MLX split across processes,
+// whose worker ranks run RunWorker), and returns the Models: target, drafter, tokenizer, chat template and EOS
+// ids. Serving (app/serve) and the harness (app/verify) both load through it; it knows neither.
 package models
 
 import (
