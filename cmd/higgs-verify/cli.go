@@ -22,7 +22,7 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// Exit statuses of the VERIFY-CLI contract.
+// Exit statuses of the higgs-verify contract (docs/higgs-verify.md).
 const (
 	exitOK     = 0
 	exitFailed = 1
@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, load mode
 func (c *cli) root() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "higgs-verify",
-		Short:         "Check the higgs engine against references (stable JSON contract: VERIFY-CLI.md)",
+		Short:         "Check the higgs engine against references (stable JSON contract: docs/higgs-verify.md)",
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {

@@ -1,5 +1,5 @@
 // Command higgs-verify checks the engine against references: backend vs backend, speculative vs
-// autoregressive, rollback vs recompute. Its JSON output is a stable contract (see VERIFY-CLI.md).
+// autoregressive, rollback vs recompute. Its JSON output is a stable contract (docs/higgs-verify.md).
 //
 // Exit status: 0 ok, 1 a check failed, 2 bad usage or input (with a one-line reason on stderr).
 package main
