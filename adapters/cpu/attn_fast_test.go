@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/adapters/cpu/kernel/vecmath"
 	"github.com/higgs-go/higgs/adapters/model"
 )
 
@@ -17,7 +17,7 @@ import (
 // blocks longer than the window included — and agrees with it to float32 rounding; cut per query head or per
 // KV head it gives the same bits.
 func TestFastAttentionMatchesExact(t *testing.T) {
-	if !kernel.FastAttention(64) {
+	if !vecmath.FastAttention(64) {
 		t.Skip("no AVX-512 on this CPU: the fast mode keeps the exact attention here")
 	}
 	r := rand.New(rand.NewPCG(81, 82))

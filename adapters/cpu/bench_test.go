@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/adapters/cpu/kernel/vecmath"
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
@@ -94,7 +95,7 @@ func syntheticTarget(format string, threads int) (*Target, int, int) {
 		return &weight{lin: l}
 	}
 	vec := func(v []float32) *weight { return &weight{vec: v} }
-	m := &model.Target[*weight]{Arch: a, Rope: &weight{rope: kernel.NewRope(a.RotaryDims, a.RopeTheta)}}
+	m := &model.Target[*weight]{Arch: a, Rope: &weight{rope: vecmath.NewRope(a.RotaryDims, a.RopeTheta)}}
 	m.Embed = lw(a.Vocab, a.Hidden)
 	m.LMHead = m.Embed
 	m.FinalNorm = vec(ones(a.Hidden))

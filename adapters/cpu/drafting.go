@@ -43,7 +43,7 @@ func (o ops) Softcap(x act, c float32) act {
 }
 
 // TopK keeps each row's k best in a small sorted list (k is 1 for a greedy draft, 16 for published
-// selectors); NaNs are skipped, as kernel.Argmax does.
+// selectors); NaNs are skipped, as vecmath.Argmax does.
 func (o ops) TopK(x act, k int) ([]ports.Token, []float32) {
 	ids := make([]ports.Token, 0, x.t*k)
 	vals := make([]float32, 0, x.t*k)

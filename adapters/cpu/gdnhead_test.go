@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/adapters/cpu/kernel/vecmath"
 )
 
 // headRowByRow is the fast recurrence as one row after another, each row stepping through the block on
@@ -32,7 +32,7 @@ func headRowByRow(j *gdnJob, h int) {
 			}
 			vi := Y[t*C+2*Dk+h*dv+i]
 			var di float32
-			o[(t*Hv+h)*dv+i], di = kernel.GDNStepFast(Si, from, khat, qhat, a, b, vi)
+			o[(t*Hv+h)*dv+i], di = vecmath.GDNStepFast(Si, from, khat, qhat, a, b, vi)
 			if delta != nil {
 				delta[(t*Hv+h)*dv+i] = di
 			}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/adapters/cpu/kernel/vecmath"
 	"github.com/higgs-go/higgs/adapters/cpu/weights"
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/model"
@@ -96,5 +97,5 @@ func (l *loader) Stack(parts []*weight) (*weight, error) {
 }
 
 func (l *loader) Rope(r model.Rope) (*weight, error) {
-	return &weight{rope: kernel.NewRopeFreqs(r.Scaling.Frequencies(r.Dims, r.Base, r.MaxPositions))}, nil
+	return &weight{rope: vecmath.NewRopeFreqs(r.Scaling.Frequencies(r.Dims, r.Base, r.MaxPositions))}, nil
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/adapters/cpu/kernel/vecmath"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -34,7 +35,7 @@ type weight struct {
 	experts []*kernel.Linear
 	vec     []float32
 	taps    []float32 // a conv's taps transposed, [k][channels] (Conv), for the vectorized convolution
-	rope    *kernel.Rope
+	rope    *vecmath.Rope
 }
 
 // ops computes on the deterministic kernels. Every output element is computed by one goroutine in a fixed
@@ -70,27 +71,27 @@ func (o ops) Linear(w *weight, x act) act {
 
 func (o ops) Norm(x act, w *weight, eps float32) act {
 	out := o.out(len(x.v))
-	kernel.RMSNorm(out, x.v, w.vec, eps)
+	vecmath.RMSNorm(out, x.v, w.vec, eps)
 	return act{out, x.t}
 }
 
 func (o ops) Add(x, y act) act {
 	out := o.out(len(x.v))
 	copy(out, x.v)
-	kernel.Add(out, y.v)
+	vecmath.Add(out, y.v)
 	return act{out, x.t}
 }
 
 func (o ops) Gate(x, g act, a model.Act) act {
 	out := o.out(len(x.v))
-	f := kernel.Sigmoid
+	f := vecmath.Sigmoid
 	if a == model.SiLU {
-		f = kernel.SiLU
+		f = vecmath.SiLU
 	}
 	if o.pool.Mode() == kernel.ModeFast {
-		f = kernel.SigmoidFast
+		f = vecmath.SigmoidFast
 		if a == model.SiLU {
-			f = kernel.SiLUFast
+			f = vecmath.SiLUFast
 		}
 	}
 	if g.width() == 1 && x.width() != 1 {
@@ -107,10 +108,10 @@ func (o ops) Gate(x, g act, a model.Act) act {
 		// The fast mode's vectorized float32 activations (elementwise, so rows stay independent).
 		o.pool.For(len(out), 4096, func(lo, hi int) {
 			if a == model.SiLU {
-				kernel.SwiGLUFast(out[lo:hi], g.v[lo:hi], x.v[lo:hi])
+				vecmath.SwiGLUFast(out[lo:hi], g.v[lo:hi], x.v[lo:hi])
 				return
 			}
-			kernel.SigmoidFastInto(out[lo:hi], g.v[lo:hi])
+			vecmath.SigmoidFastInto(out[lo:hi], g.v[lo:hi])
 			for j := lo; j < hi; j++ {
 				out[j] = x.v[j] * out[j]
 			}
@@ -185,7 +186,7 @@ func (o ops) Join(xs ...act) act {
 func (o ops) Scale(x act, s float32) act {
 	out := o.out(len(x.v))
 	copy(out, x.v)
-	kernel.Scale(out, s)
+	vecmath.Scale(out, s)
 	return act{out, x.t}
 }
 
@@ -206,7 +207,7 @@ func (o ops) Experts(m *model.MoE[*weight], x act, K int, normTopK bool) act {
 	order := make([]int, E)
 	for t := range T {
 		p := probs[t*E : (t+1)*E]
-		kernel.Softmax(p)
+		vecmath.Softmax(p)
 		for e := range order {
 			order[e] = e
 		}
@@ -249,7 +250,7 @@ func (o ops) Experts(m *model.MoE[*weight], x act, K int, normTopK bool) act {
 	for t := range T {
 		row := out[t*H : (t+1)*H]
 		for j := range K {
-			kernel.AddScaled(row, slotOut[(t*K+j)*H:(t*K+j+1)*H], tmp, wts[t*K+j])
+			vecmath.AddScaled(row, slotOut[(t*K+j)*H:(t*K+j+1)*H], tmp, wts[t*K+j])
 		}
 	}
 	return act{out, T}

@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/adapters/cpu/kernel/vecmath"
 	"github.com/higgs-go/higgs/adapters/model"
 )
 
@@ -47,7 +48,7 @@ type pass struct {
 var _ model.State[act, *weight] = (*pass)(nil)
 
 // rotate applies RoPE to each head of x's rows, row r at position pos+r (a copy: arguments stay unwritten).
-func rotate(mem *arena, x act, rope *kernel.Rope, d, pos int) []float32 {
+func rotate(mem *arena, x act, rope *vecmath.Rope, d, pos int) []float32 {
 	out := mem.get(len(x.v))
 	copy(out, x.v)
 	heads := x.width() / d
@@ -97,7 +98,7 @@ type attnJob struct {
 	group             int
 	scale             float32
 	rows              int
-	// fast runs the fast mode's attention kernels (kernel.FastAttention) over unitHeads query heads of one KV
+	// fast runs the fast mode's attention kernels (vecmath.FastAttention) over unitHeads query heads of one KV
 	// head at a time: the whole group, or 1 when there are fewer (row, KV head) pairs than workers (decoding
 	// with few KV heads on many cores). Each output's bits are the same either way. The exact mode's unit is
 	// one (row, head): unitHeads 1.
@@ -148,20 +149,20 @@ func (j *attnJob) headsFast(i, h0, nh int, scores []float32) {
 	q := j.qr[(i*j.Hq+h0)*d : (i*j.Hq+h0+nh)*d]
 	sc := scores[:nh*nv]
 	if nc > 0 {
-		kernel.AttnScores(sc, nv, q, nh, c.k[first*kvw+g*d:], kvw, nc, d, j.scale)
+		vecmath.AttnScores(sc, nv, q, nh, c.k[first*kvw+g*d:], kvw, nc, d, j.scale)
 	}
 	if nb > 0 {
-		kernel.AttnScores(sc[nc:], nv, q, nh, j.kr[blo*kvw+g*d:], kvw, nb, d, j.scale)
+		vecmath.AttnScores(sc[nc:], nv, q, nh, j.kr[blo*kvw+g*d:], kvw, nb, d, j.scale)
 	}
 	for h := range nh {
-		kernel.SoftmaxFast(sc[h*nv : (h+1)*nv])
+		vecmath.SoftmaxFast(sc[h*nv : (h+1)*nv])
 	}
 	o := j.out[(i*j.Hq+h0)*d : (i*j.Hq+h0+nh)*d]
 	if nc > 0 {
-		kernel.AttnValues(o, sc, nv, nh, c.v[first*kvw+g*d:], kvw, nc, d)
+		vecmath.AttnValues(o, sc, nv, nh, c.v[first*kvw+g*d:], kvw, nc, d)
 	}
 	if nb > 0 {
-		kernel.AttnValues(o, sc[nc:], nv, nh, j.v[blo*kvw+g*d:], kvw, nb, d)
+		vecmath.AttnValues(o, sc[nc:], nv, nh, j.v[blo*kvw+g*d:], kvw, nb, d)
 	}
 }
 
@@ -178,7 +179,7 @@ func (p *pass) attend(layer int, q, k, v act, a model.Attend[*weight], out []flo
 	j.n = len(c.k) / j.kvw // cached positions, all before the block
 	j.group = j.Hq / Hkv
 	j.rows = q.t
-	j.fast = p.pool.Mode() == kernel.ModeFast && kernel.FastAttention(d)
+	j.fast = p.pool.Mode() == kernel.ModeFast && vecmath.FastAttention(d)
 	j.unitHeads = 1
 	if j.fast && j.rows*Hkv >= p.pool.Threads() {
 		j.unitHeads = j.group
@@ -206,23 +207,23 @@ func (j *attnJob) head(idx int, scores, tmp []float32) {
 	}
 	sc := scores[:0]
 	for jj := first; jj < j.n; jj++ {
-		sc = append(sc, kernel.Dot(qh, c.k[jj*kvw+g*d:jj*kvw+g*d+d])*j.scale)
+		sc = append(sc, vecmath.Dot(qh, c.k[jj*kvw+g*d:jj*kvw+g*d+d])*j.scale)
 	}
 	for jj := range j.bs {
 		if !hidden(i, jj) {
-			sc = append(sc, kernel.Dot(qh, j.kr[jj*kvw+g*d:jj*kvw+g*d+d])*j.scale)
+			sc = append(sc, vecmath.Dot(qh, j.kr[jj*kvw+g*d:jj*kvw+g*d+d])*j.scale)
 		}
 	}
-	kernel.Softmax(sc)
+	vecmath.Softmax(sc)
 	oh := j.out[idx*d : (idx+1)*d]
 	s := 0
 	for jj := first; jj < j.n; jj++ {
-		kernel.AddScaled(oh, c.v[jj*kvw+g*d:jj*kvw+g*d+d], tmp, sc[s])
+		vecmath.AddScaled(oh, c.v[jj*kvw+g*d:jj*kvw+g*d+d], tmp, sc[s])
 		s++
 	}
 	for jj := range j.bs {
 		if !hidden(i, jj) {
-			kernel.AddScaled(oh, j.v[jj*kvw+g*d:jj*kvw+g*d+d], tmp, sc[s])
+			vecmath.AddScaled(oh, j.v[jj*kvw+g*d:jj*kvw+g*d+d], tmp, sc[s])
 			s++
 		}
 	}
@@ -321,18 +322,18 @@ func (j *gdnJob) conv(lo, hi int) {
 		y := Y[t*C+lo : t*C+hi]
 		clear(y)
 		for jj := range Kc {
-			kernel.MulAdd(y, taps[jj*C+lo:jj*C+hi], X[(t+jj)*C+lo:(t+jj)*C+hi], tmp)
+			vecmath.MulAdd(y, taps[jj*C+lo:jj*C+hi], X[(t+jj)*C+lo:(t+jj)*C+hi], tmp)
 		}
 		if !fast {
 			for i, v := range y {
-				y[i] = kernel.SiLU(v)
+				y[i] = vecmath.SiLU(v)
 			}
 		}
 	}
 	if fast {
 		// The fast mode's vectorized SiLU over the chunk's channels (elementwise: the same bits per row).
 		for t := range T {
-			kernel.SiLUFastInto(Y[t*C+lo:t*C+hi], Y[t*C+lo:t*C+hi])
+			vecmath.SiLUFastInto(Y[t*C+lo:t*C+hi], Y[t*C+lo:t*C+hi])
 		}
 	}
 }
@@ -345,16 +346,16 @@ func (j *gdnJob) gates() {
 	qs := float32(1 / math.Sqrt(float64(dk)))
 	for t := range T {
 		for g := range Hk {
-			kernel.L2Normalize(Y[t*C+g*dk:t*C+(g+1)*dk], 1e-6, qs)
-			kernel.L2Normalize(Y[t*C+Dk+g*dk:t*C+Dk+(g+1)*dk], 1e-6, 1)
+			vecmath.L2Normalize(Y[t*C+g*dk:t*C+(g+1)*dk], 1e-6, qs)
+			vecmath.L2Normalize(Y[t*C+Dk+g*dk:t*C+Dk+(g+1)*dk], 1e-6, 1)
 		}
 	}
 	negA, dtBias := j.w.NegA.vec, j.w.DtBias.vec
 	for t := range T {
 		for h := range Hv {
 			i := t*Hv + h
-			j.beta[i] = kernel.Sigmoid(j.b.v[i])
-			g := negA[h] * kernel.Softplus(j.araw.v[i]+dtBias[h])
+			j.beta[i] = vecmath.Sigmoid(j.b.v[i])
+			g := negA[h] * vecmath.Softplus(j.araw.v[i]+dtBias[h])
 			j.alpha[i] = float32(math.Exp(float64(g)))
 		}
 	}
@@ -392,10 +393,10 @@ func (j *gdnJob) head(h int, tmp []float32) {
 			}
 			i := i0
 			if fast {
-				// Four rows per call (kernel.GDNStep4Fast: GDNStepFast's bits).
+				// Four rows per call (vecmath.GDNStep4Fast: GDNStepFast's bits).
 				for ; i+4 <= end; i += 4 {
 					v0 := t*C + 2*Dk + h*dv + i
-					r := kernel.GDNStep4Fast(S[i*dk:], from[i*dk:], khat, qhat, dk, dk, a, b, Y[v0:v0+4])
+					r := vecmath.GDNStep4Fast(S[i*dk:], from[i*dk:], khat, qhat, dk, dk, a, b, Y[v0:v0+4])
 					oi := (t*Hv+h)*dv + i
 					copy(o[oi:oi+4], r[:4])
 					if delta != nil {
@@ -409,13 +410,13 @@ func (j *gdnJob) head(h int, tmp []float32) {
 				var di float32
 				if fast {
 					// One vectorized pass per step (the fast mode's dot order; the same state updates).
-					o[(t*Hv+h)*dv+i], di = kernel.GDNStepFast(Si, Fi, khat, qhat, a, b, vi)
+					o[(t*Hv+h)*dv+i], di = vecmath.GDNStepFast(Si, Fi, khat, qhat, a, b, vi)
 				} else {
 					decay(Si, Fi, a)
-					mem := kernel.Dot(Si, khat)
+					mem := vecmath.Dot(Si, khat)
 					di = b * (vi - mem)
-					kernel.AddScaled(Si, khat, tmp, di)
-					o[(t*Hv+h)*dv+i] = kernel.Dot(Si, qhat)
+					vecmath.AddScaled(Si, khat, tmp, di)
+					o[(t*Hv+h)*dv+i] = vecmath.Dot(Si, qhat)
 				}
 				if delta != nil {
 					delta[(t*Hv+h)*dv+i] = di
@@ -428,14 +429,14 @@ func (j *gdnJob) head(h int, tmp []float32) {
 // decay sets S = α·S0 (one rounding per element). S may alias S0. Shared by the forward pass and tape replay so
 // both run the same float operations.
 func decay(S, S0 []float32, alpha float32) {
-	kernel.ScaleInto(S, S0, alpha)
+	vecmath.ScaleInto(S, S0, alpha)
 }
 
 // rank1 adds δ ⊗ k̂ to S [dv, dk]: each product is rounded before the add (never a fused multiply-add).
 func rank1(S, delta, khat, tmp []float32) {
 	dk := len(khat)
 	for i, di := range delta {
-		kernel.AddScaled(S[i*dk:(i+1)*dk], khat, tmp, di)
+		vecmath.AddScaled(S[i*dk:(i+1)*dk], khat, tmp, di)
 	}
 }
 

@@ -1,5 +1,7 @@
-// Package kernel holds the deterministic CPU kernels of the pure-Go reference backend: matrix products against
-// f32, bf16 and MLX affine-quantized weights, RMSNorm, RoPE, softmax and the small element-wise functions.
+// Package kernel holds the deterministic matrix products of the pure-Go reference backend: Linear, against
+// f32, bf16 and MLX affine-quantized weights, in both kernel modes, and the Pool its loops run on (a
+// workers.Pool with the kernel mode). The vector and row operations (RMSNorm, RoPE, softmax, the activations,
+// the fast mode's float32 arithmetic, its Gated DeltaNet step and attention kernels) are package vecmath's.
 //
 // Determinism contract: every output element is computed by exactly one goroutine with a reduction order that
 // depends only on the operand lengths, never on the number of rows in the call, on how rows are tiled or
@@ -34,14 +36,13 @@
 // products (every width) with inputs quantized to int8 per block of 32 and integer dot products, R input
 // rows × W weight rows per kernel call so each step of codes is decoded once for up to 8 rows: AVX512-VNNI
 // (gen_fast.py generates fast_amd64.s) or, without VNNI, AVX2 (VPMADDUBSW on nibble-split codes, up to 4
-// rows; gen_fast_avx2.py generates fast_avx2_amd64.s). The fast mode also has its own float32 SiLU and
-// sigmoid (fastmath.go) and Gated DeltaNet step (fast_gdn.go), vectorized with AVX2. It is not
-// bit-identical to the reference, but it keeps the same contract within itself (independent of rows, worker
-// count and CPU: the portable Go paths in fastref.go, fastmath.go and fast_gdn.go give the kernels' bits).
+// rows; gen_fast_avx2.py generates fast_avx2_amd64.s). The fast mode's float32 SiLU, sigmoid and Gated
+// DeltaNet step are vecmath's (SiLUFast, GDNStepFast). It is not bit-identical to the reference, but it keeps
+// the same contract within itself (independent of rows, worker count and CPU: the portable Go path in
+// fastref.go gives the kernels' bits).
 //
 // Quantized products use y_r = Σ_g (s_rg·Σ_{j∈g} q_rj x_j + b_rg·Σ_{j∈g} x_j) on the packed codes; no matrix is
-// ever dequantized as a whole. Element-wise helpers only use operations that round each element once (mul,
-// add), so vectorised and scalar forms agree bit for bit.
+// ever dequantized as a whole.
 //
 // It is exported (rather than internal) so the DFlash drafter package can share the Linear type, the kernels
 // and the worker pool with the target.

@@ -22,9 +22,9 @@ const (
 	// Go path give the same bits); each form's kernels are tested bit for bit against its Go form, so a machine
 	// gives the same bits run after run, but a VNNI machine and an AVX2 one can differ by rounding. f32 and
 	// bf16 weights run the exact kernels. On CPUs with AVX-512 the CPU backend's fast mode also runs attention
-	// through kernels of its own (attn.go) and the Gated DeltaNet step with wider vectors (the same bits as
-	// AVX2's). Pools in this mode also select the fast activations (SiLUFast, SigmoidFast) and Gated DeltaNet
-	// step (GDNStepFast) in the CPU backend.
+	// through kernels of its own (vecmath.AttnScores, AttnValues) and the Gated DeltaNet step with wider vectors
+	// (the same bits as AVX2's). Pools in this mode also select the fast activations (vecmath.SiLUFast,
+	// SigmoidFast) and Gated DeltaNet step (vecmath.GDNStepFast) in the CPU backend.
 	ModeFast
 )
 

@@ -108,20 +108,6 @@ func fastQ8R2AVX2(a *fastArgs2)
 //go:noescape
 func fastQ8R4AVX2(a *fastArgs2)
 
-// The fast-mode activations over n floats (a positive multiple of 8); see fastmath.go.
-
-//go:noescape
-func siluFastAVX2(dst, x *float32, n int)
-
-//go:noescape
-func sigmoidFastAVX2(dst, x *float32, n int)
-
-//go:noescape
-func expFastAVX2(dst, x *float32, n int)
-
-//go:noescape
-func swigluFastAVX2(dst, gate, up *float32, n int)
-
 // quantizeFastQ4AVX2 and quantizeFastQ8AVX2 are quantizeFastGo (nibble and byte form) on AVX2; arguments as
 // quantizeFastQ4AVX512's.
 
@@ -130,23 +116,3 @@ func quantizeFastQ4AVX2(dst *byte, stride int, xs, x *float32, groups, gs int)
 
 //go:noescape
 func quantizeFastQ8AVX2(dst *byte, stride int, xs, x *float32, groups, gs int)
-
-// gdnStepAVX512 and gdnStepAVX2 are GDNStepFast for n a positive multiple of 32; out gets o and d.
-//
-//go:noescape
-func gdnStepAVX512(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32)
-
-//go:noescape
-func gdnStepAVX2(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32)
-
-// gdnStep4AVX512 is gdnStepAVX512 on four rows side by side (gen_gdn.py): rows r < 4 at S + r·stride and
-// src + r·stride, v[r]; out[r] gets row r's o, out[4+r] its δ.
-//
-//go:noescape
-func gdnStep4AVX512(S, src, k, q *float32, n, stride int, alpha, beta float32, v *float32, out *[8]float32)
-
-// gdnStep2AVX2 is gdnStepAVX2 on two rows side by side (gen_gdn.py): rows r < 2 at S + r·stride and
-// src + r·stride, v[r]; out[r] gets row r's o, out[2+r] its δ.
-//
-//go:noescape
-func gdnStep2AVX2(S, src, k, q *float32, n, stride int, alpha, beta float32, v *float32, out *[4]float32)

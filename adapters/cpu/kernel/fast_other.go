@@ -21,21 +21,8 @@ func fastQ8R1AVX2(a *fastArgs2) { noAVX2() }
 func fastQ8R2AVX2(a *fastArgs2) { noAVX2() }
 func fastQ8R4AVX2(a *fastArgs2) { noAVX2() }
 
-func siluFastAVX2(dst, x *float32, n int)                                      { noAVX2() }
-func sigmoidFastAVX2(dst, x *float32, n int)                                   { noAVX2() }
-func expFastAVX2(dst, x *float32, n int)                                       { noAVX2() }
-func swigluFastAVX2(dst, gate, up *float32, n int)                             { noAVX2() }
 func quantizeFastQ4AVX2(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
 func quantizeFastQ8AVX2(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
-
-func gdnStepAVX2(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32)   { noAVX2() }
-func gdnStepAVX512(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32) { noAVX2() }
-func gdnStep4AVX512(S, src, k, q *float32, n, stride int, alpha, beta float32, v *float32, out *[8]float32) {
-	noAVX2()
-}
-func gdnStep2AVX2(S, src, k, q *float32, n, stride int, alpha, beta float32, v *float32, out *[4]float32) {
-	noAVX2()
-}
 
 // panelKernels is never called without VNNI (usePanelAsm is false).
 var panelKernels [2][5]func(a *panelArgs)

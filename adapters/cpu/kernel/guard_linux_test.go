@@ -125,39 +125,3 @@ func TestFastKernelsStayInBounds(t *testing.T) {
 		}
 	}
 }
-
-// The fast Gated DeltaNet steps (one row; four, on the AVX-512 kernel and on the AVX2 one) read and write only
-// their rows, k, q and v: everything placed against inaccessible pages, the bits as the portable step's.
-func TestGDNStepsStayInBounds(t *testing.T) {
-	if !useAVX2 {
-		t.Skip("no AVX2 on this CPU: the steps run in Go")
-	}
-	r := rand.New(rand.NewPCG(9, 10))
-	for _, tail := range []bool{true, false} {
-		for _, n := range []int{32, 64, 256} {
-			src0, k0, q0, v0 := randVec(r, 4*n, 1), randVec(r, n, 0.1), randVec(r, n, 0.1), randVec(r, 4, 0.5)
-			want := make([]float32, 4*n)
-			var wantOut [8]float32
-			s2, s5 := useAVX2, useAVX512
-			useAVX2, useAVX512 = false, false
-			for row := range 4 {
-				wantOut[row], wantOut[4+row] = GDNStepFast(want[row*n:(row+1)*n], src0[row*n:(row+1)*n], k0, q0, 0.9, 0.6, v0[row])
-			}
-			useAVX2, useAVX512 = s2, s5
-			src, k, q, v := guardedF32(t, src0, tail), guardedF32(t, k0, tail), guardedF32(t, q0, tail), guardedF32(t, v0, tail)
-			for _, avx512 := range []bool{true, false} {
-				useAVX512 = avx512 && s5
-				S := guardedF32(t, make([]float32, 4*n), tail)
-				out := GDNStep4Fast(S, src, k, q, n, n, 0.9, 0.6, v)
-				useAVX512 = s5
-				assertBits(t, want, S, "four rows, n %d tail %v avx512 %v", n, tail, avx512)
-				assertBits(t, wantOut[:], out[:], "four rows' o and δ, n %d tail %v avx512 %v", n, tail, avx512)
-			}
-			S1 := guardedF32(t, make([]float32, n), tail)
-			o, d := GDNStepFast(S1, src[3*n:], k, q, 0.9, 0.6, v0[3])
-			assertBits(t, want[3*n:], S1, "one row, n %d tail %v", n, tail)
-			assertBits(t, wantOut[3:4], []float32{o}, "one row's o")
-			assertBits(t, wantOut[7:8], []float32{d}, "one row's δ")
-		}
-	}
-}

@@ -149,14 +149,6 @@ func (l *Linear) Row(dst []float32, r int) {
 	}
 }
 
-// Dot is vek32.Dot that accepts empty vectors. Its reduction order depends only on len(a).
-func Dot(a, b []float32) float32 {
-	if len(a) == 0 {
-		return 0
-	}
-	return vek32.Dot(a, b[:len(a)])
-}
-
 var scratchPool = sync.Pool{New: func() any { return new([]float32) }}
 
 func getScratch(n int) *[]float32 {

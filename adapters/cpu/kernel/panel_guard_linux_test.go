@@ -50,34 +50,3 @@ func TestPanelKernelsStayInBounds(t *testing.T) {
 		}
 	}
 }
-
-// The attention kernels on keys, values, queries, scores and outputs placed against inaccessible pages give
-// their Go form's bits.
-func TestAttnKernelsStayInBounds(t *testing.T) {
-	if !useAVX512 {
-		t.Skip("no AVX-512 on this CPU: the attention kernels do not run here")
-	}
-	r := rand.New(rand.NewPCG(73, 74))
-	for _, tail := range []bool{true, false} {
-		for _, d := range []int{16, 64, 256} {
-			for _, nq := range []int{1, 3} {
-				for _, n := range []int{1, 5} {
-					stride := d + 16
-					kv := (n-1)*stride + d
-					k, v := guardedF32(t, randVec(r, kv, 1), tail), guardedF32(t, randVec(r, kv, 1), tail)
-					q := guardedF32(t, randVec(r, nq*d, 1), tail)
-					want := make([]float32, nq*n)
-					attnScoresGo(want, n, q, nq, k, stride, n, d, 0.5)
-					got := guardedF32(t, make([]float32, nq*n), tail)
-					AttnScores(got, n, q, nq, k, stride, n, d, 0.5)
-					assertBits(t, want, got, "scores tail %v d %d nq %d n %d", tail, d, nq, n)
-					wo := make([]float32, nq*d)
-					attnValuesGo(wo, want, n, nq, v, stride, n, d)
-					o := guardedF32(t, make([]float32, nq*d), tail)
-					AttnValues(o, got, n, nq, v, stride, n, d)
-					assertBits(t, wo, o, "values tail %v d %d nq %d n %d", tail, d, nq, n)
-				}
-			}
-		}
-	}
-}

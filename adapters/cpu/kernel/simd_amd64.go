@@ -231,16 +231,3 @@ func dotQ6Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *flo
 
 //go:noescape
 func dotQ8Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int)
-
-// addScaledAVX2 is AddScaled's loop for n floats (a multiple of 8): dst[j] + float32(a·x[j]).
-//
-//go:noescape
-func addScaledAVX2(dst, x *float32, a float32, n int)
-
-// The fast mode's attention kernels (gen_attn.py; attn.go).
-
-//go:noescape
-func attnScoresAVX512(s *float32, lds int, q *float32, nq int, k *float32, kstride, n, d int, scale float32)
-
-//go:noescape
-func attnValuesAVX512(o, s *float32, lds, nq int, v *float32, vstride, n, d int)

@@ -156,10 +156,3 @@ func dotQ6Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *flo
 func dotQ8Rows16x2G128AVX512(codes *byte, next int, xp, scales, biases, xsT *float32, nextS, groups int, state, dst *float32, ldd, nout, nrows int) {
 	noAVX2()
 }
-
-func addScaledAVX2(dst, x *float32, a float32, n int) { noAVX2() }
-
-func attnScoresAVX512(s *float32, lds int, q *float32, nq int, k *float32, kstride, n, d int, scale float32) {
-	noAVX2()
-}
-func attnValuesAVX512(o, s *float32, lds, nq int, v *float32, vstride, n, d int) { noAVX2() }

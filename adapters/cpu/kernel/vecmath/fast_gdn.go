@@ -1,4 +1,4 @@
-package kernel
+package vecmath
 
 // GDNStepFast is one state row's step of the Gated DeltaNet recurrence in the fast mode: S = α·src
 // (elementwise, as ScaleInto), the memory read m = S·k, the innovation δ = β·(v − m), the update

@@ -1,4 +1,4 @@
-package kernel
+package workers
 
 import (
 	"runtime"
@@ -31,7 +31,7 @@ func coverOnce(p *Pool, n, grain int) bool {
 // a chunk, find the helpers busy and use fresh goroutines. Every call still covers its range exactly once.
 func TestPoolHelpers(t *testing.T) {
 	for _, threads := range []int{2, 3, 9} {
-		p := NewPool(threads)
+		p := New(threads)
 		for i := range 200 {
 			require.True(t, coverOnce(p, 1+i%37, 1), "threads %d call %d", threads, i)
 		}
@@ -70,7 +70,7 @@ func TestPoolHelpersExit(t *testing.T) {
 	}
 	time.Sleep(20 * time.Millisecond)
 	before := runtime.NumGoroutine()
-	p := NewPool(4)
+	p := New(4)
 	require.True(t, coverOnce(p, 100, 1))
 	assert.LessOrEqual(t, settle(before), before)
 	// A pool whose helpers have exited starts new ones.

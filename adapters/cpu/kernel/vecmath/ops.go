@@ -1,4 +1,4 @@
-package kernel
+package vecmath
 
 import (
 	"math"
@@ -17,6 +17,14 @@ func RMSNorm(dst, x, w []float32, eps float32) {
 			dr[j] = w[j] * float32(v*inv)
 		}
 	}
+}
+
+// Dot is vek32.Dot that accepts empty vectors. Its reduction order depends only on len(a).
+func Dot(a, b []float32) float32 {
+	if len(a) == 0 {
+		return 0
+	}
+	return vek32.Dot(a, b[:len(a)])
 }
 
 func rmsInv(x []float32, eps float32) float32 {
@@ -88,29 +96,6 @@ func SwiGLU(dst, gate, up []float32) {
 	for j, g := range gate[:len(dst)] {
 		dst[j] = SiLU(g) * up[j]
 	}
-}
-
-// SwiGLU is SwiGLU split between the pool's workers (the float64 exp per element is costly for verify
-// blocks), SwiGLUFast in ModeFast; every element is computed alone, so the bits do not depend on the split.
-func (p *Pool) SwiGLU(dst, gate, up []float32) {
-	f := SwiGLU
-	if p.Mode() == ModeFast {
-		f = SwiGLUFast
-	}
-	p.For(len(dst), 4096, func(lo, hi int) { f(dst[lo:hi], gate[lo:hi], up[lo:hi]) })
-}
-
-// GatedRMSNorm is GatedRMSNorm with rows split between the pool's workers (rows are independent); in
-// ModeFast, GatedRMSNormFast.
-func (p *Pool) GatedRMSNorm(dst, x, z, w []float32, eps float32) {
-	n := len(w)
-	f := GatedRMSNorm
-	if p.Mode() == ModeFast {
-		f = GatedRMSNormFast
-	}
-	p.For(len(x)/n, max(1, 4096/n), func(lo, hi int) {
-		f(dst[lo*n:hi*n], x[lo*n:hi*n], z[lo*n:hi*n], w, eps)
-	})
 }
 
 // GatedRMSNormFast is GatedRMSNorm with SiLUFast for SiLU: dst = w ⊙ x̂ ⊙ silu(z), each element's operations

@@ -1,4 +1,4 @@
-package kernel
+package vecmath
 
 import (
 	"fmt"
@@ -83,7 +83,7 @@ func SoftmaxFast(x []float32) {
 	}
 	vek32.SubNumber_Inplace(x, m)
 	j := 0
-	if useFastAVX2 && len(x) >= 8 {
+	if useAVX2 && len(x) >= 8 {
 		j = len(x) &^ 7
 		expFastAVX2(&x[0], &x[0], j)
 	}
@@ -117,4 +117,15 @@ func attnValuesGo(o, s []float32, lds, nq int, v []float32, vstride, n, d int) {
 			}
 		}
 	}
+}
+
+// tree16 sums 16 lanes by halving: (i, i+8), (i, i+4), (i, i+2), then lanes 0 and 1 (the order of the
+// matrix kernels' fast-mode lanes, kernel's tree16).
+func tree16(v *[16]float32) float32 {
+	for n := 8; n >= 1; n /= 2 {
+		for i := range n {
+			v[i] += v[i+n]
+		}
+	}
+	return v[0]
 }

@@ -1,0 +1,83 @@
+package vecmath
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func randVec(r *rand.Rand, n int, scale float32) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = (r.Float32()*2 - 1) * scale
+	}
+	return v
+}
+
+func assertBits(t *testing.T, want, got []float32, msg string, args ...any) {
+	t.Helper()
+	require.Equal(t, len(want), len(got))
+	for i := range want {
+		if math.Float32bits(want[i]) != math.Float32bits(got[i]) {
+			t.Fatalf("%s: element %d differs: %v vs %v", fmt.Sprintf(msg, args...), i, want[i], got[i])
+		}
+	}
+}
+
+func TestNormsAndActivations(t *testing.T) {
+	r := rand.New(rand.NewPCG(9, 10))
+	x := randVec(r, 3*16, 2)
+	w := randVec(r, 16, 1)
+	got := make([]float32, len(x))
+	RMSNorm(got, x, w, 1e-6)
+	for row := range 3 {
+		var ss float64
+		for _, v := range x[row*16 : (row+1)*16] {
+			ss += float64(v) * float64(v)
+		}
+		inv := 1 / math.Sqrt(ss/16+1e-6)
+		for j := range 16 {
+			assert.InDelta(t, float64(w[j])*float64(x[row*16+j])*inv, float64(got[row*16+j]), 1e-5)
+		}
+	}
+	assert.InDelta(t, math.Log1p(math.Exp(3)), float64(Softplus(3)), 1e-6)
+	assert.InDelta(t, 100.0, float64(Softplus(100)), 1e-6)
+	assert.InDelta(t, 0.0, float64(Softplus(-100)), 1e-6)
+	assert.InDelta(t, 2/(1+math.Exp(-2)), float64(SiLU(2)), 1e-6)
+
+	s := []float32{1, 2, 3, 3}
+	Softmax(s)
+	var sum float64
+	for _, v := range s {
+		sum += float64(v)
+	}
+	assert.InDelta(t, 1, sum, 1e-6)
+	assert.Equal(t, s[2], s[3])
+	assert.Equal(t, 2, Argmax([]float32{1, 2, 5, 5, float32(math.NaN())}))
+	assert.Equal(t, -1, Argmax(nil))
+
+	v := []float32{3, 4}
+	L2Normalize(v, 0, 2)
+	assert.InDeltaSlice(t, []float64{1.2, 1.6}, []float64{float64(v[0]), float64(v[1])}, 1e-6)
+}
+
+func TestRopePartial(t *testing.T) {
+	const d, rdims, pos = 8, 4, 7
+	rp := NewRope(rdims, 10000)
+	x := []float32{1, 2, 3, 4, 5, 6, 7, 8}
+	cos, sin := make([]float32, rdims/2), make([]float32, rdims/2)
+	rp.Table(cos, sin, pos)
+	got := append([]float32(nil), x...)
+	rp.Apply(got, cos, sin)
+	for i := range rdims / 2 {
+		th := float64(pos) * math.Pow(10000, -float64(2*i)/rdims)
+		a, b := float64(x[i]), float64(x[i+rdims/2])
+		assert.InDelta(t, a*math.Cos(th)-b*math.Sin(th), float64(got[i]), 1e-5)
+		assert.InDelta(t, b*math.Cos(th)+a*math.Sin(th), float64(got[i+rdims/2]), 1e-5)
+	}
+	assert.Equal(t, x[rdims:], got[rdims:d], "dims past r pass through")
+}

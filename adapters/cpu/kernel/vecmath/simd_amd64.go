@@ -1,0 +1,59 @@
+//go:build amd64 && !purego
+
+package vecmath
+
+import "golang.org/x/sys/cpu"
+
+// useAVX2 selects the assembly loops (AVX2 + FMA). Tests flip it to cover the portable path.
+var useAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasFMA
+
+// useAVX512 selects the AVX-512 (F, VL, BW) kernels: the attention kernels and the wider Gated DeltaNet steps
+// (the same bits as AVX2's).
+var useAVX512 = useAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BW
+
+// addScaledAVX2 is AddScaled's loop for n floats (a multiple of 8): dst[j] + float32(a·x[j]).
+//
+//go:noescape
+func addScaledAVX2(dst, x *float32, a float32, n int)
+
+// The fast mode's attention kernels (gen_attn.py; attn.go).
+
+//go:noescape
+func attnScoresAVX512(s *float32, lds int, q *float32, nq int, k *float32, kstride, n, d int, scale float32)
+
+//go:noescape
+func attnValuesAVX512(o, s *float32, lds, nq int, v *float32, vstride, n, d int)
+
+// The fast-mode activations over n floats (a positive multiple of 8); see fastmath.go.
+
+//go:noescape
+func siluFastAVX2(dst, x *float32, n int)
+
+//go:noescape
+func sigmoidFastAVX2(dst, x *float32, n int)
+
+//go:noescape
+func expFastAVX2(dst, x *float32, n int)
+
+//go:noescape
+func swigluFastAVX2(dst, gate, up *float32, n int)
+
+// gdnStepAVX512 and gdnStepAVX2 are GDNStepFast for n a positive multiple of 32; out gets o and d.
+//
+//go:noescape
+func gdnStepAVX512(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32)
+
+//go:noescape
+func gdnStepAVX2(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32)
+
+// gdnStep4AVX512 is gdnStepAVX512 on four rows side by side (gen_gdn.py): rows r < 4 at S + r·stride and
+// src + r·stride, v[r]; out[r] gets row r's o, out[4+r] its δ.
+//
+//go:noescape
+func gdnStep4AVX512(S, src, k, q *float32, n, stride int, alpha, beta float32, v *float32, out *[8]float32)
+
+// gdnStep2AVX2 is gdnStepAVX2 on two rows side by side (gen_gdn.py): rows r < 2 at S + r·stride and
+// src + r·stride, v[r]; out[r] gets row r's o, out[2+r] its δ.
+//
+//go:noescape
+func gdnStep2AVX2(S, src, k, q *float32, n, stride int, alpha, beta float32, v *float32, out *[4]float32)

@@ -1,0 +1,246 @@
+// Package workers is the fixed-partition worker pool the CPU kernels split their loops over: a loop's
+// partition depends only on its length, its grain and the worker count, never on which goroutine runs a chunk,
+// so the kernels' results do not depend on the worker count.
+package workers
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Pool splits loops over output rows between a fixed number of goroutines. The partition of [0,n) depends only
+// on n, the grain and the worker count, and callers compute each output element inside exactly one chunk, so
+// results never depend on the worker count or on which goroutine runs a chunk. A Pool is safe for concurrent use.
+//
+// Handing a chunk to a fresh goroutine is slow on small machines: `go` puts it in the spawning P's runnext slot,
+// which other Ps steal only after sleeping, so on the 2-core development VM a second chunk of up to tens of
+// microseconds ran only after the first had finished (measured: a 2-chunk For of 2 × 27 µs took 56 µs). A Pool
+// therefore keeps one helper goroutine per extra worker that, after a call, polls (yielding the P) for the next
+// one for helperLinger, then exits; a decode step's stream of products keeps them hot, and an idle Pool holds no
+// goroutines. When no helper is waiting, the caller starts one and yields its P so the helper starts at once.
+// The caller and the helpers claim chunks (several per worker) as they go, and a caller waiting for a helper's
+// last chunk blocks after a short poll, so a core taken by another process slows a call down instead of
+// stalling it.
+type Pool struct {
+	threads int
+	// busy is held by the For call that owns the helpers; concurrent (or nested) calls fall back to fresh
+	// goroutines, one chunk per worker.
+	busy    sync.Mutex
+	helpers []helper
+	work    work
+}
+
+// helperLinger is how long an idle helper polls for its next chunk before exiting.
+const helperLinger = 200 * time.Microsecond
+
+// helper is one persistent worker slot. t is the slot's chunk, rewritten only by the For call holding busy
+// after the previous chunk is done.
+type helper struct {
+	job   atomic.Pointer[task]
+	alive atomic.Bool
+	t     task
+	_     [64]byte // keep slots on separate cache lines
+}
+
+// task hands a helper the current call's work; done is set when the helper has run out of chunks, right after
+// it puts a token in wake (buffered, drained by the caller after every call).
+type task struct {
+	w    *work
+	done atomic.Bool
+	wake chan struct{}
+}
+
+// New returns a pool of the given number of workers; threads ≤ 0 means runtime.GOMAXPROCS(0).
+func New(threads int) *Pool {
+	if threads <= 0 {
+		threads = runtime.GOMAXPROCS(0)
+	}
+	return &Pool{threads: threads, helpers: make([]helper, threads-1)}
+}
+
+// Threads returns the number of workers.
+func (p *Pool) Threads() int {
+	if p == nil {
+		return 1
+	}
+	return p.threads
+}
+
+// chunksPerWorker is how many chunks For makes per worker (when grain allows): workers claim chunks as they
+// go, so a worker whose core is taken by another process leaves its share to the others instead of holding up
+// the call. Which goroutine runs a chunk never changes a result (each element is computed inside one chunk).
+const chunksPerWorker = 4
+
+// For calls fn on disjoint chunks [lo,hi) covering [0,n). grain is the smallest chunk worth a goroutine (≥ 1).
+// The partition depends only on n, grain and the worker count; the caller and the helpers claim chunks in
+// order until none is left. A nil pool runs serially.
+func (p *Pool) For(n, grain int, fn func(lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	if grain < 1 {
+		grain = 1
+	}
+	workers := p.Threads()
+	maxChunks := (n + grain - 1) / grain
+	if workers > maxChunks {
+		workers = maxChunks
+	}
+	if workers <= 1 {
+		fn(0, n)
+		return
+	}
+	chunks := min(maxChunks, workers*chunksPerWorker)
+	chunk := (n + chunks - 1) / chunks
+	if !p.busy.TryLock() {
+		p.forSpawn(n, (n+workers-1)/workers, fn)
+		return
+	}
+	defer p.busy.Unlock()
+	w := &p.work
+	w.fn, w.n, w.chunk = fn, n, chunk
+	w.next.Store(0)
+	started := false
+	for i := range workers - 1 {
+		h := &p.helpers[i]
+		h.t.w = w
+		h.t.done.Store(false)
+		if h.t.wake == nil {
+			h.t.wake = make(chan struct{}, 1)
+		}
+		h.job.Store(&h.t)
+		if h.alive.CompareAndSwap(false, true) {
+			go h.run()
+			started = true
+		}
+	}
+	if started {
+		// The new helpers sit in this P's runnext slot; yielding runs them here while another P takes the caller.
+		runtime.Gosched()
+	}
+	w.run()
+	for i := range workers - 1 {
+		h := &p.helpers[i]
+		// A helper that has not taken its job yet never will need to: withdraw it instead of waiting.
+		if !h.job.CompareAndSwap(&h.t, nil) {
+			h.t.wait()
+		}
+		h.t.w = nil
+	}
+	w.fn = nil // do not keep the caller's closure alive
+}
+
+// work is one For call's chunks, claimed in order by the caller and the helpers.
+type work struct {
+	fn       func(lo, hi int)
+	n, chunk int
+	next     atomic.Int64
+}
+
+// run claims and runs chunks until none is left.
+func (w *work) run() {
+	for {
+		lo := int(w.next.Add(1)-1) * w.chunk
+		if lo >= w.n {
+			return
+		}
+		w.fn(lo, min(lo+w.chunk, w.n))
+	}
+}
+
+// forSpawn is For with fresh goroutines, for calls that find the helpers in use.
+func (p *Pool) forSpawn(n, chunk int, fn func(lo, hi int)) {
+	var wg sync.WaitGroup
+	for lo := chunk; lo < n; lo += chunk {
+		hi := min(lo+chunk, n)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(lo, hi)
+		}()
+	}
+	runtime.Gosched()
+	fn(0, min(chunk, n))
+	wg.Wait()
+}
+
+// run executes the slot's chunks until none arrives for helperLinger. A chunk posted while it decides to exit
+// is either seen by its final check (it stays) or finds alive false and starts a new helper.
+func (h *helper) run() {
+	idle := time.Now()
+	for spins := 0; ; spins++ {
+		if t := h.job.Swap(nil); t != nil {
+			t.w.run()
+			select {
+			case t.wake <- struct{}{}:
+			default:
+			}
+			t.done.Store(true)
+			idle, spins = time.Now(), 0
+			continue
+		}
+		if h.job.Load() == nil && pollForJob(&h.job) {
+			continue
+		}
+		if spins%64 == 63 && time.Since(idle) > helperLinger {
+			h.alive.Store(false)
+			if h.job.Load() == nil || !h.alive.CompareAndSwap(false, true) {
+				return
+			}
+			idle = time.Now()
+		}
+		runtime.Gosched()
+	}
+}
+
+// waitSpin is how long a caller polls for a helper's last chunk before blocking. Chunks are short, so on a
+// quiet machine the poll ends first; when another process has taken the helper's core, blocking lets the OS
+// run the helper on this one instead of spending the time slice polling.
+const waitSpin = 50 * time.Microsecond
+
+// wait returns once the helper has finished the task, then drains its wake token.
+func (t *task) wait() {
+	start := time.Now()
+	for !t.done.Load() {
+		if pollFor(&t.done) {
+			break
+		}
+		if time.Since(start) > waitSpin {
+			<-t.wake
+			for !t.done.Load() {
+				// The token is sent just before done is set; yield in case the helper was preempted in between
+				// (with more workers than Ps it may need this P to finish).
+				runtime.Gosched()
+			}
+			return
+		}
+		runtime.Gosched()
+	}
+	<-t.wake // sent before done was set
+}
+
+// pollSpins is how many times a waiting goroutine re-reads a flag before yielding its P (yielding costs about
+// a microsecond of latency; reading keeps it to the cache line transfer).
+const pollSpins = 200
+
+// pollFor reads f up to pollSpins times and reports whether it became true.
+func pollFor(f *atomic.Bool) bool {
+	for range pollSpins {
+		if f.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// pollForJob reads j up to pollSpins times and reports whether a job arrived.
+func pollForJob(j *atomic.Pointer[task]) bool {
+	for range pollSpins {
+		if j.Load() != nil {
+			return true
+		}
+	}
+	return false
+}
