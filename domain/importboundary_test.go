@@ -6,9 +6,10 @@
 // its exports and the wire protocol (adapters/mlx/internal/ring), which knows no backend; the two HTTP APIs
 // are siblings too (adapters/openai and adapters/anthropic import nothing from each other, tests included),
 // and the plumbing they share (adapters/httpapi) knows neither; the test-support checkpoint writers
-// (internal/testmodel) are imported by _test.go files only; in app, the generation pipeline (app/generation)
-// sits on the domain and its adapters alone, and serving (app/serve) and the harness (app/verify) each run it
-// without importing each other or the wiring above them.
+// (internal/testmodel) are imported by _test.go files only; the CPU kernels' sub-packages (vector ops, worker
+// pool, machine limits) are leaves below adapters/cpu/kernel, importing none of it; in app, the generation
+// pipeline (app/generation) sits on the domain and its adapters alone, and serving (app/serve) and the harness
+// (app/verify) each run it without importing each other or the wiring above them.
 package domain_test
 
 import (
@@ -67,6 +68,13 @@ var rules = []rule{
 	}},
 	{tree: "adapters/mlx/internal/ring", allowed: func(p string, test bool) bool {
 		return test || p == module+"/adapters/mlx/internal/mlxc" || p == module+"/adapters/model" || p == module+"/ports"
+	}},
+	// The CPU kernels' sub-packages are leaves below kernel (so kernel can import them): the vector ops and the
+	// worker pool import no higgs package, the machine limits only the pool; tests included.
+	{tree: "adapters/cpu/kernel/vecmath", allowed: func(p string, _ bool) bool { return !within(p, module) }},
+	{tree: "adapters/cpu/kernel/workers", allowed: func(p string, _ bool) bool { return !within(p, module) }},
+	{tree: "adapters/cpu/kernel/machine", allowed: func(p string, _ bool) bool {
+		return !within(p, module) || p == module+"/adapters/cpu/kernel/workers"
 	}},
 	{tree: "adapters/model", allowed: func(p string, _ bool) bool {
 		return !within(p, module+"/adapters/cpu") && !within(p, module+"/adapters/mlx")
@@ -174,41 +182,46 @@ func TestImportBoundary(t *testing.T) {
 func TestImportBoundaryDetectsViolations(t *testing.T) {
 	root := t.TempDir()
 	files := map[string]string{
-		"domain/speculative/ok.go":          `package speculative; import ("context"; "github.com/higgs-go/higgs/ports")`,
-		"domain/speculative/bad.go":         `package speculative; import "github.com/rs/zerolog"`,
-		"domain/speculative/adapter.go":     `package speculative; import "github.com/higgs-go/higgs/adapters/cpu"`,
-		"domain/speculative/x_test.go":      `package speculative; import ("github.com/stretchr/testify/require"; "github.com/higgs-go/higgs/ports/portfake")`,
-		"domain/speculative/fake.go":        `package speculative; import "github.com/higgs-go/higgs/ports/portfake"`,
-		"ports/target.go":                   `package ports; import ("context"; "errors")`,
-		"ports/bad.go":                      `package ports; import "github.com/higgs-go/higgs/domain/speculative"`,
-		"ports/portfake/fake.go":            `package portfake; import ("math/rand/v2"; "github.com/higgs-go/higgs/ports")`,
-		"ports/porttest/suite.go":           `package porttest; import "github.com/stretchr/testify/require"`,
-		"ports/porttest/bad.go":             `package porttest; import "github.com/higgs-go/higgs/adapters/cpu"`,
-		"adapters/openai/ok.go":             `package openai; import "github.com/higgs-go/higgs/ports"`,
-		"adapters/openai/bad_test.go":       `package openai; import "github.com/higgs-go/higgs/domain/speculative"`,
-		"adapters/cpu/bad.go":               `package cpu; import "github.com/higgs-go/higgs/adapters/mlx"`,
-		"adapters/mlx/bad.go":               `package mlx; import "github.com/higgs-go/higgs/adapters/cpu"`,
-		"adapters/mlx/oracle_test.go":       `package mlx; import "github.com/higgs-go/higgs/adapters/cpu"`,
-		"adapters/model/bad.go":             `package model; import "github.com/higgs-go/higgs/adapters/cpu"`,
-		"adapters/cpu/app.go":               `package cpu; import "github.com/higgs-go/higgs/app"`,
-		"app/fixture.go":                    `package app; import "github.com/higgs-go/higgs/internal/testmodel"`,
-		"app/fixture_test.go":               `package app; import "github.com/higgs-go/higgs/internal/testmodel"`,
-		"adapters/cpu/x_test.go":            `package cpu; import "github.com/higgs-go/higgs/internal/testmodel"`,
-		"adapters/mlx/pipeline/ok.go":       `package pipeline; import ("github.com/higgs-go/higgs/adapters/mlx"; "github.com/higgs-go/higgs/adapters/mlx/internal/ring")`,
-		"adapters/mlx/pipeline/bad.go":      `package pipeline; import "github.com/higgs-go/higgs/adapters/safetensors"`,
-		"adapters/mlx/internal/ring/bad.go": `package ring; import "github.com/higgs-go/higgs/adapters/mlx"`,
-		"adapters/openai/ok_test.go":        `package openai; import "github.com/higgs-go/higgs/adapters/httpapi"`,
-		"adapters/anthropic/x_test.go":      `package anthropic; import "github.com/higgs-go/higgs/adapters/openai"`,
-		"adapters/openai/anthropic.go":      `package openai; import "github.com/higgs-go/higgs/adapters/anthropic"`,
-		"adapters/httpapi/bad.go":           `package httpapi; import "github.com/higgs-go/higgs/adapters/openai"`,
-		"app/generation/ok.go":              `package generation; import ("github.com/higgs-go/higgs/domain/speculative"; "github.com/higgs-go/higgs/adapters/constrained")`,
-		"app/generation/bad.go":             `package generation; import "github.com/higgs-go/higgs/adapters/cpu"`,
-		"app/generation/serve.go":           `package generation; import "github.com/higgs-go/higgs/app/serve"`,
-		"app/serve/ok.go":                   `package serve; import ("github.com/higgs-go/higgs/app/generation"; "github.com/higgs-go/higgs/app/models")`,
-		"app/serve/bad.go":                  `package serve; import "github.com/higgs-go/higgs/app/verify"`,
-		"app/verify/bad.go":                 `package verify; import "github.com/higgs-go/higgs/app/serve"`,
-		"app/verify/wiring.go":              `package verify; import "github.com/higgs-go/higgs/app"`,
-		"app/models/bad.go":                 `package models; import "github.com/higgs-go/higgs/app/generation"`,
+		"domain/speculative/ok.go":              `package speculative; import ("context"; "github.com/higgs-go/higgs/ports")`,
+		"domain/speculative/bad.go":             `package speculative; import "github.com/rs/zerolog"`,
+		"domain/speculative/adapter.go":         `package speculative; import "github.com/higgs-go/higgs/adapters/cpu"`,
+		"domain/speculative/x_test.go":          `package speculative; import ("github.com/stretchr/testify/require"; "github.com/higgs-go/higgs/ports/portfake")`,
+		"domain/speculative/fake.go":            `package speculative; import "github.com/higgs-go/higgs/ports/portfake"`,
+		"ports/target.go":                       `package ports; import ("context"; "errors")`,
+		"ports/bad.go":                          `package ports; import "github.com/higgs-go/higgs/domain/speculative"`,
+		"ports/portfake/fake.go":                `package portfake; import ("math/rand/v2"; "github.com/higgs-go/higgs/ports")`,
+		"ports/porttest/suite.go":               `package porttest; import "github.com/stretchr/testify/require"`,
+		"ports/porttest/bad.go":                 `package porttest; import "github.com/higgs-go/higgs/adapters/cpu"`,
+		"adapters/openai/ok.go":                 `package openai; import "github.com/higgs-go/higgs/ports"`,
+		"adapters/openai/bad_test.go":           `package openai; import "github.com/higgs-go/higgs/domain/speculative"`,
+		"adapters/cpu/bad.go":                   `package cpu; import "github.com/higgs-go/higgs/adapters/mlx"`,
+		"adapters/mlx/bad.go":                   `package mlx; import "github.com/higgs-go/higgs/adapters/cpu"`,
+		"adapters/mlx/oracle_test.go":           `package mlx; import "github.com/higgs-go/higgs/adapters/cpu"`,
+		"adapters/model/bad.go":                 `package model; import "github.com/higgs-go/higgs/adapters/cpu"`,
+		"adapters/cpu/app.go":                   `package cpu; import "github.com/higgs-go/higgs/app"`,
+		"app/fixture.go":                        `package app; import "github.com/higgs-go/higgs/internal/testmodel"`,
+		"app/fixture_test.go":                   `package app; import "github.com/higgs-go/higgs/internal/testmodel"`,
+		"adapters/cpu/x_test.go":                `package cpu; import "github.com/higgs-go/higgs/internal/testmodel"`,
+		"adapters/mlx/pipeline/ok.go":           `package pipeline; import ("github.com/higgs-go/higgs/adapters/mlx"; "github.com/higgs-go/higgs/adapters/mlx/internal/ring")`,
+		"adapters/mlx/pipeline/bad.go":          `package pipeline; import "github.com/higgs-go/higgs/adapters/safetensors"`,
+		"adapters/mlx/internal/ring/bad.go":     `package ring; import "github.com/higgs-go/higgs/adapters/mlx"`,
+		"adapters/openai/ok_test.go":            `package openai; import "github.com/higgs-go/higgs/adapters/httpapi"`,
+		"adapters/anthropic/x_test.go":          `package anthropic; import "github.com/higgs-go/higgs/adapters/openai"`,
+		"adapters/openai/anthropic.go":          `package openai; import "github.com/higgs-go/higgs/adapters/anthropic"`,
+		"adapters/httpapi/bad.go":               `package httpapi; import "github.com/higgs-go/higgs/adapters/openai"`,
+		"app/generation/ok.go":                  `package generation; import ("github.com/higgs-go/higgs/domain/speculative"; "github.com/higgs-go/higgs/adapters/constrained")`,
+		"app/generation/bad.go":                 `package generation; import "github.com/higgs-go/higgs/adapters/cpu"`,
+		"app/generation/serve.go":               `package generation; import "github.com/higgs-go/higgs/app/serve"`,
+		"app/serve/ok.go":                       `package serve; import ("github.com/higgs-go/higgs/app/generation"; "github.com/higgs-go/higgs/app/models")`,
+		"app/serve/bad.go":                      `package serve; import "github.com/higgs-go/higgs/app/verify"`,
+		"app/verify/bad.go":                     `package verify; import "github.com/higgs-go/higgs/app/serve"`,
+		"app/verify/wiring.go":                  `package verify; import "github.com/higgs-go/higgs/app"`,
+		"app/models/bad.go":                     `package models; import "github.com/higgs-go/higgs/app/generation"`,
+		"adapters/cpu/kernel/ok.go":             `package kernel; import "github.com/higgs-go/higgs/adapters/cpu/kernel/vecmath"`,
+		"adapters/cpu/kernel/vecmath/bad.go":    `package vecmath; import "github.com/higgs-go/higgs/adapters/cpu/kernel"`,
+		"adapters/cpu/kernel/workers/x_test.go": `package workers; import "github.com/higgs-go/higgs/adapters/cpu/kernel/vecmath"`,
+		"adapters/cpu/kernel/machine/ok.go":     `package machine; import "github.com/higgs-go/higgs/adapters/cpu/kernel/workers"`,
+		"adapters/cpu/kernel/machine/bad.go":    `package machine; import "github.com/higgs-go/higgs/adapters/cpu/kernel"`,
 	}
 	for name, src := range files {
 		p := filepath.Join(root, filepath.FromSlash(name))
@@ -240,5 +253,8 @@ func TestImportBoundaryDetectsViolations(t *testing.T) {
 		"adapters/anthropic/x_test.go imports github.com/higgs-go/higgs/adapters/openai",
 		"adapters/openai/anthropic.go imports github.com/higgs-go/higgs/adapters/anthropic",
 		"adapters/httpapi/bad.go imports github.com/higgs-go/higgs/adapters/openai",
+		"adapters/cpu/kernel/vecmath/bad.go imports github.com/higgs-go/higgs/adapters/cpu/kernel",
+		"adapters/cpu/kernel/workers/x_test.go imports github.com/higgs-go/higgs/adapters/cpu/kernel/vecmath",
+		"adapters/cpu/kernel/machine/bad.go imports github.com/higgs-go/higgs/adapters/cpu/kernel",
 	}, v)
 }

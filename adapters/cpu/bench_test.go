@@ -7,7 +7,9 @@ import (
 	"testing"
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/adapters/cpu/kernel/machine"
 	"github.com/higgs-go/higgs/adapters/cpu/kernel/vecmath"
+	"github.com/higgs-go/higgs/adapters/cpu/kernel/workers"
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
@@ -129,14 +131,14 @@ func syntheticTarget(format string, threads int) (*Target, int, int) {
 // and a 512-token prefill, on the synthetic ~100M hybrid in f32, bf16 and 4-bit. Each iteration restores the prefix state first
 // (a ~1.6 MB copy, negligible next to the weights). GB/s is the weight bytes a step reads per second and %bw
 // that against the machine's read bandwidth; GFLOP/s counts 2·params per token and %peak is that against the
-// f32 FMA peak (both limits measured once at the start of the run, kernel.MeasureLimits).
+// f32 FMA peak (both limits measured once at the start of the run, machine.MeasureLimits).
 //
 //	go test -run '^$' -bench Target -benchtime 10x ./adapters/cpu
 func BenchmarkTarget(b *testing.B) {
 	if testing.Short() {
 		b.Skip("builds a 100M-parameter model")
 	}
-	lim := kernel.MeasureLimits(kernel.NewPool(0), 512<<20, 5)
+	lim := machine.MeasureLimits(workers.New(0), 512<<20, 5)
 	for _, format := range []string{"f32", "bf16", "q4"} {
 		tg, params, wbytes := syntheticTarget(format, 0)
 		prefix := make([]ports.Token, 64)

@@ -8,22 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// BenchmarkLimits reports the measured ceilings themselves.
-//
-//	go test -run '^$' -bench Limits ./adapters/cpu/kernel
-func BenchmarkLimits(b *testing.B) {
-	if testing.Short() {
-		b.Skip("allocates 512 MiB")
-	}
-	var lim Limits
-	for b.Loop() {
-		lim = MeasureLimits(NewPool(0), 512<<20, 3)
-	}
-	b.ReportMetric(lim.ReadGBs, "readGB/s")
-	b.ReportMetric(lim.PeakGFlops, "peakGFLOP/s")
-}
+	"github.com/higgs-go/higgs/adapters/cpu/kernel/machine"
+)
 
 // benchLinears builds f32, bf16, q4 and q8 Linears of one shape.
 func benchLinears(r *rand.Rand, out, in int) map[string]*Linear {
@@ -91,10 +78,10 @@ func BenchmarkLinear(b *testing.B) {
 						mid := time.Now()
 						p.For(p.Threads(), 1, func(lo, hi int) {
 							for i := lo; i < hi; i++ {
-								sums[i] = FMAPeak(burst)
+								sums[i] = machine.FMAPeak(burst)
 							}
 						})
-						peak := float64(p.Threads()) * burst * FMAPeakFlops / time.Since(mid).Seconds()
+						peak := float64(p.Threads()) * burst * machine.FMAPeakFlops / time.Since(mid).Seconds()
 						secs, ratios = append(secs, sec), append(ratios, flops/sec/peak)
 					}
 					sec := median(secs)
@@ -198,15 +185,15 @@ func (s *sideLimits) run() (bw, peak float64) {
 	n, w := len(s.buf), s.pool.Threads()
 	chunk := (n/w + 63) &^ 63
 	start := time.Now()
-	s.pool.For(n, chunk, func(lo, hi int) { s.sums[lo/chunk] = StreamSum(s.buf[lo:hi]) })
+	s.pool.For(n, chunk, func(lo, hi int) { s.sums[lo/chunk] = machine.StreamSum(s.buf[lo:hi]) })
 	mid := time.Now()
 	s.pool.For(w, 1, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			s.sums[i] = FMAPeak(s.peakIters)
+			s.sums[i] = machine.FMAPeak(s.peakIters)
 		}
 	})
 	bw = float64(4*n) / mid.Sub(start).Seconds() / 1e9
-	peak = float64(w) * float64(s.peakIters) * FMAPeakFlops / time.Since(mid).Seconds() / 1e9
+	peak = float64(w) * float64(s.peakIters) * machine.FMAPeakFlops / time.Since(mid).Seconds() / 1e9
 	return bw, peak
 }
 

@@ -63,14 +63,6 @@ func dotCodesRowAVX2(codes, x, scales *float32, groups, gs int) float32
 //go:noescape
 func dotCodesRow2AVX2(codes, x0, x1, scales *float32, groups, gs int, out *float32)
 
-// streamSumAVX2 sums n floats (n a multiple of 64) with loads only; see StreamSum.
-//
-//go:noescape
-func streamSumAVX2(p *float32, n int) float32
-
-// fmaPeakAVX2 runs iters iterations of 12 independent 8-lane FMAs; see FMAPeak.
-func fmaPeakAVX2(iters int) float32
-
 // useAVX512 selects the multi-row tiles that use AVX-512 (F, VL, BW): 32 registers and 16-lane vectors that
 // hold two 8-lane chains side by side.
 // They run the same per-element operations as the AVX2 one-row kernels, so the bits do not change with it.

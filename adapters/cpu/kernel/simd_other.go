@@ -26,8 +26,6 @@ func dotCodesRowAVX2(codes, x, scales *float32, groups, gs int) float32 { noAVX2
 func dotCodesRow2AVX2(codes, x0, x1, scales *float32, groups, gs int, out *float32) {
 	noAVX2()
 }
-func streamSumAVX2(p *float32, n int) float32 { noAVX2(); return 0 }
-func fmaPeakAVX2(iters int) float32           { noAVX2(); return 0 }
 
 var useAVX512 = false
 

@@ -1,12 +1,15 @@
-package kernel
+// Package machine measures a machine's limits for benchmarks: the figures the CPU kernels are judged against
+// (decode products against read bandwidth, multi-row products against f32 FMA peak). It is a package, not a
+// _test file, so the kernels' benchmarks and the backend's model benchmarks report the same ratios.
+package machine
 
-import "time"
+import (
+	"time"
+
+	"github.com/higgs-go/higgs/adapters/cpu/kernel/workers"
+)
 
 func nanotime() int64 { return time.Now().UnixNano() }
-
-// Machine limits for benchmarks: the figures the kernels are judged against (decode products against read
-// bandwidth, multi-row products against f32 FMA peak). They live in the package, not in a _test file, so the
-// backend's model benchmarks can report the same ratios.
 
 // StreamSum reads every element of buf once and returns their sum. With buf much larger than the caches and
 // one call per worker, its speed is the machine's practical read bandwidth.
@@ -68,7 +71,7 @@ type Limits struct {
 // MeasureLimits measures Limits with p's workers, taking the best of reps runs of each (the machine may be
 // shared; the best run is the closest to the hardware). It allocates and touches bufBytes of memory (use at
 // least 8× the last-level cache) and is meant for benchmarks only.
-func MeasureLimits(p *Pool, bufBytes int, reps int) Limits {
+func MeasureLimits(p *workers.Pool, bufBytes int, reps int) Limits {
 	n := bufBytes / 4
 	buf := make([]float32, n)
 	for i := range buf {
