@@ -8,8 +8,6 @@ import (
 
 var _ model.DraftBackend[act, *weight] = ops{}
 
-func (g *graph) tanh(a arr) arr { return g.un("tanh", mlxc.Tanh, a) }
-
 // GroupConv builds the convolution on a [T, G, H/G] view: per tap the block shifted down by the tap (zero
 // rows on top), times the base kernel broadcast over rows, plus times the per-row, per-group dynamic
 // kernel, added in the order the CPU reference adds them.

@@ -515,3 +515,43 @@ func (g *graph) readI32(a arr) []int32 {
 	}
 	return mlxc.Int32s(p, n)
 }
+
+// softplus is max(x,0) + log1p(exp(−|x|)) (the stable form).
+func (g *graph) softplus(x arr) arr {
+	return g.add(g.maximum(x, g.scalar(0)), g.log1p(g.exp(g.neg(g.abs(x)))))
+}
+
+// l2norm divides by sqrt(Σx² + eps) over the last axis.
+func (g *graph) l2norm(x arr, eps float32) arr {
+	return g.div(x, g.sqrt(g.add(g.sum(g.square(x), -1, true), g.scalar(eps))))
+}
+
+// row returns x[t:t+1] of x [T, dims...] (x itself when T is 1).
+func (g *graph) row(x arr, t, T int, dims ...int) arr {
+	if T == 1 {
+		return x
+	}
+	start, stop := make([]int, len(dims)+1), append([]int{t + 1}, dims...)
+	start[0] = t
+	return g.slice(x, start, stop)
+}
+
+func (g *graph) tanh(a arr) arr { return g.un("tanh", mlxc.Tanh, a) }
+
+// send and recv are MLX distributed's point-to-point ops on the CPU stream (the only one implementing them).
+func (g *graph) send(x arr, dst int, grp mlxc.Group) arr {
+	if g.err != nil {
+		return 0
+	}
+	var r arr
+	return g.done("distributed_send", mlxc.DistributedSend(&r, x, int32(dst), grp, g.rt.CPUStream()), r)
+}
+
+func (g *graph) recv(dt mlxc.Dtype, src int, grp mlxc.Group, shape ...int) arr {
+	if g.err != nil {
+		return 0
+	}
+	sh := i32s(shape)
+	var r arr
+	return g.done("distributed_recv", mlxc.DistributedRecv(&r, &sh[0], uintptr(len(sh)), dt, int32(src), grp, g.rt.CPUStream()), r)
+}

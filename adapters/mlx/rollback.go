@@ -131,19 +131,10 @@ func (s *Session) freeState(h arr) {
 
 var _ ports.RecurrentSnapshot = (*Snapshot)(nil)
 
-// Tape is a block's recurrent record (see ports.Tape); valid until the session's next Forward.
-type Tape struct {
-	model.TapeHeader
-	sess   *Session
-	layers []*gdnTape
-}
-
-var _ ports.Tape = (*Tape)(nil)
-
-// free releases the tape's arrays, including S₀/cs₀ unless the session still uses them as its state.
-func (tp *Tape) free() {
+// freeTape releases the tape's arrays, including S₀/cs₀ unless the session still uses them as its state.
+func freeTape(tp *Tape) {
 	live := map[arr]bool{}
-	for _, h := range tp.sess.st.handles() {
+	for _, h := range tp.sess.(*Session).st.handles() {
 		live[h] = true
 	}
 	for _, l := range tp.layers {

@@ -439,7 +439,7 @@ func (s *Session) dropLast() {
 		s.taped.a, s.taped = 0, nil
 	}
 	if s.lastTap != nil {
-		s.lastTap.free()
+		freeTape(s.lastTap)
 		s.lastTap = nil
 	}
 }

@@ -97,24 +97,6 @@ func (t *Target) WeightBytes() int64 { return t.weightBytes }
 // Err is the error that broke the pipeline (wrapping pipeline.ErrRankLost), or nil.
 func (t *Target) Err() error { return t.rt.Err() }
 
-// send and recv are MLX distributed's point-to-point ops on the CPU stream (the only one implementing them).
-func (g *graph) send(x arr, dst int, grp mlxc.Group) arr {
-	if g.err != nil {
-		return 0
-	}
-	var r arr
-	return g.done("distributed_send", mlxc.DistributedSend(&r, x, int32(dst), grp, g.rt.CPUStream()), r)
-}
-
-func (g *graph) recv(dt mlxc.Dtype, src int, grp mlxc.Group, shape ...int) arr {
-	if g.err != nil {
-		return 0
-	}
-	sh := i32s(shape)
-	var r arr
-	return g.done("distributed_recv", mlxc.DistributedRecv(&r, &sh[0], uintptr(len(sh)), dt, int32(src), grp, g.rt.CPUStream()), r)
-}
-
 // broadcast sends a control message from rank 0 down the ring (a no-op when not distributed or on a
 // worker, which passes messages on in its loop).
 func (s *Session) broadcast(c ring.Ctrl) error {

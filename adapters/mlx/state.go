@@ -4,6 +4,7 @@ import (
 	"math"
 
 	"github.com/higgs-go/higgs/adapters/model"
+	"github.com/higgs-go/higgs/ports"
 )
 
 // kvCache is one attention layer's cache: [1, Hkv, n, d] each (0 while empty).
@@ -115,16 +116,6 @@ func visibility(n, lo, rows, bs int, a model.Attend[*weight]) []bool {
 	return m
 }
 
-// softplus is max(x,0) + log1p(exp(−|x|)) (the stable form).
-func (g *graph) softplus(x arr) arr {
-	return g.add(g.maximum(x, g.scalar(0)), g.log1p(g.exp(g.neg(g.abs(x)))))
-}
-
-// l2norm divides by sqrt(Σx² + eps) over the last axis.
-func (g *graph) l2norm(x arr, eps float32) arr {
-	return g.div(x, g.sqrt(g.add(g.sum(g.square(x), -1, true), g.scalar(eps))))
-}
-
 // DeltaNet runs the recurrence sequentially in float32 (see model.State), updating the layer's state and,
 // when the pass records a tape, recording it.
 func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, ar act) act {
@@ -202,16 +193,6 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, ar act) ac
 	return act{g.reshape(g.concat(0, outs...), T, Hv*dv), T, Hv * dv}
 }
 
-// row returns x[t:t+1] of x [T, dims...] (x itself when T is 1).
-func (g *graph) row(x arr, t, T int, dims ...int) arr {
-	if T == 1 {
-		return x
-	}
-	start, stop := make([]int, len(dims)+1), append([]int{t + 1}, dims...)
-	start[0] = t
-	return g.slice(x, start, stop)
-}
-
 func repeat(x arr, n int) []arr {
 	out := make([]arr, n)
 	for i := range out {
@@ -235,3 +216,12 @@ func replay(g *graph, w *model.DeltaNet[*weight], tp *gdnTape, n int) (ssm, conv
 	X := g.concat(0, tp.cs0, tp.rows)
 	return S, g.slice(X, []int{n, 0}, []int{n + Kc - 1, C})
 }
+
+// Tape is a block's recurrent record (see ports.Tape); valid until the session's next Forward.
+type Tape struct {
+	model.TapeHeader
+	sess   any // the *Session it was taken from
+	layers []*gdnTape
+}
+
+var _ ports.Tape = (*Tape)(nil)
