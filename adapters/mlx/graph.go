@@ -555,3 +555,30 @@ func (g *graph) recv(dt mlxc.Dtype, src int, grp mlxc.Group, shape ...int) arr {
 	var r arr
 	return g.done("distributed_recv", mlxc.DistributedRecv(&r, &sh[0], uintptr(len(sh)), dt, int32(src), grp, g.rt.CPUStream()), r)
 }
+
+// itemSize is the size of one value of a's dtype.
+func itemSize(a arr) int64 {
+	switch mlxc.ArrayDtype(a) {
+	case mlxc.Float16, mlxc.BFloat16:
+		return 2
+	default:
+		return 4
+	}
+}
+
+// arrBytes is the size of a's data (0 for the null array).
+func arrBytes(a arr) int64 {
+	if a == 0 {
+		return 0
+	}
+	return int64(mlxc.ArraySize(a)) * itemSize(a)
+}
+
+// dup returns a new handle to the same array (MLX arrays are immutable, so this is a snapshot).
+func dup(rt *mlxc.Runtime, a arr) (arr, error) {
+	var r arr
+	if err := rt.Check(mlxc.ArraySet(&r, a)); err != nil {
+		return 0, err
+	}
+	return r, nil
+}

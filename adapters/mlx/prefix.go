@@ -37,57 +37,6 @@ var _ ports.PrefixState = (*Prefix)(nil)
 // Len returns the number of positions the state covers.
 func (p *Prefix) Len() int { return p.n }
 
-func itemSize(a arr) int64 {
-	switch mlxc.ArrayDtype(a) {
-	case mlxc.Float16, mlxc.BFloat16:
-		return 2
-	default:
-		return 4
-	}
-}
-
-func arrBytes(a arr) int64 {
-	if a == 0 {
-		return 0
-	}
-	return int64(mlxc.ArraySize(a)) * itemSize(a)
-}
-
-// kvPrefix returns evaluated handles to the first n positions of a [1, h, N, d] K/V pair (the arrays
-// themselves when n == N), owned by the caller, and the bytes they keep alive. A shorter prefix is made
-// contiguous, which copies it when h > 1 (the rows of a head are not adjacent); with one head MLX may keep
-// the source's buffer, so the whole source is counted.
-func kvPrefix(g *graph, c *kvCache, n, heads, dim int) (k, v arr, held int64) {
-	if c.k == 0 || g.err != nil {
-		return 0, 0, 0
-	}
-	if shapeOf(c.k)[2] == n {
-		k, err1 := dup(g.rt, c.k)
-		v, err2 := dup(g.rt, c.v)
-		if err := errors.Join(err1, err2); err != nil {
-			g.fail(err)
-			for _, h := range []arr{k, v} {
-				if h != 0 {
-					mlxc.ArrayFree(h)
-				}
-			}
-			return 0, 0, 0
-		}
-		return k, v, arrBytes(k) + arrBytes(v)
-	}
-	k = g.contiguous(g.slice(c.k, []int{0, 0, 0, 0}, []int{1, heads, n, dim}))
-	v = g.contiguous(g.slice(c.v, []int{0, 0, 0, 0}, []int{1, heads, n, dim}))
-	g.eval(k, v)
-	if g.err != nil {
-		return 0, 0, 0
-	}
-	held = arrBytes(k) + arrBytes(v)
-	if heads == 1 {
-		held = arrBytes(c.k) + arrBytes(c.v)
-	}
-	return g.keep(k), g.keep(v), held
-}
-
 // ExportPrefix returns the state after positions [0, n) (see ports.PrefixExporter).
 func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 	if s.closed {

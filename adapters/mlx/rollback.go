@@ -24,15 +24,6 @@ type Snapshot struct {
 // Position returns the session length the snapshot was taken at.
 func (p *Snapshot) Position() int { return p.pos }
 
-// dup returns a new handle to the same array (MLX arrays are immutable, so this is a snapshot).
-func dup(rt *mlxc.Runtime, a arr) (arr, error) {
-	var r arr
-	if err := rt.Check(mlxc.ArraySet(&r, a)); err != nil {
-		return 0, err
-	}
-	return r, nil
-}
-
 // Snapshot copies the recurrent state (see ports.Session). A model without recurrent layers has nothing to
 // snapshot: the error wraps errors.ErrUnsupported, which the speculative decoder reads as "TrimKV alone".
 func (s *Session) Snapshot() (ports.RecurrentSnapshot, error) {
