@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/higgs-go/higgs/adapters/mlx/internal/graph"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
 )
 
@@ -16,16 +17,16 @@ func TestGraphStickyError(t *testing.T) {
 	rt, err := mlxc.Open()
 	require.NoError(t, err)
 	err = rt.Do(func() error {
-		g := newGraph(rt, "test graph")
-		defer g.release()
-		a := uploadF32(g, []float32{1, 2, 3}, 3)
-		b := uploadF32(g, []float32{1, 2}, 2)
-		require.NoError(t, g.err)
-		sum := g.add(a, b) // shapes do not broadcast
+		g := graph.New(rt, "test graph")
+		defer g.Release()
+		a := graph.UploadF32(g, []float32{1, 2, 3}, 3)
+		b := graph.UploadF32(g, []float32{1, 2}, 2)
+		require.NoError(t, g.Err)
+		sum := g.Add(a, b) // shapes do not broadcast
 		assert.Zero(t, sum)
-		assert.Zero(t, g.matmul(a, a), "ops after an error do nothing")
-		g.eval(sum)
-		return g.err
+		assert.Zero(t, g.Matmul(a, a), "ops after an error do nothing")
+		g.Eval(sum)
+		return g.Err
 	})
 	require.Error(t, err)
 	assert.ErrorContains(t, err, "test graph: add")
@@ -33,12 +34,12 @@ func TestGraphStickyError(t *testing.T) {
 	assert.ErrorAs(t, err, &me)
 	// The runtime is usable afterwards.
 	require.NoError(t, rt.Do(func() error {
-		g := newGraph(rt, "after")
-		defer g.release()
-		x := g.add(uploadF32(g, []float32{1}, 1), uploadF32(g, []float32{2}, 1))
-		g.eval(x)
-		assert.Equal(t, []float32{3}, g.readF32(x))
-		return g.err
+		g := graph.New(rt, "after")
+		defer g.Release()
+		x := g.Add(graph.UploadF32(g, []float32{1}, 1), graph.UploadF32(g, []float32{2}, 1))
+		g.Eval(x)
+		assert.Equal(t, []float32{3}, g.ReadF32(x))
+		return g.Err
 	}))
 }
 
@@ -51,14 +52,14 @@ func TestEvalErrorWaitsForScheduledOps(t *testing.T) {
 	require.NoError(t, err)
 	for range 20 {
 		err := rt.Do(func() error {
-			g := newGraph(rt, "eval error")
-			defer g.release()
-			x := g.astype(uploadF32(g, make([]float32, 4*64), 4, 1, 1, 64), mlxc.BFloat16)
-			w := g.astype(uploadF32(g, make([]float32, 8*64*32), 8, 64, 32), mlxc.BFloat16)
-			idx := g.astype(uploadI32(g, []int32{0, 1, 2, 3, 4, 5, 6, 7}, 4, 2), mlxc.Uint32)
-			big := g.matmul(uploadF32(g, make([]float32, 256*256), 256, 256), uploadF32(g, make([]float32, 256*256), 256, 256))
-			g.eval(big, g.gatherMm(x, w, idx, false))
-			return g.err
+			g := graph.New(rt, "eval error")
+			defer g.Release()
+			x := g.Astype(graph.UploadF32(g, make([]float32, 4*64), 4, 1, 1, 64), mlxc.BFloat16)
+			w := g.Astype(graph.UploadF32(g, make([]float32, 8*64*32), 8, 64, 32), mlxc.BFloat16)
+			idx := g.Astype(graph.UploadI32(g, []int32{0, 1, 2, 3, 4, 5, 6, 7}, 4, 2), mlxc.Uint32)
+			big := g.Matmul(graph.UploadF32(g, make([]float32, 256*256), 256, 256), graph.UploadF32(g, make([]float32, 256*256), 256, 256))
+			g.Eval(big, g.GatherMM(x, w, idx, false))
+			return g.Err
 		})
 		if err == nil {
 			t.Skip("this MLX build evaluates bfloat16 gather_mm; no evaluation error to provoke")
@@ -75,29 +76,29 @@ func TestGraphKeepAll(t *testing.T) {
 	require.NoError(t, err)
 	var kept []arr
 	require.NoError(t, rt.Do(func() error {
-		g := newGraph(rt, "keep all")
-		defer g.release()
-		a := uploadF32(g, []float32{1}, 1)
-		b := uploadF32(g, []float32{2}, 1)
-		c := g.add(a, b)
-		d := g.mul(a, b)
-		g.eval(c, d)
+		g := graph.New(rt, "keep all")
+		defer g.Release()
+		a := graph.UploadF32(g, []float32{1}, 1)
+		b := graph.UploadF32(g, []float32{2}, 1)
+		c := g.Add(a, b)
+		d := g.Mul(a, b)
+		g.Eval(c, d)
 		kept = []arr{c, a}
-		g.keepAll(kept)
-		assert.NotContains(t, g.tmp, a)
-		assert.NotContains(t, g.tmp, c)
-		assert.Contains(t, g.tmp, b)
-		assert.Contains(t, g.tmp, d)
-		return g.err
+		g.KeepAll(kept)
+		assert.NotContains(t, g.Owned, a)
+		assert.NotContains(t, g.Owned, c)
+		assert.Contains(t, g.Owned, b)
+		assert.Contains(t, g.Owned, d)
+		return g.Err
 	}))
 	require.NoError(t, rt.Do(func() error {
-		g := newGraph(rt, "read kept")
-		defer g.release()
-		assert.Equal(t, []float32{3}, g.readF32(kept[0]))
-		assert.Equal(t, []float32{1}, g.readF32(kept[1]))
+		g := graph.New(rt, "read kept")
+		defer g.Release()
+		assert.Equal(t, []float32{3}, g.ReadF32(kept[0]))
+		assert.Equal(t, []float32{1}, g.ReadF32(kept[1]))
 		for _, h := range kept {
 			mlxc.ArrayFree(h)
 		}
-		return g.err
+		return g.Err
 	}))
 }
