@@ -11,7 +11,7 @@ import (
 )
 
 // The first failing op's MLX message becomes the graph's error; later ops are no-ops returning the null
-// array, evaluation is skipped, and release frees what was built.
+// array, evaluation is skipped, and Release frees what was built.
 func TestGraphStickyError(t *testing.T) {
 	requireMLX(t)
 	rt, err := mlxc.Open()
@@ -68,7 +68,7 @@ func TestEvalErrorWaitsForScheduledOps(t *testing.T) {
 	}
 }
 
-// keepAll moves exactly the named arrays out of the graph: release frees the rest, the kept ones stay
+// KeepAll moves exactly the named arrays out of the graph: Release frees the rest, the kept ones stay
 // readable until the caller frees them.
 func TestGraphKeepAll(t *testing.T) {
 	requireMLX(t)

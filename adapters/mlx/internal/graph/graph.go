@@ -1,3 +1,7 @@
+// Package graph builds one lazy MLX graph at a time on the MLX thread: Graph's ops wrap mlx-c's (through
+// internal/mlxc), record the first error and turn into no-ops after it, and own every array they return until
+// Keep moves it out or Release frees it. It knows nothing of models: adapters/mlx/internal/ops writes the
+// block ops on it, and adapters/mlx its sessions.
 package graph
 
 import (
@@ -11,8 +15,9 @@ import (
 type arr = mlxc.Array
 
 // Graph builds one lazy MLX graph on the MLX thread. Ops record the first error and turn into no-ops after it,
-// so model code reads straight through and checks g.err once. Every array an op returns is owned by the graph
-// and freed by release unless keep moved it out (to a cache or a weight).
+// so model code reads straight through and checks g.Err once. Every array an op returns is owned by the graph
+// (Owned) and freed by Release unless Keep moved it out (to a cache or a weight). Runtime and Stream are the
+// MLX thread's; name prefixes the error.
 type Graph struct {
 	Runtime *mlxc.Runtime
 	Stream  mlxc.Stream
@@ -21,6 +26,7 @@ type Graph struct {
 	name    string
 }
 
+// New starts a graph on rt's stream; call it on the MLX thread (rt.Do), and Release the graph there.
 func New(rt *mlxc.Runtime, name string) *Graph {
 	return &Graph{Runtime: rt, Stream: rt.Stream(), name: name}
 }
@@ -46,7 +52,7 @@ func (g *Graph) Keep(a arr) arr {
 	return a
 }
 
-// KeepAll is keep for many arrays in one pass over the graph's arrays (keep scans them once per call, and a
+// KeepAll is Keep for many arrays in one pass over the graph's arrays (Keep scans them once per call, and a
 // forward adopts every layer's state and tape).
 func (g *Graph) KeepAll(as []arr) {
 	set := make(map[arr]struct{}, len(as))
@@ -60,6 +66,8 @@ func (g *Graph) KeepAll(as []arr) {
 	}
 }
 
+// Done adopts r, the result of mlx-c op op, and records rc's error (the first one only); it returns r, or
+// the null array once the graph has failed.
 func (g *Graph) Done(op string, rc int32, r arr) arr {
 	if r != 0 {
 		g.Owned = append(g.Owned, r)
@@ -73,6 +81,7 @@ func (g *Graph) Done(op string, rc int32, r arr) arr {
 	return r
 }
 
+// Fail records err as the graph's error unless it already has one.
 func (g *Graph) Fail(err error) {
 	if g.Err == nil {
 		g.Err = fmt.Errorf("%s: %w", g.name, err)
@@ -87,7 +96,8 @@ func i32s(v []int) []int32 {
 	return out
 }
 
-// upload copies Go data into a new graph-owned array (mlx_array_new_data copies the buffer).
+// UploadF32 copies Go data into a new graph-owned array (mlx_array_new_data copies the buffer); UploadU32,
+// UploadI32 and UploadBool likewise.
 func UploadF32(g *Graph, v []float32, shape ...int) arr {
 	if g.Err != nil {
 		return 0
@@ -123,7 +133,7 @@ func UploadI32(g *Graph, v []int32, shape ...int) arr {
 	return g.Done("array_new_data", errCode(g), r)
 }
 
-// errCode turns a pending MLX error (from a call that returns a handle) into a nonzero code for done.
+// errCode turns a pending MLX error (from a call that returns a handle) into a nonzero code for Done.
 func errCode(g *Graph) int32 {
 	if err := g.Runtime.Pending(); err != nil {
 		g.Fail(err)
@@ -477,7 +487,7 @@ func (g *Graph) Eval(as ...arr) {
 	}
 }
 
-// shape returns a's shape.
+// ShapeOf returns a's shape.
 func ShapeOf(a arr) []int {
 	n := int(mlxc.ArrayNdim(a))
 	p := mlxc.Int32s(mlxc.ArrayShape(a), n)
@@ -538,7 +548,7 @@ func (g *Graph) Row(x arr, t, T int, dims ...int) arr {
 
 func (g *Graph) Tanh(a arr) arr { return g.un("tanh", mlxc.Tanh, a) }
 
-// Send and recv are MLX distributed's point-to-point ops on the CPU stream (the only one implementing them).
+// Send and Recv are MLX distributed's point-to-point ops on the CPU stream (the only one implementing them).
 func (g *Graph) Send(x arr, dst int, grp mlxc.Group) arr {
 	if g.Err != nil {
 		return 0

@@ -1,3 +1,8 @@
+// Package ops is adapters/model's block-level interfaces on MLX, each pass written on one graph.Graph: the
+// weights and their loader (Weight, Loader, Upload: model.Loader), the block ops (Backend: model.Backend and
+// model.DraftBackend) and a pass's view of a sequence's state (Pass: model.State, attention over the KV
+// caches and the Gated DeltaNet recurrence with its tape; Replay, KVPrefix). The sessions that own that
+// state between passes, and everything the ports see, stay in adapters/mlx.
 package ops
 
 import (
@@ -16,10 +21,10 @@ type Act struct {
 	R, C int
 }
 
-// Weight is the MLX backend's weight handle. A matrix is float (wt holds the [in, out] transpose, stored
+// Weight is the MLX backend's weight handle. A matrix is float (WT holds the [in, out] transpose, stored
 // contiguous) or MLX affine-quantized (w packed [.., out, in·bits/32], scales and biases [.., out, in/group]);
 // stacked experts add a leading axis of experts. A vector holds n values; a convolution is [taps, channels]
-// (row j is the tap hitting X[t+j]); a RoPE table is rope. A float embedding also keeps byRow, because
+// (row j is the tap hitting X[t+j]); a RoPE table is rope. A float embedding also keeps ByRow, because
 // rows are looked up in the [V, H] layout.
 type Weight struct {
 	out, in       int
@@ -34,6 +39,7 @@ type Weight struct {
 	rope          *graph.RopeSpec
 }
 
+// Quantized reports whether the weight is MLX affine-quantized.
 func (l *Weight) Quantized() bool { return l.bits > 0 }
 
 // apply computes x·Wᵀ for x [..., in].
@@ -49,14 +55,14 @@ func (l *Weight) gather(g *graph.Graph, x, idx arr) arr {
 	if l.Quantized() {
 		return g.GatherQMM(x, l.w, l.scales, l.biase, idx, l.group, l.bits, false)
 	}
-	// MLX's CPU gather_mm takes float32 only: float experts stay float32 (see loader.Linear) and run in it.
+	// MLX's CPU gather_mm takes float32 only: float experts stay float32 (see Loader.Linear) and run in it.
 	if dt := mlxc.ArrayDtype(x); dt != mlxc.Float32 {
 		return g.Astype(g.GatherMM(g.Astype(x, mlxc.Float32), l.WT, idx, false), dt)
 	}
 	return g.GatherMM(x, l.WT, idx, false)
 }
 
-// Backend builds graph nodes on g; dt is the compute dtype of activations and float weights (the Gated DeltaNet
+// Backend builds graph nodes on G; DT is the compute dtype of activations and float weights (the Gated DeltaNet
 // recurrence and its state are always float32).
 type Backend struct {
 	G  *graph.Graph

@@ -223,7 +223,7 @@ func Replay(g *graph.Graph, w *model.DeltaNet[*Weight], tp *GDNTape, n int) (ssm
 // Tape is a block's recurrent record (see ports.Tape); valid until the session's next Forward.
 type Tape struct {
 	model.TapeHeader
-	Sess   any // the *Session it was taken from
+	Sess   any // the adapters/mlx *Session it was taken from, which frees it
 	Layers []*GDNTape
 }
 
