@@ -1,4 +1,4 @@
-package mlx
+package graph
 
 import (
 	"testing"
@@ -6,7 +6,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/higgs-go/higgs/adapters/mlx/internal/graph"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
 )
 
@@ -17,10 +16,10 @@ func TestGraphStickyError(t *testing.T) {
 	rt, err := mlxc.Open()
 	require.NoError(t, err)
 	err = rt.Do(func() error {
-		g := graph.New(rt, "test graph")
+		g := New(rt, "test graph")
 		defer g.Release()
-		a := graph.UploadF32(g, []float32{1, 2, 3}, 3)
-		b := graph.UploadF32(g, []float32{1, 2}, 2)
+		a := UploadF32(g, []float32{1, 2, 3}, 3)
+		b := UploadF32(g, []float32{1, 2}, 2)
 		require.NoError(t, g.Err)
 		sum := g.Add(a, b) // shapes do not broadcast
 		assert.Zero(t, sum)
@@ -34,9 +33,9 @@ func TestGraphStickyError(t *testing.T) {
 	assert.ErrorAs(t, err, &me)
 	// The runtime is usable afterwards.
 	require.NoError(t, rt.Do(func() error {
-		g := graph.New(rt, "after")
+		g := New(rt, "after")
 		defer g.Release()
-		x := g.Add(graph.UploadF32(g, []float32{1}, 1), graph.UploadF32(g, []float32{2}, 1))
+		x := g.Add(UploadF32(g, []float32{1}, 1), UploadF32(g, []float32{2}, 1))
 		g.Eval(x)
 		assert.Equal(t, []float32{3}, g.ReadF32(x))
 		return g.Err
@@ -52,12 +51,12 @@ func TestEvalErrorWaitsForScheduledOps(t *testing.T) {
 	require.NoError(t, err)
 	for range 20 {
 		err := rt.Do(func() error {
-			g := graph.New(rt, "eval error")
+			g := New(rt, "eval error")
 			defer g.Release()
-			x := g.Astype(graph.UploadF32(g, make([]float32, 4*64), 4, 1, 1, 64), mlxc.BFloat16)
-			w := g.Astype(graph.UploadF32(g, make([]float32, 8*64*32), 8, 64, 32), mlxc.BFloat16)
-			idx := g.Astype(graph.UploadI32(g, []int32{0, 1, 2, 3, 4, 5, 6, 7}, 4, 2), mlxc.Uint32)
-			big := g.Matmul(graph.UploadF32(g, make([]float32, 256*256), 256, 256), graph.UploadF32(g, make([]float32, 256*256), 256, 256))
+			x := g.Astype(UploadF32(g, make([]float32, 4*64), 4, 1, 1, 64), mlxc.BFloat16)
+			w := g.Astype(UploadF32(g, make([]float32, 8*64*32), 8, 64, 32), mlxc.BFloat16)
+			idx := g.Astype(UploadI32(g, []int32{0, 1, 2, 3, 4, 5, 6, 7}, 4, 2), mlxc.Uint32)
+			big := g.Matmul(UploadF32(g, make([]float32, 256*256), 256, 256), UploadF32(g, make([]float32, 256*256), 256, 256))
 			g.Eval(big, g.GatherMM(x, w, idx, false))
 			return g.Err
 		})
@@ -76,10 +75,10 @@ func TestGraphKeepAll(t *testing.T) {
 	require.NoError(t, err)
 	var kept []arr
 	require.NoError(t, rt.Do(func() error {
-		g := graph.New(rt, "keep all")
+		g := New(rt, "keep all")
 		defer g.Release()
-		a := graph.UploadF32(g, []float32{1}, 1)
-		b := graph.UploadF32(g, []float32{2}, 1)
+		a := UploadF32(g, []float32{1}, 1)
+		b := UploadF32(g, []float32{2}, 1)
 		c := g.Add(a, b)
 		d := g.Mul(a, b)
 		g.Eval(c, d)
@@ -92,7 +91,7 @@ func TestGraphKeepAll(t *testing.T) {
 		return g.Err
 	}))
 	require.NoError(t, rt.Do(func() error {
-		g := graph.New(rt, "read kept")
+		g := New(rt, "read kept")
 		defer g.Release()
 		assert.Equal(t, []float32{3}, g.ReadF32(kept[0]))
 		assert.Equal(t, []float32{1}, g.ReadF32(kept[1]))
@@ -101,4 +100,12 @@ func TestGraphKeepAll(t *testing.T) {
 		}
 		return g.Err
 	}))
+}
+
+// requireMLX skips a test when libmlxc cannot be loaded (adapters/mlx's tests say the same).
+func requireMLX(t testing.TB) {
+	t.Helper()
+	if _, err := mlxc.Open(); err != nil {
+		t.Skipf("libmlxc not found: set HIGGS_MLX_LIB to libmlxc.so / libmlxc.dylib to run the MLX tests (%v)", err)
+	}
 }
