@@ -3,7 +3,9 @@
 // import the domain or app; the backends are siblings (adapters/cpu and adapters/mlx import nothing from each
 // other, except that MLX's parity tests use the CPU reference as their oracle), and the model graphs
 // (adapters/model) know no backend; distributed MLX (adapters/mlx/pipeline) reaches the backend only through
-// its exports and the wire protocol (adapters/mlx/internal/ring), which knows no backend; the two HTTP APIs
+// its exports and the wire protocol (adapters/mlx/internal/ring), which knows no backend; below the MLX
+// backend's sessions, its block ops (adapters/mlx/internal/ops) and graph (adapters/mlx/internal/graph) know
+// neither the sessions nor each other's callers, and the graph no model; the two HTTP APIs
 // are siblings too (adapters/openai and adapters/anthropic import nothing from each other, tests included),
 // and the plumbing they share (adapters/httpapi) knows neither; the test-support checkpoint writers
 // (internal/testmodel) are imported by _test.go files only; the CPU kernels' sub-packages (vector ops, worker
@@ -75,6 +77,16 @@ var rules = []rule{
 	{tree: "adapters/cpu/kernel/workers", allowed: func(p string, _ bool) bool { return !within(p, module) }},
 	{tree: "adapters/cpu/kernel/machine", allowed: func(p string, _ bool) bool {
 		return !within(p, module) || p == module+"/adapters/cpu/kernel/workers"
+	}},
+	// The MLX backend's layers below its sessions: the block ops (internal/ops) on one lazy graph
+	// (internal/graph) on the bindings (internal/mlxc); neither knows the sessions, the graph no model.
+	{tree: "adapters/mlx/internal/ops", allowed: func(p string, test bool) bool {
+		return p == module+"/adapters/mlx/internal/graph" || p == module+"/adapters/mlx/internal/mlxc" ||
+			p == module+"/adapters/model" || p == module+"/adapters/hfmodel" || p == module+"/adapters/safetensors" ||
+			p == module+"/ports" || (test && testOnly(p))
+	}},
+	{tree: "adapters/mlx/internal/graph", allowed: func(p string, test bool) bool {
+		return p == module+"/adapters/mlx/internal/mlxc" || p == module+"/adapters/hfmodel" || (test && testOnly(p))
 	}},
 	{tree: "adapters/model", allowed: func(p string, _ bool) bool {
 		return !within(p, module+"/adapters/cpu") && !within(p, module+"/adapters/mlx")
@@ -173,7 +185,8 @@ func TestImportBoundary(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, v, "domain may import only the standard library and ports; ports only the standard library; "+
 		"adapters never the domain, app or cmd; the backends not each other; adapters/model no backend; "+
-		"the HTTP APIs not each other; adapters/httpapi no API; app/generation nothing above the domain's adapters; "+
+		"the MLX backend's ops and graph not what sits above them; the HTTP APIs not each other; "+
+		"adapters/httpapi no API; app/generation nothing above the domain's adapters; "+
 		"app/serve and app/verify not each other nor app's wiring; app/models no use case")
 }
 
@@ -222,6 +235,10 @@ func TestImportBoundaryDetectsViolations(t *testing.T) {
 		"adapters/cpu/kernel/workers/x_test.go": `package workers; import "github.com/higgs-go/higgs/adapters/cpu/kernel/vecmath"`,
 		"adapters/cpu/kernel/machine/ok.go":     `package machine; import "github.com/higgs-go/higgs/adapters/cpu/kernel/workers"`,
 		"adapters/cpu/kernel/machine/bad.go":    `package machine; import "github.com/higgs-go/higgs/adapters/cpu/kernel"`,
+		"adapters/mlx/internal/ops/ok.go":       `package ops; import ("github.com/higgs-go/higgs/adapters/mlx/internal/graph"; "github.com/higgs-go/higgs/adapters/model")`,
+		"adapters/mlx/internal/ops/bad.go":      `package ops; import "github.com/higgs-go/higgs/adapters/mlx"`,
+		"adapters/mlx/internal/graph/ok.go":     `package graph; import "github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"`,
+		"adapters/mlx/internal/graph/up.go":     `package graph; import "github.com/higgs-go/higgs/adapters/mlx/internal/ops"`,
 	}
 	for name, src := range files {
 		p := filepath.Join(root, filepath.FromSlash(name))
@@ -250,6 +267,8 @@ func TestImportBoundaryDetectsViolations(t *testing.T) {
 		"app/fixture.go imports github.com/higgs-go/higgs/internal/testmodel",
 		"adapters/mlx/pipeline/bad.go imports github.com/higgs-go/higgs/adapters/safetensors",
 		"adapters/mlx/internal/ring/bad.go imports github.com/higgs-go/higgs/adapters/mlx",
+		"adapters/mlx/internal/ops/bad.go imports github.com/higgs-go/higgs/adapters/mlx",
+		"adapters/mlx/internal/graph/up.go imports github.com/higgs-go/higgs/adapters/mlx/internal/ops",
 		"adapters/anthropic/x_test.go imports github.com/higgs-go/higgs/adapters/openai",
 		"adapters/openai/anthropic.go imports github.com/higgs-go/higgs/adapters/anthropic",
 		"adapters/httpapi/bad.go imports github.com/higgs-go/higgs/adapters/openai",

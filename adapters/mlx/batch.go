@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/higgs-go/higgs/adapters/mlx/internal/graph"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/ops"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -89,7 +91,7 @@ type batchJob struct {
 	greedy  []int32
 	logits  []float32
 	taps    arr
-	tape    *Tape
+	tape    *ops.Tape
 }
 
 // runBatch evaluates the jobs' blocks as one graph and advances their sessions, as run does for one chunk.
@@ -108,29 +110,29 @@ func (t *Target) runBatch(ctx context.Context, jobs []batchJob) error {
 		for _, jb := range jobs {
 			jb.s.dropLast()
 		}
-		g := newGraph(t.rt, "mlx forward batch")
-		defer g.release()
-		be := ops{g: g, dt: t.dt}
+		g := graph.New(t.rt, "mlx forward batch")
+		defer g.Release()
+		be := ops.Backend{G: g, DT: t.dt}
 		n := len(jobs)
 		olds := make([][]arr, n)
-		passes := make([]*pass, n)
-		seqs := make([]model.Seq[act, *weight], n)
+		passes := make([]*ops.Pass, n)
+		seqs := make([]model.Seq[ops.Act, *ops.Weight], n)
 		blocks := make([][]ports.Token, n)
 		sizes, rows := make([]int, n), make([]int, n)
-		tapRows := make([][]act, n)
-		taps := make([]func(int, act), n)
+		tapRows := make([][]ops.Act, n)
+		taps := make([]func(int, ops.Act), n)
 		wantLogits, wantTaps := false, false
 		for j, jb := range jobs {
 			s, it := jb.s, jb.item
 			olds[j] = s.st.handles()
-			passes[j] = &pass{o: be, kv: s.st.kv, gdn: s.st.gdn}
+			passes[j] = &ops.Pass{O: be, KV: s.st.kv, GDN: s.st.gdn}
 			if it.Opts.RecordTape && s.pos.Recurrent {
-				passes[j].tape = &Tape{TapeHeader: model.TapeHeader{Session: s, Forward: s.gen, Length: len(it.Tokens), Start: s.pos.N}, sess: s, layers: make([]*gdnTape, m.Arch.Layers)}
+				passes[j].Tape = &ops.Tape{TapeHeader: model.TapeHeader{Session: s, Forward: s.gen, Length: len(it.Tokens), Start: s.pos.N}, Sess: s, Layers: make([]*ops.GDNTape, m.Arch.Layers)}
 			}
-			seqs[j] = model.Seq[act, *weight]{State: passes[j], Pos: s.pos.N}
+			seqs[j] = model.Seq[ops.Act, *ops.Weight]{State: passes[j], Pos: s.pos.N}
 			blocks[j], sizes[j], rows[j] = it.Tokens, len(it.Tokens), jb.rows
 			if it.Opts.Taps && s.taps.Len() > 0 {
-				tapRows[j], taps[j] = model.Collect[act](s.taps)
+				tapRows[j], taps[j] = model.Collect[ops.Act](s.taps)
 				wantTaps = true
 			}
 			wantLogits = wantLogits || it.Opts.Logits || it.Opts.Sampling != nil
@@ -140,9 +142,9 @@ func (t *Target) runBatch(ctx context.Context, jobs []batchJob) error {
 				jb.s.st.restoreHandles(olds[j])
 			}
 		}
-		var tap func(int, act)
+		var tap func(int, ops.Act)
 		if wantTaps {
-			tap = func(layer int, x act) {
+			tap = func(layer int, x ops.Act) {
 				off := 0
 				for j := range jobs {
 					if taps[j] != nil {
@@ -157,43 +159,43 @@ func (t *Target) runBatch(ctx context.Context, jobs []batchJob) error {
 			restore()
 			return fmt.Errorf("mlx forward batch: %w", err)
 		}
-		lg := be.f32(model.LogitsBatch(m, be, x, sizes, rows).a)
-		ids := g.astype(g.argmax(lg, -1), mlxc.Int32)
+		lg := be.F32(model.LogitsBatch(m, be, x, sizes, rows).A)
+		ids := g.Astype(g.Argmax(lg, -1), mlxc.Int32)
 		outs := []arr{ids, lg}
 		tapArrs := make([]arr, n)
 		for j, jb := range jobs {
 			outs = append(outs, jb.s.st.handles()...)
 			if taps[j] != nil {
-				tapArrs[j] = be.Concat(tapRows[j]...).a
+				tapArrs[j] = be.Concat(tapRows[j]...).A
 				outs = append(outs, tapArrs[j])
 			}
-			if tp := passes[j].tape; tp != nil {
-				for _, l := range tp.layers {
+			if tp := passes[j].Tape; tp != nil {
+				for _, l := range tp.Layers {
 					if l != nil {
-						outs = append(outs, l.alpha, l.delta, l.keys, l.rows)
+						outs = append(outs, l.Alpha, l.Delta, l.Keys, l.Rows)
 					}
 				}
 			}
 		}
-		g.eval(outs...)
-		greedy := g.readI32(ids)
+		g.Eval(outs...)
+		greedy := g.ReadI32(ids)
 		var logits []float32
 		if wantLogits {
-			logits = g.readF32(lg)
+			logits = g.ReadF32(lg)
 		}
-		if g.err != nil {
+		if g.Err != nil {
 			restore()
-			return g.err
+			return g.Err
 		}
-		g.keepAll(outs[2:])
+		g.KeepAll(outs[2:])
 		off := 0
 		for j := range jobs {
 			jb := &jobs[j]
 			keepOld := map[arr]bool{}
-			if tp := passes[j].tape; tp != nil {
-				for _, l := range tp.layers {
+			if tp := passes[j].Tape; tp != nil {
+				for _, l := range tp.Layers {
 					if l != nil {
-						keepOld[l.s0], keepOld[l.cs0] = true, true
+						keepOld[l.S0], keepOld[l.CS0] = true, true
 					}
 				}
 			}
@@ -207,7 +209,7 @@ func (t *Target) runBatch(ctx context.Context, jobs []batchJob) error {
 				jb.logits = logits[off*V : (off+jb.rows)*V : (off+jb.rows)*V]
 			}
 			off += jb.rows
-			jb.taps, jb.tape = tapArrs[j], passes[j].tape
+			jb.taps, jb.tape = tapArrs[j], passes[j].Tape
 			jb.s.pos.N += sizes[j]
 			jb.s.pos.Rec = jb.s.pos.N
 		}

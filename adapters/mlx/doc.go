@@ -24,10 +24,11 @@
 //
 // The model structure is not here: every architecture (the load sequence, the layer loop, the attention,
 // Gated DeltaNet and MoE blocks, the DFlash drafter's passes) is written once in adapters/model, over the
-// block-level interfaces this package implements (ops.go: one lazy graph per forward; state.go: the KV caches,
-// the recurrent state and its tape as MLX arrays). What stays here is MLX's own: the graph arena, device
-// residency, chunked evaluation of long blocks, sessions, snapshots and tapes, and `unsafe`, which is confined
-// to internal/mlxc. Parity tests against the CPU backend on the same checkpoints (every transformers golden,
+// block-level interfaces that internal/ops implements (the loader, the block ops, and a pass's view of the KV
+// caches, the recurrent state and its tape as MLX arrays), each pass on one lazy graph (internal/graph: the
+// op wrappers that record the first error). What stays here is the sessions that own that state: the weight
+// arenas, device residency, chunked evaluation of long blocks, snapshots, tapes and prefixes, taps, the
+// drafter's sessions and the ports; `unsafe` is confined to internal/mlxc. Parity tests against the CPU backend on the same checkpoints (every transformers golden,
 // random dense/hybrid/quantized fixtures, DFlash traces) keep the two backends in step; they are the only
 // place this package touches adapters/cpu (as the test oracle).
 //

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/higgs-go/higgs/adapters/mlx/internal/graph"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/ops"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -52,22 +54,22 @@ func (d *Drafter) DraftBatch(ctx context.Context, items []ports.DraftItem) ([]po
 		if d.closed || d.t.closed {
 			return errors.New("mlx drafter: drafter or target is closed")
 		}
-		g := newGraph(d.t.rt, "mlx draft batch")
-		defer g.release()
-		be := ops{g: g, dt: d.t.dt}
+		g := graph.New(d.t.rt, "mlx draft batch")
+		defer g.Release()
+		be := ops.Backend{G: g, DT: d.t.dt}
 		// Each pass works on copies of its session's cache handles, adopted after evaluation.
-		works := make([][]*kvCache, len(jobs))
-		passes := make([]*pass, len(jobs))
-		var ctxSeqs []model.Seq[act, *weight]
-		var rows []act
+		works := make([][]*ops.KVCache, len(jobs))
+		passes := make([]*ops.Pass, len(jobs))
+		var ctxSeqs []model.Seq[ops.Act, *ops.Weight]
+		var rows []ops.Act
 		for j, jb := range jobs {
-			works[j] = make([]*kvCache, len(jb.s.kv))
+			works[j] = make([]*ops.KVCache, len(jb.s.kv))
 			for l, c := range jb.s.kv {
-				works[j][l] = &kvCache{k: c.k, v: c.v}
+				works[j][l] = &ops.KVCache{K: c.K, V: c.V}
 			}
-			passes[j] = &pass{o: be, kv: works[j]}
+			passes[j] = &ops.Pass{O: be, KV: works[j]}
 			if jb.in.rows > 0 {
-				ctxSeqs = append(ctxSeqs, model.Seq[act, *weight]{State: passes[j], Pos: jb.s.n, Rows: jb.in.rows})
+				ctxSeqs = append(ctxSeqs, model.Seq[ops.Act, *ops.Weight]{State: passes[j], Pos: jb.s.n, Rows: jb.in.rows})
 				rows = append(rows, jb.in.contextRows(g, be, width))
 			}
 		}
@@ -78,14 +80,14 @@ func (d *Drafter) DraftBatch(ctx context.Context, items []ports.DraftItem) ([]po
 			}
 			model.ContextBatch(d.m, be, ctxSeqs, f)
 		}
-		var blocks []model.DraftSeq[act, *weight]
+		var blocks []model.DraftSeq[ops.Act, *ops.Weight]
 		var drafting []int
 		for j, jb := range jobs {
 			it := &items[jb.i]
 			if it.BlockSize == 1 {
 				continue
 			}
-			b := model.DraftSeq[act, *weight]{State: passes[j], Pos: jb.s.n + jb.in.rows, Rows: it.BlockSize - 1,
+			b := model.DraftSeq[ops.Act, *ops.Weight]{State: passes[j], Pos: jb.s.n + jb.in.rows, Rows: it.BlockSize - 1,
 				Block: model.NoiseBlock(it.Anchor, a.MaskToken, d.opts.BlockRows(it.BlockSize, a.BlockSize))}
 			if it.Temperature > 0 {
 				b.Temperature, b.Rand = it.Temperature, it.Rand
@@ -101,23 +103,23 @@ func (d *Drafter) DraftBatch(ctx context.Context, items []ports.DraftItem) ([]po
 		var outs []arr
 		for _, w := range works {
 			for _, c := range w {
-				outs = append(outs, c.k, c.v)
+				outs = append(outs, c.K, c.V)
 			}
 		}
-		g.eval(outs...)
-		if g.err != nil {
-			return g.err
+		g.Eval(outs...)
+		if g.Err != nil {
+			return g.Err
 		}
 		for j, jb := range jobs {
 			if jb.in.rows == 0 {
 				continue
 			}
 			for l, c := range jb.s.kv {
-				if c.k != 0 {
-					mlxc.ArrayFree(c.k)
-					mlxc.ArrayFree(c.v)
+				if c.K != 0 {
+					mlxc.ArrayFree(c.K)
+					mlxc.ArrayFree(c.V)
 				}
-				c.k, c.v = g.keep(works[j][l].k), g.keep(works[j][l].v)
+				c.K, c.V = g.Keep(works[j][l].K), g.Keep(works[j][l].V)
 			}
 		}
 		return nil

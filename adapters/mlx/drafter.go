@@ -7,7 +7,9 @@ import (
 	"slices"
 
 	"github.com/higgs-go/higgs/adapters/hfmodel"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/graph"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/ops"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/ports"
@@ -26,8 +28,8 @@ type DrafterOptions = model.DrafterOptions
 // embedding and LM head on the device). Safe for concurrent use; sessions are not.
 type Drafter struct {
 	t      *Target
-	m      *model.Drafter[*weight]
-	arena  *graph
+	m      *model.Drafter[*ops.Weight]
+	arena  *graph.Graph
 	opts   DrafterOptions
 	closed bool // MLX thread only, as Target.closed
 }
@@ -52,8 +54,8 @@ func LoadDrafter(ctx context.Context, dir string, target *Target, opts DrafterOp
 	}
 	d := &Drafter{t: target, opts: opts}
 	// The drafter computes in its target's dtype.
-	d.arena, err = upload(target.rt, st, "mlx drafter load", cfg.Quantization, target.dt, func(l *loader) (err error) {
-		d.m, err = model.LoadDrafter(l, l.ck, a, target.m)
+	d.arena, err = ops.Upload(target.rt, st, "mlx drafter load", cfg.Quantization, target.dt, func(l *ops.Loader) (err error) {
+		d.m, err = model.LoadDrafter(l, l.Checkpoint, a, target.m)
 		return err
 	})
 	if err != nil {
@@ -73,7 +75,7 @@ func (d *Drafter) NewSession(ctx context.Context) (ports.DraftSession, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return &DraftSession{d: d, kv: model.PerLayer[kvCache](len(d.m.Layers))}, nil
+	return &DraftSession{d: d, kv: model.PerLayer[ops.KVCache](len(d.m.Layers))}, nil
 }
 
 // Close frees the drafter's weights; sessions must be closed first.
@@ -81,7 +83,7 @@ func (d *Drafter) Close() error {
 	return d.t.rt.Do(func() error {
 		if !d.closed {
 			d.closed = true
-			d.arena.release()
+			d.arena.Release()
 		}
 		return nil
 	})
@@ -91,7 +93,7 @@ func (d *Drafter) Close() error {
 type DraftSession struct {
 	d      *Drafter
 	n      int
-	kv     []*kvCache
+	kv     []*ops.KVCache
 	closed bool
 }
 
@@ -111,22 +113,22 @@ func (s *DraftSession) Crop(n int) error {
 	}
 	a := &s.d.m.Arch
 	err := s.d.t.rt.Do(func() error {
-		g := newGraph(s.d.t.rt, "mlx drafter crop")
-		defer g.release()
+		g := graph.New(s.d.t.rt, "mlx drafter crop")
+		defer g.Release()
 		nk, nv := make([]arr, len(s.kv)), make([]arr, len(s.kv))
 		for i, c := range s.kv {
 			if n > 0 {
-				nk[i] = g.slice(c.k, []int{0, 0, 0, 0}, []int{1, a.NumKVHeads, n, a.HeadDim})
-				nv[i] = g.slice(c.v, []int{0, 0, 0, 0}, []int{1, a.NumKVHeads, n, a.HeadDim})
+				nk[i] = g.Slice(c.K, []int{0, 0, 0, 0}, []int{1, a.NumKVHeads, n, a.HeadDim})
+				nv[i] = g.Slice(c.V, []int{0, 0, 0, 0}, []int{1, a.NumKVHeads, n, a.HeadDim})
 			}
 		}
-		if g.err != nil {
-			return g.err
+		if g.Err != nil {
+			return g.Err
 		}
 		for i, c := range s.kv {
-			mlxc.ArrayFree(c.k)
-			mlxc.ArrayFree(c.v)
-			c.k, c.v = g.keep(nk[i]), g.keep(nv[i])
+			mlxc.ArrayFree(c.K)
+			mlxc.ArrayFree(c.V)
+			c.K, c.V = g.Keep(nk[i]), g.Keep(nv[i])
 		}
 		return nil
 	})
@@ -145,9 +147,9 @@ func (s *DraftSession) Close() error {
 	s.closed = true
 	return s.d.t.rt.Do(func() error {
 		for _, c := range s.kv {
-			if c.k != 0 {
-				mlxc.ArrayFree(c.k)
-				mlxc.ArrayFree(c.v)
+			if c.K != 0 {
+				mlxc.ArrayFree(c.K)
+				mlxc.ArrayFree(c.V)
 			}
 		}
 		s.kv = nil
@@ -192,21 +194,21 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 		if d.closed || d.t.closed {
 			return errors.New("mlx drafter: drafter or target is closed")
 		}
-		g := newGraph(d.t.rt, "mlx draft")
-		defer g.release()
-		be := ops{g: g, dt: d.t.dt}
+		g := graph.New(d.t.rt, "mlx draft")
+		defer g.Release()
+		be := ops.Backend{G: g, DT: d.t.dt}
 		// The pass works on copies of the cache handles: the session adopts the new ones after evaluation.
-		work := make([]*kvCache, len(s.kv))
+		work := make([]*ops.KVCache, len(s.kv))
 		for i, c := range s.kv {
-			work[i] = &kvCache{k: c.k, v: c.v}
+			work[i] = &ops.KVCache{K: c.K, V: c.V}
 		}
-		st := &pass{o: be, kv: work}
+		st := &ops.Pass{O: be, KV: work}
 		if ctxRows > 0 {
 			model.Context(d.m, be, st, in.contextRows(g, be, width), s.n)
 		}
 		var outs []arr
 		for _, c := range work {
-			outs = append(outs, c.k, c.v)
+			outs = append(outs, c.K, c.V)
 		}
 		if bs > 1 {
 			nb := d.opts.BlockRows(bs, a.BlockSize)
@@ -217,17 +219,17 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 				_, toks = model.Propose(d.m, be, st, block, s.n+ctxRows, bs-1)
 			}
 		}
-		g.eval(outs...)
-		if g.err != nil {
-			return g.err
+		g.Eval(outs...)
+		if g.Err != nil {
+			return g.Err
 		}
 		if ctxRows > 0 {
 			for i, c := range s.kv {
-				if c.k != 0 {
-					mlxc.ArrayFree(c.k)
-					mlxc.ArrayFree(c.v)
+				if c.K != 0 {
+					mlxc.ArrayFree(c.K)
+					mlxc.ArrayFree(c.V)
 				}
-				c.k, c.v = g.keep(work[i].k), g.keep(work[i].v)
+				c.K, c.V = g.Keep(work[i].K), g.Keep(work[i].V)
 			}
 		}
 		return nil
@@ -300,15 +302,15 @@ func (s *DraftSession) admit(anchor ports.Token, newCtx ports.Taps, bs int, temp
 }
 
 // contextRows is the graph value of an admitted call's context rows [rows, width].
-func (in draftInput) contextRows(g *graph, be ops, width int) act {
+func (in draftInput) contextRows(g *graph.Graph, be ops.Backend, width int) ops.Act {
 	var f arr
 	if in.dev != nil {
 		f = in.dev.a
-		if in.rows < shapeOf(f)[0] {
-			f = g.slice(f, []int{0, 0}, []int{in.rows, width})
+		if in.rows < graph.ShapeOf(f)[0] {
+			f = g.Slice(f, []int{0, 0}, []int{in.rows, width})
 		}
 	} else {
-		f = be.cast(uploadF32(g, in.host, in.rows, width))
+		f = be.Cast(graph.UploadF32(g, in.host, in.rows, width))
 	}
-	return act{f, in.rows, width}
+	return ops.Act{A: f, R: in.rows, C: width}
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/cpu"
-	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/internal/testmodel"
@@ -162,17 +161,6 @@ func requireSameTraces(t *testing.T, cp, mp pair) []cpuTrace {
 		}
 	}
 	return out
-}
-
-func TestSlidingMask(t *testing.T) {
-	// pos 6, window 3, lo 4: context keys 4,5; block slots 0..2; causal.
-	m := visibility(6, 4, 3, 3, model.Attend[*weight]{Pos: 6, Window: 3, Causal: true})
-	want := []bool{
-		true, true, true, false, false, // slot 0 (pos 6): keys 4,5 (Δ 2,1), block 0
-		false, true, true, true, false, // slot 1 (pos 7): key 5 (Δ2), block 0,1
-		false, false, true, true, true, // slot 2 (pos 8): block 0..2
-	}
-	assert.Equal(t, want, m)
 }
 
 // The DraftSession conformance suite on the MLX drafter.

@@ -3,6 +3,7 @@ package mlx
 import (
 	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/ops"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -48,7 +49,7 @@ func (t *Target) SessionBytes(d ports.MemoryDemand) int64 {
 //     layers' worth for the largest forward's rows (its fused attention keeps no score matrix);
 //   - what a Forward returns: float32 logits and a distribution of each of a verify block's rows, and when it
 //     speculates the device-resident taps of its largest forward in the compute dtype.
-func sessionBytes(m *model.Target[*weight], dt int64, d ports.MemoryDemand) int64 {
+func sessionBytes(m *model.Target[*ops.Weight], dt int64, d ports.MemoryDemand) int64 {
 	v := model.TargetValues(m)
 	P, R, B := int64(max(d.Positions, 0)), int64(max(d.Rows, 1)), int64(max(d.Block, 1))
 	R = max(R, B)

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"runtime"
 
+	"github.com/higgs-go/higgs/adapters/mlx/internal/graph"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/ops"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/ring"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
@@ -24,8 +26,8 @@ var (
 type Prefix struct {
 	t   *Target
 	n   int
-	kv  []kvCache // zero for recurrent layers
-	gdn []gdnState
+	kv  []ops.KVCache // zero for recurrent layers
+	gdn []ops.GDNState
 	// id names the workers' copies of their layers' state in a pipeline (0 when not distributed); Size
 	// then counts rank 0's share only, which is what rank 0's memory holds.
 	id int32
@@ -37,57 +39,6 @@ var _ ports.PrefixState = (*Prefix)(nil)
 // Len returns the number of positions the state covers.
 func (p *Prefix) Len() int { return p.n }
 
-func itemSize(a arr) int64 {
-	switch mlxc.ArrayDtype(a) {
-	case mlxc.Float16, mlxc.BFloat16:
-		return 2
-	default:
-		return 4
-	}
-}
-
-func arrBytes(a arr) int64 {
-	if a == 0 {
-		return 0
-	}
-	return int64(mlxc.ArraySize(a)) * itemSize(a)
-}
-
-// kvPrefix returns evaluated handles to the first n positions of a [1, h, N, d] K/V pair (the arrays
-// themselves when n == N), owned by the caller, and the bytes they keep alive. A shorter prefix is made
-// contiguous, which copies it when h > 1 (the rows of a head are not adjacent); with one head MLX may keep
-// the source's buffer, so the whole source is counted.
-func kvPrefix(g *graph, c *kvCache, n, heads, dim int) (k, v arr, held int64) {
-	if c.k == 0 || g.err != nil {
-		return 0, 0, 0
-	}
-	if shapeOf(c.k)[2] == n {
-		k, err1 := dup(g.rt, c.k)
-		v, err2 := dup(g.rt, c.v)
-		if err := errors.Join(err1, err2); err != nil {
-			g.fail(err)
-			for _, h := range []arr{k, v} {
-				if h != 0 {
-					mlxc.ArrayFree(h)
-				}
-			}
-			return 0, 0, 0
-		}
-		return k, v, arrBytes(k) + arrBytes(v)
-	}
-	k = g.contiguous(g.slice(c.k, []int{0, 0, 0, 0}, []int{1, heads, n, dim}))
-	v = g.contiguous(g.slice(c.v, []int{0, 0, 0, 0}, []int{1, heads, n, dim}))
-	g.eval(k, v)
-	if g.err != nil {
-		return 0, 0, 0
-	}
-	held = arrBytes(k) + arrBytes(v)
-	if heads == 1 {
-		held = arrBytes(c.k) + arrBytes(c.v)
-	}
-	return g.keep(k), g.keep(v), held
-}
-
 // ExportPrefix returns the state after positions [0, n) (see ports.PrefixExporter).
 func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 	if s.closed {
@@ -97,7 +48,7 @@ func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 		return nil, fmt.Errorf("mlx: %w", err)
 	}
 	a := &s.t.m.Arch
-	p := &Prefix{t: s.t, n: n, kv: make([]kvCache, len(s.st.kv)), gdn: make([]gdnState, len(s.st.gdn))}
+	p := &Prefix{t: s.t, n: n, kv: make([]ops.KVCache, len(s.st.kv)), gdn: make([]ops.GDNState, len(s.st.gdn))}
 	if pp := s.t.ring; pp != nil && pp.Rank == 0 {
 		p.id = pp.NewID()
 		if err := s.broadcast(ring.Ctrl{Op: ring.OpExport, A: int32(n), B: p.id}); err != nil {
@@ -109,31 +60,31 @@ func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 		if s.t.closed {
 			return errTargetClosed
 		}
-		g := newGraph(s.t.rt, "mlx export prefix")
-		defer g.release()
+		g := graph.New(s.t.rt, "mlx export prefix")
+		defer g.Release()
 		for i, c := range s.st.kv {
 			if c != nil {
 				var held int64
-				p.kv[i].k, p.kv[i].v, held = kvPrefix(g, c, n, a.KVHeads, a.HeadDim)
+				p.kv[i].K, p.kv[i].V, held = ops.KVPrefix(g, c, n, a.KVHeads, a.HeadDim)
 				p.Size += held
 			}
 		}
 		for i, st := range s.st.gdn {
-			if st == nil || g.err != nil {
+			if st == nil || g.Err != nil {
 				continue
 			}
 			var err1, err2 error
-			p.gdn[i].conv, err1 = dup(s.t.rt, st.conv)
-			p.gdn[i].ssm, err2 = dup(s.t.rt, st.ssm)
+			p.gdn[i].Conv, err1 = graph.Dup(s.t.rt, st.Conv)
+			p.gdn[i].SSM, err2 = graph.Dup(s.t.rt, st.SSM)
 			if err := errors.Join(err1, err2); err != nil {
-				g.fail(err)
+				g.Fail(err)
 			}
 		}
-		return g.err
+		return g.Err
 	})
 	hs := p.handles()
 	for _, g := range p.gdn {
-		p.Size += arrBytes(g.conv) + arrBytes(g.ssm)
+		p.Size += graph.ArrBytes(g.Conv) + graph.ArrBytes(g.SSM)
 	}
 	rt := s.t.rt
 	runtime.AddCleanup(p, func(hs []arr) { rt.FreeLater(hs...) }, hs)
@@ -146,16 +97,16 @@ func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 func (p *Prefix) handles() []arr {
 	var hs []arr
 	for _, c := range p.kv {
-		if c.k != 0 {
-			hs = append(hs, c.k, c.v)
+		if c.K != 0 {
+			hs = append(hs, c.K, c.V)
 		}
 	}
 	for _, g := range p.gdn {
-		if g.conv != 0 {
-			hs = append(hs, g.conv)
+		if g.Conv != 0 {
+			hs = append(hs, g.Conv)
 		}
-		if g.ssm != 0 {
-			hs = append(hs, g.ssm)
+		if g.SSM != 0 {
+			hs = append(hs, g.SSM)
 		}
 	}
 	return hs
@@ -189,25 +140,25 @@ func (s *Session) ImportPrefix(ps ports.PrefixState) error {
 			if a == 0 {
 				return 0, nil
 			}
-			h, err := dup(s.t.rt, a)
+			h, err := graph.Dup(s.t.rt, a)
 			if err == nil {
 				taken = append(taken, h)
 			}
 			return h, err
 		}
-		kv := make([]kvCache, len(s.st.kv))
-		gdn := make([]gdnState, len(s.st.gdn))
+		kv := make([]ops.KVCache, len(s.st.kv))
+		gdn := make([]ops.GDNState, len(s.st.gdn))
 		var errs []error
 		for i := range s.st.kv {
 			var e1, e2 error
-			kv[i].k, e1 = take(p.kv[i].k)
-			kv[i].v, e2 = take(p.kv[i].v)
+			kv[i].K, e1 = take(p.kv[i].K)
+			kv[i].V, e2 = take(p.kv[i].V)
 			errs = append(errs, e1, e2)
 		}
 		for i := range s.st.gdn {
 			var e1, e2 error
-			gdn[i].conv, e1 = take(p.gdn[i].conv)
-			gdn[i].ssm, e2 = take(p.gdn[i].ssm)
+			gdn[i].Conv, e1 = take(p.gdn[i].Conv)
+			gdn[i].SSM, e2 = take(p.gdn[i].SSM)
 			errs = append(errs, e1, e2)
 		}
 		if err := errors.Join(errs...); err != nil {
@@ -219,19 +170,19 @@ func (s *Session) ImportPrefix(ps ports.PrefixState) error {
 		s.dropLast()
 		for i, c := range s.st.kv {
 			if c != nil {
-				for _, h := range []arr{c.k, c.v} {
+				for _, h := range []arr{c.K, c.V} {
 					if h != 0 {
 						mlxc.ArrayFree(h)
 					}
 				}
-				c.k, c.v = kv[i].k, kv[i].v
+				c.K, c.V = kv[i].K, kv[i].V
 			}
 		}
 		for i, st := range s.st.gdn {
 			if st != nil {
-				mlxc.ArrayFree(st.conv)
-				mlxc.ArrayFree(st.ssm)
-				st.conv, st.ssm = gdn[i].conv, gdn[i].ssm
+				mlxc.ArrayFree(st.Conv)
+				mlxc.ArrayFree(st.SSM)
+				st.Conv, st.SSM = gdn[i].Conv, gdn[i].SSM
 			}
 		}
 		return nil
@@ -248,7 +199,7 @@ func (s *Session) ImportPrefix(ps ports.PrefixState) error {
 type DraftPrefix struct {
 	d  *Drafter
 	n  int
-	kv []kvCache
+	kv []ops.KVCache
 	model.PrefixSize
 }
 
@@ -267,21 +218,21 @@ func (s *DraftSession) ExportPrefix(n int) (ports.PrefixState, error) {
 	}
 	a := &s.d.m.Arch
 	rt := s.d.t.rt
-	p := &DraftPrefix{d: s.d, n: n, kv: make([]kvCache, len(s.kv))}
+	p := &DraftPrefix{d: s.d, n: n, kv: make([]ops.KVCache, len(s.kv))}
 	err := rt.Do(func() error {
-		g := newGraph(rt, "mlx drafter export prefix")
-		defer g.release()
+		g := graph.New(rt, "mlx drafter export prefix")
+		defer g.Release()
 		for i, c := range s.kv {
 			var held int64
-			p.kv[i].k, p.kv[i].v, held = kvPrefix(g, c, n, a.NumKVHeads, a.HeadDim)
+			p.kv[i].K, p.kv[i].V, held = ops.KVPrefix(g, c, n, a.NumKVHeads, a.HeadDim)
 			p.Size += held
 		}
-		return g.err
+		return g.Err
 	})
 	var hs []arr
 	for _, c := range p.kv {
-		if c.k != 0 {
-			hs = append(hs, c.k, c.v)
+		if c.K != 0 {
+			hs = append(hs, c.K, c.V)
 		}
 	}
 	runtime.AddCleanup(p, func(hs []arr) { rt.FreeLater(hs...) }, hs)
@@ -309,13 +260,13 @@ func (s *DraftSession) ImportPrefix(ps ports.PrefixState) error {
 	err := rt.Do(func() error {
 		var taken []arr
 		var errs []error
-		kv := make([]kvCache, len(s.kv))
+		kv := make([]ops.KVCache, len(s.kv))
 		for i, c := range p.kv {
-			if c.k == 0 {
+			if c.K == 0 {
 				continue
 			}
-			k, e1 := dup(rt, c.k)
-			v, e2 := dup(rt, c.v)
+			k, e1 := graph.Dup(rt, c.K)
+			v, e2 := graph.Dup(rt, c.V)
 			if e1 == nil {
 				taken = append(taken, k)
 			}
@@ -323,7 +274,7 @@ func (s *DraftSession) ImportPrefix(ps ports.PrefixState) error {
 				taken = append(taken, v)
 			}
 			errs = append(errs, e1, e2)
-			kv[i] = kvCache{k, v}
+			kv[i] = ops.KVCache{K: k, V: v}
 		}
 		if err := errors.Join(errs...); err != nil {
 			for _, h := range taken {
@@ -332,11 +283,11 @@ func (s *DraftSession) ImportPrefix(ps ports.PrefixState) error {
 			return err
 		}
 		for i, c := range s.kv {
-			if c.k != 0 {
-				mlxc.ArrayFree(c.k)
-				mlxc.ArrayFree(c.v)
+			if c.K != 0 {
+				mlxc.ArrayFree(c.K)
+				mlxc.ArrayFree(c.V)
 			}
-			c.k, c.v = kv[i].k, kv[i].v
+			c.K, c.V = kv[i].K, kv[i].V
 		}
 		return nil
 	})

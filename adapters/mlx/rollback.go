@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"runtime"
 
+	"github.com/higgs-go/higgs/adapters/mlx/internal/graph"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/ops"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/ring"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
@@ -23,15 +25,6 @@ type Snapshot struct {
 
 // Position returns the session length the snapshot was taken at.
 func (p *Snapshot) Position() int { return p.pos }
-
-// dup returns a new handle to the same array (MLX arrays are immutable, so this is a snapshot).
-func dup(rt *mlxc.Runtime, a arr) (arr, error) {
-	var r arr
-	if err := rt.Check(mlxc.ArraySet(&r, a)); err != nil {
-		return 0, err
-	}
-	return r, nil
-}
 
 // Snapshot copies the recurrent state (see ports.Session). A model without recurrent layers has nothing to
 // snapshot: the error wraps errors.ErrUnsupported, which the speculative decoder reads as "TrimKV alone".
@@ -57,10 +50,10 @@ func (s *Session) Snapshot() (ports.RecurrentSnapshot, error) {
 				continue
 			}
 			var err error
-			if p.conv[i], err = dup(s.t.rt, g.conv); err != nil {
+			if p.conv[i], err = graph.Dup(s.t.rt, g.Conv); err != nil {
 				return err
 			}
-			if p.ssm[i], err = dup(s.t.rt, g.ssm); err != nil {
+			if p.ssm[i], err = graph.Dup(s.t.rt, g.SSM); err != nil {
 				return err
 			}
 		}
@@ -94,18 +87,18 @@ func (s *Session) Restore(rs ports.RecurrentSnapshot) error {
 			if g == nil {
 				continue
 			}
-			c, err := dup(s.t.rt, p.conv[i])
+			c, err := graph.Dup(s.t.rt, p.conv[i])
 			if err != nil {
 				return err
 			}
-			ss, err := dup(s.t.rt, p.ssm[i])
+			ss, err := graph.Dup(s.t.rt, p.ssm[i])
 			if err != nil {
 				mlxc.ArrayFree(c)
 				return err
 			}
-			s.freeState(g.conv)
-			s.freeState(g.ssm)
-			g.conv, g.ssm = c, ss
+			s.freeState(g.Conv)
+			s.freeState(g.SSM)
+			g.Conv, g.SSM = c, ss
 		}
 		return nil
 	})
@@ -120,8 +113,8 @@ func (s *Session) Restore(rs ports.RecurrentSnapshot) error {
 // freeState frees a state handle unless the latest tape holds it as S₀ / cs₀.
 func (s *Session) freeState(h arr) {
 	if s.lastTap != nil {
-		for _, tp := range s.lastTap.layers {
-			if tp != nil && (tp.s0 == h || tp.cs0 == h) {
+		for _, tp := range s.lastTap.Layers {
+			if tp != nil && (tp.S0 == h || tp.CS0 == h) {
 				return
 			}
 		}
@@ -131,32 +124,23 @@ func (s *Session) freeState(h arr) {
 
 var _ ports.RecurrentSnapshot = (*Snapshot)(nil)
 
-// Tape is a block's recurrent record (see ports.Tape); valid until the session's next Forward.
-type Tape struct {
-	model.TapeHeader
-	sess   *Session
-	layers []*gdnTape
-}
-
-var _ ports.Tape = (*Tape)(nil)
-
-// free releases the tape's arrays, including S₀/cs₀ unless the session still uses them as its state.
-func (tp *Tape) free() {
+// freeTape releases the tape's arrays, including S₀/cs₀ unless the session still uses them as its state.
+func freeTape(tp *ops.Tape) {
 	live := map[arr]bool{}
-	for _, h := range tp.sess.st.handles() {
+	for _, h := range tp.Sess.(*Session).st.handles() {
 		live[h] = true
 	}
-	for _, l := range tp.layers {
+	for _, l := range tp.Layers {
 		if l == nil {
 			continue
 		}
-		for _, h := range []arr{l.alpha, l.delta, l.keys, l.rows, l.s0, l.cs0} {
+		for _, h := range []arr{l.Alpha, l.Delta, l.Keys, l.Rows, l.S0, l.CS0} {
 			if h != 0 && !live[h] {
 				mlxc.ArrayFree(h)
 			}
 		}
 	}
-	tp.layers = nil
+	tp.Layers = nil
 }
 
 // ReplayTape rolls the recurrent layers back to the state after the first n positions of the taped block
@@ -169,7 +153,7 @@ func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
 	if err != nil {
 		return fmt.Errorf("mlx replay: %w", err)
 	}
-	tp := t.(*Tape)
+	tp := t.(*ops.Tape)
 	if err := s.broadcast(ring.Ctrl{Op: ring.OpReplay, A: int32(n)}); err != nil {
 		return fmt.Errorf("mlx replay: %w", err)
 	}
@@ -178,10 +162,10 @@ func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
 		return nil
 	}
 	err = s.t.rt.Do(func() error {
-		g := newGraph(s.t.rt, "mlx replay")
-		defer g.release()
+		g := graph.New(s.t.rt, "mlx replay")
+		defer g.Release()
 		type upd struct {
-			st        *gdnState
+			st        *ops.GDNState
 			ssm, conv arr
 		}
 		var us []upd
@@ -190,18 +174,18 @@ func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
 			if st == nil {
 				continue
 			}
-			ssm, conv := replay(g, s.t.m.Layers[i].GDN, tp.layers[i], n)
+			ssm, conv := ops.Replay(g, s.t.m.Layers[i].GDN, tp.Layers[i], n)
 			us = append(us, upd{st, ssm, conv})
 			outs = append(outs, ssm, conv)
 		}
-		g.eval(outs...)
-		if g.err != nil {
-			return g.err
+		g.Eval(outs...)
+		if g.Err != nil {
+			return g.Err
 		}
 		for _, u := range us {
-			s.freeState(u.st.ssm)
-			s.freeState(u.st.conv)
-			u.st.ssm, u.st.conv = g.keep(u.ssm), g.keep(u.conv)
+			s.freeState(u.st.SSM)
+			s.freeState(u.st.Conv)
+			u.st.SSM, u.st.Conv = g.Keep(u.ssm), g.Keep(u.conv)
 		}
 		return nil
 	})

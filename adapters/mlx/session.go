@@ -6,12 +6,17 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/higgs-go/higgs/adapters/mlx/internal/graph"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/ops"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/ring"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/adapters/sampling"
 	"github.com/higgs-go/higgs/ports"
 )
+
+// arr is an MLX array handle. The zero value is the null array.
+type arr = mlxc.Array
 
 // A session has every optional ability the speculative decoder and the reference checks look for.
 var _ interface {
@@ -32,7 +37,7 @@ type Session struct {
 	pos     model.Position
 	st      sessState
 	gen     uint64
-	lastTap *Tape
+	lastTap *ops.Tape
 	taped   *Taps
 	replay  bool
 	closed  bool
@@ -50,8 +55,8 @@ type profile struct {
 
 // sessState is the per-layer state a forward pass reads and replaces.
 type sessState struct {
-	kv  []*kvCache
-	gdn []*gdnState
+	kv  []*ops.KVCache
+	gdn []*ops.GDNState
 }
 
 func (t *Target) newSession(tapLayers []int) (*Session, error) {
@@ -61,8 +66,8 @@ func (t *Target) newSession(tapLayers []int) (*Session, error) {
 		return nil, err
 	}
 	s := &Session{t: t, taps: taps}
-	s.st.kv = make([]*kvCache, a.Layers)
-	s.st.gdn = make([]*gdnState, a.Layers)
+	s.st.kv = make([]*ops.KVCache, a.Layers)
+	s.st.gdn = make([]*ops.GDNState, a.Layers)
 	s.pos.Recurrent = t.info.HasRecurrent()
 	if t.ring != nil && t.ring.Rank == 0 {
 		s.id = t.ring.NewID()
@@ -79,27 +84,27 @@ func (t *Target) newSession(tapLayers []int) (*Session, error) {
 		if t.closed {
 			return errTargetClosed
 		}
-		g := newGraph(t.rt, "mlx new session")
-		defer g.release()
+		g := graph.New(t.rt, "mlx new session")
+		defer g.Release()
 		var all []arr
 		for i, k := range a.Kinds {
 			if !stage.Has(i) {
 				continue // another rank's layer
 			}
 			if k == ports.LayerAttention {
-				s.st.kv[i] = &kvCache{}
+				s.st.kv[i] = &ops.KVCache{}
 				continue
 			}
-			gs := &gdnState{conv: g.zeros(mlxc.Float32, a.ConvKernel-1, a.ConvDim()), ssm: g.zeros(mlxc.Float32, 1, a.ValueHeads, a.ValueDim, a.KeyDim)}
+			gs := &ops.GDNState{Conv: g.Zeros(mlxc.Float32, a.ConvKernel-1, a.ConvDim()), SSM: g.Zeros(mlxc.Float32, 1, a.ValueHeads, a.ValueDim, a.KeyDim)}
 			s.st.gdn[i] = gs
-			all = append(all, gs.conv, gs.ssm)
+			all = append(all, gs.Conv, gs.SSM)
 		}
-		g.eval(all...)
-		if g.err != nil {
-			return g.err
+		g.Eval(all...)
+		if g.Err != nil {
+			return g.Err
 		}
 		for _, x := range all {
-			g.keep(x)
+			g.Keep(x)
 		}
 		return nil
 	})
@@ -151,7 +156,7 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	}
 	var greedy []int32
 	var logits []float32
-	var tape *Tape
+	var tape *ops.Tape
 	var tapParts []arr
 	for lo := 0; lo < T; lo += chunk {
 		if err := ctx.Err(); err != nil {
@@ -181,14 +186,14 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 		tapArr = tapParts[0]
 		if len(tapParts) > 1 {
 			err := s.t.rt.Do(func() error {
-				g := newGraph(s.t.rt, "mlx forward taps")
-				defer g.release()
-				all := g.concat(0, tapParts...)
-				g.eval(all)
-				if g.err != nil {
-					return g.err
+				g := graph.New(s.t.rt, "mlx forward taps")
+				defer g.Release()
+				all := g.Concat(0, tapParts...)
+				g.Eval(all)
+				if g.Err != nil {
+					return g.Err
 				}
-				tapArr = g.keep(all)
+				tapArr = g.Keep(all)
 				return nil
 			})
 			s.freeAll(tapParts)
@@ -202,7 +207,7 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 
 // finish builds a Forward's result of T positions from its returned rows' greedy ids and logits (when
 // read), its taps array [T, width] (0 for none; the session owns it from here on) and its tape.
-func (s *Session) finish(T, rows int, opts ports.ForwardOptions, greedy []int32, logits []float32, tapArr arr, tape *Tape) (ports.ForwardResult, []float32, error) {
+func (s *Session) finish(T, rows int, opts ports.ForwardOptions, greedy []int32, logits []float32, tapArr arr, tape *ops.Tape) (ports.ForwardResult, []float32, error) {
 	fail := func(err error) (ports.ForwardResult, []float32, error) { return ports.ForwardResult{}, nil, err }
 	a := &s.t.m.Arch
 	var taps *Taps
@@ -259,7 +264,7 @@ type runResult struct {
 	greedy []int32
 	logits []float32
 	taps   arr
-	tape   *Tape
+	tape   *ops.Tape
 }
 
 // run evaluates one chunk of tokens at positions Len().. as one lazy graph and advances the session. Only
@@ -291,17 +296,17 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 			ctx = context.WithoutCancel(ctx)
 		}
 		t0 := time.Now()
-		g := newGraph(s.t.rt, "mlx forward")
-		defer g.release()
-		be := ops{g: g, dt: s.t.dt}
+		g := graph.New(s.t.rt, "mlx forward")
+		defer g.Release()
+		be := ops.Backend{G: g, DT: s.t.dt}
 		old := s.st.handles()
-		st := &pass{o: be, kv: s.st.kv, gdn: s.st.gdn}
+		st := &ops.Pass{O: be, KV: s.st.kv, GDN: s.st.gdn}
 		if wantTape && s.pos.Recurrent {
-			st.tape = &Tape{TapeHeader: model.TapeHeader{Session: s, Forward: s.gen, Length: T, Start: s.pos.N}, sess: s, layers: make([]*gdnTape, m.Arch.Layers)}
+			st.Tape = &ops.Tape{TapeHeader: model.TapeHeader{Session: s, Forward: s.gen, Length: T, Start: s.pos.N}, Sess: s, Layers: make([]*ops.GDNTape, m.Arch.Layers)}
 		}
-		tapRows, tap := model.Collect[act](s.taps)
+		tapRows, tap := model.Collect[ops.Act](s.taps)
 		p := s.t.ring
-		var x, carried act
+		var x, carried ops.Act
 		var own, carriedIn []int
 		if p == nil || p.Rank == 0 {
 			x = be.Embed(m.Embed, tokens)
@@ -310,11 +315,11 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 			carriedIn = carriedSlots(tapOrder(s.taps.Layers(), p.Stages), p.Rank)
 			w := m.Arch.Hidden * (1 + len(carriedIn)*btoi(wantTaps))
 			p.Waiting.Store(int32(p.Rank - 1))
-			in := act{g.recv(s.t.dt, p.Rank-1, p.Group, T, w), T, w}
+			in := ops.Act{A: g.Recv(s.t.dt, p.Rank-1, p.Group, T, w), R: T, C: w}
 			// Received in an evaluation of its own, so the stage's time splits into waiting for its input
 			// (the ranks before it and the hop) and its own layers.
 			tw := time.Now()
-			g.eval(in.a)
+			g.Eval(in.A)
 			p.Stats.Wait += time.Since(tw)
 			x = be.Split(in, 1, m.Arch.Hidden, w-m.Arch.Hidden)[0]
 			if w > m.Arch.Hidden {
@@ -331,25 +336,25 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 		var outs []arr
 		var wire []arr // what travels on (a worker's carried and own taps)
 		if p != nil && p.Rank > 0 && wantTaps {
-			if carried.a != 0 {
-				wire = append(wire, carried.a)
+			if carried.A != 0 {
+				wire = append(wire, carried.A)
 			}
 			for _, slot := range own {
-				wire = append(wire, tapRows[slot].a)
+				wire = append(wire, tapRows[slot].A)
 			}
 		}
 		switch {
 		case p != nil && !p.Last():
 			// Pass the stream (and the taps carried so far) to the next rank.
-			out := append([]arr{x.a}, wire...)
+			out := append([]arr{x.A}, wire...)
 			msg := out[0]
 			if len(out) > 1 {
-				msg = g.concat(1, out...)
+				msg = g.Concat(1, out...)
 			}
-			fwd = g.send(msg, p.Rank+1, p.Group)
+			fwd = g.Send(msg, p.Rank+1, p.Group)
 		default:
-			lg = be.f32(model.Logits(m, be, x, T-rows, T).a)
-			ids = g.astype(g.argmax(lg, -1), mlxc.Int32)
+			lg = be.F32(model.Logits(m, be, x, T-rows, T).A)
+			ids = g.Astype(g.Argmax(lg, -1), mlxc.Int32)
 			outs = append(outs, ids, lg)
 		}
 		nLocal := len(outs)
@@ -357,24 +362,24 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 		var tapLocal []arr // rank 0's own tap rows, joined with the others' after the exchange
 		if (p == nil || p.Rank == 0) && wantTaps && s.taps.Len() > 0 {
 			if p == nil {
-				tapArr = be.Concat(tapRows...).a
+				tapArr = be.Concat(tapRows...).A
 				outs = append(outs, tapArr)
 			} else {
 				for _, slot := range tapOrder(s.taps.Layers(), p.Stages)[0] {
-					tapLocal = append(tapLocal, tapRows[slot].a)
+					tapLocal = append(tapLocal, tapRows[slot].A)
 				}
 			}
 		}
-		tape := st.tape
+		tape := st.Tape
 		if tape != nil {
-			for _, tp := range tape.layers {
+			for _, tp := range tape.Layers {
 				if tp != nil {
-					outs = append(outs, tp.alpha, tp.delta, tp.keys, tp.rows)
+					outs = append(outs, tp.Alpha, tp.Delta, tp.Keys, tp.Rows)
 				}
 			}
 		}
 		t1 := time.Now()
-		g.eval(append(outs, tapLocal...)...)
+		g.Eval(append(outs, tapLocal...)...)
 		if p != nil {
 			p.Stats.Forwards++
 			p.Stats.Compute += time.Since(t1)
@@ -388,28 +393,28 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 		}
 		t2 := time.Now()
 		if ids != 0 {
-			res.greedy = g.readI32(ids)
+			res.greedy = g.ReadI32(ids)
 		}
 		if wantLogits && lg != 0 {
-			res.logits = g.readF32(lg)
+			res.logits = g.ReadF32(lg)
 		}
 		s.prof.build += t1.Sub(t0)
 		s.prof.eval += t2.Sub(t1)
 		s.prof.forwards++
 		defer func() { s.prof.read += time.Since(t2) }()
-		if g.err != nil {
+		if g.Err != nil {
 			// The session state is unspecified after an error (ports); keep the old handles valid.
 			s.st.restoreHandles(old)
-			return g.err
+			return g.Err
 		}
 		// Adopt every evaluated output but the greedy ids and logits (the new state, the taps, the tape's
 		// arrays) in one pass; free the old handles except those a tape now owns (S₀, cs₀).
-		g.keepAll(outs)
+		g.KeepAll(outs)
 		keepOld := map[arr]bool{}
 		if tape != nil {
-			for _, tp := range tape.layers {
+			for _, tp := range tape.Layers {
 				if tp != nil {
-					keepOld[tp.s0], keepOld[tp.cs0] = true, true
+					keepOld[tp.S0], keepOld[tp.CS0] = true, true
 				}
 			}
 		}
@@ -439,7 +444,7 @@ func (s *Session) dropLast() {
 		s.taped.a, s.taped = 0, nil
 	}
 	if s.lastTap != nil {
-		s.lastTap.free()
+		freeTape(s.lastTap)
 		s.lastTap = nil
 	}
 }
@@ -449,12 +454,12 @@ func (st *sessState) handles() []arr {
 	var out []arr
 	for _, a := range st.kv {
 		if a != nil {
-			out = append(out, a.k, a.v)
+			out = append(out, a.K, a.V)
 		}
 	}
 	for _, g := range st.gdn {
 		if g != nil {
-			out = append(out, g.conv, g.ssm)
+			out = append(out, g.Conv, g.SSM)
 		}
 	}
 	return out
@@ -464,13 +469,13 @@ func (st *sessState) restoreHandles(h []arr) {
 	i := 0
 	for _, a := range st.kv {
 		if a != nil {
-			a.k, a.v = h[i], h[i+1]
+			a.K, a.V = h[i], h[i+1]
 			i += 2
 		}
 	}
 	for _, g := range st.gdn {
 		if g != nil {
-			g.conv, g.ssm = h[i], h[i+1]
+			g.Conv, g.SSM = h[i], h[i+1]
 			i += 2
 		}
 	}
@@ -490,31 +495,31 @@ func (s *Session) TrimKV(n int) error {
 	if n < s.pos.N {
 		a := &s.t.m.Arch
 		err := s.t.rt.Do(func() error {
-			g := newGraph(s.t.rt, "mlx trim")
-			defer g.release()
+			g := graph.New(s.t.rt, "mlx trim")
+			defer g.Release()
 			type pair struct {
-				st   *kvCache
+				st   *ops.KVCache
 				k, v arr
 			}
 			var ps []pair
 			for _, st := range s.st.kv {
-				if st == nil || st.k == 0 {
+				if st == nil || st.K == 0 {
 					continue
 				}
 				p := pair{st: st}
 				if n > 0 {
-					p.k = g.slice(st.k, []int{0, 0, 0, 0}, []int{1, a.KVHeads, n, a.HeadDim})
-					p.v = g.slice(st.v, []int{0, 0, 0, 0}, []int{1, a.KVHeads, n, a.HeadDim})
+					p.k = g.Slice(st.K, []int{0, 0, 0, 0}, []int{1, a.KVHeads, n, a.HeadDim})
+					p.v = g.Slice(st.V, []int{0, 0, 0, 0}, []int{1, a.KVHeads, n, a.HeadDim})
 				}
 				ps = append(ps, p)
 			}
-			if g.err != nil {
-				return g.err
+			if g.Err != nil {
+				return g.Err
 			}
 			for _, p := range ps {
-				mlxc.ArrayFree(p.st.k)
-				mlxc.ArrayFree(p.st.v)
-				p.st.k, p.st.v = g.keep(p.k), g.keep(p.v)
+				mlxc.ArrayFree(p.st.K)
+				mlxc.ArrayFree(p.st.V)
+				p.st.K, p.st.V = g.Keep(p.k), g.Keep(p.v)
 			}
 			return nil
 		})

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/higgs-go/higgs/adapters/mlx/internal/graph"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/adapters/synth"
@@ -70,15 +71,15 @@ func readState(t *testing.T, s *Session) [][]float32 {
 	t.Helper()
 	var out [][]float32
 	require.NoError(t, s.t.rt.Do(func() error {
-		g := newGraph(s.t.rt, "test read")
-		defer g.release()
+		g := graph.New(s.t.rt, "test read")
+		defer g.Release()
 		for _, st := range s.st.gdn {
 			if st != nil {
-				g.eval(st.ssm, st.conv)
-				out = append(out, g.readF32(st.ssm), g.readF32(st.conv))
+				g.Eval(st.SSM, st.Conv)
+				out = append(out, g.ReadF32(st.SSM), g.ReadF32(st.Conv))
 			}
 		}
-		return g.err
+		return g.Err
 	}))
 	return out
 }

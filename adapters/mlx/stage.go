@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/higgs-go/higgs/adapters/hfmodel"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/graph"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/ops"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/ring"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/adapters/safetensors"
@@ -97,24 +99,6 @@ func (t *Target) WeightBytes() int64 { return t.weightBytes }
 // Err is the error that broke the pipeline (wrapping pipeline.ErrRankLost), or nil.
 func (t *Target) Err() error { return t.rt.Err() }
 
-// send and recv are MLX distributed's point-to-point ops on the CPU stream (the only one implementing them).
-func (g *graph) send(x arr, dst int, grp mlxc.Group) arr {
-	if g.err != nil {
-		return 0
-	}
-	var r arr
-	return g.done("distributed_send", mlxc.DistributedSend(&r, x, int32(dst), grp, g.rt.CPUStream()), r)
-}
-
-func (g *graph) recv(dt mlxc.Dtype, src int, grp mlxc.Group, shape ...int) arr {
-	if g.err != nil {
-		return 0
-	}
-	sh := i32s(shape)
-	var r arr
-	return g.done("distributed_recv", mlxc.DistributedRecv(&r, &sh[0], uintptr(len(sh)), dt, int32(src), grp, g.rt.CPUStream()), r)
-}
-
 // broadcast sends a control message from rank 0 down the ring (a no-op when not distributed or on a
 // worker, which passes messages on in its loop).
 func (s *Session) broadcast(c ring.Ctrl) error {
@@ -164,58 +148,58 @@ func btoi(b bool) int {
 // whatever order MLX would schedule them in) and joins the taps in slot order; with 3 or more ranks the
 // workers' acknowledgements travel back first (ack, relay, awaitAcks). It returns rank 0's ids, logits and
 // taps (0 elsewhere) and accounts the time in the rank's stats.
-func (s *Session) exchange(g *graph, T, rows int, wantTaps, wantLogits bool, ids, lg, fwd arr, wire []arr, tapRows []act) (arr, arr, arr) {
+func (s *Session) exchange(g *graph.Graph, T, rows int, wantTaps, wantLogits bool, ids, lg, fwd arr, wire []arr, tapRows []ops.Act) (arr, arr, arr) {
 	p := s.t.ring
 	a := &s.t.m.Arch
 	own := tapOrder(s.taps.Layers(), p.Stages)
 	others := carriedSlots(own, p.Size)
 	t0 := time.Now()
 	send := func(x arr, dst int) {
-		g.eval(g.send(x, dst, p.Group))
-		p.Stats.SentBytes += arrBytes(x)
+		g.Eval(g.Send(x, dst, p.Group))
+		p.Stats.SentBytes += graph.ArrBytes(x)
 	}
 	switch {
 	case p.Rank == 0:
-		g.eval(fwd)
-		p.Stats.SentBytes += arrBytes(fwd)
+		g.Eval(fwd)
+		p.Stats.SentBytes += graph.ArrBytes(fwd)
 		t1 := time.Now()
 		p.Stats.Send += t1.Sub(t0)
 		defer func() { p.Stats.Wait += time.Since(t1) }()
 		if err := s.t.ring.AwaitAcks(); err != nil {
-			g.fail(err)
+			g.Fail(err)
 			return 0, 0, 0
 		}
-		ids = g.recv(mlxc.Int32, p.Size-1, p.Group, rows)
-		g.eval(ids)
+		ids = g.Recv(mlxc.Int32, p.Size-1, p.Group, rows)
+		g.Eval(ids)
 		if wantLogits {
-			lg = g.recv(mlxc.Float32, p.Size-1, p.Group, rows, a.Vocab)
-			g.eval(lg)
+			lg = g.Recv(mlxc.Float32, p.Size-1, p.Group, rows, a.Vocab)
+			g.Eval(lg)
 		}
 		var tapArr arr
 		if wantTaps && s.taps.Len() > 0 {
 			var got arr
 			if len(others) > 0 {
-				got = g.recv(s.t.dt, p.Size-1, p.Group, T, a.Hidden*len(others))
-				g.eval(got)
+				got = g.Recv(s.t.dt, p.Size-1, p.Group, T, a.Hidden*len(others))
+				g.Eval(got)
 			}
 			parts := make([]arr, s.taps.Len())
 			for _, slot := range own[0] {
-				parts[slot] = tapRows[slot].a
+				parts[slot] = tapRows[slot].A
 			}
 			for j, slot := range others {
-				parts[slot] = g.slice(got, []int{0, j * a.Hidden}, []int{T, (j + 1) * a.Hidden})
+				parts[slot] = g.Slice(got, []int{0, j * a.Hidden}, []int{T, (j + 1) * a.Hidden})
 			}
 			tapArr = parts[0]
 			if len(parts) > 1 {
-				tapArr = g.concat(1, parts...)
+				tapArr = g.Concat(1, parts...)
 			}
-			g.eval(tapArr)
+			g.Eval(tapArr)
 		}
 		return ids, lg, tapArr
 	case p.Last():
 		defer func() { p.Stats.Send += time.Since(t0) }()
 		if err := s.t.ring.Ack(); err != nil {
-			g.fail(err)
+			g.Fail(err)
 			return 0, 0, 0
 		}
 		send(ids, 0)
@@ -225,20 +209,20 @@ func (s *Session) exchange(g *graph, T, rows int, wantTaps, wantLogits bool, ids
 		if wantTaps && len(wire) > 0 {
 			msg := wire[0]
 			if len(wire) > 1 {
-				msg = g.concat(1, wire...)
+				msg = g.Concat(1, wire...)
 			}
 			send(msg, 0)
 		}
 	default:
 		defer func() { p.Stats.Send += time.Since(t0) }()
 		if err := s.t.ring.Ack(); err != nil {
-			g.fail(err)
+			g.Fail(err)
 			return 0, 0, 0
 		}
-		g.eval(fwd)
-		p.Stats.SentBytes += arrBytes(fwd)
+		g.Eval(fwd)
+		p.Stats.SentBytes += graph.ArrBytes(fwd)
 		if err := s.t.ring.Relay(); err != nil {
-			g.fail(err)
+			g.Fail(err)
 		}
 	}
 	return 0, 0, 0

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/higgs-go/higgs/adapters/mlx/internal/graph"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/ops"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/ring"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
@@ -36,7 +38,7 @@ type stageJob struct {
 	greedy []int32
 	logits []float32
 	taps   arr
-	tape   *Tape
+	tape   *ops.Tape
 }
 
 func (j *stageJob) wantTaps() bool { return j.flags&ring.FlagTaps != 0 && j.s.taps.Len() > 0 }
@@ -202,8 +204,8 @@ func (t *Target) stageRound(ctx context.Context, jobs []*stageJob, parts []int32
 	case p.Last():
 		t0 := time.Now()
 		defer func() { p.Stats.BatchSend += time.Since(t0) }()
-		g := newGraph(t.rt, "mlx pipeline batch answer")
-		defer g.release()
+		g := graph.New(t.rt, "mlx pipeline batch answer")
+		defer g.Release()
 		var ids, lg, taps []arr
 		for _, o := range outs {
 			ids = append(ids, o.ids)
@@ -222,12 +224,12 @@ func (t *Target) stageRound(ctx context.Context, jobs []*stageJob, parts []int32
 			}
 			msg := part[0]
 			if len(part) > 1 {
-				msg = g.concat(0, part...)
+				msg = g.Concat(0, part...)
 			}
-			g.eval(g.send(msg, 0, p.Group))
-			p.Stats.SentBytes += arrBytes(msg)
+			g.Eval(g.Send(msg, 0, p.Group))
+			p.Stats.SentBytes += graph.ArrBytes(msg)
 		}
-		return g.err
+		return g.Err
 	default:
 		t0 := time.Now()
 		defer func() { p.Stats.BatchSend += time.Since(t0) }()
@@ -247,9 +249,9 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 	p := t.ring
 	m := t.m
 	H := m.Arch.Hidden
-	g := newGraph(t.rt, "mlx pipeline batch")
-	defer g.release()
-	be := ops{g: g, dt: t.dt}
+	g := graph.New(t.rt, "mlx pipeline batch")
+	defer g.Release()
+	be := ops.Backend{G: g, DT: t.dt}
 	n := len(mb)
 	sizes, rows := make([]int, n), make([]int, n)
 	own := make([][][]int, n)
@@ -263,8 +265,8 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 			carriedIn[j] = len(carriedSlots(own[j], p.Rank))
 		}
 	}
-	var x act
-	carried := make([]act, n)
+	var x ops.Act
+	carried := make([]ops.Act, n)
 	if p.Rank == 0 {
 		var toks []ports.Token
 		for _, jb := range mb {
@@ -277,35 +279,35 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 			w += jb.T * H * carriedIn[j]
 		}
 		p.Waiting.Store(int32(p.Rank - 1))
-		in := g.recv(t.dt, p.Rank-1, p.Group, w)
+		in := g.Recv(t.dt, p.Rank-1, p.Group, w)
 		tw := time.Now()
-		g.eval(in)
+		g.Eval(in)
 		p.Stats.BatchWait += time.Since(tw)
-		x = act{g.reshape(g.slice(in, []int{0}, []int{R * H}), R, H), R, H}
+		x = ops.Act{A: g.Reshape(g.Slice(in, []int{0}, []int{R * H}), R, H), R: R, C: H}
 		off := R * H
 		for j, jb := range mb {
 			if c := carriedIn[j]; c > 0 {
 				sz := jb.T * H * c
-				carried[j] = act{g.reshape(g.slice(in, []int{off}, []int{off + sz}), jb.T, H*c), jb.T, H * c}
+				carried[j] = ops.Act{A: g.Reshape(g.Slice(in, []int{off}, []int{off + sz}), jb.T, H*c), R: jb.T, C: H * c}
 				off += sz
 			}
 		}
 	}
 	olds := make([][]arr, n)
-	passes := make([]*pass, n)
-	seqs := make([]model.Seq[act, *weight], n)
-	tapRows := make([][]act, n)
-	taps := make([]func(int, act), n)
+	passes := make([]*ops.Pass, n)
+	seqs := make([]model.Seq[ops.Act, *ops.Weight], n)
+	tapRows := make([][]ops.Act, n)
+	taps := make([]func(int, ops.Act), n)
 	for j, jb := range mb {
 		s := jb.s
 		olds[j] = s.st.handles()
-		passes[j] = &pass{o: be, kv: s.st.kv, gdn: s.st.gdn}
+		passes[j] = &ops.Pass{O: be, KV: s.st.kv, GDN: s.st.gdn}
 		if jb.flags&ring.FlagTape != 0 && s.pos.Recurrent {
-			passes[j].tape = &Tape{TapeHeader: model.TapeHeader{Session: s, Forward: s.gen, Length: jb.T, Start: s.pos.N}, sess: s, layers: make([]*gdnTape, m.Arch.Layers)}
+			passes[j].Tape = &ops.Tape{TapeHeader: model.TapeHeader{Session: s, Forward: s.gen, Length: jb.T, Start: s.pos.N}, Sess: s, Layers: make([]*ops.GDNTape, m.Arch.Layers)}
 		}
-		seqs[j] = model.Seq[act, *weight]{State: passes[j], Pos: s.pos.N, Rows: jb.T}
+		seqs[j] = model.Seq[ops.Act, *ops.Weight]{State: passes[j], Pos: s.pos.N, Rows: jb.T}
 		if jb.wantTaps() {
-			tapRows[j], taps[j] = model.Collect[act](s.taps)
+			tapRows[j], taps[j] = model.Collect[ops.Act](s.taps)
 		}
 	}
 	restore := func() {
@@ -313,7 +315,7 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 			jb.s.st.restoreHandles(olds[j])
 		}
 	}
-	tap := func(layer int, x act) {
+	tap := func(layer int, x ops.Act) {
 		off := 0
 		for j := range mb {
 			if taps[j] != nil {
@@ -334,11 +336,11 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 			return 0
 		}
 		var parts []arr
-		if carried[j].a != 0 {
-			parts = append(parts, carried[j].a)
+		if carried[j].A != 0 {
+			parts = append(parts, carried[j].A)
 		}
 		for _, slot := range own[j][p.Rank] {
-			parts = append(parts, tapRows[j][slot].a)
+			parts = append(parts, tapRows[j][slot].A)
 		}
 		switch len(parts) {
 		case 0:
@@ -346,13 +348,13 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 		case 1:
 			return parts[0]
 		}
-		return g.concat(1, parts...)
+		return g.Concat(1, parts...)
 	}
 	flat := func(a arr) arr {
-		if a == 0 || g.err != nil {
+		if a == 0 || g.Err != nil {
 			return 0
 		}
-		return g.reshape(a, int(mlxc.ArraySize(a)))
+		return g.Reshape(a, int(mlxc.ArraySize(a)))
 	}
 	res := mbOut{taps: make([]arr, n)}
 	var fwd arr
@@ -361,9 +363,9 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 		for j := range mb {
 			res.taps[j] = tapOut(j)
 		}
-		fwd = g.send(flat(x.a), 1, p.Group)
+		fwd = g.Send(flat(x.A), 1, p.Group)
 	case !p.Last():
-		msg := []arr{flat(x.a)}
+		msg := []arr{flat(x.A)}
 		for j := range mb {
 			if a := tapOut(j); a != 0 {
 				msg = append(msg, flat(a))
@@ -371,12 +373,12 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 		}
 		w := msg[0]
 		if len(msg) > 1 {
-			w = g.concat(0, msg...)
+			w = g.Concat(0, msg...)
 		}
-		fwd = g.send(w, p.Rank+1, p.Group)
+		fwd = g.Send(w, p.Rank+1, p.Group)
 	default:
-		lg := be.f32(model.LogitsBatch(m, be, x, sizes, rows).a)
-		res.ids = g.astype(g.argmax(lg, -1), mlxc.Int32)
+		lg := be.F32(model.LogitsBatch(m, be, x, sizes, rows).A)
+		res.ids = g.Astype(g.Argmax(lg, -1), mlxc.Int32)
 		if roundLogits {
 			res.lg = lg
 		}
@@ -389,29 +391,29 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 	var state []arr
 	for j, jb := range mb {
 		state = append(state, jb.s.st.handles()...)
-		if tp := passes[j].tape; tp != nil {
-			for _, l := range tp.layers {
+		if tp := passes[j].Tape; tp != nil {
+			for _, l := range tp.Layers {
 				if l != nil {
-					state = append(state, l.alpha, l.delta, l.keys, l.rows)
+					state = append(state, l.Alpha, l.Delta, l.Keys, l.Rows)
 				}
 			}
 		}
 	}
 	results := append(append([]arr{res.ids, res.lg}, res.taps...), state...)
 	tc := time.Now()
-	g.eval(results...)
+	g.Eval(results...)
 	p.Stats.BatchCompute += time.Since(tc)
-	if g.err != nil {
+	if g.Err != nil {
 		restore()
-		return mbOut{}, g.err
+		return mbOut{}, g.Err
 	}
-	g.keepAll(results)
+	g.KeepAll(results)
 	for j, jb := range mb {
 		keepOld := map[arr]bool{}
-		if tp := passes[j].tape; tp != nil {
-			for _, l := range tp.layers {
+		if tp := passes[j].Tape; tp != nil {
+			for _, l := range tp.Layers {
 				if l != nil {
-					keepOld[l.s0], keepOld[l.cs0] = true, true
+					keepOld[l.S0], keepOld[l.CS0] = true, true
 				}
 			}
 		}
@@ -420,7 +422,7 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 				mlxc.ArrayFree(h)
 			}
 		}
-		jb.tape = passes[j].tape
+		jb.tape = passes[j].Tape
 		jb.s.pos.N += jb.T
 		jb.s.pos.Rec = jb.s.pos.N
 	}
@@ -431,11 +433,11 @@ func (t *Target) stageMicro(ctx context.Context, mb []*stageJob, firstMB, roundL
 	}
 	if fwd != 0 {
 		ts := time.Now()
-		g.eval(fwd)
-		p.Stats.SentBytes += arrBytes(fwd)
+		g.Eval(fwd)
+		p.Stats.SentBytes += graph.ArrBytes(fwd)
 		p.Stats.BatchSend += time.Since(ts)
 	}
-	return res, g.err
+	return res, g.Err
 }
 
 // receiveRound is rank 0's end of a batched round: the workers' acknowledgements, then the last rank's
@@ -448,8 +450,8 @@ func (t *Target) receiveRound(jobs []*stageJob, parts []int32, outs []mbOut) err
 	if err := t.ring.AwaitAcks(); err != nil {
 		return err
 	}
-	g := newGraph(t.rt, "mlx pipeline batch answer")
-	defer g.release()
+	g := graph.New(t.rt, "mlx pipeline batch answer")
+	defer g.Release()
 	total, tapW, wantLogits := 0, 0, false
 	for _, j := range jobs {
 		total += j.rows
@@ -458,22 +460,22 @@ func (t *Target) receiveRound(jobs []*stageJob, parts []int32, outs []mbOut) err
 			tapW += j.T * H * len(carriedSlots(tapOrder(j.s.taps.Layers(), p.Stages), p.Size))
 		}
 	}
-	ids := g.recv(mlxc.Int32, p.Size-1, p.Group, total)
-	g.eval(ids)
-	greedy := g.readI32(ids)
+	ids := g.Recv(mlxc.Int32, p.Size-1, p.Group, total)
+	g.Eval(ids)
+	greedy := g.ReadI32(ids)
 	var logits []float32
 	if wantLogits {
-		lg := g.recv(mlxc.Float32, p.Size-1, p.Group, total, a.Vocab)
-		g.eval(lg)
-		logits = g.readF32(lg)
+		lg := g.Recv(mlxc.Float32, p.Size-1, p.Group, total, a.Vocab)
+		g.Eval(lg)
+		logits = g.ReadF32(lg)
 	}
 	var got arr
 	if tapW > 0 {
-		got = g.recv(t.dt, p.Size-1, p.Group, tapW)
-		g.eval(got)
+		got = g.Recv(t.dt, p.Size-1, p.Group, tapW)
+		g.Eval(got)
 	}
-	if g.err != nil {
-		return g.err
+	if g.Err != nil {
+		return g.Err
 	}
 	var tapArrs []arr
 	off, toff, i := 0, 0, 0
@@ -493,30 +495,30 @@ func (t *Target) receiveRound(jobs []*stageJob, parts []int32, outs []mbOut) err
 			others := carriedSlots(own, p.Size)
 			slots := make([]arr, j.s.taps.Len())
 			for c, slot := range own[0] {
-				slots[slot] = g.slice(outs[k].taps[jj], []int{0, c * H}, []int{j.T, (c + 1) * H})
+				slots[slot] = g.Slice(outs[k].taps[jj], []int{0, c * H}, []int{j.T, (c + 1) * H})
 			}
 			if len(others) > 0 {
 				w := H * len(others)
-				mine := g.reshape(g.slice(got, []int{toff}, []int{toff + j.T*w}), j.T, w)
+				mine := g.Reshape(g.Slice(got, []int{toff}, []int{toff + j.T*w}), j.T, w)
 				toff += j.T * w
 				for c, slot := range others {
-					slots[slot] = g.slice(mine, []int{0, c * H}, []int{j.T, (c + 1) * H})
+					slots[slot] = g.Slice(mine, []int{0, c * H}, []int{j.T, (c + 1) * H})
 				}
 			}
 			j.taps = slots[0]
 			if len(slots) > 1 {
-				j.taps = g.concat(1, slots...)
+				j.taps = g.Concat(1, slots...)
 			}
 			tapArrs = append(tapArrs, j.taps)
 		}
 	}
-	g.eval(tapArrs...)
-	if g.err != nil {
+	g.Eval(tapArrs...)
+	if g.Err != nil {
 		for _, j := range jobs {
 			j.taps = 0
 		}
-		return g.err
+		return g.Err
 	}
-	g.keepAll(tapArrs)
+	g.KeepAll(tapArrs)
 	return nil
 }

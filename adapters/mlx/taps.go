@@ -4,6 +4,8 @@ import (
 	"errors"
 	"runtime"
 
+	"github.com/higgs-go/higgs/adapters/mlx/internal/graph"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/ops"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -36,7 +38,7 @@ func (t *Taps) Detach() ports.Taps {
 	}
 	rt := t.sess.t.rt
 	_ = rt.Do(func() error {
-		h, err := dup(rt, t.a)
+		h, err := graph.Dup(rt, t.a)
 		if err != nil {
 			return err
 		}
@@ -59,13 +61,13 @@ func (t *Taps) Read() (data []float32, rows, width int, err error) {
 		return nil, 0, t.width, errors.New("mlx taps: released (taps are valid until the next Forward unless detached)")
 	}
 	err = t.sess.t.rt.Do(func() error {
-		g := newGraph(t.sess.t.rt, "mlx taps read")
-		defer g.release()
-		x := ops{g: g, dt: t.sess.t.dt}.f32(t.a)
-		g.eval(x)
-		v := g.readF32(x)
-		if g.err != nil {
-			return g.err
+		g := graph.New(t.sess.t.rt, "mlx taps read")
+		defer g.Release()
+		x := ops.Backend{G: g, DT: t.sess.t.dt}.F32(t.a)
+		g.Eval(x)
+		v := g.ReadF32(x)
+		if g.Err != nil {
+			return g.Err
 		}
 		data = v[:t.rows*t.width]
 		return nil

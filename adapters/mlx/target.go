@@ -8,7 +8,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/higgs-go/higgs/adapters/hfmodel"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/graph"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/ops"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/ring"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
@@ -43,10 +45,10 @@ type LoadOptions struct {
 // runs on the backend's one MLX thread); sessions are not.
 type Target struct {
 	rt *mlxc.Runtime
-	m  *model.Target[*weight]
+	m  *model.Target[*ops.Weight]
 	// arena owns every weight array; freed on Close. dt is the compute dtype of activations and float
 	// weights.
-	arena *graph
+	arena *graph.Graph
 	dt    mlxc.Dtype
 	cfg   *hfmodel.TextConfig
 	info  ports.ModelInfo
@@ -111,16 +113,16 @@ func load(rt *mlxc.Runtime, dir string, opts LoadOptions, pipe *ring.Peer) (*Tar
 	if opts.BFloat16 {
 		dt = mlxc.BFloat16
 	}
-	var m *model.Target[*weight]
-	arena, err := upload(rt, f.Store, "mlx load", cfg.Quantization, dt, func(l *loader) (err error) {
-		if m, err = model.LoadStage(l, l.ck, cfg, &a, stage); err != nil {
+	var m *model.Target[*ops.Weight]
+	arena, err := ops.Upload(rt, f.Store, "mlx load", cfg.Quantization, dt, func(l *ops.Loader) (err error) {
+		if m, err = model.LoadStage(l, l.Checkpoint, cfg, &a, stage); err != nil {
 			return err
 		}
-		if m.Embed != nil && !m.Embed.quantized() {
+		if m.Embed != nil && !m.Embed.Quantized() {
 			// Rows are looked up in the [V,H] layout: transpose the stored [H,V] view back.
-			m.Embed.byRow = l.g.transpose(m.Embed.wt, 1, 0)
+			m.Embed.ByRow = l.G.Transpose(m.Embed.WT, 1, 0)
 		}
-		return l.g.err
+		return l.G.Err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
@@ -154,7 +156,7 @@ func (t *Target) Close() error {
 	return t.rt.Do(func() error {
 		if !t.closed {
 			t.closed = true
-			t.arena.release()
+			t.arena.Release()
 		}
 		return nil
 	})

@@ -1,4 +1,4 @@
-package mlx
+package ops
 
 import (
 	"errors"
@@ -6,45 +6,46 @@ import (
 	"slices"
 
 	"github.com/higgs-go/higgs/adapters/hfmodel"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/graph"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 )
 
-// loader uploads weights, looked up by canonical name (hfmodel.Checkpoint), into the arena graph. Every
+// Loader uploads weights, looked up by canonical name (hfmodel.Checkpoint), into the arena graph. Every
 // upload copies (mlx_array_new_data); nothing keeps a pointer into Go or mapped memory.
-type loader struct {
-	ck    *hfmodel.Checkpoint
-	quant *hfmodel.Quantization
-	g     *graph
-	dt    mlxc.Dtype // compute dtype of float weights (Float32, or BFloat16 when asked)
+type Loader struct {
+	Checkpoint *hfmodel.Checkpoint
+	quant      *hfmodel.Quantization
+	G          *graph.Graph
+	dt         mlxc.Dtype // compute dtype of float weights (Float32, or BFloat16 when asked)
 }
 
-var _ model.Loader[*weight] = (*loader)(nil)
+var _ model.Loader[*Weight] = (*Loader)(nil)
 
-// upload builds weights on the MLX thread: fill loads them through a loader over st (q its quantization,
+// Upload builds weights on the MLX thread: fill loads them through a loader over st (q its quantization,
 // float weights in dt) into a fresh arena named name; then every stored tensor must have been used, and what
 // is still lazy is evaluated. It returns the arena, or releases it on failure. st is closed in every case:
 // each weight has been copied into MLX.
-func upload(rt *mlxc.Runtime, st *safetensors.Store, name string, q *hfmodel.Quantization,
-	dt mlxc.Dtype, fill func(*loader) error) (*graph, error) {
-	var arena *graph
+func Upload(rt *mlxc.Runtime, st *safetensors.Store, name string, q *hfmodel.Quantization,
+	dt mlxc.Dtype, fill func(*Loader) error) (*graph.Graph, error) {
+	var arena *graph.Graph
 	err := rt.Do(func() error {
-		g := newGraph(rt, name)
+		g := graph.New(rt, name)
 		ck, err := hfmodel.NewCheckpoint(st)
-		l := &loader{ck: ck, quant: q, g: g, dt: dt}
+		l := &Loader{Checkpoint: ck, quant: q, G: g, dt: dt}
 		if err == nil {
 			err = fill(l)
 		}
 		if err == nil {
-			err = l.ck.Unused()
+			err = l.Checkpoint.Unused()
 		}
 		if err == nil {
-			g.eval(g.tmp...)
-			err = g.err
+			g.Eval(g.Owned...)
+			err = g.Err
 		}
 		if err != nil {
-			g.release()
+			g.Release()
 			return err
 		}
 		arena = g
@@ -57,20 +58,20 @@ func upload(rt *mlxc.Runtime, st *safetensors.Store, name string, q *hfmodel.Qua
 }
 
 // Linear loads canonical module c whose weight tensor is wname, with logical dims [out,in] or [E,out,in].
-func (l *loader) Linear(wname, c string, dims ...int) (*weight, error) {
+func (l *Loader) Linear(wname, c string, dims ...int) (*Weight, error) {
 	if len(dims) != 2 && len(dims) != 3 {
 		return nil, fmt.Errorf("%s: %d dims, want [out in] or [experts out in]", wname, len(dims))
 	}
-	t, err := l.ck.Tensor(wname)
+	t, err := l.Checkpoint.Tensor(wname)
 	if err != nil {
 		return nil, err
 	}
 	in := dims[len(dims)-1]
-	lin := &weight{out: dims[len(dims)-2], in: in}
+	lin := &Weight{out: dims[len(dims)-2], in: in}
 	if len(dims) == 3 {
 		lin.experts = dims[0]
 	}
-	sp, quantized, err := l.ck.QuantSpec(l.quant, c)
+	sp, quantized, err := l.Checkpoint.QuantSpec(l.quant, c)
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +83,7 @@ func (l *loader) Linear(wname, c string, dims ...int) (*weight, error) {
 		if err != nil {
 			return nil, err
 		}
-		w := uploadF32(l.g, v, dims...)
+		w := graph.UploadF32(l.G, v, dims...)
 		perm := []int{1, 0}
 		if len(dims) == 3 {
 			perm = []int{0, 2, 1}
@@ -90,25 +91,25 @@ func (l *loader) Linear(wname, c string, dims ...int) (*weight, error) {
 		// Store Wᵀ contiguous ([in,out]): BLAS reads a transposed view half as fast (24 vs 14 ms for a
 		// 768×32000 GEMV here). Evaluate now and drop the [out,in] upload so loading never holds both copies
 		// of every matrix at once.
-		tr := l.g.transpose(w, perm...)
+		tr := l.G.Transpose(w, perm...)
 		x := tr
 		if l.dt != mlxc.Float32 && len(dims) == 2 { // stacked float experts stay float32 (gather_mm)
-			x = l.g.astype(tr, l.dt)
+			x = l.G.Astype(tr, l.dt)
 		}
-		lin.wt = l.g.contiguous(x)
-		l.g.eval(lin.wt)
+		lin.WT = l.G.Contiguous(x)
+		l.G.Eval(lin.WT)
 		if x != tr {
-			l.g.drop(x)
+			l.G.Drop(x)
 		}
-		l.g.drop(tr) // the view would keep the upload alive
-		l.g.drop(w)
-		return lin, l.g.err
+		l.G.Drop(tr) // the view would keep the upload alive
+		l.G.Drop(w)
+		return lin, l.G.Err
 	}
-	sc, err := l.ck.Tensor(c + ".scales")
+	sc, err := l.Checkpoint.Tensor(c + ".scales")
 	if err != nil {
 		return nil, err
 	}
-	bi, err := l.ck.Tensor(c + ".biases")
+	bi, err := l.Checkpoint.Tensor(c + ".biases")
 	if err != nil {
 		return nil, fmt.Errorf("quantized %s: %w", c, err)
 	}
@@ -128,94 +129,94 @@ func (l *loader) Linear(wname, c string, dims ...int) (*weight, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.ck.MarkUsed(c+".scales", c+".biases")
+	l.Checkpoint.MarkUsed(c+".scales", c+".biases")
 	lin.bits, lin.group = s.Bits, s.GroupSize
-	lin.w = uploadU32(l.g, codes, t.Shape...)
-	lin.scales = l.cast(uploadF32(l.g, scales, sc.Shape...))
-	lin.biase = l.cast(uploadF32(l.g, biases, bi.Shape...))
-	return lin, l.g.err
+	lin.w = graph.UploadU32(l.G, codes, t.Shape...)
+	lin.scales = l.cast(graph.UploadF32(l.G, scales, sc.Shape...))
+	lin.biase = l.cast(graph.UploadF32(l.G, biases, bi.Shape...))
+	return lin, l.G.Err
 }
 
 // Fuse stacks a and b along the output axis into one matrix (gate+up → one matmul). ok is false when their
 // storage differs (float vs quantized, or different bits/group), in which case the caller keeps them apart.
-func (l *loader) Fuse(a, b *weight) (*weight, bool) {
+func (l *Loader) Fuse(a, b *Weight) (*Weight, bool) {
 	if a.bits != b.bits || a.group != b.group || a.in != b.in || a.experts != b.experts {
 		return nil, false
 	}
-	g := l.g
-	f := &weight{out: a.out + b.out, in: a.in, bits: a.bits, group: a.group, experts: a.experts}
-	if a.quantized() {
-		ax := len(shapeOf(a.w)) - 2
-		f.w = g.concat(ax, a.w, b.w)
-		f.scales = g.concat(ax, a.scales, b.scales)
-		f.biase = g.concat(ax, a.biase, b.biase)
+	g := l.G
+	f := &Weight{out: a.out + b.out, in: a.in, bits: a.bits, group: a.group, experts: a.experts}
+	if a.Quantized() {
+		ax := len(graph.ShapeOf(a.w)) - 2
+		f.w = g.Concat(ax, a.w, b.w)
+		f.scales = g.Concat(ax, a.scales, b.scales)
+		f.biase = g.Concat(ax, a.biase, b.biase)
 	} else {
-		f.wt = g.concat(len(shapeOf(a.wt))-1, a.wt, b.wt)
+		f.WT = g.Concat(len(graph.ShapeOf(a.WT))-1, a.WT, b.WT)
 	}
 	// The parts are not used apart: evaluate the fused matrix and free them, only once it exists (on an MLX
 	// error the caller keeps the parts, and the loader reports the graph's error).
-	g.eval(f.wt, f.w, f.scales, f.biase)
-	if g.err != nil {
+	g.Eval(f.WT, f.w, f.scales, f.biase)
+	if g.Err != nil {
 		return nil, false
 	}
-	for _, x := range []arr{a.wt, a.w, a.scales, a.biase, b.wt, b.w, b.scales, b.biase} {
-		g.drop(x)
+	for _, x := range []arr{a.WT, a.w, a.scales, a.biase, b.WT, b.w, b.scales, b.biase} {
+		g.Drop(x)
 	}
 	return f, true
 }
 
 // Vector uploads host values in the compute dtype (float32 when exact).
-func (l *loader) Vector(v []float32, exact bool) (*weight, error) {
-	a := uploadF32(l.g, v, len(v))
+func (l *Loader) Vector(v []float32, exact bool) (*Weight, error) {
+	a := graph.UploadF32(l.G, v, len(v))
 	if !exact {
 		a = l.cast(a)
 	}
-	return &weight{vec: a, n: len(v)}, l.g.err
+	return &Weight{vec: a, n: len(v)}, l.G.Err
 }
 
 // Conv stores the convolution [taps, channels], so row j is one slice.
-func (l *loader) Conv(v []float32, channels, k int) (*weight, error) {
+func (l *Loader) Conv(v []float32, channels, k int) (*Weight, error) {
 	if len(v) != channels*k {
 		return nil, fmt.Errorf("conv: %d values for %d channels × %d taps", len(v), channels, k)
 	}
-	return &weight{vec: l.g.transpose(uploadF32(l.g, v, channels, k), 1, 0), n: len(v)}, l.g.err
+	return &Weight{vec: l.G.Transpose(graph.UploadF32(l.G, v, channels, k), 1, 0), n: len(v)}, l.G.Err
 }
 
 // Stack joins float per-expert matrices into one stacked weight (MLX checkpoints store experts stacked, so
 // quantized per-expert tensors are refused).
-func (l *loader) Stack(parts []*weight) (*weight, error) {
+func (l *Loader) Stack(parts []*Weight) (*Weight, error) {
 	if len(parts) == 0 {
 		return nil, errors.New("stack: no experts")
 	}
 	views := make([]arr, len(parts))
 	for i, p := range parts {
-		if p.quantized() {
+		if p.Quantized() {
 			return nil, errors.New("quantized per-expert tensors are not supported (MLX checkpoints stack experts)")
 		}
-		views[i] = l.g.expand(p.wt, 0)
+		views[i] = l.G.Expand(p.WT, 0)
 	}
-	s := &weight{out: parts[0].out, in: parts[0].in, experts: len(parts), wt: l.g.concat(0, views...)}
-	l.g.eval(s.wt)
+	s := &Weight{out: parts[0].out, in: parts[0].in, experts: len(parts), WT: l.G.Concat(0, views...)}
+	l.G.Eval(s.WT)
 	for i, p := range parts {
-		l.g.drop(views[i])
-		l.g.drop(p.wt)
+		l.G.Drop(views[i])
+		l.G.Drop(p.WT)
 	}
-	return s, l.g.err
+	return s, l.G.Err
 }
 
 // Rope uploads the table's frequencies and scale once, with the weights.
-func (l *loader) Rope(r model.Rope) (*weight, error) {
-	rs := newRopeSpec(l.g, r.Dims, r.Width, r.Base, r.Scaling, r.MaxPositions, l.dt)
-	return &weight{rope: &rs}, l.g.err
+func (l *Loader) Rope(r model.Rope) (*Weight, error) {
+	rs := graph.NewRopeSpec(l.G, r.Dims, r.Width, r.Base, r.Scaling, r.MaxPositions, l.dt)
+	return &Weight{rope: &rs}, l.G.Err
 }
 
 // cast converts a freshly uploaded float32 weight to the compute dtype (evaluated; the f32 copy freed).
-func (l *loader) cast(a arr) arr {
+func (l *Loader) cast(a arr) arr {
 	if l.dt == mlxc.Float32 || a == 0 {
 		return a
 	}
-	r := l.g.astype(a, l.dt)
-	l.g.eval(r)
-	l.g.drop(a)
+	r := l.G.Astype(a, l.dt)
+	l.G.Eval(r)
+	l.G.Drop(a)
 	return r
 }

@@ -1,0 +1,265 @@
+package ops
+
+import (
+	"errors"
+	"math"
+
+	"github.com/higgs-go/higgs/adapters/mlx/internal/graph"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/model"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// KVCache is one attention layer's cache: [1, Hkv, n, d] each (0 while empty).
+type KVCache struct{ K, V arr }
+
+// GDNState is one GDN layer's recurrent state: conv [Kc−1, C] (raw pre-conv rows) and ssm [1, Hv, dv, dk] fp32.
+type GDNState struct{ Conv, SSM arr }
+
+// GDNTape is one GDN layer's record of a block (docs/model-math.md#the-innovation-tape): the pre-block state,
+// per-step decay α [T,Hv], innovation δ [T,Hv,dv,1], keys k̂ (expanded to value heads) [T,Hv,1,dk] and the raw rows
+// [T,C].
+type GDNTape struct {
+	t                  int
+	S0, CS0            arr
+	Alpha, Delta, Keys arr
+	Rows               arr
+}
+
+// Pass is one graph's view of a sequence's state (model.State): a target session's caches and recurrent
+// layers, or a drafter session's context caches. New state arrays are graph-owned until the session adopts
+// them after evaluation.
+type Pass struct {
+	O    Backend
+	KV   []*KVCache
+	GDN  []*GDNState
+	Tape *Tape // nil unless the forward records one
+}
+
+var _ model.State[Act, *Weight] = (*Pass)(nil)
+
+// heads turns [T, h·d] into [1, h, T, d].
+func (p *Pass) heads(x Act, d int) arr {
+	g := p.O.G
+	return g.Expand(g.Transpose(g.Reshape(x.A, x.R, x.C/d, d), 1, 0, 2), 0)
+}
+
+func (p *Pass) Remember(layer int, k, v Act, a model.Attend[*Weight]) {
+	g := p.O.G
+	c := p.KV[layer]
+	kh := g.Rope(p.heads(k, a.HeadDim), *a.Rope.rope, a.Pos)
+	vh := p.heads(v, a.HeadDim)
+	if c.K != 0 {
+		kh, vh = g.Concat(2, c.K, kh), g.Concat(2, c.V, vh)
+	}
+	c.K, c.V = kh, vh
+}
+
+// Attention rotates q and k, then runs MLX's fused attention over [cache ; block]: with the causal mask
+// when every block slot queries (lower-right aligned: slot i sees the cache and slots ≤ i), with no mask for a
+// full non-causal layer, and with an explicit mask for sliding windows or a block whose queries are its first
+// rows only (docs/model-math.md#drafter-layer).
+func (p *Pass) Attention(layer int, q, k, v Act, a model.Attend[*Weight]) Act {
+	g := p.O.G
+	d := a.HeadDim
+	c := p.KV[layer]
+	rope := *a.Rope.rope
+	qh := g.Rope(p.heads(q, d), rope, a.Pos)
+	kh := g.Rope(p.heads(k, d), rope, a.Pos)
+	vh := p.heads(v, d)
+	Hkv := k.C / d
+	n := 0
+	if c.K != 0 {
+		n = graph.ShapeOf(c.K)[2]
+		kh, vh = g.Concat(2, c.K, kh), g.Concat(2, c.V, vh)
+	}
+	if a.Keep {
+		c.K, c.V = kh, vh
+	}
+	scale := float32(1 / math.Sqrt(float64(d)))
+	var o arr
+	switch {
+	case a.Window == 0 && !a.Causal:
+		o = g.SDPA(qh, kh, vh, scale, false)
+	case a.Window == 0 && q.R == k.R:
+		o = g.SDPA(qh, kh, vh, scale, q.R > 1)
+	default:
+		// Drop the cached keys no query can see, mask the rest.
+		lo := 0
+		if a.Window > 0 {
+			lo = max(0, a.Pos-a.Window+1)
+		}
+		if lo > 0 {
+			L := n + k.R
+			kh = g.Slice(kh, []int{0, 0, lo, 0}, []int{1, Hkv, L, d})
+			vh = g.Slice(vh, []int{0, 0, lo, 0}, []int{1, Hkv, L, d})
+		}
+		mask := visibility(n, lo, q.R, k.R, a)
+		o = g.SDPAMask(qh, kh, vh, scale, graph.UploadBool(g, mask, q.R, n-lo+k.R))
+	}
+	return Act{g.Reshape(g.Transpose(o, 0, 2, 1, 3), q.R, q.C), q.R, q.C}
+}
+
+// visibility is the [rows, n−lo+bs] mask of block queries 0..rows−1 (at positions pos+i, pos = n) over cached
+// keys lo..n−1 and block keys 0..bs−1, as the CPU backend's attention: a cached key j is visible when
+// pos+i−j < W (any key without a window), a block key j when |i−j| < W and, for causal layers, j ≤ i.
+func visibility(n, lo, rows, bs int, a model.Attend[*Weight]) []bool {
+	cols := n - lo + bs
+	m := make([]bool, rows*cols)
+	for i := range rows {
+		for c := range cols {
+			if c < n-lo {
+				m[i*cols+c] = a.Window == 0 || a.Pos+i-(lo+c) < a.Window
+				continue
+			}
+			j := c - (n - lo)
+			m[i*cols+c] = (!a.Causal || j <= i) && (a.Window == 0 || (i-j < a.Window && j-i < a.Window))
+		}
+	}
+	return m
+}
+
+// DeltaNet runs the recurrence sequentially in float32 (see model.State), updating the layer's state and,
+// when the pass records a tape, recording it.
+func (p *Pass) DeltaNet(layer int, w *model.DeltaNet[*Weight], pr, b, ar Act) Act {
+	g := p.O.G
+	st := p.GDN[layer]
+	Hk, Hv, dk, dv, Kc := w.KeyHeads, w.ValueHeads, w.KeyDim, w.ValueDim, w.ConvKernel
+	rho := Hv / Hk
+	Dk, C, T := Hk*dk, w.Channels(), pr.R
+	var tp *GDNTape
+	if p.Tape != nil {
+		tp = &GDNTape{}
+		p.Tape.Layers[layer] = tp
+	}
+	// The conv, the recurrence and its state run in float32 whatever the compute dtype.
+	P, ba, aa := p.O.F32(pr.A), p.O.F32(b.A), p.O.F32(ar.A)
+	// Causal depthwise conv over X = [cs ; P], then SiLU.
+	X := g.Concat(0, st.Conv, P)
+	var Y arr
+	for j := range Kc {
+		term := g.Mul(g.Slice(X, []int{j, 0}, []int{j + T, C}), g.Slice(w.Conv.vec, []int{j, 0}, []int{j + 1, C}))
+		if j == 0 {
+			Y = term
+		} else {
+			Y = g.Add(Y, term)
+		}
+	}
+	Y = g.SiLU(Y)
+	newConv := g.Slice(X, []int{T, 0}, []int{T + Kc - 1, C})
+	q := g.Reshape(g.Slice(Y, []int{0, 0}, []int{T, Dk}), T, Hk, dk)
+	k := g.Reshape(g.Slice(Y, []int{0, Dk}, []int{T, 2 * Dk}), T, Hk, dk)
+	v := g.Reshape(g.Slice(Y, []int{0, 2 * Dk}, []int{T, C}), T, Hv, dv)
+	q = g.Mul(g.L2Norm(q, 1e-6), g.Scalar(float32(1/math.Sqrt(float64(dk)))))
+	k = g.L2Norm(k, 1e-6)
+	// Key head κ = ⌊h/ρ⌋ serves value heads κρ..κρ+ρ−1: repeat each key head ρ times.
+	expandHeads := func(x arr) arr {
+		if rho == 1 {
+			return x
+		}
+		x = g.Expand(x, 2) // [T,Hk,1,dk]
+		x = g.Concat(2, repeat(x, rho)...)
+		return g.Reshape(x, T, Hv, dk)
+	}
+	qh := g.Reshape(expandHeads(q), T, Hv, dk, 1) // column vectors
+	kh := g.Reshape(expandHeads(k), T, Hv, 1, dk) // row vectors
+	beta := g.Reshape(g.Sigmoid(ba), T, Hv, 1, 1)
+	gl := g.Mul(w.NegA.vec, g.Softplus(g.Add(aa, w.DtBias.vec)))
+	alpha := g.Reshape(g.Exp(gl), T, Hv, 1, 1)
+	vcol := g.Reshape(v, T, Hv, dv, 1)
+	S := st.SSM
+	outs := make([]arr, T)
+	var deltas []arr
+	// The state is [1,Hv,dv,dk] and every per-step operand keeps its leading axis of 1, so a step is a slice
+	// (none when T is 1) plus the arithmetic: no reshapes on the hot path.
+	for t := range T {
+		at := g.Row(alpha, t, T, Hv, 1, 1)
+		bt := g.Row(beta, t, T, Hv, 1, 1)
+		kt := g.Row(kh, t, T, Hv, 1, dk) // [1,Hv,1,dk]
+		qt := g.Row(qh, t, T, Hv, dk, 1) // [1,Hv,dk,1]
+		vt := g.Row(vcol, t, T, Hv, dv, 1)
+		S = g.Mul(at, S)                                // decay (its own rounding step)
+		mem := g.Matmul(S, g.Transpose(kt, 0, 1, 3, 2)) // [1,Hv,dv,1]
+		delta := g.Mul(bt, g.Sub(vt, mem))              // [1,Hv,dv,1]
+		S = g.Add(S, g.Mul(delta, kt))                  // rank-1 write
+		outs[t] = g.Matmul(S, qt)                       // [1,Hv,dv,1]
+		if tp != nil {
+			deltas = append(deltas, delta)
+		}
+	}
+	if tp != nil {
+		tp.t, tp.S0, tp.CS0 = T, st.SSM, st.Conv
+		tp.Alpha, tp.Keys, tp.Rows = alpha, kh, P
+		tp.Delta = g.Concat(0, deltas...) // [T,Hv,dv,1]
+	}
+	st.SSM, st.Conv = S, newConv
+	return Act{g.Reshape(g.Concat(0, outs...), T, Hv*dv), T, Hv * dv}
+}
+
+func repeat(x arr, n int) []arr {
+	out := make([]arr, n)
+	for i := range out {
+		out[i] = x
+	}
+	return out
+}
+
+// Replay rebuilds a GDN layer's state after the first n steps of a taped block with the forward's op order
+// (decay, then rank-1 add), so it is bit-exact with the forward on MLX.
+func Replay(g *graph.Graph, w *model.DeltaNet[*Weight], tp *GDNTape, n int) (ssm, conv arr) {
+	Hv, dv, dk, C, Kc := w.ValueHeads, w.ValueDim, w.KeyDim, w.Channels(), w.ConvKernel
+	S := tp.S0
+	for t := range n {
+		at := g.Row(tp.Alpha, t, tp.t, Hv, 1, 1)
+		kt := g.Row(tp.Keys, t, tp.t, Hv, 1, dk)
+		dt := g.Row(tp.Delta, t, tp.t, Hv, dv, 1)
+		S = g.Mul(at, S)
+		S = g.Add(S, g.Mul(dt, kt))
+	}
+	X := g.Concat(0, tp.CS0, tp.Rows)
+	return S, g.Slice(X, []int{n, 0}, []int{n + Kc - 1, C})
+}
+
+// Tape is a block's recurrent record (see ports.Tape); valid until the session's next Forward.
+type Tape struct {
+	model.TapeHeader
+	Sess   any // the adapters/mlx *Session it was taken from, which frees it
+	Layers []*GDNTape
+}
+
+var _ ports.Tape = (*Tape)(nil)
+
+// KVPrefix returns evaluated handles to the first n positions of a [1, h, N, d] K/V pair (the arrays
+// themselves when n == N), owned by the caller, and the bytes they keep alive. A shorter prefix is made
+// contiguous, which copies it when h > 1 (the rows of a head are not adjacent); with one head MLX may keep
+// the source's buffer, so the whole source is counted.
+func KVPrefix(g *graph.Graph, c *KVCache, n, heads, dim int) (k, v arr, held int64) {
+	if c.K == 0 || g.Err != nil {
+		return 0, 0, 0
+	}
+	if graph.ShapeOf(c.K)[2] == n {
+		k, err1 := graph.Dup(g.Runtime, c.K)
+		v, err2 := graph.Dup(g.Runtime, c.V)
+		if err := errors.Join(err1, err2); err != nil {
+			g.Fail(err)
+			for _, h := range []arr{k, v} {
+				if h != 0 {
+					mlxc.ArrayFree(h)
+				}
+			}
+			return 0, 0, 0
+		}
+		return k, v, graph.ArrBytes(k) + graph.ArrBytes(v)
+	}
+	k = g.Contiguous(g.Slice(c.K, []int{0, 0, 0, 0}, []int{1, heads, n, dim}))
+	v = g.Contiguous(g.Slice(c.V, []int{0, 0, 0, 0}, []int{1, heads, n, dim}))
+	g.Eval(k, v)
+	if g.Err != nil {
+		return 0, 0, 0
+	}
+	held = graph.ArrBytes(k) + graph.ArrBytes(v)
+	if heads == 1 {
+		held = graph.ArrBytes(c.K) + graph.ArrBytes(c.V)
+	}
+	return g.Keep(k), g.Keep(v), held
+}
