@@ -195,11 +195,11 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 			case f == nil || name == "config":
 				errs = append(errs, fmt.Errorf("config file %s: unknown key %q", path, k))
 			case onCmdline[name]:
-			case len(values[k]) != 1 && !isList(f):
+			case values[k].list && !isList(f):
 				errs = append(errs, fmt.Errorf("config file %s: %s: a list is not a value of this setting", path, k))
 			default:
 				fromFile[name] = true
-				for _, v := range values[k] {
+				for _, v := range values[k].vals {
 					if err := f.Value.Set(v); err != nil {
 						errs = append(errs, fmt.Errorf("config file %s: %s: %w", path, k, err))
 					}
@@ -237,9 +237,14 @@ func isList(f *flag.Flag) bool {
 	return ok
 }
 
-// readTOML reads a flat TOML table and renders each value as the strings its flag parses: one, or an array's
-// elements (for a list setting).
-func readTOML(path string) (map[string][]string, error) {
+// tomlValue is a TOML value as the strings its flag parses: one, or an array's elements (for a list setting).
+type tomlValue struct {
+	vals []string
+	list bool
+}
+
+// readTOML reads a flat TOML table and renders each value as the strings its flag parses.
+func readTOML(path string) (map[string]tomlValue, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config file: %w", err)
@@ -248,7 +253,7 @@ func readTOML(path string) (map[string][]string, error) {
 	if err := toml.Unmarshal(b, &raw); err != nil {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}
-	out := make(map[string][]string, len(raw))
+	out := make(map[string]tomlValue, len(raw))
 	var errs []error
 	for k, v := range raw {
 		if arr, ok := v.([]any); ok {
@@ -261,7 +266,7 @@ func readTOML(path string) (map[string][]string, error) {
 				}
 				vals = append(vals, s)
 			}
-			out[k] = vals
+			out[k] = tomlValue{vals: vals, list: true}
 			continue
 		}
 		s, err := tomlScalar(v)
@@ -269,7 +274,7 @@ func readTOML(path string) (map[string][]string, error) {
 			errs = append(errs, fmt.Errorf("config file %s: %s: %w", path, k, err))
 			continue
 		}
-		out[k] = []string{s}
+		out[k] = tomlValue{vals: []string{s}}
 	}
 	return out, errors.Join(errs...)
 }

@@ -2,8 +2,10 @@ package openai
 
 import (
 	"bufio"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
@@ -125,4 +127,32 @@ func TestPageSendsKeyAsHeader(t *testing.T) {
 	assert.NotRegexp(t, `/v1/events\?`, src, "no key (or anything) in the feed's URL")
 	assert.NotContains(t, src, "new EventSource(", "EventSource cannot send the header: the page reads the stream with fetch")
 	assert.Regexp(t, `\$\("apikey"\)\.addEventListener\("change"`, src, "a changed key resubscribes")
+}
+
+// The page's script, run in node against a stub DOM and server (testdata/pagefeed.js): it subscribes with the
+// key it has (none at first: refused), and each change of the key field resubscribes at once with the new
+// key as a Bearer header, never in the URL, with no content type on the GET.
+func TestPageFeedInNode(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed: the page's script is checked statically by TestPageSendsKeyAsHeader")
+	}
+	out, err := exec.CommandContext(t.Context(), node, "testdata/pagefeed.js", "web/app.js").Output()
+	require.NoError(t, err, "%s", out)
+	var got struct {
+		Calls []struct {
+			URL     string            `json:"url"`
+			Headers map[string]string `json:"headers"`
+		} `json:"calls"`
+		Shown []string `json:"shown"`
+	}
+	require.NoError(t, json.Unmarshal(out, &got), "%s", out)
+	var auth []string
+	for _, c := range got.Calls {
+		assert.Equal(t, "/v1/events", c.URL)
+		assert.NotContains(t, c.Headers, "Content-Type", "a GET has no body")
+		auth = append(auth, c.Headers["Authorization"])
+	}
+	assert.Equal(t, []string{"", "Bearer good", "Bearer other", "Bearer good"}, auth)
+	assert.Equal(t, []string{"live: enter the API key, retrying", "live: connected", "live: enter the API key, retrying", "live: connected"}, got.Shown)
 }

@@ -68,7 +68,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		o.ctxLen = 4096
 	}
 	serve, err := NewServe(ServeConfig{BlockSize: o.blockSize, Adaptive: o.adaptive, MaxConcurrency: o.concurrency, QueueSize: o.queue,
-		PrefixCacheBytes: o.cacheBytes, PrefixCacheShared: o.sharedCache}, zerolog.Nop())
+		PrefixCacheBytes: o.cacheBytes, PrefixCacheEvery: 4, PrefixCacheShared: o.sharedCache}, zerolog.Nop())
 	require.NoError(t, err)
 	eng, target := srvEngine(o.ctxLen, o.delay, o.noEOS)
 	target.PanicOn = o.panicOn
