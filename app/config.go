@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/higgs-go/higgs/adapters/httpapi"
 	"github.com/higgs-go/higgs/app/models"
 	"github.com/higgs-go/higgs/app/serve"
 	"github.com/pelletier/go-toml/v2"
@@ -25,17 +26,22 @@ import (
 // HIGGS_MAX_BODY_BYTES), a TOML file (--config or HIGGS_CONFIG; keys are the flag names, with dashes or
 // underscores), then the defaults.
 type Config struct {
-	Model           string
-	Draft           string
-	NoDraft         bool
-	BlockSize       int
-	Adaptive        bool
-	Backend         string
-	Threads         int
-	Kernels         string
-	Host            string
-	Port            int
-	APIKey          string
+	Model     string
+	Draft     string
+	NoDraft   bool
+	BlockSize int
+	Adaptive  bool
+	Backend   string
+	Threads   int
+	Kernels   string
+	Host      string
+	Port      int
+	// APIKeys (--api-key, repeatable) and the keys of APIKeyFile (one a line) are the tenant keys: each is a
+	// tenant of its own. AdminKey is the operator's (every tenant's events). No key at all: no
+	// authentication, one tenant.
+	APIKeys         []string
+	APIKeyFile      string
+	AdminKey        string
 	MaxBodyBytes    int64
 	BodyTimeout     time.Duration
 	RequestTimeout  time.Duration
@@ -47,12 +53,14 @@ type Config struct {
 	BatchWait      time.Duration
 	PrefillChunk   int
 	MemoryBudget   int64
-	// PrefixCacheBytes is the prefix cache's budget (0: off); PrefixCacheEvery its boundary interval.
-	PrefixCacheBytes int64
-	PrefixCacheEvery int
-	LogLevel         string
-	LogFormat        string
-	ServedModelName  string
+	// PrefixCacheBytes is the prefix cache's budget (0: off); PrefixCacheEvery its boundary interval;
+	// PrefixCacheShared lets tenants reuse each other's prefixes (a trusted deployment).
+	PrefixCacheBytes  int64
+	PrefixCacheEvery  int
+	PrefixCacheShared bool
+	LogLevel          string
+	LogFormat         string
+	ServedModelName   string
 	// SpecialTokensInContent restores the unsafe encoding of user, system and tool message content, where
 	// special-token text (<|im_end|>) typed by a client becomes the control token.
 	SpecialTokensInContent bool
@@ -102,7 +110,9 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.StringVar(&c.Kernels, "kernels", c.Kernels, "CPU kernels: auto (fast where the CPU has AVX2 or better, else exact), exact (the bit-exact reference) or fast (quantized products with int8 inputs; not bit-identical)")
 	fs.StringVar(&c.Host, "host", c.Host, "address to listen on (a wider bind such as 0.0.0.0 must be asked for)")
 	fs.IntVar(&c.Port, "port", c.Port, "TCP port to listen on (0: any free port)")
-	fs.StringVar(&c.APIKey, "api-key", c.APIKey, "require this key on /v1/ routes ('Authorization: Bearer KEY'; the Messages API also takes 'x-api-key: KEY')")
+	fs.Var((*keyList)(&c.APIKeys), "api-key", "require `KEY` on /v1/ routes ('Authorization: Bearer KEY'; the Messages API also takes 'x-api-key: KEY'); repeat for more keys, each a tenant of its own (its own prefix cache and event stream)")
+	fs.StringVar(&c.APIKeyFile, "api-key-file", c.APIKeyFile, "file of tenant keys, one a line (blank lines and lines starting with # are skipped; surrounding spaces trimmed), added to --api-key's")
+	fs.StringVar(&c.AdminKey, "admin-key", c.AdminKey, "operator key: accepted on /v1/ routes like a tenant key, and its event stream (/v1/events) shows every tenant's generations")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body accepted, in bytes")
 	fs.DurationVar(&c.BodyTimeout, "body-timeout", c.BodyTimeout, "longest a client may take to send a request body (a slower one is answered 408)")
 	fs.BoolVar(&c.SpecialTokensInContent, "special-tokens-in-content", c.SpecialTokensInContent, "encode special-token text (<|im_end|>…) in user, system and tool message content as control tokens, letting clients forge turns (default: plain text)")
@@ -115,12 +125,32 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MemoryBudget, "memory-budget-bytes", c.MemoryBudget, "KV cache and state the running requests may reserve together, in bytes; a request that does not fit waits, one that never can is refused (0: half the machine's memory less the prefix cache)")
 	fs.Int64Var(&c.PrefixCacheBytes, "prefix-cache-bytes", c.PrefixCacheBytes, "memory the prefix cache may hold, in bytes (attention KV, recurrent state and drafter context of earlier prompts, reused by requests that start the same way; 0: off)")
 	fs.IntVar(&c.PrefixCacheEvery, "prefix-cache-every", c.PrefixCacheEvery, "besides each prompt's and generation's end, cache the prompt's state every this many tokens (0: only at the ends)")
+	fs.BoolVar(&c.PrefixCacheShared, "prefix-cache-shared", c.PrefixCacheShared, "share the prefix cache between tenants (keys): a hit, cached_tokens and the time to first token then tell one client about another's prompts; only for a trusted deployment (default: each tenant reuses only its own prompts)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "trace, debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "console or json")
 	fs.StringVar(&c.ServedModelName, "served-model-name", c.ServedModelName, "model id clients use (default: the model directory's name)")
 	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "TOML configuration file")
 	fs.BoolVar(&c.Distributed, "distributed", c.Distributed, "split the model's layers across processes with MLX distributed (MLX_RANK, MLX_HOSTFILE as mlx.launch sets them; rank 0 serves HTTP, the others are workers); needs the mlx backend")
 }
+
+// keyList is the repeatable --api-key: each Set adds a key. A source of lower precedence (the file, then the
+// environment) is replaced, not added to, by one above it (LoadConfig resets it).
+type keyList []string
+
+func (l *keyList) String() string {
+	if l == nil || len(*l) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("(%d keys)", len(*l)) // never the keys: flag prints defaults
+}
+
+func (l *keyList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
+// list marks a flag that a TOML array sets (each element one Set).
+func (l *keyList) list() {}
 
 // EnvName is the environment variable for a flag.
 func EnvName(flagName string) string {
@@ -143,6 +173,7 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	onCmdline := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { onCmdline[f.Name] = true })
 	var errs []error
+	fromFile := map[string]bool{}
 	path := cfg.ConfigFile
 	if !onCmdline["config"] {
 		path = getenv(EnvName("config"))
@@ -164,9 +195,14 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 			case f == nil || name == "config":
 				errs = append(errs, fmt.Errorf("config file %s: unknown key %q", path, k))
 			case onCmdline[name]:
+			case values[k].list && !isList(f):
+				errs = append(errs, fmt.Errorf("config file %s: %s: a list is not a value of this setting", path, k))
 			default:
-				if err := f.Value.Set(values[k]); err != nil {
-					errs = append(errs, fmt.Errorf("config file %s: %s: %w", path, k, err))
+				fromFile[name] = true
+				for _, v := range values[k].vals {
+					if err := f.Value.Set(v); err != nil {
+						errs = append(errs, fmt.Errorf("config file %s: %s: %w", path, k, err))
+					}
 				}
 			}
 		}
@@ -176,6 +212,9 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 		v, ok := lookupEnv(getenv, env)
 		if !ok || onCmdline[f.Name] || f.Name == "config" {
 			return
+		}
+		if l, ok := f.Value.(*keyList); ok && fromFile[f.Name] {
+			*l = nil // the environment replaces the file's list
 		}
 		if err := f.Value.Set(v); err != nil {
 			errs = append(errs, fmt.Errorf("environment %s=%q: %w", env, v, err))
@@ -193,8 +232,19 @@ func lookupEnv(getenv func(string) string, name string) (string, bool) {
 	return v, v != ""
 }
 
-// readTOML reads a flat TOML table and renders each value as the string its flag parses.
-func readTOML(path string) (map[string]string, error) {
+func isList(f *flag.Flag) bool {
+	_, ok := f.Value.(interface{ list() })
+	return ok
+}
+
+// tomlValue is a TOML value as the strings its flag parses: one, or an array's elements (for a list setting).
+type tomlValue struct {
+	vals []string
+	list bool
+}
+
+// readTOML reads a flat TOML table and renders each value as the strings its flag parses.
+func readTOML(path string) (map[string]tomlValue, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config file: %w", err)
@@ -203,23 +253,91 @@ func readTOML(path string) (map[string]string, error) {
 	if err := toml.Unmarshal(b, &raw); err != nil {
 		return nil, fmt.Errorf("config file %s: %w", path, err)
 	}
-	out := make(map[string]string, len(raw))
+	out := make(map[string]tomlValue, len(raw))
 	var errs []error
 	for k, v := range raw {
-		switch x := v.(type) {
-		case string:
-			out[k] = x
-		case bool:
-			out[k] = strconv.FormatBool(x)
-		case int64:
-			out[k] = strconv.FormatInt(x, 10)
-		case float64:
-			out[k] = strconv.FormatFloat(x, 'g', -1, 64)
-		default:
-			errs = append(errs, fmt.Errorf("config file %s: %s: a %T is not a setting value (want a string, number or boolean)", path, k, v))
+		if arr, ok := v.([]any); ok {
+			vals := make([]string, 0, len(arr))
+			for _, e := range arr {
+				s, ok := e.(string)
+				if !ok {
+					errs = append(errs, fmt.Errorf("config file %s: %s: a list holds strings, not a %T", path, k, e))
+					break
+				}
+				vals = append(vals, s)
+			}
+			out[k] = tomlValue{vals: vals, list: true}
+			continue
 		}
+		s, err := tomlScalar(v)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("config file %s: %s: %w", path, k, err))
+			continue
+		}
+		out[k] = tomlValue{vals: []string{s}}
 	}
 	return out, errors.Join(errs...)
+}
+
+func tomlScalar(v any) (string, error) {
+	switch x := v.(type) {
+	case string:
+		return x, nil
+	case bool:
+		return strconv.FormatBool(x), nil
+	case int64:
+		return strconv.FormatInt(x, 10), nil
+	case float64:
+		return strconv.FormatFloat(x, 'g', -1, 64), nil
+	}
+	return "", fmt.Errorf("a %T is not a setting value (want a string, number or boolean)", v)
+}
+
+// ReadKeyFile reads a file of keys, one a line: surrounding spaces are trimmed, blank lines and lines
+// starting with # are skipped. Each key is named by its file and line for error messages.
+func ReadKeyFile(path string) ([]httpapi.NamedKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--api-key-file: %w", err)
+	}
+	var keys []httpapi.NamedKey
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		keys = append(keys, httpapi.NamedKey{Key: line, From: fmt.Sprintf("%s:%d", path, i+1)})
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("--api-key-file %s holds no key (an empty file would leave the server open)", path)
+	}
+	return keys, nil
+}
+
+// Keys are the keys the server accepts: every --api-key, then --api-key-file's, each a tenant, and
+// --admin-key. Every problem is reported at once (a duplicate key, one no client could send, an unreadable
+// or empty file), naming where the key was given, never the key.
+func (c Config) Keys() (*httpapi.Keys, error) {
+	named := make([]httpapi.NamedKey, 0, len(c.APIKeys))
+	for i, k := range c.APIKeys {
+		named = append(named, httpapi.NamedKey{Key: k, From: fmt.Sprintf("--api-key %d", i+1)})
+	}
+	var errs []error
+	if c.APIKeyFile != "" {
+		fileKeys, err := ReadKeyFile(c.APIKeyFile)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		named = append(named, fileKeys...)
+	}
+	keys, err := httpapi.NewKeys(named, c.AdminKey)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return keys, nil
 }
 
 // Validate reports every problem at once.
@@ -278,6 +396,9 @@ func (c Config) Validate() error {
 	if c.LogFormat != "console" && c.LogFormat != "json" {
 		errs = append(errs, fmt.Errorf("--log-format %q: want console or json", c.LogFormat))
 	}
+	if _, err := c.Keys(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -298,13 +419,13 @@ func (c Config) ServeConfig() serve.ServeConfig {
 	return serve.ServeConfig{ServedModelName: c.ServedModelName, BlockSize: bs, Adaptive: c.Adaptive,
 		MaxConcurrency: c.MaxConcurrency, BatchWait: c.BatchWait, PrefillChunk: c.PrefillChunk, MemoryBudget: c.MemoryBudget,
 		QueueSize: c.QueueSize, SpecialTokensInContent: c.SpecialTokensInContent,
-		PrefixCacheBytes: c.PrefixCacheBytes, PrefixCacheEvery: c.PrefixCacheEvery}
+		PrefixCacheBytes: c.PrefixCacheBytes, PrefixCacheEvery: c.PrefixCacheEvery, PrefixCacheShared: c.PrefixCacheShared}
 }
 
-// ExposedWithoutKey reports whether the server listens beyond this machine with no API key: anyone who can
+// ExposedWithoutKey reports whether the server listens beyond this machine with no key: anyone who can
 // reach the port may then use the model.
 func (c Config) ExposedWithoutKey() bool {
-	if c.APIKey != "" {
+	if len(c.APIKeys) > 0 || c.APIKeyFile != "" || c.AdminKey != "" {
 		return false
 	}
 	if c.Host == "localhost" {

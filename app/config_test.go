@@ -42,7 +42,7 @@ host = "0.0.0.0"
 	require.NoError(t, err)
 	assert.Equal(t, 9002, cfg.Port, "flag beats env and file")
 	assert.Equal(t, 6, cfg.BlockSize, "env beats file")
-	assert.Equal(t, "env-key", cfg.APIKey)
+	assert.Equal(t, []string{"env-key"}, cfg.APIKeys)
 	assert.Equal(t, "from-file", cfg.Model, "file beats default")
 	assert.Equal(t, 30*time.Second, cfg.RequestTimeout)
 	assert.True(t, cfg.Adaptive)

@@ -24,7 +24,7 @@ import (
 
 // ServeSet is the wire provider set of higgsd.
 var ServeSet = wire.NewSet(ProvideServe, wire.Bind(new(ports.Generator), new(*serve.Serve)), ProvideEvents, ProvideHTTP,
-	ProvideAPI, ProvideMessages,
+	ProvideKeys, ProvideAPI, ProvideMessages,
 	ProvideLoader, NewServer)
 
 // LoadFunc loads the engine; progress (may be nil) receives work done and total (LoadModels counts steps). The returned close
@@ -45,15 +45,18 @@ func ProvideHTTP(gen ports.Generator, log zerolog.Logger) *httpapi.Server {
 	return httpapi.New(gen, httpapi.Options{Log: log})
 }
 
+// ProvideKeys builds the keys both APIs accept, one tenant each, and the operator's.
+func ProvideKeys(cfg Config) (*httpapi.Keys, error) { return cfg.Keys() }
+
 // ProvideAPI builds the OpenAI-compatible HTTP adapter over gen on host, with the page's event stream.
-func ProvideAPI(cfg Config, gen ports.Generator, events ports.EventSource, host *httpapi.Server, log zerolog.Logger) *openai.Server {
-	return openai.New(gen, openai.Options{Host: host, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
+func ProvideAPI(cfg Config, gen ports.Generator, events ports.EventSource, host *httpapi.Server, keys *httpapi.Keys, log zerolog.Logger) *openai.Server {
+	return openai.New(gen, openai.Options{Host: host, Keys: keys, MaxBodyBytes: cfg.MaxBodyBytes,
 		BodyTimeout: cfg.BodyTimeout, RequestTimeout: cfg.RequestTimeout, Log: log, Events: events})
 }
 
 // ProvideMessages builds the Anthropic Messages API adapter over gen on host.
-func ProvideMessages(cfg Config, gen ports.Generator, host *httpapi.Server, log zerolog.Logger) *anthropic.Server {
-	return anthropic.New(gen, anthropic.Options{Host: host, APIKey: cfg.APIKey, MaxBodyBytes: cfg.MaxBodyBytes,
+func ProvideMessages(cfg Config, gen ports.Generator, host *httpapi.Server, keys *httpapi.Keys, log zerolog.Logger) *anthropic.Server {
+	return anthropic.New(gen, anthropic.Options{Host: host, Keys: keys, MaxBodyBytes: cfg.MaxBodyBytes,
 		BodyTimeout: cfg.BodyTimeout, RequestTimeout: cfg.RequestTimeout, Log: log})
 }
 

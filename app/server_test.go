@@ -54,7 +54,7 @@ func startRun(t *testing.T, shutdown time.Duration, delay time.Duration, release
 	}
 	host := ProvideHTTP(svc, zerolog.Nop())
 	api := oaiapi.New(svc, oaiapi.Options{Log: zerolog.Nop(), Host: host})
-	srv := NewServer(cfg, svc, host, api, ProvideMessages(cfg, svc, host, zerolog.Nop()), load, zerolog.Nop())
+	srv := NewServer(cfg, svc, host, api, ProvideMessages(cfg, svc, host, nil, zerolog.Nop()), load, zerolog.Nop())
 	srv.OnListen = func(a net.Addr) { h.addr <- a }
 	srv.Progress = func(int64, int64) {}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -185,7 +185,10 @@ func TestExposedWithoutKey(t *testing.T) {
 		{"0.0.0.0", "k", false},
 	} {
 		cfg := DefaultConfig()
-		cfg.Host, cfg.APIKey = c.host, c.key
+		cfg.Host = c.host
+		if c.key != "" {
+			cfg.APIKeys = []string{c.key}
+		}
 		assert.Equal(t, c.exposed, cfg.ExposedWithoutKey(), "%s key %q", c.host, c.key)
 	}
 }
@@ -208,7 +211,7 @@ func TestRunWarnsWideBindWithoutKey(t *testing.T) {
 			<-ctx.Done()
 			return serve.Engine{}, nil, ctx.Err()
 		}
-		srv := NewServer(cfg, svc, host, api, ProvideMessages(cfg, svc, host, log), load, log)
+		srv := NewServer(cfg, svc, host, api, ProvideMessages(cfg, svc, host, nil, log), load, log)
 		listening := make(chan struct{})
 		srv.OnListen = func(net.Addr) { close(listening) }
 		srv.Progress = func(int64, int64) {}

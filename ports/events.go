@@ -105,11 +105,21 @@ type QueueEvent struct {
 	Running int `json:"running"`
 }
 
+// EventScope says whose generations a subscription sees.
+type EventScope struct {
+	// All sees every tenant's generations: only an operator's subscription sets it.
+	All bool
+	// Tenant is the subscriber's tenant, whose generations it sees when All is false ("" on a server
+	// without keys, where every request is that tenant's).
+	Tenant Tenant
+}
+
 // EventSource is the inbound port live views subscribe through. Implementations are safe for concurrent use.
 type EventSource interface {
-	// Subscribe returns a channel receiving every event from now on, starting with a hello event, and a
-	// cancel function to call exactly once when done (it closes the channel). A subscriber that does not
-	// keep up loses events rather than slowing generation; the next event it gets says how many it lost.
+	// Subscribe returns a channel receiving the events of the generations scope covers from now on, together
+	// with the server-wide ones (hello, queue), starting with a hello event, and a cancel function to call
+	// exactly once when done (it closes the channel). Events carry no prompt text. A subscriber that does
+	// not keep up loses events rather than slowing generation; the next event it gets says how many it lost.
 	// While nobody subscribes, publishing costs one atomic load per decoding step.
-	Subscribe() (events <-chan Event, cancel func())
+	Subscribe(scope EventScope) (events <-chan Event, cancel func())
 }

@@ -35,11 +35,20 @@ func (e *RequestError) Error() string { return e.Message }
 // Is makes a RequestError match ErrInvalidRequest.
 func (e *RequestError) Is(target error) bool { return target == ErrInvalidRequest }
 
+// Tenant names the client a request comes from, as the inbound adapter authenticated it: an opaque label the
+// adapter assigns to each key (never the key itself). Requests of different tenants share nothing that tells
+// one about the other's prompts or output: the prefix cache is partitioned by tenant and the event stream
+// filtered by it. "" is the one tenant of a server without keys.
+type Tenant string
+
 // GenerateRequest is one completion request, already translated from the wire format.
 type GenerateRequest struct {
 	// ID names the request in logs and events (the HTTP adapter passes its response id); empty: the
 	// Generator names it.
 	ID string
+	// Tenant is the client the request comes from: only this tenant's earlier requests may be reused from
+	// the prefix cache (and so count in CachedTokens), and only its subscribers see its events.
+	Tenant Tenant
 	// Model is the requested model name; empty means the default.
 	Model string
 	// Exactly one of Prompt (raw completion) and Messages (chat) is set.

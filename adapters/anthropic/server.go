@@ -23,8 +23,9 @@ type Options struct {
 	// Host is the server this API registers its routes on, beside the other APIs mounted there (whose metrics
 	// it feeds); nil means a server of its own, serving this API alone.
 	Host *httpapi.Server
-	// APIKey, when set, is required as "x-api-key: KEY" or "Authorization: Bearer KEY".
-	APIKey string
+	// Keys, when any is set, are required as "x-api-key: KEY" or "Authorization: Bearer KEY"; each tenant
+	// key is a tenant of its own (ports.GenerateRequest.Tenant). nil: no keys, one tenant.
+	Keys *httpapi.Keys
 	// MaxBodyBytes bounds request bodies (default httpapi.DefaultMaxBodyBytes).
 	MaxBodyBytes int64
 	// BodyTimeout bounds the time a client may take to send a body (default httpapi.DefaultBodyTimeout).
@@ -120,25 +121,26 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 }
 
 // authenticate takes the key as Anthropic's SDKs send it (x-api-key) or as a Bearer token (what
-// ANTHROPIC_AUTH_TOKEN clients send), compared in constant time, before the body is read.
+// ANTHROPIC_AUTH_TOKEN clients send), compared in constant time, before the body is read, and hands the
+// handler the caller's identity (httpapi.IdentityOf).
 func (s *Server) authenticate(next http.HandlerFunc) http.HandlerFunc {
-	if s.opts.APIKey == "" {
+	if !s.opts.Keys.Required() {
 		return next
 	}
-	want := []byte(s.opts.APIKey)
 	return func(w http.ResponseWriter, r *http.Request) {
 		key := r.Header.Get("x-api-key")
 		if key == "" {
 			key = httpapi.BearerToken(r.Header.Get("Authorization"))
 		}
-		if !httpapi.KeyMatches(key, want) {
+		id, ok := s.opts.Keys.Identify(key)
+		if !ok {
 			httpapi.RefuseUnread(w, r)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="higgs"`)
 			writeError(w, &Error{Status: http.StatusUnauthorized, Type: "authentication_error",
 				Message: "missing or incorrect API key: send x-api-key: <key> (or Authorization: Bearer <key>)"})
 			return
 		}
-		next(w, r)
+		next(w, r.WithContext(httpapi.WithIdentity(r.Context(), id)))
 	}
 }
 
@@ -194,6 +196,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	req.Gen.Tenant = httpapi.IdentityOf(r.Context()).Tenant
 	ctx := r.Context()
 	if s.opts.RequestTimeout > 0 {
 		var cancel context.CancelFunc

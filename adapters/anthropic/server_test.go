@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/higgs-go/higgs/adapters/httpapi"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -75,9 +76,9 @@ func newTestServer(t *testing.T, gen ports.Generator, opts Options) (*httptest.S
 	srv := httptest.NewServer(New(gen, opts))
 	hc := &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(func() { hc.CloseIdleConnections(); srv.Close() })
-	key := opts.APIKey
-	if key == "" {
-		key = "unused"
+	key := "unused"
+	if opts.Keys.Required() {
+		key = "k"
 	}
 	return srv, sdk.NewClient(option.WithBaseURL(srv.URL), option.WithAPIKey(key), option.WithMaxRetries(0), option.WithHTTPClient(hc))
 }
@@ -249,7 +250,7 @@ func TestStreamErrorMidway(t *testing.T) {
 }
 
 func TestAuth(t *testing.T) {
-	srv, _ := newTestServer(t, &scripted{res: ports.GenerateResult{FinishReason: "stop"}}, Options{APIKey: "k"})
+	srv, _ := newTestServer(t, &scripted{res: ports.GenerateResult{FinishReason: "stop"}}, Options{Keys: testKeys(t, "k")})
 	body := `{"model":"toy","max_tokens":1,"messages":[{"role":"user","content":"q"}]}`
 	for _, c := range []struct {
 		hdr  map[string]string
@@ -298,7 +299,7 @@ func rawRequest(t *testing.T, addr, head, body string, deadline time.Duration) s
 // A client that declares a body and sends one byte gets its 401 at once, and behind no key its 408 once
 // the body timeout passes, rather than holding the connection for good.
 func TestWithheldBody(t *testing.T) {
-	srv, _ := newTestServer(t, &scripted{}, Options{APIKey: "k", BodyTimeout: 200 * time.Millisecond})
+	srv, _ := newTestServer(t, &scripted{}, Options{Keys: testKeys(t, "k"), BodyTimeout: 200 * time.Millisecond})
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	head := "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n"
 	assert.Equal(t, "HTTP/1.1 401 Unauthorized", rawRequest(t, addr, head, "{", 2*time.Second))
@@ -349,4 +350,44 @@ func TestStreamedTextMatchesWhole(t *testing.T) {
 			assert.Equal(t, msg.Content[i].Text, acc.Content[i].Text)
 		}
 	}
+}
+
+// testKeys are tenant keys (tenant-1, tenant-2… in order).
+func testKeys(t *testing.T, keys ...string) *httpapi.Keys {
+	t.Helper()
+	named := make([]httpapi.NamedKey, len(keys))
+	for i, k := range keys {
+		named[i] = httpapi.NamedKey{Key: k, From: "test"}
+	}
+	k, err := httpapi.NewKeys(named, "")
+	require.NoError(t, err)
+	return k
+}
+
+// Each key's Messages requests reach the generator as its own tenant, whichever header carries the key;
+// without keys every request is the one tenant "".
+func TestTenantOfEachKey(t *testing.T) {
+	gen := &scripted{res: ports.GenerateResult{FinishReason: "stop"}}
+	srv, _ := newTestServer(t, gen, Options{Keys: testKeys(t, "key-a", "key-b")})
+	for _, c := range []struct {
+		header, value string
+		want          ports.Tenant
+	}{
+		{"x-api-key", "key-a", "tenant-1"}, {"x-api-key", "key-b", "tenant-2"}, {"Authorization", "Bearer key-b", "tenant-2"},
+	} {
+		req, err := http.NewRequestWithContext(t.Context(), "POST", srv.URL+"/v1/messages",
+			strings.NewReader(`{"model":"toy","max_tokens":5,"messages":[{"role":"user","content":"hi"}]}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(c.header, c.value)
+		resp, err := srv.Client().Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		assert.Equal(t, c.want, gen.got.Tenant, "%s: %s", c.header, c.value)
+	}
+	_, client := newTestServer(t, gen, Options{})
+	_, err := client.Messages.New(t.Context(), params())
+	require.NoError(t, err)
+	assert.Equal(t, ports.Tenant(""), gen.got.Tenant)
 }

@@ -8,22 +8,24 @@ import (
 	"github.com/higgs-go/higgs/adapters/httpapi"
 )
 
-// authenticate guards the /v1/ routes with the API key, checked before the body is read; an API mounted
+// authenticate guards the /v1/ routes with the keys, checked before the body is read, and hands the handlers
+// the caller's identity (httpapi.IdentityOf): its tenant, and whether it is the operator. An API mounted
 // beside this one on the same httpapi.Server authenticates its own routes its own way.
 func (s *Server) authenticate(next http.Handler) http.Handler {
-	if s.opts.APIKey == "" {
+	if !s.opts.Keys.Required() {
 		return next
 	}
-	want := []byte(s.opts.APIKey)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasPrefix(r.URL.Path, "/v1/") {
-			if !httpapi.KeyMatches(httpapi.BearerToken(r.Header.Get("Authorization")), want) {
+			id, ok := s.opts.Keys.Identify(httpapi.BearerToken(r.Header.Get("Authorization")))
+			if !ok {
 				httpapi.RefuseUnread(w, r)
 				w.Header().Set("WWW-Authenticate", `Bearer realm="higgs"`)
 				writeError(w, &Error{Status: http.StatusUnauthorized, Type: "invalid_request_error",
 					Code: "invalid_api_key", Message: "missing or incorrect API key: send Authorization: Bearer <key>"})
 				return
 			}
+			r = r.WithContext(httpapi.WithIdentity(r.Context(), id))
 		}
 		next.ServeHTTP(w, r)
 	})

@@ -17,7 +17,7 @@ import (
 // A client that declares a body and sends one byte gets its 401 at once (not after net/http has waited
 // to drain the body), and with the right key its 408 once the body timeout has passed.
 func TestWithheldBody(t *testing.T) {
-	srv := httptest.NewServer(New(&scripted{ready: true}, Options{APIKey: "k", BodyTimeout: 200 * time.Millisecond, Log: zerolog.Nop()}))
+	srv := httptest.NewServer(New(&scripted{ready: true}, Options{Keys: testKeys(t, "k"), BodyTimeout: 200 * time.Millisecond, Log: zerolog.Nop()}))
 	t.Cleanup(srv.Close)
 	head := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n"
 	for _, c := range []struct{ auth, status, body string }{

@@ -11,15 +11,16 @@ import (
 // time it out.
 const eventsKeepAlive = 15 * time.Second
 
-// events streams every generation on the server as server-sent events (`data: <ports.Event JSON>`), until the
-// client leaves or the server drains. The schema is documented in README.md.
+// events streams the generations the caller may watch as server-sent events (`data: <ports.Event JSON>`), until
+// the client leaves or the server drains: its own tenant's, or every tenant's for the operator key. The schema
+// is documented in docs/http-api.md.
 func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	if s.opts.Events == nil {
 		writeError(w, &Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
 			Message: "this server has no event stream"})
 		return
 	}
-	ch, cancel := s.opts.Events.Subscribe()
+	ch, cancel := s.opts.Events.Subscribe(httpapi.IdentityOf(r.Context()).EventScope())
 	defer cancel()
 	sse := httpapi.StartSSE(w)
 	tick := time.NewTicker(eventsKeepAlive)

@@ -17,13 +17,18 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// fakeEvents is a ports.EventSource whose subscribers get the events sent on feed.
+// fakeEvents is a ports.EventSource whose subscribers get the events sent on feed; scopes records each
+// subscription's scope.
 type fakeEvents struct {
 	feed      chan ports.Event
 	cancelled chan struct{}
+	scopes    chan ports.EventScope
 }
 
-func (f *fakeEvents) Subscribe() (<-chan ports.Event, func()) {
+func (f *fakeEvents) Subscribe(scope ports.EventScope) (<-chan ports.Event, func()) {
+	if f.scopes != nil {
+		f.scopes <- scope
+	}
 	out := make(chan ports.Event, 1)
 	out <- ports.Event{Type: "hello", Hello: &ports.HelloEvent{Model: "toy"}}
 	go func() {
@@ -89,7 +94,7 @@ func TestEventStreamAbsent(t *testing.T) {
 
 // The page and its assets are served from the binary and name nothing outside this server.
 func TestPageIsSelfContained(t *testing.T) {
-	s := New(&scripted{ready: true}, Options{Log: zerolog.Nop(), APIKey: "k"})
+	s := New(&scripted{ready: true}, Options{Log: zerolog.Nop(), Keys: testKeys(t, "k")})
 	for path, ctype := range map[string]string{"/": "text/html", "/ui/app.js": "javascript", "/ui/style.css": "text/css"} {
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))

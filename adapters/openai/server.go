@@ -23,8 +23,10 @@ type Options struct {
 	// Host is the server this API registers its routes on, beside the other APIs mounted there; nil means a
 	// server of its own (serving this API alone, with a fresh metrics registry).
 	Host *httpapi.Server
-	// APIKey, when set, is required as "Authorization: Bearer <key>" on /v1/ routes.
-	APIKey string
+	// Keys, when any is set, are required as "Authorization: Bearer <key>" on /v1/ routes; each tenant key
+	// is a tenant of its own (ports.GenerateRequest.Tenant), the operator key sees every tenant's events.
+	// nil: no keys, one tenant.
+	Keys *httpapi.Keys
 	// MaxBodyBytes bounds request bodies (default httpapi.DefaultMaxBodyBytes).
 	MaxBodyBytes int64
 	// BodyTimeout bounds the time a client may take to send a request body (default
@@ -235,6 +237,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 	}
 	id, created := prefix+s.opts.NewID(), s.opts.Now().Unix()
 	req.Gen.ID = id
+	req.Gen.Tenant = httpapi.IdentityOf(r.Context()).Tenant
 	var firstOnce sync.Once
 	first := func() {
 		firstOnce.Do(func() { s.metrics.ObserveTTFT(r.Pattern, time.Since(start)) })

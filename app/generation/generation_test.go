@@ -131,7 +131,7 @@ func TestRunIsLosslessOnEveryPath(t *testing.T) {
 				require.NoError(t, err)
 				o := RunOptions{Clock: portfake.NewClock(time.Millisecond)}
 				if withCache {
-					o.PrefixCache = cache
+					o.PrefixCache = cache.Partition("")
 				}
 				var emitted []ports.Token
 				o.Emit = func(toks []ports.Token) error { emitted = append(emitted, toks...); return nil }
@@ -187,7 +187,7 @@ func TestRunStopsAndCaches(t *testing.T) {
 			p, err := e.Plan(Request{Prompt: prompt, MaxTokens: 20})
 			require.NoError(t, err)
 			n := 0
-			_, err = e.Run(t.Context(), p, RunOptions{PrefixCache: cache, Emit: func([]ports.Token) error {
+			_, err = e.Run(t.Context(), p, RunOptions{PrefixCache: cache.Partition(""), Emit: func([]ports.Token) error {
 				if n++; n == 2 {
 					return tc.err
 				}

@@ -13,7 +13,7 @@ import (
 // during its prefill, inserted into the cache only once the generation has finished (so a request that
 // fails or is cancelled half-way leaves no entry behind).
 type prefixUse struct {
-	cache  *prefixcache.Cache
+	cache  *prefixcache.Partition
 	target ports.PrefixExporter
 	draft  ports.PrefixExporter // nil without speculation
 	prompt []ports.Token
@@ -25,7 +25,7 @@ type prefixUse struct {
 // speculating) and sets the decoder's prefill stops and checkpoint. It returns nil, touching nothing, when
 // the cache is off (nil) or the backend cannot export state. Only a prefix shorter than the prompt is
 // restored: the last prompt position must run to give the first token's distribution.
-func startPrefix(cache *prefixcache.Cache, prompt []ports.Token, cfg *speculative.Config, sess ports.Session, draft ports.DraftSession) (*prefixUse, error) {
+func startPrefix(cache *prefixcache.Partition, prompt []ports.Token, cfg *speculative.Config, sess ports.Session, draft ports.DraftSession) (*prefixUse, error) {
 	if cache == nil {
 		return nil, nil
 	}

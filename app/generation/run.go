@@ -18,9 +18,10 @@ import (
 type RunOptions struct {
 	// Clock times the decoder and the masking (nil: the system clock).
 	Clock ports.Clock
-	// PrefixCache, when set, restores the longest cached prefix of the prompt first and caches this
-	// generation's boundaries once it has ended cleanly.
-	PrefixCache *prefixcache.Cache
+	// PrefixCache, when set, restores the longest prefix of the prompt this partition cached first and
+	// caches this generation's boundaries there once it has ended cleanly. The caller picks the partition:
+	// the request's tenant (app/serve), or the one user of a bench.
+	PrefixCache *prefixcache.Partition
 	// Batch, when set, runs the forwards and drafts in this scheduler's shared rounds, with prefill chunks of
 	// PrefillChunk tokens (0: whole prompts).
 	Batch        *batch.Scheduler

@@ -25,7 +25,12 @@ import (
 )
 
 type harnessOpts struct {
+	// apiKey is the SDK client's key and a tenant key; keys more tenant keys, adminKey the operator's.
 	apiKey      string
+	keys        []string
+	adminKey    string
+	cacheBytes  int64
+	sharedCache bool
 	queue       int
 	concurrency int
 	blockSize   int
@@ -62,7 +67,8 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	if o.ctxLen == 0 {
 		o.ctxLen = 4096
 	}
-	serve, err := NewServe(ServeConfig{BlockSize: o.blockSize, Adaptive: o.adaptive, MaxConcurrency: o.concurrency, QueueSize: o.queue}, zerolog.Nop())
+	serve, err := NewServe(ServeConfig{BlockSize: o.blockSize, Adaptive: o.adaptive, MaxConcurrency: o.concurrency, QueueSize: o.queue,
+		PrefixCacheBytes: o.cacheBytes, PrefixCacheEvery: 4, PrefixCacheShared: o.sharedCache}, zerolog.Nop())
 	require.NoError(t, err)
 	eng, target := srvEngine(o.ctxLen, o.delay, o.noEOS)
 	target.PanicOn = o.panicOn
@@ -70,9 +76,17 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 		require.NoError(t, serve.SetEngine(eng))
 	}
 	host := httpapi.New(serve, httpapi.Options{Log: zerolog.Nop()})
-	oaiapi.New(serve, oaiapi.Options{Host: host, APIKey: o.apiKey, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
+	var named []httpapi.NamedKey
+	for _, k := range append([]string{o.apiKey}, o.keys...) {
+		if k != "" {
+			named = append(named, httpapi.NamedKey{Key: k, From: "test"})
+		}
+	}
+	keys, err := httpapi.NewKeys(named, o.adminKey)
+	require.NoError(t, err)
+	oaiapi.New(serve, oaiapi.Options{Host: host, Keys: keys, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
 		Log: zerolog.Nop(), Events: serve.Events()})
-	anthropic.New(serve, anthropic.Options{Host: host, APIKey: o.apiKey, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
+	anthropic.New(serve, anthropic.Options{Host: host, Keys: keys, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
 		Log: zerolog.Nop()})
 	srv := httptest.NewServer(host)
 	hc := &http.Client{Transport: &http.Transport{}}

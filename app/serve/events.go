@@ -8,7 +8,8 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// Events returns the live event stream of every generation on this server (the web page's feed).
+// Events returns the live event stream of the generations on this server (the web page's feed), each
+// subscriber seeing its scope's.
 func (s *Serve) Events() ports.EventSource { return s.events }
 
 func (s *Serve) helloEvent() ports.Event {
@@ -28,20 +29,23 @@ func (s *Serve) queueState() ports.QueueEvent {
 func (s *Serve) publishQueue() {
 	if s.events.active() {
 		q := s.queueState()
-		s.events.publish(ports.Event{Type: "queue", TimeMS: s.clock.Now().UnixMilli(), Queue: &q})
+		s.events.broadcast(ports.Event{Type: "queue", TimeMS: s.clock.Now().UnixMilli(), Queue: &q})
 	}
 }
 
 // requestID names a request that came without an ID.
 func (s *Serve) requestID() string { return "gen-" + strconv.FormatUint(s.ids.Add(1), 10) }
 
-// live turns one generation's rounds into events while someone listens. It runs on the generation's
-// goroutine (the decoder's emit and Observe callbacks); nothing in it is shared.
+// live turns one generation's rounds into events for its tenant's subscribers (and the operator's) while
+// someone listens. It runs on the generation's goroutine (the decoder's emit and Observe callbacks); nothing
+// in it is shared. No event it makes carries prompt text: the start event counts the prompt's tokens, the
+// rounds carry output tokens only.
 type live struct {
-	s     *Serve
-	tok   ports.Tokenizer
-	id    string
-	start time.Time
+	s      *Serve
+	tok    ports.Tokenizer
+	id     string
+	tenant ports.Tenant
+	start  time.Time
 	// last holds the tokens the latest emit committed (the round Observe then reports).
 	last        []ports.Token
 	generated   int
@@ -53,10 +57,10 @@ type live struct {
 	policyBS    int
 }
 
-func (s *Serve) newLive(l *loaded, id string, p prepared, chat bool) *live {
-	lv := &live{s: s, tok: l.Tokenizer, id: id, start: s.clock.Now()}
+func (s *Serve) newLive(l *loaded, id string, tenant ports.Tenant, p prepared, chat bool) *live {
+	lv := &live{s: s, tok: l.Tokenizer, id: id, tenant: tenant, start: s.clock.Now()}
 	if s.events.active() {
-		s.events.publish(ports.Event{Type: "start", ID: id, TimeMS: lv.start.UnixMilli(), Start: &ports.StartEvent{
+		s.events.publish(tenant, ports.Event{Type: "start", ID: id, TimeMS: lv.start.UnixMilli(), Start: &ports.StartEvent{
 			Chat: chat, PromptTokens: len(p.Prompt), MaxTokens: p.Config.MaxTokens, BlockSize: p.Config.BlockSize,
 			Adaptive: p.Config.Adaptive}})
 	}
@@ -89,7 +93,7 @@ func (lv *live) observe(rs speculative.RoundStats) {
 	// (which shortens the block by one each of the last rounds: one announcement says it).
 	if rs.Policy != lv.policy || rs.BlockSize != lv.policyBS && rs.Policy != "length" {
 		lv.policy, lv.policyBS = rs.Policy, rs.BlockSize
-		lv.s.events.publish(ports.Event{Type: "policy", ID: lv.id, TimeMS: now,
+		lv.s.events.publish(lv.tenant, ports.Event{Type: "policy", ID: lv.id, TimeMS: now,
 			Policy: &ports.PolicyUsage{Mode: rs.Decision.Mode(), Reason: rs.Decision.Reason()}})
 	}
 	ev := &ports.RoundEvent{Step: step, BlockSize: rs.BlockSize, Accepted: rs.Accepted, Committed: rs.Committed,
@@ -121,7 +125,7 @@ func (lv *live) observe(rs speculative.RoundStats) {
 		}
 		ev.Tokens = append(ev.Tokens, lv.token(lv.last[rs.Accepted], kind))
 	}
-	lv.s.events.publish(ports.Event{Type: "round", ID: lv.id, TimeMS: now, Round: ev})
+	lv.s.events.publish(lv.tenant, ports.Event{Type: "round", ID: lv.id, TimeMS: now, Round: ev})
 }
 
 func (lv *live) token(t ports.Token, kind string) ports.RoundToken {
@@ -143,7 +147,7 @@ func (lv *live) end(finish string, res ports.GenerateResult) {
 	if lv.decode > 0 && lv.generated > 1 {
 		ev.TokensPerS = float64(lv.generated-1) / lv.decode.Seconds()
 	}
-	lv.s.events.publish(ports.Event{Type: "end", ID: lv.id, TimeMS: now.UnixMilli(), End: ev})
+	lv.s.events.publish(lv.tenant, ports.Event{Type: "end", ID: lv.id, TimeMS: now.UnixMilli(), End: ev})
 }
 
 // ms is d in milliseconds, as the event stream's fields state durations.

@@ -160,17 +160,17 @@ func TestEventsReportQueue(t *testing.T) {
 // A subscriber that does not read loses events instead of holding generation up.
 func TestHubDropsForSlowSubscribers(t *testing.T) {
 	hb := newHub(func() ports.Event { return ports.Event{Type: "hello"} })
-	ch, cancel := hb.Subscribe()
+	ch, cancel := hb.Subscribe(ports.EventScope{})
 	defer cancel()
 	assert.True(t, hb.active())
 	for range eventBuffer + 10 {
-		hb.publish(ports.Event{Type: "queue"})
+		hb.broadcast(ports.Event{Type: "queue"})
 	}
 	<-ch // hello
 	for range eventBuffer - 1 {
 		<-ch
 	}
-	hb.publish(ports.Event{Type: "queue"})
+	hb.broadcast(ports.Event{Type: "queue"})
 	ev := <-ch
 	assert.Equal(t, 11, ev.Dropped, "the next event delivered says how many were lost")
 	cancel()
@@ -193,7 +193,7 @@ func BenchmarkServeEvents(b *testing.B) {
 			eng, _ := srvEngine(4096, 0, true)
 			require.NoError(b, serve.SetEngine(eng))
 			if listen {
-				ch, cancel := serve.Events().Subscribe()
+				ch, cancel := serve.Events().Subscribe(ports.EventScope{})
 				defer cancel()
 				go func() {
 					for range ch {

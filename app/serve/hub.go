@@ -11,8 +11,8 @@ import (
 // rate; one that stalls loses events (counted) instead of slowing generation.
 const eventBuffer = 1024
 
-// hub fans events out to subscribers (ports.EventSource). Publishing never blocks; with no subscriber, the
-// callers' active check is one atomic load and nothing is built.
+// hub fans events out to subscribers (ports.EventSource), each within its scope. Publishing never blocks;
+// with no subscriber, the callers' active check is one atomic load and nothing is built.
 type hub struct {
 	mu    sync.Mutex
 	subs  map[*subscriber]struct{}
@@ -22,8 +22,12 @@ type hub struct {
 
 type subscriber struct {
 	ch      chan ports.Event
+	scope   ports.EventScope
 	dropped int
 }
+
+// sees reports whether the subscriber may see the generations of tenant.
+func (s *subscriber) sees(tenant ports.Tenant) bool { return s.scope.All || s.scope.Tenant == tenant }
 
 var _ ports.EventSource = (*hub)(nil)
 
@@ -35,8 +39,8 @@ func newHub(hello func() ports.Event) *hub {
 func (h *hub) active() bool { return h.n.Load() > 0 }
 
 // Subscribe implements ports.EventSource.
-func (h *hub) Subscribe() (<-chan ports.Event, func()) {
-	s := &subscriber{ch: make(chan ports.Event, eventBuffer)}
+func (h *hub) Subscribe(scope ports.EventScope) (<-chan ports.Event, func()) {
+	s := &subscriber{ch: make(chan ports.Event, eventBuffer), scope: scope}
 	s.ch <- h.hello()
 	h.mu.Lock()
 	h.subs[s] = struct{}{}
@@ -54,11 +58,23 @@ func (h *hub) Subscribe() (<-chan ports.Event, func()) {
 	}
 }
 
-// publish hands ev to every subscriber that has room.
-func (h *hub) publish(ev ports.Event) {
+// publish hands an event of one of tenant's generations to every subscriber that may see it and has room.
+func (h *hub) publish(tenant ports.Tenant, ev ports.Event) {
+	h.send(ev, func(s *subscriber) bool { return s.sees(tenant) })
+}
+
+// broadcast hands a server-wide event (the queue's load) to every subscriber that has room.
+func (h *hub) broadcast(ev ports.Event) {
+	h.send(ev, func(*subscriber) bool { return true })
+}
+
+func (h *hub) send(ev ports.Event, to func(*subscriber) bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for s := range h.subs {
+		if !to(s) {
+			continue
+		}
 		e := ev
 		e.Dropped = s.dropped
 		select {

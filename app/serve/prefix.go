@@ -13,6 +13,18 @@ func newPrefixCache(cfg ServeConfig, clock ports.Clock) (*prefixcache.Cache, err
 	return prefixcache.New(prefixcache.Config{Budget: cfg.PrefixCacheBytes, Every: cfg.PrefixCacheEvery}, clock)
 }
 
+// sharedTenant is the one partition of a shared cache (--prefix-cache-shared).
+const sharedTenant ports.Tenant = ""
+
+// prefixPartition is the share of l's prefix cache a request of tenant may reuse and fill: the tenant's own,
+// unless the operator shares the cache between tenants; nil while the cache is off.
+func (s *Serve) prefixPartition(l *loaded, tenant ports.Tenant) *prefixcache.Partition {
+	if s.cfg.PrefixCacheShared {
+		tenant = sharedTenant
+	}
+	return l.prefix.Partition(tenant)
+}
+
 // PrefixCacheStats reports the prefix cache's account (httpapi.PrefixCacheReporter); zero while the cache is
 // off or no engine is loaded.
 func (s *Serve) PrefixCacheStats() ports.PrefixCacheStats {

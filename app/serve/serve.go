@@ -54,6 +54,10 @@ type ServeConfig struct {
 	// PrefixCacheEvery is the interval, in prompt tokens, of the cache's boundaries inside a prompt (0: only
 	// at the prompt's end and the generation's end).
 	PrefixCacheEvery int
+	// PrefixCacheShared lets every tenant reuse every other tenant's cached prefixes (a trusted
+	// deployment). By default each request reuses only what its own tenant (ports.GenerateRequest.Tenant)
+	// cached, so that a hit, CachedTokens and the time saved tell a client nothing about another's prompts.
+	PrefixCacheShared bool
 }
 
 // Validate reports every problem at once.
@@ -397,8 +401,8 @@ func (s *Serve) Generate(ctx context.Context, req ports.GenerateRequest, emit fu
 	if id == "" {
 		id = s.requestID()
 	}
-	lv := s.newLive(l, id, p, req.Messages != nil)
-	res, err := s.run(ctx, l, p, lv, emit)
+	lv := s.newLive(l, id, req.Tenant, p, req.Messages != nil)
+	res, err := s.run(ctx, l, p, s.prefixPartition(l, req.Tenant), lv, emit)
 	switch {
 	case err == nil:
 		lv.end(res.FinishReason, res)
@@ -413,11 +417,11 @@ func (s *Serve) Generate(ctx context.Context, req ports.GenerateRequest, emit fu
 // errStopString stops the decoder when a stop string appeared.
 var errStopString = fmt.Errorf("stop string reached: %w", speculative.ErrStop)
 
-func (s *Serve) run(ctx context.Context, l *loaded, p prepared, lv *live, emit func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
+func (s *Serve) run(ctx context.Context, l *loaded, p prepared, prefix *prefixcache.Partition, lv *live, emit func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
 	res := ports.GenerateResult{Model: l.name, PromptTokens: len(p.Prompt)}
 	pipe := newTextPipe(l.Tokenizer.NewStreamDecoder(true), p.stop, p.think, p.inThink, l.eos, emit)
 	// Observing costs one atomic load per round while nobody listens (BenchmarkServeEvents).
-	out, genErr := l.gen.Run(ctx, p.Plan, generation.RunOptions{Clock: s.clock, PrefixCache: l.prefix, Batch: l.sched,
+	out, genErr := l.gen.Run(ctx, p.Plan, generation.RunOptions{Clock: s.clock, PrefixCache: prefix, Batch: l.sched,
 		PrefillChunk: s.cfg.PrefillChunk, Observe: lv.observe, Emit: lv.committed(pipe.push)})
 	if l.prefix != nil {
 		res.CachedTokens = out.Cached

@@ -43,7 +43,7 @@ type GenerateOptions struct {
 	// Speculative turns DFlash on (needs Models.Drafter); otherwise decoding is autoregressive.
 	Speculative bool
 	// PrefixCache, when non-nil, restores the longest cached prefix of Prompt first and caches this
-	// generation's boundaries (as higgsd does).
+	// generation's boundaries (as higgsd does), all in one partition: a bench is one tenant.
 	PrefixCache *prefixcache.Cache
 	// Batch, when non-nil, decodes through this scheduler's shared rounds (as higgsd does with several
 	// clients), with prefill chunks of PrefillChunk tokens (0: whole).
@@ -188,7 +188,7 @@ func decode(ctx context.Context, m *models.Models, o GenerateOptions) (decoded, 
 	if o.Emit != nil {
 		emit = func(toks []ports.Token) error { o.Emit(toks); return nil }
 	}
-	out.Outcome, err = e.Run(ctx, p, generation.RunOptions{PrefixCache: o.PrefixCache, Batch: o.Batch,
+	out.Outcome, err = e.Run(ctx, p, generation.RunOptions{PrefixCache: o.PrefixCache.Partition(""), Batch: o.Batch,
 		PrefillChunk: o.PrefillChunk, Emit: emit})
 	if err == nil {
 		err = out.Warn

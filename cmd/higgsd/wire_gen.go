@@ -20,8 +20,12 @@ func initServer(cfg app.Config, log zerolog.Logger) (*app.Server, error) {
 	}
 	server := app.ProvideHTTP(serve, log)
 	eventSource := app.ProvideEvents(serve)
-	openaiServer := app.ProvideAPI(cfg, serve, eventSource, server, log)
-	anthropicServer := app.ProvideMessages(cfg, serve, server, log)
+	keys, err := app.ProvideKeys(cfg)
+	if err != nil {
+		return nil, err
+	}
+	openaiServer := app.ProvideAPI(cfg, serve, eventSource, server, keys, log)
+	anthropicServer := app.ProvideMessages(cfg, serve, server, keys, log)
 	loadFunc := app.ProvideLoader(cfg, log)
 	appServer := app.NewServer(cfg, serve, server, openaiServer, anthropicServer, loadFunc, log)
 	return appServer, nil

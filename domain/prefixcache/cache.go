@@ -3,6 +3,10 @@
 // opaque backend states (ports.PrefixState) of one prefix: the target's (attention KV, recurrent state at the
 // entry's end) and optionally the drafter's context. The cache never looks inside a state: copying state in
 // and out is the backends' job. It is safe for concurrent use.
+//
+// Every lookup and insert goes through a Partition, one per tenant: a tree of its own, so that a hit (and the
+// time it saves) only ever reflects the same tenant's earlier prompts. The partitions share one byte budget
+// and one least-recently-used order.
 package prefixcache
 
 import (
@@ -58,13 +62,15 @@ type Cache struct {
 	cfg   Config
 	clock ports.Clock
 
-	mu    sync.Mutex
-	root  *node
+	mu sync.Mutex
+	// roots holds each tenant's tree; a tenant whose last entry goes loses its root.
+	roots map[ports.Tenant]*node
 	seq   uint64 // insertion/use counter: breaks ties between equal clock readings in LRU order
 	stats Stats
 }
 
-// node is a radix tree node: edge is the token run from its parent to it (empty only at the root).
+// node is a radix tree node: edge is the token run from its parent to it (empty only at a root, whose parent
+// is nil).
 type node struct {
 	edge     []ports.Token
 	parent   *node
@@ -75,6 +81,7 @@ type node struct {
 
 // entry is one cached prefix (its key is the path to its node).
 type entry struct {
+	tenant ports.Tenant
 	node   *node
 	target ports.PrefixState
 	draft  ports.PrefixState
@@ -96,7 +103,41 @@ func New(cfg Config, clock ports.Clock) (*Cache, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("prefix cache: %w", err)
 	}
-	return &Cache{cfg: cfg, clock: clock, root: &node{children: map[ports.Token]*node{}}}, nil
+	return &Cache{cfg: cfg, clock: clock, roots: map[ports.Tenant]*node{}}, nil
+}
+
+// Partition is one tenant's share of a Cache: its lookups find only what was inserted through a partition of
+// the same tenant, whatever other tenants cached. A nil *Partition (of a nil Cache) caches nothing.
+type Partition struct {
+	c      *Cache
+	tenant ports.Tenant
+}
+
+// Partition returns tenant's share of the cache; nil for a nil cache (the cache turned off).
+func (c *Cache) Partition(tenant ports.Tenant) *Partition {
+	if c == nil {
+		return nil
+	}
+	return &Partition{c: c, tenant: tenant}
+}
+
+// Every returns the cache's boundary interval.
+func (p *Partition) Every() int { return p.c.cfg.Every }
+
+// Lookup finds the longest prefix of tokens this tenant cached that q allows, and counts a hit or a miss.
+// Every hit is a true prefix of token ids: a prompt that differs from a cached one at position i reuses at
+// most i tokens of it. A nil Lease is a miss.
+func (p *Partition) Lookup(tokens []ports.Token, q Query) *Lease {
+	return p.c.lookup(p.tenant, tokens, q)
+}
+
+// Insert caches the states of the prefix tokens for this tenant (len(tokens) == target.Len(); draft, when
+// not nil, covers the same positions). It reports whether the entry is now cached. An entry the tenant
+// already cached for the same tokens is kept (and counts as used) unless the new one adds a drafter state the
+// old one lacks. To make room it evicts the least recently used entries not in use, of any tenant; when those
+// do not free enough it refuses, so the cache never holds more than its budget.
+func (p *Partition) Insert(tokens []ports.Token, target, draft ports.PrefixState) (bool, error) {
+	return p.c.insert(p.tenant, tokens, target, draft)
 }
 
 // Every returns the configured boundary interval.
@@ -158,18 +199,16 @@ type Query struct {
 	Truncate bool
 }
 
-// Lookup finds the longest cached prefix of tokens that q allows, and counts a hit or a miss. Every hit is
-// a true prefix of token ids: a prompt that differs from a cached one at position i reuses at most i tokens
-// of it. A nil Lease is a miss.
-func (c *Cache) Lookup(tokens []ports.Token, q Query) *Lease {
+// lookup is Partition.Lookup in tenant's tree.
+func (c *Cache) lookup(tenant ports.Tenant, tokens []ports.Token, q Query) *Lease {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	limit := min(q.Limit, len(tokens))
 	usable := func(e *entry) bool { return e != nil && (!q.NeedDraft || e.draft != nil) }
 	var best *entry
 	bestN := 0
-	n, i := c.root, 0
-	for {
+	n, i := c.roots[tenant], 0
+	for n != nil {
 		if e := n.entry; usable(e) && n.depth <= limit {
 			best, bestN = e, n.depth
 		}
@@ -233,12 +272,8 @@ func (c *Cache) touch(e *entry) {
 	e.used, e.seq = c.clock.Now(), c.seq
 }
 
-// Insert caches the states of the prefix tokens (len(tokens) == target.Len(); draft, when not nil, covers
-// the same positions). It reports whether the entry is now cached. An entry already cached for the same
-// tokens is kept (and counts as used) unless the new one adds a drafter state the old one lacks. To make room
-// it evicts the least recently used entries not in use; when those do not free enough it refuses, so the
-// cache never holds more than its budget.
-func (c *Cache) Insert(tokens []ports.Token, target, draft ports.PrefixState) (bool, error) {
+// insert is Partition.Insert into tenant's tree.
+func (c *Cache) insert(tenant ports.Tenant, tokens []ports.Token, target, draft ports.PrefixState) (bool, error) {
 	switch {
 	case len(tokens) == 0:
 		return false, errors.New("prefix cache insert: empty prefix")
@@ -255,7 +290,7 @@ func (c *Cache) Insert(tokens []ports.Token, target, draft ports.PrefixState) (b
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old := c.find(tokens); old != nil && old.entry != nil {
+	if old := find(c.roots[tenant], tokens); old != nil && old.entry != nil {
 		e := old.entry
 		// Keep the entry unless the new one adds the drafter's context and can be held at all (an entry
 		// replaced by one the budget then refuses would be lost).
@@ -278,8 +313,14 @@ func (c *Cache) Insert(tokens []ports.Token, target, draft ports.PrefixState) (b
 		c.remove(victim)
 		c.stats.Evictions++
 	}
-	n := c.grow(tokens)
-	e := &entry{node: n, target: target, draft: draft, bytes: bytes}
+	root := c.roots[tenant]
+	if root == nil {
+		// Made after the evictions, which may have removed this tenant's last entry and its root.
+		root = &node{children: map[ports.Token]*node{}}
+		c.roots[tenant] = root
+	}
+	n := grow(root, tokens)
+	e := &entry{tenant: tenant, node: n, target: target, draft: draft, bytes: bytes}
 	n.entry = e
 	c.touch(e)
 	c.stats.Bytes += bytes
@@ -288,10 +329,10 @@ func (c *Cache) Insert(tokens []ports.Token, target, draft ports.PrefixState) (b
 	return true, nil
 }
 
-// find returns the node whose path is exactly tokens, or nil.
-func (c *Cache) find(tokens []ports.Token) *node {
-	n, i := c.root, 0
-	for i < len(tokens) {
+// find returns the node below root (nil: an empty tree) whose path is exactly tokens, or nil.
+func find(root *node, tokens []ports.Token) *node {
+	n, i := root, 0
+	for n != nil && i < len(tokens) {
 		child := n.children[tokens[i]]
 		if child == nil || i+len(child.edge) > len(tokens) || !slices.Equal(child.edge, tokens[i:i+len(child.edge)]) {
 			return nil
@@ -302,9 +343,9 @@ func (c *Cache) find(tokens []ports.Token) *node {
 	return n
 }
 
-// grow returns the node for tokens, splitting an edge or adding a leaf as needed.
-func (c *Cache) grow(tokens []ports.Token) *node {
-	n, i := c.root, 0
+// grow returns the node for tokens below root, splitting an edge or adding a leaf as needed.
+func grow(root *node, tokens []ports.Token) *node {
+	n, i := root, 0
 	for i < len(tokens) {
 		child := n.children[tokens[i]]
 		if child == nil {
@@ -332,7 +373,7 @@ func (c *Cache) grow(tokens []ports.Token) *node {
 	return n
 }
 
-// lru returns the least recently used entry not in use, or nil.
+// lru returns the least recently used entry not in use, of any tenant, or nil.
 func (c *Cache) lru() *entry {
 	var best *entry
 	var walk func(n *node)
@@ -346,18 +387,25 @@ func (c *Cache) lru() *entry {
 			walk(ch)
 		}
 	}
-	walk(c.root)
+	for _, root := range c.roots {
+		walk(root)
+	}
 	return best
 }
 
-// remove drops e and prunes the tree: a node with no entry and no children goes, and one with no entry and
-// a single child merges into it.
+// remove drops e and prunes its tenant's tree: a node with no entry and no children goes, one with no entry
+// and a single child merges into it, and a root left with no children goes with its tenant's tree.
 func (c *Cache) remove(e *entry) {
 	n := e.node
 	n.entry = nil
 	c.stats.Bytes -= e.bytes
 	c.stats.Entries--
-	for n != c.root && n.entry == nil {
+	defer func() {
+		if root := c.roots[e.tenant]; root != nil && len(root.children) == 0 {
+			delete(c.roots, e.tenant)
+		}
+	}()
+	for n.parent != nil && n.entry == nil {
 		p := n.parent
 		switch len(n.children) {
 		case 0:

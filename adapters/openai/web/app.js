@@ -14,8 +14,10 @@ const state = {
 };
 const MAX_GENS = 6;
 
-function headers() {
-  const h = { "Content-Type": "application/json" };
+// headers are a request's: the key (when one is typed) as a Bearer header, never in a URL; JSON's content
+// type for a body.
+function headers(json = true) {
+  const h = json ? { "Content-Type": "application/json" } : {};
   const key = $("apikey").value.trim();
   if (key) h["Authorization"] = "Bearer " + key;
   return h;
@@ -195,17 +197,32 @@ function setLive(text, ok) {
   el.dataset.connected = ok ? "1" : "0";
 }
 
+// The feed shows what the key may watch: its tenant's generations, every tenant's with the operator key
+// (--admin-key), all of them on a server without keys. A changed key ends the subscription and starts one
+// with the new key at once.
+const feed = { abort: null, wake: null };
+
+function resubscribe() {
+  if (feed.abort) feed.abort.abort();
+  if (feed.wake) feed.wake();
+}
+
 async function subscribe() {
   for (;;) {
+    feed.abort = new AbortController();
+    let changed = false;
     try {
-      const resp = await fetch("/v1/events", { headers: headers() });
+      const resp = await fetch("/v1/events", { headers: headers(false), signal: feed.abort.signal });
+      if (resp.status === 401) throw new Error("enter the API key");
       if (!resp.ok) throw new Error("events: HTTP " + resp.status);
       await readSSE(resp, (d) => onEvent(JSON.parse(d)));
       setLive("live: stream ended, reconnecting", false);
     } catch (e) {
-      setLive("live: " + e.message + ", retrying", false);
+      changed = feed.abort.signal.aborted;
+      setLive(changed ? "live: key changed, reconnecting" : "live: " + e.message + ", retrying", false);
     }
-    await new Promise((r) => setTimeout(r, 2000));
+    if (!changed) await new Promise((r) => { feed.wake = r; setTimeout(r, 2000); });
+    feed.wake = null;
   }
 }
 
@@ -359,6 +376,7 @@ function setMode(mode) {
 }
 
 $("send").addEventListener("click", send);
+$("apikey").addEventListener("change", resubscribe);
 $("stop").addEventListener("click", () => state.abort && state.abort.abort());
 $("clear").addEventListener("click", () => { state.history = []; showHistory(); });
 $("prompt").addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) send(); });

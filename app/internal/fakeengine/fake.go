@@ -177,6 +177,18 @@ func (s *session) Forward(ctx context.Context, tokens []ports.Token, opts ports.
 	return s.Session.Forward(ctx, tokens, opts)
 }
 
+// ExportPrefix and ImportPrefix hand the prefix cache the toy model's own session state
+// (ports.PrefixExporter), so that serving tests can watch the cache.
+func (s *session) ExportPrefix(n int) (ports.PrefixState, error) {
+	return s.Session.(ports.PrefixExporter).ExportPrefix(n)
+}
+
+func (s *session) ImportPrefix(p ports.PrefixState) error {
+	return s.Session.(ports.PrefixExporter).ImportPrefix(p)
+}
+
+var _ ports.PrefixExporter = (*session)(nil)
+
 func (s *session) Close() error {
 	if !s.closed {
 		s.closed = true
