@@ -80,13 +80,20 @@ func ProvideLoader(cfg Config, log zerolog.Logger) LoadFunc {
 // problem with the input that higgsd reports with exit status 2, like an invalid flag.
 var ErrLoadModels = errors.New("load models")
 
+// ErrCut is wrapped when Run stopped after shutdown's deadline cut requests that were still running (each
+// ended with its API's terminal event); higgsd reports it with exit status 3.
+var ErrCut = errors.New("shutdown cut requests still running at the deadline")
+
+// cutGrace is how long shutdown waits, after the deadline, for the requests it cut to end with their API's
+// terminal event: a cancelled generation stops within one decoding round.
+const cutGrace = 5 * time.Second
+
 // Server runs higgsd: it listens first (so /health can say "loading"), loads the models, serves, and shuts
 // down gracefully.
 type Server struct {
 	cfg   Config
 	serve *serve.Serve
 	host  *httpapi.Server
-	api   *openai.Server
 	load  LoadFunc
 	log   zerolog.Logger
 	// OnListen, when set, is called with the bound address (tests listen on port 0).
@@ -95,16 +102,18 @@ type Server struct {
 	Progress func(done, total int64)
 }
 
-// NewServer assembles the runner: host serves both APIs, which registered their routes on it when built (the
-// Messages API is a parameter so that the wiring builds it); api is kept to drain its generations at shutdown.
-func NewServer(cfg Config, serve *serve.Serve, host *httpapi.Server, api *openai.Server, _ *anthropic.Server, load LoadFunc, log zerolog.Logger) *Server {
+// NewServer assembles the runner: host serves both APIs, which registered their routes on it when built (they
+// are parameters so that the wiring builds them); host drains both at shutdown.
+func NewServer(cfg Config, serve *serve.Serve, host *httpapi.Server, _ *openai.Server, _ *anthropic.Server, load LoadFunc, log zerolog.Logger) *Server {
 	serve.SetMetrics(host.Metrics())
-	return &Server{cfg: cfg, serve: serve, host: host, api: api, load: load, log: log}
+	return &Server{cfg: cfg, serve: serve, host: host, load: load, log: log}
 }
 
-// Run serves until ctx ends (SIGINT/SIGTERM in higgsd), then drains: the listener stays open, /health answers
-// 503 draining and new generations are refused while those in flight finish for up to ShutdownTimeout; then
-// it stops accepting connections and cancels what still runs.
+// Run serves until ctx ends (SIGINT/SIGTERM in higgsd), then drains every API on the listener: it stays open,
+// /health answers 503 draining and new generations (OpenAI's and the Messages API's) are refused with 503
+// and Retry-After while those in flight finish for up to ShutdownTimeout; the ones still running then are
+// cut, each ended with its API's terminal event, and Run returns ErrCut (wrapped) after a log line with the
+// counts. Then it stops accepting connections.
 func (s *Server) Run(ctx context.Context) error {
 	ln, err := net.Listen("tcp", s.cfg.Addr())
 	if err != nil {
@@ -172,7 +181,9 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 	}
 	stopLoad()
-	s.shutdown(hs, cancelAll)
+	if err := s.shutdown(hs, cancelAll); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
 	if !loadReceived {
 		// The loader may still be running (shutdown during loading): wait for it so its memory is freed.
 		if lr := <-loadDone; lr.closeFn != nil {
@@ -187,27 +198,37 @@ func (s *Server) Run(ctx context.Context) error {
 	return runErr
 }
 
-func (s *Server) shutdown(hs *http.Server, cancelAll context.CancelFunc) {
+// InFlight is the number of generation requests running now, over both APIs.
+func (s *Server) InFlight() int { return s.host.InFlight() }
+
+// shutdown drains both APIs, logs what became of the requests in flight, and closes the listener; it returns
+// ErrCut (wrapped, with the count) when some were cut at the deadline.
+func (s *Server) shutdown(hs *http.Server, cancelAll context.CancelFunc) error {
 	s.log.Info().Dur("deadline", s.cfg.ShutdownTimeout).Msg("shutting down: draining (health 503, no new generations); finishing in-flight requests")
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := s.api.Drain(ctx); err != nil {
-		s.log.Warn().Msg("in-flight requests did not finish in time; cancelling them")
-		cancelAll()
-		// Cancelled generations stop within one decoding round; give their handlers a moment to answer.
-		ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel2()
-		if err := s.api.Drain(ctx2); err != nil {
-			s.log.Warn().Msg("cancelled requests did not end in time")
-		}
+	rep := s.host.Drain(ctx, cutGrace)
+	ev := s.log.Info()
+	msg := "drained: every request in flight finished"
+	if rep.Cut > 0 {
+		ev = s.log.Warn()
+		msg = "drained: requests still running at the deadline were cut, each ended with its API's error event"
 	}
-	// Nothing generates now; what is left are idle connections and finished responses being written.
+	ev.Int("in_flight", rep.InFlight).Int("finished", rep.Finished).Int("cut", rep.Cut).Int("unended", rep.Unended).
+		Int("refused", rep.Refused).Dur("took", rep.Took).Msg(msg)
+	// What is left are requests that generate nothing (count_tokens, /metrics), idle connections, finished
+	// responses being written, and cut handlers that outlived the grace (closed with their connection).
+	cancelAll()
 	ctx3, cancel3 := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel3()
 	if err := hs.Shutdown(ctx3); err != nil {
 		_ = hs.Close()
 	}
 	s.log.Info().Msg("stopped")
+	if rep.Cut > 0 {
+		return fmt.Errorf("%w: %d of %d", ErrCut, rep.Cut, rep.InFlight)
+	}
+	return nil
 }
 
 // newProgress shows a progress bar on a terminal and structured log lines (every 10%) otherwise.

@@ -151,7 +151,7 @@ func TestRunShutdownCancelsLongRequests(t *testing.T) {
 	h.cancel()
 	select {
 	case err := <-h.done:
-		require.NoError(t, err)
+		require.ErrorIs(t, err, ErrCut, "the exit status says a request was cut")
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after the shutdown deadline")
 	}

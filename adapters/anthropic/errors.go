@@ -64,6 +64,8 @@ func ErrorFor(err error) *Error {
 	switch {
 	case errors.As(err, &apiErr):
 		return apiErr
+	case errors.Is(err, httpapi.ErrShutdown):
+		return errCut
 	case errors.Is(err, httpapi.ErrBodyTimeout):
 		return &Error{Status: http.StatusRequestTimeout, Type: "invalid_request_error",
 			Message: "the request body did not arrive in time"}

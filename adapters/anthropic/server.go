@@ -64,7 +64,8 @@ func New(gen ports.Generator, opts Options) *Server {
 	}
 	s := &Server{gen: gen, opts: opts, log: opts.Log, host: host, metrics: host.Metrics()}
 	wrap := func(h http.HandlerFunc) http.Handler { return s.recoverer(s.authenticate(h)) }
-	host.Handle("POST /v1/messages", wrap(s.messages))
+	// Generations are the host's work: drained with every API's, refused in this API's shape.
+	host.Handle("POST /v1/messages", wrap(host.Work(http.HandlerFunc(s.messages), refuse).ServeHTTP))
 	host.Handle("POST /v1/messages/count_tokens", wrap(s.countTokens))
 	host.Handle("/v1/messages", wrap(methodNotAllowed))
 	host.Handle("/v1/messages/count_tokens", wrap(methodNotAllowed))
@@ -100,6 +101,8 @@ func writeError(w http.ResponseWriter, e *Error) {
 	writeJSON(w, e.Status, e.body(w.Header().Get("request-id")))
 }
 
+// fail maps err, logs server-side failures, and answers. A full queue, a model loading and a request cut by
+// shutdown are no failures.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	e := ErrorFor(err)
 	if e.Status >= 500 && e.Status != 529 && e.Status != http.StatusServiceUnavailable {
@@ -211,7 +214,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		res, err := s.gen.Generate(ctx, req.Gen, func(ports.GenerateEvent) error { first(); return nil })
 		observe(res)
 		if err != nil {
-			s.fail(w, r, err)
+			s.failGeneration(w, r, ctx, nil, err, start)
 			return
 		}
 		writeJSON(w, http.StatusOK, MessageOf(id, req, res, s.opts.NewID))
@@ -221,7 +224,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	st := &stream{w: w, id: id, model: req.Gen.Model, newID: s.opts.NewID, parallel: req.Parallel}
 	if tc, err := s.counter(); err == nil {
 		if st.inputTokens, err = tc.CountTokens(ctx, req.Gen); err != nil {
-			s.fail(w, r, err)
+			s.failGeneration(w, r, ctx, st, err, start)
 			return
 		}
 	}
@@ -237,22 +240,33 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 	})
 	observe(res)
 	if err != nil {
-		if !st.started {
-			s.fail(w, r, err)
-			return
-		}
-		if st.sse.Err() != nil {
-			s.log.Debug().Err(err).Str("path", r.URL.Path).Msg("client gone during the stream")
-			return
-		}
-		e := ErrorFor(err)
-		if e.Status >= 500 && !errors.Is(err, context.Canceled) {
-			s.log.Error().Err(err).Str("path", r.URL.Path).Msg("stream failed")
-		}
-		_ = st.fail(e, w.Header().Get("request-id"))
+		s.failGeneration(w, r, ctx, st, err, start)
 		return
 	}
 	if err := st.finish(res); err != nil {
-		s.log.Debug().Err(err).Msg("client gone before the end of the stream")
+		httpapi.Cancelled(s.log, w, r, err, start, true)
 	}
+}
+
+// failGeneration ends a generation that failed (st is its stream, nil when not streamed). A client that went
+// away is only accounted for (499, debug): nothing more can reach it, and its leaving is no failure.
+// Otherwise the error is answered: with its status before the stream began, as Anthropic's terminal `error`
+// event after; a request cut by shutdown counts as the 503 it would have been answered.
+func (s *Server) failGeneration(w http.ResponseWriter, r *http.Request, ctx context.Context, st *stream, err error, start time.Time) {
+	if httpapi.ClientGone(r) && errors.Is(err, context.Canceled) || st != nil && st.started && st.sse.Err() != nil {
+		httpapi.Cancelled(s.log, w, r, err, start, st != nil)
+		return
+	}
+	err = httpapi.Cause(ctx, err)
+	if st == nil || !st.started {
+		s.fail(w, r, err)
+		return
+	}
+	e := ErrorFor(err)
+	if errors.Is(err, httpapi.ErrShutdown) {
+		httpapi.MarkStatus(w, e.Status)
+	} else if e.Status >= 500 && !errors.Is(err, context.Canceled) {
+		s.log.Error().Err(err).Str("path", r.URL.Path).Msg("stream failed")
+	}
+	_ = st.fail(e, w.Header().Get("request-id"))
 }

@@ -23,12 +23,15 @@ type Options struct {
 // Server is the one HTTP handler higgsd listens with: every API registers its routes on it with Handle, side
 // by side on one mux, behind one request instrumentation (higgs_requests_total and
 // higgs_request_duration_seconds by route pattern). It serves GET /metrics itself. Each API wraps its own
-// routes in its authentication and panic recovery (Recover), since only it knows its answers' shape.
+// routes in its authentication and panic recovery (Recover), since only it knows its answers' shape. One
+// lifecycle covers every API on it: routes wrapped in Work are drained, refused and cut together by Drain.
 type Server struct {
 	mux     *http.ServeMux
 	metrics *Metrics
 	reg     *prometheus.Registry
 	handler http.Handler
+	log     zerolog.Logger
+	life    *lifecycle
 }
 
 // New builds a Server for the APIs over gen; gen's optional abilities QueueDepther and PrefixCacheReporter
@@ -43,7 +46,8 @@ func New(gen ports.Generator, opts Options) *Server {
 		depth = q.QueueDepth
 	}
 	prefix, _ := gen.(PrefixCacheReporter)
-	s := &Server{mux: http.NewServeMux(), reg: reg, metrics: newMetrics(reg, depth, prefix)}
+	s := &Server{mux: http.NewServeMux(), reg: reg, metrics: newMetrics(reg, depth, prefix), log: opts.Log,
+		life: newLifecycle()}
 	// promhttp answers its own failures; the recovery is a last resort (its 500 has no API's shape, as the
 	// route belongs to none).
 	s.mux.Handle("GET /metrics", Recover(opts.Log, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), func(w http.ResponseWriter) {
@@ -110,8 +114,9 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// StatusCancelled is the status recorded (in higgs_requests_total) for a request cancelled before its
-// response ended: the client went away, or shutdown cancelled it. 499 is nginx's "client closed request".
+// StatusCancelled is the status recorded (in higgs_requests_total) for a request whose client went away
+// before its response ended (see Cancelled). 499 is nginx's "client closed request". A request cut by
+// shutdown is recorded as 503.
 const StatusCancelled = 499
 
 // MarkStatus makes the Server record code for the request answered through w, whatever was written before

@@ -66,6 +66,8 @@ func ErrorFor(err error) *Error {
 	switch {
 	case errors.As(err, &apiErr):
 		return apiErr
+	case errors.Is(err, httpapi.ErrShutdown):
+		return errCut
 	case errors.Is(err, httpapi.ErrBodyTimeout):
 		return &Error{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout",
 			Message: "the request body did not arrive in time"}
@@ -96,7 +98,8 @@ func ErrorFor(err error) *Error {
 		return &Error{Status: http.StatusGatewayTimeout, Type: "server_error", Code: "timeout",
 			Message: "the request took longer than the server's request timeout"}
 	case errors.Is(err, context.Canceled):
-		// The client went away or the server is shutting down; the status is rarely seen by anyone.
+		// The request's context was cancelled for a reason no other case names; a client that went away is
+		// not answered (httpapi.Cancelled), a request cut by shutdown is httpapi.ErrShutdown.
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "cancelled",
 			Message: "the request was cancelled"}
 	}

@@ -29,7 +29,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-r.Context().Done():
 			return
-		case <-s.drain.started:
+		case <-s.host.Draining():
 			return
 		case <-tick.C:
 			if sse.Comment("keep-alive") != nil {

@@ -56,7 +56,6 @@ type Server struct {
 	log     zerolog.Logger
 	host    *httpapi.Server
 	metrics *httpapi.Metrics
-	drain   *drainer
 }
 
 // New builds the API and registers its routes on opts.Host (or a server of its own). It also answers, in
@@ -79,13 +78,15 @@ func New(gen ports.Generator, opts Options) *Server {
 	if host == nil {
 		host = httpapi.New(gen, httpapi.Options{Log: opts.Log})
 	}
-	s := &Server{gen: gen, opts: opts, log: opts.Log, host: host, metrics: host.Metrics(), drain: newDrainer()}
+	s := &Server{gen: gen, opts: opts, log: opts.Log, host: host, metrics: host.Metrics()}
 	// Authentication is per route (it only guards /v1/ paths), so that an API beside this one can answer its
 	// own way; so is the recovery, which answers in this API's shape.
 	route := func(pattern string, h http.Handler) { host.Handle(pattern, s.recoverer(h)) }
 	handle := func(pattern string, h http.HandlerFunc) { route(pattern, s.authenticate(h)) }
-	handle("POST /v1/chat/completions", s.chat)
-	handle("POST /v1/completions", s.completion)
+	// Generations are the host's work: drained with every API's, refused in this API's shape.
+	work := func(pattern string, h http.HandlerFunc) { route(pattern, s.authenticate(host.Work(h, refuse))) }
+	work("POST /v1/chat/completions", s.chat)
+	work("POST /v1/completions", s.completion)
 	handle("GET /v1/models", s.models)
 	handle("GET /v1/models/{id...}", s.model)
 	handle("GET /health", s.health)
@@ -135,20 +136,19 @@ func writeError(w http.ResponseWriter, e *Error) {
 	writeJSON(w, e.Status, e.body())
 }
 
-// fail maps err, logs server-side failures, and answers.
+// fail maps err, logs server-side failures, and answers. A request cut by shutdown is no failure (the host
+// logs it).
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	e := ErrorFor(err)
-	if e.Status >= 500 {
+	if e.Status >= 500 && !errors.Is(err, httpapi.ErrShutdown) {
 		s.log.Error().Err(err).Str("path", r.URL.Path).Int("status", e.Status).Msg("request failed")
 	}
 	writeError(w, e)
 }
 
-// cancelled accounts for a generation whose request context ended before its response did.
+// cancelled accounts for a generation whose client went away before its response ended (499, debug).
 func (s *Server) cancelled(w http.ResponseWriter, r *http.Request, err error, start time.Time, streamed bool) {
-	httpapi.MarkStatus(w, httpapi.StatusCancelled)
-	s.log.Debug().Err(err).Str("path", r.URL.Path).Bool("streamed", streamed).Dur("after", time.Since(start)).
-		Msg("generation cancelled: the client went away or the server is shutting down")
+	httpapi.Cancelled(s.log, w, r, err, start, streamed)
 }
 
 // recoverer turns a panic into a logged 500 in OpenAI's shape.
@@ -160,10 +160,12 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 }
 
 func (s *Server) health(w http.ResponseWriter, _ *http.Request) {
-	if s.drain.isDraining() {
-		w.Header().Set("Retry-After", "5")
+	select {
+	case <-s.host.Draining():
+		w.Header().Set("Retry-After", strconv.Itoa(httpapi.DrainRetryAfter))
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
 		return
+	default:
 	}
 	if rd, ok := s.gen.(Readier); ok && !rd.Ready() {
 		w.Header().Set("Retry-After", "5")
@@ -210,11 +212,6 @@ func (s *Server) completion(w http.ResponseWriter, r *http.Request) {
 // generate runs one chat or completion request, streamed or not.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]byte) (Request, error), chat bool) {
 	start := time.Now()
-	if !s.drain.enter() {
-		s.fail(w, r, errShuttingDown)
-		return
-	}
-	defer s.drain.leave()
 	body, err := s.readBody(w, r)
 	if err != nil {
 		s.fail(w, r, err)
@@ -246,10 +243,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 		res, err := s.gen.Generate(ctx, req.Gen, func(ports.GenerateEvent) error { first(); return nil })
 		s.metrics.ObserveResult(res)
 		if err != nil {
-			if r.Context().Err() != nil && errors.Is(err, context.Canceled) {
+			if httpapi.ClientGone(r) && errors.Is(err, context.Canceled) {
 				s.cancelled(w, r, err, start, false)
+				return
 			}
-			s.fail(w, r, err)
+			s.fail(w, r, httpapi.Cause(ctx, err))
 			return
 		}
 		if chat {
@@ -283,21 +281,22 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 	})
 	s.metrics.ObserveResult(res)
 	if err != nil {
-		gone := r.Context().Err() != nil && errors.Is(err, context.Canceled)
-		if gone || st.sse != nil && st.sse.Err() != nil {
+		if httpapi.ClientGone(r) && errors.Is(err, context.Canceled) || st.sse != nil && st.sse.Err() != nil {
+			// The client went away: nothing more can reach it, and its leaving is no server failure.
 			s.cancelled(w, r, err, start, true)
+			return
 		}
+		err = httpapi.Cause(ctx, err)
 		if !st.started {
 			s.fail(w, r, err)
 			return
 		}
-		if st.sse.Err() != nil {
-			// The client went away: nothing more can reach it, and its leaving is no server failure.
-			return
-		}
-		// Headers are gone: report in the stream (as vLLM does), then end it.
+		// Headers are gone: report in the stream (as vLLM does), then end it; a request cut by shutdown
+		// counts as the 503 it would have been answered.
 		e := ErrorFor(err)
-		if e.Status >= 500 && !errors.Is(err, context.Canceled) {
+		if errors.Is(err, httpapi.ErrShutdown) {
+			httpapi.MarkStatus(w, e.Status)
+		} else if e.Status >= 500 && !errors.Is(err, context.Canceled) {
 			s.log.Error().Err(err).Str("path", r.URL.Path).Msg("stream failed")
 		}
 		_ = st.sse.Event(e.body())

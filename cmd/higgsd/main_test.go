@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"syscall"
 	"testing"
 	"time"
 
@@ -29,6 +31,13 @@ func TestWiringReportsLoadFailure(t *testing.T) {
 	assert.ErrorIs(t, err, app.ErrLoadModels)
 	assert.Equal(t, 2, exitCode(err), "a model that cannot be loaded is bad input")
 	assert.Equal(t, 1, exitCode(errors.New("listen on 127.0.0.1:8000: address already in use")))
+	assert.Equal(t, 3, exitCode(fmt.Errorf("%w: 2 of 3", app.ErrCut)), "shutdown cut requests")
 	assert.ErrorContains(t, err, "/nonexistent/model")
 	assert.NoError(t, ctx.Err(), "Run must return on a load failure, not wait for a signal")
+}
+
+// A second signal exits with the status a shell gives a process that signal killed.
+func TestSignalStatus(t *testing.T) {
+	assert.Equal(t, 143, signalStatus(syscall.SIGTERM))
+	assert.Equal(t, 130, signalStatus(syscall.SIGINT))
 }
