@@ -117,7 +117,7 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.DurationVar(&c.BodyTimeout, "body-timeout", c.BodyTimeout, "longest a client may take to send a request body (a slower one is answered 408)")
 	fs.BoolVar(&c.SpecialTokensInContent, "special-tokens-in-content", c.SpecialTokensInContent, "encode special-token text (<|im_end|>…) in user, system and tool message content as control tokens, letting clients forge turns (default: plain text)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "longest a generation request may take (0: no limit)")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "on SIGINT/SIGTERM, how long in-flight requests may finish before they are cancelled")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "on SIGINT/SIGTERM, how long in-flight requests may finish before they are cut (ended with their API's error; exit status 3)")
 	fs.IntVar(&c.QueueSize, "queue-size", c.QueueSize, "requests that may wait for the engine; more are answered 429")
 	fs.IntVar(&c.MaxConcurrency, "max-concurrency", c.MaxConcurrency, "batch size: generations decoded together, each round's drafts and verifies of all of them run as one batched call (more wait in the queue)")
 	fs.DurationVar(&c.BatchWait, "batch-wait", c.BatchWait, "longest a round waits for a generation that has not sent its next block (one busy writing to a slow client)")

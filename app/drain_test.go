@@ -186,7 +186,7 @@ func TestRunDrainsBothAPIs(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return")
 	}
-	assert.Regexp(t, `"level":"info","in_flight":4,"finished":4,"cut":0,"unended":0,"refused":4,"took":[0-9.]+,"message":"drained: every request in flight finished"`,
+	assert.Regexp(t, `"level":"info","in_flight":4,"finished":4,"cut":0,"unended":0,"refused":4,"took":[^,]+,"message":"drained: every request in flight finished"`,
 		logs.String())
 }
 
@@ -239,7 +239,7 @@ func TestRunCutsBothAPIsAtTheDeadline(t *testing.T) {
 	}
 	assert.Less(t, time.Since(start), deadline+3*time.Second, "cut at the deadline")
 	assert.Zero(t, h.target.Open.Load(), "the cut generations freed their sessions")
-	assert.Regexp(t, `"level":"warn","in_flight":4,"finished":0,"cut":4,"unended":0,"refused":4,"took":[0-9.]+,"message":"drained: requests still running at the deadline were cut`,
+	assert.Regexp(t, `"level":"warn","in_flight":4,"finished":0,"cut":4,"unended":0,"refused":4,"took":[^,]+,"message":"drained: requests still running at the deadline were cut`,
 		logs.String())
 	assert.Equal(t, 4, strings.Count(logs.String(), "request cut: still running at the shutdown deadline"))
 	assert.NotContains(t, logs.String(), `"level":"error"`)
