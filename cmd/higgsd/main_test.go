@@ -5,6 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -40,4 +44,35 @@ func TestWiringReportsLoadFailure(t *testing.T) {
 func TestSignalStatus(t *testing.T) {
 	assert.Equal(t, 143, signalStatus(syscall.SIGTERM))
 	assert.Equal(t, 130, signalStatus(syscall.SIGINT))
+}
+
+// The first SIGTERM ends onSignals' context (Run drains); a second one exits at once with status 143 after a
+// log line counting the requests it cuts. The test re-runs its own binary as the process that is signalled.
+func TestSecondSignalExitsAtOnce(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no SIGTERM to send on Windows")
+	}
+	if os.Getenv("HIGGSD_SIGNAL_CHILD") == "1" {
+		ctx, stop := onSignals(zerolog.New(os.Stderr), func() int { return 2 })
+		defer stop()
+		self, err := os.FindProcess(os.Getpid())
+		require.NoError(t, err)
+		require.NoError(t, self.Signal(syscall.SIGTERM))
+		<-ctx.Done()
+		fmt.Fprintln(os.Stderr, "draining")
+		require.NoError(t, self.Signal(syscall.SIGTERM))
+		time.Sleep(10 * time.Second)
+		os.Exit(0)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestSecondSignalExitsAtOnce$")
+	cmd.Env = append(os.Environ(), "HIGGSD_SIGNAL_CHILD=1")
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, stderr.String())
+	assert.Equal(t, 143, exit.ExitCode(), stderr.String())
+	out := stderr.String()
+	assert.Contains(t, out, "draining", "the first signal only starts the drain")
+	assert.Regexp(t, `"level":"warn","signal":"terminated","cut":2,"message":"second signal: exiting at once`, out)
 }
