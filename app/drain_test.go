@@ -49,7 +49,7 @@ type drainAnswer struct {
 	err        error
 }
 
-func send(hc *http.Client, url string, c drainCall) drainAnswer {
+func sendCall(hc *http.Client, url string, c drainCall) drainAnswer {
 	resp, err := hc.Post(url+c.path, "application/json", strings.NewReader(c.body))
 	if err != nil {
 		return drainAnswer{err: err}
@@ -98,7 +98,7 @@ func inFlight(t *testing.T, h *runHarness, calls []drainCall) []chan drainAnswer
 	answers := make([]chan drainAnswer, len(calls))
 	for i, c := range calls {
 		answers[i] = make(chan drainAnswer, 1)
-		go func() { answers[i] <- send(h.hc, h.url(t), c) }()
+		go func() { answers[i] <- sendCall(h.hc, h.url(t), c) }()
 	}
 	require.Eventually(t, func() bool { return h.target.Open.Load() == int64(len(calls)) }, 10*time.Second, time.Millisecond,
 		"every request decoding")
@@ -124,7 +124,7 @@ func expectRefusals(t *testing.T, h *runHarness) {
 	}, 5*time.Second, time.Millisecond)
 	assert.JSONEq(t, `{"status":"draining"}`, health)
 	for _, c := range drainCalls(5) {
-		a := send(probe, h.url(t), c)
+		a := sendCall(probe, h.url(t), c)
 		require.NoError(t, a.err, c.String())
 		assert.Equal(t, http.StatusServiceUnavailable, a.status, "%s: no new work while draining", c)
 		assert.Equal(t, "5", a.retryAfter, c.String())

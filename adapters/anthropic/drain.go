@@ -20,5 +20,5 @@ var errShuttingDown = &Error{Status: http.StatusServiceUnavailable, Type: "overl
 var errCut = &Error{Status: http.StatusServiceUnavailable, Type: "api_error",
 	Message: "the server shut down before the request finished; retry it", RetryAfter: httpapi.DrainRetryAfter}
 
-// refuse answers a message request that arrived while draining.
-func refuse(w http.ResponseWriter, _ *http.Request) { writeError(w, errShuttingDown) }
+// refuseDraining answers a message request that arrived while draining.
+func refuseDraining(w http.ResponseWriter, _ *http.Request) { writeError(w, errShuttingDown) }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -39,11 +40,11 @@ func (b *blocking) Generate(ctx context.Context, _ ports.GenerateRequest, emit f
 	}
 }
 
-const message = `{"model":"toy","max_tokens":10,"messages":[{"role":"user","content":"hi"}]%s}`
+const drainMessage = `{"model":"toy","max_tokens":10,"messages":[{"role":"user","content":"hi"}]%s}`
 
-func post(s http.Handler, body string) *httptest.ResponseRecorder {
+func postMessage(s http.Handler, body string) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
-	s.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/messages", strings.NewReader(body)))
+	s.ServeHTTP(rec, drainRequest("POST", "/v1/messages", strings.NewReader(body)))
 	return rec
 }
 
@@ -63,21 +64,21 @@ func TestDrainRefusesNewMessagesWhileOthersFinish(t *testing.T) {
 			extra = `,"stream":true`
 		}
 		done := make(chan *httptest.ResponseRecorder)
-		go func() { done <- post(s, fmt.Sprintf(message, extra)) }()
+		go func() { done <- postMessage(s, fmt.Sprintf(drainMessage, extra)) }()
 		<-gen.started
 		drained := make(chan httpapi.DrainReport)
 		go func() { drained <- s.host.Drain(t.Context(), time.Second) }()
 		<-s.host.Draining()
 
 		for _, x := range []string{"", `,"stream":true`} {
-			rec := post(s, fmt.Sprintf(message, x))
+			rec := postMessage(s, fmt.Sprintf(drainMessage, x))
 			assert.Equal(t, http.StatusServiceUnavailable, rec.Code, "no new message while draining")
 			assert.Equal(t, "5", rec.Header().Get("Retry-After"))
 			assert.JSONEq(t, `{"type":"error","error":{"type":"overloaded_error","message":"the server is shutting down; retry on another instance"},"request_id":"`+rec.Header().Get("request-id")+`"}`,
 				rec.Body.String())
 		}
 		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/messages/count_tokens", strings.NewReader(fmt.Sprintf(message, ""))))
+		s.ServeHTTP(rec, drainRequest("POST", "/v1/messages/count_tokens", strings.NewReader(fmt.Sprintf(drainMessage, ""))))
 		assert.NotEqual(t, http.StatusServiceUnavailable, rec.Code, "count_tokens generates nothing and keeps answering")
 
 		select {
@@ -112,7 +113,7 @@ func TestDrainCutsAtTheDeadline(t *testing.T) {
 			extra = `,"stream":true`
 		}
 		done := make(chan *httptest.ResponseRecorder)
-		go func() { done <- post(s, fmt.Sprintf(message, extra)) }()
+		go func() { done <- postMessage(s, fmt.Sprintf(drainMessage, extra)) }()
 		<-gen.started
 		short, stop := context.WithTimeout(t.Context(), 10*time.Millisecond)
 		rep := s.host.Drain(short, 5*time.Second)
@@ -136,7 +137,7 @@ func TestDrainCutsAtTheDeadline(t *testing.T) {
 			assert.JSONEq(t, want, rec.Body.String())
 		}
 		metrics := httptest.NewRecorder()
-		s.ServeHTTP(metrics, httptest.NewRequest("GET", "/metrics", nil))
+		s.ServeHTTP(metrics, drainRequest("GET", "/metrics", nil))
 		assert.Contains(t, metrics.Body.String(), `higgs_requests_total{endpoint="POST /v1/messages",status="503"} 1`, "stream %v", stream)
 		assert.Contains(t, logs.String(), "request cut: still running at the shutdown deadline")
 		assert.NotContains(t, logs.String(), `"level":"error"`)
@@ -156,15 +157,15 @@ func TestCancelledMessageIsCountedAndLogged(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})
 		go func() {
-			s.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/v1/messages",
-				strings.NewReader(fmt.Sprintf(message, extra))).WithContext(ctx))
+			s.ServeHTTP(httptest.NewRecorder(), drainRequest("POST", "/v1/messages",
+				strings.NewReader(fmt.Sprintf(drainMessage, extra))).WithContext(ctx))
 			close(done)
 		}()
 		<-gen.started
 		cancel()
 		<-done
 		metrics := httptest.NewRecorder()
-		s.ServeHTTP(metrics, httptest.NewRequest("GET", "/metrics", nil))
+		s.ServeHTTP(metrics, drainRequest("GET", "/metrics", nil))
 		assert.Contains(t, metrics.Body.String(), `higgs_requests_total{endpoint="POST /v1/messages",status="499"} 1`, "stream %v", stream)
 		assert.Contains(t, logs.String(), `"level":"debug"`)
 		assert.Contains(t, logs.String(), `"status":499`)
@@ -172,4 +173,13 @@ func TestCancelledMessageIsCountedAndLogged(t *testing.T) {
 		assert.NotContains(t, logs.String(), `"level":"error"`)
 		assert.NotContains(t, logs.String(), `"status":503`)
 	}
+}
+
+// drainRequest is a request as a local client sends it: to localhost, a body as JSON.
+func drainRequest(method, path string, body io.Reader) *http.Request {
+	r := httptest.NewRequest(method, "http://localhost"+path, body)
+	if body != nil {
+		r.Header.Set("Content-Type", "application/json")
+	}
+	return r
 }

@@ -65,7 +65,7 @@ func New(gen ports.Generator, opts Options) *Server {
 	s := &Server{gen: gen, opts: opts, log: opts.Log, host: host, metrics: host.Metrics()}
 	wrap := func(h http.HandlerFunc) http.Handler { return s.recoverer(s.authenticate(h)) }
 	// Generations are the host's work: drained with every API's, refused in this API's shape.
-	host.Handle("POST /v1/messages", wrap(host.Work(http.HandlerFunc(s.messages), refuse).ServeHTTP))
+	host.Handle("POST /v1/messages", wrap(host.Work(http.HandlerFunc(s.messages), refuseDraining).ServeHTTP))
 	host.Handle("POST /v1/messages/count_tokens", wrap(s.countTokens))
 	host.Handle("/v1/messages", wrap(methodNotAllowed))
 	host.Handle("/v1/messages/count_tokens", wrap(methodNotAllowed))

@@ -19,5 +19,5 @@ var errShuttingDown = &Error{Status: http.StatusServiceUnavailable, Type: "serve
 var errCut = &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "shutting_down",
 	Message: "the server shut down before the request finished; retry it", RetryAfter: httpapi.DrainRetryAfter}
 
-// refuse answers a generation request that arrived while draining.
-func refuse(w http.ResponseWriter, _ *http.Request) { writeError(w, errShuttingDown) }
+// refuseDraining answers a generation request that arrived while draining.
+func refuseDraining(w http.ResponseWriter, _ *http.Request) { writeError(w, errShuttingDown) }

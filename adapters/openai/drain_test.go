@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -41,7 +42,7 @@ func (b *blocking) Generate(ctx context.Context, _ ports.GenerateRequest, emit f
 func get(t *testing.T, s http.Handler, path string) (int, string) {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	s.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+	s.ServeHTTP(rec, drainRequest("GET", path, nil))
 	return rec.Code, strings.TrimSpace(rec.Body.String())
 }
 
@@ -51,7 +52,7 @@ func TestDrainAnswersHealthWhileGenerationsFinish(t *testing.T) {
 	done := make(chan int)
 	go func() {
 		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"hi"}`)))
+		s.ServeHTTP(rec, drainRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"hi"}`)))
 		done <- rec.Code
 	}()
 	<-gen.started
@@ -68,7 +69,7 @@ func TestDrainAnswersHealthWhileGenerationsFinish(t *testing.T) {
 
 	for _, path := range []string{"/v1/completions", "/v1/chat/completions"} {
 		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, httptest.NewRequest("POST", path, strings.NewReader(`{"prompt":"hi"}`)))
+		s.ServeHTTP(rec, drainRequest("POST", path, strings.NewReader(`{"prompt":"hi"}`)))
 		assert.Equal(t, http.StatusServiceUnavailable, rec.Code, "no new generation while draining")
 		assert.Equal(t, "5", rec.Header().Get("Retry-After"))
 		assert.JSONEq(t, `{"error":{"message":"the server is shutting down; retry on another instance","type":"server_error","param":null,"code":"shutting_down"}}`,
@@ -102,7 +103,7 @@ func TestDrainCutsAtTheDeadline(t *testing.T) {
 		rec := httptest.NewRecorder()
 		done := make(chan struct{})
 		go func() {
-			s.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/completions", strings.NewReader(body)))
+			s.ServeHTTP(rec, drainRequest("POST", "/v1/completions", strings.NewReader(body)))
 			close(done)
 		}()
 		<-gen.started
@@ -144,7 +145,7 @@ func TestCancelledGenerationIsCountedAndLogged(t *testing.T) {
 		}
 		done := make(chan struct{})
 		go func() {
-			s.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/v1/completions", strings.NewReader(body)).WithContext(ctx))
+			s.ServeHTTP(httptest.NewRecorder(), drainRequest("POST", "/v1/completions", strings.NewReader(body)).WithContext(ctx))
 			close(done)
 		}()
 		<-gen.started
@@ -164,5 +165,14 @@ func TestCancelledGenerationIsCountedAndLogged(t *testing.T) {
 // untimed is r without its duration, for comparing counts.
 func untimed(r httpapi.DrainReport) httpapi.DrainReport {
 	r.Took = 0
+	return r
+}
+
+// drainRequest is a request as a local client sends it: to localhost, a body as JSON.
+func drainRequest(method, path string, body io.Reader) *http.Request {
+	r := httptest.NewRequest(method, "http://localhost"+path, body)
+	if body != nil {
+		r.Header.Set("Content-Type", "application/json")
+	}
 	return r
 }

@@ -84,7 +84,7 @@ func New(gen ports.Generator, opts Options) *Server {
 	route := func(pattern string, h http.Handler) { host.Handle(pattern, s.recoverer(h)) }
 	handle := func(pattern string, h http.HandlerFunc) { route(pattern, s.authenticate(h)) }
 	// Generations are the host's work: drained with every API's, refused in this API's shape.
-	work := func(pattern string, h http.HandlerFunc) { route(pattern, s.authenticate(host.Work(h, refuse))) }
+	work := func(pattern string, h http.HandlerFunc) { route(pattern, s.authenticate(host.Work(h, refuseDraining))) }
 	work("POST /v1/chat/completions", s.chat)
 	work("POST /v1/completions", s.completion)
 	handle("GET /v1/models", s.models)
