@@ -23,15 +23,14 @@ type Options struct {
 // Server is the one HTTP handler higgsd listens with: every API registers its routes on it with Handle, side
 // by side on one mux, behind one request instrumentation (higgs_requests_total and
 // higgs_request_duration_seconds by route pattern). It serves GET /metrics itself. Each API wraps its own
-// routes in its authentication and panic recovery (Recover), since only it knows its answers' shape. One
-// lifecycle covers every API on it: routes wrapped in Work are drained, refused and cut together by Drain.
+// routes in its authentication and panic recovery (Recover), since only it knows its answers' shape.
 type Server struct {
 	mux     *http.ServeMux
+	life    *lifecycle // the one shutdown lifecycle of every API's work (drain.go)
+	log     zerolog.Logger
 	metrics *Metrics
 	reg     *prometheus.Registry
 	handler http.Handler
-	log     zerolog.Logger
-	life    *lifecycle
 }
 
 // New builds a Server for the APIs over gen; gen's optional abilities QueueDepther and PrefixCacheReporter
@@ -46,14 +45,14 @@ func New(gen ports.Generator, opts Options) *Server {
 		depth = q.QueueDepth
 	}
 	prefix, _ := gen.(PrefixCacheReporter)
-	s := &Server{mux: http.NewServeMux(), reg: reg, metrics: newMetrics(reg, depth, prefix), log: opts.Log,
-		life: newLifecycle()}
+	s := &Server{mux: http.NewServeMux(), reg: reg, metrics: newMetrics(reg, depth, prefix)}
 	// promhttp answers its own failures; the recovery is a last resort (its 500 has no API's shape, as the
 	// route belongs to none).
 	s.mux.Handle("GET /metrics", Recover(opts.Log, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), func(w http.ResponseWriter) {
 		http.Error(w, "internal server error", http.StatusInternalServerError)
 	}))
 	s.handler = s.instrument(s.mux)
+	s.life, s.log = newLifecycle(), opts.Log
 	return s
 }
 
