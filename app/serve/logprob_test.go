@@ -362,3 +362,81 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// pieceDecoder decodes ids through a table of pieces; "" holds part of a character (bytes given by raw).
+type pieceDecoder struct{ pieces map[ports.Token]string }
+
+func (d pieceDecoder) Push(id ports.Token) (string, error) { return d.pieces[id], nil }
+func (pieceDecoder) Flush() string                         { return "" }
+
+// pieceTokenizer spells ids by their raw bytes (ports.TokenBytes).
+type pieceTokenizer struct {
+	srvTokenizer
+	raw map[ports.Token][]byte
+}
+
+func (p pieceTokenizer) TokenBytes(id ports.Token) ([]byte, bool, bool) {
+	b, ok := p.raw[id]
+	return b, false, ok
+}
+
+// The text pipe releases each token's entry with its text: a token whose text a stop string's prefix holds
+// back waits, the tokens of the stop string are dropped with it, and a token holding part of a character
+// carries its own bytes.
+func TestTextPipeReleasesLogprobsWithText(t *testing.T) {
+	// 1 "a", 2 "x", 3 "y", 4 and 5 the two bytes of "é" (the first decodes to nothing), 6 "b".
+	raw := map[ports.Token][]byte{1: []byte("a"), 2: []byte("x"), 3: []byte("y"), 4: {0xc3}, 5: {0xa9}, 6: []byte("b")}
+	dec := pieceDecoder{pieces: map[ports.Token]string{1: "a", 2: "x", 3: "y", 4: "", 5: "é", 6: "b"}}
+	lps := func(ids ...ports.Token) []ports.TokenLogprob {
+		out := make([]ports.TokenLogprob, len(ids))
+		for i, id := range ids {
+			out[i] = ports.TokenLogprob{Token: id, Logprob: -float64(id)}
+		}
+		return out
+	}
+	var events []ports.GenerateEvent
+	p := newTextPipe(dec, []string{"xy"}, false, false, map[ports.Token]bool{9: true}, func(ev ports.GenerateEvent) error {
+		events = append(events, ev)
+		return nil
+	})
+	p.lp = newLogprobText(pieceTokenizer{raw: raw})
+	require.NoError(t, p.pushLogprobs([]ports.Token{4, 5, 1, 2}, lps(4, 5, 1, 2)))
+	require.Len(t, events, 1)
+	assert.Equal(t, "éa", events[0].Content)
+	require.Len(t, events[0].Logprobs, 3, "x waits with its text")
+	assert.Equal(t, []byte{0xc3}, events[0].Logprobs[0].Bytes)
+	assert.Equal(t, "\uFFFD", events[0].Logprobs[0].Text)
+	assert.Equal(t, []int{0, 0, 1}, []int{events[0].Logprobs[0].Offset, events[0].Logprobs[1].Offset, events[0].Logprobs[2].Offset})
+	err := p.pushLogprobs([]ports.Token{3, 6, 9}, lps(3, 6, 9))
+	require.ErrorIs(t, err, errStopString)
+	require.NoError(t, p.finish())
+	for _, ev := range events[1:] {
+		assert.Empty(t, ev.Logprobs, "the stop string's tokens and those after it have no entry")
+	}
+	assert.Equal(t, []ports.Token{4, 5, 1}, tokensOf(p.lp.all))
+
+	// Without a stop string every token but the stop token has an entry, released by the end.
+	events = nil
+	p = newTextPipe(dec, nil, false, false, map[ports.Token]bool{9: true}, func(ev ports.GenerateEvent) error {
+		events = append(events, ev)
+		return nil
+	})
+	p.lp = newLogprobText(pieceTokenizer{raw: raw})
+	require.NoError(t, p.pushLogprobs([]ports.Token{1, 4}, lps(1, 4)))
+	require.NoError(t, p.pushLogprobs([]ports.Token{5, 9}, lps(5, 9)))
+	require.NoError(t, p.finish())
+	var streamed []ports.TokenLogprob
+	for _, ev := range events {
+		streamed = append(streamed, ev.Logprobs...)
+	}
+	assert.Equal(t, []ports.Token{1, 4, 5}, tokensOf(streamed))
+	assert.Equal(t, p.lp.all, streamed)
+}
+
+func tokensOf(lps []ports.TokenLogprob) []ports.Token {
+	var out []ports.Token
+	for _, lp := range lps {
+		out = append(out, lp.Token)
+	}
+	return out
+}
