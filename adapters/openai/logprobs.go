@@ -33,7 +33,7 @@ func (p params) chatLogprobs() (bool, int, error) {
 	n, ok := wholeNumber(p.TopLogprobs)
 	switch {
 	case !ok && isNumber(p.TopLogprobs):
-		return false, 0, badRequest("top_logprobs", "top_logprobs must be an integer, not %s", p.TopLogprobs)
+		return false, 0, badRequest("top_logprobs", "top_logprobs must be an integer between 0 and %d, not %s", ports.MaxTopLogprobs, p.TopLogprobs)
 	case !ok:
 		return false, 0, badRequest("top_logprobs", "top_logprobs must be an integer, not %s", rawKind(p.TopLogprobs))
 	case n < 0 || n > ports.MaxTopLogprobs:
