@@ -334,6 +334,31 @@ func TestE2EDemoLogprobs(t *testing.T) {
 			same(t, r)
 		}
 	})
+	t.Run("constrained", func(t *testing.T) {
+		// Under a constraint the values are of the masked distribution, the same at every block size.
+		var first []ports.TokenLogprob
+		for _, bs := range []int{1, 4, 16} {
+			r := req
+			r.BlockSize, r.TopLogprobs = bs, ports.MaxTopLogprobs
+			r.Constraint = &ports.Constraint{Kind: ports.ConstrainJSONObject, Param: "response_format"}
+			res, err := plain.Generate(t.Context(), r, nil)
+			require.NoError(t, err)
+			require.NotEmpty(t, res.Logprobs)
+			for _, lp := range res.Logprobs {
+				assert.False(t, math.IsInf(lp.Logprob, -1), "an emitted token is allowed")
+				var sum float64
+				for _, alt := range lp.Top {
+					sum += math.Exp(alt.Logprob)
+				}
+				assert.LessOrEqual(t, sum, 1+1e-9)
+			}
+			if first == nil {
+				first = res.Logprobs
+			} else {
+				assert.Equal(t, first, res.Logprobs, "block %d", bs)
+			}
+		}
+	})
 	t.Run("streamed", func(t *testing.T) {
 		var streamed []ports.TokenLogprob
 		r := req
