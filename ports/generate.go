@@ -68,6 +68,10 @@ type GenerateRequest struct {
 	// Constraint, when set, restricts the output to a formal language (constrained decoding): JSON, JSON
 	// valid under a schema, or tool calls. nil: free text.
 	Constraint *Constraint
+	// Logprobs asks for each output token's log-probability (TokenLogprob) in the events and the result;
+	// TopLogprobs (0..MaxTopLogprobs, only with Logprobs) for that many alternatives at each position.
+	Logprobs    bool
+	TopLogprobs int
 }
 
 // ConstraintKind says what a Constraint restricts the output to.
@@ -116,6 +120,10 @@ type GenerateEvent struct {
 	// Content is newly final answer text; Reasoning is newly final text inside <think>…</think>.
 	Content   string
 	Reasoning string
+	// Logprobs are the tokens behind this event's text, when the request asked for them: every output token
+	// (stop tokens excepted) appears in exactly one event, in order, possibly in an event whose text is
+	// still held back (a stop string's prefix, part of a character) or without text of its own.
+	Logprobs []TokenLogprob
 }
 
 // SpecUsage is the speculative-decoding account of one request. Rounds, Drafted, Accepted and
@@ -174,6 +182,9 @@ type GenerateResult struct {
 	// Content and Reasoning hold the whole output (also when streamed).
 	Content   string
 	Reasoning string
+	// Logprobs are every output token's log-probability, in order (the events' Logprobs concatenated);
+	// non-nil exactly when the request asked for them.
+	Logprobs []TokenLogprob
 }
 
 // ModelCard describes a served model.

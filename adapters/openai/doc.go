@@ -4,11 +4,14 @@
 // → OpenAI's error shape with one mapper (ErrorFor).
 //
 // Unknown request fields are ignored only when they cannot change the output (user, store, metadata…).
-// Fields that would change it and that higgs does not implement (logprobs, penalties, logit_bias, n > 1,
+// Fields that would change it and that higgs does not implement (penalties, logit_bias, n > 1,
 // echo, suffix, best_of…) are refused with a 400 naming the field; their neutral values are accepted because
 // SDKs send them by default. README.md lists them. response_format (json_object, json_schema), tool_choice
 // "required" or a named function and strict tools become ports.GenerateRequest.Constraint (constrain.go,
-// tools.go); the Generator compiles and enforces it.
+// tools.go); the Generator compiles and enforces it. logprobs and top_logprobs (logprobs.go) become
+// GenerateRequest.Logprobs / TopLogprobs, and the entries the Generator returns are written in chat's shape
+// ({token, logprob, bytes, top_logprobs}, which the Responses API's output_text logprobs share) or the legacy
+// completions arrays.
 //
 // Tool calling is a wire-format concern and lives here, not behind the port: the Generator renders the tools
 // (ports.ChatOptions.Tools) and returns the answer text; this adapter parses that text for Hermes/Qwen3

@@ -50,9 +50,11 @@ type params struct {
 	ToolChoice        json.RawMessage `json:"tool_choice"`
 	ParallelToolCalls *bool           `json:"parallel_tool_calls"`
 
+	// logprobs is a boolean on chat and an integer on completions (logprobs.go reads them).
+	Logprobs    json.RawMessage `json:"logprobs"`
+	TopLogprobs json.RawMessage `json:"top_logprobs"`
+
 	// Fields that change the output; only their neutral values are accepted.
-	Logprobs          json.RawMessage `json:"logprobs"`
-	TopLogprobs       json.RawMessage `json:"top_logprobs"`
 	Functions         json.RawMessage `json:"functions"`
 	FunctionCall      json.RawMessage `json:"function_call"`
 	ResponseFormat    json.RawMessage `json:"response_format"`
@@ -145,6 +147,9 @@ func ParseChat(body []byte) (Request, error) {
 		return Request{}, err
 	}
 	req.Gen.Messages = msgs
+	if req.Gen.Logprobs, req.Gen.TopLogprobs, err = b.params.chatLogprobs(); err != nil {
+		return Request{}, err
+	}
 	if req.Gen.Chat, err = parseKwargs(b.ChatTemplateKwargs); err != nil {
 		return Request{}, err
 	}
@@ -189,6 +194,9 @@ func ParseCompletion(body []byte) (Request, error) {
 		return Request{}, unsupported("best_of", "only best_of 1 is served")
 	}
 	if req.Gen.Prompt, err = parsePrompt(b.Prompt); err != nil {
+		return Request{}, err
+	}
+	if req.Gen.Logprobs, req.Gen.TopLogprobs, err = b.params.completionLogprobs(); err != nil {
 		return Request{}, err
 	}
 	return req, nil
@@ -308,19 +316,7 @@ func (p params) translate() (Request, error) {
 // rejectUnsupported refuses fields that would change the output if honoured: silently ignoring them would
 // hand the client something other than what it asked for.
 func (p params) rejectUnsupported() error {
-	// logprobs is a boolean on chat and an integer on completions; either way a value of another type is a
-	// type error, not an unsupported feature.
-	if !isNull(p.Logprobs) && !isBoolOrNumber(p.Logprobs) {
-		return badRequest("logprobs", "logprobs must be a boolean (chat) or an integer (completions), not %s", rawKind(p.Logprobs))
-	}
-	if !isNull(p.TopLogprobs) && !isNumber(p.TopLogprobs) {
-		return badRequest("top_logprobs", "top_logprobs must be an integer, not %s", rawKind(p.TopLogprobs))
-	}
 	switch {
-	case !isNull(p.Logprobs) && !rawIs(p.Logprobs, "false", "0"):
-		return unsupported("logprobs", "log probabilities are not returned")
-	case !isNull(p.TopLogprobs) && !rawIs(p.TopLogprobs, "0"):
-		return unsupported("top_logprobs", "log probabilities are not returned")
 	case !isNull(p.Functions) && !rawIs(p.Functions, "[]"):
 		return unsupported("functions", "the deprecated functions field is not served; send tools")
 	case !isNull(p.FunctionCall) && !rawIs(p.FunctionCall, `"none"`, `"auto"`):

@@ -48,10 +48,11 @@ type ChatCompletion struct {
 
 // ChatChoice is one choice of a ChatCompletion.
 type ChatChoice struct {
-	Index        int         `json:"index"`
-	Message      ChatMessage `json:"message"`
-	Logprobs     *struct{}   `json:"logprobs"`
-	FinishReason string      `json:"finish_reason"`
+	Index   int         `json:"index"`
+	Message ChatMessage `json:"message"`
+	// Logprobs is null unless the request asked for logprobs.
+	Logprobs     *ChatLogprobs `json:"logprobs"`
+	FinishReason string        `json:"finish_reason"`
 }
 
 // ChatMessage is the assistant's answer; ReasoningContent carries the text inside <think>…</think> (the
@@ -90,10 +91,11 @@ type ChatChunk struct {
 
 // ChatChunkChoice is a choice of a ChatChunk.
 type ChatChunkChoice struct {
-	Index        int       `json:"index"`
-	Delta        ChatDelta `json:"delta"`
-	Logprobs     *struct{} `json:"logprobs"`
-	FinishReason *string   `json:"finish_reason"`
+	Index int       `json:"index"`
+	Delta ChatDelta `json:"delta"`
+	// Logprobs are the tokens behind this chunk (null unless asked for, and in chunks without any).
+	Logprobs     *ChatLogprobs `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
 }
 
 // ChatDelta is the new text of a chunk.
@@ -116,10 +118,11 @@ type Completion struct {
 
 // CompletionChoice is a choice of a Completion.
 type CompletionChoice struct {
-	Index        int       `json:"index"`
-	Text         string    `json:"text"`
-	Logprobs     *struct{} `json:"logprobs"`
-	FinishReason *string   `json:"finish_reason"`
+	Index int    `json:"index"`
+	Text  string `json:"text"`
+	// Logprobs is null unless the request asked for logprobs.
+	Logprobs     *CompletionLogprobs `json:"logprobs"`
+	FinishReason *string             `json:"finish_reason"`
 }
 
 // ModelList is the /v1/models response.
@@ -153,15 +156,17 @@ func ChatCompletionOf(id string, created int64, res ports.GenerateResult, calls 
 		msg.ReasoningContent = &r
 	}
 	return ChatCompletion{ID: id, Object: "chat.completion", Created: created, Model: res.Model,
-		Choices: []ChatChoice{{Index: 0, Message: msg, FinishReason: toolFinish(res.FinishReason, len(calls) > 0)}},
-		Usage:   UsageOf(res)}
+		Choices: []ChatChoice{{Index: 0, Message: msg, Logprobs: chatLogprobsOf(res.Logprobs),
+			FinishReason: toolFinish(res.FinishReason, len(calls) > 0)}},
+		Usage: UsageOf(res)}
 }
 
 // CompletionOf builds the non-streamed completion response.
 func CompletionOf(id string, created int64, res ports.GenerateResult) Completion {
 	fr := res.FinishReason
 	return Completion{ID: id, Object: "text_completion", Created: created, Model: res.Model,
-		Choices: []CompletionChoice{{Index: 0, Text: res.Content, FinishReason: &fr}}, Usage: UsageOf(res)}
+		Choices: []CompletionChoice{{Index: 0, Text: res.Content, Logprobs: completionLogprobsOf(res.Logprobs), FinishReason: &fr}},
+		Usage:   UsageOf(res)}
 }
 
 // chatDeltaChunk is a streamed chat chunk carrying ev (role set on the first chunk only).
@@ -175,8 +180,12 @@ func chatDeltaChunk(id string, created int64, model string, ev ports.GenerateEve
 		r := ev.Reasoning
 		d.ReasoningContent = &r
 	}
+	var lp *ChatLogprobs
+	if len(ev.Logprobs) > 0 {
+		lp = chatLogprobsOf(ev.Logprobs)
+	}
 	return ChatChunk{ID: id, Object: "chat.completion.chunk", Created: created, Model: model,
-		Choices: []ChatChunkChoice{{Index: 0, Delta: d}}}
+		Choices: []ChatChunkChoice{{Index: 0, Delta: d, Logprobs: lp}}}
 }
 
 // chatToolCallsChunk is a streamed chat chunk carrying complete tool calls.

@@ -343,7 +343,11 @@ func (st *stream) send(ev ports.GenerateEvent) error {
 		return err
 	}
 	if !st.chat {
-		return st.sse.Event(completionTextChunk(st.id, st.created, st.model, ev.Content, nil))
+		c := completionTextChunk(st.id, st.created, st.model, ev.Content, nil)
+		if len(ev.Logprobs) > 0 {
+			c.Choices[0].Logprobs = completionLogprobsOf(ev.Logprobs)
+		}
+		return st.sse.Event(c)
 	}
 	if st.tools == nil {
 		return st.sse.Event(chatDeltaChunk(st.id, st.created, st.model, ev, ""))
@@ -353,9 +357,10 @@ func (st *stream) send(ev ports.GenerateEvent) error {
 	return st.sendParsed(ev, calls)
 }
 
-// sendParsed sends the content and reasoning that are final, then the calls that are complete.
+// sendParsed sends the content and reasoning that are final (and the tokens' logprobs, even when the parser
+// holds their text), then the calls that are complete.
 func (st *stream) sendParsed(ev ports.GenerateEvent, calls []toolcall.Call) error {
-	if ev.Content != "" || ev.Reasoning != "" {
+	if ev.Content != "" || ev.Reasoning != "" || len(ev.Logprobs) > 0 {
 		if err := st.sse.Event(chatDeltaChunk(st.id, st.created, st.model, ev, "")); err != nil {
 			return err
 		}

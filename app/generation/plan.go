@@ -99,6 +99,10 @@ type Request struct {
 	PolicyMemory *speculative.PolicyMemory
 	// Constraint, when set, holds the output to a grammar (constrained decoding).
 	Constraint *grammar.Matcher
+	// Logprobs asks for each generated token's log-probability under the target (RunOptions.EmitLogprobs),
+	// with TopLogprobs alternatives (0..ports.MaxTopLogprobs) at each position.
+	Logprobs    bool
+	TopLogprobs int
 }
 
 // Plan is a checked request, ready to run.
@@ -108,6 +112,9 @@ type Plan struct {
 	Config     speculative.Config
 	Seed       uint64
 	Constraint *grammar.Matcher
+	// Logprobs: Run reports each generated token's log-probability and TopLogprobs alternatives.
+	Logprobs    bool
+	TopLogprobs int
 }
 
 // Plan checks req against the engine, reporting every problem at once as *ports.RequestError values that
@@ -152,6 +159,11 @@ func (e *Engine) Plan(req Request) (Plan, error) {
 	if err := req.Sampling.Validate(); err != nil {
 		errs = append(errs, invalid("", "%v", err))
 	}
+	if req.TopLogprobs < 0 || req.TopLogprobs > ports.MaxTopLogprobs {
+		errs = append(errs, invalid("top_logprobs", "top_logprobs must be between 0 and %d, not %d", ports.MaxTopLogprobs, req.TopLogprobs))
+	} else if req.TopLogprobs > 0 && !req.Logprobs {
+		errs = append(errs, invalid("top_logprobs", "top_logprobs needs logprobs"))
+	}
 	bs := req.BlockSize
 	switch {
 	case bs < 0:
@@ -194,7 +206,8 @@ func (e *Engine) Plan(req Request) (Plan, error) {
 	if err := cfg.Validate(); err != nil {
 		return Plan{}, invalid("", "%v", err)
 	}
-	return Plan{Prompt: req.Prompt, Config: cfg, Seed: req.Seed, Constraint: req.Constraint}, nil
+	return Plan{Prompt: req.Prompt, Config: cfg, Seed: req.Seed, Constraint: req.Constraint,
+		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs}, nil
 }
 
 // invalid is a problem with the request's param ("" when no single field is at fault).

@@ -31,6 +31,9 @@ type RunOptions struct {
 	// Emit is called with each round's committed tokens; an error wrapping speculative.ErrStop ends the
 	// generation as a stop (a stop string), any other ends it with that error.
 	Emit func([]ports.Token) error
+	// EmitLogprobs, when set and the plan asks for log-probabilities, is called instead of Emit, with the
+	// log-probability of each token (lps[i] is toks[i]'s; Text, Bytes and Offset left for the caller).
+	EmitLogprobs func(toks []ports.Token, lps []ports.TokenLogprob) error
 }
 
 // Outcome is a run's result with what was measured around the decoder.
@@ -109,10 +112,27 @@ func (e *Engine) Run(ctx context.Context, p Plan, o RunOptions) (out Outcome, er
 	}
 	// The constraint wraps the batch member's session: its masked forward must still join the rounds.
 	csess, masked := constrained.Wrap(gsess, p.Constraint, len(p.Prompt), e.Target.Info().VocabSize, clock)
+	// Log-probabilities are read from the rows the decoder verified against: outside the constraint's mask.
+	var lps *logprobSession
+	if p.Logprobs && o.EmitLogprobs != nil {
+		csess, lps = wrapLogprobs(csess, len(p.Prompt), p.TopLogprobs)
+	}
 	first := true
+	pos := len(p.Prompt) // the sequence position of the next committed token
 	out.Result, err = dec.Generate(ctx, csess, gdraft, p.Prompt, func(toks []ports.Token) error {
 		if first {
 			out.FirstToken, first = clock.Now().Sub(start), false
+		}
+		if lps != nil {
+			entries := make([]ports.TokenLogprob, len(toks))
+			for i, t := range toks {
+				var err error
+				if entries[i], err = lps.take(pos+i, t); err != nil {
+					return err
+				}
+			}
+			pos += len(toks)
+			return o.EmitLogprobs(toks, entries)
 		}
 		if o.Emit != nil {
 			return o.Emit(toks)

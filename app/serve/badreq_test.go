@@ -61,8 +61,11 @@ func TestE2EBadRequests(t *testing.T) {
 		{"content number", "POST", chat, `{"messages":[{"role":"user","content":5}]}`, auth, 400, "messages[0].content", "string or an array"},
 		{"image part", "POST", chat, `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, auth, 400, "messages[0].content[0].type", "image_url"},
 		{"user content null", "POST", chat, `{"messages":[{"role":"user","content":null}]}`, auth, 400, "messages[0].content", "required"},
-		{"logprobs true", "POST", chat, `{` + msgs + `,"logprobs":true}`, auth, 400, "logprobs", "not supported"},
-		{"top_logprobs", "POST", chat, `{` + msgs + `,"top_logprobs":3}`, auth, 400, "top_logprobs", "not supported"},
+		{"logprobs number on chat", "POST", chat, `{` + msgs + `,"logprobs":1}`, auth, 400, "logprobs", "logprobs must be a boolean"},
+		{"top_logprobs without logprobs", "POST", chat, `{` + msgs + `,"top_logprobs":3}`, auth, 400, "top_logprobs", "needs logprobs"},
+		{"top_logprobs above 20", "POST", chat, `{` + msgs + `,"logprobs":true,"top_logprobs":21}`, auth, 400, "top_logprobs", "between 0 and 20"},
+		{"top_logprobs negative", "POST", chat, `{` + msgs + `,"logprobs":true,"top_logprobs":-1}`, auth, 400, "top_logprobs", "between 0 and 20"},
+		{"top_logprobs fraction", "POST", chat, `{` + msgs + `,"logprobs":true,"top_logprobs":1.5}`, auth, 400, "top_logprobs", "integer"},
 		{"tools not array", "POST", chat, `{` + msgs + `,"tools":{"type":"function"}}`, auth, 400, "tools", "array of tool objects"},
 		{"tool not object", "POST", chat, `{` + msgs + `,"tools":[3]}`, auth, 400, "tools[0]", "must be an object"},
 		{"tool type missing", "POST", chat, `{` + msgs + `,"tools":[{"function":{"name":"f"}}]}`, auth, 400, "tools[0].type", "required"},
@@ -126,7 +129,9 @@ func TestE2EBadRequests(t *testing.T) {
 		{"completion echo", "POST", cmpl, `{"prompt":"a","echo":true}`, auth, 400, "echo", "not supported"},
 		{"completion suffix", "POST", cmpl, `{"prompt":"a","suffix":"z"}`, auth, 400, "suffix", "not supported"},
 		{"completion best_of", "POST", cmpl, `{"prompt":"a","best_of":3}`, auth, 400, "best_of", "best_of 1"},
-		{"completion logprobs", "POST", cmpl, `{"prompt":"a","logprobs":5}`, auth, 400, "logprobs", "not supported"},
+		{"completion logprobs above 5", "POST", cmpl, `{"prompt":"a","logprobs":6}`, auth, 400, "logprobs", "between 0 and 5"},
+		{"completion logprobs true", "POST", cmpl, `{"prompt":"a","logprobs":true}`, auth, 400, "logprobs", "integer"},
+		{"completion top_logprobs", "POST", cmpl, `{"prompt":"a","logprobs":2,"top_logprobs":2}`, auth, 400, "top_logprobs", "logprobs: N"},
 	}
 	require.GreaterOrEqual(t, len(cases), 30)
 	for _, c := range cases {

@@ -271,7 +271,8 @@ func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) 
 		seed = *req.Seed
 	}
 	gr := generation.Request{Prompt: ids, PromptParam: promptParam, MaxTokens: req.MaxTokens, BlockSize: req.BlockSize,
-		Adaptive: s.cfg.Adaptive, Sampling: req.Sampling, Seed: seed, Verify: verification(req.Seed != nil)}
+		Adaptive: s.cfg.Adaptive, Sampling: req.Sampling, Seed: seed, Verify: verification(req.Seed != nil),
+		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs}
 	if len(ids) > 0 || len(errs) == 0 {
 		// Without ids the prompt's own error says why; the plan would only add "the prompt is empty".
 		plan, err := l.gen.Plan(gr)
@@ -421,8 +422,15 @@ func (s *Serve) run(ctx context.Context, l *loaded, p prepared, prefix *prefixca
 	res := ports.GenerateResult{Model: l.name, PromptTokens: len(p.Prompt)}
 	pipe := newTextPipe(l.Tokenizer.NewStreamDecoder(true), p.stop, p.think, p.inThink, l.eos, emit)
 	// Observing costs one atomic load per round while nobody listens (BenchmarkServeEvents).
-	out, genErr := l.gen.Run(ctx, p.Plan, generation.RunOptions{Clock: s.clock, PrefixCache: prefix, Batch: l.sched,
-		PrefillChunk: s.cfg.PrefillChunk, Observe: lv.observe, Emit: lv.committed(pipe.push)})
+	ro := generation.RunOptions{Clock: s.clock, PrefixCache: prefix, Batch: l.sched,
+		PrefillChunk: s.cfg.PrefillChunk, Observe: lv.observe, Emit: lv.committed(pipe.push)}
+	if p.Logprobs {
+		pipe.lp = newLogprobText(l.Tokenizer)
+		var lps []ports.TokenLogprob // the round's, for the pipe
+		emitLP := lv.committed(func(ids []ports.Token) error { return pipe.pushLogprobs(ids, lps) })
+		ro.EmitLogprobs = func(ids []ports.Token, round []ports.TokenLogprob) error { lps = round; return emitLP(ids) }
+	}
+	out, genErr := l.gen.Run(ctx, p.Plan, ro)
 	if l.prefix != nil {
 		res.CachedTokens = out.Cached
 		s.log.Debug().Int("prompt_tokens", len(p.Prompt)).Int("cached_tokens", out.Cached).
@@ -462,6 +470,9 @@ func (s *Serve) run(ctx context.Context, l *loaded, p prepared, prefix *prefixca
 		res.FinishReason, res.StopSequence = "stop", pipe.stop.hit
 	}
 	res.Content, res.Reasoning = pipe.content.String(), pipe.reasoning.String()
+	if pipe.lp != nil {
+		res.Logprobs = pipe.lp.all
+	}
 	s.log.Debug().Int("prompt_tokens", res.PromptTokens).Int("completion_tokens", res.CompletionTokens).
 		Int("rounds", res.Spec.Rounds).Int("plain_steps", res.Spec.PlainSteps).Float64("tau", res.Spec.Tau).
 		Str("policy", res.Spec.Policy.Mode).Str("finish", res.FinishReason).

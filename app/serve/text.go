@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/higgs-go/higgs/ports"
@@ -22,6 +23,8 @@ type textPipe struct {
 	content   strings.Builder
 	reasoning strings.Builder
 	stopped   bool
+	// lp carries the tokens' log-probabilities along with their text; nil unless the request asked.
+	lp *logprobText
 }
 
 func newTextPipe(dec ports.StreamDecoder, stops []string, think, inThink bool, eos map[ports.Token]bool,
@@ -34,12 +37,15 @@ func newTextPipe(dec ports.StreamDecoder, stops []string, think, inThink bool, e
 }
 
 // push is the decoder's emit callback. It returns errStopString once a stop string has appeared.
-func (p *textPipe) push(ids []ports.Token) error {
+func (p *textPipe) push(ids []ports.Token) error { return p.pushLogprobs(ids, nil) }
+
+// pushLogprobs is push with the tokens' log-probabilities (lps[i] is ids[i]'s; nil unless p.lp is set).
+func (p *textPipe) pushLogprobs(ids []ports.Token, lps []ports.TokenLogprob) error {
 	if p.stopped {
 		return errStopString
 	}
 	var sb strings.Builder
-	for _, id := range ids {
+	for i, id := range ids {
 		if p.eos[id] {
 			// A stop token ends generation; it is never text.
 			continue
@@ -48,9 +54,20 @@ func (p *textPipe) push(ids []ports.Token) error {
 		if err != nil {
 			return err
 		}
+		if p.lp != nil {
+			if i >= len(lps) {
+				return fmt.Errorf("text: %d log-probabilities for %d tokens", len(lps), len(ids))
+			}
+			if err := p.lp.add(lps[i], s); err != nil {
+				return err
+			}
+		}
 		sb.WriteString(s)
 	}
 	out, hit := p.stop.feed(sb.String())
+	if p.lp != nil {
+		p.lp.release(len(out), hit)
+	}
 	if err := p.send(out, false); err != nil {
 		return err
 	}
@@ -67,6 +84,12 @@ func (p *textPipe) finish() error {
 		return p.send("", true)
 	}
 	out, hit := p.stop.feed(p.dec.Flush())
+	if p.lp != nil {
+		p.lp.release(len(out), hit)
+		if !hit {
+			p.lp.flush() // the rest of the text is released below
+		}
+	}
 	if !hit {
 		out += p.stop.flush()
 	}
@@ -80,7 +103,10 @@ func (p *textPipe) send(text string, final bool) error {
 	} else {
 		ev = p.think.feed(text, final)
 	}
-	if ev.Content == "" && ev.Reasoning == "" {
+	if p.lp != nil {
+		ev.Logprobs, p.lp.ready = p.lp.ready, nil
+	}
+	if ev.Content == "" && ev.Reasoning == "" && len(ev.Logprobs) == 0 {
 		return nil
 	}
 	p.content.WriteString(ev.Content)

@@ -160,6 +160,10 @@ func (t *Target) GreedyContinuation(history []ports.Token, n int) ([]ports.Token
 	return t.model.GreedyContinuation(history, n)
 }
 
+// Logits are the toy model's next-token logits after history, computed from scratch (the tests' oracle for
+// log-probabilities).
+func (t *Target) Logits(history []ports.Token) ([]float64, error) { return t.model.Logits(history) }
+
 type session struct {
 	ports.Session
 	t      *Target
