@@ -95,7 +95,7 @@ func TestRunLogprobsExactUnderSpeculation(t *testing.T) {
 				require.NoError(t, err)
 				o := RunOptions{Clock: portfake.NewClock(time.Millisecond)}
 				if withCache {
-					o.PrefixCache = cache
+					o.PrefixCache = cache.Partition("")
 				}
 				got, lps := runLogprobs(t, e, p, o)
 				assert.Equal(t, want, got)
