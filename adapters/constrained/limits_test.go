@@ -41,7 +41,7 @@ func limitMatcher(t *testing.T) (*grammar.Matcher, int) {
 	for i := range 64 {
 		alts = append(alts, fmt.Sprintf(`{"type":"object","properties":{"a":{"$ref":"#"},"b%d":{"type":"string"}}}`, i))
 	}
-	g, err := grammar.CompileSchema([]byte(`{"anyOf":[` + strings.Join(alts, ",") + `]}`))
+	g, err := grammar.CompileSchema(context.Background(), []byte(`{"anyOf":[`+strings.Join(alts, ",")+`]}`))
 	require.NoError(t, err)
 	toks := [][]byte{[]byte(`{"a":`), []byte(`{`), []byte(`}`), nil}
 	m, err := grammar.NewMatcher(g, grammar.NewVocab(toks), []int32{3})

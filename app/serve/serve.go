@@ -246,7 +246,7 @@ type prepared struct {
 }
 
 // prepare tokenizes req and checks it against l: the text-level knobs here, the generation's in its plan.
-func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) {
+func (s *Serve) prepare(ctx context.Context, l *loaded, req ports.GenerateRequest) (prepared, error) {
 	var p prepared
 	if req.Model != "" && req.Model != l.name {
 		return p, fmt.Errorf("%w: the model %q does not exist; this server serves %q", ports.ErrUnknownModel, req.Model, l.name)
@@ -286,7 +286,7 @@ func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) 
 	}
 	var err error
 	think := p.think && (p.inThink || req.Chat.EnableThinking != nil && *req.Chat.EnableThinking)
-	if p.Constraint, err = l.constraints.Matcher(req.Constraint, think, p.inThink); err != nil {
+	if p.Constraint, err = l.constraints.Matcher(ctx, req.Constraint, think, p.inThink); err != nil {
 		return p, err
 	}
 	return p, nil
@@ -380,7 +380,7 @@ func (s *Serve) Generate(ctx context.Context, req ports.GenerateRequest, emit fu
 	if l == nil {
 		return ports.GenerateResult{}, fmt.Errorf("generate: %w", ports.ErrNotReady)
 	}
-	p, err := s.prepare(l, req)
+	p, err := s.prepare(ctx, l, req)
 	if err != nil {
 		return ports.GenerateResult{}, err
 	}
