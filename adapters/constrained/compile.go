@@ -98,10 +98,11 @@ func (c *Compiler) Matcher(ctx context.Context, k *ports.Constraint, think, inTh
 	cctx, cancel := context.WithTimeout(ctx, c.opts.CompileTimeout)
 	defer cancel()
 	g, err := c.grammar(cctx, k, think, inThink)
+	stopped := errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 	switch {
-	case err != nil && ctx.Err() != nil:
+	case stopped && ctx.Err() != nil:
 		return nil, fmt.Errorf("constraint: %w", err)
-	case errors.Is(err, context.DeadlineExceeded):
+	case stopped:
 		return nil, invalidCause(k.Param, fmt.Errorf("compiling the constraint took longer than the limit of %v; simplify the schema: %w", c.opts.CompileTimeout, err))
 	case err != nil:
 		return nil, invalidCause(k.Param, err)
