@@ -21,7 +21,7 @@ func TestInvalidText(t *testing.T) {
 		{`{"a":"\udc00x"}`, []any{"a"}},
 		{`{"a":"\ud800\u0041"}`, []any{"a"}},
 		{"[\"\xed\xa0\x80\"]", []any{0}}, // a surrogate written in UTF-8
-		{"\"\xc0\xaf\"", []any{}},         // an overlong form, the document a string
+		{"\"\xc0\xaf\"", []any{}},        // an overlong form, the document a string
 	} {
 		path, found := InvalidText([]byte(c.doc))
 		assert.True(t, found, c.doc)
