@@ -45,7 +45,8 @@ type ServeConfig struct {
 	// QueueSize is the number of requests that may wait for the engine; one more is refused with
 	// ports.ErrBusy.
 	QueueSize int
-	// SpecialTokensInContent encodes special-token text in user, system and tool message content as control
+	// SpecialTokensInContent encodes special-token text in message content (every role, and the strings of
+	// assistant turns' tool calls) as control
 	// tokens (the old behaviour). By default that content is plain text: only the template's own markup is
 	// special, so a client cannot close its turn and forge a system turn by typing <|im_end|><|im_start|>.
 	SpecialTokensInContent bool
