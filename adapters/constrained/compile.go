@@ -1,7 +1,9 @@
 package constrained
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -216,6 +218,35 @@ func grammarTools(ctx context.Context, in []ports.ConstraintTool) ([]grammar.Too
 		out = append(out, gt)
 	}
 	return out, nil
+}
+
+// CheckToolSchemas checks the parameters of every tool of tools, an array in the shape chat templates print
+// ([{"type": "function", "function": {"name", "parameters"}}]): each must be a JSON Schema within the size
+// limits, whether or not a constraint will compile it (OpenAI and Anthropic refuse an invalid schema of any
+// tool). The error names the tool.
+func CheckToolSchemas(tools []byte) error {
+	if len(tools) == 0 {
+		return nil
+	}
+	var defs []struct {
+		Function struct {
+			Name       string          `json:"name"`
+			Parameters json.RawMessage `json:"parameters"`
+		} `json:"function"`
+	}
+	if err := json.Unmarshal(tools, &defs); err != nil {
+		return fmt.Errorf("tools: %w", err)
+	}
+	for _, d := range defs {
+		p := bytes.TrimSpace(d.Function.Parameters)
+		if len(p) == 0 || bytes.Equal(p, []byte("null")) {
+			continue
+		}
+		if err := grammar.ValidateSchema(p); err != nil {
+			return fmt.Errorf("tool %q: parameters: %w", d.Function.Name, err)
+		}
+	}
+	return nil
 }
 
 // requestCause is a request error that keeps its cause in the chain: errors.As finds the

@@ -330,6 +330,11 @@ func (s *Serve) encodePrompt(l *loaded, req ports.GenerateRequest) (prompt []por
 			break
 		}
 		text = t
+		if err := constrained.CheckToolSchemas(opts.Tools); err != nil {
+			errs = append(errs, invalid("tools", "%v", err))
+			text = ""
+			break
+		}
 		if !s.cfg.SpecialTokensInContent {
 			if err := toolsSpecial(l, opts.Tools); err != nil {
 				errs = append(errs, err)
