@@ -3,6 +3,7 @@ package constrained
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,6 +53,8 @@ type Compiler struct {
 	err   error
 
 	matchers *lru.Cache[string, *grammar.Matcher]
+	// valid holds the hashes of tool schemas CheckToolSchemas found valid.
+	valid *lru.Cache[[sha256.Size]byte, struct{}]
 }
 
 // NewCompiler returns the compiler of a model whose logit rows have vocabSize entries, whose tokenizer is
@@ -73,7 +76,11 @@ func NewCompiler(tok ports.Tokenizer, vocabSize int, eos []ports.Token, o Option
 	if err != nil {
 		return nil, fmt.Errorf("constrained: %w", err)
 	}
-	c := &Compiler{tok: tok, vocabSize: vocabSize, opts: o, matchers: cache}
+	valid, err := lru.New[[sha256.Size]byte, struct{}](validSchemas)
+	if err != nil {
+		return nil, fmt.Errorf("constrained: %w", err)
+	}
+	c := &Compiler{tok: tok, vocabSize: vocabSize, opts: o, matchers: cache, valid: valid}
 	for _, t := range eos {
 		if t >= 0 && int(t) < vocabSize && !slices.Contains(c.eos, t) {
 			c.eos = append(c.eos, t)
@@ -223,8 +230,9 @@ func grammarTools(ctx context.Context, in []ports.ConstraintTool) ([]grammar.Too
 // CheckToolSchemas checks the parameters of every tool of tools, an array in the shape chat templates print
 // ([{"type": "function", "function": {"name", "parameters"}}]): each must be a JSON Schema within the size
 // limits, whether or not a constraint will compile it (OpenAI and Anthropic refuse an invalid schema of any
-// tool). The error names the tool.
-func CheckToolSchemas(tools []byte) error {
+// tool). The error names the tool. Schemas found valid are remembered (an agent sends its tools with every
+// request), so a repeated tool set costs a hash per tool.
+func (c *Compiler) CheckToolSchemas(tools []byte) error {
 	if len(tools) == 0 {
 		return nil
 	}
@@ -242,12 +250,20 @@ func CheckToolSchemas(tools []byte) error {
 		if len(p) == 0 || bytes.Equal(p, []byte("null")) {
 			continue
 		}
+		sum := sha256.Sum256(p)
+		if c.valid.Contains(sum) {
+			continue
+		}
 		if err := grammar.ValidateSchema(p); err != nil {
 			return fmt.Errorf("tool %q: parameters: %w", d.Function.Name, err)
 		}
+		c.valid.Add(sum, struct{}{})
 	}
 	return nil
 }
+
+// validSchemas is how many valid tool schemas a Compiler remembers.
+const validSchemas = 1024
 
 // requestCause is a request error that keeps its cause in the chain: errors.As finds the
 // *ports.RequestError (the adapters' 400 and its parameter) and the cause alike (a *grammar.SchemaError).

@@ -195,3 +195,19 @@ func TestConstrainedMaskStopsWithContext(t *testing.T) {
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.NotErrorIs(t, err, ports.ErrInvalidRequest)
 }
+
+// CheckToolSchemas refuses a tool schema that is not a JSON Schema, naming the tool, and remembers the valid
+// ones.
+func TestCheckToolSchemas(t *testing.T) {
+	c, err := NewCompiler(byteTokenizer{size: 129}, 129, []ports.Token{128}, Options{})
+	require.NoError(t, err)
+	good := `{"type":"function","function":{"name":"g","parameters":{"type":"object","properties":{"a":{"type":"string","pattern":"^x"}}}}}`
+	require.NoError(t, c.CheckToolSchemas([]byte(`[`+good+`,{"type":"function","function":{"name":"n"}}]`)))
+	assert.Equal(t, 1, c.valid.Len(), "the valid schema is remembered")
+	err = c.CheckToolSchemas([]byte(`[` + good + `,{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"foo"}}}}}]`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `tool "f": parameters: at #: invalid JSON Schema`)
+	err = c.CheckToolSchemas([]byte(`[{"type":"function","function":{"name":"big","parameters":` + string(optionalProperties(300)) + `}}]`))
+	assert.ErrorIs(t, err, grammar.ErrTooLarge)
+	assert.NoError(t, c.CheckToolSchemas(nil))
+}

@@ -330,7 +330,7 @@ func (s *Serve) encodePrompt(l *loaded, req ports.GenerateRequest) (prompt []por
 			break
 		}
 		text = t
-		if err := constrained.CheckToolSchemas(opts.Tools); err != nil {
+		if err := l.constraints.CheckToolSchemas(opts.Tools); err != nil {
 			errs = append(errs, invalid("tools", "%v", err))
 			text = ""
 			break
