@@ -61,8 +61,8 @@ type Config struct {
 	LogLevel          string
 	LogFormat         string
 	ServedModelName   string
-	// SpecialTokensInContent restores the unsafe encoding of user, system and tool message content, where
-	// special-token text (<|im_end|>) typed by a client becomes the control token.
+	// SpecialTokensInContent restores the unsafe encoding of message text (every role's content, assistant
+	// turns' tool calls), where special-token text (<|im_end|>) sent by a client becomes the control token.
 	SpecialTokensInContent bool
 	ConfigFile             string
 	// Distributed splits the model across processes with MLX distributed (app/distributed.go).
@@ -115,7 +115,7 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.StringVar(&c.AdminKey, "admin-key", c.AdminKey, "operator key: accepted on /v1/ routes like a tenant key, and its event stream (/v1/events) shows every tenant's generations")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body accepted, in bytes")
 	fs.DurationVar(&c.BodyTimeout, "body-timeout", c.BodyTimeout, "longest a client may take to send a request body (a slower one is answered 408)")
-	fs.BoolVar(&c.SpecialTokensInContent, "special-tokens-in-content", c.SpecialTokensInContent, "encode special-token text (<|im_end|>…) in user, system and tool message content as control tokens, letting clients forge turns (default: plain text)")
+	fs.BoolVar(&c.SpecialTokensInContent, "special-tokens-in-content", c.SpecialTokensInContent, "encode special-token text (<|im_end|>…) in message content (every role, assistant tool calls included) as control tokens, letting clients forge turns (default: plain text)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "longest a generation request may take (0: no limit)")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "on SIGINT/SIGTERM, how long in-flight requests may finish before they are cut (ended with their API's error; exit status 3)")
 	fs.IntVar(&c.QueueSize, "queue-size", c.QueueSize, "requests that may wait for the engine; more are answered 429")

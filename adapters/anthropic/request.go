@@ -213,6 +213,9 @@ func decode(raw []byte, v any, allowed []string) error {
 		}
 		return invalid("", "the request body could not be decoded: %v", err)
 	}
+	if path, found := httpapi.InvalidText(raw); found {
+		return invalid(fieldPath(path), "is not valid UTF-8 text (invalid bytes or a lone surrogate escape); send the text as UTF-8")
+	}
 	return nil
 }
 
@@ -225,6 +228,21 @@ func isNull(r json.RawMessage) bool {
 type textBlock struct {
 	Type *string `json:"type"`
 	Text *string `json:"text"`
+}
+
+// rawIsEmptyString reports whether r is the JSON string "".
+func rawIsEmptyString(r json.RawMessage) bool {
+	var s string
+	return json.Unmarshal(r, &s) == nil && s == ""
+}
+
+// fieldPath writes a path into the body as Anthropic names fields: messages.0.content.
+func fieldPath(path []any) string {
+	parts := make([]string, len(path))
+	for i, p := range path {
+		parts[i] = fmt.Sprint(p)
+	}
+	return strings.Join(parts, ".")
 }
 
 // joinText reads a string or an array of text blocks; blocks are joined by a newline so that two blocks'
@@ -342,6 +360,10 @@ func parseConversation(raw json.RawMessage) ([]ports.ChatMessage, error) {
 		blocks, err := contentBlocks(m.Content, field+".content")
 		if err != nil {
 			return nil, err
+		}
+		if len(blocks) == 0 || len(blocks) == 1 && rawIsEmptyString(m.Content) {
+			// Anthropic's rule and words (a final assistant message is refused below for another reason).
+			return nil, invalid(field, "all messages must have non-empty content except for the optional final assistant message")
 		}
 		switch *m.Role {
 		case "user":

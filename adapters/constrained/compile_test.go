@@ -39,26 +39,26 @@ func schemaConstraint(i int) *ports.Constraint {
 func TestCompilerKeepsRecentMatchers(t *testing.T) {
 	c, err := NewCompiler(byteTokenizer{size: 129}, 129, []ports.Token{128}, Options{ThinkOpen: "<think>", ThinkClose: "</think>", Matchers: 2})
 	require.NoError(t, err)
-	m0, err := c.Matcher(schemaConstraint(0), false, false)
+	m0, err := c.Matcher(t.Context(), schemaConstraint(0), false, false)
 	require.NoError(t, err)
-	m1, err := c.Matcher(schemaConstraint(1), false, false)
+	m1, err := c.Matcher(t.Context(), schemaConstraint(1), false, false)
 	require.NoError(t, err)
-	again, err := c.Matcher(schemaConstraint(0), false, false)
+	again, err := c.Matcher(t.Context(), schemaConstraint(0), false, false)
 	require.NoError(t, err)
 	assert.Same(t, m0, again, "a repeated constraint reuses its matcher (and its masks)")
-	_, err = c.Matcher(schemaConstraint(2), false, false) // evicts 1, the least recently used
+	_, err = c.Matcher(t.Context(), schemaConstraint(2), false, false) // evicts 1, the least recently used
 	require.NoError(t, err)
-	again, err = c.Matcher(schemaConstraint(0), false, false)
+	again, err = c.Matcher(t.Context(), schemaConstraint(0), false, false)
 	require.NoError(t, err)
 	assert.Same(t, m0, again, "the recently used matcher survives the eviction")
-	again, err = c.Matcher(schemaConstraint(1), false, false)
+	again, err = c.Matcher(t.Context(), schemaConstraint(1), false, false)
 	require.NoError(t, err)
 	assert.NotSame(t, m1, again, "the least recently used matcher was evicted")
-	think, err := c.Matcher(schemaConstraint(0), true, false)
+	think, err := c.Matcher(t.Context(), schemaConstraint(0), true, false)
 	require.NoError(t, err)
 	assert.NotSame(t, m0, think)
 
-	none, err := c.Matcher(nil, false, false)
+	none, err := c.Matcher(t.Context(), nil, false, false)
 	require.NoError(t, err)
 	assert.Nil(t, none)
 }
@@ -67,7 +67,7 @@ func TestCompilerKeepsRecentMatchers(t *testing.T) {
 func TestCompilerErrors(t *testing.T) {
 	c, err := NewCompiler(byteTokenizer{size: 129}, 129, []ports.Token{128}, Options{})
 	require.NoError(t, err)
-	_, err = c.Matcher(&ports.Constraint{Kind: ports.ConstrainJSONSchema, Param: "response_format", Schema: []byte(`{"type":"object","patternProperties":{"a":{}}}`)}, false, false)
+	_, err = c.Matcher(t.Context(), &ports.Constraint{Kind: ports.ConstrainJSONSchema, Param: "response_format", Schema: []byte(`{"type":"object","patternProperties":{"a":{}}}`)}, false, false)
 	var re *ports.RequestError
 	require.ErrorAs(t, err, &re)
 	assert.Equal(t, "response_format", re.Param)
@@ -76,20 +76,20 @@ func TestCompilerErrors(t *testing.T) {
 
 	noEOS, err := NewCompiler(byteTokenizer{size: 129}, 129, []ports.Token{500}, Options{})
 	require.NoError(t, err)
-	_, err = noEOS.Matcher(&ports.Constraint{Kind: ports.ConstrainJSONObject, Param: "response_format"}, false, false)
+	_, err = noEOS.Matcher(t.Context(), &ports.Constraint{Kind: ports.ConstrainJSONObject, Param: "response_format"}, false, false)
 	require.ErrorAs(t, err, &re)
 	assert.Contains(t, re.Message, "no end-of-sequence token")
 
 	opaque, err := NewCompiler(struct{ ports.Tokenizer }{}, 129, []ports.Token{128}, Options{})
 	require.NoError(t, err)
-	_, err = opaque.Matcher(&ports.Constraint{Kind: ports.ConstrainJSONObject, Param: "response_format"}, false, false)
+	_, err = opaque.Matcher(t.Context(), &ports.Constraint{Kind: ports.ConstrainJSONObject, Param: "response_format"}, false, false)
 	require.ErrorAs(t, err, &re)
 	assert.Contains(t, re.Message, "token bytes")
 
 	_, err = NewCompiler(byteTokenizer{size: 129}, 129, nil, Options{Matchers: -1})
 	assert.Error(t, err)
 
-	_, err = c.Matcher(&ports.Constraint{Kind: ports.ConstraintKind(99)}, false, false)
+	_, err = c.Matcher(t.Context(), &ports.Constraint{Kind: ports.ConstraintKind(99)}, false, false)
 	assert.True(t, errors.Is(err, ports.ErrInvalidRequest))
 }
 

@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -30,11 +31,11 @@ func BenchmarkMaskUncached(b *testing.B) {
 	v, _ := qwenVocab(b)
 	doc, err := os.ReadFile("testdata/schemas/34_tool_arguments.json")
 	require.NoError(b, err)
-	g, err := CompileSchema(doc)
+	g, err := CompileSchema(context.Background(), doc)
 	require.NoError(b, err)
-	free, err := CompileSchema([]byte(`{"type":"object","properties":{"q":{"type":"string"}}}`))
+	free, err := CompileSchema(context.Background(), []byte(`{"type":"object","properties":{"q":{"type":"string"}}}`))
 	require.NoError(b, err)
-	strict, err := StrictTools([]Tool{{Name: "get_weather", Parameters: doc}}, Hermes)
+	strict, err := StrictTools(context.Background(), []Tool{{Name: "get_weather", Parameters: doc}}, Hermes)
 	require.NoError(b, err)
 	for _, c := range []struct {
 		name, prefix string
@@ -62,7 +63,7 @@ func BenchmarkMaskPerToken(b *testing.B) {
 	v, tok := qwenVocab(b)
 	doc, err := os.ReadFile("testdata/schemas/34_tool_arguments.json")
 	require.NoError(b, err)
-	g, err := CompileSchema(doc)
+	g, err := CompileSchema(context.Background(), doc)
 	require.NoError(b, err)
 	ids, err := tok.Encode(`{"city": "Paris", "unit": "celsius", "days": 3}`)
 	require.NoError(b, err)

@@ -1,6 +1,7 @@
 package grammar
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -149,10 +150,11 @@ var Hermes = ToolCallSyntax{Open: "<tool_call>\n", Close: "\n</tool_call>", Sep:
 
 // ToolCalls is the grammar of one call (or, when parallel, one or more) of the given tools, each call's
 // arguments valid under its tool's schema. A schema the subset cannot express is an error wrapping a
-// *SchemaError, naming the tool.
-func ToolCalls(tools []Tool, syntax ToolCallSyntax, parallel bool) (*Grammar, error) {
+// *SchemaError, naming the tool; a tool set over a size limit (MaxTools, and the schema limits for all the
+// tools' schemas together) a *LimitError. The compile looks at ctx as CompileSchema does.
+func ToolCalls(ctx context.Context, tools []Tool, syntax ToolCallSyntax, parallel bool) (*Grammar, error) {
 	reg := &registry{}
-	call, err := callNode(reg, tools, syntax)
+	call, err := callNode(ctx, reg, tools, syntax)
 	if err != nil {
 		return nil, err
 	}
@@ -164,9 +166,9 @@ func ToolCalls(tools []Tool, syntax ToolCallSyntax, parallel bool) (*Grammar, er
 
 // StrictTools is the grammar of free text in which every tool call (from syntax.Open on) is a call of one of
 // tools with valid arguments (strict tools the model may or may not call).
-func StrictTools(tools []Tool, syntax ToolCallSyntax) (*Grammar, error) {
+func StrictTools(ctx context.Context, tools []Tool, syntax ToolCallSyntax) (*Grammar, error) {
 	reg := &registry{}
-	call, err := callNode(reg, tools, syntax)
+	call, err := callNode(ctx, reg, tools, syntax)
 	if err != nil {
 		return nil, err
 	}
@@ -177,10 +179,20 @@ func StrictTools(tools []Tool, syntax ToolCallSyntax) (*Grammar, error) {
 }
 
 // callNode is Open + {"name": NAME, "arguments": ARGS} + Close over tools.
-func callNode(reg *registry, tools []Tool, syntax ToolCallSyntax) (*node, error) {
+func callNode(ctx context.Context, reg *registry, tools []Tool, syntax ToolCallSyntax) (*node, error) {
 	if len(tools) == 0 {
 		return nil, fmt.Errorf("grammar: no tools to call")
 	}
+	if len(tools) > MaxTools {
+		return nil, &LimitError{What: "tools", N: len(tools), Max: MaxTools}
+	}
+	b := &budget{}
+	for _, t := range tools {
+		if err := b.addBytes(len(t.Parameters)); err != nil {
+			return nil, fmt.Errorf("tools: %w", err)
+		}
+	}
+	b = &budget{}
 	alt := reg.newNode(kAlt)
 	for _, t := range tools {
 		var args *node
@@ -188,7 +200,7 @@ func callNode(reg *registry, tools []Tool, syntax ToolCallSyntax) (*node, error)
 			args = reg.newNode(kObject) // closed, no properties: {}
 		} else {
 			var err error
-			if args, err = compileSchemaNode(reg, t.Parameters); err != nil {
+			if args, err = compileSchemaNode(ctx, reg, t.Parameters, b); err != nil {
 				return nil, fmt.Errorf("tool %q: %w", t.Name, err)
 			}
 		}

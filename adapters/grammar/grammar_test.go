@@ -20,7 +20,7 @@ func alive(g *Grammar, text string) bool {
 
 func mustSchema(t *testing.T, doc string) *Grammar {
 	t.Helper()
-	g, err := CompileSchema([]byte(doc))
+	g, err := CompileSchema(context.Background(), []byte(doc))
 	require.NoError(t, err, doc)
 	return g
 }
@@ -98,7 +98,7 @@ func TestUnsupportedKeywordsNamed(t *testing.T) {
 		"$ref":                 `{"$ref":"https://example.com/s.json"}`,
 		"not":                  `{"not":{"type":"string"}}`,
 	} {
-		_, err := CompileSchema([]byte(doc))
+		_, err := CompileSchema(context.Background(), []byte(doc))
 		var se *SchemaError
 		require.ErrorAs(t, err, &se, kw)
 		assert.Equal(t, kw, se.Keyword, doc)
@@ -106,13 +106,13 @@ func TestUnsupportedKeywordsNamed(t *testing.T) {
 	}
 	for _, doc := range []string{`{"type":"strin"}`, `{"type":"array","minItems":-1}`, `[`, `false`,
 		`{"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"}`, `{"$defs":{"a":{"anyOf":[{"$ref":"#/$defs/a"}]}},"$ref":"#/$defs/a"}`} {
-		_, err := CompileSchema([]byte(doc))
+		_, err := CompileSchema(context.Background(), []byte(doc))
 		assert.Error(t, err, doc)
 	}
 }
 
 func TestToolCalls(t *testing.T) {
-	g, err := ToolCalls([]Tool{
+	g, err := ToolCalls(context.Background(), []Tool{
 		{Name: "get_weather", Parameters: []byte(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"],"additionalProperties":false}`)},
 		{Name: "now"},
 	}, Hermes, true)
@@ -125,7 +125,7 @@ func TestToolCalls(t *testing.T) {
 	assert.False(t, accepts(g, "<tool_call>\n{\"name\":\"other\",\"arguments\":{}}\n</tool_call>"))
 	assert.False(t, accepts(g, "hello"))
 
-	single, err := ToolCalls([]Tool{{Name: "now"}}, Hermes, false)
+	single, err := ToolCalls(context.Background(), []Tool{{Name: "now"}}, Hermes, false)
 	require.NoError(t, err)
 	call := "<tool_call>\n{\"name\":\"now\",\"arguments\":{}}\n</tool_call>"
 	assert.True(t, accepts(single, call))
@@ -174,7 +174,7 @@ func bitsOf(m Mask, n int) []bool {
 }
 
 func TestStrictTools(t *testing.T) {
-	g, err := StrictTools([]Tool{{Name: "f", Parameters: []byte(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`)}}, Hermes)
+	g, err := StrictTools(context.Background(), []Tool{{Name: "f", Parameters: []byte(`{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}`)}}, Hermes)
 	require.NoError(t, err)
 	assert.True(t, accepts(g, ""))
 	assert.True(t, accepts(g, "just text <tool_ca"))
@@ -189,7 +189,7 @@ func TestLimits(t *testing.T) {
 	for i := range alts {
 		alts[i] = fmt.Sprintf(`{"const":%d}`, i)
 	}
-	_, err := CompileSchema([]byte(`{"anyOf":[` + strings.Join(alts, ",") + `]}`))
+	_, err := CompileSchema(context.Background(), []byte(`{"anyOf":[`+strings.Join(alts, ",")+`]}`))
 	var se *SchemaError
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, "anyOf", se.Keyword)
@@ -197,7 +197,7 @@ func TestLimits(t *testing.T) {
 	for i := range vals {
 		vals[i] = fmt.Sprint(i)
 	}
-	_, err = CompileSchema([]byte(`{"enum":[` + strings.Join(vals, ",") + `]}`))
+	_, err = CompileSchema(context.Background(), []byte(`{"enum":[`+strings.Join(vals, ",")+`]}`))
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, "enum", se.Keyword)
 }

@@ -99,3 +99,86 @@ func checkWidth(root *node) error {
 	_, err := width(root)
 	return err
 }
+
+// Limits on what one request may ask to compile. A schema's compile is linear in its size, but a mask's walk
+// feeds every candidate key of an object to every token that could start one, so a request of a few hundred
+// kilobytes could otherwise cost minutes of CPU (20,000 optional properties: 148 s). They are checked on the
+// decoded document before anything is compiled, so a refusal costs a parse.
+const (
+	// MaxSchemaBytes bounds a constraint's schema text: a response format's schema, or the parameters of
+	// all the tools of a tool set together.
+	MaxSchemaBytes = 256 << 10
+	// MaxSchemaObjects bounds the JSON objects of a constraint's schemas together (each schema, each
+	// properties map, each object inside an enum): the nodes a compile builds.
+	MaxSchemaObjects = 8192
+	// MaxProperties bounds the members of one JSON object of a schema (the properties of one object, the
+	// definitions of $defs): a mask computed inside an object's keys tries each remaining optional one.
+	MaxProperties = 256
+	// MaxTools bounds the tools a forced or strict tool call chooses among (OpenAI's limit on tools).
+	MaxTools = 128
+)
+
+// ErrTooLarge is what a *LimitError wraps.
+var ErrTooLarge = errors.New("grammar: schema over a size limit")
+
+// LimitError is a schema or tool set larger than a limit above: What names the limit, Path (a JSON
+// pointer into the schema, "" for the whole) where it was passed, N the size found and Max the limit.
+type LimitError struct {
+	What   string
+	Path   string
+	N, Max int
+}
+
+func (e *LimitError) Error() string {
+	where := ""
+	if e.Path != "" {
+		where = " at #" + e.Path
+	}
+	return fmt.Sprintf("%s%s: %d, over the limit of %d", e.What, where, e.N, e.Max)
+}
+
+func (e *LimitError) Unwrap() error { return ErrTooLarge }
+
+// budget is what the documents of one constraint have used of the limits so far (the tools of a tool set
+// share one).
+type budget struct {
+	bytes, objects int
+}
+
+// addBytes counts a document's bytes against MaxSchemaBytes.
+func (b *budget) addBytes(n int) error {
+	b.bytes += n
+	if b.bytes > MaxSchemaBytes {
+		return &LimitError{What: "schema bytes", N: b.bytes, Max: MaxSchemaBytes}
+	}
+	return nil
+}
+
+// addTree counts a decoded document's objects against MaxSchemaObjects and checks every object's members
+// against MaxProperties.
+func (b *budget) addTree(path string, v any) error {
+	switch x := v.(type) {
+	case *object:
+		if len(x.keys) > MaxProperties {
+			return &LimitError{What: "members of one schema object (properties, $defs…)", Path: path, N: len(x.keys), Max: MaxProperties}
+		}
+		if b.objects++; b.objects > MaxSchemaObjects {
+			return &LimitError{What: "schema objects", N: b.objects, Max: MaxSchemaObjects}
+		}
+		for _, k := range x.keys {
+			if err := b.addTree(path+"/"+escapePointer(k), x.vals[k]); err != nil {
+				return err
+			}
+		}
+	case []any:
+		for i, e := range x {
+			if err := b.addTree(fmt.Sprintf("%s/%d", path, i), e); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ctxEveryObjects is how many schema objects a compile compiles between looks at its context.
+const ctxEveryObjects = 64

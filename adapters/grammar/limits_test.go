@@ -36,10 +36,10 @@ func nestedAnyOf(depth int) []byte {
 }
 
 func TestSchemaNestedAlternativesRefused(t *testing.T) {
-	_, err := CompileSchema(nestedAnyOf(1))
+	_, err := CompileSchema(context.Background(), nestedAnyOf(1))
 	require.NoError(t, err, "one level of 64 alternatives is within the limit")
 	for _, depth := range []int{2, 3, 4} {
-		_, err := CompileSchema(nestedAnyOf(depth))
+		_, err := CompileSchema(context.Background(), nestedAnyOf(depth))
 		var se *SchemaError
 		require.ErrorAs(t, err, &se, "depth %d", depth)
 		assert.Equal(t, "anyOf", se.Keyword)
@@ -52,7 +52,7 @@ func TestSchemaNestedAlternativesRefused(t *testing.T) {
 		tool.Name = fmt.Sprintf("f%d", i)
 		many = append(many, tool)
 	}
-	_, err = ToolCalls(many, Hermes, false)
+	_, err = ToolCalls(context.Background(), many, Hermes, false)
 	var se *SchemaError
 	require.ErrorAs(t, err, &se)
 }
@@ -108,7 +108,7 @@ func TestSchemaUnsatisfiableRecursionRefused(t *testing.T) {
 		// Reachable through an optional property: the model could open it and never close it.
 		`{"type":"object","properties":{"x":{"$ref":"#/$defs/L"}},"$defs":{"L":{"type":"object","properties":{"n":{"$ref":"#/$defs/L"}},"required":["n"]}}}`,
 	} {
-		_, err := CompileSchema([]byte(doc))
+		_, err := CompileSchema(context.Background(), []byte(doc))
 		var se *SchemaError
 		require.ErrorAs(t, err, &se, doc)
 		assert.Contains(t, se.Msg, "no finite JSON value", doc)
@@ -119,7 +119,7 @@ func TestSchemaUnsatisfiableRecursionRefused(t *testing.T) {
 		`{"type":"array","items":{"$ref":"#"}}`,
 		`{"anyOf":[{"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]},{"type":"null"}]}`,
 	} {
-		_, err := CompileSchema([]byte(doc))
+		_, err := CompileSchema(context.Background(), []byte(doc))
 		assert.NoError(t, err, doc)
 	}
 }
@@ -128,7 +128,7 @@ func TestSchemaUnsatisfiableRecursionRefused(t *testing.T) {
 func BenchmarkCompileNestedAnyOf(b *testing.B) {
 	doc := nestedAnyOf(3)
 	for b.Loop() {
-		if _, err := CompileSchema(doc); err == nil {
+		if _, err := CompileSchema(context.Background(), doc); err == nil {
 			b.Fatal("accepted")
 		}
 	}

@@ -238,7 +238,7 @@ func feedObject(f *frame, b byte, out []*frame) []*frame {
 		}
 	case oKey:
 		nb := f.buf + string([]byte{b})
-		for k := int(f.i); k < keyCandidates(n, int(f.i)); k++ {
+		for k, end := int(f.i), keyCandidates(n, int(f.i)); k < end; k++ {
 			key := n.props[k].key
 			if key == nb {
 				return append(out, with(f, func(nf *frame) { nf.ph, nf.buf, nf.i = oColon, "", int32(k) }))

@@ -2,6 +2,7 @@ package grammar
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/big"
@@ -49,10 +50,13 @@ var supported = map[string]bool{
 
 // compiler turns one schema document into nodes.
 type compiler struct {
+	ctx    context.Context
 	root   any
 	byPath map[string]*node
 	refs   []*node
 	reg    *registry
+	// compiled counts the schema objects compiled, for the looks at ctx.
+	compiled int
 }
 
 // registry numbers the nodes of one grammar (the numbers key the mask cache, so documents compiled into one
@@ -68,22 +72,34 @@ func (r *registry) newNode(k kind) *node {
 }
 
 // CompileSchema compiles a JSON Schema document (the supported subset, see the README) to a grammar whose
-// language is the JSON texts valid under it.
-func CompileSchema(doc []byte) (*Grammar, error) {
+// language is the JSON texts valid under it. A document over a size limit (MaxSchemaBytes, MaxSchemaObjects,
+// MaxProperties) is a *LimitError, found before anything is compiled; the compile looks at ctx as it goes
+// and returns its error (wrapped) once it is done.
+func CompileSchema(ctx context.Context, doc []byte) (*Grammar, error) {
 	reg := &registry{}
-	n, err := compileSchemaNode(reg, doc)
+	n, err := compileSchemaNode(ctx, reg, doc, &budget{})
 	if err != nil {
 		return nil, err
 	}
 	return newGrammar(reg, n), nil
 }
 
-func compileSchemaNode(reg *registry, doc []byte) (*node, error) {
+// compileSchemaNode compiles doc into reg, counting it against b.
+func compileSchemaNode(ctx context.Context, reg *registry, doc []byte, b *budget) (*node, error) {
+	if err := b.addBytes(len(doc)); err != nil {
+		return nil, err
+	}
 	root, err := decodeOrdered(doc)
 	if err != nil {
 		return nil, &SchemaError{Msg: fmt.Sprintf("not a JSON document: %v", err)}
 	}
-	c := &compiler{root: root, byPath: map[string]*node{}, reg: reg}
+	if err := b.addTree("", root); err != nil {
+		return nil, err
+	}
+	if err := canceled(ctx); err != nil {
+		return nil, err
+	}
+	c := &compiler{ctx: ctx, root: root, byPath: map[string]*node{}, reg: reg}
 	n, err := c.compile("", root)
 	if err != nil {
 		return nil, err
@@ -91,7 +107,13 @@ func compileSchemaNode(reg *registry, doc []byte) (*node, error) {
 	if err := c.resolve(); err != nil {
 		return nil, err
 	}
+	if err := canceled(ctx); err != nil {
+		return nil, err
+	}
 	if err := metaValidate(doc); err != nil {
+		return nil, err
+	}
+	if err := canceled(ctx); err != nil {
 		return nil, err
 	}
 	if n, err = c.finish(n); err != nil {
@@ -104,6 +126,31 @@ func compileSchemaNode(reg *registry, doc []byte) (*node, error) {
 		return nil, err
 	}
 	return n, nil
+}
+
+// canceled is ctx's error, wrapped, once it is done.
+func canceled(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("grammar: compile stopped: %w", err)
+	}
+	return nil
+}
+
+// ValidateSchema checks doc against the size limits and the JSON Schema meta-schema only: whether it is a
+// schema at all, not whether the subset can express it (a lenient tool's schema).
+func ValidateSchema(doc []byte) error {
+	b := &budget{}
+	if err := b.addBytes(len(doc)); err != nil {
+		return err
+	}
+	root, err := decodeOrdered(doc)
+	if err != nil {
+		return &SchemaError{Msg: fmt.Sprintf("not a JSON document: %v", err)}
+	}
+	if err := b.addTree("", root); err != nil {
+		return err
+	}
+	return metaValidate(doc)
 }
 
 // metaValidate checks the document against the JSON Schema meta-schema (draft 2020-12 unless it names
@@ -151,6 +198,11 @@ func (r *registry) anyValue() *node {
 func (c *compiler) compile(path string, v any) (*node, error) {
 	if n, ok := c.byPath[path]; ok {
 		return n, nil
+	}
+	if c.compiled++; c.compiled%ctxEveryObjects == 0 {
+		if err := canceled(c.ctx); err != nil {
+			return nil, err
+		}
 	}
 	n, err := c.compileNew(path, v)
 	if err != nil {

@@ -2,6 +2,7 @@ package grammar
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"math/rand/v2"
 	"os"
@@ -34,7 +35,7 @@ func loadSuite(t testing.TB) []suite {
 	for _, p := range paths {
 		doc, err := os.ReadFile(p)
 		require.NoError(t, err)
-		g, err := CompileSchema(doc)
+		g, err := CompileSchema(context.Background(), doc)
 		require.NoError(t, err, p)
 		out = append(out, suite{name: filepath.Base(p), doc: doc, g: g, valid: compileValidator(t, doc)})
 	}
@@ -132,7 +133,7 @@ func FuzzCompileSchema(f *testing.F) {
 	f.Add([]byte(`{"type":"object","properties":{"a":{"$ref":"#"}},"required":["a"]}`), []byte(`{"a":{"a":`))
 	f.Add([]byte(`{"type":"array","items":{"$ref":"#"},"minItems":1}`), []byte(`[[[`))
 	f.Fuzz(func(t *testing.T, doc, text []byte) {
-		g, err := CompileSchema(doc)
+		g, err := CompileSchema(context.Background(), doc)
 		if err != nil {
 			var se *SchemaError
 			if !assertAs(err, &se) {
@@ -216,7 +217,7 @@ func TestStringShortcutEqualsWalk(t *testing.T) {
 	assert.Greater(t, checked, 500)
 
 	// Free text with strict tool calls: the text shortcut equals the walk too.
-	g, err := StrictTools([]Tool{{Name: "f", Parameters: []byte(`{"type":"object","properties":{"n":{"type":"integer"}}}`)}}, Hermes)
+	g, err := StrictTools(context.Background(), []Tool{{Name: "f", Parameters: []byte(`{"type":"object","properties":{"n":{"type":"integer"}}}`)}}, Hermes)
 	require.NoError(t, err)
 	fast, err := NewMatcher(g, v, []int32{4092})
 	require.NoError(t, err)

@@ -295,13 +295,16 @@ func (m *Matcher) compute(ctx context.Context, s State) (Mask, error) {
 		t = with
 	}
 	var (
-		err   error
-		edges int
+		err  error
+		work int
 	)
 	var walk func(k int32, stacks []*frame)
 	walk = func(k int32, stacks []*frame) {
 		for e := t.edgeStart[k]; e < t.edgeStart[k+1] && err == nil; e++ {
-			if edges++; edges%ctxEvery == 0 {
+			// The work of an edge is a byte fed to each stack: count that, so a walk carrying many stacks
+			// looks at ctx as often in time as one carrying a few.
+			if work += len(stacks); work >= ctxEvery {
+				work = 0
 				if err = ctx.Err(); err != nil {
 					return
 				}
@@ -334,5 +337,6 @@ func (m *Matcher) compute(ctx context.Context, s State) (Mask, error) {
 	return mk, nil
 }
 
-// ctxEvery is how many trie edges the walk takes between looks at its context.
+// ctxEvery is how many stack steps (a trie edge's byte fed to one stack) the walk takes between looks at its
+// context.
 const ctxEvery = 1024

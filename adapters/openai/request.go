@@ -93,6 +93,10 @@ func decodeJSON(body []byte, v any) error {
 	}
 	err := json.Unmarshal(body, v)
 	if err == nil {
+		if path, found := httpapi.InvalidText(body); found {
+			field := fieldPath(path)
+			return badRequest(field, "%s is not valid UTF-8 text (invalid bytes or a lone surrogate escape); send the text as UTF-8", fieldOr(field, "a string of the body"))
+		}
 		return nil
 	}
 	var syn *json.SyntaxError
@@ -110,6 +114,37 @@ func decodeJSON(body []byte, v any) error {
 		return badRequest("", "the request body is truncated JSON")
 	}
 	return badRequest("", "the request body could not be decoded: %v", err)
+}
+
+// fieldPath writes a path into the body as OpenAI names fields: messages[0].content.
+func fieldPath(path []any) string {
+	var b strings.Builder
+	for _, p := range path {
+		switch x := p.(type) {
+		case int:
+			fmt.Fprintf(&b, "[%d]", x)
+		case string:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(x)
+		}
+	}
+	return b.String()
+}
+
+// isEmptyArray reports whether r is the JSON array [].
+func isEmptyArray(r json.RawMessage) bool {
+	var items []json.RawMessage
+	return json.Unmarshal(r, &items) == nil && items != nil && len(items) == 0
+}
+
+// fieldOr is field, or what when field is "".
+func fieldOr(field, what string) string {
+	if field == "" {
+		return what
+	}
+	return field
 }
 
 // isNull reports whether a raw field is absent or JSON null.
@@ -419,6 +454,10 @@ func parseMessages(raw json.RawMessage) ([]ports.ChatMessage, error) {
 		}
 		if isNull(m.Content) && role != "assistant" {
 			return nil, badRequest(param+".content", "%s.content is required for role %s", param, role)
+		}
+		// OpenAI's schema gives every role but the assistant's an array of at least one content part.
+		if !isString && role != "assistant" && isEmptyArray(m.Content) {
+			return nil, badRequest(param+".content", "%s.content must not be an empty array: send at least one content part, or a string", param)
 		}
 		if !isNull(m.ToolCalls) && role != "assistant" {
 			return nil, badRequest(param+".tool_calls", "%s.tool_calls is only allowed on assistant messages", param)

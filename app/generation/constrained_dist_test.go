@@ -71,7 +71,7 @@ func seqKey(toks []ports.Token) string {
 // drafter that proposes random tokens (most of them forbidden), draws whole outputs with the masked
 // distribution's probabilities (chi-square over every possible output), under both verification rules.
 func TestConstrainedSamplingHasTheMaskedDistribution(t *testing.T) {
-	g, err := grammar.CompileSchema([]byte(`{"enum":["ab","ba","aab","b"]}`))
+	g, err := grammar.CompileSchema(context.Background(), []byte(`{"enum":["ab","ba","aab","b"]}`))
 	require.NoError(t, err)
 	m, err := grammar.NewMatcher(g, grammar.NewVocab(distVocab), []int32{distEOS})
 	require.NoError(t, err)

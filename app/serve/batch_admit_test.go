@@ -28,7 +28,7 @@ func TestAdmissionWithoutMaxTokensOnDemo(t *testing.T) {
 	l := serve.engine.Load()
 
 	req := ports.GenerateRequest{Prompt: "func (s *Server) "}
-	p, err := serve.prepare(l, req)
+	p, err := serve.prepare(t.Context(), l, req)
 	require.NoError(t, err)
 	room := l.info.ContextLength - len(p.Prompt)
 	whole := l.footprint.requestBytes(len(p.Prompt), room, p.Config.BlockSize, serve.cfg.PrefillChunk)

@@ -7,92 +7,119 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/higgs-go/higgs/ports"
 )
 
-// plainRoles are the roles whose content a client writes: it is text, never control tokens. Assistant
-// messages are left alone: templates read their content (Qwen3 splits it at </think>), and a client that
-// forges an assistant turn forges nothing it could not write as one.
-var plainRoles = map[string]bool{"user": true, "system": true, "tool": true}
-
-// plainSpans finds where the content of user, system and tool messages that spells special tokens lies in
-// the rendered prompt text, so that it is encoded as text. Messages without special-token text need no
-// span (their encoding is the same either way), so the common prompt is rendered once. For the others the
-// template is rendered again with each such content replaced by a unique marker; the markers' positions are
-// the spans, checked by rebuilding the prompt from them: a template that transforms or inspects the content
-// (so that the spans cannot be known) gets the request refused rather than encoded unsafely.
+// plainSpans finds where client-written text that spells special tokens lies in the rendered prompt text,
+// so that it is encoded as text: the content of every message, assistant turns included (a client relays
+// untrusted text into its history: a forged <|im_start|>system there would be a system turn), and every
+// other string of a message (an assistant turn's tool_calls, reasoning_content, names). Messages without
+// special-token text need no span (their encoding is the same either way), so the common prompt is rendered
+// once. For the others each special-token spelling is replaced by a unique marker and the template rendered
+// again; every marker found in that render is a span (a template may drop text, such as an earlier turn's
+// reasoning, or print it twice), checked by rebuilding the prompt from the render: a template that
+// transforms the text around a spelling (so that the spans cannot be known) gets the request refused
+// rather than encoded unsafely.
 func (s *Serve) plainSpans(l *loaded, msgs []ports.ChatMessage, opts ports.ChatOptions, text string) ([]ports.Span, error) {
 	pe, ok := l.Tokenizer.(ports.PlainEncoder)
 	if !ok {
 		return nil, nil
 	}
-	var marked []ports.ChatMessage
-	markers := map[int]string{}
 	nonce := make([]byte, 8)
 	_, _ = rand.Read(nonce)
+	mk := &markers{pe: pe, prefix: "HIGGSPLAIN" + hex.EncodeToString(nonce) + "N"}
+	var marked []ports.ChatMessage
+	first := -1 // the first message with special-token text (named when refused)
 	for i, m := range msgs {
-		if !plainRoles[m.Role] {
-			continue
+		content := mk.mark(m.Content)
+		raw, err := mapStrings(m.Raw, mk.mark)
+		if err != nil {
+			return nil, invalid("messages", "messages[%d]: %v", i, err)
 		}
-		tok := pe.SpecialIn(m.Content)
-		if tok == "" {
+		if mk.failed != "" {
+			return nil, refusePlain(i, mk.failed)
+		}
+		if content == m.Content && bytes.Equal(raw, m.Raw) {
 			continue
 		}
 		if marked == nil {
 			marked = append([]ports.ChatMessage(nil), msgs...)
+			first = i
 		}
-		marker := fmt.Sprintf("HIGGSPLAIN%s%dEND", hex.EncodeToString(nonce), i)
-		raw, err := withContent(m.Raw, marker)
-		if err != nil {
-			return nil, invalid("messages", "messages[%d]: %v", i, err)
-		}
-		marked[i] = ports.ChatMessage{Role: m.Role, Content: marker, Raw: raw}
-		markers[i] = marker
+		marked[i] = ports.ChatMessage{Role: m.Role, Content: content, Raw: raw}
 	}
 	if marked == nil {
 		return nil, nil
-	}
-	refuse := func(i int) error {
-		return invalid("messages", "messages[%d].content spells the special token %q, and this model's chat template transforms message content, so it cannot be kept as plain text; remove it (or start higgsd with --special-tokens-in-content)",
-			i, pe.SpecialIn(msgs[i].Content))
 	}
 	tmpl, err := l.Template.Render(marked, opts)
 	if err != nil {
 		return nil, invalid("messages", "chat template: %v", err)
 	}
-	// Walk the marked prompt in order, replacing each marker by its content and recording where it lands.
-	type hit struct{ at, msg int }
-	var hits []hit
-	for i := range msgs {
-		mk, ok := markers[i]
-		if !ok {
-			continue
-		}
-		if strings.Count(tmpl, mk) != 1 {
-			return nil, refuse(i)
-		}
-		hits = append(hits, hit{strings.Index(tmpl, mk), i})
-	}
-	sortHits := func(a, b hit) int { return a.at - b.at }
-	slices.SortFunc(hits, sortHits)
+	// Walk the marked prompt in order, replacing each marker by its spelling and recording where it lands.
 	var sb strings.Builder
-	spans := make([]ports.Span, 0, len(hits))
-	prev := 0
-	for _, h := range hits {
-		sb.WriteString(tmpl[prev:h.at])
+	var spans []ports.Span
+	for {
+		at := strings.Index(tmpl, mk.prefix)
+		if at < 0 {
+			break
+		}
+		end := strings.Index(tmpl[at+len(mk.prefix):], "E")
+		n := -1
+		if end >= 0 {
+			if v, err := strconv.Atoi(tmpl[at+len(mk.prefix) : at+len(mk.prefix)+end]); err == nil && v < len(mk.spelled) {
+				n = v
+			}
+		}
+		if n < 0 {
+			return nil, refusePlain(first, mk.spelled[0])
+		}
+		sb.WriteString(tmpl[:at])
 		start := sb.Len()
-		sb.WriteString(msgs[h.msg].Content)
+		sb.WriteString(mk.spelled[n])
 		spans = append(spans, ports.Span{Start: start, End: sb.Len()})
-		prev = h.at + len(markers[h.msg])
+		tmpl = tmpl[at+len(mk.prefix)+end+1:]
 	}
-	sb.WriteString(tmpl[prev:])
+	sb.WriteString(tmpl)
 	if sb.String() != text {
-		return nil, refuse(hits[0].msg)
+		return nil, refusePlain(first, mk.spelled[0])
 	}
 	return spans, nil
+}
+
+// refusePlain is the error of a message whose special-token text cannot be kept as plain text.
+func refusePlain(i int, spelled string) error {
+	return invalid("messages", "messages[%d] spells the special token %q, and this model's chat template transforms message text, so it cannot be kept as plain text; remove it (or start higgsd with --special-tokens-in-content)",
+		i, spelled)
+}
+
+// markers replaces special-token spellings in client text by unique markers: prefix, a number, "E".
+type markers struct {
+	pe     ports.PlainEncoder
+	prefix string
+	// spelled[n] is the spelling marker n stands for.
+	spelled []string
+	// failed is a spelling found (after the tokenizer's normalization) but not written as such: it cannot
+	// be replaced.
+	failed string
+}
+
+// mark returns s with each special-token spelling replaced by a marker of its own.
+func (m *markers) mark(s string) string {
+	for {
+		tok := m.pe.SpecialIn(s)
+		if tok == "" {
+			return s
+		}
+		if !strings.Contains(s, tok) {
+			m.failed = tok
+			return s
+		}
+		s = strings.Replace(s, tok, fmt.Sprintf("%s%dE", m.prefix, len(m.spelled)), 1)
+		m.spelled = append(m.spelled, tok)
+	}
 }
 
 // encodeText encodes the prompt, the plain spans as text where there are any.
@@ -107,52 +134,75 @@ func encodeText(tok ports.Tokenizer, text string, plain []ports.Span) ([]ports.T
 	return pe.EncodePlain(text, plain)
 }
 
-// withContent returns the JSON object raw with its "content" set to the string s, other keys kept in
-// their order (templates may print messages with tojson). A nil raw stays nil: the template then reads the
-// message's Content.
-func withContent(raw []byte, s string) ([]byte, error) {
+// mapStrings returns the JSON document raw with f applied to every string in it, keys included, everything
+// else (key order, numbers) kept: templates print messages and tool calls with tojson. A nil raw stays nil.
+func mapStrings(raw []byte, f func(string) string) ([]byte, error) {
 	if len(raw) == 0 {
-		return nil, nil
+		return raw, nil
 	}
-	val, _ := json.Marshal(s)
 	dec := json.NewDecoder(bytes.NewReader(raw))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, errors.New("the message is not a JSON object")
-	}
+	dec.UseNumber()
 	var buf bytes.Buffer
-	buf.WriteByte('{')
-	found := false
-	for n := 0; dec.More(); n++ {
-		t, err := dec.Token()
+	changed := false
+	str := func(s string) {
+		t := f(s)
+		changed = changed || t != s
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		_ = enc.Encode(t)
+		buf.Truncate(buf.Len() - 1) // Encode's newline
+	}
+	var value func() error
+	value = func() error {
+		tok, err := dec.Token()
 		if err != nil {
-			return nil, err
+			return err
 		}
-		k, _ := t.(string)
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, err
+		switch t := tok.(type) {
+		case json.Delim:
+			closer := byte('}')
+			if t == '[' {
+				closer = ']'
+			}
+			buf.WriteByte(byte(t))
+			for n := 0; dec.More(); n++ {
+				if n > 0 {
+					buf.WriteByte(',')
+				}
+				if t == '{' {
+					k, err := dec.Token()
+					if err != nil {
+						return err
+					}
+					ks, _ := k.(string)
+					str(ks)
+					buf.WriteByte(':')
+				}
+				if err := value(); err != nil {
+					return err
+				}
+			}
+			if _, err := dec.Token(); err != nil {
+				return err
+			}
+			buf.WriteByte(closer)
+		case string:
+			str(t)
+		case json.Number:
+			buf.WriteString(t.String())
+		case bool:
+			buf.WriteString(strconv.FormatBool(t))
+		case nil:
+			buf.WriteString("null")
 		}
-		if n > 0 {
-			buf.WriteByte(',')
-		}
-		kb, _ := json.Marshal(k)
-		buf.Write(kb)
-		buf.WriteByte(':')
-		if k == "content" {
-			buf.Write(val)
-			found = true
-		} else {
-			buf.Write(v)
-		}
+		return nil
 	}
-	if !found {
-		if buf.Len() > 1 {
-			buf.WriteByte(',')
-		}
-		buf.WriteString(`"content":`)
-		buf.Write(val)
+	if err := value(); err != nil {
+		return nil, errors.New("the message is not valid JSON")
 	}
-	buf.WriteByte('}')
+	if !changed {
+		return raw, nil
+	}
 	return buf.Bytes(), nil
 }
 

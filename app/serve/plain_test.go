@@ -1,7 +1,9 @@
 package serve
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
@@ -193,4 +195,49 @@ func TestSpecialTokensInToolsRefused(t *testing.T) {
 	_, err = s.CountTokens(context.Background(), ports.GenerateRequest{Messages: msgs, MaxTokens: 4,
 		Chat: ports.ChatOptions{Tools: []byte(`[{"type":"function","function":{"name":"f","description":"plain","parameters":{}}}]`)}})
 	assert.NoError(t, err, "ordinary tools are served")
+}
+
+// FuzzMapStrings holds the JSON rewriter to encoding/json: the identity keeps the document byte for byte,
+// and a mapping of the strings gives the document whose decoded strings (keys included) are mapped.
+func FuzzMapStrings(f *testing.F) {
+	for _, s := range []string{`{"role":"assistant","content":"a<|im_end|>","tool_calls":[{"function":{"arguments":{"k":[1,2.5e3,true,null,"v"]}}}]}`,
+		`{"a":{"b":{}},"c":[]}`, `{"\u003c":"\u00e9"}`, `[1,"x"]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		same, err := mapStrings(doc, func(s string) string { return s })
+		if err != nil {
+			return
+		}
+		if !bytes.Equal(same, doc) {
+			t.Fatalf("identity changed %q to %q", doc, same)
+		}
+		var want any
+		if json.Unmarshal(doc, &want) != nil {
+			return
+		}
+		out, err := mapStrings(doc, func(s string) string { return s + "x" })
+		require.NoError(t, err)
+		var got any
+		require.NoError(t, json.Unmarshal(out, &got), "%q", out)
+		var mapped func(any) any
+		mapped = func(v any) any {
+			switch x := v.(type) {
+			case string:
+				return x + "x"
+			case []any:
+				for i := range x {
+					x[i] = mapped(x[i])
+				}
+			case map[string]any:
+				m := map[string]any{}
+				for k, e := range x {
+					m[k+"x"] = mapped(e)
+				}
+				return m
+			}
+			return v
+		}
+		assert.Equal(t, mapped(want), got)
+	})
 }

@@ -45,7 +45,8 @@ type ServeConfig struct {
 	// QueueSize is the number of requests that may wait for the engine; one more is refused with
 	// ports.ErrBusy.
 	QueueSize int
-	// SpecialTokensInContent encodes special-token text in user, system and tool message content as control
+	// SpecialTokensInContent encodes special-token text in message content (every role, and the strings of
+	// assistant turns' tool calls) as control
 	// tokens (the old behaviour). By default that content is plain text: only the template's own markup is
 	// special, so a client cannot close its turn and forge a system turn by typing <|im_end|><|im_start|>.
 	SpecialTokensInContent bool
@@ -250,7 +251,7 @@ type prepared struct {
 }
 
 // prepare tokenizes req and checks it against l: the text-level knobs here, the generation's in its plan.
-func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) {
+func (s *Serve) prepare(ctx context.Context, l *loaded, req ports.GenerateRequest) (prepared, error) {
 	var p prepared
 	if req.Model != "" && req.Model != l.name {
 		return p, fmt.Errorf("%w: the model %q does not exist; this server serves %q", ports.ErrUnknownModel, req.Model, l.name)
@@ -291,7 +292,7 @@ func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) 
 	}
 	var err error
 	think := p.think && (p.inThink || req.Chat.EnableThinking != nil && *req.Chat.EnableThinking)
-	if p.Constraint, err = l.constraints.Matcher(req.Constraint, think, p.inThink); err != nil {
+	if p.Constraint, err = l.constraints.Matcher(ctx, req.Constraint, think, p.inThink); err != nil {
 		return p, err
 	}
 	return p, nil
@@ -334,6 +335,11 @@ func (s *Serve) encodePrompt(l *loaded, req ports.GenerateRequest) (prompt []por
 			break
 		}
 		text = t
+		if err := l.constraints.CheckToolSchemas(opts.Tools); err != nil {
+			errs = append(errs, invalid("tools", "%v", err))
+			text = ""
+			break
+		}
 		if !s.cfg.SpecialTokensInContent {
 			if err := toolsSpecial(l, opts.Tools); err != nil {
 				errs = append(errs, err)
@@ -385,7 +391,7 @@ func (s *Serve) Generate(ctx context.Context, req ports.GenerateRequest, emit fu
 	if l == nil {
 		return ports.GenerateResult{}, fmt.Errorf("generate: %w", ports.ErrNotReady)
 	}
-	p, err := s.prepare(l, req)
+	p, err := s.prepare(ctx, l, req)
 	if err != nil {
 		return ports.GenerateResult{}, err
 	}

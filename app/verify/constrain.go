@@ -63,7 +63,7 @@ func measureConstrained(ctx context.Context, m *models.Models, o BenchOptions, b
 	g := grammar.JSONObject()
 	if o.Constrain.Schema != nil {
 		var err error
-		if g, err = grammar.CompileSchema(o.Constrain.Schema); err != nil {
+		if g, err = grammar.CompileSchema(ctx, o.Constrain.Schema); err != nil {
 			return res, fmt.Errorf("%w: --constrain: %w", ErrBadInput, err)
 		}
 	}
