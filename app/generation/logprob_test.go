@@ -152,7 +152,7 @@ func TestRunLogprobsExactUnderSpeculation(t *testing.T) {
 // Under a constraint the log-probabilities are of the masked distribution the decoder verified against:
 // tokens the grammar forbids are never listed, and the allowed ones' probabilities sum to 1.
 func TestRunLogprobsUnderConstraint(t *testing.T) {
-	g, err := grammar.CompileSchema([]byte(`{"enum":["ab","ba","aab","b"]}`))
+	g, err := grammar.CompileSchema(t.Context(), []byte(`{"enum":["ab","ba","aab","b"]}`))
 	require.NoError(t, err)
 	mt, err := grammar.NewMatcher(g, grammar.NewVocab(distVocab), []int32{distEOS})
 	require.NoError(t, err)
