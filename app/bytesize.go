@@ -46,6 +46,14 @@ func ParseByteSize(s string) (int64, error) {
 	if t == "" || strings.TrimLeft(t, "+-0123456789.") != "" || strings.Count(t, ".") > 1 || strings.LastIndexAny(t, "+-") > 0 {
 		return 0, fmt.Errorf("size %q: want bytes or a number with a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB), such as 4GiB", s)
 	}
+	if n, err := strconv.ParseInt(t, 10, 64); err == nil {
+		// Whole numbers stay exact: a float64 holds integers only up to 2^53.
+		m := int64(mult)
+		if n > math.MaxInt64/m || n < math.MinInt64/m {
+			return 0, fmt.Errorf("size %q is too large", s)
+		}
+		return n * m, nil
+	}
 	f, err := strconv.ParseFloat(t, 64)
 	if err != nil {
 		return 0, fmt.Errorf("size %q: want bytes or a number with a unit, such as 4GiB", s)

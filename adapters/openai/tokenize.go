@@ -203,4 +203,3 @@ func (s *Server) detokenize(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, DetokenizeResponse{Prompt: text, Content: text})
 }
-

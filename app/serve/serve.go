@@ -270,6 +270,9 @@ type prepared struct {
 	stop    []string
 	think   bool // split <think>…</think> into reasoning
 	inThink bool // the prompt leaves the model inside a think block
+	// defaultMax: the request set no max_tokens and Config.MaxTokens is the server's default, which memory
+	// admission may lower as it caps any request without a limit.
+	defaultMax bool
 }
 
 // prepare tokenizes req and checks it against l: the text-level knobs here, the generation's in its plan.
@@ -293,7 +296,9 @@ func (s *Serve) prepare(l *loaded, req ports.GenerateRequest) (prepared, error) 
 	if req.Seed != nil {
 		seed = *req.Seed
 	}
-	gr := generation.Request{Prompt: ids, PromptParam: promptParam, MaxTokens: l.requestMaxTokens(req.MaxTokens, len(ids)), BlockSize: req.BlockSize,
+	maxTokens := l.requestMaxTokens(req.MaxTokens, len(ids))
+	p.defaultMax = req.MaxTokens == 0 && maxTokens > 0
+	gr := generation.Request{Prompt: ids, PromptParam: promptParam, MaxTokens: maxTokens, BlockSize: req.BlockSize,
 		Adaptive: s.cfg.Adaptive, Sampling: req.Sampling, Seed: seed, Verify: verification(req.Seed != nil),
 		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs}
 	if len(ids) > 0 || len(errs) == 0 {
