@@ -126,11 +126,14 @@ func TestBrowserPage(t *testing.T) {
 	n, _ := strconv.Atoi(rounds)
 	assert.Positive(t, n, "a fixed block of 16 drafts every round")
 
-	// Send with an empty box sends the example prompt the box shows, and the answer joins the conversation.
+	// Send with an empty box (chat mode empties it after each answer) sends the example prompt the box
+	// shows, and the answer joins the conversation.
 	example := attr(`#prompt`, "placeholder")
 	require.NotEmpty(t, example)
+	box, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('#prompt').value`))
+	require.NoError(t, err)
+	require.Empty(t, box)
 	require.NoError(t, chromedp.Do(ctx,
-		chromedp.SetValue(`#prompt`, ""),
 		chromedp.SetValue(`#p-max`, "8"),
 		chromedp.Click(`#send`),
 		chromedp.Poll[chromedp.Void](`document.querySelectorAll('#history .assistant').length === 2`),
