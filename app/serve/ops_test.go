@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/openai/openai-go/v3"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -259,4 +260,17 @@ func TestTokenizeHTTP(t *testing.T) {
 	assert.EqualValues(t, FallbackMaxTokens, entry["default_max_tokens"])
 	assert.Equal(t, map[string]any{"mode": "fixed", "block_size": float64(4)}, entry["speculation"])
 	assert.Equal(t, map[string]any{"name": "", "block_size": float64(4)}, entry["drafter"])
+}
+
+// TestSDKCallWithoutMaxTokens: the official SDK's call, which sends no max_tokens, ends at the server's
+// default instead of running to the context length.
+func TestSDKCallWithoutMaxTokens(t *testing.T) {
+	h := newHarness(t, harnessOpts{noEOS: true, ctxLen: 8192})
+	resp, err := h.client.Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{
+		Model:    "toy",
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("hello")},
+	})
+	require.NoError(t, err)
+	assert.EqualValues(t, FallbackMaxTokens, resp.Usage.CompletionTokens)
+	assert.Equal(t, "length", resp.Choices[0].FinishReason)
 }
