@@ -126,6 +126,22 @@ func TestBrowserPage(t *testing.T) {
 	n, _ := strconv.Atoi(rounds)
 	assert.Positive(t, n, "a fixed block of 16 drafts every round")
 
+	// Send with an empty box (chat mode empties it after each answer) sends the example prompt the box
+	// shows, and the answer joins the conversation.
+	example := attr(`#prompt`, "placeholder")
+	require.NotEmpty(t, example)
+	box, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector('#prompt').value`))
+	require.NoError(t, err)
+	require.Empty(t, box)
+	require.NoError(t, chromedp.Do(ctx,
+		chromedp.SetValue(`#p-max`, "8"),
+		chromedp.Click(`#send`),
+		chromedp.Poll[chromedp.Void](`document.querySelectorAll('#history .assistant').length === 2`),
+	), "send the example prompt from an empty box")
+	sent, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelectorAll('#history .user')[1].textContent`))
+	require.NoError(t, err)
+	assert.Equal(t, example, sent, "an empty box sends its example prompt")
+
 	path := filepath.Join(t.TempDir(), "page.png")
 	require.NoError(t, os.WriteFile(path, shot, 0o644))
 	if extra := os.Getenv("HIGGS_BROWSER_SCREENSHOT"); extra != "" {

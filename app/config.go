@@ -67,6 +67,13 @@ type Config struct {
 	ConfigFile             string
 	// Distributed splits the model across processes with MLX distributed (app/distributed.go).
 	Distributed bool
+	// DefaultMaxTokens is the output limit of a request without max_tokens (ServeConfig.DefaultMaxTokens:
+	// 0 the model's generation config, else serve.FallbackMaxTokens; -1 none).
+	DefaultMaxTokens int
+	// ContextLength caps the model's context length (0: the model's own).
+	ContextLength int
+	// Version asks higgsd to print its version and exit.
+	Version bool
 }
 
 // DefaultConfig serves the bundled gocoder model with its drafter on 127.0.0.1:8000.
@@ -113,7 +120,7 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.Var((*keyList)(&c.APIKeys), "api-key", "require `KEY` on /v1/ routes ('Authorization: Bearer KEY'; the Messages API also takes 'x-api-key: KEY'); repeat for more keys, each a tenant of its own (its own prefix cache and event stream)")
 	fs.StringVar(&c.APIKeyFile, "api-key-file", c.APIKeyFile, "file of tenant keys, one a line (blank lines and lines starting with # are skipped; surrounding spaces trimmed), added to --api-key's")
 	fs.StringVar(&c.AdminKey, "admin-key", c.AdminKey, "operator key: accepted on /v1/ routes like a tenant key, and its event stream (/v1/events) shows every tenant's generations")
-	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body accepted, in bytes")
+	fs.Var(byteSize{&c.MaxBodyBytes}, "max-body-bytes", "largest request body accepted: bytes, or a size with a unit (4MiB, 1.5MB)")
 	fs.DurationVar(&c.BodyTimeout, "body-timeout", c.BodyTimeout, "longest a client may take to send a request body (a slower one is answered 408)")
 	fs.BoolVar(&c.SpecialTokensInContent, "special-tokens-in-content", c.SpecialTokensInContent, "encode special-token text (<|im_end|>…) in message content (every role, assistant tool calls included) as control tokens, letting clients forge turns (default: plain text)")
 	fs.DurationVar(&c.RequestTimeout, "request-timeout", c.RequestTimeout, "longest a generation request may take (0: no limit)")
@@ -122,14 +129,17 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxConcurrency, "max-concurrency", c.MaxConcurrency, "batch size: generations decoded together, each round's drafts and verifies of all of them run as one batched call (more wait in the queue)")
 	fs.DurationVar(&c.BatchWait, "batch-wait", c.BatchWait, "longest a round waits for a generation that has not sent its next block (one busy writing to a slow client)")
 	fs.IntVar(&c.PrefillChunk, "prefill-chunk", c.PrefillChunk, "prefill prompts in forwards of at most this many tokens, interleaved with the running streams' rounds (0: whole prompts)")
-	fs.Int64Var(&c.MemoryBudget, "memory-budget-bytes", c.MemoryBudget, "KV cache and state the running requests may reserve together, in bytes; a request that does not fit waits, one that never can is refused (0: half the machine's memory less the prefix cache)")
-	fs.Int64Var(&c.PrefixCacheBytes, "prefix-cache-bytes", c.PrefixCacheBytes, "memory the prefix cache may hold, in bytes (attention KV, recurrent state and drafter context of earlier prompts, reused by requests that start the same way; 0: off)")
+	fs.Var(byteSize{&c.MemoryBudget}, "memory-budget-bytes", "KV cache and state the running requests may reserve together: bytes, or a size with a unit (4GiB, 512MiB, 1.5GB); a request that does not fit waits, one that never can is refused (0: half the machine's memory less the prefix cache)")
+	fs.Var(byteSize{&c.PrefixCacheBytes}, "prefix-cache-bytes", "memory the prefix cache may hold: bytes, or a size with a unit (1GiB) (attention KV, recurrent state and drafter context of earlier prompts, reused by requests that start the same way; 0: off)")
 	fs.IntVar(&c.PrefixCacheEvery, "prefix-cache-every", c.PrefixCacheEvery, "besides each prompt's and generation's end, cache the prompt's state every this many tokens (0: only at the ends)")
 	fs.BoolVar(&c.PrefixCacheShared, "prefix-cache-shared", c.PrefixCacheShared, "share the prefix cache between tenants (keys): a hit, cached_tokens and the time to first token then tell one client about another's prompts; only for a trusted deployment (default: each tenant reuses only its own prompts)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "trace, debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "console or json")
 	fs.StringVar(&c.ServedModelName, "served-model-name", c.ServedModelName, "model id clients use (default: the model directory's name)")
 	fs.StringVar(&c.ConfigFile, "config", c.ConfigFile, "TOML configuration file")
+	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", c.DefaultMaxTokens, "output limit of a request that sets no max_tokens (0: the model's generation_config.json max_new_tokens, else 1024; -1: none, up to the context length)")
+	fs.IntVar(&c.ContextLength, "context-length", c.ContextLength, "cap the model's context length, prompt and output together, at this many tokens (0: the model's own; more than the model's is refused)")
+	fs.BoolVar(&c.Version, "version", c.Version, "print higgsd's version (module version, VCS revision, Go version) and exit")
 	fs.BoolVar(&c.Distributed, "distributed", c.Distributed, "split the model's layers across processes with MLX distributed (MLX_RANK, MLX_HOSTFILE as mlx.launch sets them; rank 0 serves HTTP, the others are workers); needs the mlx backend")
 }
 
@@ -169,6 +179,10 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	}
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected arguments %q (all settings are flags)", fs.Args())
+	}
+	if cfg.Version {
+		// --version answers whatever else the environment or a configuration file says.
+		return cfg, nil
 	}
 	onCmdline := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { onCmdline[f.Name] = true })
@@ -390,6 +404,12 @@ func (c Config) Validate() error {
 	if c.PrefixCacheEvery < 0 {
 		errs = append(errs, fmt.Errorf("--prefix-cache-every %d must be ≥ 0", c.PrefixCacheEvery))
 	}
+	if c.DefaultMaxTokens < -1 {
+		errs = append(errs, fmt.Errorf("--default-max-tokens %d must be ≥ -1 (0: the model's, -1: none)", c.DefaultMaxTokens))
+	}
+	if c.ContextLength < 0 {
+		errs = append(errs, fmt.Errorf("--context-length %d must be ≥ 0 (0: the model's)", c.ContextLength))
+	}
 	if _, err := zerolog.ParseLevel(c.LogLevel); err != nil || c.LogLevel == "" {
 		errs = append(errs, fmt.Errorf("--log-level %q: want trace, debug, info, warn or error", c.LogLevel))
 	}
@@ -419,7 +439,8 @@ func (c Config) ServeConfig() serve.ServeConfig {
 	return serve.ServeConfig{ServedModelName: c.ServedModelName, BlockSize: bs, Adaptive: c.Adaptive,
 		MaxConcurrency: c.MaxConcurrency, BatchWait: c.BatchWait, PrefillChunk: c.PrefillChunk, MemoryBudget: c.MemoryBudget,
 		QueueSize: c.QueueSize, SpecialTokensInContent: c.SpecialTokensInContent,
-		PrefixCacheBytes: c.PrefixCacheBytes, PrefixCacheEvery: c.PrefixCacheEvery, PrefixCacheShared: c.PrefixCacheShared}
+		PrefixCacheBytes: c.PrefixCacheBytes, PrefixCacheEvery: c.PrefixCacheEvery, PrefixCacheShared: c.PrefixCacheShared,
+		DefaultMaxTokens: c.DefaultMaxTokens, ContextLength: c.ContextLength}
 }
 
 // ExposedWithoutKey reports whether the server listens beyond this machine with no key: anyone who can

@@ -187,11 +187,46 @@ type GenerateResult struct {
 	Logprobs []TokenLogprob
 }
 
-// ModelCard describes a served model.
+// ModelCard describes a served model and what it runs with.
 type ModelCard struct {
 	ID      string
 	Created int64
 	OwnedBy string
+	// Backend is the compute backend the model runs on ("cpu", "mlx"); "" when not known.
+	Backend string
+	// Kernels is the CPU backend's kernel mode ("exact", "fast"); "" on a backend without modes.
+	Kernels string
+	// ContextLength is the most tokens a request may hold, prompt and output together (the model's, or less
+	// where the operator capped it); 0: no limit known.
+	ContextLength int
+	// DefaultMaxTokens is the output limit of a request that sets none; 0: up to the context length.
+	DefaultMaxTokens int
+	// Speculation is how the model decodes: SpeculationAdaptive, SpeculationFixed or SpeculationOff.
+	Speculation string
+	// BlockSize is the block size a request that names none decodes with, anchor included (1: no drafts).
+	BlockSize int
+	// Drafter describes the drafter; nil without one.
+	Drafter *DrafterCard
+}
+
+// Speculation modes a ModelCard states.
+const (
+	// SpeculationAdaptive: the depth policy picks each round's block size, plain decoding included.
+	SpeculationAdaptive = "adaptive"
+	// SpeculationFixed: every round drafts a block of the default block size.
+	SpeculationFixed = "fixed"
+	// SpeculationOff: no drafter, or block size 1.
+	SpeculationOff = "off"
+)
+
+// DrafterCard describes a model's drafter.
+type DrafterCard struct {
+	// Name is the drafter's directory base name or hub id.
+	Name string
+	// Generation is the drafter's generation ("DFlash", "DFlash2"); "" when not known.
+	Generation string
+	// BlockSize is the largest block the drafter proposes, anchor included.
+	BlockSize int
 }
 
 // Generator is the inbound port the HTTP adapter calls. Implementations are safe for concurrent use.

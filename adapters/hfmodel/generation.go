@@ -23,6 +23,9 @@ type GenerationConfig struct {
 	TopK              *int
 	MinP              *float64
 	RepetitionPenalty *float64
+	// MaxNewTokens is max_new_tokens, the output length generate() stops at (higgsd's default max_tokens).
+	// max_length (prompt and output together, 20 in transformers when unset) is not read.
+	MaxNewTokens *int
 }
 
 // LoadGenerationConfig reads dir/generation_config.json. A missing file is not an error: it returns the zero
@@ -74,6 +77,12 @@ func ParseGenerationConfig(data []byte) (*GenerationConfig, error) {
 	if r.has("top_k") {
 		v := r.int("top_k", 0)
 		g.TopK = &v
+	}
+	if r.has("max_new_tokens") {
+		// 0 or less says nothing usable; the server's default then applies.
+		if v := r.int("max_new_tokens", 0); v > 0 {
+			g.MaxNewTokens = &v
+		}
 	}
 	if err := errors.Join(r.errs...); err != nil {
 		return nil, err

@@ -131,17 +131,52 @@ type ModelList struct {
 	Data   []Model `json:"data"`
 }
 
-// Model is a /v1/models entry.
+// Model is a /v1/models entry: OpenAI's four fields, then what the model runs with (fields beyond
+// OpenAI's are left out where the card does not know them).
 type Model struct {
 	ID      string `json:"id"`
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// Backend ("cpu", "mlx") and Kernels (the CPU backend's "exact" or "fast").
+	Backend string `json:"backend,omitempty"`
+	Kernels string `json:"kernels,omitempty"`
+	// ContextLength is the most tokens a request may hold, prompt and output; MaxModelLen is the same
+	// number under vLLM's name, which clients read.
+	ContextLength int `json:"context_length,omitempty"`
+	MaxModelLen   int `json:"max_model_len,omitempty"`
+	// DefaultMaxTokens is the output limit of a request without max_tokens (absent: up to the context).
+	DefaultMaxTokens int `json:"default_max_tokens,omitempty"`
+	// Speculation is how the model decodes; Drafter is null without a drafter.
+	Speculation *ModelSpeculation `json:"speculation,omitempty"`
+	Drafter     *ModelDrafter     `json:"drafter,omitempty"`
+}
+
+// ModelSpeculation is a model entry's decoding mode: "adaptive" (the depth policy picks each round's block
+// size, plain decoding included), "fixed" or "off", and the default block size (anchor included).
+type ModelSpeculation struct {
+	Mode      string `json:"mode"`
+	BlockSize int    `json:"block_size"`
+}
+
+// ModelDrafter is a model entry's drafter.
+type ModelDrafter struct {
+	Name       string `json:"name"`
+	Generation string `json:"generation,omitempty"`
+	BlockSize  int    `json:"block_size"`
 }
 
 // ModelOf translates a model card.
 func ModelOf(c ports.ModelCard) Model {
-	return Model{ID: c.ID, Object: "model", Created: c.Created, OwnedBy: c.OwnedBy}
+	m := Model{ID: c.ID, Object: "model", Created: c.Created, OwnedBy: c.OwnedBy, Backend: c.Backend, Kernels: c.Kernels,
+		ContextLength: c.ContextLength, MaxModelLen: c.ContextLength, DefaultMaxTokens: c.DefaultMaxTokens}
+	if c.Speculation != "" {
+		m.Speculation = &ModelSpeculation{Mode: c.Speculation, BlockSize: c.BlockSize}
+	}
+	if d := c.Drafter; d != nil {
+		m.Drafter = &ModelDrafter{Name: d.Name, Generation: d.Generation, BlockSize: d.BlockSize}
+	}
+	return m
 }
 
 // ChatCompletionOf builds the non-streamed chat response; calls are the tool calls found in the answer

@@ -91,6 +91,7 @@ func New(gen ports.Generator, opts Options) *Server {
 	handle("GET /v1/models/{id...}", s.model)
 	handle("GET /health", s.health)
 	handle("GET /v1/events", s.events)
+	s.registerTokenize(route)
 	route("GET /{$}", http.HandlerFunc(s.page))
 	route("GET /ui/", pageAssets())
 	// The mux answers a wrong method with a plain-text 405; these catch-alls answer in OpenAI's shape.

@@ -23,6 +23,8 @@ type Engine struct {
 	BlockSize int
 	// Policies, when set, carries the adaptive policy's measurements from request to request.
 	Policies *Policies
+	// ContextLength, when > 0, caps the target's context length (an operator's --context-length).
+	ContextLength int
 }
 
 // Check reports a configuration the engine cannot run (a default block size the drafter does not allow).
@@ -121,6 +123,9 @@ type Plan struct {
 // name the parameter at fault, and returns what Run needs.
 func (e *Engine) Plan(req Request) (Plan, error) {
 	info := e.Target.Info()
+	if n := e.ContextLength; n > 0 && (info.ContextLength == 0 || n < info.ContextLength) {
+		info.ContextLength = n
+	}
 	param := req.PromptParam
 	if param == "" {
 		param = "prompt"

@@ -145,6 +145,8 @@ type Models struct {
 	TargetDir string
 	// DrafterDir is the drafter's directory ("" without one).
 	DrafterDir string
+	// MaxNewTokens is generation_config.json's max_new_tokens (0: it sets none).
+	MaxNewTokens int
 	// Backend is the backend actually used ("cpu" after an "auto" fallback; BackendCPUFast for the cpu
 	// backend with Kernels "fast").
 	Backend string

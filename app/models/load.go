@@ -98,6 +98,10 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 		return nil, errors.Join(fmt.Errorf("load %s: %w", targetDir, err), closeTarget())
 	}
 	m := &Models{Target: target, Name: name, Backend: backend, EOS: target.Info().EOSTokens, TargetDir: targetDir}
+	if gc, err := hfmodel.LoadGenerationConfig(targetDir); err == nil && gc.MaxNewTokens != nil {
+		// The backend has read the same file; an error here was reported there.
+		m.MaxNewTokens = *gc.MaxNewTokens
+	}
 	closers := []func() error{closeTarget}
 	m.Close = func() error {
 		var errs []error

@@ -88,8 +88,13 @@ func (s *Serve) admissionBytes(l *loaded, p *prepared) (int64, error) {
 	if err != nil {
 		return 0, requestErr("max_tokens", err)
 	}
+	asked := p.Config.MaxTokens
+	if p.defaultMax {
+		// The server's default bounds the room; the request is admitted as one without a limit.
+		room, asked = min(room, asked), 0
+	}
 	total := l.budget.Total()
-	adm, err := batch.Admit(batch.Demand{Room: room, MaxTokens: p.Config.MaxTokens, Total: total, Concurrency: max(s.cfg.MaxConcurrency, 1),
+	adm, err := batch.Admit(batch.Demand{Room: room, MaxTokens: asked, Total: total, Concurrency: max(s.cfg.MaxConcurrency, 1),
 		Cost: func(tokens int) int64 {
 			return l.footprint.requestBytes(len(p.Prompt), tokens, p.Config.BlockSize, s.cfg.PrefillChunk)
 		}})

@@ -55,6 +55,8 @@ type live struct {
 	step        int
 	policy      string
 	policyBS    int
+	// firstToken is when the first tokens were committed (zero before; the request log's time to first token).
+	firstToken time.Time
 }
 
 func (s *Serve) newLive(l *loaded, id string, tenant ports.Tenant, p prepared, chat bool) *live {
@@ -71,6 +73,9 @@ func (s *Serve) newLive(l *loaded, id string, tenant ports.Tenant, p prepared, c
 func (lv *live) committed(next func([]ports.Token) error) func([]ports.Token) error {
 	return func(toks []ports.Token) error {
 		lv.last = toks
+		if lv.generated == 0 && len(toks) > 0 {
+			lv.firstToken = lv.s.clock.Now()
+		}
 		lv.generated += len(toks)
 		return next(toks)
 	}

@@ -59,6 +59,13 @@ type ServeConfig struct {
 	// deployment). By default each request reuses only what its own tenant (ports.GenerateRequest.Tenant)
 	// cached, so that a hit, CachedTokens and the time saved tell a client nothing about another's prompts.
 	PrefixCacheShared bool
+	// DefaultMaxTokens is the output limit of a request that sets no max_tokens: > 0 that many tokens; 0 the
+	// model's generation_config.json max_new_tokens, else FallbackMaxTokens; < 0 none (up to the context
+	// length). The limit never exceeds what the context leaves.
+	DefaultMaxTokens int
+	// ContextLength, when > 0, caps the model's context length (prompt and output together); above the
+	// model's own it is an error.
+	ContextLength int
 }
 
 // Validate reports every problem at once.
@@ -88,6 +95,9 @@ func (c ServeConfig) Validate() error {
 	if c.PrefixCacheEvery < 0 {
 		errs = append(errs, fmt.Errorf("prefix cache interval %d tokens must be ≥ 0", c.PrefixCacheEvery))
 	}
+	if c.ContextLength < 0 {
+		errs = append(errs, fmt.Errorf("context length %d must be ≥ 0 (0: the model's)", c.ContextLength))
+	}
 	return errors.Join(errs...)
 }
 
@@ -101,12 +111,29 @@ type Engine struct {
 	Name      string
 	// Created is the model card's creation time (Unix seconds).
 	Created int64
+	// Backend and Kernels say what the target runs on (the model card's backend and kernels).
+	Backend string
+	Kernels string
+	// DrafterName and DrafterGeneration describe the drafter for the model card ("" without one).
+	DrafterName       string
+	DrafterGeneration string
+	// MaxNewTokens is the model's generation_config.json max_new_tokens (0: none), the default output
+	// limit unless ServeConfig.DefaultMaxTokens names one.
+	MaxNewTokens int
 }
 
 // EngineFromModels adapts LoadModels' result.
 func EngineFromModels(m *models.Models) Engine {
-	return Engine{Target: m.Target, Drafter: m.Drafter, Tokenizer: m.Tokenizer, Template: m.Template,
-		EOS: m.EOS, Name: m.Name, Created: time.Now().Unix()}
+	e := Engine{Target: m.Target, Drafter: m.Drafter, Tokenizer: m.Tokenizer, Template: m.Template,
+		EOS: m.EOS, Name: m.Name, Created: time.Now().Unix(), MaxNewTokens: m.MaxNewTokens}
+	e.Backend, e.Kernels = backendCard(m.Backend)
+	if m.Drafter != nil {
+		e.DrafterName = servedDrafterName(m.DrafterDir)
+		if m.DrafterInfo != nil {
+			e.DrafterGeneration = m.DrafterInfo.Generation
+		}
+	}
+	return e
 }
 
 // loaded is an Engine checked and prepared for serving.
@@ -116,6 +143,8 @@ type loaded struct {
 	info ports.ModelInfo
 	// gen plans and runs this engine's generations (the pipeline higgs-verify runs too).
 	gen *generation.Engine
+	// maxTokens is the output limit of a request that sets none (0: up to the context length).
+	maxTokens int
 	// thinkSplit: the tokenizer knows <think> and </think>.
 	thinkSplit bool
 	eos        map[ports.Token]bool
@@ -194,6 +223,9 @@ func (s *Serve) SetEngine(e Engine) error {
 	if err := l.gen.Check(); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	if err := s.limits(l); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	cache, err := newPrefixCache(s.cfg, s.clock)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -215,7 +247,7 @@ func (s *Serve) SetEngine(e Engine) error {
 	s.engine.Store(l)
 	batchedFwd, batchedDraft := l.sched.Batching()
 	s.log.Info().Str("model", l.name).Int("block_size", l.gen.DefaultBlockSize()).Bool("drafter", e.Drafter != nil).
-		Int("context_length", l.info.ContextLength).Bool("reasoning_split", l.thinkSplit).
+		Int("context_length", l.info.ContextLength).Int("default_max_tokens", l.maxTokens).Bool("reasoning_split", l.thinkSplit).
 		Int64("prefix_cache_bytes", s.cfg.PrefixCacheBytes).Int("max_batch", s.cfg.MaxConcurrency).
 		Bool("batched_forward", batchedFwd).Bool("batched_draft", batchedDraft).
 		Int64("memory_budget_bytes", l.budget.Total()).Bool("memory_estimated", l.footprint.Estimated).Msg("engine ready")
@@ -228,15 +260,6 @@ func (s *Serve) Ready() bool { return s.engine.Load() != nil }
 // QueueDepth returns the number of requests waiting for the engine.
 func (s *Serve) QueueDepth() int { return s.gate.waiting() }
 
-// Models lists the served model (none while loading).
-func (s *Serve) Models() []ports.ModelCard {
-	l := s.engine.Load()
-	if l == nil {
-		return nil
-	}
-	return []ports.ModelCard{{ID: l.name, Created: l.Created, OwnedBy: "higgs"}}
-}
-
 // invalid is a problem with the request's param (the OpenAI wire name; "" when no single field is at fault).
 func invalid(param, format string, args ...any) error {
 	return &ports.RequestError{Param: param, Message: fmt.Sprintf(format, args...)}
@@ -248,6 +271,9 @@ type prepared struct {
 	stop    []string
 	think   bool // split <think>…</think> into reasoning
 	inThink bool // the prompt leaves the model inside a think block
+	// defaultMax: the request set no max_tokens and Config.MaxTokens is the server's default, which memory
+	// admission may lower as it caps any request without a limit.
+	defaultMax bool
 }
 
 // prepare tokenizes req and checks it against l: the text-level knobs here, the generation's in its plan.
@@ -271,7 +297,9 @@ func (s *Serve) prepare(ctx context.Context, l *loaded, req ports.GenerateReques
 	if req.Seed != nil {
 		seed = *req.Seed
 	}
-	gr := generation.Request{Prompt: ids, PromptParam: promptParam, MaxTokens: req.MaxTokens, BlockSize: req.BlockSize,
+	maxTokens := l.requestMaxTokens(req.MaxTokens, len(ids))
+	p.defaultMax = req.MaxTokens == 0 && maxTokens > 0
+	gr := generation.Request{Prompt: ids, PromptParam: promptParam, MaxTokens: maxTokens, BlockSize: req.BlockSize,
 		Adaptive: s.cfg.Adaptive, Sampling: req.Sampling, Seed: seed, Verify: verification(req.Seed != nil),
 		Logprobs: req.Logprobs, TopLogprobs: req.TopLogprobs}
 	if len(ids) > 0 || len(errs) == 0 {
@@ -386,8 +414,15 @@ func (s *Serve) CountTokens(_ context.Context, req ports.GenerateRequest) (int, 
 }
 
 // Generate runs one request: tokenize, validate, wait for the engine, decode speculatively, and stream text.
-func (s *Serve) Generate(ctx context.Context, req ports.GenerateRequest, emit func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
+// Every call is logged at info level once it ends (requestLog), refused or not.
+func (s *Serve) Generate(ctx context.Context, req ports.GenerateRequest, emit func(ports.GenerateEvent) error) (res ports.GenerateResult, err error) {
+	id := req.ID
+	if id == "" {
+		id = s.requestID()
+	}
 	l := s.engine.Load()
+	rl := s.startRequestLog(id, l, req)
+	defer func() { rl.done(ctx, res, err) }()
 	if l == nil {
 		return ports.GenerateResult{}, fmt.Errorf("generate: %w", ports.ErrNotReady)
 	}
@@ -404,12 +439,9 @@ func (s *Serve) Generate(ctx context.Context, req ports.GenerateRequest, emit fu
 		return ports.GenerateResult{}, fmt.Errorf("generate: %w", err)
 	}
 	defer release()
-	id := req.ID
-	if id == "" {
-		id = s.requestID()
-	}
 	lv := s.newLive(l, id, req.Tenant, p, req.Messages != nil)
-	res, err := s.run(ctx, l, p, s.prefixPartition(l, req.Tenant), lv, emit)
+	rl.live = lv
+	res, err = s.run(ctx, l, p, s.prefixPartition(l, req.Tenant), lv, emit)
 	switch {
 	case err == nil:
 		lv.end(res.FinishReason, res)

@@ -28,6 +28,10 @@ func run() int {
 		fmt.Fprintf(os.Stderr, "higgsd: invalid configuration:\n%v\n", err)
 		return 2
 	}
+	if cfg.Version {
+		fmt.Println(app.Version("higgsd"))
+		return 0
+	}
 	log := app.NewLogger(cfg, os.Stderr)
 	if models.IsDistributedWorker(cfg.Distributed, os.Getenv) {
 		ctx, stop := onSignals(log, nil)

@@ -39,6 +39,7 @@ var interfaces = map[string]reflect.Type{
 	"ports.TokenBytes":      reflect.TypeFor[ports.TokenBytes](),
 	"ports.PositionRand":    reflect.TypeFor[ports.PositionRand](),
 	"ports.TokenCounter":    reflect.TypeFor[ports.TokenCounter](),
+	"ports.PromptTokenizer": reflect.TypeFor[ports.PromptTokenizer](),
 	"ports.MemoryPricer":    reflect.TypeFor[ports.MemoryPricer](),
 }
 

@@ -292,8 +292,18 @@ function showUsage(u, id) {
 }
 
 async function send() {
-  const text = $("prompt").value;
-  if (!text.trim()) return;
+  let text = $("prompt").value;
+  if (!text.trim()) {
+    // An empty box sends the example it shows (the form the bundled model was trained on), written into the
+    // box so that what was sent is on screen.
+    text = $("prompt").placeholder;
+    if (!text.trim()) {
+      $("error").textContent = "type a prompt first: there is no example prompt to send";
+      $("error").hidden = false;
+      return;
+    }
+    $("prompt").value = text;
+  }
   const body = params();
   const stream = $("p-stream").checked;
   body.stream = stream;
