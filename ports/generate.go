@@ -181,6 +181,8 @@ type ModelCard struct {
 	ID      string
 	Created int64
 	OwnedBy string
+	// Certified is the lossless certificate found beside the model (nil when none).
+	Certified *Certification
 }
 
 // Generator is the inbound port the HTTP adapter calls. Implementations are safe for concurrent use.

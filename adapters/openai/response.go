@@ -134,11 +134,13 @@ type Model struct {
 	Object  string `json:"object"`
 	Created int64  `json:"created"`
 	OwnedBy string `json:"owned_by"`
+	// Certified summarises the lossless certificate beside the model (absent when there is none).
+	Certified *ModelCertified `json:"certified,omitempty"`
 }
 
 // ModelOf translates a model card.
 func ModelOf(c ports.ModelCard) Model {
-	return Model{ID: c.ID, Object: "model", Created: c.Created, OwnedBy: c.OwnedBy}
+	return Model{ID: c.ID, Object: "model", Created: c.Created, OwnedBy: c.OwnedBy, Certified: certifiedOf(c.Certified)}
 }
 
 // ChatCompletionOf builds the non-streamed chat response; calls are the tool calls found in the answer

@@ -100,12 +100,14 @@ type Engine struct {
 	Name      string
 	// Created is the model card's creation time (Unix seconds).
 	Created int64
+	// Certified is the lossless certificate found beside the model (nil: none), shown in its model card.
+	Certified *ports.Certification
 }
 
 // EngineFromModels adapts LoadModels' result.
 func EngineFromModels(m *models.Models) Engine {
 	return Engine{Target: m.Target, Drafter: m.Drafter, Tokenizer: m.Tokenizer, Template: m.Template,
-		EOS: m.EOS, Name: m.Name, Created: time.Now().Unix()}
+		EOS: m.EOS, Name: m.Name, Created: time.Now().Unix(), Certified: models.Certification(m.TargetDir, m.Backend)}
 }
 
 // loaded is an Engine checked and prepared for serving.
@@ -233,7 +235,7 @@ func (s *Serve) Models() []ports.ModelCard {
 	if l == nil {
 		return nil
 	}
-	return []ports.ModelCard{{ID: l.name, Created: l.Created, OwnedBy: "higgs"}}
+	return []ports.ModelCard{{ID: l.name, Created: l.Created, OwnedBy: "higgs", Certified: l.Certified}}
 }
 
 // invalid is a problem with the request's param (the OpenAI wire name; "" when no single field is at fault).
