@@ -174,9 +174,16 @@ type Margin struct {
 // treeNote is the tree section's note until higgs verifies trees.
 const treeNote = "not verified: higgs has no tree verification yet (issue 32 item 2); this certificate covers chains only"
 
-// BuildRevision is this binary's VCS revision ("-dirty" when built from a modified tree; "unknown" without
-// VCS information, as under go test).
+// Build, when set at link time (-ldflags "-X github.com/higgs-go/higgs/app/verify.Build=…"), names this build
+// in certificates instead of the VCS revision.
+var Build string
+
+// BuildRevision is this binary's VCS revision ("-dirty" when built from a modified tree), else its module
+// version, else "unknown" (go test, -buildvcs=false builds outside a release).
 func BuildRevision() string {
+	if Build != "" {
+		return Build
+	}
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
 		return "unknown"
@@ -191,6 +198,9 @@ func BuildRevision() string {
 		}
 	}
 	if rev == "" {
+		if v := bi.Main.Version; v != "" && v != "(devel)" {
+			return v
+		}
 		return "unknown"
 	}
 	if dirty {
@@ -544,7 +554,7 @@ func kernelMode(backend string) string {
 	switch backend {
 	case models.BackendCPUFast:
 		return models.KernelsFast
-	case "cpu":
+	case models.BackendCPU:
 		return models.KernelsExact
 	}
 	return ""
