@@ -252,7 +252,7 @@ func Certify(ctx context.Context, m *models.Models, o CertifyOptions) (Certifica
 		clock = SystemClock{}
 	}
 	c := Certificate{CertificateSummary: models.CertificateSummary{Format: models.CertificateFormat, When: clock.Now().UTC(),
-		Build: BuildRevision(), Model: m.Name, Drafter: filepath.Base(m.DrafterDir), Backend: m.Backend,
+		Build: BuildRevision(), Model: m.Name, Drafter: dirName(m.DrafterDir), Backend: m.Backend,
 		Kernels: kernelMode(m.Backend), Tolerance: CertifyTolerance},
 		ModelDir: m.TargetDir, DrafterDir: m.DrafterDir, Quantization: quantization(m.TargetDir), MaxTokens: o.MaxTokens,
 		Batch: o.Batch, Disagreements: []Disagreement{}}
@@ -547,6 +547,19 @@ func sizeRange(sizes []int) string {
 		parts[i] = fmt.Sprint(b)
 	}
 	return strings.Join(parts, ",")
+}
+
+// dirName names a model directory in the report: "org/name@revision" for a hub-cache snapshot
+// (…/models--org--name/snapshots/REV), else its base name.
+func dirName(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	rev, snaps := filepath.Base(dir), filepath.Dir(dir)
+	if repo := filepath.Base(filepath.Dir(snaps)); filepath.Base(snaps) == "snapshots" && strings.HasPrefix(repo, "models--") {
+		return strings.ReplaceAll(strings.TrimPrefix(repo, "models--"), "--", "/") + "@" + rev
+	}
+	return filepath.Base(dir)
 }
 
 // kernelMode is the CPU kernel mode a backend name implies ("" for a backend without modes).

@@ -243,3 +243,9 @@ func TestCertifyBadInput(t *testing.T) {
 	_, err := Certify(t.Context(), &noDraft, CertifyOptions{Prompts: testPrompts, MaxTokens: 4})
 	assert.ErrorIs(t, err, ErrBadInput)
 }
+
+func TestDirName(t *testing.T) {
+	assert.Equal(t, "z-lab/Qwen3-4B-DFlash-b16@0123abc", dirName("/h/.cache/huggingface/hub/models--z-lab--Qwen3-4B-DFlash-b16/snapshots/0123abc"))
+	assert.Equal(t, "drafter", dirName("models/demo/drafter"))
+	assert.Empty(t, dirName(""))
+}
