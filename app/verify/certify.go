@@ -256,6 +256,11 @@ func Certify(ctx context.Context, m *models.Models, o CertifyOptions) (Certifica
 		Kernels: kernelMode(m.Backend), Tolerance: CertifyTolerance},
 		ModelDir: m.TargetDir, DrafterDir: m.DrafterDir, Quantization: quantization(m.TargetDir), MaxTokens: o.MaxTokens,
 		Batch: o.Batch, Disagreements: []Disagreement{}}
+	for _, d := range []*string{&c.ModelDir, &c.DrafterDir} {
+		if abs, err := filepath.Abs(*d); err == nil && *d != "" {
+			*d = abs
+		}
+	}
 	c.Prompts.Source = o.PromptSource
 	c.Prompts.Count = len(o.Prompts)
 	c.Prompts.Tokens = []int{}
@@ -524,7 +529,7 @@ func marginOf(row []float32) Margin {
 func scope(c Certificate) string {
 	s := "chain"
 	if n := len(c.Chain.BlockSizes); n > 0 {
-		s += fmt.Sprintf(", block sizes %s", sizeRange(c.Chain.BlockSizes))
+		s += fmt.Sprintf(", block sizes %s", SizeRange(c.Chain.BlockSizes))
 	}
 	s += ", " + strings.Join(c.Chain.Modes, ", ")
 	if c.Distribution != nil {
@@ -533,8 +538,8 @@ func scope(c Certificate) string {
 	return s + "; trees not verified"
 }
 
-// sizeRange writes sizes as "1-8" when contiguous, else "1,2,4".
-func sizeRange(sizes []int) string {
+// SizeRange writes sizes as "1-8" when contiguous, else "1,2,4".
+func SizeRange(sizes []int) string {
 	contiguous := true
 	for i := 1; i < len(sizes); i++ {
 		contiguous = contiguous && sizes[i] == sizes[i-1]+1

@@ -100,7 +100,7 @@ func printCertificate(w io.Writer, r verify.Certificate) {
 	fmt.Fprintf(w, "model %s (%s), drafter %s (block size %d), backend %s, kernels %s, build %s\n",
 		r.Model, r.Quantization, r.Drafter, r.DrafterBlockSize, r.Backend, orDash(r.Kernels), r.Build)
 	fmt.Fprintf(w, "prompts: %d (%s), %d tokens per run, batch %d\n", r.Prompts.Count, r.Prompts.Source, r.MaxTokens, r.Batch)
-	fmt.Fprintf(w, "chain: block sizes %s; modes %s\n", fmtInts(r.Chain.BlockSizes), strings.Join(r.Chain.Modes, ", "))
+	fmt.Fprintf(w, "chain: block sizes %s; modes %s\n", verify.SizeRange(r.Chain.BlockSizes), strings.Join(r.Chain.Modes, ", "))
 	for _, cs := range r.Chain.Cases {
 		fmt.Fprintf(w, "  block %2d %-17s %3d runs %5d tokens cached %5d tau %5.2f disagreements %d\n",
 			cs.BlockSize, cs.Mode, cs.Runs, cs.Tokens, cs.CachedTokens, cs.Tau, cs.Disagreements)
@@ -145,12 +145,4 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func fmtInts(v []int) string {
-	parts := make([]string, len(v))
-	for i, x := range v {
-		parts[i] = fmt.Sprint(x)
-	}
-	return strings.Join(parts, ",")
 }
