@@ -207,6 +207,8 @@ type ModelCard struct {
 	BlockSize int
 	// Drafter describes the drafter; nil without one.
 	Drafter *DrafterCard
+	// Certified is the lossless certificate found beside the model (nil when none).
+	Certified *Certification
 }
 
 // Speculation modes a ModelCard states.

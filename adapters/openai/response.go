@@ -150,6 +150,8 @@ type Model struct {
 	// Speculation is how the model decodes; Drafter is null without a drafter.
 	Speculation *ModelSpeculation `json:"speculation,omitempty"`
 	Drafter     *ModelDrafter     `json:"drafter,omitempty"`
+	// Certified summarises the lossless certificate beside the model (absent when there is none).
+	Certified *ModelCertified `json:"certified,omitempty"`
 }
 
 // ModelSpeculation is a model entry's decoding mode: "adaptive" (the depth policy picks each round's block
@@ -169,7 +171,8 @@ type ModelDrafter struct {
 // ModelOf translates a model card.
 func ModelOf(c ports.ModelCard) Model {
 	m := Model{ID: c.ID, Object: "model", Created: c.Created, OwnedBy: c.OwnedBy, Backend: c.Backend, Kernels: c.Kernels,
-		ContextLength: c.ContextLength, MaxModelLen: c.ContextLength, DefaultMaxTokens: c.DefaultMaxTokens}
+		ContextLength: c.ContextLength, MaxModelLen: c.ContextLength, DefaultMaxTokens: c.DefaultMaxTokens,
+		Certified: certifiedOf(c.Certified)}
 	if c.Speculation != "" {
 		m.Speculation = &ModelSpeculation{Mode: c.Speculation, BlockSize: c.BlockSize}
 	}

@@ -25,7 +25,8 @@ func (s *Serve) Models() []ports.ModelCard {
 		return nil
 	}
 	c := ports.ModelCard{ID: l.name, Created: l.Created, OwnedBy: "higgs", Backend: l.Backend, Kernels: l.Kernels,
-		ContextLength: l.info.ContextLength, DefaultMaxTokens: l.maxTokens, BlockSize: l.gen.DefaultBlockSize()}
+		ContextLength: l.info.ContextLength, DefaultMaxTokens: l.maxTokens, BlockSize: l.gen.DefaultBlockSize(),
+		Certified: l.Certified}
 	switch {
 	case l.Drafter == nil || c.BlockSize <= 1:
 		c.Speculation = ports.SpeculationOff

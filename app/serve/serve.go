@@ -120,6 +120,8 @@ type Engine struct {
 	// MaxNewTokens is the model's generation_config.json max_new_tokens (0: none), the default output
 	// limit unless ServeConfig.DefaultMaxTokens names one.
 	MaxNewTokens int
+	// Certified is the lossless certificate found beside the model (nil: none), shown in its model card.
+	Certified *ports.Certification
 }
 
 // EngineFromModels adapts LoadModels' result.
@@ -133,6 +135,7 @@ func EngineFromModels(m *models.Models) Engine {
 			e.DrafterGeneration = m.DrafterInfo.Generation
 		}
 	}
+	e.Certified = models.Certification(m.TargetDir, m.Backend)
 	return e
 }
 

@@ -85,12 +85,12 @@ func (c *cli) root() *cobra.Command {
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return fmt.Errorf("%w: a subcommand is required (logits, generate, lossless, tokenize, parity, bench, synth)", verify.ErrBadInput)
+			return fmt.Errorf("%w: a subcommand is required (logits, generate, lossless, tokenize, parity, bench, synth, certify)", verify.ErrBadInput)
 		},
 	}
 	root.PersistentFlags().StringVar(&c.logLevel, "log-level", "warn", "stderr log level: trace, debug, info, warn, error, disabled")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return fmt.Errorf("%w: %w", verify.ErrBadInput, err) })
-	root.AddCommand(c.logitsCmd(), c.generateCmd(), c.losslessCmd(), c.tokenizeCmd(), c.parityCmd(), c.benchCmd(), c.synthCmd(), c.exportGGUFCmd())
+	root.AddCommand(c.logitsCmd(), c.generateCmd(), c.losslessCmd(), c.tokenizeCmd(), c.parityCmd(), c.benchCmd(), c.synthCmd(), c.exportGGUFCmd(), c.certifyCmd())
 	for _, sub := range root.Commands() {
 		sub.Args = func(cmd *cobra.Command, args []string) error {
 			if len(args) > 0 {

@@ -1,0 +1,665 @@
+package verify
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/higgs-go/higgs/app/generation"
+	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/domain/batch"
+	"github.com/higgs-go/higgs/domain/prefixcache"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// Certify's defaults.
+const (
+	// CertifyMaxBlockSize is the largest block size certify tries by default (1..16).
+	CertifyMaxBlockSize = 16
+	// DefaultCertifyBatch is the number of generations of the batched runs.
+	DefaultCertifyBatch = 8
+	// DefaultCertifyTemperature is the distribution test's temperature.
+	DefaultCertifyTemperature = 0.7
+	// certifyCacheBytes bounds the prefix cache of the prefix-hit runs.
+	certifyCacheBytes = 4 << 30
+)
+
+// The run modes of each block size: alone or in a batch, each without and with a prefix-cache hit.
+const (
+	ModeAlone          = "alone"
+	ModeAlonePrefixHit = "alone+prefix_hit"
+	ModeBatch          = "batch"
+	ModeBatchPrefixHit = "batch+prefix_hit"
+)
+
+// CertifyTolerance is what a certificate calls a pass.
+var CertifyTolerance = fmt.Sprintf("greedy: every speculative token equal to plain greedy decoding's (0 disagreements); T > 0: chi-square homogeneity, every p ≥ %g/tests (Bonferroni)", DistPValue)
+
+// CertifyOptions configure `higgs-verify certify`.
+type CertifyOptions struct {
+	Prompts [][]ports.Token
+	// PromptSource names the prompt set in the report ("built-in", a file name, "--prompt").
+	PromptSource string
+	// BlockSizes are the sizes to try (nil: 1..CertifyMaxBlockSize); those above the drafter's block size are
+	// listed as not run.
+	BlockSizes []int
+	MaxTokens  int
+	StopIDs    []ports.Token
+	NoEOS      bool
+	// Batch is the number of generations decoded together in the batched modes (0: no batched runs).
+	Batch int
+	// NoPrefixCache leaves out the prefix-hit modes.
+	NoPrefixCache bool
+	// Temperature > 0 runs the distribution test (Samples per sampler, Seed, Verify) at the largest size run.
+	Temperature float64
+	Seed        uint64
+	Samples     int
+	Verify      string
+	// Clock stamps the certificate (nil: the system clock).
+	Clock ports.Clock
+}
+
+// Certificate is the JSON object `higgs-verify certify --json` prints and writes beside the model. Its
+// head (models.CertificateSummary) is what higgsd shows in /v1/models; verification shapes each have a
+// section (Chain; Tree, which higgs cannot verify yet, says so).
+type Certificate struct {
+	models.CertificateSummary
+	ModelDir   string `json:"model_dir"`
+	DrafterDir string `json:"drafter_dir"`
+	// Quantization is the target's stored format, from its config.json.
+	Quantization     string `json:"quantization"`
+	DrafterBlockSize int    `json:"drafter_block_size"`
+	Prompts          struct {
+		Source string `json:"source"`
+		Count  int    `json:"count"`
+		Tokens []int  `json:"tokens"` // each prompt's length
+	} `json:"prompts"`
+	MaxTokens int `json:"max_tokens"`
+	Batch     int `json:"batch"`
+	// Chain is the chain verification's section, Tree the tree's.
+	Chain CertSection `json:"chain"`
+	Tree  CertSection `json:"tree"`
+	// Disagreements lists every run whose tokens differed from plain greedy decoding's, at its first
+	// differing token.
+	Disagreements []Disagreement `json:"disagreements"`
+	// Distribution is the T > 0 test (absent at --temperature 0); Verify its verification rule.
+	Distribution *DistTest `json:"distribution,omitempty"`
+	Verify       string    `json:"verify,omitempty"`
+	// File is where the certificate was written ("" when not written); FileNote says why not beside the
+	// model when it went elsewhere, or why it was not written.
+	File     string `json:"file,omitempty"`
+	FileNote string `json:"file_note,omitempty"`
+}
+
+// CertSection is one verification shape's part of the certificate.
+type CertSection struct {
+	// Verified: the shape was run; Note says why not when it was not.
+	Verified bool   `json:"verified"`
+	Note     string `json:"note,omitempty"`
+	Pass     bool   `json:"pass"`
+	// BlockSizes are the sizes run; NotRun those asked for but not run, with the reason.
+	BlockSizes []int      `json:"block_sizes"`
+	NotRun     []NotRun   `json:"not_run,omitempty"`
+	Cases      []CertCase `json:"cases"`
+	Modes      []string   `json:"modes"`
+	Totals     CertTotals `json:"totals"`
+}
+
+// NotRun is a block size certify did not run.
+type NotRun struct {
+	BlockSize int    `json:"block_size"`
+	Reason    string `json:"reason"`
+}
+
+// CertCase is one block size in one mode: every prompt (alone) or every batch member.
+type CertCase struct {
+	BlockSize int    `json:"block_size"`
+	Mode      string `json:"mode"`
+	Runs      int    `json:"runs"`
+	Tokens    int    `json:"tokens"`
+	// CachedTokens are the prompt tokens restored from the prefix cache over the runs (prefix-hit modes);
+	// PrefixMisses the runs of those modes that restored nothing (a one-token prompt cannot hit; a backend
+	// without prefix export never does).
+	CachedTokens  int     `json:"cached_tokens"`
+	PrefixMisses  int     `json:"prefix_misses,omitempty"`
+	Tau           float64 `json:"tau"`
+	Disagreements int     `json:"disagreements"`
+	Pass          bool    `json:"pass"`
+}
+
+// CertTotals add up a section's cases.
+type CertTotals struct {
+	Runs          int `json:"runs"`
+	Tokens        int `json:"tokens"`
+	Disagreements int `json:"disagreements"`
+}
+
+// Disagreement is one speculative run's first token that differs from plain greedy decoding's, with the
+// target's top-2 margin there (read from a plain session's logits over the prompt and the plain tokens
+// before it): a tiny margin is a near-tie that numerics may flip, a large one a bug.
+type Disagreement struct {
+	Shape     string `json:"shape"`
+	BlockSize int    `json:"block_size"`
+	Mode      string `json:"mode"`
+	Prompt    int    `json:"prompt"`
+	// Member is the run's index in its batch (-1 alone).
+	Member   int         `json:"member"`
+	Position int         `json:"position"` // index into the generated tokens
+	Plain    ports.Token `json:"plain_token"`
+	Spec     ports.Token `json:"spec_token"` // -1 when the speculative output ended first
+	Margin   *Margin     `json:"margin,omitempty"`
+	// MarginError says why the margin could not be read.
+	MarginError string `json:"margin_error,omitempty"`
+}
+
+// Margin is the target's top-2 gap at a position: its two best next tokens, their logits, the logit gap and
+// the probability gap (softmax at temperature 1).
+type Margin struct {
+	Top1      ports.Token `json:"top1"`
+	Top2      ports.Token `json:"top2"`
+	Top1Logit float64     `json:"top1_logit"`
+	Top2Logit float64     `json:"top2_logit"`
+	LogitGap  float64     `json:"logit_gap"`
+	ProbGap   float64     `json:"prob_gap"`
+}
+
+// treeNote is the tree section's note until higgs verifies trees.
+const treeNote = "not verified: higgs has no tree verification yet (issue 32 item 2); this certificate covers chains only"
+
+// Build, when set at link time (-ldflags "-X github.com/higgs-go/higgs/app/verify.Build=…"), names this build
+// in certificates instead of the VCS revision.
+var Build string
+
+// BuildRevision is this binary's VCS revision ("-dirty" when built from a modified tree), else its module
+// version, else "unknown" (go test, -buildvcs=false builds outside a release).
+func BuildRevision() string {
+	if Build != "" {
+		return Build
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev == "" {
+		if v := bi.Main.Version; v != "" && v != "(devel)" {
+			return v
+		}
+		return "unknown"
+	}
+	if dirty {
+		rev += "-dirty"
+	}
+	return rev
+}
+
+func (o CertifyOptions) check(m *models.Models) error {
+	var errs []error
+	if m.Drafter == nil {
+		errs = append(errs, errors.New("certify needs a drafter (--draft DIR)"))
+	}
+	if len(o.Prompts) == 0 || slices.ContainsFunc(o.Prompts, func(p []ports.Token) bool { return len(p) == 0 }) {
+		errs = append(errs, errors.New("certify needs non-empty prompts"))
+	}
+	if o.MaxTokens <= 0 {
+		errs = append(errs, fmt.Errorf("max tokens %d must be > 0", o.MaxTokens))
+	}
+	if o.Batch < 0 {
+		errs = append(errs, fmt.Errorf("batch %d must be ≥ 0 (0: no batched runs)", o.Batch))
+	}
+	if o.Samples < 0 {
+		errs = append(errs, fmt.Errorf("samples %d must be ≥ 0 (0: %d)", o.Samples, DefaultDistSamples))
+	}
+	if err := (ports.SamplingParams{Temperature: o.Temperature}).Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	for _, b := range o.BlockSizes {
+		if b < 1 {
+			errs = append(errs, fmt.Errorf("block size %d must be ≥ 1", b))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadInput, err)
+	}
+	return nil
+}
+
+// Certify runs `higgs-verify certify`: plain greedy decoding of every prompt as the reference, then greedy
+// speculative decoding (chain) at every block size the drafter allows, in each mode — alone, alone after a
+// prefix-cache hit, in a batch of o.Batch, in a batch after prefix-cache hits — each run compared token for
+// token with the reference; every disagreement is listed with the target's top-2 margin. With Temperature > 0
+// the distribution test follows. The certificate is returned whole; the error wraps ErrCheckFailed when it
+// does not certify. Writing it is WriteCertificate's.
+func Certify(ctx context.Context, m *models.Models, o CertifyOptions) (Certificate, error) {
+	clock := o.Clock
+	if clock == nil {
+		clock = SystemClock{}
+	}
+	c := Certificate{CertificateSummary: models.CertificateSummary{Format: models.CertificateFormat, When: clock.Now().UTC(),
+		Build: BuildRevision(), Model: m.Name, Drafter: dirName(m.DrafterDir), Backend: m.Backend,
+		Kernels: kernelMode(m.Backend), Tolerance: CertifyTolerance},
+		ModelDir: m.TargetDir, DrafterDir: m.DrafterDir, Quantization: quantization(m.TargetDir), MaxTokens: o.MaxTokens,
+		Batch: o.Batch, Disagreements: []Disagreement{}}
+	for _, d := range []*string{&c.ModelDir, &c.DrafterDir} {
+		if abs, err := filepath.Abs(*d); err == nil && *d != "" {
+			*d = abs
+		}
+	}
+	c.Prompts.Source = o.PromptSource
+	c.Prompts.Count = len(o.Prompts)
+	c.Prompts.Tokens = []int{}
+	for _, p := range o.Prompts {
+		c.Prompts.Tokens = append(c.Prompts.Tokens, len(p))
+	}
+	c.Tree = CertSection{Note: treeNote, BlockSizes: []int{}, Cases: []CertCase{}, Modes: []string{}}
+	c.Chain = CertSection{BlockSizes: []int{}, Cases: []CertCase{}, Modes: []string{}}
+	if err := o.check(m); err != nil {
+		return c, err
+	}
+	if fp, err := models.Fingerprint(m.TargetDir); err == nil {
+		c.Fingerprint = fp
+	}
+	dbs := m.Drafter.BlockSize()
+	c.DrafterBlockSize = dbs
+	sizes := o.BlockSizes
+	if sizes == nil {
+		for b := 1; b <= CertifyMaxBlockSize; b++ {
+			sizes = append(sizes, b)
+		}
+	}
+	for _, b := range sizes {
+		if b > dbs {
+			c.Chain.NotRun = append(c.Chain.NotRun, NotRun{BlockSize: b, Reason: fmt.Sprintf("not run: above the drafter's block size %d", dbs)})
+			continue
+		}
+		c.Chain.BlockSizes = append(c.Chain.BlockSizes, b)
+	}
+	modes := []string{ModeAlone}
+	if !o.NoPrefixCache {
+		modes = append(modes, ModeAlonePrefixHit)
+	}
+	if o.Batch > 0 {
+		modes = append(modes, ModeBatch)
+		if !o.NoPrefixCache {
+			modes = append(modes, ModeBatchPrefixHit)
+		}
+	}
+	c.Chain.Modes = modes
+	if len(c.Chain.BlockSizes) == 0 {
+		return c, fmt.Errorf("%w: no block size to run: every one asked for is above the drafter's block size %d", ErrBadInput, dbs)
+	}
+	c.Chain.Verified = true
+
+	// The reference: plain greedy decoding of each prompt, alone and without the cache.
+	refs := make([][]ports.Token, len(o.Prompts))
+	for pi, p := range o.Prompts {
+		r, err := decode(ctx, m, GenerateOptions{Request: o.request(p)})
+		if err != nil {
+			return c, fmt.Errorf("prompt %d, plain greedy: %w", pi, err)
+		}
+		refs[pi] = slices.Clone(r.Tokens)
+	}
+	// The prefix cache of the prefix-hit modes. A generation reuses at most its prompt's length minus one
+	// (the last prompt token must run), and a hybrid target's recurrent state exists only at an entry's
+	// end, so each prompt of n ≥ 2 tokens is cached by a speculative generation of its first n−1 tokens (as
+	// higgsd caches a request's prompt): every later run of the prompt restores exactly n−1 tokens.
+	var cache *prefixcache.Cache
+	if !o.NoPrefixCache {
+		var err error
+		if cache, err = prefixcache.New(prefixcache.Config{Budget: certifyCacheBytes}, SystemClock{}); err != nil {
+			return c, err
+		}
+		for pi, p := range o.Prompts {
+			if len(p) < 2 {
+				continue
+			}
+			if _, err := decode(ctx, m, GenerateOptions{Request: o.request(p[:len(p)-1]), Speculative: true, PrefixCache: cache}); err != nil {
+				return c, fmt.Errorf("prompt %d, filling the prefix cache: %w", pi, err)
+			}
+		}
+	}
+
+	c.Chain.Pass = c.Chain.Verified
+	for _, bs := range c.Chain.BlockSizes {
+		for _, mode := range modes {
+			cs, err := certifyCase(ctx, m, o, refs, bs, mode, cache, &c)
+			if err != nil {
+				return c, fmt.Errorf("block size %d, %s: %w", bs, mode, err)
+			}
+			c.Chain.Cases = append(c.Chain.Cases, cs)
+			c.Chain.Totals.Runs += cs.Runs
+			c.Chain.Totals.Tokens += cs.Tokens
+			c.Chain.Totals.Disagreements += cs.Disagreements
+			c.Chain.Pass = c.Chain.Pass && cs.Pass
+		}
+	}
+	if misses := prefixMisses(c.Chain.Cases); misses > 0 {
+		c.Chain.Note = fmt.Sprintf("%d runs of the prefix-hit modes restored no prefix (prompts of one token, or a backend without prefix export): they ran as the alone and batch modes do", misses)
+	}
+	c.Certified = c.Chain.Pass
+	var failures []string
+	if !c.Chain.Pass {
+		failures = append(failures, fmt.Sprintf("%d of %d speculative runs differ from plain greedy decoding", runsDiffering(c), c.Chain.Totals.Runs))
+	}
+	if o.Temperature > 0 {
+		c.Verify = o.Verify
+		ver, err := ParseVerification(o.Verify)
+		if err != nil {
+			return c, err
+		}
+		lo := LosslessOptions{Prompts: o.Prompts, StopIDs: o.StopIDs, NoEOS: o.NoEOS, Temperature: o.Temperature,
+			Seed: o.Seed, Samples: o.Samples, Verify: ver}
+		dt, err := distributionTest(ctx, m, lo, c.Chain.BlockSizes[len(c.Chain.BlockSizes)-1])
+		c.Distribution = &dt
+		switch {
+		case errors.Is(err, ErrCheckFailed):
+			c.Certified = false
+			failures = append(failures, err.Error())
+		case err != nil:
+			return c, err
+		}
+	}
+	c.Scope = scope(c)
+	if len(failures) > 0 {
+		return c, fmt.Errorf("%w: not certified: %s", ErrCheckFailed, strings.Join(failures, "; "))
+	}
+	return c, nil
+}
+
+func runsDiffering(c Certificate) int { return c.Chain.Totals.Disagreements }
+
+func prefixMisses(cases []CertCase) int {
+	n := 0
+	for _, cs := range cases {
+		n += cs.PrefixMisses
+	}
+	return n
+}
+
+// request is o's greedy request for prompt p.
+func (o CertifyOptions) request(p []ports.Token) generation.Request {
+	return generation.Request{Prompt: p, MaxTokens: o.MaxTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS}
+}
+
+// certifyCase runs block size bs in mode, compares every run with its reference and records the disagreements
+// in c.
+func certifyCase(ctx context.Context, m *models.Models, o CertifyOptions, refs [][]ports.Token, bs int, mode string,
+	cache *prefixcache.Cache, c *Certificate) (CertCase, error) {
+	cs := CertCase{BlockSize: bs, Mode: mode}
+	hit := mode == ModeAlonePrefixHit || mode == ModeBatchPrefixHit
+	var pc *prefixcache.Cache
+	if hit {
+		pc = cache
+	}
+	type run struct {
+		prompt, member int
+		out            decoded
+		err            error
+	}
+	var runs []run
+	if mode == ModeAlone || mode == ModeAlonePrefixHit {
+		for pi, p := range o.Prompts {
+			g := GenerateOptions{Request: o.request(p), Speculative: true, PrefixCache: pc}
+			g.BlockSize = bs
+			out, err := decode(ctx, m, g)
+			runs = append(runs, run{prompt: pi, member: -1, out: out, err: err})
+		}
+	} else {
+		sched, err := batch.New(batch.Config{}, SystemClock{}, m.Target, m.Drafter)
+		if err != nil {
+			return cs, err
+		}
+		runs = make([]run, o.Batch)
+		var wg sync.WaitGroup
+		for k := range runs {
+			pi := k % len(o.Prompts)
+			runs[k] = run{prompt: pi, member: k}
+			wg.Go(func() {
+				g := GenerateOptions{Request: o.request(o.Prompts[pi]), Speculative: true, PrefixCache: pc, Batch: sched}
+				g.BlockSize = bs
+				runs[k].out, runs[k].err = decode(ctx, m, g)
+			})
+		}
+		wg.Wait()
+	}
+	var rounds, committed int
+	for _, r := range runs {
+		if r.err != nil {
+			if r.member >= 0 {
+				return cs, fmt.Errorf("prompt %d (batch member %d): %w", r.prompt, r.member, r.err)
+			}
+			return cs, fmt.Errorf("prompt %d: %w", r.prompt, r.err)
+		}
+		cs.Runs++
+		cs.Tokens += len(r.out.Tokens)
+		cs.CachedTokens += r.out.Cached
+		if hit && r.out.Cached == 0 {
+			cs.PrefixMisses++
+		}
+		for _, rs := range r.out.Stats.Rounds {
+			if rs.Drafting() {
+				rounds++
+				committed += rs.Accepted + 1
+			}
+		}
+		ref := refs[r.prompt]
+		if pos, same := firstDiff(ref, r.out.Tokens); !same {
+			cs.Disagreements++
+			d := Disagreement{Shape: "chain", BlockSize: bs, Mode: mode, Prompt: r.prompt, Member: r.member, Position: pos,
+				Plain: at(ref, pos), Spec: at(r.out.Tokens, pos)}
+			ctxTokens := append(slices.Clone(o.Prompts[r.prompt]), ref[:min(pos, len(ref))]...)
+			if mg, err := TopMargin(ctx, m.Target, ctxTokens); err != nil {
+				d.MarginError = err.Error()
+			} else {
+				d.Margin = &mg
+			}
+			c.Disagreements = append(c.Disagreements, d)
+		}
+	}
+	if rounds > 0 {
+		cs.Tau = float64(committed) / float64(rounds)
+	}
+	cs.Pass = cs.Disagreements == 0
+	return cs, nil
+}
+
+// TopMargin reads the target's next-token logits after tokens on a fresh plain session (one forward, the
+// last row) and returns its top-2 margin.
+func TopMargin(ctx context.Context, t ports.Target, tokens []ports.Token) (Margin, error) {
+	if err := checkTokens(t, tokens); err != nil {
+		return Margin{}, err
+	}
+	sess, err := t.NewSession(ctx, nil)
+	if err != nil {
+		return Margin{}, fmt.Errorf("open session: %w", err)
+	}
+	defer sess.Close()
+	fr, err := sess.Forward(ctx, tokens, ports.ForwardOptions{Rows: 1, Logits: true})
+	if err != nil {
+		return Margin{}, fmt.Errorf("forward: %w", err)
+	}
+	V := t.Info().VocabSize
+	if fr.Logits == nil {
+		return Margin{}, fmt.Errorf("session %T: %w", sess, ErrNoRawLogits)
+	}
+	if len(fr.Logits) < V || V < 2 {
+		return Margin{}, fmt.Errorf("forward returned %d logits for a vocabulary of %d", len(fr.Logits), V)
+	}
+	return marginOf(fr.Logits[len(fr.Logits)-V:]), nil
+}
+
+// marginOf is row's top-2 margin (ties: lowest id first, as greedy decoding picks).
+func marginOf(row []float32) Margin {
+	i1, i2 := -1, -1
+	for i, v := range row {
+		switch {
+		case i1 < 0 || v > row[i1]:
+			i1, i2 = i, i1
+		case i2 < 0 || v > row[i2]:
+			i2 = i
+		}
+	}
+	top := float64(row[i1])
+	var z float64
+	for _, v := range row {
+		z += math.Exp(float64(v) - top)
+	}
+	l1, l2 := float64(row[i1]), float64(row[i2])
+	return Margin{Top1: ports.Token(i1), Top2: ports.Token(i2), Top1Logit: l1, Top2Logit: l2, LogitGap: l1 - l2,
+		ProbGap: (1 - math.Exp(l2-l1)) / z}
+}
+
+// scope is the certificate's one-line coverage.
+func scope(c Certificate) string {
+	s := "chain"
+	if n := len(c.Chain.BlockSizes); n > 0 {
+		s += fmt.Sprintf(", block sizes %s", SizeRange(c.Chain.BlockSizes))
+	}
+	s += ", " + strings.Join(c.Chain.Modes, ", ")
+	if c.Distribution != nil {
+		s += fmt.Sprintf(", T=%g distribution", c.Distribution.Temperature)
+	}
+	return s + "; trees not verified"
+}
+
+// SizeRange writes sizes as "1-8" when contiguous, else "1,2,4".
+func SizeRange(sizes []int) string {
+	contiguous := true
+	for i := 1; i < len(sizes); i++ {
+		contiguous = contiguous && sizes[i] == sizes[i-1]+1
+	}
+	if contiguous && len(sizes) > 1 {
+		return fmt.Sprintf("%d-%d", sizes[0], sizes[len(sizes)-1])
+	}
+	parts := make([]string, len(sizes))
+	for i, b := range sizes {
+		parts[i] = fmt.Sprint(b)
+	}
+	return strings.Join(parts, ",")
+}
+
+// dirName names a model directory in the report: "org/name@revision" for a hub-cache snapshot
+// (…/models--org--name/snapshots/REV), else its base name.
+func dirName(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	rev, snaps := filepath.Base(dir), filepath.Dir(dir)
+	if repo := filepath.Base(filepath.Dir(snaps)); filepath.Base(snaps) == "snapshots" && strings.HasPrefix(repo, "models--") {
+		return strings.ReplaceAll(strings.TrimPrefix(repo, "models--"), "--", "/") + "@" + rev
+	}
+	return filepath.Base(dir)
+}
+
+// kernelMode is the CPU kernel mode a backend name implies ("" for a backend without modes).
+func kernelMode(backend string) string {
+	switch backend {
+	case models.BackendCPUFast:
+		return models.KernelsFast
+	case models.BackendCPU:
+		return models.KernelsExact
+	}
+	return ""
+}
+
+// quantization describes dir's stored format from config.json: "4-bit affine, group 64" or the dtype.
+func quantization(dir string) string {
+	data, err := os.ReadFile(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return ""
+	}
+	var cfg struct {
+		Quantization *struct {
+			Bits      int `json:"bits"`
+			GroupSize int `json:"group_size"`
+		} `json:"quantization"`
+		DType string `json:"torch_dtype"`
+	}
+	if json.Unmarshal(data, &cfg) != nil {
+		return ""
+	}
+	if q := cfg.Quantization; q != nil && q.Bits > 0 {
+		return fmt.Sprintf("%d-bit affine, group %d", q.Bits, q.GroupSize)
+	}
+	return cfg.DType
+}
+
+// WriteCertificate writes c as indented JSON to out, or, with out "", beside the model
+// (<model dir>/higgs-certificate.json). When the model directory cannot be written (read-only, a shared
+// store) it writes to the working directory instead and says so in c.FileNote; c.File is where it went. An
+// explicit out that cannot be written is an error.
+func WriteCertificate(c *Certificate, out string) error {
+	write := func(path string) error {
+		c.File = path
+		data, err := json.MarshalIndent(c, "", "  ")
+		if err != nil {
+			c.File = ""
+			return err
+		}
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, append(data, '\n'), 0o644); err != nil {
+			c.File = ""
+			return err
+		}
+		if err := os.Rename(tmp, path); err != nil {
+			_ = os.Remove(tmp)
+			c.File = ""
+			return err
+		}
+		return nil
+	}
+	if out != "" {
+		if err := write(out); err != nil {
+			return fmt.Errorf("%w: write the certificate to %s: %w", ErrBadInput, out, err)
+		}
+		return nil
+	}
+	if c.ModelDir == "" {
+		return fmt.Errorf("%w: the model has no directory to write the certificate beside: give --out", ErrBadInput)
+	}
+	beside := filepath.Join(c.ModelDir, models.CertificateFile)
+	err := write(beside)
+	if err == nil {
+		return nil
+	}
+	fallback, ferr := filepath.Abs(fmt.Sprintf("higgs-certificate-%s.json", safeName(c.Model)))
+	if ferr == nil {
+		c.FileNote = fmt.Sprintf("not written beside the model (%v): written to %s instead; copy it to %s for /v1/models to show it",
+			err, fallback, beside)
+		if ferr = write(fallback); ferr == nil {
+			return nil
+		}
+	}
+	c.FileNote = fmt.Sprintf("not written: beside the model: %v; working directory: %v", err, ferr)
+	return fmt.Errorf("%w: write the certificate: %s", ErrBadInput, c.FileNote)
+}
+
+// safeName keeps letters, digits, '.', '-' and '_' of s (others become '_').
+func safeName(s string) string {
+	b := []byte(s)
+	for i, ch := range b {
+		if !(ch >= 'a' && ch <= 'z' || ch >= 'A' && ch <= 'Z' || ch >= '0' && ch <= '9' || ch == '.' || ch == '-' || ch == '_') {
+			b[i] = '_'
+		}
+	}
+	if len(b) == 0 {
+		return "model"
+	}
+	return string(b)
+}

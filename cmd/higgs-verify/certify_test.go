@@ -1,0 +1,203 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/internal/testmodel"
+	"github.com/higgs-go/higgs/ports"
+)
+
+type certOut struct {
+	Certified bool   `json:"certified"`
+	Build     string `json:"build"`
+	Backend   string `json:"backend"`
+	Kernels   string `json:"kernels"`
+	Scope     string `json:"scope"`
+	File      string `json:"file"`
+	Chain     struct {
+		Pass       bool  `json:"pass"`
+		BlockSizes []int `json:"block_sizes"`
+		NotRun     []struct {
+			BlockSize int    `json:"block_size"`
+			Reason    string `json:"reason"`
+		} `json:"not_run"`
+		Cases []struct {
+			BlockSize     int    `json:"block_size"`
+			Mode          string `json:"mode"`
+			Disagreements int    `json:"disagreements"`
+		} `json:"cases"`
+	} `json:"chain"`
+	Tree struct {
+		Verified bool   `json:"verified"`
+		Note     string `json:"note"`
+	} `json:"tree"`
+	Disagreements []struct {
+		BlockSize int    `json:"block_size"`
+		Mode      string `json:"mode"`
+		Prompt    int    `json:"prompt"`
+		Position  int    `json:"position"`
+		Plain     int    `json:"plain_token"`
+		Spec      int    `json:"spec_token"`
+		Margin    *struct {
+			Top1     int     `json:"top1"`
+			LogitGap float64 `json:"logit_gap"`
+		} `json:"margin"`
+	} `json:"disagreements"`
+	Distribution *struct {
+		Pass bool `json:"pass"`
+	} `json:"distribution"`
+}
+
+// TestCertifyCommand: certify passes on a correct backend, writes higgs-certificate.json beside the model
+// (what higgsd then shows), lists the block sizes above the drafter's as not run and says trees are not
+// verified.
+func TestCertifyCommand(t *testing.T) {
+	model := testmodel.Copy(t, fixtures.dense, nil)
+	args := []string{"certify", "--model", model, "--draft", fixtures.drafter, "--tokens", "5,9,13", "--max-tokens", "6",
+		"--block-sizes", "1,2,8,16", "--batch", "2", "--samples", "20"}
+	r := runCLI(t, append(args, "--json")...)
+	require.Equal(t, 0, r.code, r.stderr)
+	var c certOut
+	oneJSON(t, r.stdout, &c)
+	assert.True(t, c.Certified)
+	assert.True(t, c.Chain.Pass)
+	assert.Equal(t, []int{1, 2, 8}, c.Chain.BlockSizes)
+	require.Len(t, c.Chain.NotRun, 1)
+	assert.Equal(t, 16, c.Chain.NotRun[0].BlockSize)
+	assert.Equal(t, "not run: above the drafter's block size 8", c.Chain.NotRun[0].Reason)
+	assert.Len(t, c.Chain.Cases, 3*4)
+	assert.False(t, c.Tree.Verified)
+	assert.Contains(t, c.Tree.Note, "not verified")
+	require.NotNil(t, c.Distribution)
+	assert.True(t, c.Distribution.Pass)
+	assert.Equal(t, "cpu", c.Backend)
+	assert.Equal(t, "exact", c.Kernels)
+	assert.NotEmpty(t, c.Build)
+	assert.Equal(t, filepath.Join(model, models.CertificateFile), c.File)
+	card := models.Certification(model, "cpu")
+	require.NotNil(t, card)
+	assert.True(t, card.Pass)
+	assert.True(t, card.Matches)
+
+	// Text mode; --out; --no-write.
+	out := filepath.Join(t.TempDir(), "c.json")
+	r = runCLI(t, append(args, "--out", out, "--temperature", "0")...)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "tree: not verified")
+	assert.Contains(t, r.stdout, "block 16 not run: above the drafter's block size 8")
+	assert.Contains(t, r.stdout, "certified: true")
+	assert.Contains(t, r.stdout, "written: "+out)
+	assert.NotContains(t, r.stdout, "distribution test")
+	assert.FileExists(t, out)
+	r = runCLI(t, append(args, "--no-write", "--temperature", "0", "--json")...)
+	require.Equal(t, 0, r.code, r.stderr)
+	oneJSON(t, r.stdout, &certOut{})
+	assert.NotContains(t, r.stdout, `"file"`)
+}
+
+// perturbedTarget reports a different greedy token for the row at absolute position pos of every
+// multi-token forward after the prefill (a verify block): speculative decoding diverges there, plain decoding
+// does not.
+type perturbedTarget struct {
+	ports.Target
+	pos int
+}
+
+type perturbedSession struct {
+	ports.Session
+	pos, vocab int
+}
+
+func (t perturbedTarget) NewSession(ctx context.Context, taps []int) (ports.Session, error) {
+	s, err := t.Target.NewSession(ctx, taps)
+	return perturbedSession{Session: s, pos: t.pos, vocab: t.Info().VocabSize}, err
+}
+
+func (s perturbedSession) Forward(ctx context.Context, toks []ports.Token, o ports.ForwardOptions) (ports.ForwardResult, error) {
+	fr, err := s.Session.Forward(ctx, toks, o)
+	if err != nil || len(toks) < 2 || s.Len() == len(toks) {
+		return fr, err
+	}
+	if i := s.pos - (s.Len() - len(fr.Greedy)); i >= 0 && i < len(fr.Greedy) {
+		fr.Greedy[i] = (fr.Greedy[i] + 1) % ports.Token(s.vocab)
+	}
+	return fr, err
+}
+
+// TestCertifyCommandReportsDisagreement: a target whose verify blocks perturb one row fails certification
+// with exit 1; each disagreement names its position and the target's top-2 margin, and the failed
+// certificate is still written.
+func TestCertifyCommandReportsDisagreement(t *testing.T) {
+	broken := func(ctx context.Context, cfg models.ModelConfig, log zerolog.Logger) (*models.Models, func(), error) {
+		m, cleanup, err := initModels(ctx, cfg, log)
+		if err == nil {
+			m.Target = perturbedTarget{Target: m.Target, pos: 6}
+		}
+		return m, cleanup, err
+	}
+	out := filepath.Join(t.TempDir(), "c.json")
+	args := []string{"certify", "--model", fixtures.dense, "--draft", fixtures.drafter, "--tokens", "5,9,13",
+		"--max-tokens", "8", "--block-sizes", "1,4", "--batch", "2", "--temperature", "0", "--out", out}
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), append(args, "--json"), &stdout, &stderr, broken)
+	require.Equal(t, 1, code, stderr.String())
+	assert.Contains(t, stderr.String(), "not certified")
+	assert.Equal(t, 1, strings.Count(strings.TrimSpace(stderr.String()), "\n")+1, "one line on stderr: %s", stderr.String())
+	var c certOut
+	oneJSON(t, stdout.String(), &c)
+	assert.False(t, c.Certified)
+	require.Len(t, c.Disagreements, 6, "block 4: alone, alone+prefix_hit, and both members of each batch of 2: %+v", c.Disagreements)
+	for _, d := range c.Disagreements {
+		assert.Equal(t, 4, d.BlockSize)
+		// The row at position 6 predicts the token at 7: generated token 4 after a 3-token prompt.
+		assert.Equal(t, 4, d.Position)
+		assert.NotEqual(t, d.Plain, d.Spec)
+		require.NotNil(t, d.Margin)
+		assert.Equal(t, d.Plain, d.Margin.Top1)
+		assert.Positive(t, d.Margin.LogitGap)
+	}
+	data, err := os.ReadFile(out)
+	require.NoError(t, err)
+	assert.Contains(t, string(data), `"certified": false`)
+
+	stdout.Reset()
+	stderr.Reset()
+	code = run(t.Context(), args, &stdout, &stderr, broken)
+	require.Equal(t, 1, code, stderr.String())
+	assert.Contains(t, stdout.String(), "DISAGREEMENT chain block 4 alone prompt 0 position 4: plain ")
+	assert.Contains(t, stdout.String(), "logit gap")
+	assert.Contains(t, stdout.String(), "certified: false")
+}
+
+func TestCertifyCommandBadInput(t *testing.T) {
+	for _, extra := range [][]string{
+		{"--block-sizes", "0,2"},
+		{"--block-sizes", "32"},
+		{"--batch", "-1"},
+		{"--no-write", "--out", "x.json"},
+		{"--verify", "maybe"},
+		{"--temperature", "-1"},
+	} {
+		args := append([]string{"certify", "--model", fixtures.dense, "--draft", fixtures.drafter, "--tokens", "5,9,13",
+			"--max-tokens", "4", "--no-write"}, extra...)
+		if extra[0] == "--no-write" {
+			args = append([]string{"certify", "--model", fixtures.dense, "--draft", fixtures.drafter, "--tokens", "5,9,13"}, extra...)
+		}
+		r := runCLI(t, args...)
+		assert.Equal(t, 2, r.code, "%v: %s", extra, r.stderr)
+		assert.Empty(t, r.stdout, "%v", extra)
+	}
+	r := runCLI(t, "certify", "--model", fixtures.dense, "--tokens", "5,9,13", "--no-write")
+	assert.Equal(t, 2, r.code, r.stderr)
+	assert.Contains(t, r.stderr, "drafter")
+}
