@@ -264,6 +264,7 @@ func TestAuth(t *testing.T) {
 		{nil, 401},
 	} {
 		req, _ := http.NewRequestWithContext(t.Context(), "POST", srv.URL+"/v1/messages", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		for k, v := range c.hdr {
 			req.Header.Set(k, v)
 		}
