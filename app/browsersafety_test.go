@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
@@ -108,7 +109,9 @@ func send(t *testing.T, srv *httptest.Server, p probe, host string, hdr map[stri
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := srv.Client().Do(req)
+	hc := srv.Client()
+	hc.Timeout = 5 * time.Second // a route that answers instead of refusing (the event stream) never ends
+	resp, err := hc.Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
