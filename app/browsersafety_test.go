@@ -65,11 +65,17 @@ func TestConfigBrowserPolicy(t *testing.T) {
 		{"127.0.0.1", "", []string{"gpu-box.lan"}, []string{"gpu-box.lan"}},
 	} {
 		cfg := DefaultConfig()
-		cfg.Host, cfg.APIKey, cfg.AllowedHosts = c.host, c.key, c.allowed
+		cfg.Host, cfg.AllowedHosts = c.host, c.allowed
+		if c.key != "" {
+			cfg.APIKeys = []string{c.key}
+		}
 		b := cfg.BrowserPolicy()
 		assert.Equal(t, c.want, b.AllowedHosts, "%+v", c)
 		assert.Equal(t, c.host, b.Listen)
 	}
+	cfg := DefaultConfig()
+	cfg.Host, cfg.AdminKey = "0.0.0.0", "root"
+	assert.Equal(t, []string{"*"}, cfg.BrowserPolicy().AllowedHosts, "the operator's key alone turns authentication on")
 }
 
 // browserHost serves both APIs and the event stream as higgsd wires them, from cfg, with no model loaded:
@@ -79,8 +85,10 @@ func browserHost(t *testing.T, cfg Config) *httptest.Server {
 	svc, err := serve.NewServe(cfg.ServeConfig(), zerolog.Nop())
 	require.NoError(t, err)
 	host := ProvideHTTP(cfg, svc, zerolog.Nop())
-	ProvideAPI(cfg, svc, ProvideEvents(svc), host, zerolog.Nop())
-	ProvideMessages(cfg, svc, host, zerolog.Nop())
+	keys, err := ProvideKeys(cfg)
+	require.NoError(t, err)
+	ProvideAPI(cfg, svc, ProvideEvents(svc), host, keys, zerolog.Nop())
+	ProvideMessages(cfg, svc, host, keys, zerolog.Nop())
 	srv := httptest.NewServer(host)
 	t.Cleanup(srv.Close)
 	return srv
@@ -187,7 +195,7 @@ func TestServerCORS(t *testing.T) {
 	}
 
 	cfg := DefaultConfig()
-	cfg.APIKey, cfg.CORSOrigins = "k", []string{"https://app.example"}
+	cfg.APIKeys, cfg.CORSOrigins = []string{"k"}, []string{"https://app.example"}
 	srv = browserHost(t, cfg)
 	for _, path := range paths {
 		resp, _ := send(t, srv, probe{"OPTIONS", path, ""}, "", preflight("https://app.example"))

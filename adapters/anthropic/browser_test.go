@@ -55,7 +55,7 @@ var routes = []string{"/v1/messages", "/v1/messages/count_tokens"}
 func TestDNSRebindingRefused(t *testing.T) {
 	for _, key := range []string{"", "k"} {
 		gen := &scripted{count: 3}
-		s := New(gen, Options{Log: zerolog.Nop(), APIKey: key})
+		s := New(gen, Options{Log: zerolog.Nop(), Keys: keysOf(t, key)})
 		for _, path := range routes {
 			for _, host := range []string{"evil.example:8000", "evil.example", "localhost.evil.example"} {
 				rec := post(s, host, path, "application/json", "")
@@ -118,7 +118,7 @@ func TestCORSPreflight(t *testing.T) {
 	assert.Empty(t, rec.Header().Get("Access-Control-Allow-Origin"))
 
 	host := httpapi.New(&scripted{}, httpapi.Options{Browser: httpapi.Browser{CORSOrigins: []string{"https://app.example"}}})
-	s = New(&scripted{count: 3}, Options{Log: zerolog.Nop(), APIKey: "k", Host: host})
+	s = New(&scripted{count: 3}, Options{Log: zerolog.Nop(), Keys: testKeys(t, "k"), Host: host})
 	rec = preflight(s, "https://app.example")
 	assert.Equal(t, http.StatusNoContent, rec.Code, "answered before authentication: a preflight carries no key")
 	assert.Equal(t, "https://app.example", rec.Header().Get("Access-Control-Allow-Origin"))
@@ -134,4 +134,12 @@ func TestCORSPreflight(t *testing.T) {
 	assert.Equal(t, http.StatusUnauthorized, rec.Code)
 	assert.Equal(t, "https://app.example", rec.Header().Get("Access-Control-Allow-Origin"))
 	assert.Contains(t, rec.Header().Get("Access-Control-Expose-Headers"), "Request-Id")
+}
+
+// keysOf is testKeys(t, key), or no keys for "".
+func keysOf(t *testing.T, key string) *httpapi.Keys {
+	if key == "" {
+		return nil
+	}
+	return testKeys(t, key)
 }

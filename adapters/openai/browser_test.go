@@ -43,7 +43,7 @@ func openAIError(t *testing.T, rec *httptest.ResponseRecorder) errorDetail {
 func TestDNSRebindingRefused(t *testing.T) {
 	events := &fakeEvents{cancelled: make(chan struct{})}
 	for _, key := range []string{"", "k"} {
-		s := New(&scripted{ready: true}, Options{Log: zerolog.Nop(), APIKey: key, Events: events})
+		s := New(&scripted{ready: true}, Options{Log: zerolog.Nop(), Keys: keysOf(t, key), Events: events})
 		for _, c := range []struct{ method, path, body string }{
 			{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`},
 			{"POST", "/v1/completions", `{"prompt":"hi"}`},
@@ -135,13 +135,13 @@ func TestCORSPreflight(t *testing.T) {
 		return rec
 	}
 	// Off by default: the preflight is an OPTIONS request like any other, with no CORS header.
-	s := New(&scripted{ready: true}, Options{Log: zerolog.Nop(), APIKey: "k"})
+	s := New(&scripted{ready: true}, Options{Log: zerolog.Nop(), Keys: testKeys(t, "k")})
 	rec := preflight(s, "https://app.example")
 	assert.Equal(t, http.StatusUnauthorized, rec.Code)
 	assert.Empty(t, rec.Header().Get("Access-Control-Allow-Origin"))
 
 	host := httpapi.New(&scripted{ready: true}, httpapi.Options{Browser: httpapi.Browser{CORSOrigins: []string{"https://app.example"}}})
-	s = New(&scripted{ready: true}, Options{Log: zerolog.Nop(), APIKey: "k", Host: host})
+	s = New(&scripted{ready: true}, Options{Log: zerolog.Nop(), Keys: testKeys(t, "k"), Host: host})
 	rec = preflight(s, "https://app.example")
 	assert.Equal(t, http.StatusNoContent, rec.Code, "answered before authentication: a preflight carries no key")
 	assert.Equal(t, "https://app.example", rec.Header().Get("Access-Control-Allow-Origin"))
@@ -159,4 +159,12 @@ func TestCORSPreflight(t *testing.T) {
 	s.ServeHTTP(rec, r)
 	assert.Equal(t, http.StatusUnauthorized, rec.Code)
 	assert.Equal(t, "https://app.example", rec.Header().Get("Access-Control-Allow-Origin"))
+}
+
+// keysOf is testKeys(t, key), or no keys for "".
+func keysOf(t *testing.T, key string) *httpapi.Keys {
+	if key == "" {
+		return nil
+	}
+	return testKeys(t, key)
 }
