@@ -39,9 +39,13 @@ type Config struct {
 	// APIKeys (--api-key, repeatable) and the keys of APIKeyFile (one a line) are the tenant keys: each is a
 	// tenant of its own. AdminKey is the operator's (every tenant's events). No key at all: no
 	// authentication, one tenant.
-	APIKeys         []string
-	APIKeyFile      string
-	AdminKey        string
+	APIKeys    []string
+	APIKeyFile string
+	AdminKey   string
+	// AllowedHosts are Host names answered to besides localhost names, IP addresses and --host; CORSOrigins
+	// the origins whose pages may call the APIs (httpapi.Browser; BrowserPolicy decides the defaults).
+	AllowedHosts    []string
+	CORSOrigins     []string
 	MaxBodyBytes    int64
 	BodyTimeout     time.Duration
 	RequestTimeout  time.Duration
@@ -120,6 +124,8 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.Var((*keyList)(&c.APIKeys), "api-key", "require `KEY` on /v1/ routes ('Authorization: Bearer KEY'; the Messages API also takes 'x-api-key: KEY'); repeat for more keys, each a tenant of its own (its own prefix cache and event stream)")
 	fs.StringVar(&c.APIKeyFile, "api-key-file", c.APIKeyFile, "file of tenant keys, one a line (blank lines and lines starting with # are skipped; surrounding spaces trimmed), added to --api-key's")
 	fs.StringVar(&c.AdminKey, "admin-key", c.AdminKey, "operator key: accepted on /v1/ routes like a tenant key, and its event stream (/v1/events) shows every tenant's generations")
+	fs.Var((*listFlag)(&c.AllowedHosts), "allowed-hosts", "a Host name the server answers to besides localhost names, IP addresses and --host (a guard against DNS rebinding): NAME (any port), NAME:PORT, .NAME (it and every name under it) or * (any); repeat the flag or separate with commas (default on a non-loopback --host with a key: *)")
+	fs.Var((*listFlag)(&c.CORSOrigins), "cors-origin", "let pages of this origin (scheme://host[:port]) call the APIs across origins (CORS), or * for every origin; repeat the flag or separate with commas (default: CORS off)")
 	fs.Var(byteSize{&c.MaxBodyBytes}, "max-body-bytes", "largest request body accepted: bytes, or a size with a unit (4MiB, 1.5MB)")
 	fs.DurationVar(&c.BodyTimeout, "body-timeout", c.BodyTimeout, "longest a client may take to send a request body (a slower one is answered 408)")
 	fs.BoolVar(&c.SpecialTokensInContent, "special-tokens-in-content", c.SpecialTokensInContent, "encode special-token text (<|im_end|>…) in message content (every role, assistant tool calls included) as control tokens, letting clients forge turns (default: plain text)")
@@ -227,8 +233,15 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 		if !ok || onCmdline[f.Name] || f.Name == "config" {
 			return
 		}
-		if l, ok := f.Value.(*keyList); ok && fromFile[f.Name] {
-			*l = nil // the environment replaces the file's list
+		switch l := f.Value.(type) {
+		case *keyList:
+			if fromFile[f.Name] {
+				*l = nil // the environment replaces the file's list
+			}
+		case *listFlag:
+			if fromFile[f.Name] {
+				*l = nil
+			}
 		}
 		if err := f.Value.Set(v); err != nil {
 			errs = append(errs, fmt.Errorf("environment %s=%q: %w", env, v, err))
@@ -371,6 +384,19 @@ func (c Config) Validate() error {
 	if c.Port < 0 || c.Port > 65535 {
 		errs = append(errs, fmt.Errorf("--port %d out of range [0, 65535]", c.Port))
 	}
+	for _, h := range c.AllowedHosts {
+		if err := validAllowedHost(h); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, o := range c.CORSOrigins {
+		if o == "*" {
+			continue
+		}
+		if _, err := httpapi.NormalOrigin(o); err != nil {
+			errs = append(errs, fmt.Errorf("--cors-origin: %w", err))
+		}
+	}
 	if c.MaxBodyBytes < 1024 {
 		errs = append(errs, fmt.Errorf("--max-body-bytes %d must be at least 1024", c.MaxBodyBytes))
 	}
@@ -443,17 +469,70 @@ func (c Config) ServeConfig() serve.ServeConfig {
 		DefaultMaxTokens: c.DefaultMaxTokens, ContextLength: c.ContextLength}
 }
 
+// BrowserPolicy is what a web page may make a browser do with the server (httpapi.Browser). Host names
+// besides localhost names, IP addresses and --host must be listed in --allowed-hosts, except on a
+// non-loopback --host with a key (--api-key, --api-key-file or --admin-key) and no --allowed-hosts, where any Host is answered: a DNS-rebinding page
+// cannot send the key, and machines reached by their names keep working (docs/serving.md#browser-safety).
+func (c Config) BrowserPolicy() httpapi.Browser {
+	hosts := c.AllowedHosts
+	if len(hosts) == 0 && c.hasKey() && !c.loopback() {
+		hosts = []string{"*"}
+	}
+	return httpapi.Browser{Listen: c.Host, AllowedHosts: hosts, CORSOrigins: c.CORSOrigins}
+}
+
+// validAllowedHost checks one --allowed-hosts entry: *, NAME, NAME:PORT or .NAME.
+func validAllowedHost(h string) error {
+	if h == "*" {
+		return nil
+	}
+	name := strings.TrimPrefix(h, ".")
+	if host, port, err := net.SplitHostPort(name); err == nil {
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
+			return fmt.Errorf("--allowed-hosts %q: the port must be a number in [1, 65535]", h)
+		}
+		name = host
+	}
+	if name == "" || strings.ContainsAny(name, " /:@*?#[]") {
+		return fmt.Errorf("--allowed-hosts %q: want *, NAME, NAME:PORT or .NAME (a host name, no scheme or path)", h)
+	}
+	return nil
+}
+
+// loopback reports whether --host is this machine only.
+func (c Config) loopback() bool {
+	if c.Host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(c.Host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// hasKey reports whether the APIs require a key.
+func (c Config) hasKey() bool { return len(c.APIKeys) > 0 || c.APIKeyFile != "" || c.AdminKey != "" }
+
 // ExposedWithoutKey reports whether the server listens beyond this machine with no key: anyone who can
 // reach the port may then use the model.
 func (c Config) ExposedWithoutKey() bool {
-	if len(c.APIKeys) > 0 || c.APIKeyFile != "" || c.AdminKey != "" {
-		return false
+	return !c.hasKey() && !c.loopback()
+}
+
+// listFlag is a flag that may be repeated, each value a comma-separated list; whitespace around an item and
+// empty items are dropped.
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+// list marks a flag that a TOML array sets (each element one Set).
+func (l *listFlag) list() {}
+
+func (l *listFlag) Set(v string) error {
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			*l = append(*l, item)
+		}
 	}
-	if c.Host == "localhost" {
-		return false
-	}
-	ip := net.ParseIP(c.Host)
-	return ip == nil || !ip.IsLoopback()
+	return nil
 }
 
 // durationUnits is set once: zerolog keeps its duration format process-wide.

@@ -76,7 +76,7 @@ func startDrainRun(t *testing.T, shutdown, delay time.Duration) (*runHarness, *s
 	load := func(context.Context, func(done, total int64)) (serve.Engine, func() error, error) {
 		return eng, func() error { h.closed.Add(1); return nil }, nil
 	}
-	host := ProvideHTTP(svc, log)
+	host := ProvideHTTP(cfg, svc, log)
 	api := ProvideAPI(cfg, svc, ProvideEvents(svc), host, nil, log)
 	srv := NewServer(cfg, svc, host, api, ProvideMessages(cfg, svc, host, nil, log), load, log)
 	srv.OnListen = func(a net.Addr) { h.addr <- a }

@@ -40,9 +40,9 @@ func ProvideServe(cfg Config, log zerolog.Logger) (*serve.Serve, error) {
 func ProvideEvents(s *serve.Serve) ports.EventSource { return s.Events() }
 
 // ProvideHTTP builds the HTTP server both APIs are registered on, side by side: one listener, one set of
-// metrics.
-func ProvideHTTP(gen ports.Generator, log zerolog.Logger) *httpapi.Server {
-	return httpapi.New(gen, httpapi.Options{Log: log})
+// metrics, one browser policy (the Host names answered to, the CORS origins).
+func ProvideHTTP(cfg Config, gen ports.Generator, log zerolog.Logger) *httpapi.Server {
+	return httpapi.New(gen, httpapi.Options{Log: log, Browser: cfg.BrowserPolicy()})
 }
 
 // ProvideKeys builds the keys both APIs accept, one tenant each, and the operator's.

@@ -52,7 +52,7 @@ func startRun(t *testing.T, shutdown time.Duration, delay time.Duration, release
 		progress(10, 10)
 		return eng, func() error { h.closed.Add(1); return nil }, nil
 	}
-	host := ProvideHTTP(svc, zerolog.Nop())
+	host := ProvideHTTP(cfg, svc, zerolog.Nop())
 	api := oaiapi.New(svc, oaiapi.Options{Log: zerolog.Nop(), Host: host})
 	srv := NewServer(cfg, svc, host, api, ProvideMessages(cfg, svc, host, nil, zerolog.Nop()), load, zerolog.Nop())
 	srv.OnListen = func(a net.Addr) { h.addr <- a }
@@ -205,7 +205,7 @@ func TestRunWarnsWideBindWithoutKey(t *testing.T) {
 		log := zerolog.New(&syncWriter{w: &logs})
 		svc, err := serve.NewServe(cfg.ServeConfig(), log)
 		require.NoError(t, err)
-		host := ProvideHTTP(svc, log)
+		host := ProvideHTTP(cfg, svc, log)
 		api := oaiapi.New(svc, oaiapi.Options{Log: log, Host: host})
 		load := func(ctx context.Context, _ func(done, total int64)) (serve.Engine, func() error, error) {
 			<-ctx.Done()

@@ -63,10 +63,12 @@ func New(gen ports.Generator, opts Options) *Server {
 		host = httpapi.New(gen, httpapi.Options{Log: opts.Log})
 	}
 	s := &Server{gen: gen, opts: opts, log: opts.Log, host: host, metrics: host.Metrics()}
-	wrap := func(h http.HandlerFunc) http.Handler { return s.recoverer(s.authenticate(h)) }
+	// The browser checks come before authentication: a CORS preflight carries no key.
+	wrap := func(h http.HandlerFunc) http.Handler { return s.recoverer(host.Guard(s.authenticate(h), refuse)) }
+	post := func(h http.HandlerFunc) http.Handler { return s.recoverer(host.GuardJSON(s.authenticate(h), refuse)) }
 	// Generations are the host's work: drained with every API's, refused in this API's shape.
-	host.Handle("POST /v1/messages", wrap(host.Work(http.HandlerFunc(s.messages), refuseDraining).ServeHTTP))
-	host.Handle("POST /v1/messages/count_tokens", wrap(s.countTokens))
+	host.Handle("POST /v1/messages", post(host.Work(http.HandlerFunc(s.messages), refuseDraining).ServeHTTP))
+	host.Handle("POST /v1/messages/count_tokens", post(s.countTokens))
 	host.Handle("/v1/messages", wrap(methodNotAllowed))
 	host.Handle("/v1/messages/count_tokens", wrap(methodNotAllowed))
 	return s
@@ -85,6 +87,16 @@ func methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Allow", "POST")
 	writeError(w, &Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
 		Message: fmt.Sprintf("method %s is not allowed on %s; use POST", r.Method, r.URL.Path)})
+}
+
+// refuse answers a request the browser checks refuse (httpapi.Guard) in this API's shape: a Host not
+// answered to is a permission_error, as Anthropic types its 403s.
+func refuse(w http.ResponseWriter, status int, _, message string) {
+	typ := "invalid_request_error"
+	if status == http.StatusForbidden {
+		typ = "permission_error"
+	}
+	writeError(w, &Error{Status: status, Type: typ, Message: message})
 }
 
 // writeJSON sends v with status, without HTML escaping (model output is full of <think> and <tool_call>).

@@ -264,6 +264,7 @@ func TestAuth(t *testing.T) {
 		{nil, 401},
 	} {
 		req, _ := http.NewRequestWithContext(t.Context(), "POST", srv.URL+"/v1/messages", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
 		for k, v := range c.hdr {
 			req.Header.Set(k, v)
 		}
@@ -301,7 +302,7 @@ func rawRequest(t *testing.T, addr, head, body string, deadline time.Duration) s
 func TestWithheldBody(t *testing.T) {
 	srv, _ := newTestServer(t, &scripted{}, Options{Keys: testKeys(t, "k"), BodyTimeout: 200 * time.Millisecond})
 	addr := strings.TrimPrefix(srv.URL, "http://")
-	head := "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n"
+	head := "POST /v1/messages HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n"
 	assert.Equal(t, "HTTP/1.1 401 Unauthorized", rawRequest(t, addr, head, "{", 2*time.Second))
 	assert.Equal(t, "HTTP/1.1 408 Request Timeout", rawRequest(t, addr, head+"x-api-key: k\r\n", "{", 2*time.Second))
 }

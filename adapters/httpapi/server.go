@@ -18,12 +18,16 @@ type Options struct {
 	// registry share its series.
 	Registry *prometheus.Registry
 	Log      zerolog.Logger
+	// Browser is what a web page may make a browser do here (browser.go): the Host names answered to and the
+	// CORS origins. Every API wraps its routes in Guard or GuardJSON.
+	Browser Browser
 }
 
 // Server is the one HTTP handler higgsd listens with: every API registers its routes on it with Handle, side
 // by side on one mux, behind one request instrumentation (higgs_requests_total and
 // higgs_request_duration_seconds by route pattern). It serves GET /metrics itself. Each API wraps its own
-// routes in its authentication and panic recovery (Recover), since only it knows its answers' shape.
+// routes in its authentication, the browser checks (Guard, GuardJSON) and panic recovery (Recover), since
+// only it knows its answers' shape.
 type Server struct {
 	mux     *http.ServeMux
 	life    *lifecycle // the one shutdown lifecycle of every API's work (drain.go)
@@ -31,6 +35,7 @@ type Server struct {
 	metrics *Metrics
 	reg     *prometheus.Registry
 	handler http.Handler
+	browser *guard
 }
 
 // New builds a Server for the APIs over gen; gen's optional abilities QueueDepther and PrefixCacheReporter
@@ -45,10 +50,11 @@ func New(gen ports.Generator, opts Options) *Server {
 		depth = q.QueueDepth
 	}
 	prefix, _ := gen.(PrefixCacheReporter)
-	s := &Server{mux: http.NewServeMux(), reg: reg, metrics: newMetrics(reg, depth, prefix)}
+	s := &Server{mux: http.NewServeMux(), reg: reg, metrics: newMetrics(reg, depth, prefix), browser: newGuard(opts.Browser)}
 	// promhttp answers its own failures; the recovery is a last resort (its 500 has no API's shape, as the
-	// route belongs to none).
-	s.mux.Handle("GET /metrics", Recover(opts.Log, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), func(w http.ResponseWriter) {
+	// route belongs to none, nor has a refusal of the browser checks).
+	plain := func(w http.ResponseWriter, status int, _, message string) { http.Error(w, message, status) }
+	s.mux.Handle("GET /metrics", Recover(opts.Log, s.Guard(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), plain), func(w http.ResponseWriter) {
 		http.Error(w, "internal server error", http.StatusInternalServerError)
 	}))
 	s.handler = s.instrument(s.mux)

@@ -36,7 +36,7 @@ func (gen) PrefixCacheStats() ports.PrefixCacheStats {
 func scrape(t *testing.T, h http.Handler) string {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	h.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	h.ServeHTTP(rec, localRequest("GET", "/metrics", nil))
 	require.Equal(t, http.StatusOK, rec.Code)
 	body, err := io.ReadAll(rec.Body)
 	require.NoError(t, err)
@@ -72,7 +72,7 @@ func TestServerCountsRequests(t *testing.T) {
 		{"GET", "/nowhere", http.StatusNotFound},
 	} {
 		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, httptest.NewRequest(c.method, c.path, nil))
+		s.ServeHTTP(rec, localRequest(c.method, c.path, nil))
 		assert.Equal(t, c.status, rec.Code, c.path)
 	}
 	body := scrape(t, s)
@@ -130,7 +130,7 @@ func TestSharedRegistry(t *testing.T) {
 	for _, s := range servers {
 		assert.Same(t, reg, s.Registry())
 		s.Handle("GET /x", http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-		s.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/x", nil))
+		s.ServeHTTP(httptest.NewRecorder(), localRequest("GET", "/x", nil))
 		s.Metrics().ObserveResult(ports.GenerateResult{PromptTokens: 5})
 	}
 	body := scrape(t, servers[1])
@@ -143,6 +143,6 @@ func TestSharedRegistry(t *testing.T) {
 func TestMetricsRouteIsGETOnly(t *testing.T) {
 	s := New(gen{}, Options{})
 	rec := httptest.NewRecorder()
-	s.ServeHTTP(rec, httptest.NewRequest("POST", "/metrics", strings.NewReader("")))
+	s.ServeHTTP(rec, localRequest("POST", "/metrics", strings.NewReader("")))
 	assert.Equal(t, http.StatusMethodNotAllowed, rec.Code)
 }

@@ -19,7 +19,7 @@ import (
 func TestWithheldBody(t *testing.T) {
 	srv := httptest.NewServer(New(&scripted{ready: true}, Options{Keys: testKeys(t, "k"), BodyTimeout: 200 * time.Millisecond, Log: zerolog.Nop()}))
 	t.Cleanup(srv.Close)
-	head := "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n"
+	head := "POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n"
 	for _, c := range []struct{ auth, status, body string }{
 		{"", "HTTP/1.1 401 Unauthorized", `"invalid_api_key"`},
 		{"Authorization: Bearer k\r\n", "HTTP/1.1 408 Request Timeout", `"request_timeout"`},

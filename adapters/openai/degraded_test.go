@@ -50,7 +50,7 @@ func TestLostBackendHealthAndRequests(t *testing.T) {
 	assert.JSONEq(t, `{"status":"degraded","error":"rank lost: backend lost: no answer from rank 1 within 2m0s"}`, body)
 
 	rec := httptest.NewRecorder()
-	s.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"hi"}`)))
+	s.ServeHTTP(rec, localRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"hi"}`)))
 	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
 	var e struct {
 		Error struct{ Code, Message string } `json:"error"`

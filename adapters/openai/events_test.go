@@ -97,7 +97,7 @@ func TestPageIsSelfContained(t *testing.T) {
 	s := New(&scripted{ready: true}, Options{Log: zerolog.Nop(), Keys: testKeys(t, "k")})
 	for path, ctype := range map[string]string{"/": "text/html", "/ui/app.js": "javascript", "/ui/style.css": "text/css"} {
 		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		s.ServeHTTP(rec, localRequest("GET", path, nil))
 		assert.Equal(t, http.StatusOK, rec.Code, "%s is open without the API key, as a browser first meets it", path)
 		assert.Contains(t, rec.Header().Get("Content-Type"), ctype, path)
 	}

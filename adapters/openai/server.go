@@ -80,11 +80,14 @@ func New(gen ports.Generator, opts Options) *Server {
 	}
 	s := &Server{gen: gen, opts: opts, log: opts.Log, host: host, metrics: host.Metrics()}
 	// Authentication is per route (it only guards /v1/ paths), so that an API beside this one can answer its
-	// own way; so is the recovery, which answers in this API's shape.
-	route := func(pattern string, h http.Handler) { host.Handle(pattern, s.recoverer(h)) }
+	// own way; so are the recovery and the browser checks, which answer in this API's shape.
+	route := func(pattern string, h http.Handler) { host.Handle(pattern, s.recoverer(host.Guard(h, refuse))) }
 	handle := func(pattern string, h http.HandlerFunc) { route(pattern, s.authenticate(h)) }
-	// Generations are the host's work: drained with every API's, refused in this API's shape.
-	work := func(pattern string, h http.HandlerFunc) { route(pattern, s.authenticate(host.Work(h, refuseDraining))) }
+	// Generations are the host's work: drained with every API's, refused in this API's shape; their bodies
+	// must be JSON (GuardJSON).
+	work := func(pattern string, h http.HandlerFunc) {
+		host.Handle(pattern, s.recoverer(host.GuardJSON(s.authenticate(host.Work(h, refuseDraining)), refuse)))
+	}
 	work("POST /v1/chat/completions", s.chat)
 	work("POST /v1/completions", s.completion)
 	handle("GET /v1/models", s.models)
@@ -121,6 +124,11 @@ func methodNotAllowed(allow string) http.HandlerFunc {
 		writeError(w, &Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error",
 			Code: "method_not_allowed", Message: fmt.Sprintf("method %s is not allowed on %s; use %s", r.Method, r.URL.Path, allow)})
 	}
+}
+
+// refuse answers a request the browser checks refuse (httpapi.Guard) in OpenAI's shape.
+func refuse(w http.ResponseWriter, status int, code, message string) {
+	writeError(w, &Error{Status: status, Type: "invalid_request_error", Code: code, Message: message})
 }
 
 // writeJSON sends v with status, or OpenAI's 500 when v cannot be encoded.

@@ -102,7 +102,7 @@ func TestGoldenTranscripts(t *testing.T) {
 			}
 			gen := &scripted{events: c.events, res: res, err: c.err, ready: true}
 			rec := httptest.NewRecorder()
-			newTestServer(gen).ServeHTTP(rec, httptest.NewRequest("POST", c.path, strings.NewReader(c.body)))
+			newTestServer(gen).ServeHTTP(rec, localRequest("POST", c.path, strings.NewReader(c.body)))
 			var buf bytes.Buffer
 			buf.WriteString(rec.Result().Status + "\n")
 			for _, h := range []string{"Content-Type", "Retry-After", "Cache-Control"} {
@@ -121,12 +121,12 @@ func TestHealthLoading(t *testing.T) {
 	gen := &scripted{}
 	s := newTestServer(gen)
 	rec := httptest.NewRecorder()
-	s.ServeHTTP(rec, httptest.NewRequest("GET", "/health", nil))
+	s.ServeHTTP(rec, localRequest("GET", "/health", nil))
 	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
 	assert.JSONEq(t, `{"status":"loading"}`, rec.Body.String())
 	gen.ready = true
 	rec = httptest.NewRecorder()
-	s.ServeHTTP(rec, httptest.NewRequest("GET", "/health", nil))
+	s.ServeHTTP(rec, localRequest("GET", "/health", nil))
 	assert.Equal(t, http.StatusOK, rec.Code)
 }
 
@@ -174,7 +174,7 @@ func TestStreamWriteFailureStopsGeneration(t *testing.T) {
 	w := &failingWriter{ResponseWriter: httptest.NewRecorder(), n: 1}
 	var logs bytes.Buffer
 	s := New(gen, Options{Log: zerolog.New(&logs)})
-	s.ServeHTTP(w, httptest.NewRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x","stream":true}`)))
+	s.ServeHTTP(w, localRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x","stream":true}`)))
 	require.Len(t, gen.errs, 3)
 	assert.NoError(t, gen.errs[0], "the first event fits")
 	for i, err := range gen.errs[1:] {
@@ -230,7 +230,7 @@ func FuzzSSEWriter(f *testing.F) {
 		res.Reasoning = ""
 		gen := &scripted{events: evs, res: res, ready: true}
 		rec := httptest.NewRecorder()
-		newTestServer(gen).ServeHTTP(rec, httptest.NewRequest("POST", "/v1/chat/completions",
+		newTestServer(gen).ServeHTTP(rec, localRequest("POST", "/v1/chat/completions",
 			strings.NewReader(`{"messages":[{"role":"user","content":"x"}],"stream":true}`)))
 		data := parseSSE(t, rec.Body.Bytes())
 		if len(data) == 0 || data[len(data)-1] != "[DONE]" {
@@ -257,9 +257,9 @@ func FuzzSSEWriter(f *testing.F) {
 func TestMetricsEndpoint(t *testing.T) {
 	gen := &scripted{res: goldenResult, ready: true}
 	s := newTestServer(gen)
-	s.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x"}`)))
+	s.ServeHTTP(httptest.NewRecorder(), localRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x"}`)))
 	rec := httptest.NewRecorder()
-	s.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	s.ServeHTTP(rec, localRequest("GET", "/metrics", nil))
 	body, _ := io.ReadAll(rec.Body)
 	for _, want := range []string{
 		"higgs_spec_decode_num_drafts_total 3", "higgs_decode_plain_steps_total 2", "higgs_spec_decode_num_draft_tokens_total 9",
@@ -282,10 +282,10 @@ func TestSharedRegistry(t *testing.T) {
 		})
 	}
 	for _, s := range servers {
-		s.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x"}`)))
+		s.ServeHTTP(httptest.NewRecorder(), localRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x"}`)))
 	}
 	rec := httptest.NewRecorder()
-	servers[1].ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	servers[1].ServeHTTP(rec, localRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
 	assert.Contains(t, body, "higgs_prompt_tokens_total 10")
 	assert.Contains(t, body, `higgs_requests_total{endpoint="POST /v1/completions",status="200"} 2`)
@@ -295,11 +295,11 @@ func TestModelIDWithSlash(t *testing.T) {
 	gen := &modelsOnly{id: "Qwen/Qwen3-4B"}
 	s := newTestServer(gen)
 	rec := httptest.NewRecorder()
-	s.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/models/Qwen/Qwen3-4B", nil))
+	s.ServeHTTP(rec, localRequest("GET", "/v1/models/Qwen/Qwen3-4B", nil))
 	assert.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	assert.JSONEq(t, `{"id":"Qwen/Qwen3-4B","object":"model","created":0,"owned_by":"higgs"}`, rec.Body.String())
 	rec = httptest.NewRecorder()
-	s.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/models/Qwen/Qwen3-4B", nil))
+	s.ServeHTTP(rec, localRequest("POST", "/v1/models/Qwen/Qwen3-4B", nil))
 	assert.Equal(t, http.StatusMethodNotAllowed, rec.Code)
 }
 
@@ -315,7 +315,7 @@ func (m *modelsOnly) Generate(context.Context, ports.GenerateRequest, func(ports
 func TestNoHTMLEscaping(t *testing.T) {
 	gen := &scripted{events: []ports.GenerateEvent{{Content: "a<b>&c"}}, res: goldenResult, ready: true}
 	rec := httptest.NewRecorder()
-	newTestServer(gen).ServeHTTP(rec, httptest.NewRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x","stream":true}`)))
+	newTestServer(gen).ServeHTTP(rec, localRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x","stream":true}`)))
 	assert.Contains(t, rec.Body.String(), `"text":"a<b>&c"`)
 }
 
@@ -331,7 +331,7 @@ func (p *panicking) Generate(context.Context, ports.GenerateRequest, func(ports.
 func TestHandlerPanicIsA500(t *testing.T) {
 	s := newTestServer(&panicking{modelsOnly{id: "toy"}})
 	rec := httptest.NewRecorder()
-	s.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x"}`)))
+	s.ServeHTTP(rec, localRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"x"}`)))
 	assert.Equal(t, http.StatusInternalServerError, rec.Code)
 	assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
 	assert.JSONEq(t, `{"error":{"message":"internal server error","type":"server_error","param":null,"code":"internal_error"}}`,
@@ -339,7 +339,7 @@ func TestHandlerPanicIsA500(t *testing.T) {
 	assert.NotContains(t, rec.Body.String(), "index out of range", "panic details stay in the log")
 
 	rec = httptest.NewRecorder()
-	s.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	s.ServeHTTP(rec, localRequest("GET", "/metrics", nil))
 	assert.Contains(t, rec.Body.String(), `higgs_requests_total{endpoint="POST /v1/completions",status="500"} 1`)
 	assert.NotContains(t, rec.Body.String(), `higgs_requests_total{endpoint="POST /v1/completions",status="200"}`)
 }
@@ -358,7 +358,7 @@ func TestPrefixCacheMetrics(t *testing.T) {
 		Evictions: 1, Entries: 3, Bytes: 123456, Budget: 1 << 30}}
 	s := newTestServer(g)
 	rec := httptest.NewRecorder()
-	s.ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	s.ServeHTTP(rec, localRequest("GET", "/metrics", nil))
 	body := rec.Body.String()
 	for _, line := range []string{"higgs_prefix_cache_hits_total 4", "higgs_prefix_cache_misses_total 2",
 		"higgs_prefix_cache_cached_tokens_total 1500", "higgs_prefix_cache_evictions_total 1",
@@ -366,6 +366,6 @@ func TestPrefixCacheMetrics(t *testing.T) {
 		assert.Contains(t, body, line+"\n")
 	}
 	rec = httptest.NewRecorder()
-	newTestServer(&scripted{ready: true}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	newTestServer(&scripted{ready: true}).ServeHTTP(rec, localRequest("GET", "/metrics", nil))
 	assert.NotContains(t, rec.Body.String(), "higgs_prefix_cache", "a generator without a cache exports no cache series")
 }

@@ -49,7 +49,7 @@ func TestTenantOfEachKey(t *testing.T) {
 			}
 			gen.got = ports.GenerateRequest{}
 			rec := httptest.NewRecorder()
-			req := httptest.NewRequest("POST", path, strings.NewReader(body))
+			req := localRequest("POST", path, strings.NewReader(body))
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Authorization", "Bearer "+key)
 			s.ServeHTTP(rec, req)
@@ -60,7 +60,7 @@ func TestTenantOfEachKey(t *testing.T) {
 	gen.got = ports.GenerateRequest{Tenant: "stale"}
 	open := New(gen, Options{Log: zerolog.Nop()})
 	rec := httptest.NewRecorder()
-	open.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"hi"}`)))
+	open.ServeHTTP(rec, localRequest("POST", "/v1/completions", strings.NewReader(`{"prompt":"hi"}`)))
 	require.Equal(t, http.StatusOK, rec.Code)
 	assert.Equal(t, ports.Tenant(""), gen.got.Tenant, "no keys: one tenant")
 }

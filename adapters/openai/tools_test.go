@@ -121,7 +121,7 @@ func newToolServer(gen ports.Generator) *Server {
 func post(t *testing.T, s *Server, body string) *httptest.ResponseRecorder {
 	t.Helper()
 	rec := httptest.NewRecorder()
-	s.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/chat/completions", strings.NewReader(body)))
+	s.ServeHTTP(rec, localRequest("POST", "/v1/chat/completions", strings.NewReader(body)))
 	return rec
 }
 

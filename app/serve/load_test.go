@@ -36,6 +36,7 @@ func TestE2ELoad(t *testing.T) {
 				if err != nil {
 					panic(err)
 				}
+				req.Header.Set("Content-Type", "application/json")
 				resp, err := h.hc.Do(req)
 				code := -1 // transport error
 				if err == nil {

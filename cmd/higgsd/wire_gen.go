@@ -18,7 +18,7 @@ func initServer(cfg app.Config, log zerolog.Logger) (*app.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	server := app.ProvideHTTP(serve, log)
+	server := app.ProvideHTTP(cfg, serve, log)
 	eventSource := app.ProvideEvents(serve)
 	keys, err := app.ProvideKeys(cfg)
 	if err != nil {
