@@ -42,7 +42,9 @@ func modelsJSON(t *testing.T, dir, backend string) map[string]any {
 	host := httpapi.New(s, httpapi.Options{Log: zerolog.Nop()})
 	oaiapi.New(s, oaiapi.Options{Host: host, Log: zerolog.Nop()})
 	rec := httptest.NewRecorder()
-	host.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/models", nil))
+	req := httptest.NewRequest("GET", "/v1/models", nil)
+	req.Host = "localhost" // httptest's example.com is not a name this server answers to (DNS-rebinding guard)
+	host.ServeHTTP(rec, req)
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	var list struct {
 		Data []map[string]any `json:"data"`
