@@ -24,7 +24,8 @@
 //     (or a string holding one, or nothing) nor a well-formed XML function is not a call: it stays in the
 //     content as written, tags included.
 //   - A block still open when the text ends is a call when its body is complete (a stop token may end the
-//     answer before "</tool_call>"); otherwise it stays content.
+//     answer before "</tool_call>"); otherwise it is a call cut short (max_tokens) and is dropped, as is an
+//     opening tag the text ends inside ("<tool_"; a lone "<" stays): no partial tag ever reaches the content.
 //   - Whitespace that only separates a block from its neighbours (the newline before "<tool_call>", the
 //     newlines between blocks and after the last one) is not content. Text without calls is never changed.
 //   - Arguments are returned as the JSON text the model wrote (OpenAI sends them as a string of JSON). Keeping
@@ -116,6 +117,8 @@ func (p *Parser) scan(final bool) (string, []Call) {
 			if c, ok := parseBody(body, p.Types); ok {
 				calls = append(calls, c)
 				p.called, p.afterTag = true, true
+			} else if !closed {
+				// The text ended inside the block (max_tokens cut a call short): a partial call is not content.
 			} else {
 				// Not a call: the block is content as written.
 				out.WriteString(p.release(gap + Open + body))
@@ -138,6 +141,11 @@ func (p *Parser) scan(final bool) (string, []Call) {
 		}
 		if final {
 			text := p.pending
+			if n := holdBack(text, Open); n >= minPartialTag {
+				// The text ended inside an opening tag: the start of a call cut short is not content, nor is the
+				// whitespace before it.
+				text = strings.TrimRight(text[:len(text)-n], whitespace)
+			}
 			if p.afterTag && strings.TrimLeft(text, whitespace) == "" {
 				// Whitespace after the last block is not content.
 				text = ""
@@ -156,6 +164,9 @@ func (p *Parser) scan(final bool) (string, []Call) {
 }
 
 const whitespace = " \t\r\n"
+
+// minPartialTag is the shortest start of Open that ending the text drops ("<t"; a lone "<" stays content).
+const minPartialTag = 2
 
 // release returns text as content; whitespace that follows a call and starts the content is dropped.
 func (p *Parser) release(text string) string {
