@@ -25,7 +25,8 @@
 //     content as written, tags included.
 //   - A block still open when the text ends is a call when its body is complete (a stop token may end the
 //     answer before "</tool_call>"); otherwise it is a call cut short (max_tokens) and is dropped, as is an
-//     opening tag the text ends inside ("<tool_"; a lone "<" stays): no partial tag ever reaches the content.
+//     opening tag the text ends inside ("<tool_"; a lone "<" only when it is all the content): no partial
+//     tag ever reaches the content.
 //   - Whitespace that only separates a block from its neighbours (the newline before "<tool_call>", the
 //     newlines between blocks and after the last one) is not content. Text without calls is never changed.
 //   - Arguments are returned as the JSON text the model wrote (OpenAI sends them as a string of JSON). Keeping
@@ -141,7 +142,7 @@ func (p *Parser) scan(final bool) (string, []Call) {
 		}
 		if final {
 			text := p.pending
-			if n := holdBack(text, Open); n >= minPartialTag {
+			if n := holdBack(text, Open); n >= minPartialTag || n > 0 && !p.emitted && strings.TrimLeft(text[:len(text)-n], whitespace) == "" {
 				// The text ended inside an opening tag: the start of a call cut short is not content, nor is the
 				// whitespace before it.
 				text = strings.TrimRight(text[:len(text)-n], whitespace)
@@ -165,7 +166,8 @@ func (p *Parser) scan(final bool) (string, []Call) {
 
 const whitespace = " \t\r\n"
 
-// minPartialTag is the shortest start of Open that ending the text drops ("<t"; a lone "<" stays content).
+// minPartialTag is the shortest start of Open that ending the text drops ("<t"; a lone "<" stays content
+// unless it is all the content, as when max_tokens cuts a forced call after its first token).
 const minPartialTag = 2
 
 // release returns text as content; whitespace that follows a call and starts the content is dropped.
