@@ -149,7 +149,8 @@ type ToolCallSyntax struct {
 var Hermes = ToolCallSyntax{Open: "<tool_call>\n", Close: "\n</tool_call>", Sep: "\n"}
 
 // MaxParallelCalls bounds the calls of a parallel forced answer: a model that would repeat its call until
-// max_tokens (a forced call never offers it the chance to answer instead) ends after this many.
+// max_tokens (a forced call never offers it the chance to answer instead) ends after this many
+// (docs/http-api.md states the number).
 const MaxParallelCalls = 4
 
 // ToolCalls is the grammar of one call (or, when parallel, one to MaxParallelCalls) of the given tools, each
