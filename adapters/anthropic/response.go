@@ -78,27 +78,67 @@ func toolUseBlock(c toolcall.Call, id string) Block {
 	return Block{Type: "tool_use", ID: id, Name: c.Name, Input: json.RawMessage(c.Arguments)}
 }
 
-// MessageOf builds the non-streamed response: thinking, then text, then the tool calls found in the answer.
+// MessageOf builds the non-streamed response: thinking, then the text and the tool calls in the order the
+// model wrote them, by the streamed message's rules (blockRules), so both carry the same blocks.
 func MessageOf(id string, req Request, res ports.GenerateResult, newID func() string) Message {
-	content := []Block{}
+	b := blockRules{parallel: req.Parallel, newID: newID, content: []Block{}}
 	if res.Reasoning != "" {
-		content = append(content, thinkingBlockOf(res.Reasoning))
+		b.content = append(b.content, thinkingBlockOf(res.Reasoning))
 	}
-	text := res.Content
-	var calls []toolcall.Call
 	if req.ParseTools {
-		text, calls = toolcall.Parse(text, toolcall.ParamTypesOf(req.Gen.Chat.Tools))
-		if !req.Parallel && len(calls) > 1 {
-			calls = calls[:1]
+		for _, pt := range toolcall.ParseParts(res.Content, toolcall.ParamTypesOf(req.Gen.Chat.Tools)) {
+			b.add(pt)
 		}
+		if b.calls == 0 {
+			b.text(b.ws)
+		}
+	} else {
+		b.text(res.Content)
 	}
-	if len(bytes.TrimSpace([]byte(text))) > 0 || (len(calls) == 0 && text != "") {
-		content = append(content, textBlockOf(text))
-	}
-	for _, c := range calls {
-		content = append(content, toolUseBlock(c, "toolu_"+newID()))
-	}
-	reason, seq := StopReason(res, len(calls) > 0)
-	return Message{ID: id, Type: "message", Role: "assistant", Model: res.Model, Content: content,
+	reason, seq := StopReason(res, b.calls > 0)
+	return Message{ID: id, Type: "message", Role: "assistant", Model: res.Model, Content: b.content,
 		StopReason: &reason, StopSequence: seq, Usage: UsageOf(res)}
+}
+
+// blockRules turns an answer's parts into blocks, as the stream does piece by piece: text joins the open
+// text block; whitespace-only text opens none (it waits for text to lead, is dropped at a call, and is a
+// block of its own only in an answer without calls); each call is a tool_use block; parallel false keeps
+// only the first call.
+type blockRules struct {
+	parallel bool
+	newID    func() string
+	content  []Block
+	open     bool // the last block is text that may go on
+	ws       string
+	calls    int
+}
+
+func (b *blockRules) add(pt toolcall.Part) {
+	if pt.Call == nil {
+		if b.open || len(bytes.TrimSpace([]byte(pt.Content))) > 0 {
+			b.text(b.ws + pt.Content)
+			b.ws = ""
+		} else {
+			b.ws += pt.Content
+		}
+		return
+	}
+	if !b.parallel && b.calls > 0 {
+		return
+	}
+	b.calls++
+	b.ws, b.open = "", false
+	b.content = append(b.content, toolUseBlock(*pt.Call, "toolu_"+b.newID()))
+}
+
+func (b *blockRules) text(s string) {
+	if s == "" {
+		return
+	}
+	if b.open {
+		*b.content[len(b.content)-1].Text += s
+		return
+	}
+	b.content = append(b.content, textBlockOf(s))
+	b.open = true
 }

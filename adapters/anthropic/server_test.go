@@ -329,6 +329,13 @@ func TestStreamedTextMatchesWhole(t *testing.T) {
 		{{Content: "\n"}, {Content: "Hello"}, {Content: " world\n"}},
 		{{Content: "  "}},
 		{{Content: "\n"}, {Content: "<tool_call>\n{\"name\": \"lookup\", \"arguments\": {}}\n</tool_call>"}},
+		// Text after a call stays after it, streamed or not (one piece or several).
+		{{Content: "Let me see.\n<tool_call>\n{\"name\": \"lookup\", \"arguments\": {}}\n</tool_call>\nDone, and"}, {Content: " more."}},
+		{{Content: "A"}, {Content: "\n<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>"},
+			{Content: "\nB\n<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>\n"}},
+		// A call or a tag cut short (max_tokens) reaches neither.
+		{{Content: "Hm.\n<tool_call>\n{\"name\": \"lo"}},
+		{{Content: "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_"}},
 	} {
 		var whole strings.Builder
 		for _, ev := range events {
@@ -349,6 +356,11 @@ func TestStreamedTextMatchesWhole(t *testing.T) {
 		for i := range msg.Content {
 			assert.Equal(t, msg.Content[i].Type, acc.Content[i].Type)
 			assert.Equal(t, msg.Content[i].Text, acc.Content[i].Text)
+			assert.Equal(t, msg.Content[i].Name, acc.Content[i].Name)
+			assert.NotContains(t, msg.Content[i].Text, "<tool")
+			if msg.Content[i].Type == "tool_use" {
+				assert.JSONEq(t, string(msg.Content[i].Input), string(acc.Content[i].Input))
+			}
 		}
 	}
 }

@@ -102,8 +102,7 @@ func (st *stream) send(ev ports.GenerateEvent) error {
 	if st.tools == nil {
 		return st.text(ev.Content)
 	}
-	content, calls := st.tools.Feed(ev.Content)
-	return st.parsed(content, calls)
+	return st.parsed(st.tools.FeedParts(ev.Content))
 }
 
 func (st *stream) text(s string) error {
@@ -113,20 +112,23 @@ func (st *stream) text(s string) error {
 	return st.delta("text", s)
 }
 
-// parsed streams final text, then the calls that are complete.
-func (st *stream) parsed(content string, calls []toolcall.Call) error {
-	switch {
-	case st.open == "text" || len(bytes.TrimSpace([]byte(content))) > 0:
-		if err := st.text(st.ws + content); err != nil {
-			return err
+// parsed streams final text and complete calls in the order the model wrote them, by the rules MessageOf
+// follows (see blockRules), so the streamed message has the non-streamed one's blocks.
+func (st *stream) parsed(parts []toolcall.Part) error {
+	for _, pt := range parts {
+		if pt.Call == nil {
+			if st.open == "text" || len(bytes.TrimSpace([]byte(pt.Content))) > 0 {
+				if err := st.text(st.ws + pt.Content); err != nil {
+					return err
+				}
+				st.ws = ""
+			} else {
+				st.ws += pt.Content
+			}
+			continue
 		}
-		st.ws = ""
-	default:
-		st.ws += content
-	}
-	for _, c := range calls {
 		if !st.parallel && st.calls > 0 {
-			break
+			continue
 		}
 		st.calls++
 		st.ws = ""
@@ -134,7 +136,7 @@ func (st *stream) parsed(content string, calls []toolcall.Call) error {
 			return err
 		}
 		st.index++
-		b := toolUseBlock(c, "toolu_"+st.newID())
+		b := toolUseBlock(*pt.Call, "toolu_"+st.newID())
 		args := string(b.Input)
 		b.Input = json.RawMessage("{}")
 		if err := st.sse.Named("content_block_start", contentBlockStart{Type: "content_block_start", Index: st.index, ContentBlock: b}); err != nil {
@@ -188,8 +190,7 @@ func (st *stream) finish(res ports.GenerateResult) error {
 		return err
 	}
 	if st.tools != nil {
-		content, calls := st.tools.Flush()
-		if err := st.parsed(content, calls); err != nil {
+		if err := st.parsed(st.tools.FlushParts()); err != nil {
 			return err
 		}
 		if st.calls == 0 {

@@ -148,8 +148,14 @@ type ToolCallSyntax struct {
 // Hermes is the syntax of Qwen's and Hermes' templates.
 var Hermes = ToolCallSyntax{Open: "<tool_call>\n", Close: "\n</tool_call>", Sep: "\n"}
 
-// ToolCalls is the grammar of one call (or, when parallel, one or more) of the given tools, each call's
-// arguments valid under its tool's schema. A schema the subset cannot express is an error wrapping a
+// MaxParallelCalls bounds the calls of a parallel forced answer: a model that would repeat its call until
+// max_tokens (a forced call never offers it the chance to answer instead) ends after this many
+// (docs/http-api.md states the number).
+const MaxParallelCalls = 4
+
+// ToolCalls is the grammar of one call (or, when parallel, one to MaxParallelCalls) of the given tools, each
+// call's arguments valid under its tool's schema. Once the call (or the last call allowed) is complete, only
+// EOS may follow, so the answer ends there. A schema the subset cannot express is an error wrapping a
 // *SchemaError, naming the tool; a tool set over a size limit (MaxTools, and the schema limits for all the
 // tools' schemas together) a *LimitError. The compile looks at ctx as CompileSchema does.
 func ToolCalls(ctx context.Context, tools []Tool, syntax ToolCallSyntax, parallel bool) (*Grammar, error) {
@@ -159,7 +165,7 @@ func ToolCalls(ctx context.Context, tools []Tool, syntax ToolCallSyntax, paralle
 		return nil, err
 	}
 	if parallel {
-		call.repeatSep = syntax.Sep
+		call.repeatSep, call.maxRepeat = syntax.Sep, MaxParallelCalls
 	}
 	return newGrammar(reg, call), nil
 }

@@ -124,6 +124,14 @@ func TestToolCalls(t *testing.T) {
 	assert.False(t, accepts(g, "<tool_call>\n{\"name\":\"now\",\"arguments\":{\"x\":1}}\n</tool_call>"))
 	assert.False(t, accepts(g, "<tool_call>\n{\"name\":\"other\",\"arguments\":{}}\n</tool_call>"))
 	assert.False(t, accepts(g, "hello"))
+	// A parallel answer ends after MaxParallelCalls calls: nothing but EOS may follow the last.
+	calls := one
+	for range MaxParallelCalls - 1 {
+		assert.True(t, alive(g, calls+"\n"), "call %d of %d", strings.Count(calls, "<tool_call>"), MaxParallelCalls)
+		calls += "\n" + one
+	}
+	assert.True(t, accepts(g, calls))
+	assert.False(t, alive(g, calls+"\n"))
 
 	single, err := ToolCalls(context.Background(), []Tool{{Name: "now"}}, Hermes, false)
 	require.NoError(t, err)

@@ -23,7 +23,7 @@ type frame struct {
 	n      *node // nil: the root sentinel
 	ph     uint8 // phase, per kind (the constants below)
 	ws     uint8 // whitespace bytes consumed in the current gap
-	lo, hi uint8 // kString: the allowed range of the next UTF-8 continuation byte; kNumber: lo = exponent digits
+	lo, hi uint8 // kString: the allowed range of the next UTF-8 continuation byte; kNumber: lo = exponent digits; kSeq: hi = repeats done
 	i, j   int32 // per kind: property index / item count / part index / characters; offsets, digit counts
 	buf    string
 	up     *frame
@@ -459,15 +459,21 @@ func feedSeq(f *frame, b byte, out []*frame) []*frame {
 		}
 	case qEnd, qSep:
 		sep := n.repeatSep
-		if sep == "" || sep[f.j] != b {
+		if !canRepeat(f) || sep[f.j] != b {
 			return out
 		}
 		if int(f.j)+1 < len(sep) {
 			return append(out, with(f, func(nf *frame) { nf.ph, nf.j = qSep, f.j+1 }))
 		}
-		return append(out, with(f, func(nf *frame) { nf.ph, nf.i, nf.j = qPart, 0, 0 }))
+		return append(out, with(f, func(nf *frame) { nf.ph, nf.i, nf.j, nf.hi = qPart, 0, 0, f.hi+1 }))
 	}
 	return out
+}
+
+// canRepeat reports whether the sequence f matches may start again (after its separator): it repeats and
+// has not reached its limit.
+func canRepeat(f *frame) bool {
+	return f.n.repeatSep != "" && (f.n.maxRepeat <= 0 || int(f.hi)+1 < f.n.maxRepeat)
 }
 
 // nextPart is f moved to its next part (or to the end).
@@ -536,7 +542,7 @@ func final(f *frame) bool {
 		}
 		return true
 	case kSeq:
-		return f.n.repeatSep == ""
+		return !canRepeat(f)
 	case kText:
 		return false
 	}

@@ -57,9 +57,11 @@ type node struct {
 	ref    *node
 	refURI string
 
-	// kSeq: the parts in order; repeatSep non-empty means the whole sequence may repeat after that separator.
+	// kSeq: the parts in order; repeatSep non-empty means the whole sequence may repeat after that separator,
+	// maxRepeat (when positive) times in all (a frame's hi counts the repeats done).
 	parts     []part
 	repeatSep string
+	maxRepeat int
 
 	// kText.
 	trigger string

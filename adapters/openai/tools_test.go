@@ -239,8 +239,10 @@ func TestToolCallsStreamMatchesWhole(t *testing.T) {
 		{"no call", "It is sunny <b>today</b>.\n", "", answer{content: "It is sunny <b>today</b>.\n", reasoning: "r", finish: "stop"}},
 		{"malformed block stays content", "Hm.\n<tool_call>\n{\"name\": get_weather}\n</tool_call>", "",
 			answer{content: "Hm.\n<tool_call>\n{\"name\": get_weather}\n</tool_call>", reasoning: "r", finish: "stop"}},
+		// A call cut short is no content: no partial tag reaches the client; the finish reason says length.
 		{"block cut by max_tokens", "Ok.\n<tool_call>\n{\"name\": \"get_wea", "length",
-			answer{content: "Ok.\n<tool_call>\n{\"name\": \"get_wea", reasoning: "r", finish: "length"}},
+			answer{content: "Ok.", reasoning: "r", finish: "length"}},
+		{"tag cut by max_tokens", "Ok.\n<tool_", "length", answer{content: "Ok.", reasoning: "r", finish: "length"}},
 		{"call then max_tokens keeps length", oneCallNoTxt + "\nAnd", "length",
 			answer{content: "And", reasoning: "r", calls: []FunctionCall{{"get_weather", weatherArgs}}, finish: "length"}},
 		// Qwen3.5's XML body: values are read by the request's parameter schemas.

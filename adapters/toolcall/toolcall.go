@@ -24,7 +24,9 @@
 //     (or a string holding one, or nothing) nor a well-formed XML function is not a call: it stays in the
 //     content as written, tags included.
 //   - A block still open when the text ends is a call when its body is complete (a stop token may end the
-//     answer before "</tool_call>"); otherwise it stays content.
+//     answer before "</tool_call>"); otherwise it is a call cut short (max_tokens) and is dropped, as is an
+//     opening tag the text ends inside ("<tool_"; a lone "<" only when it is all the content): no partial
+//     tag ever reaches the content.
 //   - Whitespace that only separates a block from its neighbours (the newline before "<tool_call>", the
 //     newlines between blocks and after the last one) is not content. Text without calls is never changed.
 //   - Arguments are returned as the JSON text the model wrote (OpenAI sends them as a string of JSON). Keeping
@@ -78,21 +80,74 @@ type Parser struct {
 // Called reports whether any call has been returned so far.
 func (p *Parser) Called() bool { return p.called }
 
+// Part is one piece of an answer in the order the model wrote it: content (Call nil) or a call.
+type Part struct {
+	Content string
+	Call    *Call
+}
+
+// ParseParts is Parse keeping the order of content and calls (adjacent content in one part).
+func ParseParts(text string, types ParamTypes) []Part {
+	p := Parser{Types: types}
+	return mergeParts(p.FeedParts(text), p.FlushParts())
+}
+
 // Feed adds s and returns the content that is now final and the calls that are now complete.
 func (p *Parser) Feed(s string) (content string, calls []Call) {
-	p.pending += s
-	return p.scan(false)
+	return join(p.FeedParts(s))
 }
 
 // Flush ends the text: everything held back is settled. The Parser is then empty again, but remembers
 // whether it returned calls.
 func (p *Parser) Flush() (content string, calls []Call) {
-	return p.scan(true)
+	return join(p.FlushParts())
 }
 
-func (p *Parser) scan(final bool) (string, []Call) {
-	var out strings.Builder
+// FeedParts is Feed keeping the order of content and calls.
+func (p *Parser) FeedParts(s string) []Part {
+	p.pending += s
+	return p.scan(false)
+}
+
+// FlushParts is Flush keeping the order of content and calls.
+func (p *Parser) FlushParts() []Part { return p.scan(true) }
+
+func join(parts []Part) (string, []Call) {
+	var sb strings.Builder
 	var calls []Call
+	for _, pt := range parts {
+		if pt.Call != nil {
+			calls = append(calls, *pt.Call)
+		} else {
+			sb.WriteString(pt.Content)
+		}
+	}
+	return sb.String(), calls
+}
+
+// mergeParts appends b to a, joining content that meets across the seam.
+func mergeParts(a, b []Part) []Part {
+	for _, pt := range b {
+		if n := len(a); pt.Call == nil && n > 0 && a[n-1].Call == nil {
+			a[n-1].Content += pt.Content
+			continue
+		}
+		a = append(a, pt)
+	}
+	return a
+}
+
+func (p *Parser) scan(final bool) []Part {
+	var out strings.Builder
+	var parts []Part
+	// done returns the parts with the content written since the last call.
+	done := func() []Part {
+		if out.Len() > 0 {
+			parts = append(parts, Part{Content: out.String()})
+			out.Reset()
+		}
+		return parts
+	}
 	for {
 		if p.inBlock {
 			// Resume the search where the last one stopped (less a partial Close), so a long block costs linear
@@ -104,7 +159,7 @@ func (p *Parser) scan(final bool) (string, []Call) {
 			}
 			if i < 0 && !final {
 				p.searched = len(p.pending)
-				return out.String(), calls // the block is still being written
+				return done() // the block is still being written
 			}
 			p.searched = 0
 			body, rest, closed := p.pending, "", false
@@ -114,8 +169,10 @@ func (p *Parser) scan(final bool) (string, []Call) {
 			gap := p.gap
 			p.inBlock, p.gap = false, ""
 			if c, ok := parseBody(body, p.Types); ok {
-				calls = append(calls, c)
+				parts = append(done(), Part{Call: &c})
 				p.called, p.afterTag = true, true
+			} else if !closed {
+				// The text ended inside the block (max_tokens cut a call short): a partial call is not content.
 			} else {
 				// Not a call: the block is content as written.
 				out.WriteString(p.release(gap + Open + body))
@@ -138,24 +195,33 @@ func (p *Parser) scan(final bool) (string, []Call) {
 		}
 		if final {
 			text := p.pending
+			if n := holdBack(text, Open); n >= minPartialTag || n > 0 && !p.emitted && strings.TrimLeft(text[:len(text)-n], whitespace) == "" {
+				// The text ended inside an opening tag: the start of a call cut short is not content, nor is the
+				// whitespace before it.
+				text = strings.TrimRight(text[:len(text)-n], whitespace)
+			}
 			if p.afterTag && strings.TrimLeft(text, whitespace) == "" {
 				// Whitespace after the last block is not content.
 				text = ""
 			}
 			out.WriteString(p.release(text))
 			p.pending = ""
-			return out.String(), calls
+			return done()
 		}
 		// Hold back a possible start of Open and the trailing whitespace (it may precede a block).
 		keep := len(p.pending) - holdBack(p.pending, Open)
 		keep = len(strings.TrimRight(p.pending[:keep], whitespace))
 		out.WriteString(p.release(p.pending[:keep]))
 		p.pending = p.pending[keep:]
-		return out.String(), calls
+		return done()
 	}
 }
 
 const whitespace = " \t\r\n"
+
+// minPartialTag is the shortest start of Open that ending the text drops ("<t"; a lone "<" stays content
+// unless it is all the content, as when max_tokens cuts a forced call after its first token).
+const minPartialTag = 2
 
 // release returns text as content; whitespace that follows a call and starts the content is dropped.
 func (p *Parser) release(text string) string {

@@ -42,7 +42,8 @@ var parseCases = []struct {
 		[]call{{"f", `{}`}, {"g", `{}`}}},
 	{"unclosed complete block at the end", "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n", "",
 		[]call{{"f", `{"a": 1}`}}},
-	{"unclosed truncated block", "Hi\n<tool_call>\n{\"name\": \"f\", \"argu", "Hi\n<tool_call>\n{\"name\": \"f\", \"argu", nil},
+	{"unclosed truncated block is dropped", "Hi\n<tool_call>\n{\"name\": \"f\", \"argu", "Hi", nil},
+	{"unclosed block alone is dropped", "<tool_call>\n{\"name\": \"f\"", "", nil},
 	{"malformed JSON", "A\n<tool_call>\n{name: f}\n</tool_call>\nB", "A\n<tool_call>\n{name: f}\n</tool_call>\nB", nil},
 	{"name missing", `<tool_call>{"arguments": {}}</tool_call>`, `<tool_call>{"arguments": {}}</tool_call>`, nil},
 	{"name empty", `<tool_call>{"name": ""}</tool_call>`, `<tool_call>{"name": ""}</tool_call>`, nil},
@@ -56,7 +57,10 @@ var parseCases = []struct {
 	{"good block then bad block", "<tool_call>{\"name\": \"f\"}</tool_call>\n<tool_call>oops</tool_call>", "<tool_call>oops</tool_call>",
 		[]call{{"f", `{}`}}},
 	{"stray close tag", "a </tool_call> b", "a </tool_call> b", nil},
-	{"partial open tag at the end", "see <tool_c", "see <tool_c", nil},
+	{"partial open tag at the end is dropped", "see <tool_c", "see", nil},
+	{"partial open tag after a call is dropped", "<tool_call>\n{\"name\": \"f\"}\n</tool_call>\n<tool_", "", []call{{"f", "{}"}}},
+	{"a lone < at the end stays", "a <", "a <", nil},
+	{"a lone < that is all the text is dropped", " <", "", nil},
 	{"close tag inside a JSON string ends the block", `<tool_call>{"name": "f", "arguments": {"s": "</tool_call>"}}</tool_call>`,
 		`<tool_call>{"name": "f", "arguments": {"s": "</tool_call>"}}</tool_call>`, nil},
 }
@@ -84,6 +88,37 @@ func feedPieces(pieces []string) (string, []call, bool) {
 	c, k := p.Flush()
 	sb.WriteString(c)
 	return sb.String(), append(calls, k...), p.Called()
+}
+
+// feedParts runs a Parser over pieces and returns the parts it released, adjacent content joined.
+func feedParts(pieces []string) []toolcall.Part {
+	p := toolcall.Parser{Types: xmlTypes}
+	var parts []toolcall.Part
+	add := func(ps []toolcall.Part) {
+		for _, pt := range ps {
+			if n := len(parts); pt.Call == nil && n > 0 && parts[n-1].Call == nil {
+				parts[n-1].Content += pt.Content
+			} else {
+				parts = append(parts, pt)
+			}
+		}
+	}
+	for _, s := range pieces {
+		add(p.FeedParts(s))
+	}
+	add(p.FlushParts())
+	return parts
+}
+
+// TestParseParts: content and calls come in the order the model wrote them.
+func TestParseParts(t *testing.T) {
+	text := "A\n<tool_call>\n{\"name\": \"f\"}\n</tool_call>\nB\n<tool_call>\n{\"name\": \"g\"}\n</tool_call>\n<tool_"
+	f, g := call{"f", "{}"}, call{"g", "{}"}
+	want := []toolcall.Part{{Content: "A"}, {Call: &f}, {Content: "\nB"}, {Call: &g}}
+	assert.Equal(t, want, toolcall.ParseParts(text, nil))
+	for i := range len(text) + 1 {
+		assert.Equal(t, want, feedParts([]string{text[:i], text[i:]}), "cut %d", i)
+	}
 }
 
 // TestStreamingMatchesParse cuts every case at every byte (one piece per byte, and every two-piece split):
@@ -153,8 +188,13 @@ func FuzzParse(f *testing.F) {
 		require.Equal(t, content, got, "streamed content, cuts %d %d", i, j)
 		require.Equal(t, calls, gotCalls, "streamed calls, cuts %d %d", i, j)
 		require.Equal(t, len(calls) > 0, called)
-		if len(calls) == 0 {
+		require.Equal(t, toolcall.ParseParts(text, xmlTypes), feedParts([]string{text[:i], text[i:j], text[j:]}), "streamed parts, cuts %d %d", i, j)
+		if len(calls) == 0 && !strings.Contains(text, toolcall.Open) && !endsInTag(text) && strings.TrimLeft(text, " \t\r\n") != "<" {
 			require.Equal(t, text, content, "text without calls must come back unchanged")
+		}
+		// The start of a tag at the end is dropped (once: in "<t<t" the first "<t" is text).
+		if endsInTag(text) && !endsInTag(strings.TrimSuffix(text, "<t")) {
+			require.False(t, endsInTag(content), "content %q ends in a partial tag", content)
 		}
 		if utf8.ValidString(text) {
 			require.True(t, utf8.ValidString(content), "content %q", content)
@@ -166,6 +206,16 @@ func FuzzParse(f *testing.F) {
 			require.NotNil(t, obj, "arguments %q must be an object", c.Arguments)
 		}
 	})
+}
+
+// endsInTag reports whether s ends inside an opening tag ("<t" … "<tool_call"), which Parse drops.
+func endsInTag(s string) bool {
+	for n := 2; n < len(toolcall.Open); n++ {
+		if strings.HasSuffix(s, toolcall.Open[:n]) {
+			return true
+		}
+	}
+	return false
 }
 
 // xmlTypes are the parameter types of the tools the XML cases call (what ParamTypesOf reads from a request).
