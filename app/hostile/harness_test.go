@@ -3,6 +3,7 @@ package hostile_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -29,6 +30,11 @@ const (
 	admin = "root"
 )
 
+// probeKeys are more tenants, each probing the cache once with a fresh partition of its own.
+const probeKeys = 8
+
+func probeKey(i int) string { return fmt.Sprintf("probe-%d", i) }
+
 // server is one running higgsd: the real Server with both APIs over the fake engine.
 type server struct {
 	url    string
@@ -47,8 +53,11 @@ func start(t *testing.T, delay, shutdown time.Duration) *server {
 	cfg.Host, cfg.Port = "127.0.0.1", 0
 	cfg.ShutdownTimeout = shutdown
 	cfg.APIKeys, cfg.AdminKey = []string{keyA, keyB}, admin
+	for i := range probeKeys {
+		cfg.APIKeys = append(cfg.APIKeys, probeKey(i))
+	}
 	cfg.CORSOrigins = []string{"https://good.example"}
-	cfg.PrefixCacheBytes = 64 << 20
+	cfg.PrefixCacheBytes, cfg.PrefixCacheEvery = 64<<20, 4 // boundaries every 4 tokens: a guess at a start could hit
 	svc, err := serve.NewServe(cfg.ServeConfig(), zerolog.Nop())
 	require.NoError(t, err)
 	p := fakeengine.New(4096, delay, true)

@@ -14,7 +14,9 @@ const (
 	plain   = "aaaaaaa"
 )
 
-// injectionTemplates put X in every role's content and every tool field of both APIs.
+// injectionTemplates put X in every role's content and every tool field of both APIs. A raw
+// /v1/completions prompt is the client's whole prompt and keeps its special tokens (docs/http-api.md), so it
+// is no injection and is left out.
 var injectionTemplates = []struct{ name, path, body string }{
 	{"chat system", chatPath, `{"model":"toy","max_tokens":1,"messages":[{"role":"system","content":"X"},{"role":"user","content":"hi"}]}`},
 	{"chat developer", chatPath, `{"model":"toy","max_tokens":1,"messages":[{"role":"developer","content":"X"},{"role":"user","content":"hi"}]}`},
