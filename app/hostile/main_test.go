@@ -13,7 +13,10 @@ import (
 	"testing"
 )
 
-// tally is the suite's counts, printed by TestMain.
+// tally is the suite's counts, printed by TestMain: requests sent (cases), answered with a status the case
+// allows (right status), answered 5xx where no 5xx is documented (503 while draining and Anthropic's 529 when
+// the queue is full are; 500 never is), crashes (no answer at all, or Run failing or hanging), and leaks (a
+// server that left a target session open or goroutines behind).
 var tally struct {
 	cases, right, fivexx, crashes, leaks atomic.Int64
 }
