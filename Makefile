@@ -14,7 +14,7 @@ build:
 run:
 	$(GO) run ./cmd/higgsd
 
-# The whole suite: vet, every test, the race detector on the domain and ports, a stale-wire check, and the
+# The whole suite: vet, every test (the hostile-client suite last, to show its counts), the race detector on the domain and ports, a stale-wire check, and the
 # official Anthropic SDK against a real higgsd.
 test: lint wire-check
 	$(GO) test -count=1 -timeout 30m $$($(GO) list $(PKGS) | grep -v /app/hostile$$)
