@@ -52,6 +52,7 @@ func start(t *testing.T, delay, shutdown time.Duration) *server {
 	cfg := app.DefaultConfig()
 	cfg.Host, cfg.Port = "127.0.0.1", 0
 	cfg.ShutdownTimeout = shutdown
+	cfg.BodyTimeout = time.Second // a withheld body is answered 408 within the test's time
 	cfg.APIKeys, cfg.AdminKey = []string{keyA, keyB}, admin
 	for i := range probeKeys {
 		cfg.APIKeys = append(cfg.APIKeys, probeKey(i))

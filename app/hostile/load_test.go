@@ -60,7 +60,8 @@ func raw(addr string, pieces []string, pause time.Duration, deadline time.Durati
 }
 
 // Slow clients and clients that leave: a body trickled byte by byte is still answered; half a body or half
-// a header then silence costs nothing once the client goes; a reader that stalls mid-stream still gets the
+// a header then silence costs nothing once the client goes; a body withheld by a client that stays is
+// answered 408 after --body-timeout, and a refused request's withheld body is not waited for; a reader that stalls mid-stream still gets the
 // whole stream; a client that disconnects mid-stream or before a non-streamed answer frees the engine
 // within moments, on both APIs; afterwards the server answers normally.
 func TestSlowAndVanishingClients(t *testing.T) {
@@ -93,6 +94,14 @@ func TestSlowAndVanishingClients(t *testing.T) {
 		// Half a body, then the client goes.
 		_, err = raw(addr, []string{head, body[:len(body)/2]}, 50*time.Millisecond, 100*time.Millisecond)
 		count(path+": half a body then gone", true, err)
+		// Half a body, then silence while the client stays: 408 after --body-timeout, not a held connection.
+		begun := time.Now()
+		got, err = raw(addr, []string{head, body[:len(body)/2]}, 0, 5*time.Second)
+		count(path+": half a body then silence", strings.HasPrefix(got, "HTTP/1.1 408") && time.Since(begun) < 4*time.Second, err)
+		// A refused request (the wrong content type) that declares a body it never sends: refused at once.
+		begun = time.Now()
+		got, err = raw(addr, []string{strings.Replace(head, "application/json", "text/plain", 1)}, 0, 5*time.Second)
+		count(path+": a refused request withholding its body", strings.HasPrefix(got, "HTTP/1.1 415") && time.Since(begun) < 500*time.Millisecond, err)
 		// Half a header, then the client goes.
 		_, err = raw(addr, []string{"POST " + path + " HTTP/1.1\r\nHost: " + addr + "\r\nContent-Ty"}, 50*time.Millisecond, 100*time.Millisecond)
 		count(path+": half a header then gone", true, err)
