@@ -22,7 +22,7 @@ test: lint wire-check
 	$(GO) test -count=1 -race ./domain/... ./ports/...
 	$(MAKE) --no-print-directory sdk-test
 
-# The hostile-client suite (issue 33) against the real wiring over the fake engine; run in local directory mode
+# The hostile-client suite against the real wiring over the fake engine; run in local directory mode
 # so that its line of counts ("hostile: N cases, N right status, N 5xx, N crashes, N leaks") is printed.
 hostile:
 	cd app/hostile && $(GO) test -count=1 -timeout 5m
