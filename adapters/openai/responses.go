@@ -3,6 +3,7 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -192,7 +193,10 @@ func ParseResponses(body []byte) (Request, responsesParams, error) {
 	}
 	req, err := ParseChat(raw)
 	if err != nil {
-		return Request{}, p, err
+		return Request{}, p, responsesError(err)
+	}
+	if c := req.Gen.Constraint; c != nil && c.Param == "response_format" {
+		c.Param = "text.format"
 	}
 	req.Stream = b.Stream != nil && *b.Stream
 	req.IncludeUsage = true
@@ -362,4 +366,22 @@ func responsesToolChoice(raw json.RawMessage, haveTools bool) (any, error) {
 		return nil, nil
 	}
 	return nil, unsupported("tool_choice", fmt.Sprintf("only function tools are served; built-in tools (%q) are not offered to the model", c.Type))
+}
+
+// responsesError renames, in an error of the chat translation, the chat fields to the Responses fields they
+// came from.
+func responsesError(err error) error {
+	var e *Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	for chat, resp := range map[string]string{"response_format": "text.format", "messages": "input", "max_tokens": "max_output_tokens"} {
+		if strings.HasPrefix(e.Param, chat) {
+			c := *e
+			c.Param = resp + strings.TrimPrefix(e.Param, chat)
+			c.Message = strings.ReplaceAll(c.Message, chat, resp)
+			return &c
+		}
+	}
+	return err
 }

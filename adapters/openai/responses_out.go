@@ -105,7 +105,7 @@ func (it OutputItem) MarshalJSON() ([]byte, error) {
 type ContentPart struct {
 	Type        string             `json:"type"`
 	Text        string             `json:"text"`
-	Annotations []json.RawMessage  `json:"annotations,omitempty"`
+	Annotations json.RawMessage    `json:"annotations,omitempty"` // [] on output_text, absent on reasoning_text
 	Logprobs    []ChatTokenLogprob `json:"logprobs,omitempty"`
 }
 
@@ -135,7 +135,7 @@ func finishResponse(r *Response, res ports.GenerateResult) {
 }
 
 func textPart(text string, lps []ports.TokenLogprob, logprobs bool) ContentPart {
-	p := ContentPart{Type: "output_text", Text: text, Annotations: []json.RawMessage{}}
+	p := ContentPart{Type: "output_text", Text: text, Annotations: json.RawMessage("[]")}
 	if logprobs {
 		p.Logprobs = []ChatTokenLogprob{}
 		if l := chatLogprobsOf(lps); l != nil {
