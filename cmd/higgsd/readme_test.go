@@ -185,8 +185,28 @@ func answerText(t *testing.T, body []byte) string {
 			Type string `json:"type"`
 			Text string `json:"text"`
 		} `json:"content"`
+		// A Responses API response: the output_text parts of its message items.
+		Object string `json:"object"`
+		Output []struct {
+			Type    string `json:"type"`
+			Content []struct {
+				Type string `json:"type"`
+				Text string `json:"text"`
+			} `json:"content"`
+		} `json:"output"`
 	}
 	require.NoError(t, json.Unmarshal(body, &r), "%s", body)
+	if r.Object == "response" {
+		var text strings.Builder
+		for _, it := range r.Output {
+			for _, c := range it.Content {
+				if it.Type == "message" && c.Type == "output_text" {
+					text.WriteString(c.Text)
+				}
+			}
+		}
+		return text.String()
+	}
 	if r.Type == "message" {
 		var text strings.Builder
 		for _, c := range r.Content {
