@@ -84,21 +84,30 @@ type OutputItem struct {
 	Summary []ContentPart `json:"summary,omitempty"`
 }
 
-// MarshalJSON writes a reasoning item's summary as [] (the field is required there) and leaves it out of
-// other items.
+// MarshalJSON writes the arrays each item type requires even when empty: a message's content (as in
+// output_item.added), a reasoning item's summary and content; other items leave them out.
 func (it OutputItem) MarshalJSON() ([]byte, error) {
 	type plain OutputItem
-	if it.Type != "reasoning" {
-		return json.Marshal(plain(it))
+	orEmpty := func(parts []ContentPart) []ContentPart {
+		if parts == nil {
+			return []ContentPart{}
+		}
+		return parts
 	}
-	summary := it.Summary
-	if summary == nil {
-		summary = []ContentPart{}
+	switch it.Type {
+	case "message":
+		return json.Marshal(struct {
+			plain
+			Content []ContentPart `json:"content"`
+		}{plain(it), orEmpty(it.Content)})
+	case "reasoning":
+		return json.Marshal(struct {
+			plain
+			Content []ContentPart `json:"content"`
+			Summary []ContentPart `json:"summary"`
+		}{plain(it), orEmpty(it.Content), orEmpty(it.Summary)})
 	}
-	return json.Marshal(struct {
-		plain
-		Summary []ContentPart `json:"summary"`
-	}{plain(it), summary})
+	return json.Marshal(plain(it))
 }
 
 // ContentPart is an output_text part of a message or a reasoning_text part of a reasoning item.

@@ -69,8 +69,10 @@ func TestHTTPResponsesStreaming(t *testing.T) {
 	var text strings.Builder
 	var final responses.Response
 	seq := int64(0)
+	var acc responses.ResponseAccumulator // the SDK's accumulator checks the protocol as it goes
 	for st.Next() {
 		ev := st.Current()
+		accumulate(t, &acc, ev)
 		assert.Equal(t, seq, ev.SequenceNumber, ev.Type)
 		seq++
 		if len(types) == 0 || types[len(types)-1] != ev.Type {
@@ -92,6 +94,20 @@ func TestHTTPResponsesStreaming(t *testing.T) {
 	assert.Equal(t, whole.OutputText(), text.String())
 	assert.Equal(t, whole.OutputText(), final.OutputText())
 	assert.Equal(t, int64(12), final.Usage.OutputTokens)
+	snap := acc.Snapshot()
+	assert.Equal(t, "response.incomplete", snap.TerminalEvent)
+	assert.Equal(t, whole.OutputText(), snap.OutputText())
+	rebuilt, err := acc.ReconstructedResponse()
+	require.NoError(t, err)
+	assert.Equal(t, whole.OutputText(), rebuilt.OutputText())
+}
+
+// accumulate feeds a streamed event to the SDK's accumulator (which takes its server-event union).
+func accumulate(t *testing.T, acc *responses.ResponseAccumulator, ev responses.ResponseStreamEventUnion) {
+	t.Helper()
+	var sev responses.ResponsesServerEventUnion
+	require.NoError(t, json.Unmarshal([]byte(ev.RawJSON()), &sev))
+	require.NoError(t, acc.AddEvent(sev), ev.RawJSON())
 }
 
 var weatherTool = responses.ToolUnionParam{OfFunction: &responses.FunctionToolParam{Name: "get_weather", Parameters: weatherSchema,
@@ -125,8 +141,10 @@ func TestHTTPResponsesToolLoop(t *testing.T) {
 		st := oc.Responses.NewStreaming(t.Context(), forced)
 		var args, done string
 		var added bool
+		var acc responses.ResponseAccumulator
 		for st.Next() {
 			ev := st.Current()
+			accumulate(t, &acc, ev)
 			switch ev.Type {
 			case "response.output_item.added":
 				added = added || ev.Item.Type == "function_call"
@@ -140,6 +158,17 @@ func TestHTTPResponsesToolLoop(t *testing.T) {
 		assert.True(t, added)
 		assert.Equal(t, call.Arguments.OfString, args)
 		assert.Equal(t, args, done)
+		snap := acc.Snapshot()
+		assert.Equal(t, "response.completed", snap.TerminalEvent)
+		var calls []responses.ResponseAccumulatedOutput
+		for _, o := range snap.Output {
+			if o.Type == "function_call" {
+				calls = append(calls, o)
+			}
+		}
+		require.Len(t, calls, 1)
+		assert.Equal(t, "get_weather", calls[0].Name)
+		assert.Equal(t, args, calls[0].Arguments)
 	})
 
 	// The call's output goes back with the conversation; the answer is a message.
