@@ -2,6 +2,7 @@ package openai
 
 import (
 	"encoding/json"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -87,4 +88,34 @@ func TestParseResponsesFormatAndLogprobs(t *testing.T) {
 	assert.Equal(t, ports.ConstrainJSONSchema, req.Gen.Constraint.Kind)
 	assert.True(t, req.Gen.Logprobs)
 	assert.Equal(t, 3, req.Gen.TopLogprobs)
+}
+
+func FuzzParseResponses(f *testing.F) {
+	for _, s := range []string{
+		`{"input":"hi"}`, `{"input":[]}`, `{"input":[{"role":"user","content":[{"type":"input_text","text":"a"}]}]}`,
+		`{"input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{}"},{"type":"function_call_output","call_id":"c","output":"x"}]}`,
+		`{"input":"x","tools":[{"type":"function","name":"f","parameters":{}},{"type":"web_search"}],"tool_choice":{"type":"function","name":"f"}}`,
+		`{"input":"x","text":{"format":{"type":"json_schema","name":"n","schema":{"type":"object"},"strict":true}}}`,
+		`{"input":"x","store":true}`, `{"input":"x","top_logprobs":2,"include":["message.output_text.logprobs"]}`, `[]`, `{`, `null`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, _, err := ParseResponses(body)
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) || e.Status < 400 || e.Status > 499 || e.Message == "" {
+				t.Fatalf("refusal is not a 4xx API error: %#v", err)
+			}
+			return
+		}
+		if len(r.Gen.Messages) == 0 {
+			t.Fatalf("accepted a request without messages: %q", body)
+		}
+		for _, m := range r.Gen.Messages {
+			if !json.Valid(m.Raw) {
+				t.Fatalf("message Raw is not JSON: %q", m.Raw)
+			}
+		}
+	})
 }
