@@ -97,7 +97,8 @@ func browserHost(t *testing.T, cfg Config) *httptest.Server {
 type probe struct{ method, path, body string }
 
 var (
-	openAIPosts    = []probe{{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`}, {"POST", "/v1/completions", `{"prompt":"hi"}`}}
+	openAIPosts = []probe{{"POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}]}`}, {"POST", "/v1/completions", `{"prompt":"hi"}`},
+		{"POST", "/v1/responses", `{"input":"hi"}`}}
 	anthropicPosts = []probe{{"POST", "/v1/messages", `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}]}`},
 		{"POST", "/v1/messages/count_tokens", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`}}
 	gets = []probe{{"GET", "/v1/events", ""}, {"GET", "/v1/models", ""}, {"GET", "/health", ""}, {"GET", "/", ""}, {"GET", "/metrics", ""}}
@@ -185,7 +186,7 @@ func TestServerCORS(t *testing.T) {
 		return map[string]string{"Origin": origin, "Access-Control-Request-Method": "POST",
 			"Access-Control-Request-Headers": "authorization, content-type, x-api-key, anthropic-version"}
 	}
-	paths := []string{"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens", "/v1/models", "/v1/events"}
+	paths := []string{"/v1/chat/completions", "/v1/completions", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens", "/v1/models", "/v1/events"}
 
 	srv := browserHost(t, DefaultConfig())
 	for _, path := range paths {

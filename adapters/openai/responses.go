@@ -40,6 +40,9 @@ type responsesBody struct {
 	Seed               *int64          `json:"seed"`
 	BlockSize          *int            `json:"block_size"`
 	MaxToolCalls       *int            `json:"max_tool_calls"`
+	// ChatTemplateKwargs is higgs's (and vLLM's chat) extension, passed to the chat translation as is:
+	// {"enable_thinking": true} opens a think block where the template's default does not.
+	ChatTemplateKwargs json.RawMessage `json:"chat_template_kwargs"`
 }
 
 type responsesText struct {
@@ -186,6 +189,9 @@ func ParseResponses(body []byte) (Request, responsesParams, error) {
 	}
 	if p.Logprobs {
 		chat["logprobs"] = true
+	}
+	if !isNull(b.ChatTemplateKwargs) {
+		chat["chat_template_kwargs"] = b.ChatTemplateKwargs
 	}
 	raw, err := json.Marshal(chat)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -356,6 +357,44 @@ func TestE2EReasoningContent(t *testing.T) {
 	want, _ := h.expectedGreedyText("[user]: think\n[assistant]: <think>\n", 20)
 	assert.Equal(t, strings.TrimLeft(want, "\n"), reasoning)
 	assert.Empty(t, resp.Choices[0].Message.Content)
+}
+
+// The Responses API gives the thinking as a reasoning item, non-streamed and streamed alike.
+func TestE2EResponsesReasoningItem(t *testing.T) {
+	leakCheck(t)
+	h := newHarness(t, harnessOpts{})
+	p := responses.ResponseNewParams{Model: "toy", MaxOutputTokens: openai.Int(20), Temperature: openai.Float(0),
+		Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("think")}}
+	thinking := option.WithJSONSet("chat_template_kwargs", map[string]any{"enable_thinking": true})
+	want, _ := h.expectedGreedyText("[user]: think\n[assistant]: <think>\n", 20)
+	want = strings.TrimLeft(want, "\n")
+	r, err := h.client.Responses.New(t.Context(), p, thinking)
+	require.NoError(t, err)
+	require.Len(t, r.Output, 2, r.RawJSON())
+	assert.Equal(t, "reasoning", r.Output[0].Type)
+	require.Len(t, r.Output[0].Content, 1)
+	assert.Equal(t, want, r.Output[0].Content[0].Text)
+	assert.Equal(t, "message", r.Output[1].Type)
+	assert.Empty(t, r.OutputText())
+
+	st := h.client.Responses.NewStreaming(t.Context(), p, thinking)
+	var deltas, done string
+	var types []string
+	for st.Next() {
+		ev := st.Current()
+		types = append(types, ev.Type)
+		switch ev.Type {
+		case "response.reasoning_text.delta":
+			deltas += ev.Delta
+		case "response.reasoning_text.done":
+			done = ev.Text
+		}
+	}
+	require.NoError(t, st.Err())
+	assert.Equal(t, want, deltas)
+	assert.Equal(t, want, done)
+	assert.Equal(t, r.Status == responses.ResponseStatusIncomplete, types[len(types)-1] == "response.incomplete", types)
+	assert.Contains(t, []string{"response.completed", "response.incomplete"}, types[len(types)-1])
 }
 
 func TestE2EModelsAndHealth(t *testing.T) {
