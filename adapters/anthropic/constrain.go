@@ -20,8 +20,19 @@ func parseOutputFormat(config, deprecated json.RawMessage) (*ports.Constraint, e
 		if json.Unmarshal(config, &oc) != nil {
 			return nil, invalid("output_config", "must be an object")
 		}
-		for k := range oc {
-			if k != "format" {
+		for k, v := range oc {
+			switch {
+			case k == "format":
+			case k == "effort":
+				// "high" is Anthropic's default, and the only effort higgs runs at.
+				if !isNull(v) && !rawIsString(v, "high") {
+					return nil, unsupported("output_config.effort", "effort levels are not implemented (the model runs as at \"high\"); set thinking instead")
+				}
+			case k == "task_budget":
+				if !isNull(v) {
+					return nil, unsupported("output_config.task_budget", "task budgets are not implemented; set max_tokens")
+				}
+			default:
 				return nil, invalid("output_config."+k, "Extra inputs are not permitted")
 			}
 		}
@@ -48,4 +59,10 @@ func parseOutputFormat(config, deprecated json.RawMessage) (*ports.Constraint, e
 		return nil, invalid(field+".schema", "must be a JSON Schema object")
 	}
 	return &ports.Constraint{Kind: ports.ConstrainJSONSchema, Param: field, Schema: bytes.TrimSpace(f.Schema)}, nil
+}
+
+// rawIsString reports whether r is the JSON string want.
+func rawIsString(r json.RawMessage, want string) bool {
+	var s string
+	return json.Unmarshal(r, &s) == nil && s == want
 }

@@ -7,8 +7,11 @@
 // Anthropic's event sequence. Every error leaves in Anthropic's shape
 // ({"type":"error","error":{"type","message"}}) through one mapper, ErrorFor.
 //
-// Unknown top-level fields are refused, as Anthropic's API does ("Extra inputs are not permitted"), so a
-// feature higgs does not have (server tools, MCP servers) is never silently dropped. Structured outputs
+// The top-level fields are those Anthropic's API takes today (fields.go): each is honoured, accepted and
+// ignored where it cannot change the answer, or refused unless neutral (thread, container, mcp_servers,
+// context_management, compaction), thread with the error details the SDKs read to go on without one.
+// Unknown fields are refused, as Anthropic's API does ("Extra inputs are not permitted"), so a feature higgs
+// does not have is never silently dropped. Structured outputs
 // (output_config.format), tool_choice any / tool and strict tools become ports.GenerateRequest.Constraint.
 //
 // The routes are registered on an httpapi.Server, beside the OpenAI API's (adapters/openai, a sibling this

@@ -19,6 +19,9 @@ type Error struct {
 	Message string
 	// RetryAfter, when > 0, is sent as the Retry-After header (seconds).
 	RetryAfter int
+	// Details, when set, is sent as error.details: the machine-readable reason SDKs act on
+	// ({"error_code": "thread_unsupported_request", …}).
+	Details map[string]any
 }
 
 func (e *Error) Error() string { return e.Message }
@@ -30,12 +33,13 @@ type errorBody struct {
 }
 
 type errorDetail struct {
-	Type    string `json:"type"`
-	Message string `json:"message"`
+	Type    string         `json:"type"`
+	Message string         `json:"message"`
+	Details map[string]any `json:"details,omitempty"`
 }
 
 func (e *Error) body(requestID string) errorBody {
-	return errorBody{Type: "error", Error: errorDetail{Type: e.Type, Message: e.Message}, RequestID: requestID}
+	return errorBody{Type: "error", Error: errorDetail{Type: e.Type, Message: e.Message, Details: e.Details}, RequestID: requestID}
 }
 
 // invalid is a 400 whose message starts with the field at fault, as Anthropic's messages do

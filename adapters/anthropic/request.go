@@ -50,19 +50,17 @@ type body struct {
 	OutputConfig json.RawMessage `json:"output_config"`
 	OutputFormat json.RawMessage `json:"output_format"`
 	ServiceTier  *string         `json:"service_tier"`
+	Speed        *string         `json:"speed"`
+	// Fields Anthropic's API takes that higgs refuses unless neutral (fields.go).
+	Thread            json.RawMessage `json:"thread"`
+	Container         json.RawMessage `json:"container"`
+	MCPServers        json.RawMessage `json:"mcp_servers"`
+	ContextManagement json.RawMessage `json:"context_management"`
+	Compaction        json.RawMessage `json:"compaction"`
 	// higgs extensions, as on the OpenAI side.
 	BlockSize *int    `json:"block_size"`
 	Seed      *uint64 `json:"seed"`
 }
-
-// createFields and countFields are the top-level fields each endpoint takes; anything else is refused as
-// Anthropic refuses it, so that a feature higgs lacks is never silently dropped.
-var (
-	createFields = []string{"model", "max_tokens", "messages", "system", "stop_sequences", "stream", "temperature",
-		"top_p", "top_k", "metadata", "tools", "tool_choice", "thinking", "service_tier", "block_size", "seed",
-		"output_config", "output_format"}
-	countFields = []string{"model", "messages", "system", "tools", "tool_choice", "thinking", "output_config", "output_format"}
-)
 
 // ParseMessages decodes and checks a POST /v1/messages body.
 func ParseMessages(raw []byte) (Request, error) {
@@ -79,6 +77,9 @@ func parse(raw []byte, fields []string, create bool) (Request, error) {
 	var r Request
 	var b body
 	if err := decode(raw, &b, fields); err != nil {
+		return r, err
+	}
+	if err := b.refuseUnserved(create); err != nil {
 		return r, err
 	}
 	if b.Model == nil || *b.Model == "" {

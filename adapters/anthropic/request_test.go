@@ -90,7 +90,16 @@ func TestParseMessagesRefusals(t *testing.T) {
 		{"max_tokens missing", `{"model":"m",` + m + `}`, "max_tokens: field required"},
 		{"max_tokens zero", `{"model":"m","max_tokens":0,` + m + `}`, "max_tokens: must be at least 1"},
 		{"max_tokens string", `{"model":"m","max_tokens":"5",` + m + `}`, "max_tokens: must be an integer"},
-		{"unknown field", `{"model":"m","max_tokens":1,` + m + `,"mcp_servers":[]}`, "mcp_servers: Extra inputs are not permitted"},
+		{"unknown field", `{"model":"m","max_tokens":1,` + m + `,"mcp":[]}`, "mcp: Extra inputs are not permitted"},
+		{"header param in the body", `{"model":"m","max_tokens":1,` + m + `,"betas":["x"]}`, "betas: Extra inputs are not permitted"},
+		{"thread", `{"model":"m","max_tokens":1,` + m + `,"thread":{"type":"create"}}`, "thread: not supported by this server"},
+		{"thread continue", `{"model":"m","max_tokens":1,` + m + `,"thread":{"type":"continue","previous_message_id":"msg_1"}}`, "thread: not supported"},
+		{"container", `{"model":"m","max_tokens":1,` + m + `,"container":"c"}`, "container: not supported"},
+		{"mcp_servers", `{"model":"m","max_tokens":1,` + m + `,"mcp_servers":[{"type":"url","url":"https://x","name":"x"}]}`, "mcp_servers: not supported"},
+		{"context_management", `{"model":"m","max_tokens":1,` + m + `,"context_management":{"edits":[]}}`, "context_management: not supported"},
+		{"compaction", `{"model":"m","max_tokens":1,` + m + `,"compaction":{}}`, "compaction: not supported"},
+		{"speed", `{"model":"m","max_tokens":1,` + m + `,"speed":"warp"}`, "speed"},
+		{"output_config task_budget", `{"model":"m","max_tokens":1,` + m + `,"output_config":{"task_budget":{"type":"tokens","total":5}}}`, "output_config.task_budget: not supported"},
 		{"temperature above 1", `{"model":"m","max_tokens":1,` + m + `,"temperature":1.5}`, "temperature: must be between 0 and 1"},
 		{"top_p zero", `{"model":"m","max_tokens":1,` + m + `,"top_p":0}`, "top_p"},
 		{"top_k negative", `{"model":"m","max_tokens":1,` + m + `,"top_k":-1}`, "top_k"},
@@ -123,7 +132,8 @@ func TestParseMessagesRefusals(t *testing.T) {
 		{"duplicate tool", `{"model":"m","max_tokens":1,` + m + `,"tools":[{"name":"f","input_schema":{}},{"name":"f","input_schema":{}}]}`, "unique"},
 		{"tool_choice any", `{"model":"m","max_tokens":1,` + m + `,"tool_choice":{"type":"any"}}`, "needs tools"},
 		{"tool_choice tool unknown", `{"model":"m","max_tokens":1,` + m + `,"tools":[{"name":"g","input_schema":{}}],"tool_choice":{"type":"tool","name":"f"}}`, `tool_choice.name: "f" is not the name of any of the tools`},
-		{"output_config effort", `{"model":"m","max_tokens":1,` + m + `,"output_config":{"effort":"high"}}`, "output_config.effort: Extra inputs"},
+		{"output_config effort", `{"model":"m","max_tokens":1,` + m + `,"output_config":{"effort":"low"}}`, "output_config.effort: not supported"},
+		{"output_config unknown", `{"model":"m","max_tokens":1,` + m + `,"output_config":{"mode":"x"}}`, "output_config.mode: Extra inputs"},
 		{"output format type", `{"model":"m","max_tokens":1,` + m + `,"output_config":{"format":{"type":"text"}}}`, `output_config.format.type: must be "json_schema"`},
 		{"output format without schema", `{"model":"m","max_tokens":1,` + m + `,"output_format":{"type":"json_schema"}}`, "output_format.schema: field required"},
 		{"output format and forced tool", `{"model":"m","max_tokens":1,` + m + `,"tools":[{"name":"g","input_schema":{}}],"tool_choice":{"type":"any"},"output_format":{"type":"json_schema","schema":{}}}`, "one of them"},
@@ -147,12 +157,50 @@ func TestParseMessagesRefusals(t *testing.T) {
 	}
 }
 
+// TestParseMessagesAcceptedFields: the fields Anthropic's API takes that cannot change the answer here are
+// accepted and ignored, and the refused ones are accepted at their neutral values.
+func TestParseMessagesAcceptedFields(t *testing.T) {
+	const base = `{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}]`
+	want, err := ParseMessages([]byte(base + `}`))
+	require.NoError(t, err)
+	for _, extra := range []string{
+		`"metadata":{"user_id":"u"}`, `"service_tier":"standard_only"`, `"speed":"fast"`, `"speed":null`,
+		`"cache_control":{"type":"ephemeral"}`, `"inference_geo":"us"`, `"diagnostics":{"previous_message_id":"msg_1"}`,
+		`"billing_policy":{"type":"billing_policy","bill_to":"self"}`, `"fallback_credit_token":"t"`,
+		`"fallbacks":"default"`, `"thread":null`, `"container":null`, `"mcp_servers":[]`, `"context_management":null`,
+		`"compaction":null`, `"output_config":{"effort":"high","task_budget":null}`,
+	} {
+		got, err := ParseMessages([]byte(base + `,` + extra + `}`))
+		if assert.NoError(t, err, extra) {
+			assert.Equal(t, want, got, extra)
+		}
+	}
+}
+
+// TestThreadRefusal: a thread is refused with the details Anthropic's SDKs read as "this server cannot
+// thread the request", so that their tool runner goes on without one.
+func TestThreadRefusal(t *testing.T) {
+	_, err := ParseMessages([]byte(`{"model":"m","max_tokens":1,"messages":[{"role":"user","content":"hi"}],"thread":{"type":"create"}}`))
+	e := ErrorFor(err)
+	require.Equal(t, 400, e.Status)
+	b, merr := json.Marshal(e.body("req_1"))
+	require.NoError(t, merr)
+	assert.JSONEq(t, `{"type":"error","request_id":"req_1","error":{"type":"invalid_request_error","message":`+
+		`"thread: not supported by this server: it holds no conversation state between requests; send the full history in messages without a thread",`+
+		`"details":{"error_code":"thread_unsupported_request","unsupported":["thread"]}}}`, string(b))
+}
+
 func TestParseCountTokens(t *testing.T) {
 	r, err := ParseCountTokens([]byte(`{"model":"m","system":"s","messages":[{"role":"user","content":"hi"}]}`))
 	require.NoError(t, err)
 	assert.Equal(t, []ports.ChatMessage{msg("system", `{"role":"system","content":"s"}`), msg("user", `{"role":"user","content":"hi"}`)}, r.Gen.Messages)
 	_, err = ParseCountTokens([]byte(`{"model":"m","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`))
 	assert.ErrorContains(t, err, "max_tokens: Extra inputs are not permitted")
+	// count_tokens takes compaction and ignores it, as Anthropic documents.
+	_, err = ParseCountTokens([]byte(`{"model":"m","compaction":{},"speed":"fast","cache_control":{"type":"ephemeral"},"messages":[{"role":"user","content":"hi"}]}`))
+	assert.NoError(t, err)
+	_, err = ParseCountTokens([]byte(`{"model":"m","thread":{"type":"create"},"messages":[{"role":"user","content":"hi"}]}`))
+	assert.ErrorContains(t, err, "thread: Extra inputs are not permitted")
 }
 
 // FuzzParseMessages checks that no body makes the decoder panic, that every refusal is a 400 in this

@@ -1,6 +1,6 @@
 // The official Anthropic TypeScript SDK drives a real higgsd serving the bundled demo model and drafter
 // (models/demo): plain and streamed messages, stop sequences, a tool-use round trip, thinking, token
-// counting, errors, forced tool calls and structured outputs. make test runs it with HIGGSD pointing at the freshly built binary.
+// counting, errors, forced tool calls, structured outputs and the beta tool runner. make test runs it with HIGGSD pointing at the freshly built binary.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -8,6 +8,7 @@ import { createInterface } from 'node:readline';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import Anthropic from '@anthropic-ai/sdk';
+import { betaTool } from '@anthropic-ai/sdk/helpers/beta/json-schema';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const higgsd = path.resolve(repoRoot, process.env.HIGGSD ?? 'bin/higgsd');
@@ -188,7 +189,9 @@ test('errors: Anthropic shape and status codes', async () => {
     [{ model, max_tokens: 5000, messages: user('x') }, Anthropic.BadRequestError, /max.tokens \d+ is too large: .*context length/],
     [{ model, max_tokens: 4, temperature: 1.5, messages: user('x') }, Anthropic.BadRequestError, /temperature/],
     [{ model, max_tokens: 4, messages: [] }, Anthropic.BadRequestError, /messages/],
-    [{ model, max_tokens: 4, messages: user('x'), mcp_servers: [] }, Anthropic.BadRequestError, /mcp_servers: Extra inputs are not permitted/],
+    [{ model, max_tokens: 4, messages: user('x'), frobnicate: 1 }, Anthropic.BadRequestError, /frobnicate: Extra inputs are not permitted/],
+    [{ model, max_tokens: 4, messages: user('x'), mcp_servers: [{ type: 'url', url: 'https://example.com/mcp', name: 'x' }] },
+      Anthropic.BadRequestError, /mcp_servers: not supported by this server/],
     [{ model: 'claude-nope', max_tokens: 4, messages: user('x') }, Anthropic.NotFoundError, /claude-nope/],
   ];
   for (const [params, cls, re] of cases) {
@@ -261,4 +264,52 @@ test('structured output: output_config.format json_schema, and a 400 naming an u
       output_config: { format: { type: 'json_schema', schema: { type: 'string', pattern: '^a' } } },
     }),
     (err) => err instanceof Anthropic.BadRequestError && /pattern/.test(err.message));
+});
+
+// The tool runner, as the SDK sets it up, runs over a message thread (server-held state, the `thread` field).
+// higgsd holds none: it refuses the field with the error details the SDK reads as "this server cannot thread
+// the request" (thread_unsupported_request), and the runner goes on without a thread, sending the full
+// history each turn. Before, `thread` was refused as an extra input and the runner failed on its first turn.
+test('beta tool runner: the thread is refused as the SDK expects, and the loop runs unthreaded', async () => {
+  const sent = [];
+  const recorder = new Anthropic({
+    baseURL: client.baseURL, apiKey, maxRetries: 0, timeout: 60_000,
+    fetch: async (url, init) => {
+      sent.push(JSON.parse(init.body));
+      return fetch(url, init);
+    },
+  });
+  const calls = [];
+  const runner = recorder.beta.messages.toolRunner({
+    model, max_tokens: 120, temperature: 0, max_iterations: 2,
+    tools: [betaTool({
+      name: weather.name, description: weather.description, strict: true, inputSchema: weather.input_schema,
+      run: (input) => { calls.push(input); return `18 degrees ${input.unit}`; },
+    })],
+    tool_choice: { type: 'tool', name: 'get_weather', disable_parallel_tool_use: true },
+    messages: user('What is the weather in Paris?'),
+  });
+  const final = await runner.runUntilDone();
+  assert.equal(final.type, 'message');
+  assert.equal(calls.length, 2, 'the tool ran once per turn');
+  calls.forEach(checkWeather);
+
+  assert.deepEqual(sent[0].thread, { type: 'create' }, 'the runner asks for a thread first');
+  const rest = sent.slice(1);
+  assert.equal(rest.length, 2, 'the refused turn is sent again, then one more turn');
+  for (const body of rest) assert.equal(body.thread, undefined, 'no thread after the refusal');
+  // Unthreaded, the second turn carries the whole history: question, tool_use, tool_result.
+  const history = rest[1].messages;
+  assert.equal(history.length, 3);
+  assert.equal(history[1].content.find((b) => b.type === 'tool_use').name, 'get_weather');
+  assert.equal(history[2].content[0].type, 'tool_result');
+
+  // A thread the caller starts itself cannot go on unthreaded: the refusal reaches it, in Anthropic's shape.
+  const thread = recorder.beta.messages.thread({ model, max_tokens: 4 });
+  await assert.rejects(thread.send({ role: 'user', content: 'x' }), (err) => {
+    assert.ok(err instanceof Anthropic.BadRequestError, `${err.constructor.name} ${err.message}`);
+    assert.match(err.message, /thread: not supported by this server/);
+    assert.equal(err.error.error.details.error_code, 'thread_unsupported_request');
+    return true;
+  });
 });
