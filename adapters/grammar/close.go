@@ -394,9 +394,10 @@ func (m *Matcher) Closing(ctx context.Context, s State, left int) (mk Mask, forc
 	// Tokens that keep the completion within the tokens left after them stay. With fewer tokens left than the
 	// completion has bytes (a budget shorter than the document needs in single bytes) none may: then those
 	// that shorten the completion most stay, the fastest close the vocabulary offers.
+	// In string bodies whose minimum length is reached, plain characters leave the completion as it is.
 	inBodies := true
 	for _, f := range s.stacks {
-		inBodies = inBodies && inBody(f)
+		inBodies = inBodies && inBody(f) && int(f.i) >= f.n.minLen
 	}
 	out := make(Mask, len(mk))
 	var fastest []int32
@@ -410,8 +411,8 @@ func (m *Matcher) Closing(ctx context.Context, s State, left int) (mk Mask, forc
 			switch {
 			case m.isEOS(id):
 				dd = 0
-			case inBodies && d <= left-1 && m.v.plain.Has(id):
-				dd = d // plain characters in a string body never lengthen the completion
+			case inBodies && m.v.plain.Has(id):
+				dd = d
 			default:
 				st := m.Advance(s, id)
 				if st.Dead() {
