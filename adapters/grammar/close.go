@@ -394,56 +394,102 @@ func (m *Matcher) Closing(ctx context.Context, s State, left int) (mk Mask, forc
 	// Tokens that keep the completion within the tokens left after them stay. With fewer tokens left than the
 	// completion has bytes (a budget shorter than the document needs in single bytes) none may: then those
 	// that shorten the completion most stay, the fastest close the vocabulary offers.
-	// In string bodies whose minimum length is reached, plain characters leave the completion as it is.
-	inBodies := true
-	for _, f := range s.stacks {
-		inBodies = inBodies && inBody(f) && int(f.i) >= f.n.minLen
+	dists, err := m.tokenDistances(ctx, s, mk)
+	if err != nil {
+		return nil, false, err
 	}
 	out := make(Mask, len(mk))
-	var fastest []int32
-	best, kept := unreachable+1, 0
-	for w, word := range mk {
-		for word != 0 {
-			b := bits.TrailingZeros64(word)
-			word &^= 1 << uint(b)
-			id := int32(w*64 + b)
-			var dd int
-			switch {
-			case m.isEOS(id):
-				dd = 0
-			case inBodies && m.v.plain.Has(id):
-				dd = d
-			default:
-				st := m.Advance(s, id)
-				if st.Dead() {
-					continue
-				}
-				dd = m.g.Distance(st)
-			}
-			if dd <= left-1 {
-				out.set(id)
+	kept := 0
+	if dists.plain && d <= left-1 {
+		for w, word := range mk {
+			if p := word & m.v.plain[w]; p != 0 {
+				out[w] |= p
 				kept++
 			}
-			switch {
-			case dd < best:
-				best, fastest = dd, append(fastest[:0], id)
-			case dd == best:
-				fastest = append(fastest, id)
-			}
-		}
-		if err = ctx.Err(); err != nil {
-			return nil, false, err
 		}
 	}
-	if kept == 0 {
-		for _, id := range fastest {
+	best := unreachable + 1
+	if dists.plain {
+		best = d
+	}
+	for i, id := range dists.ids {
+		dd := int(dists.dist[i])
+		if dd <= left-1 {
 			out.set(id)
+			kept++
+		}
+		best = min(best, dd)
+	}
+	if kept == 0 {
+		// Fewer tokens left than the completion has bytes: the tokens that shorten it most.
+		if dists.plain && best == d {
+			for w, word := range mk {
+				out[w] |= word & m.v.plain[w]
+			}
+		}
+		for i, id := range dists.ids {
+			if int(dists.dist[i]) == best {
+				out.set(id)
+			}
 		}
 	}
 	if slices.Equal(out, mk) {
 		return mk, false, nil
 	}
 	return out, true, nil
+}
+
+// distances is, for one state, the distance after each token its mask allows (EOS: 0); plain says the
+// state is in string bodies past their minimum length, where the plain tokens (not listed) leave the
+// distance as it is.
+type distances struct {
+	ids   []int32
+	dist  []int32
+	plain bool
+}
+
+// tokenDistances computes (or takes from the cache) the distances after the tokens mk allows at s.
+func (m *Matcher) tokenDistances(ctx context.Context, s State, mk Mask) (*distances, error) {
+	m.mu.Lock()
+	if ds, ok := m.dists[s.key]; ok {
+		m.mu.Unlock()
+		return ds, nil
+	}
+	m.mu.Unlock()
+	ds := &distances{plain: true}
+	for _, f := range s.stacks {
+		ds.plain = ds.plain && inBody(f) && int(f.i) >= f.n.minLen
+	}
+	for w, word := range mk {
+		if ds.plain {
+			word &^= m.v.plain[w]
+		}
+		for word != 0 {
+			b := bits.TrailingZeros64(word)
+			word &^= 1 << uint(b)
+			id := int32(w*64 + b)
+			dd := 0
+			if !m.isEOS(id) {
+				st := m.Advance(s, id)
+				if st.Dead() {
+					continue
+				}
+				dd = m.g.Distance(st)
+			}
+			ds.ids = append(ds.ids, id)
+			ds.dist = append(ds.dist, int32(dd))
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	m.mu.Lock()
+	if m.dists == nil || len(m.dists) >= maxCached {
+		m.dists = map[string]*distances{}
+	}
+	m.dists[s.key] = ds
+	m.mu.Unlock()
+	return ds, nil
 }
 
 func (m *Matcher) isEOS(id int32) bool {

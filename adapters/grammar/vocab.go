@@ -203,6 +203,9 @@ type Matcher struct {
 
 	mu    sync.Mutex
 	cache map[string]Mask
+	// dists are the distances after each allowed token, per state (close.go), for the rows near the end
+	// of a token budget.
+	dists map[string]*distances
 	// Computed counts masks computed (cache misses), for the bench's mask cost.
 	computed int
 	// walkAll turns the string shortcut off (tests compare the two).
