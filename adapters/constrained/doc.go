@@ -11,4 +11,10 @@
 // there and the bonus token comes from the masked distribution: greedy constrained speculative decoding is
 // plain constrained greedy decoding token for token, and sampling is lossless with respect to the masked
 // distribution. The drafter is not masked.
+//
+// Told where the generation's token budget ends, the session also closes the document within it: near the
+// end a row allows only the tokens after which the grammar's shortest completion still fits in the tokens
+// left (grammar.Matcher.Closing), so an answer cut by max_tokens still parses. A row's mask depends only on
+// its grammar state and position, so this too is the same at any block size; Forced tells the caller that
+// the budget closed the document (its finish is "length").
 package constrained

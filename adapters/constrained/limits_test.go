@@ -53,7 +53,7 @@ func limitMatcher(t *testing.T) (*grammar.Matcher, int) {
 func TestConstrainedStackLimitEndsTheGeneration(t *testing.T) {
 	m, vocab := limitMatcher(t)
 	inner := &rowSession{n: 1, vocab: vocab}
-	sess, c := Wrap(inner, m, 1, vocab, wallClock{})
+	sess, c := Wrap(inner, m, 1, 0, vocab, wallClock{})
 	// The start state's mask is fine; after one `{"a":` the mask's walk would open 64×64 stacks.
 	_, err := sess.Forward(t.Context(), []ports.Token{0}, ports.ForwardOptions{})
 	assert.ErrorIs(t, err, grammar.ErrTooManyStacks)
@@ -70,7 +70,7 @@ func TestConstrainedForwardErrorKeepsStates(t *testing.T) {
 	m, vocab := limitMatcher(t)
 	boom := errors.New("backend gone")
 	inner := &rowSession{n: 1, vocab: vocab, fail: boom}
-	sess, c := Wrap(inner, m, 1, vocab, wallClock{})
+	sess, c := Wrap(inner, m, 1, 0, vocab, wallClock{})
 	_, err := sess.Forward(t.Context(), []ports.Token{1}, ports.ForwardOptions{})
 	require.ErrorIs(t, err, boom)
 	assert.Len(t, c.states, inner.Len()-c.start+1, "one state per held position")
@@ -188,7 +188,7 @@ func TestConstrainedMaskStopsWithContext(t *testing.T) {
 	// The token fed is the prompt's last: its row predicts the first generated position, whose mask walks
 	// the whole trie of keys.
 	inner := &rowSession{n: 1, vocab: len(toks)}
-	sess, _ := Wrap(inner, m, 2, len(toks), wallClock{})
+	sess, _ := Wrap(inner, m, 2, 0, len(toks), wallClock{})
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	_, err = sess.Forward(ctx, []ports.Token{0}, ports.ForwardOptions{})

@@ -31,6 +31,12 @@ type Session struct {
 	// states[k] is the grammar state after the first k generated tokens (positions start..start+k-1);
 	// len(states) == Len() − start + 1 once the session holds the prompt.
 	states []grammar.State
+	// end is the position where the token budget ends (0: none): a row predicting position q has end − q
+	// tokens left, and the document is closed within them (grammar.Matcher.Closing).
+	end int
+	// forced[k] says the budget took a token the grammar allowed out of the row predicting generated position
+	// k (the rows of the positions held, as states).
+	forced []bool
 	clock  ports.Clock
 	stats  Stats
 }
@@ -47,13 +53,16 @@ func (c replayer) ReplayTape(ctx context.Context, tape ports.Tape, n int) error 
 }
 
 // Wrap wraps sess for a generation of prompt length promptLen under m, over logit rows of vocab entries,
-// timing the masking on clock. It returns the session to decode with and the decorator (for Stats); a nil m
+// timing the masking on clock. end is the position where the generation's token budget ends (prompt
+// length + max_tokens; 0: no budget): from where the tokens left reach the document's shortest completion,
+// the rows allow only tokens after which it can still close, so the last token the budget allows ends a
+// document that parses (see Forced). It returns the session to decode with and the decorator (for Stats); a nil m
 // returns sess itself and a nil decorator.
-func Wrap(sess ports.Session, m *grammar.Matcher, promptLen, vocab int, clock ports.Clock) (ports.Session, *Session) {
+func Wrap(sess ports.Session, m *grammar.Matcher, promptLen, end, vocab int, clock ports.Clock) (ports.Session, *Session) {
 	if m == nil {
 		return sess, nil
 	}
-	c := &Session{inner: sess, m: m, vocab: vocab, start: promptLen, states: []grammar.State{m.Start()}, clock: clock}
+	c := &Session{inner: sess, m: m, vocab: vocab, start: promptLen, end: end, states: []grammar.State{m.Start()}, clock: clock}
 	if r, ok := sess.(ports.TapeReplayer); ok {
 		return replayer{c, r}, c
 	}
@@ -62,6 +71,18 @@ func Wrap(sess ports.Session, m *grammar.Matcher, promptLen, vocab int, clock po
 
 // Stats is what masking has cost so far.
 func (c *Session) Stats() Stats { return c.stats }
+
+// Forced reports whether the budget closed the document: it took a token the grammar allowed out of the row
+// of one of the first n+1 generated positions (n tokens committed, and the row after them, where EOS came).
+// A generation that ended at EOS then ended because of max_tokens, and its finish is "length".
+func (c *Session) Forced(n int) bool {
+	for k := 0; k <= n && k < len(c.forced); k++ {
+		if c.forced[k] {
+			return true
+		}
+	}
+	return false
+}
 
 func (c *Session) Len() int                                   { return c.inner.Len() }
 func (c *Session) Snapshot() (ports.RecurrentSnapshot, error) { return c.inner.Snapshot() }
@@ -75,6 +96,9 @@ func (c *Session) TrimKV(n int) error {
 	}
 	if k := max(n-c.start, 0) + 1; k < len(c.states) {
 		c.states = c.states[:k]
+	}
+	if len(c.forced) > len(c.states) {
+		c.forced = c.forced[:len(c.states)]
 	}
 	return nil
 }
@@ -129,7 +153,7 @@ func (c *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.
 		q := first + r + 1 // the position row r predicts
 		if q >= c.start {
 			if st := c.states[q-c.start]; !st.Dead() {
-				if err := c.mask(ctx, lg, st); err != nil {
+				if err := c.mask(ctx, lg, st, q); err != nil {
 					return fr, err
 				}
 				c.stats.Rows++
@@ -151,12 +175,21 @@ func (c *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.
 	return fr, nil
 }
 
-// mask sets the logits of the tokens st forbids to −Inf.
-func (c *Session) mask(ctx context.Context, lg []float32, st grammar.State) error {
-	mk, err := c.m.Allowed(ctx, st)
+// mask sets the logits of the tokens st forbids at position q to −Inf.
+func (c *Session) mask(ctx context.Context, lg []float32, st grammar.State, q int) error {
+	left := 0
+	if c.end > 0 {
+		left = max(c.end-q, 1)
+	}
+	mk, forced, err := c.m.Closing(ctx, st, left)
 	if err != nil {
 		return limitError(fmt.Errorf("constraint: %w", err))
 	}
+	k := q - c.start
+	for len(c.forced) <= k {
+		c.forced = append(c.forced, false)
+	}
+	c.forced[k] = forced
 	any := false
 	neg := float32(math.Inf(-1))
 	for w, bits := range mk {

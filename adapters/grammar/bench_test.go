@@ -80,3 +80,40 @@ func BenchmarkMaskPerToken(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(ids))/1e6, "ms/token")
 }
+
+// BenchmarkClosing is the cost of a row's mask near the end of the token budget over Qwen3's vocabulary (the
+// grammar's own mask cached): the tokens left equal to the completion (tight) and fewer (short: best effort,
+// every allowed token advanced).
+func BenchmarkClosing(b *testing.B) {
+	v, _ := qwenVocab(b)
+	doc, err := os.ReadFile("testdata/schemas/34_tool_arguments.json")
+	require.NoError(b, err)
+	g, err := CompileSchema(context.Background(), doc)
+	require.NoError(b, err)
+	list, err := CompileSchema(context.Background(), []byte(`{"type":"array","items":{"type":"string"}}`))
+	require.NoError(b, err)
+	for _, c := range []struct {
+		name, prefix string
+		g            *Grammar
+	}{
+		{"key", `{"city": `, g}, {"bounded_string", `{"city": "Par`, g}, {"string", `["a", "Par`, list},
+	} {
+		st := c.g.Start().Advance([]byte(c.prefix))
+		require.False(b, st.Dead(), c.prefix)
+		m, err := NewMatcher(c.g, v, []int32{151645})
+		require.NoError(b, err)
+		d := c.g.Distance(st)
+		for _, left := range []struct {
+			name string
+			n    int
+		}{{"tight", d}, {"short", max(d/2, 1)}} {
+			b.Run(c.name+"/"+left.name, func(b *testing.B) {
+				for b.Loop() {
+					if _, _, err := m.Closing(context.Background(), st, left.n); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

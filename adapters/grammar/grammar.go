@@ -12,9 +12,13 @@ import (
 type Grammar struct {
 	root *node
 	reg  *registry
+	// close is the shortest lengths of its nodes (close.go), computed on first use.
+	close *closer
 }
 
-func newGrammar(reg *registry, root *node) *Grammar { return &Grammar{root: root, reg: reg} }
+func newGrammar(reg *registry, root *node) *Grammar {
+	return &Grammar{root: root, reg: reg, close: &closer{}}
+}
 
 // State is the automaton after some bytes: the set of stacks still alive (several while anyOf alternatives
 // are undecided). The zero State is dead. States are immutable values.

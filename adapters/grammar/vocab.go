@@ -26,6 +26,12 @@ type Vocab struct {
 
 	// without[c] are the tokens whose bytes do not hold c, and with[c] the trie of the others: in free text
 	// whose trigger ends with c only the latter can complete it (built on first use).
+	// longest is the most bytes a token holds; closable whether every printable ASCII byte, tab and newline
+	// is a token of its own (canClose, computed on first use).
+	longest   int
+	closeOnce sync.Once
+	closable  bool
+
 	mu      sync.Mutex
 	without map[byte]Mask
 	with    map[byte]*trie
@@ -65,6 +71,9 @@ type trie struct {
 func NewVocab(tokenBytes [][]byte) *Vocab {
 	v := &Vocab{size: len(tokenBytes), bytes: tokenBytes, plain: make(Mask, (len(tokenBytes)+63)/64)}
 	v.all = buildTrie(tokenBytes, func(int) bool { return true })
+	for _, b := range tokenBytes {
+		v.longest = max(v.longest, len(b))
+	}
 	for id, b := range tokenBytes {
 		if len(b) > 0 && plainString(b) {
 			v.plain.set(int32(id))
@@ -194,6 +203,9 @@ type Matcher struct {
 
 	mu    sync.Mutex
 	cache map[string]Mask
+	// dists are the distances after each allowed token, per state (close.go), for the rows near the end
+	// of a token budget.
+	dists map[string]*distances
 	// Computed counts masks computed (cache misses), for the bench's mask cost.
 	computed int
 	// walkAll turns the string shortcut off (tests compare the two).

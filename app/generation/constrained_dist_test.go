@@ -90,7 +90,7 @@ func TestConstrainedSamplingHasTheMaskedDistribution(t *testing.T) {
 				require.NoError(t, err)
 				ds, err := drafter.NewSession(t.Context())
 				require.NoError(t, err)
-				cs, _ := constrained.Wrap(sess, m, len(prompt), len(distVocab), systemClock{})
+				cs, _ := constrained.Wrap(sess, m, len(prompt), 0, len(distVocab), systemClock{})
 				cfg := speculative.Config{BlockSize: 4, MaxTokens: 12, ContextLength: 64, StopTokens: []ports.Token{distEOS},
 					Sampling: ports.SamplingParams{Temperature: 1}, Verify: verify}
 				dec, err := speculative.New(cfg, systemClock{}, sampling.NewSource(uint64(i)))

@@ -111,7 +111,12 @@ func (e *Engine) Run(ctx context.Context, p Plan, o RunOptions) (out Outcome, er
 		return out, invalid("", "%v", err)
 	}
 	// The constraint wraps the batch member's session: its masked forward must still join the rounds.
-	csess, masked := constrained.Wrap(gsess, p.Constraint, len(p.Prompt), e.Target.Info().VocabSize, clock)
+	// It closes the document within the token budget (the plan's, already capped by admission).
+	end := 0
+	if budget, err := speculative.TokenBudget(len(p.Prompt), cfg.MaxTokens, cfg.ContextLength); err == nil && budget > 0 {
+		end = len(p.Prompt) + budget
+	}
+	csess, masked := constrained.Wrap(gsess, p.Constraint, len(p.Prompt), end, e.Target.Info().VocabSize, clock)
 	// Log-probabilities are read from the rows the decoder verified against: outside the constraint's mask.
 	var lps *logprobSession
 	if p.Logprobs && o.EmitLogprobs != nil {
@@ -142,6 +147,11 @@ func (e *Engine) Run(ctx context.Context, p Plan, o RunOptions) (out Outcome, er
 	leave() // now, not after the prefix cache's exports below: the rounds stop waiting for this generation
 	if masked != nil {
 		out.Mask = masked.Stats()
+		// A document the budget closed ended at EOS (or at the budget) because of max_tokens: its finish is
+		// "length", as the content was cut short.
+		if out.Finish == speculative.FinishStop && masked.Forced(len(out.Tokens)) {
+			out.Finish = speculative.FinishLength
+		}
 	}
 	// Cache what this generation computed once it ended cleanly (a stop string ends it through emit, with
 	// every layer at the committed position); a failed or cancelled one leaves no entry.
