@@ -105,6 +105,9 @@ var rules = []rule{
 	}},
 	{tree: "app/models", allowed: func(p string, _ bool) bool { return !appUseCase(p) && p != module+"/app/generation" }},
 	{tree: "app/serve", allowed: func(p string, _ bool) bool { return !appUseCase(p) || within(p, module+"/app/serve") }},
+	{tree: "app/modeltools", allowed: func(p string, _ bool) bool {
+		return !appUseCase(p) || within(p, module+"/app/verify") || within(p, module+"/app/modeltools")
+	}},
 	{tree: "app/verify", allowed: func(p string, _ bool) bool { return !appUseCase(p) || within(p, module+"/app/verify") }},
 	{tree: ".", allowed: func(p string, test bool) bool { return test || !within(p, module+"/internal/testmodel") }},
 }

@@ -1,4 +1,4 @@
-package verify
+package verify_test
 
 import (
 	"os"
@@ -10,6 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/quant"
+	"github.com/higgs-go/higgs/app/modeltools"
+	"github.com/higgs-go/higgs/app/verify"
 )
 
 // TestReadWeightFootprint: the same synth target stored in bf16, f32 and 4-bit has the same per-token
@@ -17,7 +19,7 @@ import (
 // config.json that states the quantization gives the same count as the shapes; a missing config is an error.
 func TestReadWeightFootprint(t *testing.T) {
 	const vocab, hidden = 256, 64
-	var fps []WeightFootprint
+	var fps []verify.WeightFootprint
 	var q4dir string
 	for _, tc := range []struct {
 		name string
@@ -25,9 +27,9 @@ func TestReadWeightFootprint(t *testing.T) {
 		f32  bool
 	}{{"f32", nil, true}, {"bf16", nil, false}, {"q4", &quant.Spec{Bits: 4, GroupSize: 32}, false}} {
 		dir := t.TempDir()
-		res, err := Synth(t.Context(), SynthOptions{Out: dir, Wide: 1, Layers: 2, Vocab: vocab, Quant: tc.q, F32: tc.f32, Seed: 1})
+		res, err := modeltools.Synth(t.Context(), modeltools.SynthOptions{Out: dir, Wide: 1, Layers: 2, Vocab: vocab, Quant: tc.q, F32: tc.f32, Seed: 1})
 		require.NoError(t, err, tc.name)
-		fp, err := ReadWeightFootprint(res.Target)
+		fp, err := verify.ReadWeightFootprint(res.Target)
 		require.NoError(t, err, tc.name)
 		assert.Equal(t, res.Params-vocab*hidden, fp.Params, "%s: untied embedding left out", tc.name)
 		fps = append(fps, fp)
@@ -44,10 +46,10 @@ func TestReadWeightFootprint(t *testing.T) {
 	require.NoError(t, err)
 	stated := strings.Replace(string(raw), "{", `{"quantization": {"group_size": 32, "bits": 4},`, 1)
 	require.NoError(t, os.WriteFile(cfg, []byte(stated), 0o644))
-	fp, err := ReadWeightFootprint(q4dir)
+	fp, err := verify.ReadWeightFootprint(q4dir)
 	require.NoError(t, err)
 	assert.Equal(t, fps[2], fp, "stated and inferred quantization agree")
 
-	_, err = ReadWeightFootprint(t.TempDir())
+	_, err = verify.ReadWeightFootprint(t.TempDir())
 	assert.ErrorContains(t, err, "config.json")
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/higgs-go/higgs/app"
 	"github.com/higgs-go/higgs/app/generation"
 	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/app/modeltools"
 	"github.com/higgs-go/higgs/app/verify"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -255,7 +256,7 @@ func (c *cli) tokenizeCmd() *cobra.Command {
 		Use:   "tokenize",
 		Short: "Encode text (or a rendered chat) with a tokenizer directory",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o := verify.TokenizeOptions{TokenizerDir: dir, ChatFile: chatFile, AddGenerationPrompt: !noGen}
+			o := modeltools.TokenizeOptions{TokenizerDir: dir, ChatFile: chatFile, AddGenerationPrompt: !noGen}
 			if cmd.Flags().Changed("text") {
 				o.Text = &text
 			}
@@ -273,7 +274,7 @@ func (c *cli) tokenizeCmd() *cobra.Command {
 			if (o.Text == nil) == (chatFile == "") {
 				return fmt.Errorf("%w: give exactly one of --text and --chat", verify.ErrBadInput)
 			}
-			res, err := verify.Tokenize(cmd.Context(), o)
+			res, err := modeltools.Tokenize(cmd.Context(), o)
 			if err != nil {
 				return fmt.Errorf("%w: %w", verify.ErrBadInput, err)
 			}

@@ -4,19 +4,19 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/higgs-go/higgs/app/verify"
+	"github.com/higgs-go/higgs/app/modeltools"
 	"github.com/spf13/cobra"
 )
 
-// exportGGUFCmd writes a dense Qwen3 checkpoint as GGUF (verify.ExportGGUF), for a side-by-side with llama.cpp.
+// exportGGUFCmd writes a dense Qwen3 checkpoint as GGUF (modeltools.ExportGGUF), for a side-by-side with llama.cpp.
 func (c *cli) exportGGUFCmd() *cobra.Command {
-	var o verify.ExportGGUFOptions
+	var o modeltools.ExportGGUFOptions
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "export-gguf",
 		Short: "Write a dense Qwen3 checkpoint as a GGUF file for llama.cpp (exactly, or refuse unless --requantize)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			res, err := verify.ExportGGUF(cmd.Context(), o)
+			res, err := modeltools.ExportGGUF(cmd.Context(), o)
 			if err != nil {
 				return err
 			}

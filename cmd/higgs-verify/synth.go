@@ -7,10 +7,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/higgs-go/higgs/adapters/quant"
-	"github.com/higgs-go/higgs/app/verify"
+	"github.com/higgs-go/higgs/app/modeltools"
 )
 
-// synthCmd writes a random hybrid target and a DFlash drafter for it (verify.Synth), for bench.
+// synthCmd writes a random hybrid target and a DFlash drafter for it (modeltools.Synth), for bench.
 func (c *cli) synthCmd() *cobra.Command {
 	var f struct {
 		out                 string
@@ -25,12 +25,12 @@ func (c *cli) synthCmd() *cobra.Command {
 		Use:   "synth",
 		Short: "Write a random hybrid (or --dense) target and DFlash drafter (for bench on a model of a chosen size)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o := verify.SynthOptions{Out: f.out, Wide: f.wide, Layers: f.layers, Vocab: f.vocab, F32: f.f32, Seed: f.seed, DFlash2: f.dflash2,
+			o := modeltools.SynthOptions{Out: f.out, Wide: f.wide, Layers: f.layers, Vocab: f.vocab, F32: f.f32, Seed: f.seed, DFlash2: f.dflash2,
 				Dense: f.dense, Symmetric: f.symmetric, Tokenizer: f.tokenizer}
 			if f.bits != 0 {
 				o.Quant = &quant.Spec{Bits: f.bits, GroupSize: f.group}
 			}
-			res, err := verify.Synth(cmd.Context(), o)
+			res, err := modeltools.Synth(cmd.Context(), o)
 			if err != nil {
 				return err
 			}

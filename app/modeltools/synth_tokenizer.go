@@ -1,4 +1,4 @@
-package verify
+package modeltools
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/higgs-go/higgs/app/verify"
 )
 
 // copyTokenizer copies src's tokenizer.json (and tokenizer_config.json, when present) into dst, after
@@ -13,7 +15,7 @@ import (
 func copyTokenizer(src, dst string, vocab int) error {
 	b, err := os.ReadFile(filepath.Join(src, "tokenizer.json"))
 	if err != nil {
-		return fmt.Errorf("%w: tokenizer: %w", ErrBadInput, err)
+		return fmt.Errorf("%w: tokenizer: %w", verify.ErrBadInput, err)
 	}
 	var tf struct {
 		AddedTokens []struct {
@@ -24,7 +26,7 @@ func copyTokenizer(src, dst string, vocab int) error {
 		} `json:"model"`
 	}
 	if err := json.Unmarshal(b, &tf); err != nil {
-		return fmt.Errorf("%w: tokenizer %s: %w", ErrBadInput, src, err)
+		return fmt.Errorf("%w: tokenizer %s: %w", verify.ErrBadInput, src, err)
 	}
 	top := -1
 	for _, id := range tf.Model.Vocab {
@@ -34,7 +36,7 @@ func copyTokenizer(src, dst string, vocab int) error {
 		top = max(top, a.ID)
 	}
 	if top >= vocab {
-		return fmt.Errorf("%w: tokenizer %s defines id %d, past the synth's vocabulary of %d (raise --vocab)", ErrBadInput, src, top, vocab)
+		return fmt.Errorf("%w: tokenizer %s defines id %d, past the synth's vocabulary of %d (raise --vocab)", verify.ErrBadInput, src, top, vocab)
 	}
 	if err := os.WriteFile(filepath.Join(dst, "tokenizer.json"), b, 0o644); err != nil {
 		return err

@@ -1,4 +1,4 @@
-package verify
+package modeltools
 
 import (
 	"os"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/higgs-go/higgs/adapters/gguf"
 	"github.com/higgs-go/higgs/adapters/quant"
+	"github.com/higgs-go/higgs/app/verify"
 )
 
 // TestSynthDenseSymmetricExports is the path tools/bench/llamacpp.sh takes: a dense symmetric synth with a
@@ -39,7 +40,7 @@ func TestSynthDenseSymmetricExports(t *testing.T) {
 	// 8-bit codes have no exact Q4_0 form: refused as bad input, nothing written.
 	bad := filepath.Join(dir, "q4.gguf")
 	_, err = ExportGGUF(t.Context(), ExportGGUFOptions{Model: res.Target, Out: bad, Type: "q4_0"})
-	require.ErrorIs(t, err, ErrBadInput)
+	require.ErrorIs(t, err, verify.ErrBadInput)
 	assert.ErrorIs(t, err, gguf.ErrInexact)
 	assert.NoFileExists(t, bad)
 	left, err := filepath.Glob(filepath.Join(dir, ".export-*"))
@@ -47,13 +48,13 @@ func TestSynthDenseSymmetricExports(t *testing.T) {
 	assert.Empty(t, left)
 
 	_, err = ExportGGUF(t.Context(), ExportGGUFOptions{Model: res.Target, Out: bad, Type: "q5_k"})
-	assert.ErrorIs(t, err, ErrBadInput)
+	assert.ErrorIs(t, err, verify.ErrBadInput)
 }
 
 func TestSynthSymmetricOptions(t *testing.T) {
 	_, err := Synth(t.Context(), SynthOptions{Out: t.TempDir(), Wide: 1, Layers: 2, Vocab: 64, Dense: true,
 		Symmetric: true, Quant: &quant.Spec{Bits: 6, GroupSize: 32}})
-	assert.ErrorIs(t, err, ErrBadInput)
+	assert.ErrorIs(t, err, verify.ErrBadInput)
 	_, err = Synth(t.Context(), SynthOptions{Out: t.TempDir(), Wide: 1, Layers: 2, Vocab: 64, Dense: true,
 		Tokenizer: "../../models/demo/target"})
 	assert.ErrorContains(t, err, "raise --vocab")

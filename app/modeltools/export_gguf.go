@@ -1,4 +1,4 @@
-package verify
+package modeltools
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/higgs-go/higgs/adapters/gguf"
+	"github.com/higgs-go/higgs/app/verify"
 )
 
 // ExportGGUFOptions describe one `higgs-verify export-gguf` run.
@@ -28,7 +29,7 @@ type ExportGGUFResult struct {
 // ExportGGUF writes o.Model as a GGUF file llama.cpp loads (architecture qwen3), so both engines can be
 // measured on the same weights. It writes to a temporary file beside o.Out and renames it, so a refused or
 // failed export leaves no partial file. A weight the chosen type cannot hold exactly is an error wrapping
-// ErrBadInput and gguf.ErrInexact, unless o.Requantize.
+// verify.ErrBadInput and gguf.ErrInexact, unless o.Requantize.
 func ExportGGUF(ctx context.Context, o ExportGGUFOptions) (ExportGGUFResult, error) {
 	var errs []error
 	if o.Model == "" {
@@ -42,7 +43,7 @@ func ExportGGUF(ctx context.Context, o ExportGGUFOptions) (ExportGGUFResult, err
 		errs = append(errs, err)
 	}
 	if err := errors.Join(errs...); err != nil {
-		return ExportGGUFResult{}, fmt.Errorf("%w: export-gguf: %w", ErrBadInput, err)
+		return ExportGGUFResult{}, fmt.Errorf("%w: export-gguf: %w", verify.ErrBadInput, err)
 	}
 	if err := ctx.Err(); err != nil {
 		return ExportGGUFResult{}, err
@@ -62,7 +63,7 @@ func ExportGGUF(ctx context.Context, o ExportGGUFOptions) (ExportGGUFResult, err
 	}
 	if err != nil {
 		if errors.Is(err, gguf.ErrInexact) || errors.Is(err, os.ErrNotExist) {
-			err = fmt.Errorf("%w: %w", ErrBadInput, err)
+			err = fmt.Errorf("%w: %w", verify.ErrBadInput, err)
 		}
 		return ExportGGUFResult{}, fmt.Errorf("export-gguf %s: %w", o.Model, err)
 	}

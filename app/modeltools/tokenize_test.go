@@ -1,4 +1,4 @@
-package verify
+package modeltools
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package verify
+package modeltools
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/higgs-go/higgs/adapters/safetensors"
 	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/app/verify"
 )
 
 // SynthOptions describe a synthetic random hybrid target (qwen3_next layout) and a DFlash drafter for it.
@@ -74,7 +75,7 @@ func Synth(ctx context.Context, o SynthOptions) (SynthResult, error) {
 		errs = append(errs, fmt.Errorf("--symmetric needs 4 or 8 bits (GGUF Q4_0/Q8_0), not %d", o.Quant.Bits))
 	}
 	if err := errors.Join(errs...); err != nil {
-		return SynthResult{}, fmt.Errorf("%w: synth: %w", ErrBadInput, err)
+		return SynthResult{}, fmt.Errorf("%w: synth: %w", verify.ErrBadInput, err)
 	}
 	tdir, ddir := filepath.Join(o.Out, "target"), filepath.Join(o.Out, "drafter")
 	for _, d := range []string{tdir, ddir} {
