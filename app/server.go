@@ -17,6 +17,7 @@ import (
 	"github.com/higgs-go/higgs/adapters/anthropic"
 	"github.com/higgs-go/higgs/adapters/httpapi"
 	"github.com/higgs-go/higgs/adapters/openai"
+	"github.com/higgs-go/higgs/adapters/openai/responses"
 	"github.com/higgs-go/higgs/app/models"
 	"github.com/higgs-go/higgs/app/serve"
 	"github.com/higgs-go/higgs/ports"
@@ -24,7 +25,7 @@ import (
 
 // ServeSet is the wire provider set of higgsd.
 var ServeSet = wire.NewSet(ProvideServe, wire.Bind(new(ports.Generator), new(*serve.Serve)), ProvideEvents, ProvideHTTP,
-	ProvideKeys, ProvideAPI, ProvideMessages,
+	ProvideKeys, ProvideAPI, ProvideResponses, ProvideMessages,
 	ProvideLoader, NewServer)
 
 // LoadFunc loads the engine; progress (may be nil) receives work done and total (LoadModels counts steps). The returned close
@@ -53,6 +54,9 @@ func ProvideAPI(cfg Config, gen ports.Generator, events ports.EventSource, host 
 	return openai.New(gen, openai.Options{Host: host, Keys: keys, MaxBodyBytes: cfg.MaxBodyBytes,
 		BodyTimeout: cfg.BodyTimeout, RequestTimeout: cfg.RequestTimeout, Log: log, Events: events})
 }
+
+// ProvideResponses builds the OpenAI Responses API (POST /v1/responses) beside api, on api's host.
+func ProvideResponses(api *openai.Server) *responses.Server { return responses.New(api) }
 
 // ProvideMessages builds the Anthropic Messages API adapter over gen on host.
 func ProvideMessages(cfg Config, gen ports.Generator, host *httpapi.Server, keys *httpapi.Keys, log zerolog.Logger) *anthropic.Server {
@@ -102,9 +106,10 @@ type Server struct {
 	Progress func(done, total int64)
 }
 
-// NewServer assembles the runner: host serves both APIs, which registered their routes on it when built (they
-// are parameters so that the wiring builds them); host drains both at shutdown.
-func NewServer(cfg Config, serve *serve.Serve, host *httpapi.Server, _ *openai.Server, _ *anthropic.Server, load LoadFunc, log zerolog.Logger) *Server {
+// NewServer assembles the runner: host serves both APIs (OpenAI's, with its Responses route, and Anthropic's),
+// which registered their routes on it when built (they are parameters so that the wiring builds them); host
+// drains both at shutdown.
+func NewServer(cfg Config, serve *serve.Serve, host *httpapi.Server, _ *openai.Server, _ *responses.Server, _ *anthropic.Server, load LoadFunc, log zerolog.Logger) *Server {
 	serve.SetMetrics(host.Metrics())
 	return &Server{cfg: cfg, serve: serve, host: host, load: load, log: log}
 }

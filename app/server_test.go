@@ -54,7 +54,7 @@ func startRun(t *testing.T, shutdown time.Duration, delay time.Duration, release
 	}
 	host := ProvideHTTP(cfg, svc, zerolog.Nop())
 	api := oaiapi.New(svc, oaiapi.Options{Log: zerolog.Nop(), Host: host})
-	srv := NewServer(cfg, svc, host, api, ProvideMessages(cfg, svc, host, nil, zerolog.Nop()), load, zerolog.Nop())
+	srv := NewServer(cfg, svc, host, api, ProvideResponses(api), ProvideMessages(cfg, svc, host, nil, zerolog.Nop()), load, zerolog.Nop())
 	srv.OnListen = func(a net.Addr) { h.addr <- a }
 	srv.Progress = func(int64, int64) {}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -211,7 +211,7 @@ func TestRunWarnsWideBindWithoutKey(t *testing.T) {
 			<-ctx.Done()
 			return serve.Engine{}, nil, ctx.Err()
 		}
-		srv := NewServer(cfg, svc, host, api, ProvideMessages(cfg, svc, host, nil, log), load, log)
+		srv := NewServer(cfg, svc, host, api, ProvideResponses(api), ProvideMessages(cfg, svc, host, nil, log), load, log)
 		listening := make(chan struct{})
 		srv.OnListen = func(net.Addr) { close(listening) }
 		srv.Progress = func(int64, int64) {}

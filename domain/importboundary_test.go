@@ -93,6 +93,12 @@ var rules = []rule{
 	}},
 	{tree: "adapters/openai", allowed: func(p string, _ bool) bool { return !within(p, module+"/adapters/anthropic") }},
 	{tree: "adapters/anthropic", allowed: func(p string, _ bool) bool { return !within(p, module+"/adapters/openai") }},
+	// The Responses API is a translation onto the chat completions path: of the project it imports only that
+	// API and what it shares with it (tests included).
+	{tree: "adapters/openai/responses", allowed: func(p string, _ bool) bool {
+		return !within(p, module) || p == module+"/adapters/openai" || p == module+"/adapters/httpapi" ||
+			p == module+"/adapters/toolcall" || p == module+"/ports"
+	}},
 	{tree: "adapters/httpapi", allowed: func(p string, _ bool) bool {
 		return !within(p, module+"/adapters/openai") && !within(p, module+"/adapters/anthropic")
 	}},
@@ -225,6 +231,8 @@ func TestImportBoundaryDetectsViolations(t *testing.T) {
 		"adapters/anthropic/x_test.go":          `package anthropic; import "github.com/higgs-go/higgs/adapters/openai"`,
 		"adapters/openai/anthropic.go":          `package openai; import "github.com/higgs-go/higgs/adapters/anthropic"`,
 		"adapters/httpapi/bad.go":               `package httpapi; import "github.com/higgs-go/higgs/adapters/openai"`,
+		"adapters/openai/responses/ok.go":       `package responses; import ("github.com/higgs-go/higgs/adapters/openai"; "github.com/higgs-go/higgs/adapters/toolcall")`,
+		"adapters/openai/responses/bad.go":      `package responses; import "github.com/higgs-go/higgs/adapters/constrained"`,
 		"app/generation/ok.go":                  `package generation; import ("github.com/higgs-go/higgs/domain/speculative"; "github.com/higgs-go/higgs/adapters/constrained")`,
 		"app/generation/bad.go":                 `package generation; import "github.com/higgs-go/higgs/adapters/cpu"`,
 		"app/generation/serve.go":               `package generation; import "github.com/higgs-go/higgs/app/serve"`,
@@ -275,6 +283,7 @@ func TestImportBoundaryDetectsViolations(t *testing.T) {
 		"adapters/anthropic/x_test.go imports github.com/higgs-go/higgs/adapters/openai",
 		"adapters/openai/anthropic.go imports github.com/higgs-go/higgs/adapters/anthropic",
 		"adapters/httpapi/bad.go imports github.com/higgs-go/higgs/adapters/openai",
+		"adapters/openai/responses/bad.go imports github.com/higgs-go/higgs/adapters/constrained",
 		"adapters/cpu/kernel/vecmath/bad.go imports github.com/higgs-go/higgs/adapters/cpu/kernel",
 		"adapters/cpu/kernel/workers/x_test.go imports github.com/higgs-go/higgs/adapters/cpu/kernel/vecmath",
 		"adapters/cpu/kernel/machine/bad.go imports github.com/higgs-go/higgs/adapters/cpu/kernel",

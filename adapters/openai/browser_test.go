@@ -93,7 +93,7 @@ func TestAllowedHostsPass(t *testing.T) {
 // A cross-site page can POST text/plain, a form or no Content-Type without a preflight: none starts a
 // generation.
 func TestNonJSONBodiesRefused(t *testing.T) {
-	for _, path := range []string{"/v1/chat/completions", "/v1/completions", "/v1/responses"} {
+	for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
 		for _, ct := range []string{"text/plain", "text/plain;charset=UTF-8", "application/x-www-form-urlencoded",
 			"multipart/form-data; boundary=x", ""} {
 			gen := &scripted{ready: true}

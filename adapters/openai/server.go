@@ -83,14 +83,10 @@ func New(gen ports.Generator, opts Options) *Server {
 	// own way; so are the recovery and the browser checks, which answer in this API's shape.
 	route := func(pattern string, h http.Handler) { host.Handle(pattern, s.recoverer(host.Guard(h, refuse))) }
 	handle := func(pattern string, h http.HandlerFunc) { route(pattern, s.authenticate(h)) }
-	// Generations are the host's work: drained with every API's, refused in this API's shape; their bodies
-	// must be JSON (GuardJSON).
-	work := func(pattern string, h http.HandlerFunc) {
-		host.Handle(pattern, s.recoverer(host.GuardJSON(s.authenticate(host.Work(h, refuseDraining)), refuse)))
-	}
-	work("POST /v1/chat/completions", s.chat)
-	work("POST /v1/completions", s.completion)
-	work("POST /v1/responses", s.responses)
+	// Generations (work). POST /v1/responses is adapters/openai/responses', registered with Work; its 405 is
+	// answered here.
+	s.work("POST /v1/chat/completions", s.chat)
+	s.work("POST /v1/completions", s.completion)
 	handle("GET /v1/models", s.models)
 	handle("GET /v1/models/{id...}", s.model)
 	handle("GET /health", s.health)
@@ -112,6 +108,12 @@ func New(gen ports.Generator, opts Options) *Server {
 
 // ServeHTTP serves the host this API is registered on: its routes and those of every API beside it.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.host.ServeHTTP(w, r) }
+
+// work registers a generation: the host's work, drained with every API's and refused in this API's shape;
+// its body must be JSON (GuardJSON).
+func (s *Server) work(pattern string, h http.HandlerFunc) {
+	s.host.Handle(pattern, s.recoverer(s.host.GuardJSON(s.authenticate(s.host.Work(h, refuseDraining)), refuse)))
+}
 
 func randomID() string {
 	var b [12]byte
@@ -420,3 +422,45 @@ func (st *stream) finish(res ports.GenerateResult, includeUsage bool) error {
 	}
 	return st.sse.Data("[DONE]")
 }
+
+// Work registers h as a generation route on the host, behind the guards of this API's own generations:
+// recovery, the browser checks and a JSON body (415), authentication, and the drain — all refused in
+// OpenAI's shape. An API built on this one (adapters/openai/responses) registers its route with it.
+func (s *Server) Work(pattern string, h http.HandlerFunc) { s.work(pattern, h) }
+
+// Generator is the generator this API serves.
+func (s *Server) Generator() ports.Generator { return s.gen }
+
+// Options are this API's options, defaults filled in (Now, NewID, MaxBodyBytes, BodyTimeout).
+func (s *Server) Options() Options { return s.opts }
+
+// Metrics are the host's metrics.
+func (s *Server) Metrics() *httpapi.Metrics { return s.metrics }
+
+// ReadBody reads a request body within the configured size and time limits (see readBody).
+func (s *Server) ReadBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	return s.readBody(w, r)
+}
+
+// Fail maps err to its API error, logs a server-side failure, and answers in OpenAI's shape.
+func (s *Server) Fail(w http.ResponseWriter, r *http.Request, err error) { s.fail(w, r, err) }
+
+// Cancelled accounts for a generation whose client went away before its response ended (499).
+func (s *Server) Cancelled(w http.ResponseWriter, r *http.Request, err error, start time.Time, streamed bool) {
+	s.cancelled(w, r, err, start, streamed)
+}
+
+// WriteJSON sends v with status, or OpenAI's 500 when v cannot be encoded.
+func WriteJSON(w http.ResponseWriter, status int, v any) { writeJSON(w, status, v) }
+
+// DecodeJSON unmarshals a request body into v, with the errors (400) that name the offending field.
+func DecodeJSON(body []byte, v any) error { return decodeJSON(body, v) }
+
+// BadRequest is a 400 naming the offending parameter.
+func BadRequest(param, format string, args ...any) *Error { return badRequest(param, format, args...) }
+
+// Unsupported is a 400 (unsupported_parameter) for a value higgs cannot honour.
+func Unsupported(param, why string) *Error { return unsupported(param, why) }
+
+// ChatLogprobsOf is the chat completions logprobs of lps (nil when there are none).
+func ChatLogprobsOf(lps []ports.TokenLogprob) *ChatLogprobs { return chatLogprobsOf(lps) }

@@ -93,11 +93,6 @@ func TestGoldenTranscripts(t *testing.T) {
 		{"completion", "/v1/completions", `{"prompt":"hi"}`, events[1:], nil},
 		{"chat_stream_error_midway", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stream":true}`, events[1:2], errors.New("engine exploded")},
 		{"chat_stream_busy", "/v1/chat/completions", `{"messages":[{"role":"user","content":"hi"}],"stream":true}`, nil, ports.ErrBusy},
-		{"responses", "/v1/responses", `{"input":"hi","instructions":"be brief"}`, events, nil},
-		{"responses_stream", "/v1/responses", `{"input":"hi","stream":true}`, events, nil},
-		{"responses_stream_error_midway", "/v1/responses", `{"input":"hi","stream":true}`, events[1:2], errors.New("engine exploded")},
-		{"responses_tools_stream", "/v1/responses", `{"input":"weather?","stream":true,"tools":[{"type":"function","name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}},{"type":"web_search"}]}`,
-			[]ports.GenerateEvent{{Content: "Let me look.\n"}, {Content: "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"}}, nil},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -42,13 +42,11 @@ func TestTenantOfEachKey(t *testing.T) {
 	gen := &scripted{ready: true, res: ports.GenerateResult{FinishReason: "stop"}}
 	s := New(gen, Options{Log: zerolog.Nop(), Keys: testKeysAdmin(t, "root", "key-a", "key-b")})
 	for key, want := range map[string]ports.Tenant{"key-a": "tenant-1", "key-b": "tenant-2", "root": httpapi.OperatorTenant} {
-		for _, path := range []string{"/v1/chat/completions", "/v1/completions", "/v1/responses"} {
+		for _, path := range []string{"/v1/chat/completions", "/v1/completions"} {
 			body := `{"messages":[{"role":"user","content":"hi"}]}`
 			switch path {
 			case "/v1/completions":
 				body = `{"prompt":"hi"}`
-			case "/v1/responses":
-				body = `{"input":"hi"}`
 			}
 			gen.got = ports.GenerateRequest{}
 			rec := httptest.NewRecorder()

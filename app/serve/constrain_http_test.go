@@ -20,6 +20,7 @@ import (
 	"github.com/higgs-go/higgs/adapters/anthropic"
 	"github.com/higgs-go/higgs/adapters/httpapi"
 	oaiapi "github.com/higgs-go/higgs/adapters/openai"
+	oairesp "github.com/higgs-go/higgs/adapters/openai/responses"
 )
 
 // demoServer serves the demo models over both APIs (speculating in fixed blocks of the drafter's size) and
@@ -28,7 +29,7 @@ func demoServer(t *testing.T) (string, openai.Client, sdk.Client) {
 	t.Helper()
 	serve := constrainedServe(t, loadDemo(t, 0))
 	host := httpapi.New(serve, httpapi.Options{Log: zerolog.Nop()})
-	oaiapi.New(serve, oaiapi.Options{Host: host, Log: zerolog.Nop()})
+	oairesp.New(oaiapi.New(serve, oaiapi.Options{Host: host, Log: zerolog.Nop()}))
 	anthropic.New(serve, anthropic.Options{Host: host, Log: zerolog.Nop()})
 	srv := httptest.NewServer(host)
 	hc := &http.Client{Transport: &http.Transport{}}

@@ -22,6 +22,7 @@ import (
 	"github.com/higgs-go/higgs/adapters/anthropic"
 	"github.com/higgs-go/higgs/adapters/httpapi"
 	oaiapi "github.com/higgs-go/higgs/adapters/openai"
+	oairesp "github.com/higgs-go/higgs/adapters/openai/responses"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -85,8 +86,8 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	}
 	keys, err := httpapi.NewKeys(named, o.adminKey)
 	require.NoError(t, err)
-	oaiapi.New(serve, oaiapi.Options{Host: host, Keys: keys, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
-		Log: zerolog.Nop(), Events: serve.Events()})
+	oairesp.New(oaiapi.New(serve, oaiapi.Options{Host: host, Keys: keys, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
+		Log: zerolog.Nop(), Events: serve.Events()}))
 	anthropic.New(serve, anthropic.Options{Host: host, Keys: keys, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
 		Log: zerolog.Nop()})
 	srv := httptest.NewServer(host)

@@ -25,8 +25,9 @@ func initServer(cfg app.Config, log zerolog.Logger) (*app.Server, error) {
 		return nil, err
 	}
 	openaiServer := app.ProvideAPI(cfg, serve, eventSource, server, keys, log)
+	responsesServer := app.ProvideResponses(openaiServer)
 	anthropicServer := app.ProvideMessages(cfg, serve, server, keys, log)
 	loadFunc := app.ProvideLoader(cfg, log)
-	appServer := app.NewServer(cfg, serve, server, openaiServer, anthropicServer, loadFunc, log)
+	appServer := app.NewServer(cfg, serve, server, openaiServer, responsesServer, anthropicServer, loadFunc, log)
 	return appServer, nil
 }

@@ -1,4 +1,4 @@
-package openai
+package responses
 
 import (
 	"encoding/json"
@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/higgs-go/higgs/adapters/openai"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -27,7 +28,7 @@ func TestParseResponsesTranslatesItems(t *testing.T) {
 		"tools":[{"type":"function","name":"f","parameters":{"type":"object"}},{"type":"web_search"},{"type":"local_shell"}],
 		"tool_choice":"auto","parallel_tool_calls":false,"max_output_tokens":9,"reasoning":{"effort":"low"},
 		"store":false,"include":["reasoning.encrypted_content"],"stream":true}`
-	req, p, err := ParseResponses([]byte(body))
+	req, p, err := Parse([]byte(body))
 	require.NoError(t, err)
 	assert.True(t, req.Stream)
 	assert.True(t, req.IncludeUsage)
@@ -66,21 +67,21 @@ func TestParseResponsesRefusals(t *testing.T) {
 		{`{"input":"x","text":{"format":{"type":"xml"}}}`, "text.format.type"},
 		{`{"input":"x","max_output_tokens":0}`, "max_output_tokens"},
 	} {
-		_, _, err := ParseResponses([]byte(c.body))
-		var e *Error
+		_, _, err := Parse([]byte(c.body))
+		var e *openai.Error
 		require.ErrorAs(t, err, &e, c.body)
 		assert.Equal(t, 400, e.Status, c.body)
 		assert.Equal(t, c.param, e.Param, c.body)
 	}
 	// store false and absent both work.
 	for _, body := range []string{`{"input":"x","store":false}`, `{"input":"x"}`} {
-		_, _, err := ParseResponses([]byte(body))
+		_, _, err := Parse([]byte(body))
 		assert.NoError(t, err, body)
 	}
 }
 
 func TestParseResponsesFormatAndLogprobs(t *testing.T) {
-	req, _, err := ParseResponses([]byte(`{"input":"x","text":{"format":{"type":"json_schema","name":"w","strict":true,
+	req, _, err := Parse([]byte(`{"input":"x","text":{"format":{"type":"json_schema","name":"w","strict":true,
 		"schema":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"],"additionalProperties":false}}},
 		"include":["message.output_text.logprobs"],"top_logprobs":3}`))
 	require.NoError(t, err)
@@ -101,9 +102,9 @@ func FuzzParseResponses(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		r, _, err := ParseResponses(body)
+		r, _, err := Parse(body)
 		if err != nil {
-			var e *Error
+			var e *openai.Error
 			if !errors.As(err, &e) || e.Status < 400 || e.Status > 499 || e.Message == "" {
 				t.Fatalf("refusal is not a 4xx API error: %#v", err)
 			}

@@ -1,4 +1,4 @@
-package openai
+package responses
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/higgs-go/higgs/adapters/openai"
 )
 
 // POST /v1/responses, as the OpenAI SDKs and Codex use it. A Responses body is translated into the chat
@@ -72,27 +74,33 @@ type responsesParams struct {
 	Logprobs          bool
 }
 
-// ParseResponses decodes and checks a /v1/responses body.
-func ParseResponses(body []byte) (Request, responsesParams, error) {
+// isNull reports whether a raw field is absent or JSON null.
+func isNull(r json.RawMessage) bool {
+	t := bytes.TrimSpace(r)
+	return len(t) == 0 || bytes.Equal(t, []byte("null"))
+}
+
+// Parse decodes and checks a /v1/responses body.
+func Parse(body []byte) (openai.Request, responsesParams, error) {
 	var b responsesBody
 	var p responsesParams
-	if err := decodeJSON(body, &b); err != nil {
-		return Request{}, p, err
+	if err := openai.DecodeJSON(body, &b); err != nil {
+		return openai.Request{}, p, err
 	}
 	if b.Store != nil && *b.Store {
-		return Request{}, p, unsupported("store", "this server keeps no responses; send store false (or leave it out) and the whole conversation in input")
+		return openai.Request{}, p, openai.Unsupported("store", "this server keeps no responses; send store false (or leave it out) and the whole conversation in input")
 	}
 	if !isNull(b.PreviousResponseID) {
-		return Request{}, p, unsupported("previous_response_id", "this server keeps no responses; send the whole conversation in input")
+		return openai.Request{}, p, openai.Unsupported("previous_response_id", "this server keeps no responses; send the whole conversation in input")
 	}
 	if !isNull(b.Conversation) {
-		return Request{}, p, unsupported("conversation", "this server keeps no conversations; send the whole conversation in input")
+		return openai.Request{}, p, openai.Unsupported("conversation", "this server keeps no conversations; send the whole conversation in input")
 	}
 	if b.Background != nil && *b.Background {
-		return Request{}, p, unsupported("background", "background responses need a store; this server keeps none")
+		return openai.Request{}, p, openai.Unsupported("background", "background responses need a store; this server keeps none")
 	}
 	if !isNull(b.Prompt) {
-		return Request{}, p, unsupported("prompt", "stored prompt templates are not served; send instructions and input")
+		return openai.Request{}, p, openai.Unsupported("prompt", "stored prompt templates are not served; send instructions and input")
 	}
 	chat := map[string]any{}
 	if b.Model != nil {
@@ -102,7 +110,7 @@ func ParseResponses(body []byte) (Request, responsesParams, error) {
 	if !isNull(b.Instructions) {
 		var s string
 		if err := json.Unmarshal(b.Instructions, &s); err != nil {
-			return Request{}, p, badRequest("instructions", "instructions must be a string")
+			return openai.Request{}, p, openai.BadRequest("instructions", "instructions must be a string")
 		}
 		p.Instructions = &s
 		if s != "" {
@@ -111,12 +119,12 @@ func ParseResponses(body []byte) (Request, responsesParams, error) {
 	}
 	in, err := inputMessages(b.Input)
 	if err != nil {
-		return Request{}, p, err
+		return openai.Request{}, p, err
 	}
 	chat["messages"] = append(msgs, in...)
 	tools, chatTools, err := responsesTools(b.Tools)
 	if err != nil {
-		return Request{}, p, err
+		return openai.Request{}, p, err
 	}
 	p.Tools = tools
 	if len(chatTools) > 0 {
@@ -126,7 +134,7 @@ func ParseResponses(body []byte) (Request, responsesParams, error) {
 	if !isNull(b.ToolChoice) {
 		tc, err := responsesToolChoice(b.ToolChoice, len(chatTools) > 0)
 		if err != nil {
-			return Request{}, p, err
+			return openai.Request{}, p, err
 		}
 		p.ToolChoice = b.ToolChoice
 		if tc != nil {
@@ -147,7 +155,7 @@ func ParseResponses(body []byte) (Request, responsesParams, error) {
 			chat["response_format"] = map[string]any{"type": "json_object"}
 		case "json_schema":
 			if len(bytes.TrimSpace(f.Schema)) == 0 {
-				return Request{}, p, badRequest("text.format.schema", "text.format.schema is required for type json_schema")
+				return openai.Request{}, p, openai.BadRequest("text.format.schema", "text.format.schema is required for type json_schema")
 			}
 			js := map[string]any{"name": f.Name, "schema": f.Schema}
 			if f.Strict != nil {
@@ -155,12 +163,12 @@ func ParseResponses(body []byte) (Request, responsesParams, error) {
 			}
 			chat["response_format"] = map[string]any{"type": "json_schema", "json_schema": js}
 		default:
-			return Request{}, p, badRequest("text.format.type", "text.format.type must be text, json_object or json_schema, not %q", f.Type)
+			return openai.Request{}, p, openai.BadRequest("text.format.type", "text.format.type must be text, json_object or json_schema, not %q", f.Type)
 		}
 	}
 	if b.MaxOutputTokens != nil {
 		if *b.MaxOutputTokens < 1 {
-			return Request{}, p, badRequest("max_output_tokens", "max_output_tokens must be at least 1, not %d", *b.MaxOutputTokens)
+			return openai.Request{}, p, openai.BadRequest("max_output_tokens", "max_output_tokens must be at least 1, not %d", *b.MaxOutputTokens)
 		}
 		chat["max_tokens"] = *b.MaxOutputTokens
 		p.MaxOutputTokens = b.MaxOutputTokens
@@ -195,11 +203,11 @@ func ParseResponses(body []byte) (Request, responsesParams, error) {
 	}
 	raw, err := json.Marshal(chat)
 	if err != nil {
-		return Request{}, p, badRequest("", "the request could not be translated: %v", err)
+		return openai.Request{}, p, openai.BadRequest("", "the request could not be translated: %v", err)
 	}
-	req, err := ParseChat(raw)
+	req, err := openai.ParseChat(raw)
 	if err != nil {
-		return Request{}, p, responsesError(err)
+		return openai.Request{}, p, responsesError(err)
 	}
 	if c := req.Gen.Constraint; c != nil && c.Param == "response_format" {
 		c.Param = "text.format"
@@ -224,7 +232,7 @@ type inputItem struct {
 // inputMessages translates input (a string, or an array of items) into chat messages.
 func inputMessages(raw json.RawMessage) ([]map[string]any, error) {
 	if isNull(raw) {
-		return nil, badRequest("input", "input is required")
+		return nil, openai.BadRequest("input", "input is required")
 	}
 	var s string
 	if json.Unmarshal(raw, &s) == nil {
@@ -232,7 +240,7 @@ func inputMessages(raw json.RawMessage) ([]map[string]any, error) {
 	}
 	var items []inputItem
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, badRequest("input", "input must be a string or an array of input items")
+		return nil, openai.BadRequest("input", "input must be a string or an array of input items")
 	}
 	var out []map[string]any
 	for i, it := range items {
@@ -246,12 +254,12 @@ func inputMessages(raw json.RawMessage) ([]map[string]any, error) {
 			switch it.Role {
 			case "user", "system", "developer", "assistant":
 			default:
-				return nil, badRequest(param+".role", "%s.role %q is not one of user, system, developer, assistant", param, it.Role)
+				return nil, openai.BadRequest(param+".role", "%s.role %q is not one of user, system, developer, assistant", param, it.Role)
 			}
 			out = append(out, map[string]any{"role": it.Role, "content": text})
 		case "function_call":
 			if it.CallID == "" || it.Name == "" {
-				return nil, badRequest(param, "%s: a function_call needs call_id and name", param)
+				return nil, openai.BadRequest(param, "%s: a function_call needs call_id and name", param)
 			}
 			call := map[string]any{"id": it.CallID, "type": "function",
 				"function": map[string]any{"name": it.Name, "arguments": it.Arguments}}
@@ -264,7 +272,7 @@ func inputMessages(raw json.RawMessage) ([]map[string]any, error) {
 			out = append(out, map[string]any{"role": "assistant", "content": nil, "tool_calls": []any{call}})
 		case "function_call_output":
 			if it.CallID == "" {
-				return nil, badRequest(param+".call_id", "%s.call_id is required", param)
+				return nil, openai.BadRequest(param+".call_id", "%s.call_id is required", param)
 			}
 			text, err := inputText(it.Output, param+".output")
 			if err != nil {
@@ -274,11 +282,11 @@ func inputMessages(raw json.RawMessage) ([]map[string]any, error) {
 		case "reasoning":
 			// The model's earlier thinking: chat templates drop it from past turns, so do we.
 		default:
-			return nil, unsupported(param+".type", fmt.Sprintf("input items of type %q are not served; send message, function_call, function_call_output or reasoning items", it.Type))
+			return nil, openai.Unsupported(param+".type", fmt.Sprintf("input items of type %q are not served; send message, function_call, function_call_output or reasoning items", it.Type))
 		}
 	}
 	if len(out) == 0 {
-		return nil, badRequest("input", "input holds no message")
+		return nil, openai.BadRequest("input", "input holds no message")
 	}
 	return out, nil
 }
@@ -294,7 +302,7 @@ func inputText(raw json.RawMessage, param string) (string, error) {
 		Text string `json:"text"`
 	}
 	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", badRequest(param, "%s must be a string or an array of content parts", param)
+		return "", openai.BadRequest(param, "%s must be a string or an array of content parts", param)
 	}
 	var b strings.Builder
 	for i, part := range parts {
@@ -302,7 +310,7 @@ func inputText(raw json.RawMessage, param string) (string, error) {
 		case "input_text", "output_text", "text", "summary_text", "reasoning_text":
 			b.WriteString(part.Text)
 		default:
-			return "", unsupported(fmt.Sprintf("%s[%d].type", param, i), fmt.Sprintf("content parts of type %q are not served; send text", part.Type))
+			return "", openai.Unsupported(fmt.Sprintf("%s[%d].type", param, i), fmt.Sprintf("content parts of type %q are not served; send text", part.Type))
 		}
 	}
 	return b.String(), nil
@@ -317,7 +325,7 @@ func responsesTools(raw json.RawMessage) (echo []json.RawMessage, chat []map[str
 		return echo, nil, nil
 	}
 	if err := json.Unmarshal(raw, &echo); err != nil {
-		return nil, nil, badRequest("tools", "tools must be an array")
+		return nil, nil, openai.BadRequest("tools", "tools must be an array")
 	}
 	for i, t := range echo {
 		var f struct {
@@ -328,7 +336,7 @@ func responsesTools(raw json.RawMessage) (echo []json.RawMessage, chat []map[str
 			Strict      *bool           `json:"strict"`
 		}
 		if err := json.Unmarshal(t, &f); err != nil {
-			return nil, nil, badRequest(fmt.Sprintf("tools[%d]", i), "tools[%d] must be an object with a type", i)
+			return nil, nil, openai.BadRequest(fmt.Sprintf("tools[%d]", i), "tools[%d] must be an object with a type", i)
 		}
 		if f.Type != "function" {
 			continue
@@ -363,7 +371,7 @@ func responsesToolChoice(raw json.RawMessage, haveTools bool) (any, error) {
 		Name string `json:"name"`
 	}
 	if err := json.Unmarshal(raw, &c); err != nil {
-		return nil, badRequest("tool_choice", "tool_choice must be a string or an object with a type")
+		return nil, openai.BadRequest("tool_choice", "tool_choice must be a string or an object with a type")
 	}
 	switch c.Type {
 	case "function":
@@ -371,13 +379,13 @@ func responsesToolChoice(raw json.RawMessage, haveTools bool) (any, error) {
 	case "allowed_tools":
 		return nil, nil
 	}
-	return nil, unsupported("tool_choice", fmt.Sprintf("only function tools are served; built-in tools (%q) are not offered to the model", c.Type))
+	return nil, openai.Unsupported("tool_choice", fmt.Sprintf("only function tools are served; built-in tools (%q) are not offered to the model", c.Type))
 }
 
 // responsesError renames, in an error of the chat translation, the chat fields to the Responses fields they
 // came from.
 func responsesError(err error) error {
-	var e *Error
+	var e *openai.Error
 	if !errors.As(err, &e) {
 		return err
 	}

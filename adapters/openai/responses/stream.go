@@ -1,10 +1,11 @@
-package openai
+package responses
 
 import (
 	"net/http"
 	"strings"
 
 	"github.com/higgs-go/higgs/adapters/httpapi"
+	"github.com/higgs-go/higgs/adapters/openai"
 	"github.com/higgs-go/higgs/adapters/toolcall"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -99,7 +100,7 @@ func (st *responseStream) closeItem() error {
 		part = textPart(text, st.lps, st.logprobs)
 		done := event{"text": text, "logprobs": part.Logprobs}
 		if part.Logprobs == nil {
-			done["logprobs"] = []ChatTokenLogprob{}
+			done["logprobs"] = []openai.ChatTokenLogprob{}
 		}
 		err = st.emit("response.output_text.done", with(base, done))
 	} else {
@@ -162,9 +163,9 @@ func (st *responseStream) sendParsed(ev ports.GenerateEvent, calls []toolcall.Ca
 		st.text.WriteString(ev.Content)
 		st.lps = append(st.lps, ev.Logprobs...)
 		d := event{"item_id": st.open.ID, "output_index": st.index(), "content_index": 0, "delta": ev.Content,
-			"logprobs": []ChatTokenLogprob{}}
+			"logprobs": []openai.ChatTokenLogprob{}}
 		if st.logprobs {
-			if l := chatLogprobsOf(ev.Logprobs); l != nil {
+			if l := openai.ChatLogprobsOf(ev.Logprobs); l != nil {
 				d["logprobs"] = l.Content
 			}
 		}
@@ -242,7 +243,7 @@ func (st *responseStream) finish(res ports.GenerateResult) error {
 }
 
 // failed ends a stream whose generation failed after it started: response.failed with the error.
-func (st *responseStream) failed(e *Error) error {
+func (st *responseStream) failed(e *openai.Error) error {
 	st.resp.Status = "failed"
 	code := e.Code
 	if code == "" {

@@ -1,4 +1,4 @@
-package openai
+package responses
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/higgs-go/higgs/adapters/httpapi"
+	"github.com/higgs-go/higgs/adapters/openai"
 	"github.com/higgs-go/higgs/adapters/toolcall"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -112,14 +113,14 @@ func (it OutputItem) MarshalJSON() ([]byte, error) {
 
 // ContentPart is an output_text part of a message or a reasoning_text part of a reasoning item.
 type ContentPart struct {
-	Type        string             `json:"type"`
-	Text        string             `json:"text"`
-	Annotations json.RawMessage    `json:"annotations,omitempty"` // [] on output_text, absent on reasoning_text
-	Logprobs    []ChatTokenLogprob `json:"logprobs,omitempty"`
+	Type        string                    `json:"type"`
+	Text        string                    `json:"text"`
+	Annotations json.RawMessage           `json:"annotations,omitempty"` // [] on output_text, absent on reasoning_text
+	Logprobs    []openai.ChatTokenLogprob `json:"logprobs,omitempty"`
 }
 
 func responseUsageOf(res ports.GenerateResult) *ResponseUsage {
-	u := UsageOf(res)
+	u := openai.UsageOf(res)
 	return &ResponseUsage{InputTokens: u.PromptTokens, InputTokensDetails: InputTokensDetails{CachedTokens: u.PromptTokensDetails.CachedTokens},
 		OutputTokens: u.CompletionTokens, TotalTokens: u.TotalTokens, Speculative: u.Speculative}
 }
@@ -146,8 +147,8 @@ func finishResponse(r *Response, res ports.GenerateResult) {
 func textPart(text string, lps []ports.TokenLogprob, logprobs bool) ContentPart {
 	p := ContentPart{Type: "output_text", Text: text, Annotations: json.RawMessage("[]")}
 	if logprobs {
-		p.Logprobs = []ChatTokenLogprob{}
-		if l := chatLogprobsOf(lps); l != nil {
+		p.Logprobs = []openai.ChatTokenLogprob{}
+		if l := openai.ChatLogprobsOf(lps); l != nil {
 			p.Logprobs = l.Content
 		}
 	}
@@ -176,14 +177,14 @@ func ResponseOf(id string, created int64, p responsesParams, res ports.GenerateR
 
 func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	body, err := s.readBody(w, r)
+	body, err := s.api.ReadBody(w, r)
 	if err != nil {
-		s.fail(w, r, err)
+		s.api.Fail(w, r, err)
 		return
 	}
-	req, p, err := ParseResponses(body)
+	req, p, err := Parse(body)
 	if err != nil {
-		s.fail(w, r, err)
+		s.api.Fail(w, r, err)
 		return
 	}
 	ctx := r.Context()
@@ -205,10 +206,10 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		s.metrics.ObserveResult(res)
 		if err != nil {
 			if httpapi.ClientGone(r) && errors.Is(err, context.Canceled) {
-				s.cancelled(w, r, err, start, false)
+				s.api.Cancelled(w, r, err, start, false)
 				return
 			}
-			s.fail(w, r, httpapi.Cause(ctx, err))
+			s.api.Fail(w, r, httpapi.Cause(ctx, err))
 			return
 		}
 		var found []toolcall.Call
@@ -218,7 +219,7 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 				found = found[:1]
 			}
 		}
-		writeJSON(w, http.StatusOK, ResponseOf(id, created, p, res, found, s.opts.NewID))
+		openai.WriteJSON(w, http.StatusOK, ResponseOf(id, created, p, res, found, s.opts.NewID))
 		return
 	}
 	model := req.Gen.Model
@@ -237,15 +238,15 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	s.metrics.ObserveResult(res)
 	if err != nil {
 		if httpapi.ClientGone(r) && errors.Is(err, context.Canceled) || st.sse != nil && st.sse.Err() != nil {
-			s.cancelled(w, r, err, start, true)
+			s.api.Cancelled(w, r, err, start, true)
 			return
 		}
 		err = httpapi.Cause(ctx, err)
 		if !st.started {
-			s.fail(w, r, err)
+			s.api.Fail(w, r, err)
 			return
 		}
-		e := ErrorFor(err)
+		e := openai.ErrorFor(err)
 		if errors.Is(err, httpapi.ErrShutdown) {
 			httpapi.MarkStatus(w, e.Status)
 		} else if e.Status >= 500 && !errors.Is(err, context.Canceled) {
@@ -255,6 +256,6 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := st.finish(res); err != nil {
-		s.cancelled(w, r, err, start, true)
+		s.api.Cancelled(w, r, err, start, true)
 	}
 }
