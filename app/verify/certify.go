@@ -101,6 +101,8 @@ func (o CertifyOptions) check(m *models.Models) error {
 // token with the reference; every disagreement is listed with the target's top-2 margin. With Temperature > 0
 // the distribution test follows. The certificate is returned whole; the error wraps ErrCheckFailed when it
 // does not certify. Writing it is WriteCertificate's.
+// It is one function because its phases share the reference runs and fill one report in order (reference,
+// chain cases, distribution test, verdict); each case runs in certifyCase.
 func Certify(ctx context.Context, m *models.Models, o CertifyOptions) (Certificate, error) {
 	clock := o.Clock
 	if clock == nil {

@@ -81,6 +81,8 @@ func isNull(r json.RawMessage) bool {
 }
 
 // Parse decodes and checks a /v1/responses body.
+// It is one function because it is one pass over the request's fields, each mapped to its chat completions
+// equivalent or refused by name; the item translation lives in its own functions.
 func Parse(body []byte) (openai.Request, responsesParams, error) {
 	var b responsesBody
 	var p responsesParams
