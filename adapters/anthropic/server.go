@@ -219,6 +219,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		defer cancel()
 	}
 	id := "msg_" + s.opts.NewID()
+	req.Gen.ID = id // the live view names the generation as the answer does
 	var firstOnce sync.Once
 	first := func() { firstOnce.Do(func() { s.metrics.ObserveTTFT(r.Pattern, time.Since(start)) }) }
 	observe := s.metrics.ObserveResult

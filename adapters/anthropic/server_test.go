@@ -118,6 +118,7 @@ func TestSDKThinkingAndToolUse(t *testing.T) {
 	assert.Equal(t, int64(30), msg.Usage.OutputTokens)
 	assert.Contains(t, msg.Usage.RawJSON(), `"speculative":{"rounds":4,"plain_steps":0,"draft_tokens":12,"accepted_tokens":5,"tau":2.25`)
 	require.NotNil(t, gen.got.Chat.Tools, "the tools reach the template")
+	assert.Equal(t, msg.ID, gen.got.ID, "the generation (and so its live events) carries the answer's id")
 
 	stream := client.Messages.NewStreaming(t.Context(), params())
 	var acc sdk.Message
