@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"crypto/subtle"
 	"strings"
 )
 
@@ -13,10 +12,4 @@ func BearerToken(header string) string {
 		return ""
 	}
 	return strings.TrimSpace(token)
-}
-
-// KeyMatches reports whether the key a client sent is want, in time that does not depend on where they
-// differ (a timing side channel would let a client guess the key byte by byte).
-func KeyMatches(got string, want []byte) bool {
-	return subtle.ConstantTimeCompare([]byte(got), want) == 1
 }

@@ -25,22 +25,6 @@ func TestBearerToken(t *testing.T) {
 	}
 }
 
-func TestKeyMatches(t *testing.T) {
-	for _, c := range []struct {
-		got, want string
-		ok        bool
-	}{
-		{"k", "k", true},
-		{"secret", "secret", true},
-		{"k", "K", false},
-		{"", "k", false},
-		{"k ", "k", false},
-		{"kk", "k", false},
-	} {
-		assert.Equal(t, c.ok, KeyMatches(c.got, []byte(c.want)), "%q vs %q", c.got, c.want)
-	}
-}
-
 // FuzzBearerToken checks, for any header, that the token is trimmed, found after a Bearer scheme, and that a
 // header built from a token gives it back.
 func FuzzBearerToken(f *testing.F) {

@@ -296,9 +296,11 @@ func (s *Serve) prepare(ctx context.Context, l *loaded, req ports.GenerateReques
 			errs = append(errs, invalid("stop", "stop[%d] must not be empty", i))
 		}
 	}
-	seed := s.seed()
+	var seed uint64
 	if req.Seed != nil {
 		seed = *req.Seed
+	} else {
+		seed = s.seed()
 	}
 	maxTokens := l.requestMaxTokens(req.MaxTokens, len(ids))
 	p.defaultMax = req.MaxTokens == 0 && maxTokens > 0
