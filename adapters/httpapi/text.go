@@ -36,6 +36,24 @@ func (s *textScanner) fail(key ...any) (found, stop bool) {
 	return true, true
 }
 
+// after reads what follows a member or an element: a comma (more follow) or closer (the container ends);
+// anything else stops the scan.
+func (s *textScanner) after(closer byte) (more, stop bool) {
+	s.ws()
+	if s.i >= len(s.b) {
+		return false, true
+	}
+	switch s.b[s.i] {
+	case ',':
+		s.i++
+		return true, false
+	case closer:
+		s.i++
+		return false, false
+	}
+	return false, true
+}
+
 func (s *textScanner) ws() {
 	for s.i < len(s.b) && (s.b[s.i] == ' ' || s.b[s.i] == '\t' || s.b[s.i] == '\n' || s.b[s.i] == '\r') {
 		s.i++
@@ -83,18 +101,8 @@ func (s *textScanner) value(depth int) (found, stop bool) {
 			if stop {
 				return found, true
 			}
-			s.ws()
-			if s.i >= len(s.b) {
-				return false, true
-			}
-			switch s.b[s.i] {
-			case ',':
-				s.i++
-			case '}':
-				s.i++
-				return false, false
-			default:
-				return false, true
+			if more, stop := s.after('}'); stop || !more {
+				return false, stop
 			}
 		}
 	case '[':
@@ -111,18 +119,8 @@ func (s *textScanner) value(depth int) (found, stop bool) {
 			if stop {
 				return found, true
 			}
-			s.ws()
-			if s.i >= len(s.b) {
-				return false, true
-			}
-			switch s.b[s.i] {
-			case ',':
-				s.i++
-			case ']':
-				s.i++
-				return false, false
-			default:
-				return false, true
+			if more, stop := s.after(']'); stop || !more {
+				return false, stop
 			}
 		}
 	case '"':
