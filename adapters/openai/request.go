@@ -170,6 +170,9 @@ func ParseChat(body []byte) (Request, error) {
 	if err := decodeJSON(body, &b); err != nil {
 		return Request{}, err
 	}
+	if err := checkFields(body, chatFields, unrecognized); err != nil {
+		return Request{}, err
+	}
 	req, err := b.params.translate()
 	if err != nil {
 		return Request{}, err
@@ -207,6 +210,9 @@ func ParseChat(body []byte) (Request, error) {
 func ParseCompletion(body []byte) (Request, error) {
 	var b completionBody
 	if err := decodeJSON(body, &b); err != nil {
+		return Request{}, err
+	}
+	if err := checkFields(body, completionFields, unrecognized); err != nil {
 		return Request{}, err
 	}
 	req, err := b.params.translate()

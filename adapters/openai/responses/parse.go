@@ -58,6 +58,17 @@ type responsesText struct {
 	Verbosity json.RawMessage `json:"verbosity"`
 }
 
+// fields are the top-level fields /v1/responses takes: every field of OpenAI's ResponseCreateParams today,
+// the client_metadata Codex sends, and higgs's extensions. Any other is refused as OpenAI refuses it.
+var fields = []string{
+	"model", "instructions", "input", "tools", "tool_choice", "parallel_tool_calls", "text", "max_output_tokens",
+	"temperature", "top_p", "top_logprobs", "include", "stream", "stream_options", "store", "previous_response_id",
+	"conversation", "background", "prompt", "max_tool_calls", "reasoning", "metadata", "user", "service_tier",
+	"truncation", "prompt_cache_key", "prompt_cache_retention", "safety_identifier", "client_metadata",
+	// higgs's extensions, as on chat completions.
+	"seed", "block_size", "chat_template_kwargs",
+}
+
 // includeLogprobs is the include value that asks for the output text's logprobs.
 const includeLogprobs = "message.output_text.logprobs"
 
@@ -87,6 +98,9 @@ func Parse(body []byte) (openai.Request, responsesParams, error) {
 	var b responsesBody
 	var p responsesParams
 	if err := openai.DecodeJSON(body, &b); err != nil {
+		return openai.Request{}, p, err
+	}
+	if err := openai.CheckFields(body, fields); err != nil {
 		return openai.Request{}, p, err
 	}
 	if b.Store != nil && *b.Store {
