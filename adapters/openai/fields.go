@@ -21,7 +21,7 @@ var (
 		"model", "max_tokens", "temperature", "top_p", "seed", "stop", "n", "stream", "stream_options",
 		"logprobs", "presence_penalty", "frequency_penalty", "logit_bias", "user",
 		// higgs's extensions (as vLLM and llama.cpp name them): the speculative block size, more samplers.
-		"block_size", "top_k", "min_p", "repetition_penalty",
+		"block_size", "top_k", "min_p", "repetition_penalty", "cache_prompt",
 	}
 	chatFields = append(slices.Clone(sharedFields),
 		"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",

@@ -50,3 +50,38 @@ func TestCheckFieldsResponsesWording(t *testing.T) {
 	assert.Equal(t, "unknown_parameter", e.Code)
 	assert.NoError(t, CheckFields([]byte(`{"model":"m"}`), []string{"model", "input"}))
 }
+
+func TestCacheControlOnContentParts(t *testing.T) {
+	part := func(cc string) string { return `{"type":"text","text":"x","cache_control":` + cc + `}` }
+	r, err := ParseChat([]byte(`{"messages":[{"role":"system","content":[` + part(`{"type":"ephemeral"}`) + `]},` +
+		`{"role":"user","content":"a"},{"role":"user","content":[{"type":"text","text":"b"},` + part(`{"type":"ephemeral","ttl":"1h"}`) + `]}],"cache_prompt":true}`))
+	require.NoError(t, err)
+	assert.Equal(t, []int{0, 2}, r.Gen.CacheBreakpoints)
+	assert.False(t, r.Gen.NoCache)
+
+	r, err = ParseChat([]byte(`{"messages":[{"role":"user","content":"a"}],"cache_prompt":false}`))
+	require.NoError(t, err)
+	assert.True(t, r.Gen.NoCache)
+
+	for body, param := range map[string]string{
+		`{"messages":[{"role":"user","content":[` + part(`{"type":"forever"}`) + `]}]}`:              "messages[0].content[0].cache_control.type",
+		`{"messages":[{"role":"user","content":[` + part(`{"type":"ephemeral","ttl":"9h"}`) + `]}]}`: "messages[0].content[0].cache_control.ttl",
+		`{"messages":[{"role":"user","content":[` + part(`[]`) + `]}]}`:                              "messages[0].content[0].cache_control",
+	} {
+		_, err := ParseChat([]byte(body))
+		var e *Error
+		require.True(t, errors.As(err, &e), body)
+		assert.Equal(t, param, e.Param, body)
+	}
+	many := `{"messages":[`
+	for i := range 5 {
+		if i > 0 {
+			many += ","
+		}
+		many += `{"role":"user","content":[` + part(`{"type":"ephemeral"}`) + `]}`
+	}
+	_, err = ParseChat([]byte(many + `]}`))
+	var e *Error
+	require.True(t, errors.As(err, &e))
+	assert.Equal(t, "messages", e.Param)
+}
