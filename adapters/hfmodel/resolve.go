@@ -90,13 +90,18 @@ func (id HubID) RepoDir(cache string) string {
 // returns "" when none holds it, and every path it tried.
 func (id HubID) Cached() (dir string, looked []string) {
 	for _, cache := range HubCaches() {
-		d, tried := snapshot(id.RepoDir(cache), id.Rev(), id.Revision != "")
+		d, tried := id.CachedIn(cache)
 		looked = append(looked, tried...)
 		if d != "" {
 			return d, looked
 		}
 	}
 	return "", looked
+}
+
+// CachedIn is Cached for one cache root.
+func (id HubID) CachedIn(cache string) (dir string, looked []string) {
+	return snapshot(id.RepoDir(cache), id.Rev(), id.Revision != "")
 }
 
 // HubCache is where downloads go: the first of HubCaches ($HF_HUB_CACHE, else $HF_HOME/hub, else
