@@ -181,7 +181,7 @@ func rangeStart(cr string) (int64, error) {
 		return 0, errors.New("not a byte range")
 	}
 	start, _, ok := strings.Cut(rest, "-")
-	if !ok {
+	if !ok || start == "" || strings.Trim(start, "0123456789") != "" {
 		return 0, errors.New("not a byte range")
 	}
 	return strconv.ParseInt(start, 10, 64)

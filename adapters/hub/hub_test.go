@@ -216,6 +216,45 @@ func TestPullResumesDroppedDownload(t *testing.T) {
 	})
 }
 
+// A storage server without range support sends the whole file again: the partial download starts over.
+func TestPullWithoutRangeSupport(t *testing.T) {
+	cache := isolate(t)
+	srv := hubtest.New(t)
+	files := model()
+	srv.Add("o/m", files)
+	srv.IgnoreRange = true
+	srv.DropAfter("model.safetensors", 50_000)
+	res, err := client(srv, cache).Pull(t.Context(), hfmodel.HubID{Org: "o", Name: "m"}, Options{})
+	require.NoError(t, err)
+	var total int64
+	for _, name := range res.Files {
+		total += int64(len(files[name]))
+	}
+	assert.Equal(t, total+50_000, res.Fetched, "the cut 50000 bytes are fetched twice")
+	got, err := os.ReadFile(filepath.Join(res.Dir, "model.safetensors"))
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(files["model.safetensors"], got))
+}
+
+func FuzzRangeStart(f *testing.F) {
+	for _, s := range []string{"bytes 100-199/200", "bytes */200", "items 1-2/3", "bytes -5-/3", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, err := rangeStart(s)
+		if err != nil {
+			return
+		}
+		// Only "bytes DIGITS-…" parses, to the number it starts with.
+		digits, _, _ := strings.Cut(strings.TrimPrefix(s, "bytes "), "-")
+		assert.True(t, strings.HasPrefix(s, "bytes "), s)
+		want, perr := strconv.ParseInt(digits, 10, 64)
+		require.NoError(t, perr, s)
+		assert.Equal(t, want, n)
+		assert.GreaterOrEqual(t, n, int64(0))
+	})
+}
+
 func TestPullCorruptedFile(t *testing.T) {
 	cache := isolate(t)
 	srv := hubtest.New(t)

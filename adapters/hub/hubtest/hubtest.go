@@ -32,6 +32,9 @@ type Server struct {
 	Hub, CDN *httptest.Server
 	// Token, when set, is the bearer token gated repositories require.
 	Token string
+	// IgnoreRange makes the storage server answer every request with the whole file (200), as a server
+	// without range support does.
+	IgnoreRange bool
 
 	mu       sync.Mutex
 	repos    map[string]*repo
@@ -283,6 +286,9 @@ func (s *Server) cdn(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	b, ok := s.blobs[parts[0]]
 	bad := s.corrupt[parts[0]]
+	if s.IgnoreRange {
+		r.Header.Del("Range")
+	}
 	cut, drop := 0, false
 	if len(parts) == 2 {
 		cut, drop = s.drop[parts[1]]
