@@ -26,9 +26,11 @@ import (
 // HIGGS_MAX_BODY_BYTES), a TOML file (--config or HIGGS_CONFIG; keys are the flag names, with dashes or
 // underscores), then the defaults.
 type Config struct {
-	Model     string
-	Draft     string
-	NoDraft   bool
+	Model   string
+	Draft   string
+	NoDraft bool
+	// Pull lets higgsd download a hub model missing from the cache before loading it (models.ModelConfig.Pull).
+	Pull      bool
 	BlockSize int
 	Adaptive  bool
 	Backend   string
@@ -112,7 +114,8 @@ func DefaultConfig() Config {
 // flagSet declares every setting on fs, bound to c.
 func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.StringVar(&c.Model, "model", c.Model, "target model directory or Hugging Face id in the local hub cache (default: the bundled gocoder model models/gocoder/target)")
-	fs.StringVar(&c.Draft, "draft", c.Draft, "DFlash drafter directory or hub id (default with the bundled model: models/gocoder/drafter; \"none\": no drafter)")
+	fs.StringVar(&c.Draft, "draft", c.Draft, "DFlash drafter directory or hub id (default with the bundled model: models/gocoder/drafter; \"none\": no drafter; \"auto\": the target's published drafter, from the table of known pairs)")
+	fs.BoolVar(&c.Pull, "pull", c.Pull, "download a hub model (--model, --draft, or the drafter --draft auto picks) that is not in the Hugging Face cache before loading it (default: never download; see `higgsd pull`)")
 	fs.BoolVar(&c.NoDraft, "no-draft", c.NoDraft, "turn speculative decoding off (load no drafter)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "speculative block size, anchor included (0: the drafter's; 1: no speculation)")
 	fs.BoolVar(&c.Adaptive, "adaptive", c.Adaptive, "let the adaptive depth policy choose each round's block size")
@@ -453,7 +456,7 @@ func (c Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.P
 
 // ModelConfig is the model-loading part of c.
 func (c Config) ModelConfig() models.ModelConfig {
-	return models.ModelConfig{Model: c.Model, Draft: c.Draft, NoDraft: c.NoDraft, Backend: c.Backend, Threads: c.Threads, Kernels: c.Kernels, Distributed: c.Distributed}
+	return models.ModelConfig{Model: c.Model, Draft: c.Draft, NoDraft: c.NoDraft, Pull: c.Pull, Backend: c.Backend, Threads: c.Threads, Kernels: c.Kernels, Distributed: c.Distributed}
 }
 
 // ServeConfig is the use-case part of c.

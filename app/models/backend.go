@@ -51,8 +51,12 @@ type ModelConfig struct {
 	// default model DefaultTargetDir.
 	Model string
 	// Draft is a DFlash drafter directory or hub id. "" with Model "" means the bundled default drafter
-	// DefaultDrafterDir; "" with a named Model means no drafter; NoDraftName ("none") means no drafter.
+	// DefaultDrafterDir; "" with a named Model means no drafter; NoDraftName ("none") means no drafter;
+	// AutoDraftName ("auto") the target's published drafter (hfmodel.KnownDrafters).
 	Draft string
+	// Pull lets loading download a hub model (Model, Draft or the drafter "auto" finds) missing from the hub
+	// cache, through adapters/hub; without it nothing is ever downloaded.
+	Pull bool
 	// NoDraft turns speculation off whatever Draft says.
 	NoDraft bool
 	// Backend is "cpu", "mlx" or "auto" ("" means "cpu"). "mlx" is an error wrapping ErrMLXUnavailable when

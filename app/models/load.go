@@ -21,7 +21,7 @@ import (
 )
 
 // LoadModels resolves cfg's model and drafter names (local directories or Hugging Face ids in the local hub
-// cache; nothing is downloaded), picks the backend and loads the target, the drafter (checked against the
+// cache; nothing is downloaded unless cfg.Pull asks; "auto" finds the target's known drafter), picks the backend and loads the target, the drafter (checked against the
 // target), the tokenizer and chat template when the model directory has them, and the EOS ids — everything
 // before any generation. progress, when non-nil, is called with (done, total) loading steps.
 // It is one function because its steps are one ordered sequence whose early results (the resolved backend,
@@ -40,13 +40,13 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 	if backend == BackendMLX && cfg.Kernels == KernelsFast {
 		return nil, fmt.Errorf("kernels fast needs the cpu backend (backend %q picked mlx)", cfg.Backend)
 	}
-	targetDir, name, err := resolveTarget(cfg.Model)
+	targetDir, name, err := findTarget(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	draftDir := ""
 	if n, ok := cfg.drafterName(); ok {
-		if draftDir, err = resolveDrafter(n, cfg.Model == "" && cfg.Draft == ""); err != nil {
+		if draftDir, err = findDrafter(ctx, cfg, n, log); err != nil {
 			return nil, err
 		}
 	}

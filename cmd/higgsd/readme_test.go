@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,7 +18,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/app"
+	"github.com/higgs-go/higgs/app/models"
 	"github.com/higgs-go/higgs/internal/readme"
 )
 
@@ -59,6 +62,9 @@ func TestREADMECommands(t *testing.T) {
 				args = args[3:]
 			default:
 				continue
+			}
+			if len(args) > 0 && args[0] == "pull" {
+				continue // TestREADMEPullCommands runs them
 			}
 			daemons++
 			_, err := app.LoadConfig(args, noEnv, io.Discard)
@@ -131,6 +137,79 @@ func TestREADMECommands(t *testing.T) {
 	}
 	assert.Positive(t, curls, "README.md and docs/ show no curl command")
 	t.Logf("%d higgsd and %d curl commands checked", daemons, curls)
+}
+
+// TestREADMEPullCommands runs every `higgsd pull` command README.md and docs/*.md show, as written, against
+// a local hub serving the demo model under each target id they name and the demo drafter under each known
+// drafter of those targets (no network); each must succeed and leave its models where the hub-id resolution
+// finds them.
+func TestREADMEPullCommands(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	files, err := readme.Files(root)
+	require.NoError(t, err)
+	srv, _ := pullEnv(t)
+	type shown struct {
+		where string
+		args  []string
+	}
+	var pulls []shown
+	for _, f := range files {
+		cmds, _, err := readme.Commands(f, map[string]string{"HOME": t.TempDir()})
+		require.NoError(t, err)
+		name, err := filepath.Rel(root, f)
+		require.NoError(t, err)
+		for _, c := range cmds {
+			args := c.Args
+			switch {
+			case args[0] == "bin/higgsd":
+				args = args[1:]
+			case len(args) > 2 && args[0] == "go" && args[1] == "run" && args[2] == "./cmd/higgsd":
+				args = args[3:]
+			default:
+				continue
+			}
+			if len(args) == 0 || args[0] != "pull" {
+				continue
+			}
+			cfg, err := app.ParsePull(args[1:], io.Discard)
+			require.NoError(t, err, "%s:%d", name, c.Line)
+			for _, id := range cfg.IDs {
+				if !isKnownDrafter(repoOf(id)) {
+					srv.AddDir(t, repoOf(id), filepath.Join(root, models.DemoTargetDir))
+				}
+				for _, p := range hfmodel.DraftersFor(id) {
+					srv.AddDir(t, p.Drafter, filepath.Join(root, models.DemoDrafterDir))
+				}
+			}
+			pulls = append(pulls, shown{fmt.Sprintf("%s:%d", name, c.Line), args[1:]})
+		}
+	}
+	require.NotEmpty(t, pulls, "README.md and docs/ show no higgsd pull command")
+	for _, p := range pulls {
+		var out, errb strings.Builder
+		code := runPull(t.Context(), p.args, &out, &errb)
+		require.Equal(t, 0, code, "%s: higgsd pull %s\n%s", p.where, strings.Join(p.args, " "), errb.String())
+		for _, dir := range strings.Fields(out.String()) {
+			assert.DirExists(t, dir, p.where)
+		}
+	}
+}
+
+// isKnownDrafter reports whether repo is a drafter of hfmodel.KnownDrafters (served as the demo drafter).
+func isKnownDrafter(repo string) bool {
+	for _, p := range hfmodel.KnownDrafters {
+		if p.Drafter == repo {
+			return true
+		}
+	}
+	return false
+}
+
+// repoOf is a hub id without its revision.
+func repoOf(id string) string {
+	repo, _, _ := strings.Cut(id, "@")
+	return repo
 }
 
 // curlRequest builds the request of a curl command shown on page (flags -s, -N, -H and -d; the URL's host
