@@ -56,6 +56,7 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 		target      ports.Target
 		closeTarget func() error
 		loadDrafter func(dir string) (ports.Drafter, func() error, error)
+		deviceMem   func() (ports.DeviceMemory, error)
 	)
 	switch backend {
 	case BackendMLX:
@@ -68,6 +69,7 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 		if err != nil {
 			return nil, err
 		}
+		deviceMem = t.DeviceMemory
 		loadDrafter = func(dir string) (ports.Drafter, func() error, error) {
 			d, err := mlx.LoadDrafter(ctx, dir, t, mlx.DrafterOptions{})
 			if err != nil {
@@ -97,7 +99,8 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 	if err := probeFinite(ctx, target); err != nil {
 		return nil, errors.Join(fmt.Errorf("load %s: %w", targetDir, err), closeTarget())
 	}
-	m := &Models{Target: target, Name: name, Backend: backend, EOS: target.Info().EOSTokens, TargetDir: targetDir}
+	m := &Models{Target: target, Name: name, Backend: backend, EOS: target.Info().EOSTokens, TargetDir: targetDir,
+		DeviceMemory: deviceMem}
 	if gc, err := hfmodel.LoadGenerationConfig(targetDir); err == nil && gc.MaxNewTokens != nil {
 		// The backend has read the same file; an error here was reported there.
 		m.MaxNewTokens = *gc.MaxNewTokens
