@@ -1,0 +1,25 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"os"
+
+	"github.com/higgs-go/higgs/app/toolenv"
+)
+
+// subcommand runs the subcommand args starts with (doctor, shellenv, exec); ok is false when args starts with
+// none, and higgsd serves. Each subcommand parses its own flags (doctor takes serve's).
+func subcommand(args []string) (code int, ok bool) {
+	if len(args) == 0 {
+		return 0, false
+	}
+	ctx := context.Background()
+	switch args[0] {
+	case "shellenv":
+		return toolenv.Shellenv(ctx, args[1:], os.Getenv, http.DefaultClient, os.Stdout, os.Stderr), true
+	case "exec":
+		return toolenv.Exec(ctx, args[1:], os.Getenv, os.Environ(), http.DefaultClient, os.Stderr), true
+	}
+	return 0, false
+}
