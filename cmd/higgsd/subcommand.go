@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 
+	"github.com/higgs-go/higgs/app/doctor"
 	"github.com/higgs-go/higgs/app/toolenv"
 )
 
@@ -16,6 +17,8 @@ func subcommand(args []string) (code int, ok bool) {
 	}
 	ctx := context.Background()
 	switch args[0] {
+	case "doctor":
+		return doctor.Main(args[1:], doctor.Env{Getenv: os.Getenv}, os.Stdout, os.Stderr), true
 	case "shellenv":
 		return toolenv.Shellenv(ctx, args[1:], os.Getenv, http.DefaultClient, os.Stdout, os.Stderr), true
 	case "exec":

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"syscall"
@@ -99,4 +100,17 @@ func TestShellenvThroughMain(t *testing.T) {
 	out, err := higgsd(t, "shellenv", "--addr", url).Output()
 	require.NoError(t, err)
 	assert.Equal(t, "export OPENAI_BASE_URL='"+url+"/v1'\nexport ANTHROPIC_BASE_URL='"+url+"'\n", string(out))
+}
+
+// higgsd doctor through main: one line per check, exit status 0 for a good setup, 1 when a check fails.
+func TestDoctorThroughMain(t *testing.T) {
+	t.Chdir(filepath.Join("..", ".."))
+	out, err := higgsd(t, "doctor", "--port", "0", "--model", "models/demo/target", "--draft", "models/demo/drafter").Output()
+	require.NoError(t, err, string(out))
+	assert.Contains(t, string(out), "ok    drafter")
+	out, err = higgsd(t, "doctor", "--port", "0", "--model", "models/demo/target", "--block-size", "40", "--draft", "models/demo/drafter").Output()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit)
+	assert.Equal(t, 1, exit.ExitCode())
+	assert.Contains(t, string(out), "FAIL  block size")
 }
