@@ -200,3 +200,36 @@ func FuzzParseProcStatus(f *testing.F) {
 		}
 	})
 }
+
+// GET /v1/system on the MLX backend (skipped where libmlxc is not found): MLX's allocator is reported.
+func TestE2ESystemMLX(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads the real demo models; skipped with -short")
+	}
+	cfg := models.ModelConfig{Model: filepath.Join("..", "..", models.DemoTargetDir), NoDraft: true, Backend: models.BackendMLX}
+	if _, err := models.ChooseBackend(cfg); err != nil {
+		t.Skipf("MLX backend not available: %v", err)
+	}
+	m, err := models.LoadModels(t.Context(), cfg, zerolog.Nop(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	serve, err := NewServe(ServeConfig{MaxConcurrency: 1, QueueSize: 4}, zerolog.Nop())
+	require.NoError(t, err)
+	require.NoError(t, serve.SetEngine(EngineFromModels(m)))
+	srv := httptest.NewServer(oaiapi.New(serve, oaiapi.Options{Log: zerolog.Nop(), System: serve}))
+	hc := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(func() { hc.CloseIdleConnections(); srv.Close() })
+	resp, err := hc.Get(srv.URL + "/v1/system")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var s oaiapi.System
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&s))
+	require.Len(t, s.Models, 1)
+	assert.Equal(t, "mlx", s.Models[0].Backend)
+	require.NotNil(t, s.Memory)
+	require.NotNil(t, s.Memory.Device)
+	assert.Equal(t, "mlx", s.Memory.Device.Backend)
+	assert.Positive(t, s.Memory.Device.ActiveBytes, "the weights are live MLX arrays")
+	assert.GreaterOrEqual(t, s.Memory.Device.PeakBytes, s.Memory.Device.ActiveBytes)
+}
