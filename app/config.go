@@ -469,7 +469,7 @@ func (c Config) ServeConfig() serve.ServeConfig {
 		MaxConcurrency: c.MaxConcurrency, BatchWait: c.BatchWait, PrefillChunk: c.PrefillChunk, MemoryBudget: c.MemoryBudget,
 		QueueSize: c.QueueSize, SpecialTokensInContent: c.SpecialTokensInContent,
 		PrefixCacheBytes: c.PrefixCacheBytes, PrefixCacheEvery: c.PrefixCacheEvery, PrefixCacheShared: c.PrefixCacheShared,
-		DefaultMaxTokens: c.DefaultMaxTokens, ContextLength: c.ContextLength}
+		DefaultMaxTokens: c.DefaultMaxTokens, ContextLength: c.ContextLength, Version: Version("higgsd")}
 }
 
 // BrowserPolicy is what a web page may make a browser do with the server (httpapi.Browser). Host names

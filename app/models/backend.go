@@ -154,6 +154,9 @@ type Models struct {
 	// Backend is the backend actually used ("cpu" after an "auto" fallback; BackendCPUFast for the cpu
 	// backend with Kernels "fast").
 	Backend string
+	// DeviceMemory reads the accelerator's allocator (MLX's active, peak and cache bytes, for the whole
+	// process); nil on the CPU backend, whose memory is the process's own.
+	DeviceMemory func() (ports.DeviceMemory, error)
 	// Close releases the models' memory (memory-mapped weights). It is safe to call more than once.
 	Close func() error
 }

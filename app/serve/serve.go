@@ -66,6 +66,8 @@ type ServeConfig struct {
 	// ContextLength, when > 0, caps the model's context length (prompt and output together); above the
 	// model's own it is an error.
 	ContextLength int
+	// Version describes the build for GET /v1/system ("" when not known).
+	Version string
 }
 
 // Validate reports every problem at once.
@@ -122,12 +124,14 @@ type Engine struct {
 	MaxNewTokens int
 	// Certified is the lossless certificate found beside the model (nil: none), shown in its model card.
 	Certified *ports.Certification
+	// DeviceMemory reads the accelerator's allocator for GET /v1/system (nil: none, the CPU backend).
+	DeviceMemory func() (ports.DeviceMemory, error)
 }
 
 // EngineFromModels adapts LoadModels' result.
 func EngineFromModels(m *models.Models) Engine {
 	e := Engine{Target: m.Target, Drafter: m.Drafter, Tokenizer: m.Tokenizer, Template: m.Template,
-		EOS: m.EOS, Name: m.Name, Created: time.Now().Unix(), MaxNewTokens: m.MaxNewTokens}
+		EOS: m.EOS, Name: m.Name, Created: time.Now().Unix(), MaxNewTokens: m.MaxNewTokens, DeviceMemory: m.DeviceMemory}
 	e.Backend, e.Kernels = backendCard(m.Backend)
 	if m.Drafter != nil {
 		e.DrafterName = servedDrafterName(m.DrafterDir)
@@ -177,6 +181,8 @@ type Serve struct {
 	ids    atomic.Uint64
 	// metrics receives batch sizes and queue waits (SetMetrics).
 	metrics atomic.Pointer[metricsBox]
+	// started is when NewServe ran (GET /v1/system's uptime).
+	started time.Time
 }
 
 var (
@@ -191,6 +197,7 @@ func NewServe(cfg ServeConfig, log zerolog.Logger) (*Serve, error) {
 	}
 	s := &Serve{cfg: cfg, log: log, clock: systemClock{}, gate: newGate(cfg.MaxConcurrency, cfg.QueueSize),
 		seed: rand.Uint64}
+	s.started = s.clock.Now()
 	s.events = newHub(s.helloEvent)
 	s.gate.changed = s.publishQueue
 	return s, nil

@@ -24,7 +24,7 @@ func initServer(cfg app.Config, log zerolog.Logger) (*app.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	openaiServer := app.ProvideAPI(cfg, serve, eventSource, server, keys, log)
+	openaiServer := app.ProvideAPI(cfg, serve, eventSource, serve, server, keys, log)
 	responsesServer := app.ProvideResponses(openaiServer)
 	anthropicServer := app.ProvideMessages(cfg, serve, server, keys, log)
 	loadFunc := app.ProvideLoader(cfg, log)
