@@ -17,11 +17,12 @@ import (
 // lost rank only when a round's timeout passes. Rank 0 therefore listens on a TCP port of its own address
 // (any free port; the port and a random token reach the workers with one all_gather when the group is
 // joined) and every worker dials it and says hello (its rank and the token): a star, rank 0 at its centre.
-// Each side then sends a beat every Bound/4 from goroutines of its own, never from the MLX thread, so a
-// rank busy with a long round keeps beating and a slow rank is not a lost one.
+// Each side then sends a beat every tenth of the bound (BeatPeriod) from goroutines of its own, never from
+// the MLX thread, so a rank busy with a long round keeps beating and a slow rank is not a lost one.
 //
-// A side declares its peer lost when it hears nothing from it for Bound (a frozen or unplugged machine) or
-// when the connection breaks (the kernel closes a dead process's sockets, so a crash is noticed at once).
+// A side declares its peer lost when it has heard nothing from it for Bound less one period, checked every
+// period (a frozen or unplugged machine: noticed after at most Bound of silence, never before nine tenths
+// of it), or when the connection breaks (the kernel closes a dead process's sockets, so a crash is noticed at once).
 // OnLost then gets an error wrapping ErrRankLost that names the rank: the pipeline fails its MLX runtime
 // with it, which ends a round blocked in MLX's receive at once and fails every later call. Rank 0 tells
 // the other workers which rank was lost (so they give up too, naming it) and closes; a worker that loses
@@ -93,12 +94,13 @@ func parseFrame(b []byte) (frame, error) {
 
 // BeatConfig configures one rank's heartbeats.
 type BeatConfig struct {
-	// Bound is how long a peer may stay silent before it is lost (> 0); beats go out every Bound/4.
+	// Bound is how long a silent peer takes at most to be lost (> 0); beats and checks run every
+	// BeatPeriod(Bound).
 	Bound time.Duration
 	// OnLost is called once, from a heartbeat goroutine, with the first loss (wrapping ErrRankLost).
 	OnLost func(error)
 	// Now and Tick drive the checks (tests give a manual clock and tick channel): nil uses time.Now and a
-	// ticker at Bound/4. Each tick sends a beat to every peer and checks every peer's silence at the time
+	// ticker at BeatPeriod(Bound). Each tick sends a beat to every peer and checks every peer's silence at the time
 	// it carries; Now stamps each frame received.
 	Now  func() time.Time
 	Tick <-chan time.Time
@@ -214,6 +216,9 @@ func DialBeats(c net.Conn, rank int, token uint64, cfg BeatConfig) (*Beats, erro
 	return start(rank, []*link{{rank: 0, conn: c}}, cfg), nil
 }
 
+// BeatPeriod is how often beats go out and silences are checked: a tenth of the bound (at least 1ms).
+func BeatPeriod(bound time.Duration) time.Duration { return max(bound/10, time.Millisecond) }
+
 func (c BeatConfig) check() error {
 	if c.Bound <= 0 || c.OnLost == nil {
 		return fmt.Errorf("heartbeats need a positive bound and OnLost (bound %v)", c.Bound)
@@ -227,7 +232,7 @@ func start(self int, links []*link, cfg BeatConfig) *Beats {
 		b.cfg.Now = time.Now
 	}
 	if b.cfg.Tick == nil {
-		b.ticker = time.NewTicker(max(cfg.Bound/4, time.Millisecond))
+		b.ticker = time.NewTicker(BeatPeriod(cfg.Bound))
 		b.cfg.Tick = b.ticker.C
 	}
 	now := b.cfg.Now().UnixNano()
@@ -258,7 +263,9 @@ func (b *Beats) loop() {
 			case l.beat <- struct{}{}:
 			default: // the previous beat is still being written
 			}
-			if quiet := now.Sub(time.Unix(0, l.last.Load())); quiet > b.cfg.Bound {
+			// Checked once a period: silent for more than Bound less a period now would pass Bound before
+			// the next check.
+			if quiet := now.Sub(time.Unix(0, l.last.Load())); quiet > b.cfg.Bound-BeatPeriod(b.cfg.Bound) {
 				b.lose(l.rank, fmt.Errorf("%w: %sno heartbeat from rank %d within %v", ErrRankLost, b.prefix(), l.rank, b.cfg.Bound))
 			}
 		}
@@ -332,8 +339,7 @@ func (b *Beats) prefix() string {
 // lose ends the beats with err (the first loss wins): OnLost, then rank 0 tells the other workers which
 // rank was lost, and every connection closes.
 func (b *Beats) lose(rank int, err error) {
-	b.finish(func() {
-		b.err = err
+	b.finish(err, func() {
 		b.cfg.OnLost(err)
 		for _, l := range b.links {
 			if b.self == 0 && l.rank != rank && !l.ended.Load() {
@@ -346,17 +352,20 @@ func (b *Beats) lose(rank int, err error) {
 // Close ends the beats without a loss: every peer is sent an end frame, then the connections close.
 // Idempotent, and a no-op after a loss.
 func (b *Beats) Close() {
-	b.finish(func() {
+	b.finish(nil, func() {
 		for _, l := range b.links {
 			_ = l.write(frame{kind: frameEnd}, time.Second)
 		}
 	})
 }
 
-func (b *Beats) finish(f func()) {
+// finish ends the beats once: Err reports err from then on, f runs (the connections still open), then they
+// close.
+func (b *Beats) finish(err error, f func()) {
 	b.once.Do(func() {
-		f()
+		b.err = err
 		close(b.done)
+		f()
 		if b.ticker != nil {
 			b.ticker.Stop()
 		}

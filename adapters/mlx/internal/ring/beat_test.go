@@ -172,8 +172,9 @@ func ended(t *testing.T, b *Beats) {
 }
 
 const (
-	testToken = 0x5eed_f00d_cafe_0001
-	testBound = 10 * time.Second
+	testToken  = 0x5eed_f00d_cafe_0001
+	testBound  = 10 * time.Second
+	testPeriod = time.Second // BeatPeriod(testBound)
 )
 
 // startRank0 links rank 0 of size ranks to fake workers and returns its beats and the workers' ends.
@@ -193,6 +194,7 @@ func startRank0(t *testing.T, size int, clk *manualClock, rec *lossRecorder) (*B
 // rounds, so the two are one case here) is noticed at once, one that freezes within the bound and not
 // before, one that keeps beating never, however long a round takes.
 func TestBeatsRank0(t *testing.T) {
+	require.Equal(t, testPeriod, BeatPeriod(testBound))
 	t.Run("a killed worker is lost at once, named", func(t *testing.T) {
 		clk, rec := newManualClock(), newLossRecorder()
 		b, peers := startRank0(t, 3, clk, rec)
@@ -211,16 +213,15 @@ func TestBeatsRank0(t *testing.T) {
 	})
 	t.Run("a frozen worker is lost within the bound, not before", func(t *testing.T) {
 		clk, rec := newManualClock(), newLossRecorder()
-		b, peers := startRank0(t, 2, clk, rec)
-		_ = peers
-		for range 4 { // silent for exactly the bound: still there
-			clk.Advance(testBound / 4)
+		b, _ := startRank0(t, 2, clk, rec)
+		for range 9 { // silent for the bound less a period: still there
+			clk.Advance(testPeriod)
 			clk.Tick(t)
 		}
 		clk.Tick(t)
 		rec.none(t)
 		require.NoError(t, b.Err())
-		clk.Advance(testBound / 4)
+		clk.Advance(testPeriod) // the bound: lost
 		clk.Tick(t)
 		err := rec.wait(t, 2*time.Second)
 		require.ErrorIs(t, err, ErrRankLost)
@@ -229,8 +230,8 @@ func TestBeatsRank0(t *testing.T) {
 	t.Run("a slow worker that beats is never lost", func(t *testing.T) {
 		clk, rec := newManualClock(), newLossRecorder()
 		b, peers := startRank0(t, 3, clk, rec)
-		for range 80 { // 20 bounds: a very long round
-			clk.Advance(testBound / 4)
+		for range 200 { // 20 bounds: a very long round
+			clk.Advance(testPeriod)
 			peers[1].send(t, frame{kind: frameBeat})
 			peers[2].send(t, frame{kind: frameBeat})
 			seen(t, b, clk)
@@ -246,8 +247,8 @@ func TestBeatsRank0(t *testing.T) {
 		peers[1].send(t, frame{kind: frameEnd})
 		require.NoError(t, peers[1].conn.Close())
 		ended(t, b)
-		for range 12 {
-			clk.Advance(testBound / 4)
+		for range 30 {
+			clk.Advance(testPeriod)
 			clk.Tick(t)
 		}
 		rec.none(t)
@@ -304,10 +305,8 @@ func TestBeatsWorker(t *testing.T) {
 	t.Run("rank 0 frozen", func(t *testing.T) {
 		clk, rec := newManualClock(), newLossRecorder()
 		startWorker(t, 1, clk, rec)
-		for range 4 {
-			clk.Advance(testBound / 4)
-			clk.Tick(t)
-		}
+		clk.Advance(testBound - testPeriod)
+		clk.Tick(t)
 		clk.Tick(t)
 		rec.none(t)
 		clk.Advance(time.Millisecond)
@@ -329,8 +328,8 @@ func TestBeatsWorker(t *testing.T) {
 		r0.send(t, frame{kind: frameEnd})
 		require.NoError(t, r0.conn.Close())
 		ended(t, b)
-		for range 12 {
-			clk.Advance(testBound / 4)
+		for range 30 {
+			clk.Advance(testPeriod)
 			clk.Tick(t)
 		}
 		rec.none(t)
