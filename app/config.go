@@ -71,8 +71,10 @@ type Config struct {
 	// turns' tool calls), where special-token text (<|im_end|>) sent by a client becomes the control token.
 	SpecialTokensInContent bool
 	ConfigFile             string
-	// Distributed splits the model across processes with MLX distributed (app/distributed.go).
+	// Distributed splits the model across processes with MLX distributed (app/distributed.go); RankTimeout
+	// is how soon a lost rank is noticed (the heartbeats' bound).
 	Distributed bool
+	RankTimeout time.Duration
 	// DefaultMaxTokens is the output limit of a request without max_tokens (ServeConfig.DefaultMaxTokens:
 	// 0 the model's generation config, else serve.FallbackMaxTokens; -1 none).
 	DefaultMaxTokens int
@@ -108,6 +110,7 @@ func DefaultConfig() Config {
 		PrefixCacheEvery: 512,
 		LogLevel:         "info",
 		LogFormat:        "console",
+		RankTimeout:      models.DefaultRankTimeout,
 	}
 }
 
@@ -150,6 +153,7 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.IntVar(&c.ContextLength, "context-length", c.ContextLength, "cap the model's context length, prompt and output together, at this many tokens (0: the model's own; more than the model's is refused)")
 	fs.BoolVar(&c.Version, "version", c.Version, "print higgsd's version (module version, VCS revision, Go version) and exit")
 	fs.BoolVar(&c.Distributed, "distributed", c.Distributed, "split the model's layers across processes with MLX distributed (MLX_RANK, MLX_HOSTFILE as mlx.launch sets them; rank 0 serves HTTP, the others are workers); needs the mlx backend")
+	fs.DurationVar(&c.RankTimeout, "rank-timeout", c.RankTimeout, "with --distributed, how soon a lost rank is noticed: ranks exchange heartbeats beside the model's rounds, and one silent this long (a dead process: at once) fails the running requests and /health with 503 naming it; every rank should be given the same value")
 }
 
 // keyList is the repeatable --api-key: each Set adds a key. A source of lower precedence (the file, then the
@@ -436,6 +440,9 @@ func (c Config) Validate() error {
 	if c.DefaultMaxTokens < -1 {
 		errs = append(errs, fmt.Errorf("--default-max-tokens %d must be ≥ -1 (0: the model's, -1: none)", c.DefaultMaxTokens))
 	}
+	if c.RankTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--rank-timeout %v must be > 0", c.RankTimeout))
+	}
 	if c.ContextLength < 0 {
 		errs = append(errs, fmt.Errorf("--context-length %d must be ≥ 0 (0: the model's)", c.ContextLength))
 	}
@@ -456,7 +463,8 @@ func (c Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.P
 
 // ModelConfig is the model-loading part of c.
 func (c Config) ModelConfig() models.ModelConfig {
-	return models.ModelConfig{Model: c.Model, Draft: c.Draft, NoDraft: c.NoDraft, Pull: c.Pull, Backend: c.Backend, Threads: c.Threads, Kernels: c.Kernels, Distributed: c.Distributed}
+	return models.ModelConfig{Model: c.Model, Draft: c.Draft, NoDraft: c.NoDraft, Pull: c.Pull, Backend: c.Backend, Threads: c.Threads, Kernels: c.Kernels, Distributed: c.Distributed,
+		RankTimeout: c.RankTimeout}
 }
 
 // ServeConfig is the use-case part of c.

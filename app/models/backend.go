@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -72,8 +73,10 @@ type ModelConfig struct {
 	// backend has modes ("auto" is allowed with any backend).
 	Kernels string
 	// Distributed loads rank 0's stage of the model split across processes by MLX distributed (needs
-	// Backend "mlx"; the other ranks run RunWorker).
+	// Backend "mlx"; the other ranks run RunWorker). RankTimeout bounds how long a lost rank goes unnoticed
+	// (0: DefaultRankTimeout).
 	Distributed bool
+	RankTimeout time.Duration
 }
 
 // MaxThreads bounds ModelConfig.Threads: each worker is a goroutine with its own scratch buffers, and more
@@ -106,6 +109,9 @@ func (c ModelConfig) Validate() error {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("unknown kernels %q (want exact, fast or auto)", c.Kernels))
+	}
+	if c.RankTimeout < 0 {
+		errs = append(errs, fmt.Errorf("rank timeout %v must be ≥ 0 (0: %v)", c.RankTimeout, DefaultRankTimeout))
 	}
 	if c.Distributed && c.Backend != BackendMLX {
 		errs = append(errs, fmt.Errorf("--distributed needs --backend mlx (not %q)", c.Backend))

@@ -62,7 +62,7 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 	case BackendMLX:
 		var t *mlx.Target
 		if cfg.Distributed {
-			t, target, closeTarget, err = loadDistributed(ctx, targetDir, draftDir != "", log)
+			t, target, closeTarget, err = loadDistributed(ctx, targetDir, draftDir != "", cfg.RankTimeout, log)
 		} else if t, err = mlx.Load(ctx, targetDir, mlx.LoadOptions{Logger: log}); err == nil {
 			target, closeTarget = t, t.Close
 		}
