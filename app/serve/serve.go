@@ -122,6 +122,10 @@ type Engine struct {
 	MaxNewTokens int
 	// Certified is the lossless certificate found beside the model (nil: none), shown in its model card.
 	Certified *ports.Certification
+	// Pooling is what the model's sentence-transformers pooling config says (zero: it ships none);
+	// PoolingErr why that config could not be read (embeddings are then refused, saying so).
+	Pooling    models.Pooling
+	PoolingErr error
 }
 
 // EngineFromModels adapts LoadModels' result.
@@ -136,6 +140,9 @@ func EngineFromModels(m *models.Models) Engine {
 		}
 	}
 	e.Certified = models.Certification(m.TargetDir, m.Backend)
+	if m.TargetDir != "" {
+		e.Pooling, e.PoolingErr = models.ReadPooling(m.TargetDir)
+	}
 	return e
 }
 
