@@ -224,7 +224,6 @@ func TestE2EEmbeddingsDimensions(t *testing.T) {
 	assert.Contains(t, string(raw), `pools its embeddings by \"mean\"`)
 }
 
-
 // Bad input is a 400 naming the field; the context, the vocabulary and the model are checked.
 func TestE2EEmbeddingsRefusals(t *testing.T) {
 	dir := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3", Seed: 44, Vocab: testmodel.TokenizerVocab, Context: 16})
