@@ -284,3 +284,27 @@ func TestEmbedSharesTheQueue(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, res.Embeddings, 1)
 }
+
+func TestNormalize(t *testing.T) {
+	tests := []struct {
+		name string
+		h    []float32
+		dims int
+		want []float32
+	}{
+		{"whole", []float32{3, 4}, 2, []float32{0.6, 0.8}},
+		{"truncated then normalised", []float32{0, -2, 7}, 2, []float32{0, -1}},
+		{"zero stays zero", []float32{0, 0, 0}, 3, []float32{0, 0, 0}},
+		{"norm below the 1e-12 floor is divided by the floor, as torch does", []float32{1e-30, 0}, 2, []float32{1e-18, 0}},
+		{"small but above the floor", []float32{1e-6, 0}, 2, []float32{1, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Normalize(tt.h, tt.dims)
+			require.Len(t, got, len(tt.want))
+			for i := range got {
+				assert.InDelta(t, tt.want[i], got[i], 1e-7, "value %d", i)
+			}
+		})
+	}
+}
