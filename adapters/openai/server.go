@@ -89,6 +89,7 @@ func New(gen ports.Generator, opts Options) *Server {
 	// answered here.
 	s.work("POST /v1/chat/completions", s.chat)
 	s.work("POST /v1/completions", s.completion)
+	s.work("POST /v1/embeddings", s.embeddings)
 	handle("GET /v1/models", s.models)
 	handle("GET /v1/models/{id...}", s.model)
 	handle("GET /health", s.health)
@@ -98,7 +99,7 @@ func New(gen ports.Generator, opts Options) *Server {
 	route("GET /{$}", http.HandlerFunc(s.page))
 	route("GET /ui/", pageAssets())
 	// The mux answers a wrong method with a plain-text 405; these catch-alls answer in OpenAI's shape.
-	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/responses": "POST",
+	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/responses": "POST", "/v1/embeddings": "POST",
 		"/v1/models": "GET", "/v1/models/{id...}": "GET", "/health": "GET", "/metrics": "GET", "/v1/events": "GET", "/v1/system": "GET"} {
 		handle(path, methodNotAllowed(allow))
 	}

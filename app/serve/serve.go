@@ -126,6 +126,10 @@ type Engine struct {
 	Certified *ports.Certification
 	// DeviceMemory reads the accelerator's allocator for GET /v1/system (nil: none, the CPU backend).
 	DeviceMemory func() (ports.DeviceMemory, error)
+	// Pooling is what the model's sentence-transformers pooling config says (zero: it ships none);
+	// PoolingErr why that config could not be read (embeddings are then refused, saying so).
+	Pooling    models.Pooling
+	PoolingErr error
 }
 
 // EngineFromModels adapts LoadModels' result.
@@ -140,6 +144,9 @@ func EngineFromModels(m *models.Models) Engine {
 		}
 	}
 	e.Certified = models.Certification(m.TargetDir, m.Backend)
+	if m.TargetDir != "" {
+		e.Pooling, e.PoolingErr = models.ReadPooling(m.TargetDir)
+	}
 	return e
 }
 
