@@ -220,7 +220,9 @@ func TestProviderErrors(t *testing.T) {
 	oaiErr := func(msg, param string) string {
 		return `{"error":{"message":"` + msg + `","type":"invalid_request_error","param":"` + param + `","code":null}}`
 	}
-	antErr := func(typ, msg string) string { return `{"type":"error","error":{"type":"` + typ + `","message":"` + msg + `"}}` }
+	antErr := func(typ, msg string) string {
+		return `{"type":"error","error":{"type":"` + typ + `","message":"` + msg + `"}}`
+	}
 	for _, tc := range []struct {
 		name      string
 		anthropic bool
@@ -241,7 +243,7 @@ func TestProviderErrors(t *testing.T) {
 		{"anthropic 400", true, 400, antErr("invalid_request_error", "max_tokens: field required"), ports.ErrInvalidRequest, "max_tokens: field required (provider up)"},
 		{"anthropic 529", true, 529, antErr("overloaded_error", "Overloaded"), ports.ErrBusy, "Overloaded"},
 		{"anthropic 500", true, 500, antErr("api_error", "internal"), ports.ErrProvider, "internal"},
-		{"anthropic stream overloaded", true, 200, sse(`event: error`+"\n"+`data: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`), ports.ErrBusy, "Overloaded"},
+		{"anthropic stream overloaded", true, 200, sse(`event: error` + "\n" + `data: {"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}`), ports.ErrBusy, "Overloaded"},
 		{"anthropic stream without stop reason", true, 200, sse(`data: {"type":"message_stop"}`), ports.ErrProvider, "without a stop reason"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
