@@ -46,9 +46,11 @@ func (g *localGen) CountTokens(context.Context, ports.GenerateRequest) (int, err
 func (g *localGen) Tokenize(context.Context, ports.GenerateRequest, bool) (ports.Tokenized, error) {
 	return ports.Tokenized{Tokens: []ports.Token{1, 2}}, nil
 }
-func (g *localGen) Detokenize(context.Context, string, []ports.Token) (string, error) { return "ab", nil }
-func (g *localGen) Ready() bool                                                      { return false }
-func (g *localGen) QueueDepth() int                                                  { return 3 }
+func (g *localGen) Detokenize(context.Context, string, []ports.Token) (string, error) {
+	return "ab", nil
+}
+func (g *localGen) Ready() bool     { return false }
+func (g *localGen) QueueDepth() int { return 3 }
 
 func newRouter(t *testing.T, local ports.Generator, events ports.EventSource, routes ...Route) *Router {
 	t.Helper()
