@@ -139,7 +139,7 @@ func (c Config) Routing() ([]ProviderSpec, []RouteSpec, error) {
 // providerKeys reads each provider's key from the environment variable its key_env names; an unset or
 // empty variable is an error (a provider configured to need a key would refuse every request).
 func providerKeys(providers []ProviderSpec, getenv func(string) string) (map[string]string, error) {
-	keys := map[string]string{}
+	var keys map[string]string // nil without keys: the configuration stays equal to one built by hand
 	var errs []error
 	for _, p := range providers {
 		if p.KeyEnv == "" {
@@ -149,6 +149,9 @@ func providerKeys(providers []ProviderSpec, getenv func(string) string) (map[str
 		if k == "" {
 			errs = append(errs, fmt.Errorf("--provider %s: key_env %s is unset or empty", p.Name, p.KeyEnv))
 			continue
+		}
+		if keys == nil {
+			keys = map[string]string{}
 		}
 		keys[p.Name] = k
 	}
