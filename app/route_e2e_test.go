@@ -8,6 +8,8 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -274,6 +276,39 @@ func TestRouteE2E(t *testing.T) {
 		require.NoError(t, err, "the call and its result go back to the provider as tool_calls and a tool message")
 		assert.NotEqual(t, sdk.StopReasonToolUse, after.StopReason)
 		assert.Positive(t, after.Usage.InputTokens)
+	})
+
+	t.Run("responses client, anthropic provider: a function call", func(t *testing.T) {
+		body := `{"model":"demo","input":"What is the weather in Paris?","max_output_tokens":200,"temperature":0,
+			"parallel_tool_calls":false,"tool_choice":{"type":"function","name":"get_weather"},
+			"tools":[{"type":"function","name":"get_weather","parameters":{"type":"object","additionalProperties":false,
+			"required":["city"],"properties":{"city":{"type":"string","maxLength":12}}}}]`
+		for _, stream := range []bool{false, true} {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, r.viaAnthropic+"/v1/responses",
+				strings.NewReader(body+`,"stream":`+strconv.FormatBool(stream)+`}`))
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer tenant-1")
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			raw, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, resp.StatusCode, "%s", raw)
+			if stream {
+				assert.Contains(t, string(raw), "event: response.function_call_arguments.done")
+				assert.Contains(t, string(raw), `"name":"get_weather"`)
+				continue
+			}
+			var got struct {
+				Output []struct{ Type, Name, Arguments string } `json:"output"`
+			}
+			require.NoError(t, json.Unmarshal(raw, &got))
+			require.Len(t, got.Output, 1, "%s", raw)
+			assert.Equal(t, "function_call", got.Output[0].Type)
+			assert.Equal(t, "get_weather", got.Output[0].Name)
+			assert.True(t, json.Valid([]byte(got.Output[0].Arguments)))
+		}
 	})
 
 	t.Run("the remote's errors keep their class and message", func(t *testing.T) {
