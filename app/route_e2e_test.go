@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +25,7 @@ import (
 
 	"github.com/higgs-go/higgs/app/models"
 	"github.com/higgs-go/higgs/app/serve"
+	"github.com/higgs-go/higgs/ports"
 )
 
 // startHiggsd runs a higgsd as cmd/higgsd wires it (wire_gen.go's order), from args and env, with load as
@@ -362,6 +364,53 @@ func TestRouteE2E(t *testing.T) {
 			Messages: []sdk.MessageParam{sdk.NewUserMessage(sdk.NewTextBlock("hi"))}})
 		require.NoError(t, err)
 		assert.Positive(t, n.InputTokens)
+	})
+
+	t.Run("a routed request is in its tenant's event stream", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.viaAnthropic+"/v1/events", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer tenant-2")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		events := make(chan ports.Event, 16)
+		go func() {
+			defer close(events)
+			sc := bufio.NewScanner(resp.Body)
+			for sc.Scan() {
+				if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+					var ev ports.Event
+					if json.Unmarshal([]byte(d), &ev) == nil {
+						events <- ev
+					}
+				}
+			}
+		}()
+		require.Equal(t, "hello", (<-events).Type)
+		got, err := oaiClient(r.viaAnthropic, "tenant-2").Chat.Completions.New(t.Context(), openai.ChatCompletionNewParams{Model: "demo",
+			Messages: msgs, MaxTokens: openai.Int(4)})
+		require.NoError(t, err)
+		var seen []string
+		deadline := time.After(30 * time.Second)
+		for len(seen) < 2 {
+			select {
+			case ev, ok := <-events:
+				require.True(t, ok, "the event stream ended")
+				if ev.ID != got.ID {
+					continue
+				}
+				seen = append(seen, ev.Type)
+				if ev.Type == "end" {
+					assert.Equal(t, int(got.Usage.CompletionTokens), ev.End.CompletionTokens)
+				}
+			case <-deadline:
+				t.Fatalf("the routed request's events did not come; saw %v", seen)
+			}
+		}
+		assert.Equal(t, []string{"start", "end"}, seen)
 	})
 
 	t.Run("the local model is still served", func(t *testing.T) {

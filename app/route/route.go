@@ -107,7 +107,7 @@ func (r *Router) Generate(ctx context.Context, req ports.GenerateRequest, emit f
 		ev = r.log.Warn().Err(err)
 	}
 	ev.Str("id", req.ID).Str("model", req.Model).Str("provider", rt.Provider).Int("prompt_tokens", res.PromptTokens).
-		Int("completion_tokens", res.CompletionTokens).Str("finish", finish).Dur("duration", took).Msg("routed request")
+		Int("cached_tokens", res.CachedTokens).Int("completion_tokens", res.CompletionTokens).Str("finish", finish).Dur("duration", took).Msg("routed request")
 	return res, err
 }
 
