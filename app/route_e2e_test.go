@@ -43,7 +43,7 @@ func startHiggsd(t *testing.T, args []string, environ map[string]string, load Lo
 	host := ProvideHTTP(cfg, gen, log)
 	keys, err := ProvideKeys(cfg)
 	require.NoError(t, err)
-	api := ProvideAPI(cfg, gen, ProvideRoutedEvents(routing), host, keys, log)
+	api := ProvideAPI(cfg, gen, ProvideRoutedEvents(routing), svc, host, keys, log)
 	if load == nil {
 		load = ProvideLoader(cfg, log)
 	}

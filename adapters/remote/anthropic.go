@@ -240,12 +240,12 @@ type anthropicUsage struct {
 	CacheReadInputTokens     int  `json:"cache_read_input_tokens"`
 }
 
-// apply sets res's token counts: Messages counts cached input apart from input_tokens, the port counts the
-// whole prompt and the cached part of it.
+// apply sets res's token counts: Messages counts the input read from and written to its cache apart from
+// input_tokens, the port counts the whole prompt, the part restored and the part written.
 func (u anthropicUsage) apply(res *ports.GenerateResult) {
 	if u.InputTokens != nil {
 		res.PromptTokens = *u.InputTokens + u.CacheReadInputTokens + u.CacheCreationInputTokens
-		res.CachedTokens = u.CacheReadInputTokens
+		res.CachedTokens, res.CacheWriteTokens = u.CacheReadInputTokens, u.CacheCreationInputTokens
 	}
 	res.CompletionTokens = u.OutputTokens
 }

@@ -151,7 +151,7 @@ func TestAnthropicRequestTranslation(t *testing.T) {
 func TestAnthropicStreamTranslation(t *testing.T) {
 	ev := func(name, data string) string { return "event: " + name + "\ndata: " + data }
 	p := newProvider(t, http.StatusOK, sse(
-		ev("message_start", `{"type":"message_start","message":{"model":"claude-x-1","usage":{"input_tokens":20,"cache_read_input_tokens":8,"output_tokens":1}}}`),
+		ev("message_start", `{"type":"message_start","message":{"model":"claude-x-1","usage":{"input_tokens":20,"cache_read_input_tokens":8,"cache_creation_input_tokens":2,"output_tokens":1}}}`),
 		ev("ping", `{"type":"ping"}`),
 		ev("content_block_start", `{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}`),
 		ev("content_block_delta", `{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}`),
@@ -169,7 +169,7 @@ func TestAnthropicStreamTranslation(t *testing.T) {
 	require.NoError(t, err)
 	call := ports.ToolCall{ID: "toolu_1", Name: "get_weather", Arguments: `{"city": "Paris"}`}
 	assert.Equal(t, []ports.GenerateEvent{{Reasoning: "hmm"}, {Content: "Checking."}, {ToolCalls: []ports.ToolCall{call}}}, evs)
-	assert.Equal(t, ports.GenerateResult{Model: "claude-x-1", PromptTokens: 28, CompletionTokens: 15, CachedTokens: 8,
+	assert.Equal(t, ports.GenerateResult{Model: "claude-x-1", PromptTokens: 30, CompletionTokens: 15, CachedTokens: 8, CacheWriteTokens: 2,
 		FinishReason: "stop", Content: "Checking.", Reasoning: "hmm", ToolCalls: []ports.ToolCall{call}}, res)
 	assert.Equal(t, float64(defaultMaxTokens), p.body["max_tokens"], "a request without max_tokens gets the default")
 }

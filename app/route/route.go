@@ -31,9 +31,9 @@ type compiled struct {
 }
 
 // Router is a ports.Generator over a local generator and routes to providers, first match wins. It forwards
-// the local generator's optional abilities (token counting, tokenize, readiness, health, queue depth, prefix
-// cache figures) for the models it serves; a routed model's tokens are the provider's, so counting and
-// tokenizing them is refused. Safe for concurrent use.
+// the local generator's optional abilities (token counting, tokenize, embeddings, readiness, health, queue
+// depth, prefix cache figures) for the models it serves; a routed model's tokens are the provider's, so
+// counting, tokenizing and embedding them is refused. Safe for concurrent use.
 type Router struct {
 	local  ports.Generator
 	routes []compiled
@@ -46,6 +46,7 @@ var (
 	_ ports.Generator       = (*Router)(nil)
 	_ ports.TokenCounter    = (*Router)(nil)
 	_ ports.PromptTokenizer = (*Router)(nil)
+	_ ports.TextEmbedder    = (*Router)(nil)
 )
 
 // New builds the router. localEvents (may be nil) is the local generator's event stream, which the router's
@@ -158,6 +159,18 @@ func (r *Router) Detokenize(ctx context.Context, model string, ids []ports.Token
 		return "", fmt.Errorf("detokenize: %w", errors.ErrUnsupported)
 	}
 	return pt.Detokenize(ctx, model, ids)
+}
+
+// Embed embeds with the local generator; a routed model is refused (embeddings are not forwarded).
+func (r *Router) Embed(ctx context.Context, req ports.EmbedRequest) (ports.EmbedResult, error) {
+	if rt, ok := r.match(req.Model); ok {
+		return ports.EmbedResult{}, r.refuseRouted("embeddings", req.Model, rt)
+	}
+	em, ok := r.local.(ports.TextEmbedder)
+	if !ok {
+		return ports.EmbedResult{}, fmt.Errorf("embed: %w", errors.ErrUnsupported)
+	}
+	return em.Embed(ctx, req)
 }
 
 // Ready is the local generator's readiness (true when it has no such ability).

@@ -58,7 +58,7 @@ func (s *Serve) newScheduler(l *loaded) error {
 	}
 	total := s.cfg.MemoryBudget
 	if total == 0 {
-		total = defaultMemoryBudget(s.cfg.PrefixCacheBytes)
+		total = DefaultMemoryBudget(s.cfg.PrefixCacheBytes)
 	}
 	budget, err := batch.NewBudget(total)
 	if err != nil {

@@ -29,7 +29,7 @@ func initServer(cfg app.Config, log zerolog.Logger) (*app.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	openaiServer := app.ProvideAPI(cfg, generator, eventSource, server, keys, log)
+	openaiServer := app.ProvideAPI(cfg, generator, eventSource, serve, server, keys, log)
 	responsesServer := app.ProvideResponses(openaiServer)
 	anthropicServer := app.ProvideMessages(cfg, generator, server, keys, log)
 	loadFunc := app.ProvideLoader(cfg, log)
