@@ -28,8 +28,9 @@ const anthropicVersion = "2023-06-01"
 const minThinkingBudget = 1024
 
 type anthropicRequest struct {
-	Model         string             `json:"model"`
-	System        string             `json:"system,omitempty"`
+	Model string `json:"model"`
+	// System is the system prompt: a string, or text blocks when a cache breakpoint marks it.
+	System        any                `json:"system,omitempty"`
 	Messages      []anthropicMessage `json:"messages"`
 	MaxTokens     int                `json:"max_tokens"`
 	Temperature   *float64           `json:"temperature,omitempty"`
@@ -57,6 +58,8 @@ type anthropicBlock struct {
 	Input     json.RawMessage `json:"input,omitempty"`
 	ToolUseID string          `json:"tool_use_id,omitempty"`
 	Content   *string         `json:"content,omitempty"`
+	// CacheControl marks a cache breakpoint: the prompt up to this block is cached by the provider.
+	CacheControl map[string]string `json:"cache_control,omitempty"`
 }
 
 type anthropicTool struct {
@@ -87,15 +90,26 @@ func anthropicBody(req ports.GenerateRequest) (anthropicRequest, error) {
 	if req.Sampling.TopP > 0 && req.Sampling.TopP < 1 {
 		b.TopP = req.Sampling.TopP
 	}
-	var system []string
+	var system []anthropicBlock
+	systemMarked := false
+	marks := map[int]bool{}
+	if !req.NoCache {
+		for _, i := range req.CacheBreakpoints {
+			marks[i] = true
+		}
+	}
 	for i, m := range req.Messages {
+		before := b.blocks()
+		var last *anthropicBlock // the message's last block, where its cache breakpoint goes
 		cm, err := parseRaw(m)
 		if err != nil {
 			return b, err
 		}
 		switch m.Role {
 		case "system", "developer":
-			system = append(system, m.Content)
+			system = append(system, textBlock(m.Content)...)
+			last = &system[len(system)-1]
+			systemMarked = systemMarked || marks[i]
 		case "user":
 			if m.Content != "" { // Messages refuses empty text blocks
 				b.add("user", textBlock(m.Content))
@@ -117,8 +131,24 @@ func anthropicBody(req ports.GenerateRequest) (anthropicRequest, error) {
 		default:
 			return b, refuse(fmt.Sprintf("messages[%d].role", i), "role %q has no equivalent in the Anthropic format", m.Role)
 		}
+		if b.blocks() > before { // the message added blocks: they end the last turn
+			t := b.Messages[len(b.Messages)-1].Content
+			last = &t[len(t)-1]
+		}
+		if marks[i] && last != nil {
+			last.CacheControl = map[string]string{"type": "ephemeral"}
+		}
 	}
-	b.System = strings.Join(system, "\n\n")
+	switch {
+	case systemMarked:
+		b.System = system
+	case len(system) > 0:
+		texts := make([]string, len(system))
+		for i, sb := range system {
+			texts[i] = *sb.Text
+		}
+		b.System = strings.Join(texts, "\n\n")
+	}
 	if len(req.Chat.Tools) > 0 {
 		var tools []openAITool
 		if err := json.Unmarshal(req.Chat.Tools, &tools); err != nil {
@@ -159,6 +189,15 @@ func anthropicBody(req ports.GenerateRequest) (anthropicRequest, error) {
 		}
 	}
 	return b, nil
+}
+
+// blocks counts the blocks of every turn so far.
+func (b *anthropicRequest) blocks() int {
+	n := 0
+	for _, m := range b.Messages {
+		n += len(m.Content)
+	}
+	return n
 }
 
 func textBlock(s string) []anthropicBlock { return []anthropicBlock{{Type: "text", Text: &s}} }

@@ -43,6 +43,7 @@ type openAIRequest struct {
 	Parallel       *bool           `json:"parallel_tool_calls,omitempty"`
 	ResponseFormat any             `json:"response_format,omitempty"`
 	BlockSize      int             `json:"block_size,omitempty"`
+	CachePrompt    *bool           `json:"cache_prompt,omitempty"`
 	Kwargs         map[string]bool `json:"chat_template_kwargs,omitempty"`
 }
 
@@ -72,6 +73,10 @@ func openAIBody(req ports.GenerateRequest) (openAIRequest, string, error) {
 		StreamOptions: map[string]bool{"include_usage": true}, BlockSize: req.BlockSize}
 	if req.Sampling.TopP > 0 && req.Sampling.TopP < 1 {
 		b.TopP = req.Sampling.TopP
+	}
+	if req.NoCache {
+		f := false
+		b.CachePrompt = &f // higgs' extension, sent only when the client opted out
 	}
 	if req.Messages == nil {
 		p := req.Prompt

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -32,6 +33,7 @@ func newProvider(t *testing.T, status int, answer string) *provider {
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p.path, p.headers = r.URL.Path, r.Header.Clone()
 		b, _ := io.ReadAll(r.Body)
+		p.body = nil
 		_ = json.Unmarshal(b, &p.body)
 		if status == http.StatusOK {
 			w.Header().Set("Content-Type", "text/event-stream")
@@ -369,4 +371,31 @@ func FuzzAnthropicStream(f *testing.F) {
 		require.True(t, knownClass(err), "%v", err)
 		assert.Equal(t, text, res.Content)
 	})
+}
+
+// TestCacheBreakpoints: an Anthropic-format provider gets cache_control on the last block of each marked
+// message (the system prompt then as blocks); a request that opted out of caching sends none, and to an
+// OpenAI-format provider cache_prompt false.
+func TestCacheBreakpoints(t *testing.T) {
+	done := sse(`data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":1}}`, `data: {"type":"message_stop"}`)
+	p := newProvider(t, http.StatusOK, done)
+	gen := NewAnthropic(Options{Name: "c", BaseURL: p.srv.URL})
+	_, _, err := collect(t, gen, ports.GenerateRequest{Model: "m", Messages: history(), MaxTokens: 10, CacheBreakpoints: []int{0, 3}})
+	require.NoError(t, err)
+	got, _ := json.Marshal(map[string]any{"system": p.body["system"], "messages": p.body["messages"]})
+	assert.JSONEq(t, `{"system":[{"type":"text","text":"Be brief.","cache_control":{"type":"ephemeral"}}],
+		"messages":[{"role":"user","content":[{"type":"text","text":"Weather in Paris?"}]},
+		{"role":"assistant","content":[{"type":"tool_use","id":"call_1","name":"get_weather","input":{"city":"Paris"}}]},
+		{"role":"user","content":[{"type":"tool_result","tool_use_id":"call_1","content":"18C","cache_control":{"type":"ephemeral"}},
+		{"type":"text","text":"And tomorrow?"}]}]}`, string(got))
+
+	_, _, err = collect(t, gen, ports.GenerateRequest{Model: "m", Messages: history(), MaxTokens: 10, CacheBreakpoints: []int{0, 3}, NoCache: true})
+	require.NoError(t, err)
+	assert.Equal(t, "Be brief.", p.body["system"])
+	assert.NotContains(t, fmt.Sprint(p.body["messages"]), "cache_control")
+
+	o := newProvider(t, http.StatusOK, sse(`data: {"choices":[{"delta":{},"finish_reason":"stop"}]}`, `data: [DONE]`))
+	_, _, err = collect(t, NewOpenAI(Options{Name: "o", BaseURL: o.srv.URL}), ports.GenerateRequest{Model: "m", Messages: history(), NoCache: true})
+	require.NoError(t, err)
+	assert.Equal(t, false, o.body["cache_prompt"])
 }
