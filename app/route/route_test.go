@@ -49,6 +49,9 @@ func (g *localGen) Tokenize(context.Context, ports.GenerateRequest, bool) (ports
 func (g *localGen) Detokenize(context.Context, string, []ports.Token) (string, error) {
 	return "ab", nil
 }
+func (g *localGen) Embed(context.Context, ports.EmbedRequest) (ports.EmbedResult, error) {
+	return ports.EmbedResult{Model: g.name, Embeddings: [][]float32{{1}}}, nil
+}
 func (g *localGen) Ready() bool     { return false }
 func (g *localGen) QueueDepth() int { return 3 }
 
@@ -103,6 +106,12 @@ func TestRoutedModelRefusesLocalOperations(t *testing.T) {
 	s, err := r.Detokenize(t.Context(), "toy", nil)
 	require.NoError(t, err)
 	assert.Equal(t, "ab", s)
+
+	em, err := r.Embed(t.Context(), ports.EmbedRequest{Model: "toy"})
+	require.NoError(t, err)
+	assert.Equal(t, "local", em.Model)
+	_, err = r.Embed(t.Context(), ports.EmbedRequest{Model: "claude-x"})
+	assert.ErrorIs(t, err, ports.ErrInvalidRequest)
 
 	assert.False(t, r.Ready())
 	assert.Equal(t, 3, r.QueueDepth())
