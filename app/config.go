@@ -82,6 +82,12 @@ type Config struct {
 	ContextLength int
 	// Version asks higgsd to print its version and exit.
 	Version bool
+	// Providers (--provider, repeatable) are remote providers and Routes (--route, repeatable) the models
+	// sent to them (Routing reads both); providerKeys holds each provider's key, read by LoadConfig from the
+	// environment variable its key_env names (unexported: never printed with the configuration).
+	Providers    []string
+	Routes       []string
+	providerKeys map[string]string
 }
 
 // DefaultConfig serves the bundled gocoder model with its drafter on 127.0.0.1:8000.
@@ -152,6 +158,8 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", c.DefaultMaxTokens, "output limit of a request that sets no max_tokens (0: the model's generation_config.json max_new_tokens, else 1024; -1: none, up to the context length)")
 	fs.IntVar(&c.ContextLength, "context-length", c.ContextLength, "cap the model's context length, prompt and output together, at this many tokens (0: the model's own; more than the model's is refused)")
 	fs.BoolVar(&c.Version, "version", c.Version, "print higgsd's version (module version, VCS revision, Go version) and exit")
+	fs.Var((*entryList)(&c.Providers), "provider", "a remote provider: `NAME=openai|anthropic,URL[,key_env=VAR]` (the key is read from the environment variable VAR); repeat for more (docs/providers.md)")
+	fs.Var((*entryList)(&c.Routes), "route", "send requests whose model the regular expression matches (the whole name) to a provider: `REGEX=PROVIDER`; repeat for more, the first match wins; other models are served here")
 	fs.BoolVar(&c.Distributed, "distributed", c.Distributed, "split the model's layers across processes with MLX distributed (MLX_RANK, MLX_HOSTFILE as mlx.launch sets them; rank 0 serves HTTP, the others are workers); needs the mlx backend")
 	fs.DurationVar(&c.RankTimeout, "rank-timeout", c.RankTimeout, "with --distributed, how soon a lost rank is noticed: ranks exchange heartbeats beside the model's rounds, and one silent this long (a dead process: at once) fails the running requests and /health with 503 naming it; every rank should be given the same value")
 }
@@ -249,6 +257,10 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 			if fromFile[f.Name] {
 				*l = nil
 			}
+		case *entryList:
+			if fromFile[f.Name] {
+				*l = nil
+			}
 		}
 		if err := f.Value.Set(v); err != nil {
 			errs = append(errs, fmt.Errorf("environment %s=%q: %w", env, v, err))
@@ -257,6 +269,10 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	cfg.ConfigFile = path
 	if err := cfg.Validate(); err != nil {
 		errs = append(errs, err)
+	} else if providers, _, err := cfg.Routing(); err == nil {
+		if cfg.providerKeys, err = providerKeys(providers, getenv); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return cfg, errors.Join(errs...)
 }
@@ -290,6 +306,14 @@ func readTOML(path string) (map[string]tomlValue, error) {
 	out := make(map[string]tomlValue, len(raw))
 	var errs []error
 	for k, v := range raw {
+		if tt, ok := tomlTables[k]; ok {
+			if vals, err := tomlTableList(v, tt.render); err != nil {
+				errs = append(errs, fmt.Errorf("config file %s: [[%s]]: %w", path, k, err))
+			} else {
+				out[tt.flag] = tomlValue{vals: vals, list: true}
+			}
+			continue
+		}
 		if arr, ok := v.([]any); ok {
 			vals := make([]string, 0, len(arr))
 			for _, e := range arr {
@@ -311,6 +335,30 @@ func readTOML(path string) (map[string]tomlValue, error) {
 		out[k] = tomlValue{vals: []string{s}}
 	}
 	return out, errors.Join(errs...)
+}
+
+// tomlTableList renders an array of tables with render, one flag entry each.
+func tomlTableList(v any, render func(map[string]any) (string, error)) ([]string, error) {
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("want an array of tables, not a %T", v)
+	}
+	var vals []string
+	var errs []error
+	for i, e := range arr {
+		t, ok := e.(map[string]any)
+		if !ok {
+			errs = append(errs, fmt.Errorf("entry %d: want a table, not a %T", i+1, e))
+			continue
+		}
+		s, err := render(t)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("entry %d: %w", i+1, err))
+			continue
+		}
+		vals = append(vals, s)
+	}
+	return vals, errors.Join(errs...)
 }
 
 func tomlScalar(v any) (string, error) {
@@ -453,6 +501,9 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("--log-format %q: want console or json", c.LogFormat))
 	}
 	if _, err := c.Keys(); err != nil {
+		errs = append(errs, err)
+	}
+	if _, _, err := c.Routing(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -18,14 +18,16 @@ import (
 	"github.com/higgs-go/higgs/adapters/httpapi"
 	"github.com/higgs-go/higgs/adapters/openai"
 	"github.com/higgs-go/higgs/adapters/openai/responses"
+	"github.com/higgs-go/higgs/adapters/remote"
 	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/app/route"
 	"github.com/higgs-go/higgs/app/serve"
 	"github.com/higgs-go/higgs/ports"
 )
 
 // ServeSet is the wire provider set of higgsd.
-var ServeSet = wire.NewSet(ProvideServe, wire.Bind(new(ports.Generator), new(*serve.Serve)),
-	wire.Bind(new(ports.SystemReporter), new(*serve.Serve)), ProvideEvents, ProvideHTTP,
+var ServeSet = wire.NewSet(ProvideServe, ProvideRouting, ProvideGenerator, ProvideRoutedEvents,
+	wire.Bind(new(ports.SystemReporter), new(*serve.Serve)), ProvideHTTP,
 	ProvideKeys, ProvideAPI, ProvideResponses, ProvideMessages,
 	ProvideLoader, NewServer)
 
@@ -40,6 +42,52 @@ func ProvideServe(cfg Config, log zerolog.Logger) (*serve.Serve, error) {
 
 // ProvideEvents exposes the live event stream of s (the web page's feed) as its port.
 func ProvideEvents(s *serve.Serve) ports.EventSource { return s.Events() }
+
+// Routing is what the APIs call: the local Serve, or, with routes configured, a route.Router over it and
+// the providers, whose event stream adds the routed requests' to Serve's.
+type Routing struct {
+	Generator ports.Generator
+	Events    ports.EventSource
+}
+
+// ProvideRouting builds the router when --route is given, with one remote generator per --provider (its key
+// from LoadConfig); without routes the APIs call s directly.
+func ProvideRouting(cfg Config, s *serve.Serve, log zerolog.Logger) (*Routing, error) {
+	providers, routes, err := cfg.Routing()
+	if err != nil {
+		return nil, err
+	}
+	if len(routes) == 0 {
+		return &Routing{Generator: s, Events: s.Events()}, nil
+	}
+	gens := make(map[string]ports.Generator, len(providers))
+	for _, p := range providers {
+		opts := remote.Options{Name: p.Name, BaseURL: p.URL, Key: cfg.providerKeys[p.Name]}
+		switch p.Format {
+		case FormatAnthropic:
+			gens[p.Name] = remote.NewAnthropic(opts)
+		default:
+			gens[p.Name] = remote.NewOpenAI(opts)
+		}
+		log.Info().Str("provider", p.Name).Str("format", p.Format).Str("url", p.URL).Bool("key", opts.Key != "").Msg("provider")
+	}
+	rs := make([]route.Route, len(routes))
+	for i, r := range routes {
+		rs[i] = route.Route{Pattern: r.Pattern, Provider: r.Provider, Gen: gens[r.Provider]}
+		log.Info().Str("route", r.Pattern).Str("provider", r.Provider).Msg("route")
+	}
+	rt, err := route.New(s, s.Events(), rs, log)
+	if err != nil {
+		return nil, err
+	}
+	return &Routing{Generator: rt, Events: rt.Events()}, nil
+}
+
+// ProvideGenerator is the generator the APIs call.
+func ProvideGenerator(r *Routing) ports.Generator { return r.Generator }
+
+// ProvideRoutedEvents is the event stream the page and /v1/events serve.
+func ProvideRoutedEvents(r *Routing) ports.EventSource { return r.Events }
 
 // ProvideHTTP builds the HTTP server both APIs are registered on, side by side: one listener, one set of
 // metrics, one browser policy (the Host names answered to, the CORS origins).

@@ -18,6 +18,10 @@ var (
 	// ErrBackendLost means part of the backend is gone (a rank of a model split across processes stopped
 	// answering): the server cannot generate until it is restarted. Its text names what was lost.
 	ErrBackendLost = errors.New("backend lost")
+	// ErrProvider means a remote provider the request was routed to failed (answered 5xx, answered nonsense,
+	// or could not be reached): a bad gateway, not the client's fault. Its text names the provider and what
+	// went wrong (never the provider's key).
+	ErrProvider = errors.New("provider failed")
 )
 
 // RequestError is a problem with one parameter of a request. It matches ErrInvalidRequest with errors.Is, and
@@ -134,6 +138,18 @@ type GenerateEvent struct {
 	// (stop tokens excepted) appears in exactly one event, in order, possibly in an event whose text is
 	// still held back (a stop string's prefix, part of a character) or without text of its own.
 	Logprobs []TokenLogprob
+	// ToolCalls are calls the Generator made as structured calls, complete, in order: a remote provider's
+	// (adapters/remote). A local model writes its calls in Content, where the HTTP adapters parse them.
+	ToolCalls []ToolCall
+}
+
+// ToolCall is one complete function call a Generator reports as such rather than as text.
+type ToolCall struct {
+	// ID is the call's id as the provider named it ("" lets the HTTP adapter name it).
+	ID   string
+	Name string
+	// Arguments is the arguments object as JSON text, "{}" when there are none.
+	Arguments string
 }
 
 // SpecUsage is the speculative-decoding account of one request. Rounds, Drafted, Accepted and
@@ -187,7 +203,8 @@ type GenerateResult struct {
 	// CacheWriteTokens is how many prompt tokens were written to the prefix cache up to the request's last
 	// cache breakpoint, beyond those restored (Anthropic's cache_creation_input_tokens); 0 without breakpoints.
 	CacheWriteTokens int
-	// FinishReason is "stop" (stop token or string) or "length" (max tokens or context).
+	// FinishReason is "stop" (stop token or string, or the end of an answer that made tool calls) or
+	// "length" (max tokens or context).
 	FinishReason string
 	// StopSequence is the stop string that ended the output; "" when it ended otherwise.
 	StopSequence string
@@ -198,6 +215,8 @@ type GenerateResult struct {
 	// Logprobs are every output token's log-probability, in order (the events' Logprobs concatenated);
 	// non-nil exactly when the request asked for them.
 	Logprobs []TokenLogprob
+	// ToolCalls are the structured calls of the events, concatenated (see GenerateEvent.ToolCalls).
+	ToolCalls []ToolCall
 }
 
 // ModelCard describes a served model and what it runs with.

@@ -18,15 +18,20 @@ func initServer(cfg app.Config, log zerolog.Logger) (*app.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	server := app.ProvideHTTP(cfg, serve, log)
-	eventSource := app.ProvideEvents(serve)
+	routing, err := app.ProvideRouting(cfg, serve, log)
+	if err != nil {
+		return nil, err
+	}
+	generator := app.ProvideGenerator(routing)
+	server := app.ProvideHTTP(cfg, generator, log)
+	eventSource := app.ProvideRoutedEvents(routing)
 	keys, err := app.ProvideKeys(cfg)
 	if err != nil {
 		return nil, err
 	}
-	openaiServer := app.ProvideAPI(cfg, serve, eventSource, serve, server, keys, log)
+	openaiServer := app.ProvideAPI(cfg, generator, eventSource, serve, server, keys, log)
 	responsesServer := app.ProvideResponses(openaiServer)
-	anthropicServer := app.ProvideMessages(cfg, serve, server, keys, log)
+	anthropicServer := app.ProvideMessages(cfg, generator, server, keys, log)
 	loadFunc := app.ProvideLoader(cfg, log)
 	appServer := app.NewServer(cfg, serve, server, openaiServer, responsesServer, anthropicServer, loadFunc, log)
 	return appServer, nil
