@@ -26,7 +26,13 @@ import (
 // HIGGS_MAX_BODY_BYTES), a TOML file (--config or HIGGS_CONFIG; keys are the flag names, with dashes or
 // underscores), then the defaults.
 type Config struct {
-	Model     string
+	// Model is today's one model (--model PATH); Models are several (--model NAME=PATH,… or [[models]]
+	// tables), each loaded on its first request.
+	Model  string
+	Models []ModelSpec
+	// KeepAlive is how long an idle model of several stays loaded (≤ 0: until another needs its memory);
+	// a model's keep_alive overrides it.
+	KeepAlive time.Duration
 	Draft     string
 	NoDraft   bool
 	BlockSize int
@@ -106,12 +112,18 @@ func DefaultConfig() Config {
 		PrefixCacheEvery: 512,
 		LogLevel:         "info",
 		LogFormat:        "console",
+		KeepAlive:        DefaultKeepAlive,
 	}
 }
 
+// DefaultKeepAlive is how long an idle model of several stays loaded when neither --keep-alive nor its own
+// keep_alive says: long enough for a conversation's pauses, short enough to give the memory back.
+const DefaultKeepAlive = 5 * time.Minute
+
 // flagSet declares every setting on fs, bound to c.
 func (c *Config) flagSet(fs *flag.FlagSet) {
-	fs.StringVar(&c.Model, "model", c.Model, "target model directory or Hugging Face id in the local hub cache (default: the bundled gocoder model models/gocoder/target)")
+	fs.Var(modelFlag{c}, "model", "target model directory or Hugging Face id in the local hub cache (default: the bundled gocoder model models/gocoder/target); or NAME=PATH[,draft=PATH][,alias=A]…[,backend=B][,kernels=K][,keep_alive=D], repeated, for several models loaded on demand")
+	fs.DurationVar(&c.KeepAlive, "keep-alive", c.KeepAlive, "with several models: how long an idle model stays loaded (0 or negative: until another model needs its memory)")
 	fs.StringVar(&c.Draft, "draft", c.Draft, "DFlash drafter directory or hub id (default with the bundled model: models/gocoder/drafter; \"none\": no drafter)")
 	fs.BoolVar(&c.NoDraft, "no-draft", c.NoDraft, "turn speculative decoding off (load no drafter)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "speculative block size, anchor included (0: the drafter's; 1: no speculation)")
@@ -199,9 +211,13 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 		path = getenv(EnvName("config"))
 	}
 	if path != "" {
-		values, err := readTOML(path)
+		values, tables, err := readTOML(path)
 		if err != nil {
 			errs = append(errs, err)
+		}
+		if len(tables) > 0 && !onCmdline["model"] {
+			cfg.Models = append(cfg.Models, tables...)
+			fromFile["model"] = true
 		}
 		keys := make([]string, 0, len(values))
 		for k := range values {
@@ -242,6 +258,10 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 			if fromFile[f.Name] {
 				*l = nil
 			}
+		case modelFlag:
+			if fromFile[f.Name] {
+				l.reset()
+			}
 		}
 		if err := f.Value.Set(v); err != nil {
 			errs = append(errs, fmt.Errorf("environment %s=%q: %w", env, v, err))
@@ -270,18 +290,26 @@ type tomlValue struct {
 	list bool
 }
 
-// readTOML reads a flat TOML table and renders each value as the strings its flag parses.
-func readTOML(path string) (map[string]tomlValue, error) {
+// readTOML reads a flat TOML table and renders each value as the strings its flag parses; the [[models]]
+// tables are returned apart.
+func readTOML(path string) (map[string]tomlValue, []ModelSpec, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("config file: %w", err)
+		return nil, nil, fmt.Errorf("config file: %w", err)
 	}
 	var raw map[string]any
 	if err := toml.Unmarshal(b, &raw); err != nil {
-		return nil, fmt.Errorf("config file %s: %w", path, err)
+		return nil, nil, fmt.Errorf("config file %s: %w", path, err)
 	}
 	out := make(map[string]tomlValue, len(raw))
 	var errs []error
+	var tables []ModelSpec
+	if v, ok := raw["models"]; ok {
+		delete(raw, "models")
+		if tables, err = modelTables(path, v); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for k, v := range raw {
 		if arr, ok := v.([]any); ok {
 			vals := make([]string, 0, len(arr))
@@ -303,7 +331,7 @@ func readTOML(path string) (map[string]tomlValue, error) {
 		}
 		out[k] = tomlValue{vals: []string{s}}
 	}
-	return out, errors.Join(errs...)
+	return out, tables, errors.Join(errs...)
 }
 
 func tomlScalar(v any) (string, error) {
@@ -371,6 +399,9 @@ func (c Config) Keys() (*httpapi.Keys, error) {
 func (c Config) Validate() error {
 	var errs []error
 	if err := c.ModelConfig().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.validateModels(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.BlockSize < 0 {

@@ -18,6 +18,9 @@ var (
 	// ErrBackendLost means part of the backend is gone (a rank of a model split across processes stopped
 	// answering): the server cannot generate until it is restarted. Its text names what was lost.
 	ErrBackendLost = errors.New("backend lost")
+	// ErrModelLoad means the requested model could not be loaded on demand (a missing directory, a corrupt
+	// checkpoint, more memory than the budget holds). Its text names the model and why.
+	ErrModelLoad = errors.New("model load failed")
 )
 
 // RequestError is a problem with one parameter of a request. It matches ErrInvalidRequest with errors.Is, and
@@ -209,7 +212,19 @@ type ModelCard struct {
 	Drafter *DrafterCard
 	// Certified is the lossless certificate found beside the model (nil when none).
 	Certified *Certification
+	// State is ModelLoaded, ModelLoading or ModelNotLoaded on a server that loads models on demand; "" where
+	// the one model is always loaded. A card of a model not loaded states only its ID, Aliases and State.
+	State string
+	// Aliases are other names requests may use for the model.
+	Aliases []string
 }
+
+// Model states a ModelCard states on a server that loads models on demand.
+const (
+	ModelLoaded    = "loaded"
+	ModelLoading   = "loading"
+	ModelNotLoaded = "not loaded"
+)
 
 // Speculation modes a ModelCard states.
 const (

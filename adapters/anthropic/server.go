@@ -241,8 +241,8 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if ms := s.gen.Models(); len(ms) > 0 {
-		st.model = ms[0].ID
+	if ms := s.gen.Models(); st.model == "" && len(ms) > 0 {
+		st.model = ms[0].ID // the default model answers a request that names none
 	}
 	if req.ParseTools {
 		st.tools = &toolcall.Parser{Types: toolcall.ParamTypesOf(req.Gen.Chat.Tools)}

@@ -56,13 +56,17 @@ func (s *Serve) newScheduler(l *loaded) error {
 	if err != nil {
 		return err
 	}
-	total := s.cfg.MemoryBudget
-	if total == 0 {
-		total = defaultMemoryBudget(s.cfg.PrefixCacheBytes)
-	}
-	budget, err := batch.NewBudget(total)
-	if err != nil {
-		return err
+	var budget *batch.Budget
+	if s.shared != nil {
+		budget = s.shared.Budget
+	} else {
+		total := s.cfg.MemoryBudget
+		if total == 0 {
+			total = defaultMemoryBudget(s.cfg.PrefixCacheBytes)
+		}
+		if budget, err = batch.NewBudget(total); err != nil {
+			return err
+		}
 	}
 	l.sched, l.budget, l.footprint = sched, budget, pricingFor(l.Engine, l.info)
 	return nil
@@ -93,7 +97,7 @@ func (s *Serve) admissionBytes(l *loaded, p *prepared) (int64, error) {
 		// The server's default bounds the room; the request is admitted as one without a limit.
 		room, asked = min(room, asked), 0
 	}
-	total := l.budget.Total()
+	total := s.requestRoom(l)
 	adm, err := batch.Admit(batch.Demand{Room: room, MaxTokens: asked, Total: total, Concurrency: max(s.cfg.MaxConcurrency, 1),
 		Cost: func(tokens int) int64 {
 			return l.footprint.requestBytes(len(p.Prompt), tokens, p.Config.BlockSize, s.cfg.PrefillChunk)
@@ -136,6 +140,9 @@ func (s *Serve) admit(ctx context.Context, l *loaded, need int64) (func(), error
 	if err != nil {
 		return nil, err
 	}
+	if s.shared != nil && s.shared.Pressure != nil {
+		s.shared.Pressure(need)
+	}
 	free, err := l.budget.Reserve(ctx, need)
 	if err != nil {
 		release()
@@ -146,3 +153,37 @@ func (s *Serve) admit(ctx context.Context, l *loaded, need int64) (func(), error
 	}
 	return func() { free(); release() }, nil
 }
+
+// SharedMemory is a memory budget several Serves (the models of one server) share: every request's
+// reservation is taken from Budget, and when Resident is set each loaded engine's weights and prefix cache
+// are held in it too (by the caller, who loads and unloads the engines), so a request may reserve at most
+// what its own engine's resident bytes leave.
+type SharedMemory struct {
+	Budget   *batch.Budget
+	Resident bool
+	// Pressure, when set, is called before a request reserves need bytes, so that the caller can free room
+	// (unload idle models) when the budget does not hold them now.
+	Pressure func(need int64)
+}
+
+// ShareMemory makes s take its requests' memory from m instead of a budget of its own. Call it before
+// SetEngine.
+func (s *Serve) ShareMemory(m *SharedMemory) { s.shared = m }
+
+// ResidentBytes is what e holds while loaded besides its requests' reservations: its weights and the
+// prefix cache's budget.
+func (s *Serve) ResidentBytes(e Engine) int64 { return e.WeightBytes + s.cfg.PrefixCacheBytes }
+
+// requestRoom is the most memory l's requests may reserve together: the budget, less l's resident bytes
+// when they are held in a shared budget.
+func (s *Serve) requestRoom(l *loaded) int64 {
+	total := l.budget.Total()
+	if s.shared != nil && s.shared.Resident {
+		total -= s.ResidentBytes(l.Engine)
+	}
+	return max(total, 0)
+}
+
+// MachineMemory is the memory this process may use in bytes (the machine's, or the cgroup's limit where
+// smaller); 0 when unknown.
+func MachineMemory() int64 { return physicalMemory() }
