@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/internal/readme"
 )
 
 func dur(d time.Duration) *time.Duration { return &d }
@@ -161,4 +162,29 @@ func FuzzParseModelSpec(f *testing.F) {
 			_ = c.validateModels()
 		}
 	})
+}
+
+// The TOML files docs/configuration.md shows are valid configurations, and its two-model file names two
+// models, one with its drafter and one without.
+func TestConfigurationPageTOML(t *testing.T) {
+	blocks, err := readme.Blocks(filepath.Join("..", "docs", "configuration.md"))
+	require.NoError(t, err)
+	var files, several int
+	for _, b := range blocks {
+		if b.Lang != "toml" {
+			continue
+		}
+		files++
+		file := filepath.Join(t.TempDir(), "higgs.toml")
+		require.NoError(t, os.WriteFile(file, []byte(b.Text), 0o644))
+		cfg, err := LoadConfig([]string{"--config", file}, env(nil), io.Discard)
+		require.NoError(t, err, "docs/configuration.md:%d", b.Line)
+		if len(cfg.Models) == 2 {
+			several++
+			assert.NotEmpty(t, cfg.Models[0].Draft)
+			assert.Empty(t, cfg.Models[1].Draft)
+		}
+	}
+	assert.Equal(t, 2, files)
+	assert.Equal(t, 1, several, "the page shows a configuration of two models")
 }

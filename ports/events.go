@@ -34,6 +34,8 @@ type HelloEvent struct {
 
 // StartEvent opens a generation.
 type StartEvent struct {
+	// Model is the model generating (on a server of several, the one the request named).
+	Model string `json:"model,omitempty"`
 	// Chat is true for chat requests, false for raw completions.
 	Chat         bool `json:"chat"`
 	PromptTokens int  `json:"prompt_tokens"`

@@ -387,12 +387,15 @@ func (f *Fleet) reserveResident(e *entry, need int64) (func(), error) {
 }
 
 // pressure is the Serves' hook before a request reserves need bytes: idle models are unloaded (least
-// recently used first) until need fits beside what is reserved.
-func (f *Fleet) pressure(need int64) {
+// recently used first) until need fits beside what is reserved. A request asks again at the next change
+// (the returned channel closes): a model busy now may be idle then.
+func (f *Fleet) pressure(need int64) <-chan struct{} {
 	f.mu.Lock()
 	closers := f.evictLocked(nil, need)
+	changed := f.changed
 	f.mu.Unlock()
 	f.closeAll(closers)
+	return changed
 }
 
 // evictLocked unloads idle models other than keep, least recently used first, until need bytes are free in

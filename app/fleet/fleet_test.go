@@ -341,3 +341,30 @@ func TestFleetRejectsDuplicateNames(t *testing.T) {
 	assert.Contains(t, err.Error(), "needs a name for each")
 	assert.Contains(t, err.Error(), "no loader")
 }
+
+func TestFleetRequestMemoryEvictsIdleModels(t *testing.T) {
+	a, b := &fakeModel{name: "a"}, &fakeModel{name: "b"}
+	f, clock := newFleet(t, twoModels, a, b)
+	for _, m := range []string{"a", "b"} {
+		_, err := f.Generate(t.Context(), request(m), nil)
+		require.NoError(t, err)
+		clock.Advance(time.Second)
+	}
+	changed := f.pressure(200 << 20)
+	assert.Equal(t, map[string]string{"a": ports.ModelLoaded, "b": ports.ModelLoaded}, states(f), "what fits evicts nothing")
+	select {
+	case <-changed:
+		t.Fatal("nothing changed yet")
+	default:
+	}
+	_, err := f.Generate(t.Context(), request("b"), nil)
+	require.NoError(t, err)
+	select {
+	case <-changed: // a request that waits for memory asks again once another ends
+	default:
+		t.Fatal("a request's end is a change")
+	}
+	f.pressure(gib)
+	assert.Equal(t, map[string]string{"a": ports.ModelNotLoaded, "b": ports.ModelLoaded}, states(f),
+		"a request's memory unloads the least recently used idle model")
+}

@@ -140,10 +140,7 @@ func (s *Serve) admit(ctx context.Context, l *loaded, need int64) (func(), error
 	if err != nil {
 		return nil, err
 	}
-	if s.shared != nil && s.shared.Pressure != nil {
-		s.shared.Pressure(need)
-	}
-	free, err := l.budget.Reserve(ctx, need)
+	free, err := s.reserve(ctx, l, need)
 	if err != nil {
 		release()
 		return nil, err
@@ -162,8 +159,34 @@ type SharedMemory struct {
 	Budget   *batch.Budget
 	Resident bool
 	// Pressure, when set, is called before a request reserves need bytes, so that the caller can free room
-	// (unload idle models) when the budget does not hold them now.
-	Pressure func(need int64)
+	// (unload idle models) when the budget does not hold them now. It returns a channel closed at the next
+	// change that may free more (a request ended elsewhere, a model unloaded): a request still waiting then
+	// calls Pressure again.
+	Pressure func(need int64) <-chan struct{}
+}
+
+// reserve takes need bytes from l's budget for a request, waiting until ctx ends; with a shared budget it
+// asks for room (SharedMemory.Pressure) before waiting and again at each change while it waits.
+func (s *Serve) reserve(ctx context.Context, l *loaded, need int64) (func(), error) {
+	if s.shared == nil || s.shared.Pressure == nil {
+		return l.budget.Reserve(ctx, need)
+	}
+	for {
+		changed := s.shared.Pressure(need)
+		wait, stop := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-changed:
+				stop()
+			case <-wait.Done():
+			}
+		}()
+		free, err := l.budget.Reserve(wait, need)
+		stop()
+		if err == nil || ctx.Err() != nil {
+			return free, err
+		}
+	}
 }
 
 // ShareMemory makes s take its requests' memory from m instead of a budget of its own. Call it before
