@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/ports"
 )
 
 // ModelSpec is one of several models higgsd serves: `--model NAME=PATH[,draft=PATH][,alias=A]…` or a
@@ -24,11 +25,14 @@ type ModelSpec struct {
 	Kernels string
 	// KeepAlive overrides --keep-alive for this model (nil: --keep-alive's).
 	KeepAlive *time.Duration
+	// Sampling is the model's default sampling: each knob set replaces the API's default (OpenAI's and
+	// Anthropic's temperature 1) of a request that leaves it unset.
+	Sampling ports.SamplingDefaults
 }
 
 // modelKeys are the keys of a --model NAME=PATH,key=value… spec and of a [[models]] table (with name and
 // path); keep_alive is also spelled keep-alive.
-var modelKeys = []string{"draft", "alias", "backend", "kernels", "keep_alive"}
+var modelKeys = []string{"draft", "alias", "backend", "kernels", "keep_alive", "temperature", "top_p", "top_k", "min_p"}
 
 // parseModelSpec parses NAME=PATH[,key=value]…; alias may repeat.
 func parseModelSpec(v string) (ModelSpec, error) {
@@ -70,6 +74,25 @@ func (s *ModelSpec) set(k, v string) error {
 			return err
 		}
 		s.KeepAlive = &d
+	case "temperature", "top_p", "min_p":
+		x, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return fmt.Errorf("%s %q: want a number", k, v)
+		}
+		switch k {
+		case "temperature":
+			s.Sampling.Temperature = &x
+		case "top_p":
+			s.Sampling.TopP = &x
+		default:
+			s.Sampling.MinP = &x
+		}
+	case "top_k":
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("top_k %q: want a whole number", v)
+		}
+		s.Sampling.TopK = &n
 	default:
 		return fmt.Errorf("unknown key %q (want one of %s)", k, strings.Join(modelKeys, ", "))
 	}
@@ -130,7 +153,7 @@ func (m modelFlag) reset() { m.c.Model, m.c.Models = "", nil }
 func modelTables(path string, v any) ([]ModelSpec, error) {
 	arr, ok := v.([]any)
 	if !ok {
-		return nil, fmt.Errorf("config file %s: models: want [[models]] tables (name, path, draft, aliases, backend, kernels, keep_alive)", path)
+		return nil, fmt.Errorf("config file %s: models: want [[models]] tables (name, path, draft, aliases, backend, kernels, keep_alive, temperature, top_p, top_k, min_p)", path)
 	}
 	var out []ModelSpec
 	var errs []error
@@ -237,6 +260,9 @@ func (c Config) validateModels() error {
 			if err := c.modelConfig(s).Validate(); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", at, err))
 			}
+		}
+		if err := s.Sampling.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: default sampling: %w", at, err))
 		}
 	}
 	return errors.Join(errs...)

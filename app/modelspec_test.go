@@ -12,9 +12,14 @@ import (
 
 	"github.com/higgs-go/higgs/app/models"
 	"github.com/higgs-go/higgs/internal/readme"
+	"github.com/higgs-go/higgs/ports"
 )
 
 func dur(d time.Duration) *time.Duration { return &d }
+
+func fl(x float64) *float64 { return &x }
+
+func in(x int) *int { return &x }
 
 func TestConfigModelFlags(t *testing.T) {
 	for _, c := range []struct {
@@ -34,6 +39,9 @@ func TestConfigModelFlags(t *testing.T) {
 				{Name: "coder", Path: "models/gocoder/target", Draft: "models/gocoder/drafter", Aliases: []string{"gocoder", "c"}},
 				{Name: "demo", Path: "models/demo/target", KeepAlive: dur(10 * time.Minute), Kernels: "exact", Backend: "cpu"},
 			}},
+		{"default sampling", []string{"--model", "a=x,temperature=0.6,top_p=0.95,top_k=20,min_p=0"}, "", []ModelSpec{
+			{Name: "a", Path: "x", Sampling: ports.SamplingDefaults{Temperature: fl(0.6), TopP: fl(0.95), TopK: in(20), MinP: fl(0)}},
+		}},
 		{"keep_alive in seconds, 0 and negative", []string{"--model", "a=x,keep_alive=90", "--model", "b=y,keep_alive=0",
 			"--model", "c=z,keep_alive=-1"}, "", []ModelSpec{
 			{Name: "a", Path: "x", KeepAlive: dur(90 * time.Second)},
@@ -56,7 +64,7 @@ func TestConfigModelFlagErrors(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"unknown key", []string{"--model", "a=x,drafter=y"}, []string{`--model "a=x,drafter=y": unknown key "drafter" (want one of draft, alias, backend, kernels, keep_alive)`}},
+		{"unknown key", []string{"--model", "a=x,drafter=y"}, []string{`--model "a=x,drafter=y": unknown key "drafter" (want one of draft, alias, backend, kernels, keep_alive, temperature, top_p, top_k, min_p)`}},
 		{"key without value", []string{"--model", "a=x,alias"}, []string{`"alias": want key=value`}},
 		{"bad keep-alive", []string{"--model", "a=x,keep_alive=soon"}, []string{`keep_alive "soon": want a duration such as 5m or 1h`}},
 		{"no name", []string{"--model", "=x", "--model", "b=y"}, []string{`model 1 (""): no name`}},
@@ -67,6 +75,8 @@ func TestConfigModelFlagErrors(t *testing.T) {
 		{"--draft with named", []string{"--model", "a=x", "--draft", "d"}, []string{"--draft names the drafter of a single model"}},
 		{"--served-model-name with named", []string{"--model", "a=x", "--served-model-name", "n"}, []string{"--served-model-name renames a single model"}},
 		{"a model's bad kernels", []string{"--model", "a=x,kernels=turbo"}, []string{`model 1 ("a"): `, "turbo"}},
+		{"bad sampling number", []string{"--model", "a=x,temperature=hot,top_k=1.5"}, []string{`temperature "hot": want a number`, `top_k "1.5": want a whole number`}},
+		{"sampling out of range", []string{"--model", "a=x,top_p=0,temperature=300"}, []string{`model 1 ("a"): default sampling: top_p 0 must be greater than 0`, "temperature 300 out of range"}},
 		{"--distributed with several", []string{"--model", "a=x", "--model", "b=y", "--distributed", "--backend", "mlx"}, []string{"--distributed splits one model across processes: it cannot serve several"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -96,10 +106,13 @@ name = "demo"
 path = "models/demo/target"
 keep_alive = 600
 kernels = "exact"
+temperature = 0
+top_p = 0.9
 `), 0o644))
 	want := []ModelSpec{
 		{Name: "coder", Path: "models/gocoder/target", Draft: "models/gocoder/drafter", Aliases: []string{"gocoder", "default"}},
-		{Name: "demo", Path: "models/demo/target", KeepAlive: dur(10 * time.Minute), Kernels: "exact"},
+		{Name: "demo", Path: "models/demo/target", KeepAlive: dur(10 * time.Minute), Kernels: "exact",
+			Sampling: ports.SamplingDefaults{Temperature: fl(0), TopP: fl(0.9)}},
 	}
 	cfg, err := LoadConfig([]string{"--config", file}, env(nil), io.Discard)
 	require.NoError(t, err)

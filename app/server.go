@@ -42,7 +42,8 @@ func ProvideFleet(cfg Config, load Loader, log zerolog.Logger) (*fleet.Fleet, er
 	specs := cfg.ModelSpecs()
 	ms := make([]fleet.Model, len(specs))
 	for i, s := range specs {
-		ms[i] = fleet.Model{Name: s.Name, Aliases: s.Aliases, Serve: cfg.ServeConfig(), Load: fleet.LoadFunc(load(s))}
+		ms[i] = fleet.Model{Name: s.Name, Aliases: s.Aliases, Serve: cfg.ServeConfig(), Sampling: s.Sampling,
+			Load: fleet.LoadFunc(load(s))}
 		if len(specs) > 1 {
 			ms[i].KeepAlive = cfg.KeepAliveOf(s)
 		}

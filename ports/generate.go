@@ -61,6 +61,9 @@ type GenerateRequest struct {
 	// MaxTokens bounds the generated tokens; 0 means up to the context length.
 	MaxTokens int
 	Sampling  SamplingParams
+	// SamplingSet says which of Sampling's knobs the client gave; the others hold the wire API's defaults,
+	// which a server may replace with the model's own (SamplingDefaults).
+	SamplingSet SamplingKnobs
 	// Seed makes sampling reproducible: the output is then a function of the model, the prompt, the
 	// parameters and the seed, whatever the block size or the speculation policy does; nil means a fresh seed.
 	Seed *uint64

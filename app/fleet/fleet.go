@@ -31,6 +31,8 @@ type Model struct {
 	KeepAlive time.Duration
 	// Serve tunes the model's own Serve (its batch scheduler, queue, prefix cache).
 	Serve serve.ServeConfig
+	// Sampling is the model's default sampling, in place of the API's for the knobs a request leaves unset.
+	Sampling ports.SamplingDefaults
 	Load  LoadFunc
 }
 
@@ -341,7 +343,11 @@ func (f *Fleet) loadEntry(e *entry, call *loadCall, progress func(done, total in
 	}
 	e.state, e.load, e.resident, e.close, e.lastUsed = loaded, nil, resident, closeFn, f.clock.Now()
 	f.mu.Unlock()
-	f.log.Info().Str("model", e.Name).Dur("took", took).Int64("resident_bytes", e.serve.ResidentBytes(eng)).Msg("model loaded")
+	name := e.Name
+	if name == "" {
+		name = eng.Name // the one model of a server of one, named by its directory
+	}
+	f.log.Info().Str("model", name).Dur("took", took).Int64("resident_bytes", e.serve.ResidentBytes(eng)).Msg("model loaded")
 	f.events.model(ports.ModelEvent{Name: e.Name, State: "loaded", DurationMS: ms(took)})
 	close(call.done)
 }
@@ -548,6 +554,7 @@ func (f *Fleet) Generate(ctx context.Context, req ports.GenerateRequest, emit fu
 	}
 	defer release()
 	req.Model = named(e, req.Model)
+	req.Sampling = e.Sampling.Apply(req.Sampling, req.SamplingSet)
 	return e.serve.Generate(ctx, req, emit)
 }
 

@@ -29,10 +29,12 @@ type fakeModel struct {
 	aliases []string
 	weights int64
 	keep    time.Duration
-	gate    chan struct{} // non-nil: each load waits for it to close
-	fail    error
-	loads   atomic.Int64
-	closes  atomic.Int64
+	// sampling is the model's default sampling.
+	sampling ports.SamplingDefaults
+	gate     chan struct{} // non-nil: each load waits for it to close
+	fail     error
+	loads    atomic.Int64
+	closes   atomic.Int64
 }
 
 func (m *fakeModel) load(ctx context.Context, _ func(done, total int64)) (serve.Engine, func() error, error) {
@@ -67,7 +69,7 @@ func newFleet(t *testing.T, budget int64, ms ...*fakeModel) (*Fleet, *portfake.C
 		if m.weights == 0 {
 			m.weights = gib
 		}
-		models[i] = Model{Name: m.name, Aliases: m.aliases, KeepAlive: m.keep, Serve: testServeConfig(), Load: m.load}
+		models[i] = Model{Name: m.name, Aliases: m.aliases, KeepAlive: m.keep, Serve: testServeConfig(), Sampling: m.sampling, Load: m.load}
 	}
 	f, err := New(models, Options{MemoryBudget: budget, Clock: clock}, zerolog.Nop())
 	require.NoError(t, err)
@@ -367,4 +369,32 @@ func TestFleetRequestMemoryEvictsIdleModels(t *testing.T) {
 	f.pressure(gib)
 	assert.Equal(t, map[string]string{"a": ports.ModelNotLoaded, "b": ports.ModelLoaded}, states(f),
 		"a request's memory unloads the least recently used idle model")
+}
+
+func TestFleetAppliesAModelsDefaultSampling(t *testing.T) {
+	zero := 0.0
+	greedy := &fakeModel{name: "greedy", sampling: ports.SamplingDefaults{Temperature: &zero}}
+	f, _ := newFleet(t, 8*gib, greedy, &fakeModel{name: "other"})
+	run := func(model string, sampling ports.SamplingParams, set ports.SamplingKnobs) string {
+		req := ports.GenerateRequest{Model: model, Prompt: "abc", MaxTokens: 24, Sampling: sampling, SamplingSet: set}
+		res, err := f.Generate(t.Context(), req, nil)
+		require.NoError(t, err)
+		return res.Content
+	}
+	want := run("other", ports.SamplingParams{}, ports.SamplingKnobs{Temperature: true}) // greedy, asked for
+	api := ports.SamplingParams{Temperature: 1, TopP: 1}                                 // the API's default, not asked for
+	for range 3 {
+		assert.Equal(t, want, run("greedy", api, ports.SamplingKnobs{}), "the model's temperature 0 replaces the API's 1")
+	}
+	seed := uint64(1)
+	var differs bool
+	for i := range 8 {
+		seed = uint64(i)
+		req := ports.GenerateRequest{Model: "greedy", Prompt: "abc", MaxTokens: 24, Sampling: api,
+			SamplingSet: ports.SamplingKnobs{Temperature: true}, Seed: &seed}
+		res, err := f.Generate(t.Context(), req, nil)
+		require.NoError(t, err)
+		differs = differs || res.Content != want
+	}
+	assert.True(t, differs, "a temperature the client gave is kept: seeded sampling at 1 leaves the greedy path")
 }
