@@ -33,7 +33,7 @@ type Model struct {
 	Serve serve.ServeConfig
 	// Sampling is the model's default sampling, in place of the API's for the knobs a request leaves unset.
 	Sampling ports.SamplingDefaults
-	Load  LoadFunc
+	Load     LoadFunc
 }
 
 // Options tune a Fleet.
