@@ -3,6 +3,7 @@ package app
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -70,6 +71,9 @@ func (l *fakeLoader) loader(spec ModelSpec) LoadFunc {
 		l.mu.Lock()
 		l.loads[spec.Name]++
 		l.mu.Unlock()
+		if spec.Name == "broken" {
+			return serve.Engine{}, nil, errors.New("no config.json in " + spec.Path)
+		}
 		p := fakeengine.New(4096, 0, true)
 		return serve.Engine{Target: p.Target, Drafter: p.Drafter, Tokenizer: p.Tokenizer, Template: p.Template,
 			EOS: p.EOS, Name: "toy", Created: 1700000000, WeightBytes: 1 << 20}, func() error { return nil }, nil
@@ -120,14 +124,15 @@ func (l modelList) states() map[string]string {
 }
 
 func TestFleetOverHTTPRoutesAndRefusesUnknownModels(t *testing.T) {
-	cfg, err := LoadConfig([]string{"--model", "coder=/models/coder,alias=gocoder", "--model", "demo=/models/demo"}, env(nil), io.Discard)
+	cfg, err := LoadConfig([]string{"--model", "coder=/models/coder,alias=gocoder", "--model", "demo=/models/demo",
+		"--model", "broken=/models/broken"}, env(nil), io.Discard)
 	require.NoError(t, err)
 	fl := &fakeLoader{loads: map[string]int{}}
 	url, logs := fleetRun(t, cfg, fl.loader)
 
 	var list modelList
 	getJSON(t, url+"/v1/models", &list)
-	assert.Equal(t, map[string]string{"coder": "not loaded", "demo": "not loaded"}, list.states())
+	assert.Equal(t, map[string]string{"coder": "not loaded", "demo": "not loaded", "broken": "not loaded"}, list.states())
 	assert.Equal(t, []string{"gocoder"}, list.Data[0].Aliases)
 
 	status, body := post(t, url+"/v1/chat/completions", `{"model":"demo","messages":[{"role":"user","content":"hi"}],"max_tokens":3}`)
@@ -142,13 +147,31 @@ func TestFleetOverHTTPRoutesAndRefusesUnknownModels(t *testing.T) {
 	assert.Equal(t, map[string]int{"coder": 1, "demo": 1}, fl.loads)
 
 	getJSON(t, url+"/v1/models", &list)
-	assert.Equal(t, map[string]string{"coder": "loaded", "demo": "loaded"}, list.states())
+	assert.Equal(t, map[string]string{"coder": "loaded", "demo": "loaded", "broken": "not loaded"}, list.states())
 	assert.NotNil(t, list.Data[0].Speculation, "a loaded model's card keeps today's fields")
+	var one struct {
+		ID    string `json:"id"`
+		State string `json:"state"`
+	}
+	getJSON(t, url+"/v1/models/gocoder", &one)
+	assert.Equal(t, "coder", one.ID, "an alias finds its model")
 
-	const choices = `the model \"gpt-4o\" does not exist; this server serves \"coder\" (aliases \"gocoder\"), \"demo\"`
+	// A model that cannot load is a 503 naming it and why, on both APIs; the server goes on.
+	status, body = post(t, url+"/v1/chat/completions", `{"model":"broken","messages":[{"role":"user","content":"hi"}]}`)
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	b, _ := json.Marshal(body)
+	assert.Contains(t, string(b), `model load failed: model \"broken\": no config.json in /models/broken`)
+	assert.Contains(t, string(b), `"code":"model_load_failed"`)
+	status, body = post(t, url+"/v1/messages", `{"model":"broken","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`)
+	assert.Equal(t, http.StatusServiceUnavailable, status)
+	b, _ = json.Marshal(body)
+	assert.Contains(t, string(b), `no config.json in /models/broken`)
+	assert.Equal(t, 2, fl.loads["broken"], "each request tries again")
+
+	const choices = `the model \"gpt-4o\" does not exist; this server serves \"coder\" (aliases \"gocoder\"), \"demo\", \"broken\"`
 	status, body = post(t, url+"/v1/chat/completions", `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`)
 	assert.Equal(t, http.StatusNotFound, status)
-	b, _ := json.Marshal(body)
+	b, _ = json.Marshal(body)
 	assert.Contains(t, string(b), choices)
 	assert.Contains(t, string(b), `"code":"model_not_found"`)
 	status, body = post(t, url+"/v1/messages", `{"model":"gpt-4o","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}`)
