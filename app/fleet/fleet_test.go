@@ -11,6 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/higgs-go/higgs/app/internal/fakeengine"
 	"github.com/higgs-go/higgs/app/serve"
@@ -397,4 +398,32 @@ func TestFleetAppliesAModelsDefaultSampling(t *testing.T) {
 		differs = differs || res.Content != want
 	}
 	assert.True(t, differs, "a temperature the client gave is kept: seeded sampling at 1 leaves the greedy path")
+}
+
+func TestFleetCloseUnloadsEveryModel(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	a, b, c := &fakeModel{name: "a"}, &fakeModel{name: "b"}, &fakeModel{name: "c", gate: make(chan struct{})}
+	models := make([]Model, 0, 3)
+	for _, m := range []*fakeModel{a, b, c} {
+		m.weights = gib
+		models = append(models, Model{Name: m.name, Serve: testServeConfig(), Load: m.load})
+	}
+	f, err := New(models, Options{MemoryBudget: 8 * gib, Clock: portfake.NewClock(0)}, zerolog.Nop())
+	require.NoError(t, err)
+	events, cancel := f.Events().Subscribe(ports.EventScope{All: true})
+	for _, m := range []string{"a", "b"} {
+		_, err := f.Generate(t.Context(), request(m), nil)
+		require.NoError(t, err)
+	}
+	waiting := make(chan error, 1)
+	go func() { _, err := f.Generate(context.Background(), request("c"), nil); waiting <- err }()
+	require.Eventually(t, func() bool { return c.loads.Load() == 1 }, 5*time.Second, time.Millisecond)
+	require.NoError(t, f.Close(), "a load under way is stopped and waited for")
+	assert.ErrorIs(t, <-waiting, context.Canceled)
+	assert.Equal(t, int64(1), a.closes.Load())
+	assert.Equal(t, int64(1), b.closes.Load())
+	assert.Equal(t, map[string]string{"a": ports.ModelNotLoaded, "b": ports.ModelNotLoaded, "c": ports.ModelNotLoaded}, states(f))
+	cancel()
+	for range events { // the subscription ends with its channel closed
+	}
 }
