@@ -15,7 +15,7 @@ run:
 	$(GO) run ./cmd/higgsd
 
 # The whole suite: vet, every test (the hostile-client suite last, to show its counts), the race detector on the domain and ports, a stale-wire check, and the
-# official Anthropic SDK against a real higgsd.
+# official Anthropic and OpenAI SDKs against a real higgsd.
 test: lint wire-check
 	$(GO) test -count=1 -timeout 30m $$($(GO) list $(PKGS) | grep -v /app/hostile$$)
 	$(MAKE) --no-print-directory hostile
@@ -27,17 +27,23 @@ test: lint wire-check
 hostile:
 	cd app/hostile && $(GO) test -count=1 -timeout 5m
 
-# The official Anthropic TypeScript SDK (pinned in tests/anthropic-sdk/package-lock.json) drives a real higgsd
-# serving the bundled demo. It needs node and `npm ci --prefix tests/anthropic-sdk`, which .ci/run does (and
-# there, with HIGGS_SDK_TESTS=required, their absence fails the run); elsewhere it is skipped with a message.
+# The official Anthropic and OpenAI TypeScript SDKs (pinned in tests/*-sdk/package-lock.json) drive a real higgsd
+# serving the bundled demo. They need node and `npm ci --prefix tests/anthropic-sdk` and `--prefix tests/openai-sdk`,
+# which .ci/run does (and there, with HIGGS_SDK_TESTS=required, their absence fails the run); elsewhere each is
+# skipped with a message.
+SDK_TESTS := anthropic-sdk:messages.test.mjs:@anthropic-ai/sdk openai-sdk:openai.test.mjs:openai
+
 sdk-test:
-	@if ! command -v node >/dev/null 2>&1 || [ ! -d tests/anthropic-sdk/node_modules/@anthropic-ai/sdk ]; then \
-	  if [ "$$HIGGS_SDK_TESTS" = required ]; then \
-	    echo "sdk-test: node and tests/anthropic-sdk/node_modules are required: npm ci --prefix tests/anthropic-sdk"; exit 1; fi; \
-	  echo "sdk-test: SKIPPED: the Anthropic SDK test needs node and 'npm ci --prefix tests/anthropic-sdk' (.ci/run does both)"; \
-	  exit 0; fi; \
-	$(GO) build -o bin/higgsd ./cmd/higgsd && \
-	  cd tests/anthropic-sdk && HIGGSD=bin/higgsd node --test --test-concurrency=1 messages.test.mjs
+	@$(GO) build -o bin/higgsd ./cmd/higgsd
+	@for t in $(SDK_TESTS); do \
+	  dir=$${t%%:*}; rest=$${t#*:}; file=$${rest%%:*}; pkg=$${rest#*:}; \
+	  if ! command -v node >/dev/null 2>&1 || [ ! -d tests/$$dir/node_modules/$$pkg ]; then \
+	    if [ "$$HIGGS_SDK_TESTS" = required ]; then \
+	      echo "sdk-test: node and tests/$$dir/node_modules are required: npm ci --prefix tests/$$dir"; exit 1; fi; \
+	    echo "sdk-test: SKIPPED: tests/$$dir needs node and 'npm ci --prefix tests/$$dir' (.ci/run does both)"; \
+	    continue; fi; \
+	  (cd tests/$$dir && HIGGSD=bin/higgsd node --test --test-concurrency=1 $$file) || exit 1; \
+	done
 
 lint:
 	@out="$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))"; \

@@ -35,6 +35,8 @@ type Config struct {
 	KeepAlive time.Duration
 	Draft     string
 	NoDraft   bool
+	// Pull lets higgsd download a hub model missing from the cache before loading it (models.ModelConfig.Pull).
+	Pull      bool
 	BlockSize int
 	Adaptive  bool
 	Backend   string
@@ -75,8 +77,10 @@ type Config struct {
 	// turns' tool calls), where special-token text (<|im_end|>) sent by a client becomes the control token.
 	SpecialTokensInContent bool
 	ConfigFile             string
-	// Distributed splits the model across processes with MLX distributed (app/distributed.go).
+	// Distributed splits the model across processes with MLX distributed (app/distributed.go); RankTimeout
+	// is how soon a lost rank is noticed (the heartbeats' bound).
 	Distributed bool
+	RankTimeout time.Duration
 	// DefaultMaxTokens is the output limit of a request without max_tokens (ServeConfig.DefaultMaxTokens:
 	// 0 the model's generation config, else serve.FallbackMaxTokens; -1 none).
 	DefaultMaxTokens int
@@ -113,6 +117,7 @@ func DefaultConfig() Config {
 		LogLevel:         "info",
 		LogFormat:        "console",
 		KeepAlive:        DefaultKeepAlive,
+		RankTimeout:      models.DefaultRankTimeout,
 	}
 }
 
@@ -124,7 +129,8 @@ const DefaultKeepAlive = 5 * time.Minute
 func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.Var(modelFlag{c}, "model", "target model directory or Hugging Face id in the local hub cache (default: the bundled gocoder model models/gocoder/target); or NAME=PATH[,draft=PATH][,alias=A]…[,backend=B][,kernels=K][,keep_alive=D], repeated, for several models loaded on demand")
 	fs.DurationVar(&c.KeepAlive, "keep-alive", c.KeepAlive, "with several models: how long an idle model stays loaded (0 or negative: until another model needs its memory)")
-	fs.StringVar(&c.Draft, "draft", c.Draft, "DFlash drafter directory or hub id (default with the bundled model: models/gocoder/drafter; \"none\": no drafter)")
+	fs.StringVar(&c.Draft, "draft", c.Draft, "DFlash drafter directory or hub id (default with the bundled model: models/gocoder/drafter; \"none\": no drafter; \"auto\": the target's published drafter, from the table of known pairs)")
+	fs.BoolVar(&c.Pull, "pull", c.Pull, "download a hub model (--model, --draft, or the drafter --draft auto picks) that is not in the Hugging Face cache before loading it (default: never download; see `higgsd pull`)")
 	fs.BoolVar(&c.NoDraft, "no-draft", c.NoDraft, "turn speculative decoding off (load no drafter)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "speculative block size, anchor included (0: the drafter's; 1: no speculation)")
 	fs.BoolVar(&c.Adaptive, "adaptive", c.Adaptive, "let the adaptive depth policy choose each round's block size")
@@ -159,6 +165,7 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.IntVar(&c.ContextLength, "context-length", c.ContextLength, "cap the model's context length, prompt and output together, at this many tokens (0: the model's own; more than the model's is refused)")
 	fs.BoolVar(&c.Version, "version", c.Version, "print higgsd's version (module version, VCS revision, Go version) and exit")
 	fs.BoolVar(&c.Distributed, "distributed", c.Distributed, "split the model's layers across processes with MLX distributed (MLX_RANK, MLX_HOSTFILE as mlx.launch sets them; rank 0 serves HTTP, the others are workers); needs the mlx backend")
+	fs.DurationVar(&c.RankTimeout, "rank-timeout", c.RankTimeout, "with --distributed, how soon a lost rank is noticed: ranks exchange heartbeats beside the model's rounds, and one silent this long (a dead process: at once) fails the running requests and /health with 503 naming it; every rank should be given the same value")
 }
 
 // keyList is the repeatable --api-key: each Set adds a key. A source of lower precedence (the file, then the
@@ -464,6 +471,9 @@ func (c Config) Validate() error {
 	if c.DefaultMaxTokens < -1 {
 		errs = append(errs, fmt.Errorf("--default-max-tokens %d must be ≥ -1 (0: the model's, -1: none)", c.DefaultMaxTokens))
 	}
+	if c.RankTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("--rank-timeout %v must be > 0", c.RankTimeout))
+	}
 	if c.ContextLength < 0 {
 		errs = append(errs, fmt.Errorf("--context-length %d must be ≥ 0 (0: the model's)", c.ContextLength))
 	}
@@ -484,7 +494,8 @@ func (c Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.P
 
 // ModelConfig is the model-loading part of c.
 func (c Config) ModelConfig() models.ModelConfig {
-	return models.ModelConfig{Model: c.Model, Draft: c.Draft, NoDraft: c.NoDraft, Backend: c.Backend, Threads: c.Threads, Kernels: c.Kernels, Distributed: c.Distributed}
+	return models.ModelConfig{Model: c.Model, Draft: c.Draft, NoDraft: c.NoDraft, Pull: c.Pull, Backend: c.Backend, Threads: c.Threads, Kernels: c.Kernels, Distributed: c.Distributed,
+		RankTimeout: c.RankTimeout}
 }
 
 // ServeConfig is the use-case part of c.
@@ -497,7 +508,7 @@ func (c Config) ServeConfig() serve.ServeConfig {
 		MaxConcurrency: c.MaxConcurrency, BatchWait: c.BatchWait, PrefillChunk: c.PrefillChunk, MemoryBudget: c.MemoryBudget,
 		QueueSize: c.QueueSize, SpecialTokensInContent: c.SpecialTokensInContent,
 		PrefixCacheBytes: c.PrefixCacheBytes, PrefixCacheEvery: c.PrefixCacheEvery, PrefixCacheShared: c.PrefixCacheShared,
-		DefaultMaxTokens: c.DefaultMaxTokens, ContextLength: c.ContextLength}
+		DefaultMaxTokens: c.DefaultMaxTokens, ContextLength: c.ContextLength, Version: Version("higgsd")}
 }
 
 // BrowserPolicy is what a web page may make a browser do with the server (httpapi.Browser). Host names

@@ -133,3 +133,26 @@ func TestConfigPrefixCache(t *testing.T) {
 	_, err = serve.NewServe(serve.ServeConfig{MaxConcurrency: 1, PrefixCacheBytes: -1}, zerolog.Nop())
 	assert.ErrorContains(t, err, "prefix cache budget -1")
 }
+
+// --rank-timeout (default 10s) reaches the model config from a flag, the environment or the TOML file, and
+// must be positive.
+func TestConfigRankTimeout(t *testing.T) {
+	def, err := LoadConfig(nil, env(nil), io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 10*time.Second, def.ModelConfig().RankTimeout, "ten seconds by default")
+	cfg, err := LoadConfig([]string{"--rank-timeout", "3s"}, env(nil), io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 3*time.Second, cfg.ModelConfig().RankTimeout)
+	cfg, err = LoadConfig(nil, env(map[string]string{"HIGGS_RANK_TIMEOUT": "4s"}), io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 4*time.Second, cfg.ModelConfig().RankTimeout)
+	file := filepath.Join(t.TempDir(), "higgs.toml")
+	require.NoError(t, os.WriteFile(file, []byte("rank_timeout = \"5s\"\n"), 0o644))
+	cfg, err = LoadConfig([]string{"--config", file}, env(nil), io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, 5*time.Second, cfg.ModelConfig().RankTimeout)
+	for _, bad := range []string{"0s", "-1s"} {
+		_, err = LoadConfig([]string{"--rank-timeout", bad}, env(nil), io.Discard)
+		assert.ErrorContains(t, err, "--rank-timeout "+strings.TrimSuffix(bad, "s"), bad)
+	}
+}

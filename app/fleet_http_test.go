@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/higgs-go/higgs/app/fleet"
 	"github.com/higgs-go/higgs/app/internal/fakeengine"
 	"github.com/higgs-go/higgs/app/serve"
 )
@@ -32,7 +33,7 @@ func fleetRun(t *testing.T, cfg Config, load Loader) (string, *strings.Builder) 
 	host := ProvideHTTP(cfg, f, log)
 	keys, err := ProvideKeys(cfg)
 	require.NoError(t, err)
-	api := ProvideAPI(cfg, f, ProvideEvents(f), host, keys, log)
+	api := ProvideAPI(cfg, f, ProvideEvents(f), f, host, keys, log)
 	srv := NewServer(cfg, f, host, api, ProvideResponses(api), ProvideMessages(cfg, f, host, keys, log), log)
 	addr := make(chan net.Addr, 1)
 	srv.OnListen = func(a net.Addr) { addr <- a }
@@ -149,6 +150,17 @@ func TestFleetOverHTTPRoutesAndRefusesUnknownModels(t *testing.T) {
 	getJSON(t, url+"/v1/models", &list)
 	assert.Equal(t, map[string]string{"coder": "loaded", "demo": "loaded", "broken": "not loaded"}, list.states())
 	assert.NotNil(t, list.Data[0].Speculation, "a loaded model's card keeps today's fields")
+	var sys struct {
+		Memory struct {
+			Budget int64 `json:"budget_bytes"`
+		} `json:"memory"`
+		Models []struct {
+			ID string `json:"id"`
+		} `json:"models"`
+	}
+	getJSON(t, url+"/v1/system", &sys)
+	assert.Len(t, sys.Models, 2, "/v1/system lists the loaded models")
+	assert.Equal(t, fleet.DefaultBudget(), sys.Memory.Budget, "the one shared budget")
 	var one struct {
 		ID    string `json:"id"`
 		State string `json:"state"`

@@ -286,14 +286,19 @@ func (c Config) KeepAliveOf(s ModelSpec) time.Duration {
 }
 
 // modelConfig is the model-loading part of c for one model.
-func (c Config) modelConfig(s ModelSpec) models.ModelConfig {
-	mc := c.ModelConfig()
-	mc.Model, mc.Draft = s.Path, s.Draft // a named Path without Draft has no drafter
+func (c Config) modelConfig(s ModelSpec) models.ModelConfig { return c.One(s).ModelConfig() }
+
+// One is c as the configuration of spec's model alone (today's form: Model, Draft, Backend, Kernels),
+// for what looks at one model at a time (loading, higgsd doctor).
+func (c Config) One(s ModelSpec) Config {
+	one := c
+	one.Models = nil
+	one.Model, one.Draft = s.Path, s.Draft // a named Path without Draft has no drafter
 	if s.Backend != "" {
-		mc.Backend = s.Backend
+		one.Backend = s.Backend
 	}
 	if s.Kernels != "" {
-		mc.Kernels = s.Kernels
+		one.Kernels = s.Kernels
 	}
-	return mc
+	return one
 }

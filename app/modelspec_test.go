@@ -121,7 +121,8 @@ top_p = 0.9
 	assert.Equal(t, 2*time.Minute, cfg.KeepAliveOf(cfg.Models[0]), "--keep-alive unless the model names its own")
 	assert.Equal(t, 10*time.Minute, cfg.KeepAliveOf(cfg.Models[1]))
 	mc := cfg.modelConfig(cfg.Models[1])
-	assert.Equal(t, models.ModelConfig{Model: "models/demo/target", Backend: models.BackendCPU, Kernels: "exact"}, mc)
+	assert.Equal(t, models.ModelConfig{Model: "models/demo/target", Backend: models.BackendCPU, Kernels: "exact",
+		RankTimeout: models.DefaultRankTimeout}, mc)
 
 	// The command line's --model replaces the file's models; so does the environment's.
 	cfg, err = LoadConfig([]string{"--config", file, "--model", "only=models/demo/target"}, env(nil), io.Discard)

@@ -25,7 +25,8 @@ import (
 )
 
 // ServeSet is the wire provider set of higgsd.
-var ServeSet = wire.NewSet(ProvideFleet, wire.Bind(new(ports.Generator), new(*fleet.Fleet)), ProvideEvents, ProvideHTTP,
+var ServeSet = wire.NewSet(ProvideFleet, wire.Bind(new(ports.Generator), new(*fleet.Fleet)),
+	wire.Bind(new(ports.SystemReporter), new(*fleet.Fleet)), ProvideEvents, ProvideHTTP,
 	ProvideKeys, ProvideAPI, ProvideResponses, ProvideMessages,
 	ProvideLoader, NewServer)
 
@@ -63,10 +64,11 @@ func ProvideHTTP(cfg Config, gen ports.Generator, log zerolog.Logger) *httpapi.S
 // ProvideKeys builds the keys both APIs accept, one tenant each, and the operator's.
 func ProvideKeys(cfg Config) (*httpapi.Keys, error) { return cfg.Keys() }
 
-// ProvideAPI builds the OpenAI-compatible HTTP adapter over gen on host, with the page's event stream.
-func ProvideAPI(cfg Config, gen ports.Generator, events ports.EventSource, host *httpapi.Server, keys *httpapi.Keys, log zerolog.Logger) *openai.Server {
+// ProvideAPI builds the OpenAI-compatible HTTP adapter over gen on host, with the page's event stream and
+// the system report.
+func ProvideAPI(cfg Config, gen ports.Generator, events ports.EventSource, system ports.SystemReporter, host *httpapi.Server, keys *httpapi.Keys, log zerolog.Logger) *openai.Server {
 	return openai.New(gen, openai.Options{Host: host, Keys: keys, MaxBodyBytes: cfg.MaxBodyBytes,
-		BodyTimeout: cfg.BodyTimeout, RequestTimeout: cfg.RequestTimeout, Log: log, Events: events})
+		BodyTimeout: cfg.BodyTimeout, RequestTimeout: cfg.RequestTimeout, Log: log, Events: events, System: system})
 }
 
 // ProvideResponses builds the OpenAI Responses API (POST /v1/responses) beside api, on api's host.

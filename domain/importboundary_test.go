@@ -8,7 +8,7 @@
 // neither the sessions nor each other's callers, and the graph no model; the two HTTP APIs
 // are siblings too (adapters/openai and adapters/anthropic import nothing from each other, tests included),
 // and the plumbing they share (adapters/httpapi) knows neither; the test-support checkpoint writers
-// (internal/testmodel) are imported by _test.go files only; the CPU kernels' sub-packages (vector ops, worker
+// (internal/testmodel) and the local hub (adapters/hub/hubtest) are imported by _test.go files only; the CPU kernels' sub-packages (vector ops, worker
 // pool, machine limits) are leaves below adapters/cpu/kernel, importing none of it; in app, the generation
 // pipeline (app/generation) sits on the domain and its adapters alone, and serving (app/serve) and the harness
 // (app/verify) each run it without importing each other or the wiring above them.
@@ -122,7 +122,9 @@ var rules = []rule{
 			(test && (p == module+"/app/internal/fakeengine" || testOnly(p)))
 	}},
 	{tree: "app/verify", allowed: func(p string, _ bool) bool { return !appUseCase(p) || within(p, module+"/app/verify") }},
-	{tree: ".", allowed: func(p string, test bool) bool { return test || !within(p, module+"/internal/testmodel") }},
+	{tree: ".", allowed: func(p string, test bool) bool {
+		return test || !within(p, module+"/internal/testmodel") && !within(p, module+"/adapters/hub/hubtest")
+	}},
 }
 
 // appUseCase reports whether p is app's wiring or one of its use cases (serving, the harness), or cmd: what
@@ -231,6 +233,8 @@ func TestImportBoundaryDetectsViolations(t *testing.T) {
 		"app/fixture.go":                        `package app; import "github.com/higgs-go/higgs/internal/testmodel"`,
 		"app/fixture_test.go":                   `package app; import "github.com/higgs-go/higgs/internal/testmodel"`,
 		"adapters/cpu/x_test.go":                `package cpu; import "github.com/higgs-go/higgs/internal/testmodel"`,
+		"app/models/hub.go":                     `package models; import "github.com/higgs-go/higgs/adapters/hub/hubtest"`,
+		"app/models/hub_test.go":                `package models; import "github.com/higgs-go/higgs/adapters/hub/hubtest"`,
 		"adapters/mlx/pipeline/ok.go":           `package pipeline; import ("github.com/higgs-go/higgs/adapters/mlx"; "github.com/higgs-go/higgs/adapters/mlx/internal/ring")`,
 		"adapters/mlx/pipeline/bad.go":          `package pipeline; import "github.com/higgs-go/higgs/adapters/safetensors"`,
 		"adapters/mlx/internal/ring/bad.go":     `package ring; import "github.com/higgs-go/higgs/adapters/mlx"`,
@@ -287,6 +291,7 @@ func TestImportBoundaryDetectsViolations(t *testing.T) {
 		"adapters/model/bad.go imports github.com/higgs-go/higgs/adapters/cpu",
 		"adapters/cpu/app.go imports github.com/higgs-go/higgs/app",
 		"app/fixture.go imports github.com/higgs-go/higgs/internal/testmodel",
+		"app/models/hub.go imports github.com/higgs-go/higgs/adapters/hub/hubtest",
 		"adapters/mlx/pipeline/bad.go imports github.com/higgs-go/higgs/adapters/safetensors",
 		"adapters/mlx/internal/ring/bad.go imports github.com/higgs-go/higgs/adapters/mlx",
 		"adapters/mlx/internal/ops/bad.go imports github.com/higgs-go/higgs/adapters/mlx",

@@ -78,7 +78,17 @@ type GenerateRequest struct {
 	// TopLogprobs (0..MaxTopLogprobs, only with Logprobs) for that many alternatives at each position.
 	Logprobs    bool
 	TopLogprobs int
+	// CacheBreakpoints are the client's prompt-cache breakpoints (Anthropic's cache_control): indices into
+	// Messages, each meaning "the prompt up to the end of this message's turn". The prefix cache makes an
+	// entry at each, so that a later request of the same tenant sharing that much of the prompt restores it.
+	// At most MaxCacheBreakpoints; only with Messages.
+	CacheBreakpoints []int
+	// NoCache keeps the request out of the prefix cache: nothing is restored from it or written to it.
+	NoCache bool
 }
+
+// MaxCacheBreakpoints is the most cache breakpoints a request may mark (Anthropic's limit).
+const MaxCacheBreakpoints = 4
 
 // ConstraintKind says what a Constraint restricts the output to.
 type ConstraintKind int
@@ -180,6 +190,9 @@ type GenerateResult struct {
 	// CachedTokens is how many of the prompt tokens were restored from the prefix cache instead of
 	// prefilled (OpenAI's usage.prompt_tokens_details.cached_tokens).
 	CachedTokens int
+	// CacheWriteTokens is how many prompt tokens were written to the prefix cache up to the request's last
+	// cache breakpoint, beyond those restored (Anthropic's cache_creation_input_tokens); 0 without breakpoints.
+	CacheWriteTokens int
 	// FinishReason is "stop" (stop token or string) or "length" (max tokens or context).
 	FinishReason string
 	// StopSequence is the stop string that ended the output; "" when it ended otherwise.

@@ -17,14 +17,14 @@ var (
 	createFields = []string{
 		// Honoured.
 		"model", "max_tokens", "messages", "system", "stop_sequences", "stream", "temperature", "top_p", "top_k",
-		"tools", "tool_choice", "thinking", "output_config", "output_format",
+		"tools", "tool_choice", "thinking", "output_config", "output_format", "cache_control",
 		// Accepted and ignored: they bill, route, label or tune latency, and the answer is the same without them.
-		"metadata", "service_tier", "speed", "cache_control", "inference_geo", "diagnostics", "billing_policy",
+		"metadata", "service_tier", "speed", "inference_geo", "diagnostics", "billing_policy",
 		"fallback_credit_token", "fallbacks",
 		// Refused unless null (or empty): server-held state and server features higgs does not have.
 		"thread", "container", "mcp_servers", "context_management", "compaction",
 		// higgs extensions, as on the OpenAI side.
-		"block_size", "seed",
+		"block_size", "seed", "cache_prompt",
 	}
 	countFields = []string{"model", "messages", "system", "tools", "tool_choice", "thinking", "output_config",
 		"output_format", "speed", "cache_control", "billing_policy", "compaction", "mcp_servers", "context_management"}

@@ -57,9 +57,13 @@ type body struct {
 	MCPServers        json.RawMessage `json:"mcp_servers"`
 	ContextManagement json.RawMessage `json:"context_management"`
 	Compaction        json.RawMessage `json:"compaction"`
-	// higgs extensions, as on the OpenAI side.
-	BlockSize *int    `json:"block_size"`
-	Seed      *uint64 `json:"seed"`
+	// CacheControl at the top level is automatic caching: a breakpoint at the end of the conversation.
+	CacheControl json.RawMessage `json:"cache_control"`
+	// higgs extensions, as on the OpenAI side: the block size, the seed, and cache_prompt false to keep the
+	// request out of the prefix cache (llama.cpp's name).
+	BlockSize   *int    `json:"block_size"`
+	Seed        *uint64 `json:"seed"`
+	CachePrompt *bool   `json:"cache_prompt"`
 }
 
 // ParseMessages decodes and checks a POST /v1/messages body.
@@ -98,14 +102,22 @@ func parse(raw []byte, fields []string, create bool) (Request, error) {
 	if isNull(b.Messages) {
 		return r, invalid("messages", "field required")
 	}
-	msgs, err := parseConversation(b.Messages)
+	msgs, ends, err := parseConversation(b.Messages)
 	if err != nil {
 		return r, err
 	}
 	if sys != nil {
 		msgs = append([]ports.ChatMessage{*sys}, msgs...)
+		for k := range ends {
+			ends[k]++
+		}
 	}
 	r.Gen.Messages = msgs
+	if create {
+		if r.Gen.CacheBreakpoints, err = b.cacheBreakpoints(ends); err != nil {
+			return r, err
+		}
+	}
 	var forced *ports.Constraint
 	if r.Gen.Chat.Tools, r.ParseTools, r.Parallel, forced, err = parseTools(b.Tools, b.ToolChoice); err != nil {
 		return r, err
@@ -181,6 +193,7 @@ func (b *body) generation(r *Request) error {
 		r.Gen.BlockSize = *b.BlockSize
 	}
 	r.Gen.Seed = b.Seed
+	r.Gen.NoCache = b.CachePrompt != nil && !*b.CachePrompt
 	return nil
 }
 
@@ -339,61 +352,63 @@ type wireMessage struct {
 // enforces Anthropic's tool rules: a tool_result answers a tool_use of the assistant message right before
 // it, every tool_use is answered in the next user message, and a user message puts its tool_result blocks
 // before any text.
-func parseConversation(raw json.RawMessage) ([]ports.ChatMessage, error) {
+//
+// ends[k] is the index in the result of the last chat message wire message k became.
+func parseConversation(raw json.RawMessage) (out []ports.ChatMessage, ends []int, err error) {
 	var items []json.RawMessage
 	if json.Unmarshal(raw, &items) != nil {
-		return nil, invalid("messages", "must be an array of message objects")
+		return nil, nil, invalid("messages", "must be an array of message objects")
 	}
 	if len(items) == 0 {
-		return nil, invalid("messages", "at least one message is required")
+		return nil, nil, invalid("messages", "at least one message is required")
 	}
-	var out []ports.ChatMessage
 	var open []string // tool_use ids of the previous assistant message not yet answered
 	for i, it := range items {
 		field := fmt.Sprintf("messages.%d", i)
 		var m wireMessage
 		if json.Unmarshal(it, &m) != nil {
-			return nil, invalid(field, "must be an object with role and content")
+			return nil, nil, invalid(field, "must be an object with role and content")
 		}
 		if m.Role == nil {
-			return nil, invalid(field+".role", "field required")
+			return nil, nil, invalid(field+".role", "field required")
 		}
 		if isNull(m.Content) {
-			return nil, invalid(field+".content", "field required")
+			return nil, nil, invalid(field+".content", "field required")
 		}
 		blocks, err := contentBlocks(m.Content, field+".content")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if len(blocks) == 0 || len(blocks) == 1 && rawIsEmptyString(m.Content) {
 			// Anthropic's rule and words (a final assistant message is refused below for another reason).
-			return nil, invalid(field, "all messages must have non-empty content except for the optional final assistant message")
+			return nil, nil, invalid(field, "all messages must have non-empty content except for the optional final assistant message")
 		}
 		switch *m.Role {
 		case "user":
 			msgs, err := userMessages(blocks, field, &open)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			out = append(out, msgs...)
 		case "assistant":
 			if len(open) > 0 {
-				return nil, invalid(field, "tool_use ids were found without tool_result blocks immediately after: %s", strings.Join(open, ", "))
+				return nil, nil, invalid(field, "tool_use ids were found without tool_result blocks immediately after: %s", strings.Join(open, ", "))
 			}
 			if i == len(items)-1 {
-				return nil, unsupported(field, "a final assistant message (prefilling the answer) is not served; end the conversation with a user message")
+				return nil, nil, unsupported(field, "a final assistant message (prefilling the answer) is not served; end the conversation with a user message")
 			}
 			msg, ids, err := assistantMessage(blocks, field)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			open = ids
 			out = append(out, msg)
 		default:
-			return nil, invalid(field+".role", "must be \"user\" or \"assistant\", not %q (a system prompt goes in the top-level system field)", *m.Role)
+			return nil, nil, invalid(field+".role", "must be \"user\" or \"assistant\", not %q (a system prompt goes in the top-level system field)", *m.Role)
 		}
+		ends = append(ends, len(out)-1)
 	}
-	return out, nil
+	return out, ends, nil
 }
 
 // contentBlocks reads a message's content: a string (one text block) or an array of blocks.

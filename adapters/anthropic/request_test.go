@@ -42,7 +42,8 @@ func TestParseMessages(t *testing.T) {
 			Request{Stream: true, Parallel: true, Gen: ports.GenerateRequest{Model: "m", MaxTokens: 5,
 				Sampling:    ports.SamplingParams{Temperature: 0, TopP: 0.5, TopK: 3},
 				SamplingSet: ports.SamplingKnobs{Temperature: true, TopP: true, TopK: true}, Stop: []string{"END"}, BlockSize: 1, Seed: &seed,
-				Messages: []ports.ChatMessage{msg("system", `{"role":"system","content":"a\nb"}`), msg("user", `{"role":"user","content":"x\ny"}`)}}}},
+				Messages:         []ports.ChatMessage{msg("system", `{"role":"system","content":"a\nb"}`), msg("user", `{"role":"user","content":"x\ny"}`)},
+				CacheBreakpoints: []int{0}}}},
 		// A tool round trip reaches the template as the OpenAI-shaped history the OpenAI adapter builds:
 		// tool_use as tool_calls with an object of arguments, tool_result as a tool message, text after it.
 		{"tool round trip", `{"model":"m","max_tokens":5,"tools":[{"name":"f","description":"d","input_schema":{"type":"object","properties":{"a":{"type":"integer"}}}}],` +
@@ -166,7 +167,7 @@ func TestParseMessagesAcceptedFields(t *testing.T) {
 	require.NoError(t, err)
 	for _, extra := range []string{
 		`"metadata":{"user_id":"u"}`, `"service_tier":"standard_only"`, `"speed":"fast"`, `"speed":null`,
-		`"cache_control":{"type":"ephemeral"}`, `"inference_geo":"us"`, `"diagnostics":{"previous_message_id":"msg_1"}`,
+		`"inference_geo":"us"`, `"diagnostics":{"previous_message_id":"msg_1"}`,
 		`"billing_policy":{"type":"billing_policy","bill_to":"self"}`, `"fallback_credit_token":"t"`,
 		`"fallbacks":"default"`, `"thread":null`, `"container":null`, `"mcp_servers":[]`, `"context_management":null`,
 		`"compaction":null`, `"output_config":{"effort":"high","task_budget":null}`,

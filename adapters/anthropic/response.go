@@ -31,8 +31,10 @@ type Block struct {
 	Input     json.RawMessage `json:"input,omitempty"`
 }
 
-// Usage is the token account. higgs serves no prompt cache, so the cache figures are 0. Speculative is
-// higgs' extension, as on the OpenAI side.
+// Usage is the token account, split as Anthropic splits it: the prompt is input_tokens +
+// cache_creation_input_tokens + cache_read_input_tokens, where cache_read_input_tokens were restored from
+// the prefix cache and cache_creation_input_tokens were written to it up to the request's last cache_control
+// breakpoint. Speculative is higgs' extension, as on the OpenAI side.
 type Usage struct {
 	InputTokens              int              `json:"input_tokens"`
 	OutputTokens             int              `json:"output_tokens"`
@@ -47,7 +49,8 @@ func UsageOf(res ports.GenerateResult) Usage {
 	if spec.AcceptedPerPosition == nil {
 		spec.AcceptedPerPosition = []int{}
 	}
-	return Usage{InputTokens: res.PromptTokens, OutputTokens: res.CompletionTokens, Speculative: &spec}
+	return Usage{InputTokens: max(res.PromptTokens-res.CachedTokens-res.CacheWriteTokens, 0), OutputTokens: res.CompletionTokens,
+		CacheCreationInputTokens: res.CacheWriteTokens, CacheReadInputTokens: res.CachedTokens, Speculative: &spec}
 }
 
 // StopReason translates how generation ended: "stop_sequence" for a stop string, "tool_use" when the model

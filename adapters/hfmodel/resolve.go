@@ -34,30 +34,88 @@ func Resolve(arg string) (string, error) {
 		}
 		return arg, nil
 	}
-	m := repoID.FindStringSubmatch(arg)
-	if m == nil || strings.Contains(arg, "..") {
+	id, err := ParseHubID(arg)
+	if err != nil {
 		return "", fmt.Errorf("%w: %s is not a directory, nor a hub id of the form ORG/NAME[@REVISION]", ErrModelNotFound, arg)
 	}
-	org, name, rev := m[1], m[2], m[3]
-	explicitRev := rev != ""
-	if !explicitRev {
-		rev = "main"
+	dir, looked := id.Cached()
+	if dir != "" {
+		return dir, nil
 	}
-	var looked []string
-	for _, cache := range hubCaches() {
-		repo := filepath.Join(cache, "models--"+org+"--"+name)
-		dir, tried := snapshot(repo, rev, explicitRev)
-		looked = append(looked, tried...)
-		if dir != "" {
-			return dir, nil
-		}
-	}
-	return "", fmt.Errorf("%w: %s is not a local directory and is not in the hub cache (looked at %s); higgs never downloads — fetch it first (e.g. `hf download %s/%s`)",
-		ErrModelNotFound, arg, strings.Join(looked, ", "), org, name)
+	return "", fmt.Errorf("%w: %s is not a local directory and is not in the hub cache (looked at %s); higgs never downloads unless asked — fetch it first with `higgsd pull %s`",
+		ErrModelNotFound, arg, strings.Join(looked, ", "), id)
 }
 
-// hubCaches lists the cache roots in lookup order, without duplicates.
-func hubCaches() []string {
+// HubID is a Hugging Face model id ORG/NAME with an optional revision (a branch, tag or commit).
+type HubID struct {
+	Org, Name string
+	// Revision is "" when none was given (the hub's default branch, main).
+	Revision string
+}
+
+// ParseHubID parses ORG/NAME[@REVISION]; the parts may not climb out of a directory ("..").
+func ParseHubID(s string) (HubID, error) {
+	m := repoID.FindStringSubmatch(s)
+	if m == nil || strings.Contains(s, "..") {
+		return HubID{}, fmt.Errorf("%q is not a hub id of the form ORG/NAME[@REVISION]", s)
+	}
+	return HubID{Org: m[1], Name: m[2], Revision: m[3]}, nil
+}
+
+// Repo is ORG/NAME, the id without its revision.
+func (id HubID) Repo() string { return id.Org + "/" + id.Name }
+
+// Rev is the revision to look up: the one given, else main.
+func (id HubID) Rev() string {
+	if id.Revision == "" {
+		return "main"
+	}
+	return id.Revision
+}
+
+// String is ORG/NAME or ORG/NAME@REVISION, as parsed.
+func (id HubID) String() string {
+	if id.Revision == "" {
+		return id.Repo()
+	}
+	return id.Repo() + "@" + id.Revision
+}
+
+// RepoDir is the repository's directory in the hub cache root cache: models--ORG--NAME.
+func (id HubID) RepoDir(cache string) string {
+	return filepath.Join(cache, "models--"+id.Org+"--"+id.Name)
+}
+
+// Cached finds the snapshot directory of id in the hub caches (HubCaches' order), as Resolve describes; it
+// returns "" when none holds it, and every path it tried.
+func (id HubID) Cached() (dir string, looked []string) {
+	for _, cache := range HubCaches() {
+		d, tried := id.CachedIn(cache)
+		looked = append(looked, tried...)
+		if d != "" {
+			return d, looked
+		}
+	}
+	return "", looked
+}
+
+// CachedIn is Cached for one cache root.
+func (id HubID) CachedIn(cache string) (dir string, looked []string) {
+	return snapshot(id.RepoDir(cache), id.Rev(), id.Revision != "")
+}
+
+// HubCache is where downloads go: the first of HubCaches ($HF_HUB_CACHE, else $HF_HOME/hub, else
+// ~/.cache/huggingface/hub), as the Hugging Face tools choose it.
+func HubCache() (string, error) {
+	caches := HubCaches()
+	if len(caches) == 0 {
+		return "", errors.New("no hub cache: set HF_HUB_CACHE or HF_HOME (no home directory to default to)")
+	}
+	return caches[0], nil
+}
+
+// HubCaches lists the cache roots in lookup order, without duplicates.
+func HubCaches() []string {
 	var out []string
 	add := func(p string) {
 		if p == "" {

@@ -43,6 +43,9 @@ type Session struct {
 	closed  bool
 	// id names the session to the pipeline's workers (0 when not distributed).
 	id int32
+	// hidden makes run read back the final-normed hidden rows in place of the logits (and no greedy ids):
+	// set only on the private session of Target.LastHidden.
+	hidden bool
 	// prof accumulates where Forward's time goes (graph building and binding calls on the Go side vs MLX's
 	// evaluation), for the overhead benchmarks.
 	prof profile
@@ -352,6 +355,9 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 				msg = g.Concat(1, out...)
 			}
 			fwd = g.Send(msg, p.Rank+1, p.Group)
+		case s.hidden:
+			lg = be.F32(model.Hidden(m, be, x, T-rows, T).A)
+			outs = append(outs, lg)
 		default:
 			lg = be.F32(model.Logits(m, be, x, T-rows, T).A)
 			ids = g.Astype(g.Argmax(lg, -1), mlxc.Int32)
@@ -389,7 +395,7 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 				outs = append(outs, tapArr)
 			}
 		} else {
-			outs = outs[2:]
+			outs = outs[nLocal:]
 		}
 		t2 := time.Now()
 		if ids != 0 {

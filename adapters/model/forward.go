@@ -50,7 +50,25 @@ func ForwardStage[X any, W comparable](ctx context.Context, m *Target[W], be Bac
 
 // Logits applies the final norm and the LM head to x's rows lo..hi−1.
 func Logits[X any, W comparable](m *Target[W], be Backend[X, W], x X, lo, hi int) X {
-	return be.Linear(m.LMHead, be.Norm(be.Rows(x, lo, hi), m.FinalNorm, m.Arch.Eps))
+	return be.Linear(m.LMHead, Hidden(m, be, x, lo, hi))
+}
+
+// Hidden applies the final norm to x's rows lo..hi−1: the rows the LM head reads.
+func Hidden[X any, W comparable](m *Target[W], be Backend[X, W], x X, lo, hi int) X {
+	return be.Norm(be.Rows(x, lo, hi), m.FinalNorm, m.Arch.Eps)
+}
+
+// LastHidden runs tokens (already checked against the vocabulary and the context) from position 0 through
+// st, which must be empty, and returns the last position's hidden state after the final norm, one row:
+// what last-token pooling embeds (Qwen3-Embedding's pooling, before its L2 normalisation). The LM head is
+// not run.
+func LastHidden[X any, W comparable](ctx context.Context, m *Target[W], be Backend[X, W], st State[X, W], tokens []ports.Token) (X, error) {
+	x, err := Forward(ctx, m, be, st, be.Embed(m.Embed, tokens), 0, nil)
+	if err != nil {
+		var zero X
+		return zero, err
+	}
+	return Hidden(m, be, x, len(tokens)-1, len(tokens)), nil
 }
 
 // attention is a (gated) GQA attention layer on h [T, H] at positions pos.., appending to the layer's cache.

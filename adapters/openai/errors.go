@@ -86,6 +86,10 @@ func ErrorFor(err error) *Error {
 			e.Param = re.Param
 		}
 		return e
+	case errors.Is(err, errors.ErrUnsupported):
+		// What this model or backend cannot do (embeddings from a model split across processes, or one
+		// that pools otherwise); the message says what.
+		return &Error{Status: http.StatusNotImplemented, Type: "server_error", Code: "not_implemented", Message: err.Error()}
 	case errors.Is(err, ports.ErrBusy):
 		return &Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "server_busy",
 			Message: "the server's request queue is full; retry later", RetryAfter: 1}

@@ -45,6 +45,8 @@ type params struct {
 		IncludeUsage *bool `json:"include_usage"`
 	} `json:"stream_options"`
 	BlockSize *int `json:"block_size"`
+	// CachePrompt false keeps the request out of the prefix cache (llama.cpp's name).
+	CachePrompt *bool `json:"cache_prompt"`
 	// Chat only: checked by ParseChat, refused with anything but their neutral values on /v1/completions.
 	Tools             json.RawMessage `json:"tools"`
 	ToolChoice        json.RawMessage `json:"tool_choice"`
@@ -170,6 +172,9 @@ func ParseChat(body []byte) (Request, error) {
 	if err := decodeJSON(body, &b); err != nil {
 		return Request{}, err
 	}
+	if err := checkFields(body, chatFields, unrecognized); err != nil {
+		return Request{}, err
+	}
 	req, err := b.params.translate()
 	if err != nil {
 		return Request{}, err
@@ -177,11 +182,11 @@ func ParseChat(body []byte) (Request, error) {
 	if isNull(b.Messages) {
 		return Request{}, badRequest("messages", "messages is required")
 	}
-	msgs, err := parseMessages(b.Messages)
+	msgs, breaks, err := parseMessages(b.Messages)
 	if err != nil {
 		return Request{}, err
 	}
-	req.Gen.Messages = msgs
+	req.Gen.Messages, req.Gen.CacheBreakpoints = msgs, breaks
 	if req.Gen.Logprobs, req.Gen.TopLogprobs, err = b.params.chatLogprobs(); err != nil {
 		return Request{}, err
 	}
@@ -207,6 +212,9 @@ func ParseChat(body []byte) (Request, error) {
 func ParseCompletion(body []byte) (Request, error) {
 	var b completionBody
 	if err := decodeJSON(body, &b); err != nil {
+		return Request{}, err
+	}
+	if err := checkFields(body, completionFields, unrecognized); err != nil {
 		return Request{}, err
 	}
 	req, err := b.params.translate()
@@ -329,6 +337,7 @@ func (p params) translate() (Request, error) {
 		u := uint64(*p.Seed)
 		r.Gen.Seed = &u
 	}
+	r.Gen.NoCache = p.CachePrompt != nil && !*p.CachePrompt
 	if p.BlockSize != nil {
 		if *p.BlockSize < 1 {
 			return r, badRequest("block_size", "block_size must be at least 1 (1 turns speculation off), not %d", *p.BlockSize)
@@ -423,15 +432,16 @@ type wireMessage struct {
 
 var roles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true}
 
-func parseMessages(raw json.RawMessage) ([]ports.ChatMessage, error) {
+// breaks are the indices of the messages with a cache_control mark on a content part.
+func parseMessages(raw json.RawMessage) (out []ports.ChatMessage, breaks []int, err error) {
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, badRequest("messages", "messages must be an array of message objects")
+		return nil, nil, badRequest("messages", "messages must be an array of message objects")
 	}
 	if len(items) == 0 {
-		return nil, badRequest("messages", "messages must not be empty")
+		return nil, nil, badRequest("messages", "messages must not be empty")
 	}
-	out := make([]ports.ChatMessage, 0, len(items))
+	out = make([]ports.ChatMessage, 0, len(items))
 	// callIDs are the ids of the calls of the latest assistant message, which tool messages answer.
 	var callIDs map[string]bool
 	for i, it := range items {
@@ -440,48 +450,51 @@ func parseMessages(raw json.RawMessage) ([]ports.ChatMessage, error) {
 		if err := json.Unmarshal(it, &m); err != nil {
 			var typ *json.UnmarshalTypeError
 			if errors.As(err, &typ) && typ.Field != "" {
-				return nil, badRequest(param+"."+typ.Field, "%s.%s must be %s, not %s", param, typ.Field,
+				return nil, nil, badRequest(param+"."+typ.Field, "%s.%s must be %s, not %s", param, typ.Field,
 					httpapi.JSONKind(typ.Type.Kind().String()), typ.Value)
 			}
-			return nil, badRequest(param, "%s must be an object with role and content", param)
+			return nil, nil, badRequest(param, "%s must be an object with role and content", param)
 		}
 		if m.Role == nil {
-			return nil, badRequest(param+".role", "%s.role is required", param)
+			return nil, nil, badRequest(param+".role", "%s.role is required", param)
 		}
 		role := *m.Role
 		if !roles[role] {
-			return nil, badRequest(param+".role", "%s.role %q is not one of system, developer, user, assistant, tool", param, role)
+			return nil, nil, badRequest(param+".role", "%s.role %q is not one of system, developer, user, assistant, tool", param, role)
 		}
-		text, isString, err := messageText(m.Content, param)
+		text, isString, marked, err := messageText(m.Content, param)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		if marked {
+			breaks = append(breaks, len(out))
 		}
 		if isNull(m.Content) && role != "assistant" {
-			return nil, badRequest(param+".content", "%s.content is required for role %s", param, role)
+			return nil, nil, badRequest(param+".content", "%s.content is required for role %s", param, role)
 		}
 		// OpenAI's schema gives every role but the assistant's an array of at least one content part.
 		if !isString && role != "assistant" && isEmptyArray(m.Content) {
-			return nil, badRequest(param+".content", "%s.content must not be an empty array: send at least one content part, or a string", param)
+			return nil, nil, badRequest(param+".content", "%s.content must not be an empty array: send at least one content part, or a string", param)
 		}
 		if !isNull(m.ToolCalls) && role != "assistant" {
-			return nil, badRequest(param+".tool_calls", "%s.tool_calls is only allowed on assistant messages", param)
+			return nil, nil, badRequest(param+".tool_calls", "%s.tool_calls is only allowed on assistant messages", param)
 		}
 		if role == "assistant" {
 			callIDs = nil
 		}
 		if role == "tool" {
 			if err := checkToolReply(m.ToolCallID, callIDs, param); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 		if !isNull(m.ToolCalls) {
 			calls, err := toolCallsForTemplate(m.ToolCalls, param+".tool_calls")
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			callIDs = toolCallIDs(m.ToolCalls)
 			if it, err = setKeyRaw(it, "tool_calls", calls); err != nil {
-				return nil, badRequest(param, "%s: %v", param, err)
+				return nil, nil, badRequest(param, "%s: %v", param, err)
 			}
 		}
 		msg := ports.ChatMessage{Role: role, Content: text, Raw: it}
@@ -490,48 +503,60 @@ func parseMessages(raw json.RawMessage) ([]ports.ChatMessage, error) {
 		if role == "developer" {
 			msg.Role = "system"
 			if msg.Raw, err = setKey(msg.Raw, "role", "system"); err != nil {
-				return nil, badRequest(param, "%s: %v", param, err)
+				return nil, nil, badRequest(param, "%s: %v", param, err)
 			}
 		}
 		if !isString && !isNull(m.Content) {
 			if msg.Raw, err = setKey(msg.Raw, "content", text); err != nil {
-				return nil, badRequest(param, "%s: %v", param, err)
+				return nil, nil, badRequest(param, "%s: %v", param, err)
 			}
 		}
 		out = append(out, msg)
 	}
-	return out, nil
+	if len(breaks) > ports.MaxCacheBreakpoints {
+		return nil, nil, badRequest("messages", "at most %d messages may carry a cache_control mark, not %d", ports.MaxCacheBreakpoints, len(breaks))
+	}
+	return out, breaks, nil
 }
 
-// messageText returns a message's text: a string, or the concatenation of an array of text parts.
-func messageText(raw json.RawMessage, param string) (text string, isString bool, err error) {
+// messageText returns a message's text: a string, or the concatenation of an array of text parts; marked
+// reports a part with a cache_control mark.
+func messageText(raw json.RawMessage, param string) (text string, isString, marked bool, err error) {
 	if isNull(raw) {
-		return "", false, nil
+		return "", false, false, nil
 	}
 	if err := json.Unmarshal(raw, &text); err == nil {
-		return text, true, nil
+		return text, true, false, nil
 	}
 	var parts []struct {
 		Type *string `json:"type"`
 		Text *string `json:"text"`
+		// CacheControl marks a cache breakpoint, as OpenRouter and LiteLLM take Anthropic's mark on
+		// OpenAI content parts (cached.go).
+		CacheControl json.RawMessage `json:"cache_control"`
 	}
 	if err := json.Unmarshal(raw, &parts); err != nil {
-		return "", false, badRequest(param+".content", "%s.content must be a string or an array of content parts", param)
+		return "", false, false, badRequest(param+".content", "%s.content must be a string or an array of content parts", param)
 	}
 	var sb strings.Builder
 	for j, p := range parts {
 		pp := fmt.Sprintf("%s.content[%d]", param, j)
 		switch {
 		case p.Type == nil:
-			return "", false, badRequest(pp+".type", "%s.type is required", pp)
+			return "", false, false, badRequest(pp+".type", "%s.type is required", pp)
 		case *p.Type != "text":
-			return "", false, unsupported(pp+".type", fmt.Sprintf("content parts of type %q are not served (text only)", *p.Type))
+			return "", false, false, unsupported(pp+".type", fmt.Sprintf("content parts of type %q are not served (text only)", *p.Type))
 		case p.Text == nil:
-			return "", false, badRequest(pp+".text", "%s.text is required", pp)
+			return "", false, false, badRequest(pp+".text", "%s.text is required", pp)
 		}
+		m, err := cacheMark(p.CacheControl, pp+".cache_control")
+		if err != nil {
+			return "", false, false, err
+		}
+		marked = marked || m
 		sb.WriteString(*p.Text)
 	}
-	return sb.String(), false, nil
+	return sb.String(), false, marked, nil
 }
 
 func parseKwargs(raw json.RawMessage) (ports.ChatOptions, error) {

@@ -38,6 +38,8 @@ type Options struct {
 	Log            zerolog.Logger
 	// Events, when set, is served as GET /v1/events and feeds the live view of the page at /.
 	Events ports.EventSource
+	// System, when set, is served as GET /v1/system (version, uptime, memory, loaded models).
+	System ports.SystemReporter
 	// Now and NewID make responses reproducible in tests; nil means the clock and random ids.
 	Now   func() time.Time
 	NewID func() string
@@ -88,16 +90,18 @@ func New(gen ports.Generator, opts Options) *Server {
 	// answered here.
 	s.work("POST /v1/chat/completions", s.chat)
 	s.work("POST /v1/completions", s.completion)
+	s.work("POST /v1/embeddings", s.embeddings)
 	handle("GET /v1/models", s.models)
 	handle("GET /v1/models/{id...}", s.model)
 	handle("GET /health", s.health)
 	handle("GET /v1/events", s.events)
+	handle("GET /v1/system", s.system)
 	s.registerTokenize(route)
 	route("GET /{$}", http.HandlerFunc(s.page))
 	route("GET /ui/", pageAssets())
 	// The mux answers a wrong method with a plain-text 405; these catch-alls answer in OpenAI's shape.
-	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/responses": "POST",
-		"/v1/models": "GET", "/v1/models/{id...}": "GET", "/health": "GET", "/metrics": "GET", "/v1/events": "GET"} {
+	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/completions": "POST", "/v1/responses": "POST", "/v1/embeddings": "POST",
+		"/v1/models": "GET", "/v1/models/{id...}": "GET", "/health": "GET", "/metrics": "GET", "/v1/events": "GET", "/v1/system": "GET"} {
 		handle(path, methodNotAllowed(allow))
 	}
 	handle("/", func(w http.ResponseWriter, r *http.Request) {

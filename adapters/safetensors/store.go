@@ -266,6 +266,17 @@ func (s *Store) Names() []string { return slices.Clone(s.names) }
 // Metadata returns the __metadata__ map of a single-file store (nil for sharded stores or when absent).
 func (s *Store) Metadata() map[string]string { return s.metadata }
 
+// Bytes is the mapped files' total size, headers included: the weights' bytes on disk. 0 after Close.
+func (s *Store) Bytes() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for _, m := range s.maps {
+		n += int64(len(m.data))
+	}
+	return n
+}
+
 // Where returns the file or directory the store was opened from.
 func (s *Store) Where() string { return s.where }
 

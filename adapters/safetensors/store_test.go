@@ -474,3 +474,16 @@ func TestTruncatedFileIsOneError(t *testing.T) {
 	assert.Contains(t, err.Error(), "truncated")
 	assert.Less(t, len(err.Error()), 400, err.Error())
 }
+
+// Bytes is the files' size on disk while mapped, 0 once closed.
+func TestStoreBytes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "m.safetensors")
+	require.NoError(t, Write(path, []Tensor{mustF(t, "x", F32, []int{3}, []float32{1, 2, 3})}, nil))
+	fi, err := os.Stat(path)
+	require.NoError(t, err)
+	s, err := OpenFile(path)
+	require.NoError(t, err)
+	assert.Equal(t, fi.Size(), s.Bytes())
+	require.NoError(t, s.Close())
+	assert.Zero(t, s.Bytes())
+}

@@ -124,6 +124,7 @@ var (
 	_ ports.Generator       = (*Fleet)(nil)
 	_ ports.TokenCounter    = (*Fleet)(nil)
 	_ ports.PromptTokenizer = (*Fleet)(nil)
+	_ ports.TextEmbedder    = (*Fleet)(nil)
 )
 
 // New checks the models (unique names and aliases, a loader each) and returns their fleet, nothing loaded.
@@ -586,6 +587,21 @@ func (f *Fleet) Tokenize(ctx context.Context, req ports.GenerateRequest, addSpec
 	defer release()
 	req.Model = named(e, req.Model)
 	return e.serve.Tokenize(ctx, req, addSpecial)
+}
+
+// Embed implements ports.TextEmbedder on the model req names (loaded first if need be).
+func (f *Fleet) Embed(ctx context.Context, req ports.EmbedRequest) (ports.EmbedResult, error) {
+	e, err := f.lookup(req.Model)
+	if err != nil {
+		return ports.EmbedResult{}, err
+	}
+	release, err := f.acquire(ctx, e)
+	if err != nil {
+		return ports.EmbedResult{}, err
+	}
+	defer release()
+	req.Model = named(e, req.Model)
+	return e.serve.Embed(ctx, req)
 }
 
 // Detokenize implements ports.PromptTokenizer on the named model.

@@ -120,6 +120,10 @@ func TestFleetUnknownModelListsChoices(t *testing.T) {
 		func() error { _, err := f.CountTokens(t.Context(), request("gpt-4")); return err },
 		func() error { _, err := f.Tokenize(t.Context(), request("gpt-4"), true); return err },
 		func() error { _, err := f.Detokenize(t.Context(), "gpt-4", nil); return err },
+		func() error {
+			_, err := f.Embed(t.Context(), ports.EmbedRequest{Model: "gpt-4", Inputs: []ports.EmbedInput{{Text: "x"}}})
+			return err
+		},
 	} {
 		err := call()
 		require.ErrorIs(t, err, ports.ErrUnknownModel)

@@ -35,7 +35,7 @@ func (e *Engine) Check() error {
 	if e.BlockSize < 0 {
 		return fmt.Errorf("block size %d must be ≥ 0", e.BlockSize)
 	}
-	return blockSizeProblem(e.BlockSize, e.MaxBlockSize(), e.Drafter != nil)
+	return BlockSizeProblem(e.BlockSize, e.MaxBlockSize(), e.Drafter != nil)
 }
 
 // MaxBlockSize is the largest block size the drafter allows (1 without one).
@@ -65,8 +65,9 @@ func (e *Engine) StopTokens() []ports.Token {
 	return out
 }
 
-// blockSizeProblem is the one message for a block size the loaded models cannot decode with.
-func blockSizeProblem(bs, maxBlock int, drafter bool) error {
+// BlockSizeProblem is the one message for a block size the loaded models cannot decode with (higgsd doctor
+// asks it before loading).
+func BlockSizeProblem(bs, maxBlock int, drafter bool) error {
 	switch {
 	case bs > 1 && !drafter:
 		return fmt.Errorf("block_size %d needs speculative decoding, which needs a drafter, and none is loaded", bs)
@@ -176,7 +177,7 @@ func (e *Engine) Plan(req Request) (Plan, error) {
 	case bs == 0:
 		bs = e.DefaultBlockSize()
 	default:
-		if err := blockSizeProblem(bs, e.MaxBlockSize(), e.Drafter != nil); err != nil {
+		if err := BlockSizeProblem(bs, e.MaxBlockSize(), e.Drafter != nil); err != nil {
 			errs = append(errs, invalid("block_size", "%v", err))
 		}
 	}

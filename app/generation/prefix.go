@@ -19,13 +19,15 @@ type prefixUse struct {
 	prompt []ports.Token
 	reused int
 	states map[int]ports.PrefixState // target states by prefix length, from the prefill's checkpoints
+	breaks []int                     // the client's breakpoints this prefill stops at
 }
 
 // startPrefix restores the longest cached prefix of the prompt into the fresh sessions (sess, and draft when
 // speculating) and sets the decoder's prefill stops and checkpoint. It returns nil, touching nothing, when
 // the cache is off (nil) or the backend cannot export state. Only a prefix shorter than the prompt is
-// restored: the last prompt position must run to give the first token's distribution.
-func startPrefix(cache *prefixcache.Partition, prompt []ports.Token, cfg *speculative.Config, sess ports.Session, draft ports.DraftSession) (*prefixUse, error) {
+// restored: the last prompt position must run to give the first token's distribution. The prefill stops at
+// the cache's interval boundaries and at the client's breakpoints (breaks) past the restored prefix.
+func startPrefix(cache *prefixcache.Partition, prompt []ports.Token, breaks []int, cfg *speculative.Config, sess ports.Session, draft ports.DraftSession) (*prefixUse, error) {
 	if cache == nil {
 		return nil, nil
 	}
@@ -65,7 +67,15 @@ func startPrefix(cache *prefixcache.Partition, prompt []ports.Token, cfg *specul
 		}
 	}
 	stops := prefixcache.Boundaries(u.reused, len(prompt), cache.Every())
-	cfg.PrefillStops = stops[:len(stops)-1]
+	for _, b := range breaks {
+		if b > u.reused && b < len(prompt) {
+			u.breaks = append(u.breaks, b)
+		}
+	}
+	// The prompt's end (the last of stops) is a checkpoint of its own, never a prefill stop.
+	stops = slices.Concat(stops[:len(stops)-1], u.breaks)
+	slices.Sort(stops)
+	cfg.PrefillStops = slices.Compact(stops)
 	cfg.SyncDrafter = draft != nil
 	cfg.Checkpoint = func(n int) error {
 		st, err := te.ExportPrefix(n)
@@ -82,7 +92,9 @@ func startPrefix(cache *prefixcache.Partition, prompt []ports.Token, cfg *specul
 // every generated token but the last), each with the drafter's context of the same positions when the
 // request speculated. generated are the committed output tokens. Entries the budget has no room for are
 // skipped; a failed export skips its entry (the cache stays consistent) and is returned for the log.
-func (u *prefixUse) finish(sess ports.Session, draft ports.DraftSession, generated []ports.Token) error {
+// written is the prompt tokens cached up to the last client breakpoint that got its entry, counted from the
+// restored prefix's end (0 without such a breakpoint).
+func (u *prefixUse) finish(sess ports.Session, draft ports.DraftSession, generated []ports.Token) (written int, err error) {
 	seq := slices.Concat(u.prompt, generated)
 	end := sess.Len()
 	var errs []error
@@ -111,12 +123,16 @@ func (u *prefixUse) finish(sess ports.Session, draft ports.DraftSession, generat
 				continue
 			}
 		}
-		if _, err := u.cache.Insert(seq[:n], u.states[n], ds); err != nil {
+		ok, err := u.cache.Insert(seq[:n], u.states[n], ds)
+		if err != nil {
 			errs = append(errs, err)
+		}
+		if ok && slices.Contains(u.breaks, n) {
+			written = n - u.reused
 		}
 	}
 	if len(errs) > 0 {
-		return fmt.Errorf("prefix cache: %w", errs[0])
+		return written, fmt.Errorf("prefix cache: %w", errs[0])
 	}
-	return nil
+	return written, nil
 }

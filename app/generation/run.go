@@ -22,6 +22,10 @@ type RunOptions struct {
 	// caches this generation's boundaries there once it has ended cleanly. The caller picks the partition:
 	// the request's tenant (app/serve), or the one user of a bench.
 	PrefixCache *prefixcache.Partition
+	// CacheBreaks are prompt positions the client marked as cache breakpoints (ascending): with PrefixCache
+	// set, the prefill also stops there to export state, so that each becomes an entry a later request
+	// sharing the prefix up to it can restore.
+	CacheBreaks []int
 	// Batch, when set, runs the forwards and drafts in this scheduler's shared rounds, with prefill chunks of
 	// PrefillChunk tokens (0: whole prompts).
 	Batch        *batch.Scheduler
@@ -41,6 +45,9 @@ type Outcome struct {
 	speculative.Result
 	// Cached is the prompt tokens restored from the prefix cache.
 	Cached int
+	// CacheWrite is the prompt tokens this run wrote to the prefix cache up to the last of CacheBreaks it
+	// cached: from the restored prefix's end to that breakpoint (Anthropic's cache_creation_input_tokens).
+	CacheWrite int
 	// FirstToken is the time from opening the sessions to the first token's emit (restore and prefill
 	// included).
 	FirstToken time.Duration
@@ -89,7 +96,7 @@ func (e *Engine) Run(ctx context.Context, p Plan, o RunOptions) (out Outcome, er
 		defer closeWarn(&out, "draft session", ds.Close)
 		draft = ds
 	}
-	prefix, err := startPrefix(o.PrefixCache, p.Prompt, &cfg, sess, draft)
+	prefix, err := startPrefix(o.PrefixCache, p.Prompt, o.CacheBreaks, &cfg, sess, draft)
 	if err != nil {
 		return out, err
 	}
@@ -156,9 +163,11 @@ func (e *Engine) Run(ctx context.Context, p Plan, o RunOptions) (out Outcome, er
 	// Cache what this generation computed once it ended cleanly (a stop string ends it through emit, with
 	// every layer at the committed position); a failed or cancelled one leaves no entry.
 	if prefix != nil && (err == nil || errors.Is(err, speculative.ErrStop)) {
-		if cerr := prefix.finish(sess, draft, out.Tokens); cerr != nil {
+		written, cerr := prefix.finish(sess, draft, out.Tokens)
+		if cerr != nil {
 			out.Warn = errors.Join(out.Warn, cerr)
 		}
+		out.CacheWrite = written
 	}
 	if err != nil {
 		return out, fmt.Errorf("generate: %w", err)

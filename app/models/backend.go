@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -53,8 +54,12 @@ type ModelConfig struct {
 	// default model DefaultTargetDir.
 	Model string
 	// Draft is a DFlash drafter directory or hub id. "" with Model "" means the bundled default drafter
-	// DefaultDrafterDir; "" with a named Model means no drafter; NoDraftName ("none") means no drafter.
+	// DefaultDrafterDir; "" with a named Model means no drafter; NoDraftName ("none") means no drafter;
+	// AutoDraftName ("auto") the target's published drafter (hfmodel.KnownDrafters).
 	Draft string
+	// Pull lets loading download a hub model (Model, Draft or the drafter "auto" finds) missing from the hub
+	// cache, through adapters/hub; without it nothing is ever downloaded.
+	Pull bool
 	// NoDraft turns speculation off whatever Draft says.
 	NoDraft bool
 	// Backend is "cpu", "mlx" or "auto" ("" means "cpu"). "mlx" is an error wrapping ErrMLXUnavailable when
@@ -70,8 +75,10 @@ type ModelConfig struct {
 	// backend has modes ("auto" is allowed with any backend).
 	Kernels string
 	// Distributed loads rank 0's stage of the model split across processes by MLX distributed (needs
-	// Backend "mlx"; the other ranks run RunWorker).
+	// Backend "mlx"; the other ranks run RunWorker). RankTimeout bounds how long a lost rank goes unnoticed
+	// (0: DefaultRankTimeout).
 	Distributed bool
+	RankTimeout time.Duration
 }
 
 // MaxThreads bounds ModelConfig.Threads: each worker is a goroutine with its own scratch buffers, and more
@@ -104,6 +111,9 @@ func (c ModelConfig) Validate() error {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("unknown kernels %q (want exact, fast or auto)", c.Kernels))
+	}
+	if c.RankTimeout < 0 {
+		errs = append(errs, fmt.Errorf("rank timeout %v must be ≥ 0 (0: %v)", c.RankTimeout, DefaultRankTimeout))
 	}
 	if c.Distributed && c.Backend != BackendMLX {
 		errs = append(errs, fmt.Errorf("--distributed needs --backend mlx (not %q)", c.Backend))
@@ -152,6 +162,9 @@ type Models struct {
 	// Backend is the backend actually used ("cpu" after an "auto" fallback; BackendCPUFast for the cpu
 	// backend with Kernels "fast").
 	Backend string
+	// DeviceMemory reads the accelerator's allocator (MLX's active, peak and cache bytes, for the whole
+	// process); nil on the CPU backend, whose memory is the process's own.
+	DeviceMemory func() (ports.DeviceMemory, error)
 	// Close releases the models' memory (memory-mapped weights). It is safe to call more than once.
 	Close func() error
 }

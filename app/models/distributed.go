@@ -1,6 +1,7 @@
 package models
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -17,18 +18,22 @@ import (
 // same higgsd with MLX's own conventions (MLX_RANK and MLX_HOSTFILE, as mlx.launch sets them). Rank 0
 // loads its stage, the drafter and serves HTTP; the other ranks load theirs and run the worker loop.
 
-// Distributed timings: a join waits for every rank to load and connect; a round (one chunk's forward on
-// every rank) gets distRoundTimeout; rank 0 pings an idle pipeline every distHeartbeat, and a worker that
-// hears nothing for distWorkerIdle gives up.
+// Distributed timings: a join waits for every rank to load and connect; a lost rank is noticed by the
+// heartbeats within ModelConfig.RankTimeout (DefaultRankTimeout), in a round or between rounds; a round (one
+// chunk's forward on every rank) gets distRoundTimeout, which only a live rank stuck in a round ever
+// reaches, so it leaves a long prefill chunk on a slow rank plenty of room; rank 0 pings an idle pipeline
+// through MLX's ring every distHeartbeat, and a worker that hears nothing there for distWorkerIdle gives up.
 const (
-	distJoinTimeout  = 10 * time.Minute
-	distRoundTimeout = 2 * time.Minute
-	distHeartbeat    = 10 * time.Second
-	distWorkerIdle   = 60 * time.Second
+	DefaultRankTimeout = 10 * time.Second
+	distJoinTimeout    = 10 * time.Minute
+	distRoundTimeout   = 2 * time.Minute
+	distHeartbeat      = 10 * time.Second
+	distWorkerIdle     = 60 * time.Second
 )
 
-func distOptions(drafterHead bool) pipeline.Options {
-	return pipeline.Options{JoinTimeout: distJoinTimeout, Timeout: distRoundTimeout, Idle: distWorkerIdle, DrafterHead: drafterHead}
+func distOptions(drafterHead bool, rankTimeout time.Duration) pipeline.Options {
+	return pipeline.Options{JoinTimeout: distJoinTimeout, Timeout: distRoundTimeout, Idle: distWorkerIdle, DrafterHead: drafterHead,
+		RankTimeout: cmp.Or(rankTimeout, DefaultRankTimeout)}
 }
 
 // IsDistributedWorker reports whether this process is a worker of a --distributed higgsd or higgs-verify
@@ -61,7 +66,7 @@ func RunWorker(ctx context.Context, mc ModelConfig, log zerolog.Logger) error {
 		return err
 	}
 	_, draft := mc.drafterName()
-	t, err := pipeline.Load(ctx, dir, mlx.LoadOptions{Logger: log}, distOptions(draft))
+	t, err := pipeline.Load(ctx, dir, mlx.LoadOptions{Logger: log}, distOptions(draft, mc.RankTimeout))
 	if err != nil {
 		return err
 	}
@@ -77,8 +82,8 @@ func RunWorker(ctx context.Context, mc ModelConfig, log zerolog.Logger) error {
 // loadDistributed is LoadModels' MLX target on rank 0: its stage of dir as pipeline.Node.Target (batched
 // rounds pass the ring once, in micro-batches), a heartbeat keeping the workers and /health informed, and a
 // close that stops the workers. The drafter loads on the returned *mlx.Target (the stage's).
-func loadDistributed(ctx context.Context, dir string, drafter bool, log zerolog.Logger) (*mlx.Target, ports.Target, func() error, error) {
-	t, err := pipeline.Load(ctx, dir, mlx.LoadOptions{Logger: log}, distOptions(drafter))
+func loadDistributed(ctx context.Context, dir string, drafter bool, rankTimeout time.Duration, log zerolog.Logger) (*mlx.Target, ports.Target, func() error, error) {
+	t, err := pipeline.Load(ctx, dir, mlx.LoadOptions{Logger: log}, distOptions(drafter, rankTimeout))
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -21,7 +21,7 @@ import (
 )
 
 // LoadModels resolves cfg's model and drafter names (local directories or Hugging Face ids in the local hub
-// cache; nothing is downloaded), picks the backend and loads the target, the drafter (checked against the
+// cache; nothing is downloaded unless cfg.Pull asks; "auto" finds the target's known drafter), picks the backend and loads the target, the drafter (checked against the
 // target), the tokenizer and chat template when the model directory has them, and the EOS ids — everything
 // before any generation. progress, when non-nil, is called with (done, total) loading steps.
 // It is one function because its steps are one ordered sequence whose early results (the resolved backend,
@@ -40,13 +40,13 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 	if backend == BackendMLX && cfg.Kernels == KernelsFast {
 		return nil, fmt.Errorf("kernels fast needs the cpu backend (backend %q picked mlx)", cfg.Backend)
 	}
-	targetDir, name, err := resolveTarget(cfg.Model)
+	targetDir, name, err := findTarget(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	draftDir := ""
 	if n, ok := cfg.drafterName(); ok {
-		if draftDir, err = resolveDrafter(n, cfg.Model == "" && cfg.Draft == ""); err != nil {
+		if draftDir, err = findDrafter(ctx, cfg, n, log); err != nil {
 			return nil, err
 		}
 	}
@@ -56,18 +56,20 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 		target      ports.Target
 		closeTarget func() error
 		loadDrafter func(dir string) (ports.Drafter, func() error, error)
+		deviceMem   func() (ports.DeviceMemory, error)
 	)
 	switch backend {
 	case BackendMLX:
 		var t *mlx.Target
 		if cfg.Distributed {
-			t, target, closeTarget, err = loadDistributed(ctx, targetDir, draftDir != "", log)
+			t, target, closeTarget, err = loadDistributed(ctx, targetDir, draftDir != "", cfg.RankTimeout, log)
 		} else if t, err = mlx.Load(ctx, targetDir, mlx.LoadOptions{Logger: log}); err == nil {
 			target, closeTarget = t, t.Close
 		}
 		if err != nil {
 			return nil, err
 		}
+		deviceMem = t.DeviceMemory
 		loadDrafter = func(dir string) (ports.Drafter, func() error, error) {
 			d, err := mlx.LoadDrafter(ctx, dir, t, mlx.DrafterOptions{})
 			if err != nil {
@@ -97,7 +99,8 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 	if err := probeFinite(ctx, target); err != nil {
 		return nil, errors.Join(fmt.Errorf("load %s: %w", targetDir, err), closeTarget())
 	}
-	m := &Models{Target: target, Name: name, Backend: backend, EOS: target.Info().EOSTokens, TargetDir: targetDir}
+	m := &Models{Target: target, Name: name, Backend: backend, EOS: target.Info().EOSTokens, TargetDir: targetDir,
+		DeviceMemory: deviceMem}
 	if gc, err := hfmodel.LoadGenerationConfig(targetDir); err == nil && gc.MaxNewTokens != nil {
 		// The backend has read the same file; an error here was reported there.
 		m.MaxNewTokens = *gc.MaxNewTokens
@@ -157,53 +160,77 @@ func hasFile(dir, name string) bool {
 	return err == nil && !fi.IsDir()
 }
 
-// chooseBackend maps the configured backend to one that can run here. "mlx" needs libmlxc (HIGGS_MLX_LIB or
-// the platform's library paths); "auto" picks MLX only on Apple silicon, where it is the accelerator, and
-// otherwise the deterministic CPU backend, logging why.
+// chooseBackend maps the configured backend to one that can run here (pickBackend), logging what "auto"
+// picked and why.
 func chooseBackend(b string, log zerolog.Logger) (string, error) {
+	backend, reason, err := pickBackend(b)
+	if err == nil && b == BackendAuto {
+		if backend == BackendMLX {
+			log.Info().Str("backend", BackendMLX).Msg("auto backend picks mlx")
+		} else {
+			log.Info().Str("backend", BackendCPU).Str("reason", reason).Msg("auto backend falls back to cpu")
+		}
+	}
+	return backend, err
+}
+
+// pickBackend maps the configured backend to one that can run here. "mlx" needs libmlxc (HIGGS_MLX_LIB or
+// the platform's library paths); "auto" picks MLX only on Apple silicon, where it is the accelerator, and
+// otherwise the deterministic CPU backend, with the reason.
+func pickBackend(b string) (backend, reason string, err error) {
 	switch b {
 	case "", BackendCPU:
-		return BackendCPU, nil
+		return BackendCPU, "", nil
 	case BackendMLX:
 		if err := mlxAvailable(); err != nil {
 			// err names the reason (and wraps errors.ErrUnsupported); ErrMLXUnavailable marks it for callers.
-			return "", fmt.Errorf("backend %q: %w: %w", b, ErrMLXUnavailable, err)
+			return "", "", fmt.Errorf("backend %q: %w: %w", b, ErrMLXUnavailable, err)
 		}
-		return BackendMLX, nil
+		return BackendMLX, "", nil
 	case BackendAuto:
 		reason := "MLX is only preferred on Apple silicon"
 		if runtime.GOOS == "darwin" && runtime.GOARCH == "arm64" {
 			err := mlxAvailable()
 			if err == nil {
-				log.Info().Str("backend", BackendMLX).Msg("auto backend picks mlx")
-				return BackendMLX, nil
+				return BackendMLX, "", nil
 			}
 			reason = err.Error()
 		}
-		log.Info().Str("backend", BackendCPU).Str("reason", reason).Msg("auto backend falls back to cpu")
-		return BackendCPU, nil
+		return BackendCPU, reason, nil
 	}
-	return "", fmt.Errorf("unknown backend %q (want cpu, mlx or auto)", b)
+	return "", "", fmt.Errorf("unknown backend %q (want cpu, mlx or auto)", b)
 }
 
-// cpuKernels is the CPU backend's kernel mode for ModelConfig.Kernels k; for "auto" it logs which mode it
-// picked and why.
+// cpuKernels is the CPU backend's kernel mode for ModelConfig.Kernels k (kernelMode); for "auto" it logs
+// which mode it picked and why.
 func cpuKernels(k string, log zerolog.Logger) kernel.Mode {
-	switch k {
-	case KernelsFast:
-		return kernel.ModeFast
-	case KernelsAuto:
-		form := kernel.FastForm()
-		if form == "portable" {
+	mode, form := kernelMode(k)
+	if k == KernelsAuto {
+		if mode == kernel.ModeExact {
 			log.Info().Str("kernels", "exact").Str("fast_form", form).
 				Msg("kernels auto: exact, as this CPU has no AVX2 and the fast kernels would run in portable Go")
-			return kernel.ModeExact
+		} else {
+			log.Info().Str("kernels", "fast").Str("fast_form", form).
+				Msg("kernels auto: fast (int8-quantized inputs, not bit-identical to exact; --kernels exact for the reference)")
 		}
-		log.Info().Str("kernels", "fast").Str("fast_form", form).
-			Msg("kernels auto: fast (int8-quantized inputs, not bit-identical to exact; --kernels exact for the reference)")
-		return kernel.ModeFast
 	}
-	return kernel.ModeExact
+	return mode
+}
+
+// kernelMode is the CPU backend's kernel mode for k and the form the fast kernels take on this CPU
+// (kernel.FastForm): "auto" is fast unless that form is the portable Go one.
+func kernelMode(k string) (mode kernel.Mode, fastForm string) {
+	form := kernel.FastForm()
+	switch k {
+	case KernelsFast:
+		return kernel.ModeFast, form
+	case KernelsAuto:
+		if form == "portable" {
+			return kernel.ModeExact, form
+		}
+		return kernel.ModeFast, form
+	}
+	return kernel.ModeExact, form
 }
 
 // mlxAvailable reports why the MLX backend cannot run here (nil when it can).

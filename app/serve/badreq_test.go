@@ -114,7 +114,7 @@ func TestE2EBadRequests(t *testing.T) {
 		{"key without Bearer", "POST", chat, `{` + msgs + `}`, map[string]string{"Authorization": "k"}, 401, "", "API key"},
 		{"GET on chat", "GET", chat, ``, auth, 405, "", "method GET is not allowed"},
 		{"DELETE on models", "DELETE", "/v1/models", ``, auth, 405, "", "use GET"},
-		{"unknown path", "POST", "/v1/embeddings", `{}`, auth, 404, "", "no route"},
+		{"unknown path", "POST", "/v1/audio/speech", `{}`, auth, 404, "", "no route"},
 		{"unknown model id", "GET", "/v1/models/other", ``, auth, 404, "model", "does not exist"},
 		{"completion prompt missing", "POST", cmpl, `{"max_tokens":3}`, auth, 400, "prompt", "prompt is required"},
 		{"completion prompt empty", "POST", cmpl, `{"prompt":""}`, auth, 400, "prompt", "prompt must not be empty"},

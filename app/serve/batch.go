@@ -62,7 +62,7 @@ func (s *Serve) newScheduler(l *loaded) error {
 	} else {
 		total := s.cfg.MemoryBudget
 		if total == 0 {
-			total = defaultMemoryBudget(s.cfg.PrefixCacheBytes)
+			total = DefaultMemoryBudget(s.cfg.PrefixCacheBytes)
 		}
 		if budget, err = batch.NewBudget(total); err != nil {
 			return err
@@ -206,7 +206,3 @@ func (s *Serve) requestRoom(l *loaded) int64 {
 	}
 	return max(total, 0)
 }
-
-// MachineMemory is the memory this process may use in bytes (the machine's, or the cgroup's limit where
-// smaller); 0 when unknown.
-func MachineMemory() int64 { return physicalMemory() }

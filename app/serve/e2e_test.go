@@ -87,7 +87,7 @@ func newHarness(t testing.TB, o harnessOpts) *harness {
 	keys, err := httpapi.NewKeys(named, o.adminKey)
 	require.NoError(t, err)
 	oairesp.New(oaiapi.New(serve, oaiapi.Options{Host: host, Keys: keys, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
-		Log: zerolog.Nop(), Events: serve.Events()}))
+		Log: zerolog.Nop(), Events: serve.Events(), System: serve}))
 	anthropic.New(serve, anthropic.Options{Host: host, Keys: keys, MaxBodyBytes: o.maxBody, RequestTimeout: o.timeout,
 		Log: zerolog.Nop()})
 	srv := httptest.NewServer(host)

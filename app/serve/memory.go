@@ -91,14 +91,30 @@ func (e draftEstimate) SessionBytes(d ports.MemoryDemand) int64 {
 	return int64(d.Positions) * (2 + int64(d.TapLayers)) * e.hidden * estimateBytes
 }
 
-// defaultMemoryBudget is the admission budget when none is configured: half the machine's memory (on Linux
+// DefaultMemoryBudget is the admission budget when none is configured: half the machine's memory (on Linux
 // the cgroup's memory limit where that is smaller: a container sees the host's RAM otherwise), less the
 // prefix cache's budget (the weights, the prefix cache and the rest of the system share the other half), at
 // least 256 MiB; 8 GiB where the machine's memory is unknown.
-func defaultMemoryBudget(prefixCacheBytes int64) int64 {
+func DefaultMemoryBudget(prefixCacheBytes int64) int64 {
 	total := physicalMemory()
 	if total <= 0 {
 		return 8 << 30
 	}
 	return max(total/2-prefixCacheBytes, 256<<20)
+}
+
+// MachineMemory is the memory this process may use: the machine's RAM, or a container's limit where that is
+// smaller; 0 when unknown.
+func MachineMemory() int64 { return physicalMemory() }
+
+// EstimateRequestBytes is what a request would reserve on a model described by info, priced from ModelInfo
+// alone as for a backend that cannot price its own sessions (estimate, draftEstimate: deliberately
+// generous), with a drafter of taps tap layers (0: none). For checks made before a model is loaded (higgsd
+// doctor); a loaded backend prices its own sessions, usually lower.
+func EstimateRequestBytes(info ports.ModelInfo, taps, promptLen, budget, blockSize, prefillChunk int) int64 {
+	m := memoryPricing{target: estimate{info}, Estimated: true}
+	if taps > 0 {
+		m.drafter, m.taps = draftEstimate{int64(info.HiddenSize)}, taps
+	}
+	return m.requestBytes(promptLen, budget, blockSize, prefillChunk)
 }

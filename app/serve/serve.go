@@ -66,6 +66,8 @@ type ServeConfig struct {
 	// ContextLength, when > 0, caps the model's context length (prompt and output together); above the
 	// model's own it is an error.
 	ContextLength int
+	// Version describes the build for GET /v1/system ("" when not known).
+	Version string
 }
 
 // Validate reports every problem at once.
@@ -125,12 +127,18 @@ type Engine struct {
 	// WeightBytes is the memory the target's and drafter's weights hold (their checkpoint files' sizes; 0:
 	// not known). A server of several models counts it in the shared memory budget (ShareMemory).
 	WeightBytes int64
+	// DeviceMemory reads the accelerator's allocator for GET /v1/system (nil: none, the CPU backend).
+	DeviceMemory func() (ports.DeviceMemory, error)
+	// Pooling is what the model's sentence-transformers pooling config says (zero: it ships none);
+	// PoolingErr why that config could not be read (embeddings are then refused, saying so).
+	Pooling    models.Pooling
+	PoolingErr error
 }
 
 // EngineFromModels adapts LoadModels' result.
 func EngineFromModels(m *models.Models) Engine {
 	e := Engine{Target: m.Target, Drafter: m.Drafter, Tokenizer: m.Tokenizer, Template: m.Template,
-		EOS: m.EOS, Name: m.Name, Created: time.Now().Unix(), MaxNewTokens: m.MaxNewTokens}
+		EOS: m.EOS, Name: m.Name, Created: time.Now().Unix(), MaxNewTokens: m.MaxNewTokens, DeviceMemory: m.DeviceMemory}
 	e.Backend, e.Kernels = backendCard(m.Backend)
 	if m.Drafter != nil {
 		e.DrafterName = servedDrafterName(m.DrafterDir)
@@ -140,6 +148,9 @@ func EngineFromModels(m *models.Models) Engine {
 	}
 	e.Certified = models.Certification(m.TargetDir, m.Backend)
 	e.WeightBytes = m.WeightBytes()
+	if m.TargetDir != "" {
+		e.Pooling, e.PoolingErr = models.ReadPooling(m.TargetDir)
+	}
 	return e
 }
 
@@ -183,6 +194,8 @@ type Serve struct {
 	metrics atomic.Pointer[metricsBox]
 	// shared is the memory budget several Serves share (ShareMemory); nil: each engine has its own.
 	shared *SharedMemory
+	// started is when NewServe ran (GET /v1/system's uptime).
+	started time.Time
 }
 
 var (
@@ -197,6 +210,7 @@ func NewServe(cfg ServeConfig, log zerolog.Logger) (*Serve, error) {
 	}
 	s := &Serve{cfg: cfg, log: log, clock: systemClock{}, gate: newGate(cfg.MaxConcurrency, cfg.QueueSize),
 		seed: rand.Uint64}
+	s.started = s.clock.Now()
 	s.events = newHub(s.helloEvent)
 	s.gate.changed = s.publishQueue
 	return s, nil
@@ -297,6 +311,10 @@ type prepared struct {
 	// defaultMax: the request set no max_tokens and Config.MaxTokens is the server's default, which memory
 	// admission may lower as it caps any request without a limit.
 	defaultMax bool
+	// cacheBreaks are the prompt positions of the client's cache breakpoints; noCache keeps the request out
+	// of the prefix cache.
+	cacheBreaks []int
+	noCache     bool
 }
 
 // prepare tokenizes req and checks it against l: the text-level knobs here, the generation's in its plan.
@@ -310,7 +328,8 @@ func (s *Serve) prepare(ctx context.Context, l *loaded, req ports.GenerateReques
 	if chat {
 		promptParam = "messages"
 	}
-	ids, text, errs := s.encodePrompt(l, req)
+	enc, errs := s.encode(l, req)
+	ids, text := enc.ids, enc.text
 	for i, st := range req.Stop {
 		if st == "" {
 			errs = append(errs, invalid("stop", "stop[%d] must not be empty", i))
@@ -338,6 +357,10 @@ func (s *Serve) prepare(ctx context.Context, l *loaded, req ports.GenerateReques
 	if err := errors.Join(errs...); err != nil {
 		return p, err
 	}
+	if l.prefix != nil && !req.NoCache {
+		p.cacheBreaks = s.cacheBreaks(l, req, enc)
+	}
+	p.noCache = req.NoCache
 	p.stop = req.Stop
 	p.think = chat && l.thinkSplit
 	if p.think {
@@ -366,6 +389,22 @@ func verification(seeded bool) speculative.Verification {
 
 // encodePrompt renders (chat) and tokenizes a request's prompt, checking it against the model's vocabulary.
 func (s *Serve) encodePrompt(l *loaded, req ports.GenerateRequest) (prompt []ports.Token, text string, errs []error) {
+	e, errs := s.encode(l, req)
+	return e.ids, e.text, errs
+}
+
+// encoded is a request's prompt: its token ids, the text they encode, and the spans of that text encoded as
+// plain text (client-written text that must not become control tokens).
+type encoded struct {
+	ids   []ports.Token
+	text  string
+	plain []ports.Span
+}
+
+// encode is encodePrompt, also returning the plain spans.
+func (s *Serve) encode(l *loaded, req ports.GenerateRequest) (_ encoded, errs []error) {
+	var prompt []ports.Token
+	var text string
 	chat := req.Messages != nil
 	promptParam := "prompt"
 	if chat {
@@ -419,7 +458,7 @@ func (s *Serve) encodePrompt(l *loaded, req ports.GenerateRequest) (prompt []por
 		}
 		prompt = ids
 	}
-	return prompt, text, errs
+	return encoded{ids: prompt, text: text, plain: plain}, errs
 }
 
 // CountTokens returns the number of prompt tokens req would have (ports.TokenCounter), without generating.
@@ -466,7 +505,11 @@ func (s *Serve) Generate(ctx context.Context, req ports.GenerateRequest, emit fu
 	defer release()
 	lv := s.newLive(l, id, req.Tenant, p, req.Messages != nil)
 	rl.live = lv
-	res, err = s.run(ctx, l, p, s.prefixPartition(l, req.Tenant), lv, emit)
+	var prefix *prefixcache.Partition
+	if !p.noCache {
+		prefix = s.prefixPartition(l, req.Tenant)
+	}
+	res, err = s.run(ctx, l, p, prefix, lv, emit)
 	switch {
 	case err == nil:
 		lv.end(res.FinishReason, res)
@@ -485,7 +528,7 @@ func (s *Serve) run(ctx context.Context, l *loaded, p prepared, prefix *prefixca
 	res := ports.GenerateResult{Model: l.name, PromptTokens: len(p.Prompt)}
 	pipe := newTextPipe(l.Tokenizer.NewStreamDecoder(true), p.stop, p.think, p.inThink, l.eos, emit)
 	// Observing costs one atomic load per round while nobody listens (BenchmarkServeEvents).
-	ro := generation.RunOptions{Clock: s.clock, PrefixCache: prefix, Batch: l.sched,
+	ro := generation.RunOptions{Clock: s.clock, PrefixCache: prefix, CacheBreaks: p.cacheBreaks, Batch: l.sched,
 		PrefillChunk: s.cfg.PrefillChunk, Observe: lv.observe, Emit: lv.committed(pipe.push)}
 	if p.Logprobs {
 		pipe.lp = newLogprobText(l.Tokenizer)
@@ -494,8 +537,8 @@ func (s *Serve) run(ctx context.Context, l *loaded, p prepared, prefix *prefixca
 		ro.EmitLogprobs = func(ids []ports.Token, round []ports.TokenLogprob) error { lps = round; return emitLP(ids) }
 	}
 	out, genErr := l.gen.Run(ctx, p.Plan, ro)
-	if l.prefix != nil {
-		res.CachedTokens = out.Cached
+	if prefix != nil {
+		res.CachedTokens, res.CacheWriteTokens = out.Cached, out.CacheWrite
 		s.log.Debug().Int("prompt_tokens", len(p.Prompt)).Int("cached_tokens", out.Cached).
 			Int("prefill_tokens", len(p.Prompt)-out.Cached).Msg("prefix cache")
 	}

@@ -390,6 +390,7 @@ func (c *cli) benchCmd() *cobra.Command {
 	var o verify.BenchOptions
 	var multiTurn, kernelCosts, distributed bool
 	var mt verify.MultiTurnOptions
+	var rankTimeout time.Duration
 	var costRows string
 	var co verify.CostsOptions
 	var constrain string
@@ -426,7 +427,7 @@ func (c *cli) benchCmd() *cobra.Command {
 				o.Clients = &cl
 			}
 			mc := f.modelConfig()
-			mc.Distributed = distributed
+			mc.Distributed, mc.RankTimeout = distributed, rankTimeout
 			if models.IsDistributedWorker(distributed, os.Getenv) {
 				return models.RunWorker(ctx, mc, c.log)
 			}
@@ -523,6 +524,7 @@ func (c *cli) benchCmd() *cobra.Command {
 	fs.IntVar(&mt.SystemTokens, "system-tokens", 1500, "multi-turn: system prompt length in tokens (cut from the prompts, cycled)")
 	fs.Int64Var(&mt.CacheBytes, "prefix-cache-bytes", app.DefaultConfig().PrefixCacheBytes, "multi-turn: the prefix cache's budget")
 	fs.IntVar(&mt.Every, "prefix-cache-every", app.DefaultConfig().PrefixCacheEvery, "multi-turn: the prefix cache's boundary interval")
+	fs.DurationVar(&rankTimeout, "rank-timeout", models.DefaultRankTimeout, "with --distributed, how soon a lost rank is noticed (as higgsd --rank-timeout)")
 	fs.BoolVar(&distributed, "distributed", false, "split the target across processes with MLX distributed (as higgsd --distributed: MLX_RANK, MLX_HOSTFILE; ranks ≠ 0 serve rank 0) and report each rank's forward time, the time it waited for its input and the time it spent sending, for single and (with --clients) batched rounds")
 	fs.BoolVar(&kernelCosts, "kernel-costs", false, "also measure the target's kernel costs: decode ms/token, verify cost of --cost-rows rows in decode steps, prefill tokens/s, achieved bandwidth and arithmetic rate, beside the CPU's features")
 	fs.StringVar(&costRows, "cost-rows", "2,4,8,16", "kernel costs: verify row counts")

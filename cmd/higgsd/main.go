@@ -1,5 +1,6 @@
 // Command higgsd serves local LLMs over an OpenAI-compatible HTTP API with DFlash speculative decoding.
-// With no flags it serves the bundled gocoder model and its drafter on 127.0.0.1:8000. See README.md.
+// With no flags it serves the bundled gocoder model and its drafter on 127.0.0.1:8000; the subcommands pull,
+// doctor, shellenv and exec fetch models, check a setup and point tools at a server (subcommand.go). See README.md.
 package main
 
 import (
@@ -20,6 +21,9 @@ import (
 func main() { os.Exit(run()) }
 
 func run() int {
+	if code, ok := subcommand(os.Args[1:]); ok {
+		return code
+	}
 	cfg, err := app.LoadConfig(os.Args[1:], os.Getenv, os.Stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0

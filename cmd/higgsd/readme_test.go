@@ -4,9 +4,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,7 +20,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/higgs-go/higgs/adapters/hfmodel"
 	"github.com/higgs-go/higgs/app"
+	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/app/toolenv"
 	"github.com/higgs-go/higgs/internal/readme"
 )
 
@@ -49,6 +55,13 @@ func TestREADMECommands(t *testing.T) {
 	t.Chdir(root)
 	noEnv := func(string) string { return "" }
 	var daemons, curls int
+	// tools are the shellenv and exec commands, run against the server below.
+	type tool struct {
+		page string
+		line int
+		args []string
+	}
+	var tools []tool
 	for _, p := range pages {
 		for _, c := range p.cmds {
 			args := c.Args
@@ -59,6 +72,16 @@ func TestREADMECommands(t *testing.T) {
 				args = args[3:]
 			default:
 				continue
+			}
+			if len(args) > 0 && args[0] == "pull" {
+				continue // TestREADMEPullCommands runs them
+			}
+			if len(args) > 0 && (args[0] == "shellenv" || args[0] == "exec") {
+				tools = append(tools, tool{p.name, c.Line, args})
+				continue
+			}
+			if len(args) > 0 && args[0] == "doctor" {
+				args = args[1:] // doctor takes serve's flags
 			}
 			daemons++
 			_, err := app.LoadConfig(args, noEnv, io.Discard)
@@ -93,6 +116,11 @@ func TestREADMECommands(t *testing.T) {
 		return r.StatusCode == http.StatusOK
 	}, 30*time.Second, 10*time.Millisecond, "the demo did not load")
 
+	for _, tl := range tools {
+		checkTool(t, tl.page, tl.line, tl.args, base)
+	}
+	require.NotEmpty(t, tools, "docs show no higgsd shellenv or exec command")
+
 	for _, p := range pages {
 		for _, c := range p.cmds {
 			if c.Args[0] != "curl" {
@@ -114,6 +142,28 @@ func TestREADMECommands(t *testing.T) {
 			resp.Body.Close()
 			require.NoError(t, err)
 			require.Equal(t, http.StatusOK, resp.StatusCode, "%s:%d: %s", p.name, c.Line, body)
+			if req.URL.Path == "/v1/system" {
+				var sys struct {
+					Object string            `json:"object"`
+					Models []json.RawMessage `json:"models"`
+				}
+				require.NoError(t, json.Unmarshal(body, &sys), "%s:%d: %s", p.name, c.Line, body)
+				assert.Equal(t, "system", sys.Object, "%s:%d", p.name, c.Line)
+				assert.Len(t, sys.Models, 1, "%s:%d: %s", p.name, c.Line, body)
+				continue
+			}
+			if req.URL.Path == "/v1/embeddings" {
+				// No generated text: one embedding per input, checked for its shape.
+				var emb struct {
+					Data []struct {
+						Embedding []float64 `json:"embedding"`
+					} `json:"data"`
+				}
+				require.NoError(t, json.Unmarshal(body, &emb), "%s:%d: %s", p.name, c.Line, body)
+				require.NotEmpty(t, emb.Data, "%s:%d", p.name, c.Line)
+				assert.NotEmpty(t, emb.Data[0].Embedding, "%s:%d", p.name, c.Line)
+				continue
+			}
 			if path := req.URL.Path; path == "/tokenize" || path == "/detokenize" {
 				// No generated text: the answer is ids or text back, checked for its shape.
 				var shape map[string]json.RawMessage
@@ -131,6 +181,100 @@ func TestREADMECommands(t *testing.T) {
 	}
 	assert.Positive(t, curls, "README.md and docs/ show no curl command")
 	t.Logf("%d higgsd and %d curl commands checked", daemons, curls)
+}
+
+// TestREADMEPullCommands runs every `higgsd pull` command README.md and docs/*.md show, as written, against
+// a local hub serving the demo model under each target id they name and the demo drafter under each known
+// drafter of those targets (no network); each must succeed and leave its models where the hub-id resolution
+// finds them.
+func TestREADMEPullCommands(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	files, err := readme.Files(root)
+	require.NoError(t, err)
+	srv, _ := pullEnv(t)
+	type shown struct {
+		where string
+		args  []string
+	}
+	var pulls []shown
+	for _, f := range files {
+		cmds, _, err := readme.Commands(f, map[string]string{"HOME": t.TempDir()})
+		require.NoError(t, err)
+		name, err := filepath.Rel(root, f)
+		require.NoError(t, err)
+		for _, c := range cmds {
+			args := c.Args
+			switch {
+			case args[0] == "bin/higgsd":
+				args = args[1:]
+			case len(args) > 2 && args[0] == "go" && args[1] == "run" && args[2] == "./cmd/higgsd":
+				args = args[3:]
+			default:
+				continue
+			}
+			if len(args) == 0 || args[0] != "pull" {
+				continue
+			}
+			cfg, err := app.ParsePull(args[1:], io.Discard)
+			require.NoError(t, err, "%s:%d", name, c.Line)
+			for _, id := range cfg.IDs {
+				if !isKnownDrafter(repoOf(id)) {
+					srv.AddDir(t, repoOf(id), filepath.Join(root, models.DemoTargetDir))
+				}
+				for _, p := range hfmodel.DraftersFor(id) {
+					srv.AddDir(t, p.Drafter, filepath.Join(root, models.DemoDrafterDir))
+				}
+			}
+			pulls = append(pulls, shown{fmt.Sprintf("%s:%d", name, c.Line), args[1:]})
+		}
+	}
+	require.NotEmpty(t, pulls, "README.md and docs/ show no higgsd pull command")
+	for _, p := range pulls {
+		var out, errb strings.Builder
+		code := runPull(t.Context(), p.args, &out, &errb)
+		require.Equal(t, 0, code, "%s: higgsd pull %s\n%s", p.where, strings.Join(p.args, " "), errb.String())
+		for _, dir := range strings.Fields(out.String()) {
+			assert.DirExists(t, dir, p.where)
+		}
+	}
+}
+
+// isKnownDrafter reports whether repo is a drafter of hfmodel.KnownDrafters (served as the demo drafter).
+func isKnownDrafter(repo string) bool {
+	for _, p := range hfmodel.KnownDrafters {
+		if p.Drafter == repo {
+			return true
+		}
+	}
+	return false
+}
+
+// repoOf is a hub id without its revision.
+func repoOf(id string) string {
+	repo, _, _ := strings.Cut(id, "@")
+	return repo
+}
+
+// checkTool runs a shellenv or exec command a page shows against the server at base (its --addr): shellenv
+// must print the server's variables, exec's command must run with them and succeed.
+func checkTool(t *testing.T, page string, line int, args []string, base string) {
+	t.Helper()
+	withAddr := append([]string{"--addr", base}, args[1:]...)
+	var stdout, stderr strings.Builder
+	switch args[0] {
+	case "shellenv":
+		code := toolenv.Shellenv(t.Context(), withAddr, func(string) string { return "" }, http.DefaultClient, &stdout, &stderr)
+		require.Equal(t, 0, code, "%s:%d: %s", page, line, stderr.String())
+		assert.Contains(t, stdout.String(), base+"/v1", "%s:%d", page, line)
+	case "exec":
+		c, _, err := toolenv.PrepareExec(t.Context(), withAddr, func(string) string { return "" }, os.Environ(), http.DefaultClient, &stderr)
+		require.NoError(t, err, "%s:%d", page, line)
+		cmd := exec.Command(c.Path, c.Argv[1:]...)
+		cmd.Env, cmd.Stdout, cmd.Stderr = c.Env, &stdout, &stderr
+		require.NoError(t, cmd.Run(), "%s:%d: %s", page, line, stderr.String())
+		assert.Contains(t, stdout.String(), base, "%s:%d", page, line)
+	}
 }
 
 // curlRequest builds the request of a curl command shown on page (flags -s, -N, -H and -d; the URL's host

@@ -25,7 +25,7 @@ func initServer(cfg app.Config, log zerolog.Logger) (*app.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	openaiServer := app.ProvideAPI(cfg, fleet, eventSource, server, keys, log)
+	openaiServer := app.ProvideAPI(cfg, fleet, eventSource, fleet, server, keys, log)
 	responsesServer := app.ProvideResponses(openaiServer)
 	anthropicServer := app.ProvideMessages(cfg, fleet, server, keys, log)
 	appServer := app.NewServer(cfg, fleet, server, openaiServer, responsesServer, anthropicServer, log)

@@ -41,6 +41,8 @@ var interfaces = map[string]reflect.Type{
 	"ports.TokenCounter":    reflect.TypeFor[ports.TokenCounter](),
 	"ports.PromptTokenizer": reflect.TypeFor[ports.PromptTokenizer](),
 	"ports.MemoryPricer":    reflect.TypeFor[ports.MemoryPricer](),
+	"ports.Embedder":        reflect.TypeFor[ports.Embedder](),
+	"ports.TextEmbedder":    reflect.TypeFor[ports.TextEmbedder](),
 }
 
 // row is one line of a table: the ability, what it is asked of, and the remaining cells by column name.

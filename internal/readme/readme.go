@@ -5,6 +5,7 @@ package readme
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -84,7 +85,9 @@ func Blocks(path string) ([]Block, error) {
 }
 
 // Commands returns the simple commands of the shell blocks (fenced sh, bash, shell or console, and indented
-// ones), with their words expanded using env (nil: no variables).
+// ones), with their words expanded using env (nil: no variables). A command substitution's commands are
+// returned as commands of their own (eval "$(bin/higgsd shellenv)" gives eval and bin/higgsd shellenv); the
+// substitution itself expands to nothing, as nothing is run.
 func Commands(path string, env map[string]string) ([]Command, []Block, error) {
 	blocks, err := Blocks(path)
 	if err != nil {
@@ -94,7 +97,7 @@ func Commands(path string, env map[string]string) ([]Command, []Block, error) {
 	for k, v := range env {
 		pairs = append(pairs, k+"="+v)
 	}
-	cfg := &expand.Config{Env: expand.ListEnviron(pairs...)}
+	cfg := &expand.Config{Env: expand.ListEnviron(pairs...), CmdSubst: func(io.Writer, *syntax.CmdSubst) error { return nil }}
 	var out []Command
 	for bi, b := range blocks {
 		switch b.Lang {

@@ -28,6 +28,18 @@ func TestCommands(t *testing.T) {
 	assert.Equal(t, 1, cmds[2].Block)
 }
 
+// A command substitution's command is a command of its own; the substitution expands to nothing.
+func TestCommandSubstitution(t *testing.T) {
+	md := "```sh\neval \"$(bin/higgsd shellenv --addr http://h:1)\"\n```\n"
+	path := filepath.Join(t.TempDir(), "a.md")
+	require.NoError(t, os.WriteFile(path, []byte(md), 0o644))
+	cmds, _, err := Commands(path, nil)
+	require.NoError(t, err)
+	require.Len(t, cmds, 2)
+	assert.Equal(t, []string{"eval", ""}, cmds[0].Args)
+	assert.Equal(t, []string{"bin/higgsd", "shellenv", "--addr", "http://h:1"}, cmds[1].Args)
+}
+
 func TestIndentedFence(t *testing.T) {
 	md := "1. Build:\n\n   ```sh\n   go build -o bin/x ./cmd/x\n     --indented-more\n   ```\n\n2. Run.\n"
 	path := filepath.Join(t.TempDir(), "a.md")

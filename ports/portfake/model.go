@@ -185,8 +185,39 @@ func (m *Model) logits(key uint64) []float64 {
 // Logits returns the next-token logits after history (the whole sequence so far, at least one token),
 // computed from scratch: the oracle for sessions.
 func (m *Model) Logits(history []ports.Token) ([]float64, error) {
+	key, err := m.historyKey(history)
+	if err != nil {
+		return nil, err
+	}
+	return m.logits(key), nil
+}
+
+var _ ports.Embedder = (*Model)(nil)
+
+// LastHidden is the toy's final hidden state of the last position (ports.Embedder): TapWidth values drawn
+// from the key its next-token logits depend on, so it changes with the last token, the one before it and
+// every recurrent layer's hash of the whole sequence.
+func (m *Model) LastHidden(ctx context.Context, tokens []ports.Token) ([]float32, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("portfake last hidden: %w", err)
+	}
+	if len(tokens) > m.cfg.ContextLength {
+		return nil, fmt.Errorf("portfake last hidden of %d tokens (context %d): %w", len(tokens), m.cfg.ContextLength, ports.ErrContextFull)
+	}
+	key, err := m.historyKey(tokens)
+	if err != nil {
+		return nil, fmt.Errorf("portfake last hidden: %w", err)
+	}
+	out := make([]float32, m.cfg.TapWidth)
+	// Layer index len(Layers) is no tap layer's: the hidden state differs from every tap.
+	m.tapRow(len(m.cfg.Layers), key, out)
+	return out, nil
+}
+
+// historyKey is the key the next-token logits after history depend on.
+func (m *Model) historyKey(history []ports.Token) (uint64, error) {
 	if len(history) == 0 {
-		return nil, errors.New("empty history")
+		return 0, errors.New("empty history")
 	}
 	var rec []uint64
 	for _, k := range m.cfg.Layers {
@@ -196,7 +227,7 @@ func (m *Model) Logits(history []ports.Token) ([]float64, error) {
 	}
 	for pos, tok := range history {
 		if tok < 0 || int(tok) >= m.cfg.Vocab {
-			return nil, fmt.Errorf("token %d at position %d outside vocabulary %d", tok, pos, m.cfg.Vocab)
+			return 0, fmt.Errorf("token %d at position %d outside vocabulary %d", tok, pos, m.cfg.Vocab)
 		}
 		for i := range rec {
 			rec[i] = m.recStep(rec[i], i, tok, pos)
@@ -206,7 +237,7 @@ func (m *Model) Logits(history []ports.Token) ([]float64, error) {
 	if len(history) > 1 {
 		prev = history[len(history)-2]
 	}
-	return m.logits(m.key(history[len(history)-1], prev, rec)), nil
+	return m.key(history[len(history)-1], prev, rec), nil
 }
 
 // Dist returns the next-token distribution after history under sampling params s (greedy: a point mass).

@@ -150,3 +150,15 @@ func TestPortfakePrefix(t *testing.T) {
 		})
 	}
 }
+
+func TestPortfakeEmbed(t *testing.T) {
+	for name, cfg := range map[string]portfake.Config{
+		"hybrid":         {ContextLength: 32},
+		"attention-only": {Layers: []ports.LayerKind{ports.LayerAttention}, ContextLength: 32},
+		"recurrent-only": {Layers: []ports.LayerKind{ports.LayerRecurrent}, ContextLength: 32},
+	} {
+		t.Run(name, func(t *testing.T) {
+			porttest.EmbedSuite{Target: portfake.MustNew(cfg), CheckContext: true}.Run(t)
+		})
+	}
+}

@@ -33,9 +33,10 @@ func (n *Node) Ping(ctx context.Context) error {
 	})
 }
 
-// Heartbeat pings the pipeline every period while no other operation ran in it, until ctx ends or a
-// ping fails; it keeps workers with an Idle bound alive and finds a lost rank between requests (Err then
-// reports it). Rank 0 only.
+// Heartbeat pings the pipeline through MLX's ring every period while no other operation ran in it, until
+// ctx ends or a ping fails: it keeps workers with an Idle bound alive and checks the ring's own links
+// between requests (a lost rank itself is noticed sooner, by the heartbeat channel: see the package doc).
+// Rank 0 only.
 func (n *Node) Heartbeat(ctx context.Context, period time.Duration) error {
 	p := n.p
 	if p.Rank != 0 || period <= 0 {
@@ -62,13 +63,14 @@ func (n *Node) Heartbeat(ctx context.Context, period time.Duration) error {
 }
 
 // Stop tells the workers to leave their loops and returns every rank's timings and stage, gathered with
-// MLX's all_gather (rank 0; a broken or already stopped pipeline is left as it is and gives nil). Every
-// rank logs its own.
+// MLX's all_gather (rank 0; a broken or already stopped pipeline is left as it is and gives nil), then
+// ends the heartbeats. Every rank logs its own.
 func (n *Node) Stop() ([]RankStats, error) {
 	p := n.p
 	if p.Rank != 0 || p.RT.Err() != nil || !p.Stopped.CompareAndSwap(false, true) {
 		return nil, nil
 	}
+	defer n.beats.Close()
 	st := n.Stats()
 	n.log.Info().Int("rank", 0).Int("forwards", st.Forwards).Dur("compute", st.Compute).
 		Dur("wait", st.Wait).Msg("pipeline stage stopped")

@@ -11,14 +11,25 @@
 // protocol (control messages, acknowledgements, timeouts naming the lost rank, timings) is
 // adapters/mlx/internal/ring, shared by both; this package joins the group and runs the processes.
 //
-// A rank that stops answering fails the MLX runtime within a bound (MLX's recv cannot time out, and its ring
-// never reports a broken socket) with ErrRankLost, which wraps ports.ErrBackendLost (HTTP 503).
+// A lost rank is noticed by heartbeats beside the ring (ring.Beats: a TCP star with rank 0 at its centre,
+// set up at the join; beats every RankTimeout/4 from goroutines of their own, so they never wait for a
+// round to end): a rank whose process dies is noticed at once (its sockets close), one that falls silent
+// (a frozen or unplugged machine) within Options.RankTimeout, in the middle of a round or between rounds
+// alike. The rank that notices fails its MLX runtime with ErrRankLost naming the lost rank (it wraps
+// ports.ErrBackendLost: HTTP 503), which ends a round blocked in MLX's receive at once (MLX's recv cannot
+// time out, and its ring never reports a broken socket) and every later call; rank 0 tells the other
+// workers, which give up too. A rank that keeps beating is alive however long its round takes: only the
+// round timeout (Options.Timeout, minutes) ends a round that never finishes on live ranks.
 package pipeline
 
 import (
 	"cmp"
 	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/signal"
 	"strconv"
@@ -63,8 +74,13 @@ type Options struct {
 	// keeps an idle pipeline alive with Heartbeat at a shorter period.
 	Idle time.Duration
 	// Timeout bounds one round trip of the pipeline (a chunk's forward on every rank, or a control message
-	// answered; 0: two minutes).
+	// answered; 0: two minutes). A lost rank is noticed sooner, by RankTimeout: this bound is for live
+	// ranks whose round never ends, so it leaves room for the longest prefill chunk on the slowest rank.
 	Timeout time.Duration
+	// RankTimeout is how long a rank may stay silent on the heartbeat channel before it is lost (0: ten
+	// seconds). Rank 0's heartbeat address is its first address in MLX_HOSTFILE, which every worker must
+	// reach.
+	RankTimeout time.Duration
 	// MicroBatchRows is the rows a micro-batch of a batched round aims at (0: 32): a round of R rows is cut
 	// into min(ranks, ⌈R/MicroBatchRows⌉, its sequences) micro-batches of whole sequences, so rank k+1 runs
 	// micro-batch i while rank k runs i+1. Each micro-batch reads the stage's weights again, so rounds of
@@ -96,9 +112,10 @@ type RankStats struct {
 // Node is this process's rank of a pipeline: its stage of the model and its place in the ring. Safe for
 // concurrent use as its target is; Serve, Stop and Heartbeat are each called by one goroutine.
 type Node struct {
-	t   *mlx.Target
-	p   *ring.Peer
-	log zerolog.Logger
+	t     *mlx.Target
+	p     *ring.Peer
+	beats *ring.Beats
+	log   zerolog.Logger
 	// onCtrl, when set (tests), is called by a worker's loop after each control message it receives.
 	onCtrl func()
 }
@@ -114,28 +131,31 @@ func Load(ctx context.Context, dir string, opts mlx.LoadOptions, o Options) (*No
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
-	p, err := join(rt, o)
+	p, beats, err := join(ctx, rt, o, opts.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
 	t, err := mlx.LoadStage(ctx, dir, opts, p)
 	if err != nil {
+		beats.Close()
 		return nil, fmt.Errorf("rank %d: %w", p.Rank, err)
 	}
 	st := p.Stage()
 	opts.Logger.Info().Int("rank", p.Rank).Int("ranks", p.Size).Int("first_layer", st.Lo).
 		Int("end_layer", st.Hi).Int64("weight_bytes", t.WeightBytes()).Msg("pipeline stage loaded")
-	return &Node{t: t, p: p, log: opts.Logger}, nil
+	return &Node{t: t, p: p, beats: beats, log: opts.Logger}, nil
 }
 
-// join initialises MLX distributed within o.JoinTimeout: a rank that never joins fails every rank's load.
-func join(rt *mlxc.Runtime, o Options) (*ring.Peer, error) {
+// join initialises MLX distributed and links the heartbeats within o.JoinTimeout: a rank that never joins
+// fails every rank's load.
+func join(ctx context.Context, rt *mlxc.Runtime, o Options, log zerolog.Logger) (*ring.Peer, *ring.Beats, error) {
 	d := o.JoinTimeout
 	if d <= 0 {
 		d = time.Minute
 	}
-	if os.Getenv(EnvHostfile) == "" && (o.Backend == "" || o.Backend == "ring") {
-		return nil, fmt.Errorf("mlx distributed: %s is not set (a JSON list of each rank's \"ip:port\" addresses, as mlx.launch writes)", EnvHostfile)
+	host, err := rank0Host(os.Getenv(EnvHostfile))
+	if err != nil {
+		return nil, nil, err
 	}
 	// MLX's ring sends on plain sockets from its own threads: a send to a rank that died raises SIGPIPE,
 	// which would end this process without a word. Ignored, the send fails with EPIPE instead, and the
@@ -146,7 +166,9 @@ func join(rt *mlxc.Runtime, o Options) (*ring.Peer, error) {
 	if p.Timeout <= 0 {
 		p.Timeout = 2 * time.Minute
 	}
-	err := rt.DoWithin(d, func() error {
+	deadline := time.Now().Add(d)
+	var hb heartbeatAddr
+	err = rt.DoWithin(d, func() error {
 		return fmt.Errorf("%w: not every rank joined within %v (hostfile %s)", ErrRankLost, d, os.Getenv(EnvHostfile))
 	}, func() error {
 		if !mlxc.DistributedAvailable(o.Backend) {
@@ -162,15 +184,117 @@ func join(rt *mlxc.Runtime, o Options) (*ring.Peer, error) {
 		}
 		p.Group = g
 		p.Rank, p.Size = int(mlxc.DistributedGroupRank(g)), int(mlxc.DistributedGroupSize(g))
-		return nil
+		if p.Size < 2 {
+			return nil
+		}
+		hb, err = shareHeartbeat(p, host)
+		return err
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if p.Size < 2 {
-		return nil, fmt.Errorf("mlx distributed: the group has %d rank; a pipeline needs 2 or more", p.Size)
+		return nil, nil, fmt.Errorf("mlx distributed: the group has %d rank; a pipeline needs 2 or more", p.Size)
 	}
-	return p, nil
+	bound := cmp.Or(o.RankTimeout, 10*time.Second)
+	cfg := ring.BeatConfig{Bound: bound, OnLost: func(err error) {
+		log.Error().Err(err).Int("rank", p.Rank).Msg("pipeline rank lost")
+		rt.Fail(err)
+	}}
+	beats, err := linkBeats(ctx, p, hb, deadline, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, beats, nil
+}
+
+// rank0Host is rank 0's first address in the hostfile (a JSON list, in rank order, of each rank's "ip:port"
+// addresses): where it listens for the workers' heartbeats.
+func rank0Host(hostfile string) (string, error) {
+	if hostfile == "" {
+		return "", fmt.Errorf("mlx distributed: %s is not set (a JSON list of each rank's \"ip:port\" addresses, as mlx.launch writes; the heartbeats need rank 0's)", EnvHostfile)
+	}
+	b, err := os.ReadFile(hostfile)
+	if err != nil {
+		return "", fmt.Errorf("mlx distributed: %s: %w", EnvHostfile, err)
+	}
+	return parseRank0Host(b)
+}
+
+// parseRank0Host reads rank 0's first address's host from a hostfile's contents.
+func parseRank0Host(b []byte) (string, error) {
+	var hosts [][]string
+	if err := json.Unmarshal(b, &hosts); err != nil {
+		return "", fmt.Errorf("mlx distributed: %s is not a JSON list of each rank's \"ip:port\" addresses: %w", EnvHostfile, err)
+	}
+	if len(hosts) == 0 || len(hosts[0]) == 0 {
+		return "", fmt.Errorf("mlx distributed: %s lists no address for rank 0", EnvHostfile)
+	}
+	host, _, err := net.SplitHostPort(hosts[0][0])
+	if err != nil || host == "" {
+		return "", fmt.Errorf("mlx distributed: %s: rank 0's address %q is not \"ip:port\"", EnvHostfile, hosts[0][0])
+	}
+	return host, nil
+}
+
+// heartbeatAddr is what rank 0 tells the workers at the join: its heartbeat port and the group's token
+// (a random number a worker's hello must carry), and, on rank 0, the listener.
+type heartbeatAddr struct {
+	host  string
+	port  int
+	token uint64
+	ln    net.Listener
+}
+
+// shareHeartbeat opens rank 0's heartbeat listener on host (any free port) and hands its port and a fresh
+// token to every rank with one all_gather (MLX thread).
+func shareHeartbeat(p *ring.Peer, host string) (heartbeatAddr, error) {
+	hb := heartbeatAddr{host: host}
+	vals := make([]int32, 3)
+	if p.Rank == 0 {
+		ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return hb, fmt.Errorf("mlx distributed: heartbeat listener on rank 0's address %s: %w", host, err)
+		}
+		var tok [8]byte
+		_, _ = rand.Read(tok[:]) // crypto/rand's Read never fails
+		hb.ln, hb.token, hb.port = ln, binary.BigEndian.Uint64(tok[:]), ln.Addr().(*net.TCPAddr).Port
+		vals = []int32{int32(hb.port), int32(hb.token >> 32), int32(uint32(hb.token))}
+	}
+	all, err := p.AllGather(vals)
+	if err != nil {
+		if hb.ln != nil {
+			_ = hb.ln.Close()
+		}
+		return hb, fmt.Errorf("mlx distributed: heartbeat address: %w", err)
+	}
+	if len(all) != 3*p.Size {
+		return hb, fmt.Errorf("mlx distributed: heartbeat address: gathered %d values, want %d", len(all), 3*p.Size)
+	}
+	hb.port, hb.token = int(all[0]), uint64(uint32(all[1]))<<32|uint64(uint32(all[2]))
+	return hb, nil
+}
+
+// linkBeats links this rank's heartbeats before deadline: rank 0 takes every worker's hello, a worker
+// dials rank 0.
+func linkBeats(ctx context.Context, p *ring.Peer, hb heartbeatAddr, deadline time.Time, cfg ring.BeatConfig) (*ring.Beats, error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	if p.Rank == 0 {
+		defer hb.ln.Close()
+		b, err := ring.AcceptBeats(ctx, hb.ln, p.Size, hb.token, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("mlx distributed: heartbeats: %w", err)
+		}
+		return b, nil
+	}
+	addr := net.JoinHostPort(hb.host, fmt.Sprint(hb.port))
+	var dl net.Dialer
+	c, err := dl.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: rank %d: heartbeat link to rank 0 at %s: %w", ErrRankLost, p.Rank, addr, err)
+	}
+	return ring.DialBeats(c, p.Rank, hb.token, cfg)
 }
 
 // MLX is this rank's stage as an MLX target: load rank 0's drafter on it.
@@ -201,5 +325,8 @@ func (n *Node) Stats() Stats {
 	return st
 }
 
-// Close frees this rank's weights (its sessions must be closed first).
-func (n *Node) Close() error { return n.t.Close() }
+// Close ends the heartbeats and frees this rank's weights (its sessions must be closed first).
+func (n *Node) Close() error {
+	n.beats.Close()
+	return n.t.Close()
+}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -30,10 +31,14 @@ const envDistSpec = "HIGGS_MLX_DIST_SPEC"
 
 type distSpec struct {
 	Target, Drafter, Out string
-	// Failure injection: rank DieRank (> 0) exits after DieAfter control messages; Timeout bounds rank 0's
-	// rounds and the join (0: 30 s).
-	DieRank, DieAfter int
-	Timeout           time.Duration
+	// Failure injection: rank DieRank (> 0) exits after DieAfter control messages (Freeze: stops with
+	// SIGSTOP instead, as a hung machine; IdleLoss: a second after loading, while rank 0 sends nothing);
+	// Timeout bounds the join and rank 0's rounds (0: 30 s; RoundTimeout, when set, the rounds);
+	// RankTimeout is the heartbeats' bound (0: Options' default).
+	DieRank, DieAfter     int
+	Freeze, IdleLoss      bool
+	Timeout, RoundTimeout time.Duration
+	RankTimeout           time.Duration
 	// Rank0Exits makes rank 0 exit once the pipeline is up; the workers, with Idle = Timeout, must give up.
 	Rank0Exits bool
 	// MicroRows is DistOptions.MicroBatchRows; Suite runs porttest.BatchSuite on rank 0 instead of the
@@ -58,6 +63,8 @@ type distOutput struct {
 	Elapsed time.Duration
 	// Broken is rank 0's Err() after the failure (what /health reports).
 	Broken string
+	// DiedAt is when a dying rank exited or froze, NoticedAt when rank 0 saw the loss (unix ns).
+	DiedAt, NoticedAt int64
 }
 
 var distPrompt = []ports.Token{3, 17, 5, 42, 9, 11, 2, 30}
@@ -185,7 +192,8 @@ func TestDistributedRank(t *testing.T) {
 		idle = timeout
 	}
 	tgt, err := Load(ctx, spec.Target, mlx.LoadOptions{}, Options{Backend: "ring", DrafterHead: true,
-		JoinTimeout: timeout, Timeout: timeout, Idle: idle, MicroBatchRows: spec.MicroRows})
+		JoinTimeout: timeout, Timeout: cmp.Or(spec.RoundTimeout, timeout), RankTimeout: spec.RankTimeout, Idle: idle,
+		MicroBatchRows: spec.MicroRows})
 	if spec.DieRank != 0 && err != nil {
 		// A rank that never joins: rank 0 reports it within the join timeout.
 		writeRankOutput(t, spec, 0, distOutput{Err: err.Error(), Lost: errors.Is(err, ErrRankLost), Elapsed: time.Since(start)})
@@ -202,8 +210,21 @@ func TestDistributedRank(t *testing.T) {
 		err := tgt.Serve(ctx)
 		require.Error(t, err)
 		out.Err, out.Lost, out.Elapsed = err.Error(), errors.Is(err, ErrRankLost), time.Since(start)
+	case tgt.Rank() != 0 && tgt.Rank() == spec.DieRank && spec.IdleLoss:
+		time.AfterFunc(time.Second, func() { die(t, spec) })
+		_ = tgt.Serve(ctx)
 	case tgt.Rank() != 0 && tgt.Rank() == spec.DieRank:
-		dieAfter(t, tgt, spec.DieAfter)
+		dieAfter(t, tgt, spec)
+	case tgt.Rank() == 0 && spec.IdleLoss:
+		// Rank 0 sends nothing: the loss must come to it by the heartbeats alone.
+		for tgt.Err() == nil && time.Since(start) < 2*time.Minute {
+			time.Sleep(10 * time.Millisecond)
+		}
+		out.NoticedAt = time.Now().UnixNano()
+		require.Error(t, tgt.Err())
+		out.Err, out.Lost, out.Broken = tgt.Err().Error(), errors.Is(tgt.Err(), ErrRankLost), tgt.Err().Error()
+		_, err = tgt.Target().NewSession(ctx, nil)
+		require.ErrorIs(t, err, ErrRankLost, "a new request fails at once")
 	case tgt.Rank() != 0 && spec.DieRank != 0:
 		err := tgt.Serve(ctx)
 		require.ErrorIs(t, err, ErrRankLost, "a worker whose neighbour died stops")
@@ -222,6 +243,7 @@ func TestDistributedRank(t *testing.T) {
 			_, err = porttest.Greedy(ctx, tgt.Target(), distPrompt, 1000)
 		}
 		require.Error(t, err)
+		out.NoticedAt = time.Now().UnixNano()
 		out.Err, out.Lost, out.Elapsed = err.Error(), errors.Is(err, ErrRankLost), time.Since(start)
 		if tgt.Err() != nil {
 			out.Broken = tgt.Err().Error()
@@ -257,18 +279,31 @@ func writeRankOutput(t *testing.T, spec distSpec, rank int, out distOutput) {
 	require.NoError(t, os.WriteFile(fmt.Sprintf("%s.%d", spec.Out, rank), b, 0o644))
 }
 
-// dieAfter runs a worker's loop for n control messages, then exits the process as a crash would (its
-// sockets close; rank 0 is told nothing).
-func dieAfter(t *testing.T, tgt *Node, n int) {
+// dieAfter runs a worker's loop for spec.DieAfter control messages, then dies.
+func dieAfter(t *testing.T, tgt *Node, spec distSpec) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	seen := 0
 	tgt.onCtrl = func() {
-		if seen++; seen > n {
-			os.Exit(3)
+		if seen++; seen > spec.DieAfter {
+			die(t, spec)
 		}
 	}
 	_ = tgt.Serve(ctx)
+}
+
+// die records the time, then exits the process as a crash would (its sockets close; rank 0 is told
+// nothing) or, with spec.Freeze, stops it as a hung machine (its sockets stay open and silent; the test
+// kills it once rank 0 is done).
+func die(t *testing.T, spec distSpec) {
+	b, err := json.Marshal(distOutput{DiedAt: time.Now().UnixNano()})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(spec.Out+".died", b, 0o644))
+	if spec.Freeze {
+		require.NoError(t, syscall.Kill(os.Getpid(), syscall.SIGSTOP))
+		select {} // the stop lands on every thread soon after kill returns; nothing may run meanwhile
+	}
+	os.Exit(3)
 }
 
 // requireRing skips when the loaded MLX has no ring backend.
@@ -330,6 +365,9 @@ func runRanks(t *testing.T, s distSpec, n, start int) []distOutput {
 	}
 	for r, c := range cmds {
 		err := c.Wait()
+		if r == 0 && s.Freeze && s.DieRank < start {
+			_ = cmds[s.DieRank].Process.Kill() // frozen: it would never exit
+		}
 		switch {
 		case s.Rank0Exits && r == 0:
 			var ee *exec.ExitError
@@ -352,50 +390,80 @@ func runRanks(t *testing.T, s distSpec, n, start int) []distOutput {
 		require.NoError(t, err)
 		require.NoError(t, json.Unmarshal(b, &outs[r]))
 	}
+	if b, err := os.ReadFile(s.Out + ".died"); err == nil {
+		var died distOutput
+		require.NoError(t, json.Unmarshal(b, &died))
+		outs[s.DieRank].DiedAt = died.DiedAt
+	}
 	return outs
 }
 
-// TestDistributedRankLost: a worker that dies mid-decode, or never joins, gives rank 0 an error wrapping
-// ErrRankLost (so ports.ErrBackendLost: HTTP 503) naming the rank, within the configured timeout.
+// TestDistributedRankLost: a worker that dies or freezes, mid-decode or while the pipeline is idle, gives
+// rank 0 an error wrapping ErrRankLost (so ports.ErrBackendLost: HTTP 503) naming the rank, within the
+// heartbeats' bound (RankTimeout) although a round may take minutes (RoundTimeout): a dead process at once
+// (its sockets close), a frozen one after the bound and not before; the runtime stays broken (/health:
+// degraded) and new requests fail at once. A worker that never joins fails the join; rank 0 exiting makes
+// the workers give up.
 func TestDistributedRankLost(t *testing.T) {
 	requireRing(t)
 	tdir := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 93})
 	ddir := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 94, Taps: []int{1, 3}, Mask: 60})
-	const timeout = 3 * time.Second
+	const (
+		timeout    = 3 * time.Second // the join, and the never-joins case's bound
+		bound      = 2 * time.Second // --rank-timeout
+		round      = 2 * time.Minute // the production round timeout: never what notices a loss here
+		slack      = time.Second     // a loaded test machine's scheduling
+		dead, hung = "heartbeat connection to rank %d broke", "no heartbeat from rank %d within 2s"
+	)
 	tests := []struct {
-		name              string
-		n, start, dieRank int
-		want              string
-		batched           bool
+		name                  string
+		n, dieRank            int
+		freeze, idle, batched bool
+		want                  string
 	}{
-		{"dies mid-decode, 2 ranks", 2, 2, 1, "no answer from rank 1", false},
-		{"middle rank dies, 3 ranks", 3, 3, 1, "no answer from rank 1 ", false},
-		{"last rank dies, 3 ranks", 3, 3, 2, "no answer from rank 2 ", false},
-		{"middle rank dies in a batched round, 3 ranks", 3, 3, 1, "no answer from rank 1 ", true},
-		{"last rank dies in a batched round, 3 ranks", 3, 3, 2, "no answer from rank 2 ", true},
-		{"never joins", 2, 1, 1, "not every rank joined", false},
+		{"dies mid-decode, 2 ranks", 2, 1, false, false, false, dead},
+		{"middle rank dies, 3 ranks", 3, 1, false, false, false, dead},
+		{"last rank dies, 3 ranks", 3, 2, false, false, false, dead},
+		{"middle rank dies in a batched round, 3 ranks", 3, 1, false, false, true, dead},
+		{"last rank dies in a batched round, 3 ranks", 3, 2, false, false, true, dead},
+		{"freezes mid-decode, 2 ranks", 2, 1, true, false, false, hung},
+		{"middle rank freezes in a batched round, 3 ranks", 3, 1, true, false, true, hung},
+		{"dies while idle, 3 ranks", 3, 2, false, true, false, dead},
+		{"freezes while idle, 3 ranks", 3, 1, true, true, false, hung},
 	}
 	t.Run("rank 0 exits, 3 ranks", func(t *testing.T) {
-		outs := runRanks(t, distSpec{Target: tdir, Drafter: ddir, Rank0Exits: true, Timeout: timeout}, 3, 3)
+		outs := runRanks(t, distSpec{Target: tdir, Drafter: ddir, Rank0Exits: true, Timeout: timeout, RankTimeout: bound}, 3, 3)
 		for r := 1; r < 3; r++ {
 			t.Logf("rank %d: %s after %v", r, outs[r].Err, outs[r].Elapsed)
 			assert.True(t, outs[r].Lost, "rank %d wraps ErrRankLost: %s", r, outs[r].Err)
-			assert.Less(t, outs[r].Elapsed, 4*timeout, "bounded by the idle timeout")
+			assert.Less(t, outs[r].Elapsed, bound+slack, "bounded by the heartbeats")
+			assert.Contains(t, outs[r].Err, fmt.Sprintf("rank %d: heartbeat connection to rank 0 broke", r))
 		}
-		assert.Contains(t, outs[1].Err, "nothing from rank 0")
+	})
+	t.Run("never joins", func(t *testing.T) {
+		outs := runRanks(t, distSpec{Target: tdir, Drafter: ddir, DieRank: 1, Timeout: timeout, RankTimeout: bound}, 2, 1)
+		t.Logf("rank 0: %s after %v", outs[0].Err, outs[0].Elapsed)
+		assert.True(t, outs[0].Lost, "wraps ErrRankLost: %s", outs[0].Err)
+		assert.Contains(t, outs[0].Err, "not every rank joined")
+		assert.Less(t, outs[0].Elapsed, 2*timeout, "bounded by the join timeout")
 	})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			outs := runRanks(t, distSpec{Target: tdir, Drafter: ddir, DieRank: tc.dieRank, DieAfter: 20, Timeout: timeout,
-				Batched: tc.batched, MicroRows: 1}, tc.n, tc.start)
+			outs := runRanks(t, distSpec{Target: tdir, Drafter: ddir, DieRank: tc.dieRank, DieAfter: 20, Freeze: tc.freeze,
+				IdleLoss: tc.idle, Batched: tc.batched, MicroRows: 1, Timeout: timeout, RoundTimeout: round, RankTimeout: bound}, tc.n, tc.n)
 			got := outs[0]
-			t.Logf("rank 0: %s after %v", got.Err, got.Elapsed)
+			require.NotZero(t, outs[tc.dieRank].DiedAt, "rank %d died", tc.dieRank)
+			took := time.Duration(got.NoticedAt - outs[tc.dieRank].DiedAt)
+			t.Logf("rank 0: %s, %v after rank %d died", got.Err, took, tc.dieRank)
 			assert.True(t, got.Lost, "wraps ErrRankLost: %s", got.Err)
-			assert.Contains(t, got.Err, tc.want)
-			assert.Less(t, got.Elapsed, 4*timeout, "bounded by the timeout")
-			if tc.start == tc.n {
-				assert.Contains(t, got.Broken, tc.want, "the runtime stays broken with the same error (/health: degraded)")
+			assert.Contains(t, got.Err, fmt.Sprintf(tc.want, tc.dieRank), "names the lost rank")
+			assert.Less(t, took, bound+slack, "noticed within the heartbeats' bound")
+			if tc.freeze {
+				// Its last beat came up to a period (bound/10) before it froze; it is lost once silent for
+				// the bound less a period.
+				assert.Greater(t, took, bound*8/10-slack/10, "a silent rank gets nearly the whole bound")
 			}
+			assert.Contains(t, got.Broken, fmt.Sprintf(tc.want, tc.dieRank), "the runtime stays broken with the same error (/health: degraded)")
 		})
 	}
 }

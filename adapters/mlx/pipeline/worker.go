@@ -44,6 +44,7 @@ func (n *Node) Serve(ctx context.Context) error {
 			if _, err := n.gatherStats(); err != nil {
 				return fmt.Errorf("rank %d: stop: %w", p.Rank, err)
 			}
+			n.beats.Close()
 			return nil
 		case ring.OpPing:
 			err := p.Do(func() error {

@@ -41,6 +41,7 @@ type responsesBody struct {
 	Prompt             json.RawMessage `json:"prompt"`
 	Seed               *int64          `json:"seed"`
 	BlockSize          *int            `json:"block_size"`
+	CachePrompt        *bool           `json:"cache_prompt"`
 	MaxToolCalls       *int            `json:"max_tool_calls"`
 	// ChatTemplateKwargs is higgs's (and vLLM's chat) extension, passed to the chat translation as is:
 	// {"enable_thinking": true} opens a think block where the template's default does not.
@@ -56,6 +57,17 @@ type responsesText struct {
 		Description string          `json:"description"`
 	} `json:"format"`
 	Verbosity json.RawMessage `json:"verbosity"`
+}
+
+// fields are the top-level fields /v1/responses takes: every field of OpenAI's ResponseCreateParams today,
+// the client_metadata Codex sends, and higgs's extensions. Any other is refused as OpenAI refuses it.
+var fields = []string{
+	"model", "instructions", "input", "tools", "tool_choice", "parallel_tool_calls", "text", "max_output_tokens",
+	"temperature", "top_p", "top_logprobs", "include", "stream", "stream_options", "store", "previous_response_id",
+	"conversation", "background", "prompt", "max_tool_calls", "reasoning", "metadata", "user", "service_tier",
+	"truncation", "prompt_cache_key", "prompt_cache_retention", "safety_identifier", "client_metadata",
+	// higgs's extensions, as on chat completions.
+	"seed", "block_size", "chat_template_kwargs", "cache_prompt",
 }
 
 // includeLogprobs is the include value that asks for the output text's logprobs.
@@ -87,6 +99,9 @@ func Parse(body []byte) (openai.Request, responsesParams, error) {
 	var b responsesBody
 	var p responsesParams
 	if err := openai.DecodeJSON(body, &b); err != nil {
+		return openai.Request{}, p, err
+	}
+	if err := openai.CheckFields(body, fields); err != nil {
 		return openai.Request{}, p, err
 	}
 	if b.Store != nil && *b.Store {
@@ -184,6 +199,9 @@ func Parse(body []byte) (openai.Request, responsesParams, error) {
 	p.Temperature, p.TopP = b.Temperature, b.TopP
 	if b.Seed != nil {
 		chat["seed"] = *b.Seed
+	}
+	if b.CachePrompt != nil {
+		chat["cache_prompt"] = *b.CachePrompt
 	}
 	if b.BlockSize != nil {
 		chat["block_size"] = *b.BlockSize

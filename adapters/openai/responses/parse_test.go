@@ -66,6 +66,7 @@ func TestParseResponsesRefusals(t *testing.T) {
 		{`{"input":"x","tools":[{"type":"web_search"}],"tool_choice":{"type":"web_search"}}`, "tool_choice"},
 		{`{"input":"x","text":{"format":{"type":"xml"}}}`, "text.format.type"},
 		{`{"input":"x","max_output_tokens":0}`, "max_output_tokens"},
+		{`{"input":"x","max_tokens":5}`, "max_tokens"}, // a chat completions name: unknown here, as OpenAI says
 	} {
 		_, _, err := Parse([]byte(c.body))
 		var e *openai.Error
@@ -73,8 +74,11 @@ func TestParseResponsesRefusals(t *testing.T) {
 		assert.Equal(t, 400, e.Status, c.body)
 		assert.Equal(t, c.param, e.Param, c.body)
 	}
-	// store false and absent both work.
-	for _, body := range []string{`{"input":"x","store":false}`, `{"input":"x"}`} {
+	// store false and absent both work, and so does the body Codex sends.
+	codex := `{"model":"m","instructions":"be brief","input":"x","tools":[],"tool_choice":"auto","parallel_tool_calls":false,` +
+		`"reasoning":{"effort":"medium","summary":"auto"},"store":false,"stream":true,"include":["reasoning.encrypted_content"],` +
+		`"prompt_cache_key":"k","text":{"verbosity":"medium"},"service_tier":"auto","client_metadata":{"a":"b"}}`
+	for _, body := range []string{`{"input":"x","store":false}`, `{"input":"x"}`, codex} {
 		_, _, err := Parse([]byte(body))
 		assert.NoError(t, err, body)
 	}

@@ -57,3 +57,24 @@ func TestDoWithin(t *testing.T) {
 		}
 	})
 }
+
+// The contract the pipeline's heartbeats rely on: Fail from another goroutine (a heartbeat that lost a
+// rank) ends a Do whose job is stuck in a receive at once, with Fail's error, and every Do after it.
+func TestFailEndsRunningDo(t *testing.T) {
+	errLost := errors.New("rank 1 lost")
+	r := bareRuntime(t)
+	stuck, running := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(stuck) })
+	done := make(chan error, 1)
+	go func() { done <- r.Do(func() error { close(running); <-stuck; return nil }) }()
+	<-running
+	r.Fail(errLost)
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, errLost)
+	case <-time.After(5 * time.Second):
+		t.Fatal("a failed runtime's running Do did not return")
+	}
+	assert.ErrorIs(t, r.Do(func() error { return nil }), errLost)
+	assert.ErrorIs(t, r.Err(), errLost)
+}

@@ -81,6 +81,10 @@ var (
 	Eval func(outputs VectorArray) int32
 	// GetActiveMemory is mlx_get_active_memory.
 	GetActiveMemory func(res *uintptr) int32
+	// GetPeakMemory is mlx_get_peak_memory.
+	GetPeakMemory func(res *uintptr) int32
+	// GetCacheMemory is mlx_get_cache_memory.
+	GetCacheMemory func(res *uintptr) int32
 	// ClearCache is mlx_clear_cache.
 	ClearCache func() int32
 	// Add is mlx_add.
@@ -225,6 +229,8 @@ var table = []symbol{
 	{"mlx_synchronize", &Synchronize},
 	{"mlx_eval", &Eval},
 	{"mlx_get_active_memory", &GetActiveMemory},
+	{"mlx_get_peak_memory", &GetPeakMemory},
+	{"mlx_get_cache_memory", &GetCacheMemory},
 	{"mlx_clear_cache", &ClearCache},
 	{"mlx_add", &Add},
 	{"mlx_subtract", &Subtract},

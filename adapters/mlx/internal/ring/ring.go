@@ -2,11 +2,14 @@
 // adapters/mlx, whose targets run one stage of a model and pass a forward's stream, taps and answers round
 // the ring, and adapters/mlx/pipeline, which joins the group and runs the processes (rank 0's control, the
 // workers' loop, pings, stop). It holds this process's place in the ring (Peer), the control messages rank 0
-// sends before every session operation, the acknowledgements that let a timeout name the lost rank, and
-// the timings. Everything runs on the MLX thread unless a comment says otherwise.
+// sends before every session operation, the acknowledgements that let a timeout name the lost rank, the
+// timings, and the heartbeats beside the ring that notice a lost rank without waiting for a round (Beats,
+// beat.go: plain Go over TCP, never on the MLX thread). Everything else runs on the MLX thread unless a
+// comment says otherwise.
 //
-// The ring backend connects neighbours only, so everything flows one way: rank 0 → 1 → … → n−1 → 0; the
-// acknowledgements (4 bytes, with 3 or more ranks) are the one exception, relayed backwards rank to rank.
+// The ring backend connects neighbours only, so everything on it flows one way: rank 0 → 1 → … → n−1 → 0;
+// the acknowledgements (4 bytes, with 3 or more ranks) are the one exception, relayed backwards rank to
+// rank. The heartbeats are not on the ring: every worker has its own TCP connection to rank 0.
 package ring
 
 import (
@@ -20,9 +23,9 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// ErrRankLost is wrapped by every error of a distributed target after a rank stopped answering: MLX's
-// receive cannot time out, so the MLX thread of rank 0 stays blocked and the process must be restarted.
-// It wraps ports.ErrBackendLost, so in-flight and later requests fail with 503 and the error's text, which
+// ErrRankLost is wrapped by every error of a distributed target after a rank was lost (its heartbeats
+// stopped, or a round outlived its timeout): MLX's receive cannot time out, so the MLX thread of rank 0
+// stays blocked and the process must be restarted. It wraps ports.ErrBackendLost, so in-flight and later requests fail with 503 and the error's text, which
 // names the rank.
 var ErrRankLost = fmt.Errorf("mlx distributed: rank lost: %w", ports.ErrBackendLost)
 

@@ -35,7 +35,8 @@ var wanted = []string{
 	"mlx_vector_array_get",
 	// devices, streams, evaluation
 	"mlx_default_cpu_stream_new", "mlx_default_gpu_stream_new", "mlx_stream_free", "mlx_device_new_type",
-	"mlx_device_free", "mlx_set_default_device", "mlx_synchronize", "mlx_eval", "mlx_get_active_memory", "mlx_clear_cache",
+	"mlx_device_free", "mlx_set_default_device", "mlx_synchronize", "mlx_eval", "mlx_get_active_memory", "mlx_get_peak_memory",
+	"mlx_get_cache_memory", "mlx_clear_cache",
 	// ops
 	"mlx_add", "mlx_subtract", "mlx_multiply", "mlx_divide", "mlx_matmul", "mlx_reshape", "mlx_transpose_axes",
 	"mlx_astype", "mlx_quantized_matmul", "mlx_gather_qmm", "mlx_gather_mm", "mlx_take_axis", "mlx_take_along_axis",
