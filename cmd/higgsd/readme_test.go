@@ -152,23 +152,33 @@ func TestREADMECommands(t *testing.T) {
 				assert.Len(t, sys.Models, 1, "%s:%d: %s", p.name, c.Line, body)
 				continue
 			}
-			if req.URL.Path == "/v1/embeddings" {
-				// No generated text: one embedding per input, checked for its shape.
-				var emb struct {
-					Data []struct {
-						Embedding []float64 `json:"embedding"`
-					} `json:"data"`
-				}
-				require.NoError(t, json.Unmarshal(body, &emb), "%s:%d: %s", p.name, c.Line, body)
-				require.NotEmpty(t, emb.Data, "%s:%d", p.name, c.Line)
-				assert.NotEmpty(t, emb.Data[0].Embedding, "%s:%d", p.name, c.Line)
-				continue
-			}
 			if path := req.URL.Path; path == "/tokenize" || path == "/detokenize" {
 				// No generated text: the answer is ids or text back, checked for its shape.
 				var shape map[string]json.RawMessage
 				require.NoError(t, json.Unmarshal(body, &shape), "%s:%d: %s", p.name, c.Line, body)
 				assert.True(t, shape["tokens"] != nil || shape["prompt"] != nil, "%s:%d: %s", p.name, c.Line, body)
+				continue
+			}
+			if req.URL.Path == "/v1/embeddings" {
+				// Vectors, not text: each input's embedding is there, of unit length.
+				var emb struct {
+					Object string `json:"object"`
+					Data   []struct {
+						Index     int       `json:"index"`
+						Embedding []float64 `json:"embedding"`
+					} `json:"data"`
+				}
+				require.NoError(t, json.Unmarshal(body, &emb), "%s:%d: %s", p.name, c.Line, body)
+				assert.Equal(t, "list", emb.Object, "%s:%d", p.name, c.Line)
+				require.NotEmpty(t, emb.Data, "%s:%d", p.name, c.Line)
+				for i, d := range emb.Data {
+					assert.Equal(t, i, d.Index, "%s:%d", p.name, c.Line)
+					var sq float64
+					for _, v := range d.Embedding {
+						sq += v * v
+					}
+					assert.InDelta(t, 1, sq, 1e-4, "%s:%d: embedding %d is L2-normalised", p.name, c.Line, i)
+				}
 				continue
 			}
 			got := answerText(t, body)
