@@ -26,9 +26,15 @@ import (
 // HIGGS_MAX_BODY_BYTES), a TOML file (--config or HIGGS_CONFIG; keys are the flag names, with dashes or
 // underscores), then the defaults.
 type Config struct {
-	Model   string
-	Draft   string
-	NoDraft bool
+	// Model is today's one model (--model PATH); Models are several (--model NAME=PATH,… or [[models]]
+	// tables), each loaded on its first request.
+	Model  string
+	Models []ModelSpec
+	// KeepAlive is how long an idle model of several stays loaded (≤ 0: until another needs its memory);
+	// a model's keep_alive overrides it.
+	KeepAlive time.Duration
+	Draft     string
+	NoDraft   bool
 	// Pull lets higgsd download a hub model missing from the cache before loading it (models.ModelConfig.Pull).
 	Pull      bool
 	BlockSize int
@@ -116,13 +122,19 @@ func DefaultConfig() Config {
 		PrefixCacheEvery: 512,
 		LogLevel:         "info",
 		LogFormat:        "console",
+		KeepAlive:        DefaultKeepAlive,
 		RankTimeout:      models.DefaultRankTimeout,
 	}
 }
 
+// DefaultKeepAlive is how long an idle model of several stays loaded when neither --keep-alive nor its own
+// keep_alive says: long enough for a conversation's pauses, short enough to give the memory back.
+const DefaultKeepAlive = 5 * time.Minute
+
 // flagSet declares every setting on fs, bound to c.
 func (c *Config) flagSet(fs *flag.FlagSet) {
-	fs.StringVar(&c.Model, "model", c.Model, "target model directory or Hugging Face id in the local hub cache (default: the bundled gocoder model models/gocoder/target)")
+	fs.Var(modelFlag{c}, "model", "target model directory or Hugging Face id in the local hub cache (default: the bundled gocoder model models/gocoder/target); or NAME=PATH[,draft=PATH][,alias=A]…[,backend=B][,kernels=K][,keep_alive=D], repeated, for several models loaded on demand")
+	fs.DurationVar(&c.KeepAlive, "keep-alive", c.KeepAlive, "with several models: how long an idle model stays loaded (0 or negative: until another model needs its memory)")
 	fs.StringVar(&c.Draft, "draft", c.Draft, "DFlash drafter directory or hub id (default with the bundled model: models/gocoder/drafter; \"none\": no drafter; \"auto\": the target's published drafter, from the table of known pairs)")
 	fs.BoolVar(&c.Pull, "pull", c.Pull, "download a hub model (--model, --draft, or the drafter --draft auto picks) that is not in the Hugging Face cache before loading it (default: never download; see `higgsd pull`)")
 	fs.BoolVar(&c.NoDraft, "no-draft", c.NoDraft, "turn speculative decoding off (load no drafter)")
@@ -147,7 +159,7 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxConcurrency, "max-concurrency", c.MaxConcurrency, "batch size: generations decoded together, each round's drafts and verifies of all of them run as one batched call (more wait in the queue)")
 	fs.DurationVar(&c.BatchWait, "batch-wait", c.BatchWait, "longest a round waits for a generation that has not sent its next block (one busy writing to a slow client)")
 	fs.IntVar(&c.PrefillChunk, "prefill-chunk", c.PrefillChunk, "prefill prompts in forwards of at most this many tokens, interleaved with the running streams' rounds (0: whole prompts)")
-	fs.Var(byteSize{&c.MemoryBudget}, "memory-budget-bytes", "KV cache and state the running requests may reserve together: bytes, or a size with a unit (4GiB, 512MiB, 1.5GB); a request that does not fit waits, one that never can is refused (0: half the machine's memory less the prefix cache)")
+	fs.Var(byteSize{&c.MemoryBudget}, "memory-budget-bytes", "KV cache and state the running requests may reserve together, and with several models every loaded model's weights and prefix cache too: bytes, or a size with a unit (4GiB, 512MiB, 1.5GB); a request that does not fit waits, one that never can is refused (0: half the machine's memory less the prefix cache; with several models three quarters of it)")
 	fs.Var(byteSize{&c.PrefixCacheBytes}, "prefix-cache-bytes", "memory the prefix cache may hold: bytes, or a size with a unit (1GiB) (attention KV, recurrent state and drafter context of earlier prompts, reused by requests that start the same way; 0: off)")
 	fs.IntVar(&c.PrefixCacheEvery, "prefix-cache-every", c.PrefixCacheEvery, "besides each prompt's and generation's end, cache the prompt's state every this many tokens (0: only at the ends)")
 	fs.BoolVar(&c.PrefixCacheShared, "prefix-cache-shared", c.PrefixCacheShared, "share the prefix cache between tenants (keys): a hit, cached_tokens and the time to first token then tell one client about another's prompts; only for a trusted deployment (default: each tenant reuses only its own prompts)")
@@ -214,9 +226,13 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 		path = getenv(EnvName("config"))
 	}
 	if path != "" {
-		values, err := readTOML(path)
+		values, tables, err := readTOML(path)
 		if err != nil {
 			errs = append(errs, err)
+		}
+		if len(tables) > 0 && !onCmdline["model"] {
+			cfg.Models = append(cfg.Models, tables...)
+			fromFile["model"] = true
 		}
 		keys := make([]string, 0, len(values))
 		for k := range values {
@@ -261,6 +277,10 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 			if fromFile[f.Name] {
 				*l = nil
 			}
+		case modelFlag:
+			if fromFile[f.Name] {
+				l.reset()
+			}
 		}
 		if err := f.Value.Set(v); err != nil {
 			errs = append(errs, fmt.Errorf("environment %s=%q: %w", env, v, err))
@@ -293,18 +313,26 @@ type tomlValue struct {
 	list bool
 }
 
-// readTOML reads a flat TOML table and renders each value as the strings its flag parses.
-func readTOML(path string) (map[string]tomlValue, error) {
+// readTOML reads a flat TOML table and renders each value as the strings its flag parses; the [[models]]
+// tables are returned apart.
+func readTOML(path string) (map[string]tomlValue, []ModelSpec, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("config file: %w", err)
+		return nil, nil, fmt.Errorf("config file: %w", err)
 	}
 	var raw map[string]any
 	if err := toml.Unmarshal(b, &raw); err != nil {
-		return nil, fmt.Errorf("config file %s: %w", path, err)
+		return nil, nil, fmt.Errorf("config file %s: %w", path, err)
 	}
 	out := make(map[string]tomlValue, len(raw))
 	var errs []error
+	var tables []ModelSpec
+	if v, ok := raw["models"]; ok {
+		delete(raw, "models")
+		if tables, err = modelTables(path, v); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for k, v := range raw {
 		if tt, ok := tomlTables[k]; ok {
 			if vals, err := tomlTableList(v, tt.render); err != nil {
@@ -334,7 +362,7 @@ func readTOML(path string) (map[string]tomlValue, error) {
 		}
 		out[k] = tomlValue{vals: []string{s}}
 	}
-	return out, errors.Join(errs...)
+	return out, tables, errors.Join(errs...)
 }
 
 // tomlTableList renders an array of tables with render, one flag entry each.
@@ -426,6 +454,9 @@ func (c Config) Keys() (*httpapi.Keys, error) {
 func (c Config) Validate() error {
 	var errs []error
 	if err := c.ModelConfig().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.validateModels(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.BlockSize < 0 {

@@ -35,19 +35,20 @@ func startHiggsd(t *testing.T, args []string, environ map[string]string, load Lo
 	cfg, err := LoadConfig(append([]string{"--port", "0"}, args...), env(environ), io.Discard)
 	require.NoError(t, err)
 	log := zerolog.Nop()
-	svc, err := ProvideServe(cfg, log)
+	loader := ProvideLoader(cfg, log)
+	if load != nil {
+		loader = func(ModelSpec) LoadFunc { return load }
+	}
+	f, err := ProvideFleet(cfg, loader, log)
 	require.NoError(t, err)
-	routing, err := ProvideRouting(cfg, svc, log)
+	routing, err := ProvideRouting(cfg, f, log)
 	require.NoError(t, err)
 	gen := ProvideGenerator(routing)
 	host := ProvideHTTP(cfg, gen, log)
 	keys, err := ProvideKeys(cfg)
 	require.NoError(t, err)
-	api := ProvideAPI(cfg, gen, ProvideRoutedEvents(routing), svc, host, keys, log)
-	if load == nil {
-		load = ProvideLoader(cfg, log)
-	}
-	srv := NewServer(cfg, svc, host, api, ProvideResponses(api), ProvideMessages(cfg, gen, host, keys, log), load, log)
+	api := ProvideAPI(cfg, gen, ProvideRoutedEvents(routing), f, host, keys, log)
+	srv := NewServer(cfg, f, host, api, ProvideResponses(api), ProvideMessages(cfg, gen, host, keys, log), log)
 	addr := make(chan net.Addr, 1)
 	srv.OnListen = func(a net.Addr) { addr <- a }
 	srv.Progress = func(int64, int64) {}

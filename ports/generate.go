@@ -22,6 +22,9 @@ var (
 	// or could not be reached): a bad gateway, not the client's fault. Its text names the provider and what
 	// went wrong (never the provider's key).
 	ErrProvider = errors.New("provider failed")
+	// ErrModelLoad means the requested model could not be loaded on demand (a missing directory, a corrupt
+	// checkpoint, more memory than the budget holds). Its text names the model and why.
+	ErrModelLoad = errors.New("model load failed")
 )
 
 // RequestError is a problem with one parameter of a request. It matches ErrInvalidRequest with errors.Is, and
@@ -62,6 +65,9 @@ type GenerateRequest struct {
 	// MaxTokens bounds the generated tokens; 0 means up to the context length.
 	MaxTokens int
 	Sampling  SamplingParams
+	// SamplingSet says which of Sampling's knobs the client gave; the others hold the wire API's defaults,
+	// which a server may replace with the model's own (SamplingDefaults).
+	SamplingSet SamplingKnobs
 	// Seed makes sampling reproducible: the output is then a function of the model, the prompt, the
 	// parameters and the seed, whatever the block size or the speculation policy does; nil means a fresh seed.
 	Seed *uint64
@@ -241,7 +247,19 @@ type ModelCard struct {
 	Drafter *DrafterCard
 	// Certified is the lossless certificate found beside the model (nil when none).
 	Certified *Certification
+	// State is ModelLoaded, ModelLoading or ModelNotLoaded on a server that loads models on demand; "" where
+	// the one model is always loaded. A card of a model not loaded states only its ID, Aliases and State.
+	State string
+	// Aliases are other names requests may use for the model.
+	Aliases []string
 }
+
+// Model states a ModelCard states on a server that loads models on demand.
+const (
+	ModelLoaded    = "loaded"
+	ModelLoading   = "loading"
+	ModelNotLoaded = "not loaded"
+)
 
 // Speculation modes a ModelCard states.
 const (

@@ -92,6 +92,8 @@ func ErrorFor(err error) *Error {
 		return &Error{Status: 529, Type: "overloaded_error", Message: "the server's request queue is full; retry later", RetryAfter: 1}
 	case errors.Is(err, ports.ErrProvider):
 		return &Error{Status: http.StatusBadGateway, Type: "api_error", Message: err.Error()}
+	case errors.Is(err, ports.ErrModelLoad):
+		return &Error{Status: http.StatusServiceUnavailable, Type: "api_error", Message: err.Error()}
 	case errors.Is(err, ports.ErrNotReady):
 		return &Error{Status: http.StatusServiceUnavailable, Type: "overloaded_error",
 			Message: "the model is still loading; retry later", RetryAfter: 5}

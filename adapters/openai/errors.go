@@ -97,6 +97,8 @@ func ErrorFor(err error) *Error {
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "backend_lost", Message: err.Error()}
 	case errors.Is(err, ports.ErrProvider):
 		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "provider_error", Message: err.Error()}
+	case errors.Is(err, ports.ErrModelLoad):
+		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "model_load_failed", Message: err.Error()}
 	case errors.Is(err, ports.ErrNotReady):
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "model_loading",
 			Message: "the model is still loading; retry later", RetryAfter: 5}

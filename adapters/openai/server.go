@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -208,7 +209,7 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) model(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	for _, c := range s.gen.Models() {
-		if c.ID == id {
+		if c.ID == id || slices.Contains(c.Aliases, id) {
 			writeJSON(w, http.StatusOK, ModelOf(c))
 			return
 		}

@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -174,4 +176,36 @@ func ProvideModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger) (*M
 		return nil, nil, err
 	}
 	return m, func() { _ = m.Close() }, nil
+}
+
+// WeightBytes is the memory the loaded weights hold, measured as the size of the checkpoint files in the
+// target's and the drafter's directories (*.safetensors, *.gguf): the backends map or copy them whole. 0 when
+// neither directory can be read.
+func (m *Models) WeightBytes() int64 {
+	var n int64
+	for _, dir := range []string{m.TargetDir, m.DrafterDir} {
+		if dir != "" {
+			n += checkpointBytes(dir)
+		}
+	}
+	return n
+}
+
+// checkpointBytes sums the sizes of dir's checkpoint files (following links, as the hub cache's snapshots are).
+func checkpointBytes(dir string) int64 {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".safetensors") && !strings.HasSuffix(name, ".gguf") {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(dir, name)); err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+	}
+	return n
 }

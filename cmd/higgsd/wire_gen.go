@@ -14,11 +14,12 @@ import (
 // Injectors from wire.go:
 
 func initServer(cfg app.Config, log zerolog.Logger) (*app.Server, error) {
-	serve, err := app.ProvideServe(cfg, log)
+	loader := app.ProvideLoader(cfg, log)
+	fleet, err := app.ProvideFleet(cfg, loader, log)
 	if err != nil {
 		return nil, err
 	}
-	routing, err := app.ProvideRouting(cfg, serve, log)
+	routing, err := app.ProvideRouting(cfg, fleet, log)
 	if err != nil {
 		return nil, err
 	}
@@ -29,10 +30,9 @@ func initServer(cfg app.Config, log zerolog.Logger) (*app.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	openaiServer := app.ProvideAPI(cfg, generator, eventSource, serve, server, keys, log)
+	openaiServer := app.ProvideAPI(cfg, generator, eventSource, fleet, server, keys, log)
 	responsesServer := app.ProvideResponses(openaiServer)
 	anthropicServer := app.ProvideMessages(cfg, generator, server, keys, log)
-	loadFunc := app.ProvideLoader(cfg, log)
-	appServer := app.NewServer(cfg, serve, server, openaiServer, responsesServer, anthropicServer, loadFunc, log)
+	appServer := app.NewServer(cfg, fleet, server, openaiServer, responsesServer, anthropicServer, log)
 	return appServer, nil
 }
