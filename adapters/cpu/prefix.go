@@ -29,7 +29,7 @@ type Prefix struct {
 	k8, v8 [][]int8    // per layer, 8-bit KV; nil for recurrent layers
 	ks, vs [][]float32
 	conv   [][]float32 // per layer; nil for attention layers
-	ssm  [][]float32
+	ssm    [][]float32
 	model.PrefixSize
 }
 
