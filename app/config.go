@@ -127,7 +127,7 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.StringVar(&c.Backend, "backend", c.Backend, "compute backend: cpu, mlx or auto")
 	fs.IntVar(&c.Threads, "threads", c.Threads, "CPU worker threads (0: GOMAXPROCS)")
 	fs.StringVar(&c.Kernels, "kernels", c.Kernels, "CPU kernels: auto (fast where the CPU has AVX2 or better, else exact), exact (the bit-exact reference) or fast (quantized products with int8 inputs; not bit-identical)")
-	fs.IntVar(&c.KVBits, "kv-bits", c.KVBits, "attention KV cache format: 0 (full precision: float32 on the cpu backend; 32 says the same there) or 8 (int8 with a scale per position and KV head: about a quarter of the memory, not bit-identical; cpu backend only)")
+	fs.IntVar(&c.KVBits, "kv-bits", c.KVBits, "attention KV cache format: 0 (full precision: float32 on the cpu backend; 32 says the same there) or 8 (int8 with a scale per position and KV head: about a quarter of a float32 cache's memory, not bit-identical; cpu and mlx, not --distributed)")
 	fs.StringVar(&c.Host, "host", c.Host, "address to listen on (a wider bind such as 0.0.0.0 must be asked for)")
 	fs.IntVar(&c.Port, "port", c.Port, "TCP port to listen on (0: any free port)")
 	fs.Var((*keyList)(&c.APIKeys), "api-key", "require `KEY` on /v1/ routes ('Authorization: Bearer KEY'; the Messages API also takes 'x-api-key: KEY'); repeat for more keys, each a tenant of its own (its own prefix cache and event stream)")

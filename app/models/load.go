@@ -40,8 +40,8 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 	if backend == BackendMLX && cfg.Kernels == KernelsFast {
 		return nil, fmt.Errorf("kernels fast needs the cpu backend (backend %q picked mlx)", cfg.Backend)
 	}
-	if backend == BackendMLX && cfg.KVBits != 0 {
-		return nil, fmt.Errorf("kv bits %d needs the cpu backend (backend %q picked mlx, which keeps the KV in the model's compute dtype)", cfg.KVBits, cfg.Backend)
+	if backend == BackendMLX && cfg.KVBits == 32 {
+		return nil, fmt.Errorf("kv bits 32 needs the cpu backend (backend %q picked mlx, which keeps the KV in the model's compute dtype: leave kv bits 0)", cfg.Backend)
 	}
 	targetDir, name, err := findTarget(ctx, cfg, log)
 	if err != nil {
@@ -67,12 +67,13 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 		var t *mlx.Target
 		if cfg.Distributed {
 			t, target, closeTarget, err = loadDistributed(ctx, targetDir, draftDir != "", cfg.RankTimeout, log)
-		} else if t, err = mlx.Load(ctx, targetDir, mlx.LoadOptions{Logger: log}); err == nil {
+		} else if t, err = mlx.Load(ctx, targetDir, mlx.LoadOptions{KVBits: cfg.KVBits, Logger: log}); err == nil {
 			target, closeTarget = t, t.Close
 		}
 		if err != nil {
 			return nil, err
 		}
+		kvBits = t.KVBits()
 		deviceMem = t.DeviceMemory
 		loadDrafter = func(dir string) (ports.Drafter, func() error, error) {
 			d, err := mlx.LoadDrafter(ctx, dir, t, mlx.DrafterOptions{})

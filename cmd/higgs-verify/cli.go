@@ -122,7 +122,7 @@ func (f *common) add(fs *pflag.FlagSet, draft bool) {
 	fs.BoolVar(&f.json, "json", false, "print exactly one JSON object on stdout")
 	fs.IntVar(&f.threads, "threads", 0, "CPU worker threads (0: GOMAXPROCS)")
 	fs.StringVar(&f.kernels, "kernels", models.KernelsExact, "CPU kernels: exact (the bit-exact reference) or fast (4-bit products with int8 inputs; not bit-identical)")
-	fs.IntVar(&f.kvBits, "kv-bits", 0, "attention KV cache format: 0 (full precision) or 8 (int8 with a scale per position and KV head; cpu backend only)")
+	fs.IntVar(&f.kvBits, "kv-bits", 0, "attention KV cache format: 0 (full precision) or 8 (int8 with a scale per position and KV head)")
 }
 
 func (f *common) modelConfig() models.ModelConfig {
