@@ -114,6 +114,10 @@ func TestKV8SessionHoldsCodes(t *testing.T) {
 		}
 		return nil
 	}))
+	px, err := s.ExportPrefix(7)
+	require.NoError(t, err)
+	assert.Equal(t, 8, px.(*Prefix).KVBits(), "the exported state says its format")
+	assert.Equal(t, int64(2*7*a.KVHeads*(a.HeadDim+4)*countAttention(a.Kinds)), px.Bytes(), "codes and scales")
 	require.NoError(t, s.TrimKV(4))
 	require.NoError(t, tg.rt.Do(func() error {
 		for _, c := range s.st.kv {
@@ -132,4 +136,14 @@ func TestKVBitsRefusedMLX(t *testing.T) {
 	dir := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3", Seed: 3})
 	_, err := Load(t.Context(), dir, LoadOptions{KVBits: 4})
 	require.ErrorIs(t, err, ErrKVBits)
+}
+
+func countAttention(kinds []ports.LayerKind) int {
+	n := 0
+	for _, k := range kinds {
+		if k == ports.LayerAttention {
+			n++
+		}
+	}
+	return n
 }

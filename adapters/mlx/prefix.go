@@ -39,6 +39,10 @@ var _ ports.PrefixState = (*Prefix)(nil)
 // Len returns the number of positions the state covers.
 func (p *Prefix) Len() int { return p.n }
 
+// KVBits is the format of the state's attention caches: 0 (the compute dtype) or 8 (int8 codes [1, Hkv, n, d]
+// with float32 scales [1, Hkv, n, 1] in each ops.KVCache's KS, VS), the target's LoadOptions.KVBits.
+func (p *Prefix) KVBits() int { return p.t.kvBits }
+
 // ExportPrefix returns the state after positions [0, n) (see ports.PrefixExporter).
 func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 	if s.closed {
