@@ -42,8 +42,10 @@ type Config struct {
 	Backend   string
 	Threads   int
 	Kernels   string
-	Host      string
-	Port      int
+	// KVBits is the attention KV cache's format (models.ModelConfig.KVBits): 0 full precision, 8 int8.
+	KVBits int
+	Host   string
+	Port   int
 	// APIKeys (--api-key, repeatable) and the keys of APIKeyFile (one a line) are the tenant keys: each is a
 	// tenant of its own. AdminKey is the operator's (every tenant's events). No key at all: no
 	// authentication, one tenant.
@@ -143,6 +145,7 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.StringVar(&c.Backend, "backend", c.Backend, "compute backend: cpu, mlx or auto")
 	fs.IntVar(&c.Threads, "threads", c.Threads, "CPU worker threads (0: GOMAXPROCS)")
 	fs.StringVar(&c.Kernels, "kernels", c.Kernels, "CPU kernels: auto (fast where the CPU has AVX2 or better, else exact), exact (the bit-exact reference) or fast (quantized products with int8 inputs; not bit-identical)")
+	fs.IntVar(&c.KVBits, "kv-bits", c.KVBits, "attention KV cache format: 0 (full precision: float32 on the cpu backend; 32 says the same there) or 8 (int8 with a scale per position and KV head: about a quarter of a float32 cache's memory, not bit-identical; cpu and mlx, not --distributed)")
 	fs.StringVar(&c.Host, "host", c.Host, "address to listen on (a wider bind such as 0.0.0.0 must be asked for)")
 	fs.IntVar(&c.Port, "port", c.Port, "TCP port to listen on (0: any free port)")
 	fs.Var((*keyList)(&c.APIKeys), "api-key", "require `KEY` on /v1/ routes ('Authorization: Bearer KEY'; the Messages API also takes 'x-api-key: KEY'); repeat for more keys, each a tenant of its own (its own prefix cache and event stream)")
@@ -545,7 +548,7 @@ func (c Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.P
 
 // ModelConfig is the model-loading part of c.
 func (c Config) ModelConfig() models.ModelConfig {
-	return models.ModelConfig{Model: c.Model, Draft: c.Draft, NoDraft: c.NoDraft, Pull: c.Pull, Backend: c.Backend, Threads: c.Threads, Kernels: c.Kernels, Distributed: c.Distributed,
+	return models.ModelConfig{Model: c.Model, Draft: c.Draft, NoDraft: c.NoDraft, Pull: c.Pull, Backend: c.Backend, Threads: c.Threads, Kernels: c.Kernels, KVBits: c.KVBits, Distributed: c.Distributed,
 		RankTimeout: c.RankTimeout}
 }
 
