@@ -197,6 +197,9 @@ func TestConfigurationPageTOML(t *testing.T) {
 			several++
 			assert.NotEmpty(t, cfg.Models[0].Draft)
 			assert.Empty(t, cfg.Models[1].Draft)
+			_, routes, err := cfg.Routing()
+			require.NoError(t, err)
+			assert.Len(t, routes, 1, "and a route to a remote provider")
 		}
 	}
 	assert.Equal(t, 2, files)
