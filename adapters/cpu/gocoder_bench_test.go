@@ -1,11 +1,13 @@
 package cpu
 
 import (
-	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -13,19 +15,35 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// BenchmarkGocoder times, on the bundled gocoder target and drafter with the fast kernels and 2 threads, what
-// a speculative round is made of: a 1-row decode, verifies of 8 and 16 rows (taps and tape recorded, as the
-// decoder asks) at a 128-token context, and a drafter pass of block 16. Run beside -cpuprofile it gives the
-// split of a verify by part (docs/performance.md):
+// BenchmarkGocoder times what a speculative round on the bundled gocoder target and drafter is made of, with
+// the fast kernels, interleaved in every iteration so that a shared machine's load falls on all of them alike:
+// a 1-row decode, verifies of 8 and 16 rows (taps and tape recorded, as the decoder asks) at a 128-token
+// context, and a drafter pass of block 16 (proposals for 15 positions). It reports each part's median time and
+// the medians of each part over the same iteration's decode, in decode steps. HIGGS_BENCH_THREADS sets the
+// worker count (2 by default); with 1 the times are the thread's CPU time (threadCPU), which other processes
+// on a shared machine inflate far less than wall time. Beside -cpuprofile it gives the split by part
+// (docs/performance.md):
 //
-//	go test -run '^$' -bench Gocoder -benchtime 200x -cpuprofile /tmp/cpu.out ./adapters/cpu
+//	go test -run '^$' -bench Gocoder -benchtime 200x ./adapters/cpu
+//	HIGGS_BENCH_THREADS=1 go test -run '^$' -bench Gocoder -benchtime 200x -cpuprofile /tmp/cpu.out ./adapters/cpu
 func BenchmarkGocoder(b *testing.B) {
 	root := filepath.Join("..", "..", "models", "gocoder")
 	if _, err := os.Stat(filepath.Join(root, "target", "model.safetensors")); err != nil {
 		b.Skipf("the bundled gocoder model is not here: %v", err)
 	}
+	threads := 2
+	if n, err := strconv.Atoi(os.Getenv("HIGGS_BENCH_THREADS")); err == nil && n > 0 {
+		threads = n
+	}
+	clock := func() time.Duration { return time.Duration(time.Now().UnixNano()) }
+	if threads == 1 {
+		// The pool runs every loop on the calling goroutine: pin it so the thread's clock is its own.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		clock = threadCPU
+	}
 	ctx := b.Context()
-	target, err := Load(ctx, filepath.Join(root, "target"), LoadOptions{Threads: benchThreads(), Kernels: kernel.ModeFast})
+	target, err := Load(ctx, filepath.Join(root, "target"), LoadOptions{Threads: threads, Kernels: kernel.ModeFast})
 	require.NoError(b, err)
 	defer target.Close()
 	d, err := LoadDrafter(ctx, filepath.Join(root, "drafter"), target, DrafterOptions{})
@@ -34,52 +52,52 @@ func BenchmarkGocoder(b *testing.B) {
 	ps, err := target.NewSession(ctx, d.TapLayers())
 	require.NoError(b, err)
 	defer ps.Close()
-	prefix := make([]ports.Token, 128+16)
-	for i := range prefix {
-		prefix[i] = ports.Token(100 + i*37%3000)
+	const context = 128
+	toks := make([]ports.Token, context+16)
+	for i := range toks {
+		toks[i] = ports.Token(100 + i*37%3000)
 	}
-	fr, err := ps.Forward(ctx, prefix[:128], ports.ForwardOptions{Taps: true, Rows: 1})
+	fr, err := ps.Forward(ctx, toks[:context], ports.ForwardOptions{Taps: true, Rows: 1})
 	require.NoError(b, err)
 	snap, err := ps.Snapshot()
 	require.NoError(b, err)
-	for _, T := range []int{1, 8, 16} {
-		b.Run(fmt.Sprintf("forward%d", T), func(b *testing.B) {
-			opts := ports.ForwardOptions{Taps: true, RecordTape: T > 1, Rows: T}
-			for b.Loop() {
-				if _, err := ps.Forward(ctx, prefix[128:128+T], opts); err != nil {
-					b.Fatal(err)
-				}
-				if err := ps.TrimKV(128); err != nil {
-					b.Fatal(err)
-				}
-				if err := ps.Restore(snap); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+	ds, err := d.NewSession(ctx)
+	require.NoError(b, err)
+	defer ds.Close()
+	_, err = ds.Draft(ctx, fr.Greedy[0], fr.Taps, 1)
+	require.NoError(b, err)
+	drafted := ds.Len()
+	forward := func(k int) time.Duration {
+		t0 := clock()
+		_, err := ps.Forward(ctx, toks[context:context+k], ports.ForwardOptions{Taps: true, RecordTape: k > 1, Rows: k})
+		t := clock() - t0
+		require.NoError(b, err)
+		require.NoError(b, ps.TrimKV(context))
+		require.NoError(b, ps.Restore(snap))
+		return t
 	}
-	b.Run("draft16", func(b *testing.B) {
-		ds, err := d.NewSession(ctx)
+	draft := func() time.Duration {
+		t0 := clock()
+		_, err := ds.Draft(ctx, fr.Greedy[0], nil, 16)
+		t := clock() - t0
 		require.NoError(b, err)
-		defer ds.Close()
-		_, err = ds.Draft(ctx, fr.Greedy[0], fr.Taps, 1)
-		require.NoError(b, err)
-		n := ds.Len()
-		for b.Loop() {
-			if _, err := ds.Draft(ctx, fr.Greedy[0], nil, 16); err != nil {
-				b.Fatal(err)
-			}
-			if err := ds.Crop(n); err != nil {
-				b.Fatal(err)
-			}
+		require.NoError(b, ds.Crop(drafted))
+		return t
+	}
+	names := []string{"decode", "verify8", "verify16", "draft16"}
+	ms, steps := make([][]float64, len(names)), make([][]float64, len(names))
+	for b.Loop() {
+		ts := []time.Duration{forward(1), forward(8), forward(16), draft()}
+		for i, t := range ts {
+			ms[i] = append(ms[i], float64(t)/1e6)
+			steps[i] = append(steps[i], float64(t)/float64(ts[0]))
 		}
-	})
-}
-
-// benchThreads is the worker count of BenchmarkGocoder: HIGGS_BENCH_THREADS, 2 by default.
-func benchThreads() int {
-	if n, err := strconv.Atoi(os.Getenv("HIGGS_BENCH_THREADS")); err == nil && n > 0 {
-		return n
 	}
-	return 2
+	med := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	for i, name := range names {
+		b.ReportMetric(med(ms[i]), name+"-ms")
+		if i > 0 {
+			b.ReportMetric(med(steps[i]), name+"-steps")
+		}
+	}
 }
