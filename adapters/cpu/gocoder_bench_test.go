@@ -1,9 +1,11 @@
 package cpu
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"testing"
@@ -19,7 +21,8 @@ import (
 // the fast kernels, interleaved in every iteration so that a shared machine's load falls on all of them alike:
 // a 1-row decode, verifies of 8 and 16 rows (taps and tape recorded, as the decoder asks) at a 128-token
 // context, and a drafter pass of block 16 (proposals for 15 positions). It reports each part's median time and
-// the medians of each part over the same iteration's decode, in decode steps. HIGGS_BENCH_THREADS sets the
+// the medians of each part over the same iteration's decode, in decode steps; each part runs under a pprof
+// label (part=decode, verify8, verify16, draft16). HIGGS_BENCH_THREADS sets the
 // worker count (2 by default); with 1 the times are the thread's CPU time (threadCPU), which other processes
 // on a shared machine inflate far less than wall time. Beside -cpuprofile it gives the split by part
 // (docs/performance.md):
@@ -52,12 +55,12 @@ func BenchmarkGocoder(b *testing.B) {
 	ps, err := target.NewSession(ctx, d.TapLayers())
 	require.NoError(b, err)
 	defer ps.Close()
-	const context = 128
-	toks := make([]ports.Token, context+16)
+	const ctxLen = 128
+	toks := make([]ports.Token, ctxLen+16)
 	for i := range toks {
 		toks[i] = ports.Token(100 + i*37%3000)
 	}
-	fr, err := ps.Forward(ctx, toks[:context], ports.ForwardOptions{Taps: true, Rows: 1})
+	fr, err := ps.Forward(ctx, toks[:ctxLen], ports.ForwardOptions{Taps: true, Rows: 1})
 	require.NoError(b, err)
 	snap, err := ps.Snapshot()
 	require.NoError(b, err)
@@ -69,10 +72,10 @@ func BenchmarkGocoder(b *testing.B) {
 	drafted := ds.Len()
 	forward := func(k int) time.Duration {
 		t0 := clock()
-		_, err := ps.Forward(ctx, toks[context:context+k], ports.ForwardOptions{Taps: true, RecordTape: k > 1, Rows: k})
+		_, err := ps.Forward(ctx, toks[ctxLen:ctxLen+k], ports.ForwardOptions{Taps: true, RecordTape: k > 1, Rows: k})
 		t := clock() - t0
 		require.NoError(b, err)
-		require.NoError(b, ps.TrimKV(context))
+		require.NoError(b, ps.TrimKV(ctxLen))
 		require.NoError(b, ps.Restore(snap))
 		return t
 	}
@@ -87,7 +90,12 @@ func BenchmarkGocoder(b *testing.B) {
 	names := []string{"decode", "verify8", "verify16", "draft16"}
 	ms, steps := make([][]float64, len(names)), make([][]float64, len(names))
 	for b.Loop() {
-		ts := []time.Duration{forward(1), forward(8), forward(16), draft()}
+		var ts []time.Duration
+		for i, part := range []func() time.Duration{func() time.Duration { return forward(1) }, func() time.Duration { return forward(8) },
+			func() time.Duration { return forward(16) }, draft} {
+			// The label lets a profile be cut by part: go tool pprof -tagfocus part=verify16.
+			pprof.Do(ctx, pprof.Labels("part", names[i]), func(context.Context) { ts = append(ts, part()) })
+		}
 		for i, t := range ts {
 			ms[i] = append(ms[i], float64(t)/1e6)
 			steps[i] = append(steps[i], float64(t)/float64(ts[0]))
