@@ -93,6 +93,13 @@ func TestArenaEvictsIdleClassesForANewShape(t *testing.T) {
 		}
 	}
 	assert.Less(t, a.held, arenaBudget, "the prefill's idle classes gave their room up")
+	held := 0
+	for _, c := range a.classes {
+		for _, b := range c.bufs {
+			held += cap(b)
+		}
+	}
+	assert.Equal(t, held, a.held, "held is the capacity of every kept buffer after the eviction")
 	// A class the current pass uses is never evicted, even when the pass asks for more than the budget.
 	a.reset()
 	kept := &a.get(640)[0]
