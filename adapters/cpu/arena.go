@@ -13,7 +13,9 @@ import (
 // shapes (decode, verify, a prefill chunk; MoE routing that moves rows between experts) each find their own
 // classes instead of evicting each other's buffers. Classes that no pass of the last trimEvery passes used as
 // many times as they hold are trimmed, so a long prompt's prefill buffers do not stay for good; buffers over
-// maxArena values are allocated afresh, and the arena never holds more than arenaBudget values in all. A nil
+// maxArena values are allocated afresh, and the arena never holds more than arenaBudget values in all: a pass
+// that needs room takes it from the classes it has not asked for (evictIdle), so the rounds after a long
+// prefill recycle their buffers from the second pass on. A nil
 // arena allocates every buffer. Values from a pass stay valid until the next reset: nothing a Forward returns
 // to its caller may live in it.
 type arena struct {
@@ -110,6 +112,9 @@ func (a *arena) scratch(n int) []float32 {
 		}
 		return b
 	}
+	if k == len(c.bufs) && a.held+m > arenaBudget {
+		a.evictIdle(m)
+	}
 	if k != len(c.bufs) || a.held+m > arenaBudget {
 		return make([]float32, n) // not kept: over budget, or an earlier request of the pass was not kept either
 	}
@@ -117,6 +122,25 @@ func (a *arena) scratch(n int) []float32 {
 	c.bufs = append(c.bufs, b)
 	a.held += m
 	return b[:n]
+}
+
+// evictIdle drops the buffers of classes this pass has not asked for, until m more values fit the budget.
+// Without it a pass of another shape that follows a long prefill (whose buffers fill the budget) would
+// allocate and zero its buffers afresh, pass after pass, until the next trim (up to trimEvery passes: most of
+// a short generation's rounds). Classes the pass uses keep every buffer.
+func (a *arena) evictIdle(m int) {
+	for size, c := range a.classes {
+		if a.held+m <= arenaBudget {
+			return
+		}
+		if c.used > 0 {
+			continue
+		}
+		for _, b := range c.bufs {
+			a.held -= cap(b)
+		}
+		delete(a.classes, size)
+	}
 }
 
 // poisonScratch makes scratch fill recycled buffers with NaN (set by tests only).

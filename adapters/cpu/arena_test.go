@@ -66,6 +66,51 @@ func TestArenaRecyclesAndStaysBounded(t *testing.T) {
 	assert.Len(t, none.get(3), 3, "a nil arena allocates")
 }
 
+// After a pass that fills the budget (a long prefill), a pass of another shape takes the room of the classes it
+// does not use and recycles its buffers from its second run on, long before the next trim.
+func TestArenaEvictsIdleClassesForANewShape(t *testing.T) {
+	var a arena
+	a.reset()
+	for range arenaBudget / maxArena {
+		a.get(maxArena) // the prefill: every value of the budget
+	}
+	require.Equal(t, arenaBudget, a.held)
+	sizes := []int{640, 1536 * 16, 4096 * 16, 1280 * 16}
+	pass := func() []*float32 {
+		a.reset()
+		var ptrs []*float32
+		for _, n := range sizes {
+			ptrs = append(ptrs, &a.get(n)[0])
+		}
+		return ptrs
+	}
+	first := pass()
+	require.LessOrEqual(t, a.held, arenaBudget)
+	for i := range 3 {
+		again := pass()
+		for j := range first {
+			assert.Same(t, first[j], again[j], "run %d: request %d reuses the buffer of the first run", i, j)
+		}
+	}
+	assert.Less(t, a.held, arenaBudget, "the prefill's idle classes gave their room up")
+	held := 0
+	for _, c := range a.classes {
+		for _, b := range c.bufs {
+			held += cap(b)
+		}
+	}
+	assert.Equal(t, held, a.held, "held is the capacity of every kept buffer after the eviction")
+	// A class the current pass uses is never evicted, even when the pass asks for more than the budget.
+	a.reset()
+	kept := &a.get(640)[0]
+	for range arenaBudget/maxArena + 2 {
+		a.get(maxArena)
+	}
+	a.reset()
+	assert.Same(t, kept, &a.get(640)[0], "the pass's own class kept its buffer")
+	require.LessOrEqual(t, a.held, arenaBudget)
+}
+
 // Ops that take their output unzeroed (ops.out) write every value: with recycled buffers poisoned with NaN,
 // prefill, decode, a taped verify and a batched round give the same logits, bit for bit, as with clean ones,
 // on dense, hybrid, gated and MoE targets in both kernel modes. Not parallel: it sets poisonScratch.

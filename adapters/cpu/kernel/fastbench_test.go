@@ -3,6 +3,7 @@ package kernel
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 )
 
@@ -40,6 +41,38 @@ func BenchmarkFastRows(b *testing.B) {
 					})
 				}
 			}
+		}
+	}
+}
+
+// BenchmarkGocoderShapes times the fast mode's products on the bundled gocoder's narrow matrices (its Gated
+// DeltaNet input projection 1536×640, MLP down 640×1280, 4-bit groups of 64; its tied LM head 4096×640, 8-bit)
+// on one worker, for 1 to 16 input rows, in multiply-adds per second of wall time and of the thread's CPU time
+// (the steadier figure on a shared machine): what a verify's products cost against the VNNI units' issue rate
+// (docs/performance.md).
+//
+//	go test -run '^$' -bench GocoderShapes -benchtime 3000x ./adapters/cpu/kernel
+func BenchmarkGocoderShapes(b *testing.B) {
+	r := rand.New(rand.NewPCG(9, 9))
+	for _, sh := range []struct{ out, in, bits int }{{1536, 640, 4}, {640, 1280, 4}, {4096, 640, 8}} {
+		q, _ := quantFixture(r, sh.out, sh.in, sh.bits, 64)
+		l, _ := NewQuant(sh.out, sh.in, q)
+		l.Pool = NewPoolMode(1, ModeFast)
+		for _, rows := range []int{1, 2, 4, 8, 16} {
+			x := randVec(r, rows*sh.in, 1)
+			dst := make([]float32, rows*sh.out)
+			b.Run(fmt.Sprintf("q%d/%dx%d/rows=%d", sh.bits, sh.out, sh.in, rows), func(b *testing.B) {
+				// One worker runs on this goroutine: pinned, the thread's CPU clock times the products alone.
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				c0 := threadCPU()
+				for b.Loop() {
+					l.Forward(dst, x, rows)
+				}
+				macs := float64(sh.out*sh.in*rows) * float64(b.N)
+				b.ReportMetric(macs/b.Elapsed().Seconds()/1e9, "GMAC/s")
+				b.ReportMetric(macs/(threadCPU()-c0).Seconds()/1e9, "cpu-GMAC/s")
+			})
 		}
 	}
 }

@@ -81,3 +81,39 @@ func TestRopePartial(t *testing.T) {
 	}
 	assert.Equal(t, x[rdims:], got[rdims:d], "dims past r pass through")
 }
+
+// RMSNorm and L2Normalize run their scaling on vector multiplies: element for element the bits of the scalar
+// loops they replaced (w·(x·inv), and (x·inv)·scale, each product rounded), at every width (vector bodies and
+// tails), in place or not.
+func TestNormScalingMatchesScalarLoops(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, n := range []int{1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 640} {
+		x := randVec(r, 3*n, 3)
+		w := randVec(r, n, 1.5)
+		want := make([]float32, len(x))
+		for row := range 3 {
+			xr := x[row*n : (row+1)*n]
+			inv := rmsInv(xr, 1e-6)
+			for j, v := range xr {
+				want[row*n+j] = w[j] * float32(v*inv)
+			}
+		}
+		got := make([]float32, len(x))
+		RMSNorm(got, x, w, 1e-6)
+		assertBits(t, want, got, "RMSNorm width %d", n)
+		inPlace := append([]float32(nil), x...)
+		RMSNorm(inPlace, inPlace, w, 1e-6)
+		assertBits(t, want, inPlace, "RMSNorm in place, width %d", n)
+
+		v := x[:n]
+		inv := float32(1 / math.Sqrt(float64(Dot(v, v)+1e-6)))
+		wantL2 := make([]float32, n)
+		for j, e := range v {
+			wantL2[j] = float32(e*inv) * 0.125
+		}
+		gotL2 := append([]float32(nil), v...)
+		L2Normalize(gotL2, 1e-6, 0.125)
+		assertBits(t, wantL2, gotL2, "L2Normalize width %d", n)
+	}
+	L2Normalize(nil, 1e-6, 1) // an empty vector is left as it is
+}

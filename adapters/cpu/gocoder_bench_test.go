@@ -1,0 +1,111 @@
+package cpu
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// BenchmarkGocoder times what a speculative round on the bundled gocoder target and drafter is made of, with
+// the fast kernels, interleaved in every iteration so that a shared machine's load falls on all of them alike:
+// a 1-row decode, verifies of 8 and 16 rows (taps and tape recorded, as the decoder asks) at a 128-token
+// context, and a drafter pass of block 16 (proposals for 15 positions). It reports each part's median time and
+// the medians of each part over the same iteration's decode, in decode steps; each part runs under a pprof
+// label (part=decode, verify8, verify16, draft16). HIGGS_BENCH_THREADS sets the
+// worker count (2 by default); with 1 the times are the thread's CPU time (threadCPU), which other processes
+// on a shared machine inflate far less than wall time. Beside -cpuprofile it gives the split by part
+// (docs/performance.md):
+//
+//	go test -run '^$' -bench Gocoder -benchtime 200x ./adapters/cpu
+//	HIGGS_BENCH_THREADS=1 go test -run '^$' -bench Gocoder -benchtime 200x -cpuprofile /tmp/cpu.out ./adapters/cpu
+func BenchmarkGocoder(b *testing.B) {
+	root := filepath.Join("..", "..", "models", "gocoder")
+	if _, err := os.Stat(filepath.Join(root, "target", "model.safetensors")); err != nil {
+		b.Skipf("the bundled gocoder model is not here: %v", err)
+	}
+	threads := 2
+	if n, err := strconv.Atoi(os.Getenv("HIGGS_BENCH_THREADS")); err == nil && n > 0 {
+		threads = n
+	}
+	clock := func() time.Duration { return time.Duration(time.Now().UnixNano()) }
+	if threads == 1 {
+		// The pool runs every loop on the calling goroutine: pin it so the thread's clock is its own.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		clock = threadCPU
+	}
+	ctx := b.Context()
+	target, err := Load(ctx, filepath.Join(root, "target"), LoadOptions{Threads: threads, Kernels: kernel.ModeFast})
+	require.NoError(b, err)
+	defer target.Close()
+	d, err := LoadDrafter(ctx, filepath.Join(root, "drafter"), target, DrafterOptions{})
+	require.NoError(b, err)
+	defer d.Close()
+	ps, err := target.NewSession(ctx, d.TapLayers())
+	require.NoError(b, err)
+	defer ps.Close()
+	const ctxLen = 128
+	toks := make([]ports.Token, ctxLen+16)
+	for i := range toks {
+		toks[i] = ports.Token(100 + i*37%3000)
+	}
+	fr, err := ps.Forward(ctx, toks[:ctxLen], ports.ForwardOptions{Taps: true, Rows: 1})
+	require.NoError(b, err)
+	snap, err := ps.Snapshot()
+	require.NoError(b, err)
+	ds, err := d.NewSession(ctx)
+	require.NoError(b, err)
+	defer ds.Close()
+	_, err = ds.Draft(ctx, fr.Greedy[0], fr.Taps, 1)
+	require.NoError(b, err)
+	drafted := ds.Len()
+	forward := func(k int) time.Duration {
+		t0 := clock()
+		_, err := ps.Forward(ctx, toks[ctxLen:ctxLen+k], ports.ForwardOptions{Taps: true, RecordTape: k > 1, Rows: k})
+		t := clock() - t0
+		require.NoError(b, err)
+		require.NoError(b, ps.TrimKV(ctxLen))
+		require.NoError(b, ps.Restore(snap))
+		return t
+	}
+	draft := func() time.Duration {
+		t0 := clock()
+		_, err := ds.Draft(ctx, fr.Greedy[0], nil, 16)
+		t := clock() - t0
+		require.NoError(b, err)
+		require.NoError(b, ds.Crop(drafted))
+		return t
+	}
+	names := []string{"decode", "verify8", "verify16", "draft16"}
+	ms, steps := make([][]float64, len(names)), make([][]float64, len(names))
+	for b.Loop() {
+		var ts []time.Duration
+		for i, part := range []func() time.Duration{func() time.Duration { return forward(1) }, func() time.Duration { return forward(8) },
+			func() time.Duration { return forward(16) }, draft} {
+			// The label lets a profile be cut by part: go tool pprof -tagfocus part=verify16.
+			pprof.Do(ctx, pprof.Labels("part", names[i]), func(context.Context) { ts = append(ts, part()) })
+		}
+		for i, t := range ts {
+			ms[i] = append(ms[i], float64(t)/1e6)
+			steps[i] = append(steps[i], float64(t)/float64(ts[0]))
+		}
+	}
+	med := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	for i, name := range names {
+		b.ReportMetric(med(ms[i]), name+"-ms")
+		if i > 0 {
+			b.ReportMetric(med(steps[i]), name+"-steps")
+		}
+	}
+}
