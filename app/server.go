@@ -197,6 +197,13 @@ func (s *Server) Run(ctx context.Context) error {
 			closeModels = lr.closeFn
 		}
 	}
+	// Every generation has ended: keep what the prefix cache holds for the next start (its disk tier), before
+	// the models' memory goes.
+	flushCtx, stopFlush := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	if _, err := s.serve.FlushPrefixCache(flushCtx); err != nil {
+		s.log.Warn().Err(err).Msg("prefix cache: flush to disk cut short")
+	}
+	stopFlush()
 	if closeModels != nil {
 		if err := closeModels(); err != nil {
 			runErr = errors.Join(runErr, fmt.Errorf("close models: %w", err))
