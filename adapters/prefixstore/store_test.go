@@ -114,7 +114,10 @@ func TestCorruptFilesAreDroppedNeverUsed(t *testing.T) {
 		atList bool
 	}{
 		{"flipped payload bit", func(b []byte) []byte { b[len(b)-3] ^= 1; return b }, false},
-		{"flipped token", func(b []byte) []byte { b[len(b)-len(rec("", 6, true).Draft)-len(rec("", 6, true).Target)-1] ^= 0x10; return b }, true}, // its name no longer matches
+		{"flipped token", func(b []byte) []byte {
+			b[len(b)-len(rec("", 6, true).Draft)-len(rec("", 6, true).Target)-1] ^= 0x10
+			return b
+		}, true}, // its name no longer matches
 		{"truncated", func(b []byte) []byte { return b[:len(b)-10] }, true},
 		{"extended", func(b []byte) []byte { return append(b, 0) }, true},
 		{"bad magic", func(b []byte) []byte { b[0] = 'X'; return b }, true},
