@@ -24,7 +24,8 @@ type DiskConfig struct {
 	// Budget is the most bytes the records may take on the store; > 0.
 	Budget int64
 	// OnError receives every problem of the disk tier (a record that could not be written, read or
-	// decoded); the cache goes on without that record. Nil: dropped.
+	// decoded); the cache goes on without that record. It may be called with the cache's lock held, so it
+	// must not call back into the cache (a log line is what it is for). Nil: dropped.
 	OnError func(error)
 }
 
@@ -257,18 +258,16 @@ func (c *Cache) diskFailed(it *diskItem, err error) {
 		// Missing, corrupt or foreign: never offered again (the store removed what it found unusable).
 		c.dropItem(it)
 	}
-	c.reportLocked(fmt.Errorf("prefix cache disk tier: %w", err))
+	c.report(fmt.Errorf("prefix cache disk tier: %w", err))
 }
 
-// report passes err to OnError (without c.mu).
+// report passes err to OnError.
 func (c *Cache) report(err error) {
 	if c.disk.cfg.OnError != nil {
 		c.disk.cfg.OnError(err)
 	}
 }
 
-// reportLocked is report with c.mu held: OnError must not call back into the cache.
-func (c *Cache) reportLocked(err error) { c.report(err) }
 
 // spill writes the entries insert evicted to the disk tier.
 func (c *Cache) spill(ctx context.Context, victims []*entry) {
