@@ -1,6 +1,8 @@
 package app
 
 import (
+	"context"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -82,7 +84,10 @@ func TestConfigBrowserPolicy(t *testing.T) {
 // every probe here is answered before a generation would start.
 func browserHost(t *testing.T, cfg Config) *httptest.Server {
 	t.Helper()
-	svc, err := serve.NewServe(cfg.ServeConfig(), zerolog.Nop())
+	unloaded := func(context.Context, func(done, total int64)) (serve.Engine, func() error, error) {
+		return serve.Engine{}, nil, errors.New("no model in this test")
+	}
+	svc, err := ProvideFleet(cfg, func(ModelSpec) LoadFunc { return unloaded }, zerolog.Nop())
 	require.NoError(t, err)
 	host := ProvideHTTP(cfg, svc, zerolog.Nop())
 	keys, err := ProvideKeys(cfg)

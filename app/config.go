@@ -26,9 +26,15 @@ import (
 // HIGGS_MAX_BODY_BYTES), a TOML file (--config or HIGGS_CONFIG; keys are the flag names, with dashes or
 // underscores), then the defaults.
 type Config struct {
-	Model   string
-	Draft   string
-	NoDraft bool
+	// Model is today's one model (--model PATH); Models are several (--model NAME=PATH,… or [[models]]
+	// tables), each loaded on its first request.
+	Model  string
+	Models []ModelSpec
+	// KeepAlive is how long an idle model of several stays loaded (≤ 0: until another needs its memory);
+	// a model's keep_alive overrides it.
+	KeepAlive time.Duration
+	Draft     string
+	NoDraft   bool
 	// Pull lets higgsd download a hub model missing from the cache before loading it (models.ModelConfig.Pull).
 	Pull      bool
 	BlockSize int
@@ -36,8 +42,10 @@ type Config struct {
 	Backend   string
 	Threads   int
 	Kernels   string
-	Host      string
-	Port      int
+	// KVBits is the attention KV cache's format (models.ModelConfig.KVBits): 0 full precision, 8 int8.
+	KVBits int
+	Host   string
+	Port   int
 	// APIKeys (--api-key, repeatable) and the keys of APIKeyFile (one a line) are the tenant keys: each is a
 	// tenant of its own. AdminKey is the operator's (every tenant's events). No key at all: no
 	// authentication, one tenant.
@@ -85,6 +93,12 @@ type Config struct {
 	ContextLength int
 	// Version asks higgsd to print its version and exit.
 	Version bool
+	// Providers (--provider, repeatable) are remote providers and Routes (--route, repeatable) the models
+	// sent to them (Routing reads both); providerKeys holds each provider's key, read by LoadConfig from the
+	// environment variable its key_env names (unexported: never printed with the configuration).
+	Providers    []string
+	Routes       []string
+	providerKeys map[string]string
 }
 
 // DefaultConfig serves the bundled gocoder model with its drafter on 127.0.0.1:8000.
@@ -114,13 +128,19 @@ func DefaultConfig() Config {
 		PrefixCacheDiskBytes: 8 << 30,
 		LogLevel:             "info",
 		LogFormat:            "console",
+		KeepAlive:            DefaultKeepAlive,
 		RankTimeout:          models.DefaultRankTimeout,
 	}
 }
 
+// DefaultKeepAlive is how long an idle model of several stays loaded when neither --keep-alive nor its own
+// keep_alive says: long enough for a conversation's pauses, short enough to give the memory back.
+const DefaultKeepAlive = 5 * time.Minute
+
 // flagSet declares every setting on fs, bound to c.
 func (c *Config) flagSet(fs *flag.FlagSet) {
-	fs.StringVar(&c.Model, "model", c.Model, "target model directory or Hugging Face id in the local hub cache (default: the bundled gocoder model models/gocoder/target)")
+	fs.Var(modelFlag{c}, "model", "target model directory or Hugging Face id in the local hub cache (default: the bundled gocoder model models/gocoder/target); or NAME=PATH[,draft=PATH][,alias=A]…[,backend=B][,kernels=K][,keep_alive=D], repeated, for several models loaded on demand")
+	fs.DurationVar(&c.KeepAlive, "keep-alive", c.KeepAlive, "with several models: how long an idle model stays loaded (0 or negative: until another model needs its memory)")
 	fs.StringVar(&c.Draft, "draft", c.Draft, "DFlash drafter directory or hub id (default with the bundled model: models/gocoder/drafter; \"none\": no drafter; \"auto\": the target's published drafter, from the table of known pairs)")
 	fs.BoolVar(&c.Pull, "pull", c.Pull, "download a hub model (--model, --draft, or the drafter --draft auto picks) that is not in the Hugging Face cache before loading it (default: never download; see `higgsd pull`)")
 	fs.BoolVar(&c.NoDraft, "no-draft", c.NoDraft, "turn speculative decoding off (load no drafter)")
@@ -129,6 +149,7 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.StringVar(&c.Backend, "backend", c.Backend, "compute backend: cpu, mlx or auto")
 	fs.IntVar(&c.Threads, "threads", c.Threads, "CPU worker threads (0: GOMAXPROCS)")
 	fs.StringVar(&c.Kernels, "kernels", c.Kernels, "CPU kernels: auto (fast where the CPU has AVX2 or better, else exact), exact (the bit-exact reference) or fast (quantized products with int8 inputs; not bit-identical)")
+	fs.IntVar(&c.KVBits, "kv-bits", c.KVBits, "attention KV cache format: 0 (full precision: float32 on the cpu backend; 32 says the same there) or 8 (int8 with a scale per position and KV head: about a quarter of a float32 cache's memory, not bit-identical; cpu and mlx, not --distributed)")
 	fs.StringVar(&c.Host, "host", c.Host, "address to listen on (a wider bind such as 0.0.0.0 must be asked for)")
 	fs.IntVar(&c.Port, "port", c.Port, "TCP port to listen on (0: any free port)")
 	fs.Var((*keyList)(&c.APIKeys), "api-key", "require `KEY` on /v1/ routes ('Authorization: Bearer KEY'; the Messages API also takes 'x-api-key: KEY'); repeat for more keys, each a tenant of its own (its own prefix cache and event stream)")
@@ -145,7 +166,7 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxConcurrency, "max-concurrency", c.MaxConcurrency, "batch size: generations decoded together, each round's drafts and verifies of all of them run as one batched call (more wait in the queue)")
 	fs.DurationVar(&c.BatchWait, "batch-wait", c.BatchWait, "longest a round waits for a generation that has not sent its next block (one busy writing to a slow client)")
 	fs.IntVar(&c.PrefillChunk, "prefill-chunk", c.PrefillChunk, "prefill prompts in forwards of at most this many tokens, interleaved with the running streams' rounds (0: whole prompts)")
-	fs.Var(byteSize{&c.MemoryBudget}, "memory-budget-bytes", "KV cache and state the running requests may reserve together: bytes, or a size with a unit (4GiB, 512MiB, 1.5GB); a request that does not fit waits, one that never can is refused (0: half the machine's memory less the prefix cache)")
+	fs.Var(byteSize{&c.MemoryBudget}, "memory-budget-bytes", "KV cache and state the running requests may reserve together, and with several models every loaded model's weights and prefix cache too: bytes, or a size with a unit (4GiB, 512MiB, 1.5GB); a request that does not fit waits, one that never can is refused (0: half the machine's memory less the prefix cache; with several models three quarters of it)")
 	fs.Var(byteSize{&c.PrefixCacheBytes}, "prefix-cache-bytes", "memory the prefix cache may hold: bytes, or a size with a unit (1GiB) (attention KV, recurrent state and drafter context of earlier prompts, reused by requests that start the same way; 0: off)")
 	fs.IntVar(&c.PrefixCacheEvery, "prefix-cache-every", c.PrefixCacheEvery, "besides each prompt's and generation's end, cache the prompt's state every this many tokens (0: only at the ends)")
 	fs.StringVar(&c.PrefixCacheDir, "prefix-cache-dir", c.PrefixCacheDir, "a directory for the prefix cache's disk tier: entries evicted from memory, and at shutdown those still in memory, are written there and reused across restarts (cpu backend; default: none, memory only)")
@@ -158,6 +179,8 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.IntVar(&c.DefaultMaxTokens, "default-max-tokens", c.DefaultMaxTokens, "output limit of a request that sets no max_tokens (0: the model's generation_config.json max_new_tokens, else 1024; -1: none, up to the context length)")
 	fs.IntVar(&c.ContextLength, "context-length", c.ContextLength, "cap the model's context length, prompt and output together, at this many tokens (0: the model's own; more than the model's is refused)")
 	fs.BoolVar(&c.Version, "version", c.Version, "print higgsd's version (module version, VCS revision, Go version) and exit")
+	fs.Var((*entryList)(&c.Providers), "provider", "a remote provider: `NAME=openai|anthropic,URL[,key_env=VAR]` (the key is read from the environment variable VAR); repeat for more (docs/providers.md)")
+	fs.Var((*entryList)(&c.Routes), "route", "send requests whose model the regular expression matches (the whole name) to a provider: `REGEX=PROVIDER`; repeat for more, the first match wins; other models are served here")
 	fs.BoolVar(&c.Distributed, "distributed", c.Distributed, "split the model's layers across processes with MLX distributed (MLX_RANK, MLX_HOSTFILE as mlx.launch sets them; rank 0 serves HTTP, the others are workers); needs the mlx backend")
 	fs.DurationVar(&c.RankTimeout, "rank-timeout", c.RankTimeout, "with --distributed, how soon a lost rank is noticed: ranks exchange heartbeats beside the model's rounds, and one silent this long (a dead process: at once) fails the running requests and /health with 503 naming it; every rank should be given the same value")
 }
@@ -212,9 +235,13 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 		path = getenv(EnvName("config"))
 	}
 	if path != "" {
-		values, err := readTOML(path)
+		values, tables, err := readTOML(path)
 		if err != nil {
 			errs = append(errs, err)
+		}
+		if len(tables) > 0 && !onCmdline["model"] {
+			cfg.Models = append(cfg.Models, tables...)
+			fromFile["model"] = true
 		}
 		keys := make([]string, 0, len(values))
 		for k := range values {
@@ -255,6 +282,14 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 			if fromFile[f.Name] {
 				*l = nil
 			}
+		case *entryList:
+			if fromFile[f.Name] {
+				*l = nil
+			}
+		case modelFlag:
+			if fromFile[f.Name] {
+				l.reset()
+			}
 		}
 		if err := f.Value.Set(v); err != nil {
 			errs = append(errs, fmt.Errorf("environment %s=%q: %w", env, v, err))
@@ -263,6 +298,10 @@ func LoadConfig(args []string, getenv func(string) string, usage io.Writer) (Con
 	cfg.ConfigFile = path
 	if err := cfg.Validate(); err != nil {
 		errs = append(errs, err)
+	} else if providers, _, err := cfg.Routing(); err == nil {
+		if cfg.providerKeys, err = providerKeys(providers, getenv); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return cfg, errors.Join(errs...)
 }
@@ -283,19 +322,35 @@ type tomlValue struct {
 	list bool
 }
 
-// readTOML reads a flat TOML table and renders each value as the strings its flag parses.
-func readTOML(path string) (map[string]tomlValue, error) {
+// readTOML reads a flat TOML table and renders each value as the strings its flag parses; the [[models]]
+// tables are returned apart.
+func readTOML(path string) (map[string]tomlValue, []ModelSpec, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("config file: %w", err)
+		return nil, nil, fmt.Errorf("config file: %w", err)
 	}
 	var raw map[string]any
 	if err := toml.Unmarshal(b, &raw); err != nil {
-		return nil, fmt.Errorf("config file %s: %w", path, err)
+		return nil, nil, fmt.Errorf("config file %s: %w", path, err)
 	}
 	out := make(map[string]tomlValue, len(raw))
 	var errs []error
+	var tables []ModelSpec
+	if v, ok := raw["models"]; ok {
+		delete(raw, "models")
+		if tables, err = modelTables(path, v); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for k, v := range raw {
+		if tt, ok := tomlTables[k]; ok {
+			if vals, err := tomlTableList(v, tt.render); err != nil {
+				errs = append(errs, fmt.Errorf("config file %s: [[%s]]: %w", path, k, err))
+			} else {
+				out[tt.flag] = tomlValue{vals: vals, list: true}
+			}
+			continue
+		}
 		if arr, ok := v.([]any); ok {
 			vals := make([]string, 0, len(arr))
 			for _, e := range arr {
@@ -316,7 +371,31 @@ func readTOML(path string) (map[string]tomlValue, error) {
 		}
 		out[k] = tomlValue{vals: []string{s}}
 	}
-	return out, errors.Join(errs...)
+	return out, tables, errors.Join(errs...)
+}
+
+// tomlTableList renders an array of tables with render, one flag entry each.
+func tomlTableList(v any, render func(map[string]any) (string, error)) ([]string, error) {
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("want an array of tables, not a %T", v)
+	}
+	var vals []string
+	var errs []error
+	for i, e := range arr {
+		t, ok := e.(map[string]any)
+		if !ok {
+			errs = append(errs, fmt.Errorf("entry %d: want a table, not a %T", i+1, e))
+			continue
+		}
+		s, err := render(t)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("entry %d: %w", i+1, err))
+			continue
+		}
+		vals = append(vals, s)
+	}
+	return vals, errors.Join(errs...)
 }
 
 func tomlScalar(v any) (string, error) {
@@ -384,6 +463,9 @@ func (c Config) Keys() (*httpapi.Keys, error) {
 func (c Config) Validate() error {
 	var errs []error
 	if err := c.ModelConfig().Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.validateModels(); err != nil {
 		errs = append(errs, err)
 	}
 	if c.BlockSize < 0 {
@@ -470,6 +552,9 @@ func (c Config) Validate() error {
 	if _, err := c.Keys(); err != nil {
 		errs = append(errs, err)
 	}
+	if _, _, err := c.Routing(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
@@ -478,7 +563,7 @@ func (c Config) Addr() string { return net.JoinHostPort(c.Host, strconv.Itoa(c.P
 
 // ModelConfig is the model-loading part of c.
 func (c Config) ModelConfig() models.ModelConfig {
-	return models.ModelConfig{Model: c.Model, Draft: c.Draft, NoDraft: c.NoDraft, Pull: c.Pull, Backend: c.Backend, Threads: c.Threads, Kernels: c.Kernels, Distributed: c.Distributed,
+	return models.ModelConfig{Model: c.Model, Draft: c.Draft, NoDraft: c.NoDraft, Pull: c.Pull, Backend: c.Backend, Threads: c.Threads, Kernels: c.Kernels, KVBits: c.KVBits, Distributed: c.Distributed,
 		RankTimeout: c.RankTimeout}
 }
 

@@ -57,17 +57,40 @@ host = "0.0.0.0"
 	assert.Equal(t, "other", cfg.Model)
 }
 
+// --kv-bits reaches the model config from a flag, the environment and a TOML file.
+func TestConfigKVBits(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "h.toml")
+	require.NoError(t, os.WriteFile(file, []byte("kv_bits = 8\n"), 0o644))
+	for name, c := range map[string]struct {
+		args []string
+		env  map[string]string
+	}{
+		"flag": {args: []string{"--kv-bits", "8"}},
+		"env":  {env: map[string]string{"HIGGS_KV_BITS": "8"}},
+		"toml": {args: []string{"--config", file}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cfg, err := LoadConfig(c.args, env(c.env), io.Discard)
+			require.NoError(t, err)
+			assert.Equal(t, 8, cfg.ModelConfig().KVBits)
+		})
+	}
+	cfg, err := LoadConfig(nil, env(nil), io.Discard)
+	require.NoError(t, err)
+	assert.Zero(t, cfg.ModelConfig().KVBits, "full precision by default")
+}
+
 func TestConfigReportsEveryProblem(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "bad.toml")
 	require.NoError(t, os.WriteFile(file, []byte("colour = \"red\"\nport = \"eighty\"\n"), 0o644))
 	_, err := LoadConfig([]string{"--config", file, "--log-format", "xml", "--max-concurrency", "0", "--backend", "gpu", "--kernels", "turbo",
-		"--threads", "100000"},
+		"--threads", "100000", "--kv-bits", "4"},
 		env(map[string]string{"HIGGS_QUEUE_SIZE": "many", "HIGGS_BLOCK_SIZE": "-2"}), io.Discard)
 	require.Error(t, err)
 	for _, want := range []string{`unknown key "colour"`, "port", "HIGGS_QUEUE_SIZE", "--block-size -2", `--log-format "xml"`,
 		"--max-concurrency 0", `unknown backend "gpu"`, `unknown kernels "turbo"`,
-		"threads 100000 must be in [0, 1024]"} {
+		"threads 100000 must be in [0, 1024]", "kv bits 4: want 0 (full precision), 32 (cpu) or 8"} {
 		assert.ErrorContains(t, err, want)
 	}
 }

@@ -68,17 +68,17 @@ func startDrainRun(t *testing.T, shutdown, delay time.Duration) (*runHarness, *s
 	cfg := DefaultConfig()
 	cfg.Port = 0
 	cfg.ShutdownTimeout = shutdown
-	svc, err := serve.NewServe(cfg.ServeConfig(), zerolog.Nop())
-	require.NoError(t, err)
 	eng, target := srvEngine(4096, delay, true)
 	h := &runHarness{addr: make(chan net.Addr, 1), done: make(chan error, 1), target: target,
 		hc: &http.Client{Transport: &http.Transport{}}}
 	load := func(context.Context, func(done, total int64)) (serve.Engine, func() error, error) {
 		return eng, func() error { h.closed.Add(1); return nil }, nil
 	}
+	svc, err := ProvideFleet(cfg, func(ModelSpec) LoadFunc { return load }, zerolog.Nop())
+	require.NoError(t, err)
 	host := ProvideHTTP(cfg, svc, log)
 	api := ProvideAPI(cfg, svc, ProvideEvents(svc), svc, host, nil, log)
-	srv := NewServer(cfg, svc, host, api, ProvideResponses(api), ProvideMessages(cfg, svc, host, nil, log), load, log)
+	srv := NewServer(cfg, svc, host, api, ProvideResponses(api), ProvideMessages(cfg, svc, host, nil, log), log)
 	srv.OnListen = func(a net.Addr) { h.addr <- a }
 	srv.Progress = func(int64, int64) {}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -23,15 +23,14 @@ import (
 )
 
 // TestRunFlushesPrefixCacheAtShutdown: with --prefix-cache-dir, the real runner writes what the prefix cache
-// holds to the directory once it has drained, so the next start finds it.
+// holds to the directory once it has drained (the fleet flushes each model as it unloads it, before closing
+// its backend), so the next start finds it.
 func TestRunFlushesPrefixCacheAtShutdown(t *testing.T) {
 	dir := t.TempDir()
 	cfg := DefaultConfig()
 	cfg.Port = 0
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.PrefixCacheDir = dir
-	svc, err := serve.NewServe(cfg.ServeConfig(), zerolog.Nop())
-	require.NoError(t, err)
 	tg, err := cpu.Load(t.Context(), testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 31, Vocab: fakeengine.ModelVocab}), cpu.LoadOptions{Threads: 1})
 	require.NoError(t, err)
 	parts := fakeengine.New(4096, 0, true)
@@ -39,9 +38,11 @@ func TestRunFlushesPrefixCacheAtShutdown(t *testing.T) {
 	load := func(ctx context.Context, progress func(done, total int64)) (serve.Engine, func() error, error) {
 		return eng, tg.Close, nil
 	}
+	svc, err := ProvideFleet(cfg, func(ModelSpec) LoadFunc { return load }, zerolog.Nop())
+	require.NoError(t, err)
 	host := ProvideHTTP(cfg, svc, zerolog.Nop())
 	api := oaiapi.New(svc, oaiapi.Options{Log: zerolog.Nop(), Host: host})
-	srv := NewServer(cfg, svc, host, api, ProvideResponses(api), ProvideMessages(cfg, svc, host, nil, zerolog.Nop()), load, zerolog.Nop())
+	srv := NewServer(cfg, svc, host, api, ProvideResponses(api), ProvideMessages(cfg, svc, host, nil, zerolog.Nop()), zerolog.Nop())
 	addr := make(chan net.Addr, 1)
 	srv.OnListen = func(a net.Addr) { addr <- a }
 	srv.Progress = func(int64, int64) {}

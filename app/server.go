@@ -18,28 +18,90 @@ import (
 	"github.com/higgs-go/higgs/adapters/httpapi"
 	"github.com/higgs-go/higgs/adapters/openai"
 	"github.com/higgs-go/higgs/adapters/openai/responses"
+	"github.com/higgs-go/higgs/adapters/remote"
+	"github.com/higgs-go/higgs/app/fleet"
 	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/app/route"
 	"github.com/higgs-go/higgs/app/serve"
 	"github.com/higgs-go/higgs/ports"
 )
 
 // ServeSet is the wire provider set of higgsd.
-var ServeSet = wire.NewSet(ProvideServe, wire.Bind(new(ports.Generator), new(*serve.Serve)),
-	wire.Bind(new(ports.SystemReporter), new(*serve.Serve)), ProvideEvents, ProvideHTTP,
+var ServeSet = wire.NewSet(ProvideFleet, ProvideRouting, ProvideGenerator, ProvideRoutedEvents,
+	wire.Bind(new(ports.SystemReporter), new(*fleet.Fleet)), ProvideHTTP,
 	ProvideKeys, ProvideAPI, ProvideResponses, ProvideMessages,
 	ProvideLoader, NewServer)
 
-// LoadFunc loads the engine; progress (may be nil) receives work done and total (LoadModels counts steps). The returned close
-// releases the models.
+// LoadFunc loads one model's engine; progress (may be nil) receives work done and total (LoadModels counts
+// steps). The returned close releases the model.
 type LoadFunc func(ctx context.Context, progress func(done, total int64)) (serve.Engine, func() error, error)
 
-// ProvideServe builds the Serve use case from the configuration.
-func ProvideServe(cfg Config, log zerolog.Logger) (*serve.Serve, error) {
-	return serve.NewServe(cfg.ServeConfig(), log)
+// Loader gives each configured model its LoadFunc.
+type Loader func(ModelSpec) LoadFunc
+
+// ProvideFleet builds the models' fleet from the configuration: today's one model, or several loaded on
+// demand under one memory budget.
+func ProvideFleet(cfg Config, load Loader, log zerolog.Logger) (*fleet.Fleet, error) {
+	specs := cfg.ModelSpecs()
+	ms := make([]fleet.Model, len(specs))
+	for i, s := range specs {
+		ms[i] = fleet.Model{Name: s.Name, Aliases: s.Aliases, Serve: cfg.ServeConfig(), Sampling: s.Sampling,
+			Load: fleet.LoadFunc(load(s))}
+		if len(specs) > 1 {
+			ms[i].KeepAlive = cfg.KeepAliveOf(s)
+		}
+	}
+	return fleet.New(ms, fleet.Options{MemoryBudget: cfg.MemoryBudget}, log)
 }
 
-// ProvideEvents exposes the live event stream of s (the web page's feed) as its port.
-func ProvideEvents(s *serve.Serve) ports.EventSource { return s.Events() }
+// ProvideEvents exposes the live event stream of f (the web page's feed) as its port.
+func ProvideEvents(f *fleet.Fleet) ports.EventSource { return f.Events() }
+
+// Routing is what the APIs call: the local models' fleet, or, with routes configured, a route.Router over it
+// and the providers, whose event stream adds the routed requests' to the fleet's.
+type Routing struct {
+	Generator ports.Generator
+	Events    ports.EventSource
+}
+
+// ProvideRouting builds the router when --route is given, with one remote generator per --provider (its key
+// from LoadConfig); without routes the APIs call f directly.
+func ProvideRouting(cfg Config, f *fleet.Fleet, log zerolog.Logger) (*Routing, error) {
+	providers, routes, err := cfg.Routing()
+	if err != nil {
+		return nil, err
+	}
+	if len(routes) == 0 {
+		return &Routing{Generator: f, Events: f.Events()}, nil
+	}
+	gens := make(map[string]ports.Generator, len(providers))
+	for _, p := range providers {
+		opts := remote.Options{Name: p.Name, BaseURL: p.URL, Key: cfg.providerKeys[p.Name]}
+		switch p.Format {
+		case FormatAnthropic:
+			gens[p.Name] = remote.NewAnthropic(opts)
+		default:
+			gens[p.Name] = remote.NewOpenAI(opts)
+		}
+		log.Info().Str("provider", p.Name).Str("format", p.Format).Str("url", p.URL).Bool("key", opts.Key != "").Msg("provider")
+	}
+	rs := make([]route.Route, len(routes))
+	for i, r := range routes {
+		rs[i] = route.Route{Pattern: r.Pattern, Provider: r.Provider, Gen: gens[r.Provider]}
+		log.Info().Str("route", r.Pattern).Str("provider", r.Provider).Msg("route")
+	}
+	rt, err := route.New(f, f.Events(), rs, log)
+	if err != nil {
+		return nil, err
+	}
+	return &Routing{Generator: rt, Events: rt.Events()}, nil
+}
+
+// ProvideGenerator is the generator the APIs call.
+func ProvideGenerator(r *Routing) ports.Generator { return r.Generator }
+
+// ProvideRoutedEvents is the event stream the page and /v1/events serve.
+func ProvideRoutedEvents(r *Routing) ports.EventSource { return r.Events }
 
 // ProvideHTTP builds the HTTP server both APIs are registered on, side by side: one listener, one set of
 // metrics, one browser policy (the Host names answered to, the CORS origins).
@@ -66,10 +128,15 @@ func ProvideMessages(cfg Config, gen ports.Generator, host *httpapi.Server, keys
 		BodyTimeout: cfg.BodyTimeout, RequestTimeout: cfg.RequestTimeout, Log: log})
 }
 
-// ProvideLoader loads the configured models with LoadModels.
-func ProvideLoader(cfg Config, log zerolog.Logger) LoadFunc {
+// ProvideLoader loads each configured model with LoadModels.
+func ProvideLoader(cfg Config, log zerolog.Logger) Loader {
+	return func(spec ModelSpec) LoadFunc { return loadModel(cfg.modelConfig(spec), log) }
+}
+
+// loadModel loads one model with LoadModels.
+func loadModel(mc models.ModelConfig, log zerolog.Logger) LoadFunc {
 	return func(ctx context.Context, progress func(done, total int64)) (serve.Engine, func() error, error) {
-		m, err := models.LoadModels(ctx, cfg.ModelConfig(), log, progress)
+		m, err := models.LoadModels(ctx, mc, log, progress)
 		if err != nil {
 			return serve.Engine{}, nil, err
 		}
@@ -98,9 +165,8 @@ const cutGrace = 5 * time.Second
 // down gracefully.
 type Server struct {
 	cfg   Config
-	serve *serve.Serve
+	fleet *fleet.Fleet
 	host  *httpapi.Server
-	load  LoadFunc
 	log   zerolog.Logger
 	// OnListen, when set, is called with the bound address (tests listen on port 0).
 	OnListen func(net.Addr)
@@ -111,9 +177,9 @@ type Server struct {
 // NewServer assembles the runner: host serves both APIs (OpenAI's, with its Responses route, and Anthropic's),
 // which registered their routes on it when built (they are parameters so that the wiring builds them); host
 // drains both at shutdown.
-func NewServer(cfg Config, serve *serve.Serve, host *httpapi.Server, _ *openai.Server, _ *responses.Server, _ *anthropic.Server, load LoadFunc, log zerolog.Logger) *Server {
-	serve.SetMetrics(host.Metrics())
-	return &Server{cfg: cfg, serve: serve, host: host, load: load, log: log}
+func NewServer(cfg Config, f *fleet.Fleet, host *httpapi.Server, _ *openai.Server, _ *responses.Server, _ *anthropic.Server, log zerolog.Logger) *Server {
+	f.SetMetrics(host.Metrics())
+	return &Server{cfg: cfg, fleet: f, host: host, log: log}
 }
 
 // Run serves until ctx ends (SIGINT/SIGTERM in higgsd), then drains every API on the listener: it stays open,
@@ -143,42 +209,36 @@ func (s *Server) Run(ctx context.Context) error {
 
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
-	type loadResult struct {
-		closeFn func() error
-		err     error
-	}
-	loadDone := make(chan loadResult, 1)
-	go func() {
-		progress := s.Progress
-		if progress == nil {
-			progress = newProgress(s.log)
-		}
-		start := time.Now()
-		eng, closeFn, err := s.load(loadCtx, progress)
-		if err == nil {
-			if err = s.serve.SetEngine(eng); err != nil && closeFn != nil {
-				_ = closeFn()
-				closeFn = nil
+	loadDone := make(chan error, 1)
+	if n := len(s.cfg.ModelSpecs()); n > 1 {
+		// Several models load on their first request.
+		loadDone <- nil
+		s.log.Info().Int("models", n).Dur("keep_alive", s.cfg.KeepAlive).Str("addr", ln.Addr().String()).
+			Msg("serving; each model loads on its first request")
+	} else {
+		go func() {
+			progress := s.Progress
+			if progress == nil {
+				progress = newProgress(s.log)
 			}
-		}
-		if err == nil {
-			s.log.Info().Dur("took", time.Since(start)).Str("addr", ln.Addr().String()).Msg("serving")
-		}
-		loadDone <- loadResult{closeFn, err}
-	}()
+			start := time.Now()
+			err := s.fleet.Load(loadCtx, progress)
+			if err == nil {
+				s.log.Info().Dur("took", time.Since(start)).Str("addr", ln.Addr().String()).Msg("serving")
+			}
+			loadDone <- err
+		}()
+	}
+	go s.fleet.Run(loadCtx)
 
 	var runErr error
-	var closeModels func() error
-	loadReceived := false
 	select {
 	case <-ctx.Done():
 	case err := <-serveErr:
 		runErr = fmt.Errorf("serve: %w", err)
-	case lr := <-loadDone:
-		loadReceived = true
-		closeModels = lr.closeFn
-		if lr.err != nil {
-			runErr = fmt.Errorf("%w: %w", ErrLoadModels, lr.err)
+	case err := <-loadDone:
+		if err != nil {
+			runErr = fmt.Errorf("%w: %w", ErrLoadModels, err)
 			break
 		}
 		select {
@@ -191,23 +251,9 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.shutdown(hs, cancelAll); err != nil {
 		runErr = errors.Join(runErr, err)
 	}
-	if !loadReceived {
-		// The loader may still be running (shutdown during loading): wait for it so its memory is freed.
-		if lr := <-loadDone; lr.closeFn != nil {
-			closeModels = lr.closeFn
-		}
-	}
-	// Every generation has ended: keep what the prefix cache holds for the next start (its disk tier), before
-	// the models' memory goes.
-	flushCtx, stopFlush := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
-	if _, err := s.serve.FlushPrefixCache(flushCtx); err != nil {
-		s.log.Warn().Err(err).Msg("prefix cache: flush to disk cut short")
-	}
-	stopFlush()
-	if closeModels != nil {
-		if err := closeModels(); err != nil {
-			runErr = errors.Join(runErr, fmt.Errorf("close models: %w", err))
-		}
+	// Close waits for a load under way (shutdown during loading), so that its memory is freed too.
+	if err := s.fleet.Close(); err != nil {
+		runErr = errors.Join(runErr, fmt.Errorf("close models: %w", err))
 	}
 	return runErr
 }

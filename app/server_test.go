@@ -37,8 +37,6 @@ func startRun(t *testing.T, shutdown time.Duration, delay time.Duration, release
 	cfg := DefaultConfig()
 	cfg.Port = 0
 	cfg.ShutdownTimeout = shutdown
-	svc, err := serve.NewServe(cfg.ServeConfig(), zerolog.Nop())
-	require.NoError(t, err)
 	eng, target := srvEngine(4096, delay, true)
 	h := &runHarness{addr: make(chan net.Addr, 1), done: make(chan error, 1), target: target,
 		hc: &http.Client{Transport: &http.Transport{}}}
@@ -52,9 +50,11 @@ func startRun(t *testing.T, shutdown time.Duration, delay time.Duration, release
 		progress(10, 10)
 		return eng, func() error { h.closed.Add(1); return nil }, nil
 	}
+	svc, err := ProvideFleet(cfg, func(ModelSpec) LoadFunc { return load }, zerolog.Nop())
+	require.NoError(t, err)
 	host := ProvideHTTP(cfg, svc, zerolog.Nop())
 	api := oaiapi.New(svc, oaiapi.Options{Log: zerolog.Nop(), Host: host})
-	srv := NewServer(cfg, svc, host, api, ProvideResponses(api), ProvideMessages(cfg, svc, host, nil, zerolog.Nop()), load, zerolog.Nop())
+	srv := NewServer(cfg, svc, host, api, ProvideResponses(api), ProvideMessages(cfg, svc, host, nil, zerolog.Nop()), zerolog.Nop())
 	srv.OnListen = func(a net.Addr) { h.addr <- a }
 	srv.Progress = func(int64, int64) {}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -203,15 +203,15 @@ func TestRunWarnsWideBindWithoutKey(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Host, cfg.Port = c.host, 0
 		log := zerolog.New(&syncWriter{w: &logs})
-		svc, err := serve.NewServe(cfg.ServeConfig(), log)
-		require.NoError(t, err)
-		host := ProvideHTTP(cfg, svc, log)
-		api := oaiapi.New(svc, oaiapi.Options{Log: log, Host: host})
 		load := func(ctx context.Context, _ func(done, total int64)) (serve.Engine, func() error, error) {
 			<-ctx.Done()
 			return serve.Engine{}, nil, ctx.Err()
 		}
-		srv := NewServer(cfg, svc, host, api, ProvideResponses(api), ProvideMessages(cfg, svc, host, nil, log), load, log)
+		svc, err := ProvideFleet(cfg, func(ModelSpec) LoadFunc { return load }, log)
+		require.NoError(t, err)
+		host := ProvideHTTP(cfg, svc, log)
+		api := oaiapi.New(svc, oaiapi.Options{Log: log, Host: host})
+		srv := NewServer(cfg, svc, host, api, ProvideResponses(api), ProvideMessages(cfg, svc, host, nil, log), log)
 		listening := make(chan struct{})
 		srv.OnListen = func(net.Addr) { close(listening) }
 		srv.Progress = func(int64, int64) {}

@@ -114,6 +114,13 @@ var rules = []rule{
 	{tree: "app/modeltools", allowed: func(p string, _ bool) bool {
 		return !appUseCase(p) || within(p, module+"/app/verify") || within(p, module+"/app/modeltools")
 	}},
+	// Several models (app/fleet) are several serving use cases under one router: it knows app/serve alone,
+	// never the wiring or an adapter.
+	{tree: "app/fleet", allowed: func(p string, test bool) bool {
+		return !within(p, module) || within(p, module+"/app/serve") || within(p, module+"/app/fleet") ||
+			within(p, module+"/domain") || p == module+"/ports" ||
+			(test && (p == module+"/app/internal/fakeengine" || testOnly(p)))
+	}},
 	{tree: "app/verify", allowed: func(p string, _ bool) bool { return !appUseCase(p) || within(p, module+"/app/verify") }},
 	{tree: ".", allowed: func(p string, test bool) bool {
 		return test || !within(p, module+"/internal/testmodel") && !within(p, module+"/adapters/hub/hubtest")
@@ -198,7 +205,7 @@ func TestImportBoundary(t *testing.T) {
 		"adapters never the domain, app or cmd; the backends not each other; adapters/model no backend; "+
 		"the MLX backend's ops and graph not what sits above them; the HTTP APIs not each other; "+
 		"adapters/httpapi no API; app/generation nothing above the domain's adapters; "+
-		"app/serve and app/verify not each other nor app's wiring; app/models no use case")
+		"app/serve and app/verify not each other nor app's wiring; app/models no use case; app/fleet only app/serve, the domain and ports")
 }
 
 // TestImportBoundaryDetectsViolations runs the checker over a synthetic tree, so a checker that accepts
@@ -245,6 +252,9 @@ func TestImportBoundaryDetectsViolations(t *testing.T) {
 		"app/verify/bad.go":                     `package verify; import "github.com/higgs-go/higgs/app/serve"`,
 		"app/verify/wiring.go":                  `package verify; import "github.com/higgs-go/higgs/app"`,
 		"app/models/bad.go":                     `package models; import "github.com/higgs-go/higgs/app/generation"`,
+		"app/fleet/ok.go":                       `package fleet; import ("github.com/higgs-go/higgs/app/serve"; "github.com/higgs-go/higgs/domain/batch")`,
+		"app/fleet/ok_test.go":                  `package fleet; import "github.com/higgs-go/higgs/app/internal/fakeengine"`,
+		"app/fleet/bad.go":                      `package fleet; import "github.com/higgs-go/higgs/adapters/openai"`,
 		"adapters/cpu/kernel/ok.go":             `package kernel; import "github.com/higgs-go/higgs/adapters/cpu/kernel/vecmath"`,
 		"adapters/cpu/kernel/vecmath/bad.go":    `package vecmath; import "github.com/higgs-go/higgs/adapters/cpu/kernel"`,
 		"adapters/cpu/kernel/workers/x_test.go": `package workers; import "github.com/higgs-go/higgs/adapters/cpu/kernel/vecmath"`,
@@ -276,6 +286,7 @@ func TestImportBoundaryDetectsViolations(t *testing.T) {
 		"app/verify/bad.go imports github.com/higgs-go/higgs/app/serve",
 		"app/verify/wiring.go imports github.com/higgs-go/higgs/app",
 		"app/models/bad.go imports github.com/higgs-go/higgs/app/generation",
+		"app/fleet/bad.go imports github.com/higgs-go/higgs/adapters/openai",
 		"adapters/mlx/bad.go imports github.com/higgs-go/higgs/adapters/cpu",
 		"adapters/model/bad.go imports github.com/higgs-go/higgs/adapters/cpu",
 		"adapters/cpu/app.go imports github.com/higgs-go/higgs/app",

@@ -3,7 +3,8 @@ package ports
 // Event is one thing that happened on the server, for live views such as the web page's event stream. Type
 // says which fields are set; the JSON form is the documented wire schema of GET /v1/events (README.md).
 type Event struct {
-	// Type is "hello" (the first event of a subscription), "start", "round", "policy", "end" or "queue".
+	// Type is "hello" (the first event of a subscription), "start", "round", "policy", "end", "queue" or
+	// "model" (a model of a server with several loading or unloading).
 	Type string `json:"type"`
 	// ID names the generation (every type but hello and queue).
 	ID string `json:"id,omitempty"`
@@ -16,6 +17,7 @@ type Event struct {
 	Policy *PolicyUsage `json:"policy,omitempty"`
 	End    *EndEvent    `json:"end,omitempty"`
 	Queue  *QueueEvent  `json:"queue,omitempty"`
+	Model  *ModelEvent  `json:"model,omitempty"`
 	// Dropped counts the events this subscriber missed before this one because it did not keep up.
 	Dropped int `json:"dropped,omitempty"`
 }
@@ -32,6 +34,8 @@ type HelloEvent struct {
 
 // StartEvent opens a generation.
 type StartEvent struct {
+	// Model is the model generating (on a server of several, the one the request named).
+	Model string `json:"model,omitempty"`
 	// Chat is true for chat requests, false for raw completions.
 	Chat         bool `json:"chat"`
 	PromptTokens int  `json:"prompt_tokens"`
@@ -103,6 +107,20 @@ type QueueEvent struct {
 	// Waiting counts requests queued for the engine; Running those generating.
 	Waiting int `json:"waiting"`
 	Running int `json:"running"`
+}
+
+// ModelEvent is a change of a model's state on a server that loads models on demand.
+type ModelEvent struct {
+	Name string `json:"name"`
+	// State is "loading", "loaded", "unloaded" or "failed".
+	State string `json:"state"`
+	// Reason says why a model unloaded: "keep-alive" (idle past its keep-alive), "memory" (another model
+	// needed the room) or "shutdown".
+	Reason string `json:"reason,omitempty"`
+	// DurationMS is how long a load took (loaded, failed).
+	DurationMS float64 `json:"duration_ms,omitempty"`
+	// Error says why a load failed.
+	Error string `json:"error,omitempty"`
 }
 
 // EventScope says whose generations a subscription sees.

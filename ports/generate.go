@@ -18,6 +18,13 @@ var (
 	// ErrBackendLost means part of the backend is gone (a rank of a model split across processes stopped
 	// answering): the server cannot generate until it is restarted. Its text names what was lost.
 	ErrBackendLost = errors.New("backend lost")
+	// ErrProvider means a remote provider the request was routed to failed (answered 5xx, answered nonsense,
+	// or could not be reached): a bad gateway, not the client's fault. Its text names the provider and what
+	// went wrong (never the provider's key).
+	ErrProvider = errors.New("provider failed")
+	// ErrModelLoad means the requested model could not be loaded on demand (a missing directory, a corrupt
+	// checkpoint, more memory than the budget holds). Its text names the model and why.
+	ErrModelLoad = errors.New("model load failed")
 )
 
 // RequestError is a problem with one parameter of a request. It matches ErrInvalidRequest with errors.Is, and
@@ -58,6 +65,9 @@ type GenerateRequest struct {
 	// MaxTokens bounds the generated tokens; 0 means up to the context length.
 	MaxTokens int
 	Sampling  SamplingParams
+	// SamplingSet says which of Sampling's knobs the client gave; the others hold the wire API's defaults,
+	// which a server may replace with the model's own (SamplingDefaults).
+	SamplingSet SamplingKnobs
 	// Seed makes sampling reproducible: the output is then a function of the model, the prompt, the
 	// parameters and the seed, whatever the block size or the speculation policy does; nil means a fresh seed.
 	Seed *uint64
@@ -134,6 +144,18 @@ type GenerateEvent struct {
 	// (stop tokens excepted) appears in exactly one event, in order, possibly in an event whose text is
 	// still held back (a stop string's prefix, part of a character) or without text of its own.
 	Logprobs []TokenLogprob
+	// ToolCalls are calls the Generator made as structured calls, complete, in order: a remote provider's
+	// (adapters/remote). A local model writes its calls in Content, where the HTTP adapters parse them.
+	ToolCalls []ToolCall
+}
+
+// ToolCall is one complete function call a Generator reports as such rather than as text.
+type ToolCall struct {
+	// ID is the call's id as the provider named it ("" lets the HTTP adapter name it).
+	ID   string
+	Name string
+	// Arguments is the arguments object as JSON text, "{}" when there are none.
+	Arguments string
 }
 
 // SpecUsage is the speculative-decoding account of one request. Rounds, Drafted, Accepted and
@@ -187,7 +209,8 @@ type GenerateResult struct {
 	// CacheWriteTokens is how many prompt tokens were written to the prefix cache up to the request's last
 	// cache breakpoint, beyond those restored (Anthropic's cache_creation_input_tokens); 0 without breakpoints.
 	CacheWriteTokens int
-	// FinishReason is "stop" (stop token or string) or "length" (max tokens or context).
+	// FinishReason is "stop" (stop token or string, or the end of an answer that made tool calls) or
+	// "length" (max tokens or context).
 	FinishReason string
 	// StopSequence is the stop string that ended the output; "" when it ended otherwise.
 	StopSequence string
@@ -198,6 +221,8 @@ type GenerateResult struct {
 	// Logprobs are every output token's log-probability, in order (the events' Logprobs concatenated);
 	// non-nil exactly when the request asked for them.
 	Logprobs []TokenLogprob
+	// ToolCalls are the structured calls of the events, concatenated (see GenerateEvent.ToolCalls).
+	ToolCalls []ToolCall
 }
 
 // ModelCard describes a served model and what it runs with.
@@ -222,7 +247,19 @@ type ModelCard struct {
 	Drafter *DrafterCard
 	// Certified is the lossless certificate found beside the model (nil when none).
 	Certified *Certification
+	// State is ModelLoaded, ModelLoading or ModelNotLoaded on a server that loads models on demand; "" where
+	// the one model is always loaded. A card of a model not loaded states only its ID, Aliases and State.
+	State string
+	// Aliases are other names requests may use for the model.
+	Aliases []string
 }
+
+// Model states a ModelCard states on a server that loads models on demand.
+const (
+	ModelLoaded    = "loaded"
+	ModelLoading   = "loading"
+	ModelNotLoaded = "not loaded"
+)
 
 // Speculation modes a ModelCard states.
 const (

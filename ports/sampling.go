@@ -38,3 +38,55 @@ func (s SamplingParams) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// SamplingKnobs names SamplingParams' knobs, one flag each.
+type SamplingKnobs struct{ Temperature, TopK, TopP, MinP bool }
+
+// SamplingDefaults are a model's default sampling (an operator's setting): each non-nil knob replaces the wire
+// API's default of a request that leaves that knob unset.
+type SamplingDefaults struct {
+	Temperature, TopP, MinP *float64
+	TopK                    *int
+}
+
+// Apply returns p with the defaults in place of the knobs set does not name.
+func (d SamplingDefaults) Apply(p SamplingParams, set SamplingKnobs) SamplingParams {
+	if d.Temperature != nil && !set.Temperature {
+		p.Temperature = *d.Temperature
+	}
+	if d.TopK != nil && !set.TopK {
+		p.TopK = *d.TopK
+	}
+	if d.TopP != nil && !set.TopP {
+		p.TopP = *d.TopP
+	}
+	if d.MinP != nil && !set.MinP {
+		p.MinP = *d.MinP
+	}
+	return p
+}
+
+// Validate reports every out-of-range default at once (the ranges of SamplingParams.Validate; top_p > 0).
+func (d SamplingDefaults) Validate() error {
+	var p SamplingParams
+	var errs []error
+	if d.Temperature != nil {
+		p.Temperature = *d.Temperature
+	}
+	if d.TopK != nil {
+		p.TopK = *d.TopK
+	}
+	if d.TopP != nil {
+		if !(*d.TopP > 0) {
+			errs = append(errs, fmt.Errorf("top_p %v must be greater than 0", *d.TopP))
+		}
+		p.TopP = *d.TopP
+	}
+	if d.MinP != nil {
+		p.MinP = *d.MinP
+	}
+	if err := p.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}

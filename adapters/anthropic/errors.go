@@ -90,6 +90,10 @@ func ErrorFor(err error) *Error {
 		// Anthropic's 529 is "the API is temporarily overloaded", which a full queue is; 429 is a per-account
 		// rate limit, which higgs does not have.
 		return &Error{Status: 529, Type: "overloaded_error", Message: "the server's request queue is full; retry later", RetryAfter: 1}
+	case errors.Is(err, ports.ErrProvider):
+		return &Error{Status: http.StatusBadGateway, Type: "api_error", Message: err.Error()}
+	case errors.Is(err, ports.ErrModelLoad):
+		return &Error{Status: http.StatusServiceUnavailable, Type: "api_error", Message: err.Error()}
 	case errors.Is(err, ports.ErrNotReady):
 		return &Error{Status: http.StatusServiceUnavailable, Type: "overloaded_error",
 			Message: "the model is still loading; retry later", RetryAfter: 5}

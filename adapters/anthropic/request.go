@@ -149,18 +149,21 @@ func (b *body) generation(r *Request) error {
 	// Anthropic's defaults: temperature 1, no nucleus or top-k cut.
 	r.Gen.Sampling = ports.SamplingParams{Temperature: 1, TopP: 1}
 	if t := b.Temperature; t != nil {
+		r.Gen.SamplingSet.Temperature = true
 		if !(*t >= 0 && *t <= 1) {
 			return invalid("temperature", "must be between 0 and 1, not %v", *t)
 		}
 		r.Gen.Sampling.Temperature = *t
 	}
 	if p := b.TopP; p != nil {
+		r.Gen.SamplingSet.TopP = true
 		if !(*p > 0 && *p <= 1) {
 			return invalid("top_p", "must be greater than 0 and at most 1, not %v", *p)
 		}
 		r.Gen.Sampling.TopP = *p
 	}
 	if k := b.TopK; k != nil {
+		r.Gen.SamplingSet.TopK = true
 		if *k < 0 {
 			return invalid("top_k", "must be 0 (no cut) or positive, not %d", *k)
 		}

@@ -40,7 +40,8 @@ func TestParseMessages(t *testing.T) {
 			`"messages":[{"role":"user","content":[{"type":"text","text":"x"},{"type":"text","text":"y"}]}],"temperature":0,"top_p":0.5,"top_k":3,` +
 			`"stop_sequences":["END"],"stream":true,"metadata":{"user_id":"u"},"block_size":1,"seed":9,"service_tier":"auto"}`,
 			Request{Stream: true, Parallel: true, Gen: ports.GenerateRequest{Model: "m", MaxTokens: 5,
-				Sampling: ports.SamplingParams{Temperature: 0, TopP: 0.5, TopK: 3}, Stop: []string{"END"}, BlockSize: 1, Seed: &seed,
+				Sampling:    ports.SamplingParams{Temperature: 0, TopP: 0.5, TopK: 3},
+				SamplingSet: ports.SamplingKnobs{Temperature: true, TopP: true, TopK: true}, Stop: []string{"END"}, BlockSize: 1, Seed: &seed,
 				Messages:         []ports.ChatMessage{msg("system", `{"role":"system","content":"a\nb"}`), msg("user", `{"role":"user","content":"x\ny"}`)},
 				CacheBreakpoints: []int{0}}}},
 		// A tool round trip reaches the template as the OpenAI-shaped history the OpenAI adapter builds:

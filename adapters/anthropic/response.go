@@ -98,6 +98,9 @@ func MessageOf(id string, req Request, res ports.GenerateResult, newID func() st
 	} else {
 		b.text(res.Content)
 	}
+	for _, c := range res.ToolCalls {
+		b.structured(c)
+	}
 	reason, seq := StopReason(res, b.calls > 0)
 	return Message{ID: id, Type: "message", Role: "assistant", Model: res.Model, Content: b.content,
 		StopReason: &reason, StopSequence: seq, Usage: UsageOf(res)}
@@ -132,6 +135,29 @@ func (b *blockRules) add(pt toolcall.Part) {
 	b.calls++
 	b.ws, b.open = "", false
 	b.content = append(b.content, toolUseBlock(*pt.Call, "toolu_"+b.newID()))
+}
+
+// structured adds a Generator's structured call (a remote provider's), keeping its id, by add's rules.
+func (b *blockRules) structured(c ports.ToolCall) {
+	if !b.parallel && b.calls > 0 {
+		return
+	}
+	b.calls++
+	b.ws, b.open = "", false
+	b.content = append(b.content, structuredBlock(c, b.newID))
+}
+
+// structuredBlock is the tool_use block of a structured call; a call without an id is named with newID.
+func structuredBlock(c ports.ToolCall, newID func() string) Block {
+	id := c.ID
+	if id == "" {
+		id = "toolu_" + newID()
+	}
+	args := c.Arguments
+	if args == "" {
+		args = "{}"
+	}
+	return Block{Type: "tool_use", ID: id, Name: c.Name, Input: json.RawMessage(args)}
 }
 
 func (b *blockRules) text(s string) {

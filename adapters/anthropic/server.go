@@ -233,16 +233,18 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, MessageOf(id, req, res, s.opts.NewID))
 		return
 	}
-	// message_start carries the prompt's token count, known before the first token only by counting.
+	// message_start carries the prompt's token count, known before the first token only by counting. A
+	// generator that cannot count this request (errors.ErrUnsupported: a model routed to a remote provider)
+	// leaves it 0 there; message_delta's usage carries the count the generation reports.
 	st := &stream{w: w, id: id, model: req.Gen.Model, newID: s.opts.NewID, parallel: req.Parallel}
 	if tc, err := s.counter(); err == nil {
-		if st.inputTokens, err = tc.CountTokens(ctx, req.Gen); err != nil {
+		if st.inputTokens, err = tc.CountTokens(ctx, req.Gen); err != nil && !errors.Is(err, errors.ErrUnsupported) {
 			s.failGeneration(w, r, ctx, st, err, start)
 			return
 		}
 	}
-	if ms := s.gen.Models(); len(ms) > 0 {
-		st.model = ms[0].ID
+	if ms := s.gen.Models(); st.model == "" && len(ms) > 0 {
+		st.model = ms[0].ID // the default model; a named one (local or routed) is the one asked for
 	}
 	if req.ParseTools {
 		st.tools = &toolcall.Parser{Types: toolcall.ParamTypesOf(req.Gen.Chat.Tools)}

@@ -99,10 +99,26 @@ func (st *stream) send(ev ports.GenerateEvent) error {
 			return err
 		}
 	}
+	var err error
 	if st.tools == nil {
-		return st.text(ev.Content)
+		err = st.text(ev.Content)
+	} else {
+		err = st.parsed(st.tools.FeedParts(ev.Content))
 	}
-	return st.parsed(st.tools.FeedParts(ev.Content))
+	if err != nil {
+		return err
+	}
+	for _, c := range ev.ToolCalls {
+		if !st.parallel && st.calls > 0 {
+			break
+		}
+		st.calls++
+		st.ws = ""
+		if err := st.toolUse(structuredBlock(c, st.newID)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (st *stream) text(s string) error {
@@ -132,25 +148,30 @@ func (st *stream) parsed(parts []toolcall.Part) error {
 		}
 		st.calls++
 		st.ws = ""
-		if err := st.closeBlock(); err != nil {
-			return err
-		}
-		st.index++
-		b := toolUseBlock(*pt.Call, "toolu_"+st.newID())
-		args := string(b.Input)
-		b.Input = json.RawMessage("{}")
-		if err := st.sse.Named("content_block_start", contentBlockStart{Type: "content_block_start", Index: st.index, ContentBlock: b}); err != nil {
-			return err
-		}
-		if err := st.sse.Named("content_block_delta", contentBlockDelta{Type: "content_block_delta", Index: st.index,
-			Delta: delta{Type: "input_json_delta", PartialJSON: &args}}); err != nil {
-			return err
-		}
-		if err := st.sse.Named("content_block_stop", contentBlockStop{Type: "content_block_stop", Index: st.index}); err != nil {
+		if err := st.toolUse(toolUseBlock(*pt.Call, "toolu_"+st.newID())); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// toolUse streams one complete tool_use block: its start with empty input, the arguments in one
+// input_json_delta, its stop.
+func (st *stream) toolUse(b Block) error {
+	if err := st.closeBlock(); err != nil {
+		return err
+	}
+	st.index++
+	args := string(b.Input)
+	b.Input = json.RawMessage("{}")
+	if err := st.sse.Named("content_block_start", contentBlockStart{Type: "content_block_start", Index: st.index, ContentBlock: b}); err != nil {
+		return err
+	}
+	if err := st.sse.Named("content_block_delta", contentBlockDelta{Type: "content_block_delta", Index: st.index,
+		Delta: delta{Type: "input_json_delta", PartialJSON: &args}}); err != nil {
+		return err
+	}
+	return st.sse.Named("content_block_stop", contentBlockStop{Type: "content_block_stop", Index: st.index})
 }
 
 // delta appends s to a block of kind ("text" or "thinking"), opening one when another kind is open.

@@ -33,7 +33,7 @@ func (o ops) AttentionBatch(layer int, seqs []model.Seq[act, *weight], queries [
 	d := a.HeadDim
 	Hq := q.width() / d
 	out := o.buf(q.t * Hq * d)
-	qo, ko, scratch := 0, 0, 0
+	qo, ko, scratch, tmp := 0, 0, 0, 0
 	for i, s := range seqs {
 		nq := s.Rows
 		if queries != nil {
@@ -44,11 +44,12 @@ func (o ops) AttentionBatch(layer int, seqs []model.Seq[act, *weight], queries [
 		jobs[i] = ps[i].attend(layer, o.Rows(q, qo, qo+nq), o.Rows(k, ko, ko+s.Rows), o.Rows(v, ko, ko+s.Rows), sp, out[qo*Hq*d:(qo+nq)*Hq*d])
 		starts[i+1] = starts[i] + jobs[i].units()
 		scratch = max(scratch, jobs[i].scratch())
+		tmp = max(tmp, jobs[i].tmp())
 		qo += nq
 		ko += s.Rows
 	}
 	o.pool.For(starts[len(seqs)], 1, func(lo, hi int) {
-		scores, tmp := make([]float32, scratch), make([]float32, d)
+		scores, tmp := make([]float32, scratch), make([]float32, tmp)
 		i := 0
 		for idx := lo; idx < hi; idx++ {
 			for idx >= starts[i+1] {

@@ -53,8 +53,7 @@ func (s *DraftSession) Crop(n int) error {
 	s.queued, s.nq = s.queued[:0], 0
 	kvw := a.NumKVHeads * a.HeadDim
 	for _, c := range s.kv {
-		c.k = c.k[:n*kvw]
-		c.v = c.v[:n*kvw]
+		c.trim(n, kvw)
 	}
 	s.n = n
 	return nil

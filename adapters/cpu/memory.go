@@ -51,8 +51,9 @@ func scratchBytes(all, largest int64) int64 {
 	return (arenaBudget + largest + largest/8) * f32Bytes
 }
 
-// SessionBytes prices one target session serving a sequence of demand d (ports.MemoryPricer): its float32
-// KV caches for every position grown by append (growth); per recurrent layer the conv buffer once and the
+// SessionBytes prices one target session serving a sequence of demand d (ports.MemoryPricer): its KV caches
+// (float32, or int8 codes and a float32 scale per position and KV head with LoadOptions.KVBits 8) for every
+// position grown by append (growth); per recurrent layer the conv buffer once and the
 // SSM state twice (the ping-pong buffers), plus one snapshot of both when it speculates; the arena over the
 // pass shapes a sequence runs (scratchBytes: the largest prefill forward and a shorter last chunk, a verify
 // block of every size up to Block, a plain step; each recurrent layer's conv window adds Kc−1 rows a pass
@@ -65,11 +66,19 @@ func (t *Target) price(d ports.MemoryDemand) price {
 	v := model.TargetValues(t.m)
 	P, R, B := int64(max(d.Positions, 0)), int64(max(d.Rows, 1)), int64(max(d.Block, 1))
 	var p price
+	kvd, kvh := int64(t.m.Arch.KVHeads*t.m.Arch.HeadDim), int64(t.m.Arch.KVHeads)
+	var attn int64 // attention layers
 	for _, k := range t.m.Arch.Kinds {
 		if k == ports.LayerAttention {
-			// Keys and values, each kvd a position.
-			p.kv += 2 * growth(P*int64(t.m.Arch.KVHeads*t.m.Arch.HeadDim)) * f32Bytes
+			attn++
 		}
+	}
+	// Keys and values, each kvd a position: float32, or in the 8-bit mode kvd int8 codes and kvh float32
+	// scales (kvcache.go).
+	if t.kvBits == 8 {
+		p.kv = attn * 2 * (growth(P*kvd) + growth(P*kvh)*f32Bytes)
+	} else {
+		p.kv = attn * 2 * growth(P*kvd) * f32Bytes
 	}
 	copies := int64(2)
 	if d.Speculative {
@@ -77,12 +86,22 @@ func (t *Target) price(d ports.MemoryDemand) price {
 	}
 	p.state = (v.Conv*(copies-1) + v.SSM*copies) * f32Bytes
 	var all, largest int64
+	var q8Row int64 // the 8-bit mode's arena values a pass row adds: each attention layer's read-back values
+	if t.kvBits == 8 {
+		q8Row = attn * kvd
+	}
 	for _, r := range passShapes(R, B) {
-		n := r*v.Row + v.Conv
+		n := r*(v.Row+q8Row) + v.Conv
 		all += n
 		largest = max(largest, n)
 	}
 	p.scratch = scratchBytes(all, largest) + v.Heads*(P+B)*f32Bytes
+	if t.kvBits == 8 {
+		// Each worker's rows read back (kvChunk of them and d values of tmp, kvcache.go) and the codes and
+		// scales of the largest pass's keys and values, made anew for each attention layer.
+		p.scratch += int64(t.pool.Threads())*(kvChunk+1)*int64(t.m.Arch.HeadDim)*f32Bytes +
+			attn*2*max(R, B)*(kvd+kvh*f32Bytes)
+	}
 	p.out = B * v.Vocab * (f32Bytes + distBytes)
 	if d.Speculative {
 		p.out += max(R, B) * int64(d.TapLayers) * v.Hidden * f32Bytes

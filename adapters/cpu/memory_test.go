@@ -17,10 +17,15 @@ import (
 // caches, recurrent state, arena and queued context no more than SessionBytes prices for it; what is known
 // exactly (the state, the KV values of every position, one pass's arena) is priced exactly.
 func TestSessionBytesCoverWhatSessionsHold(t *testing.T) {
-	for name, v2 := range map[string]bool{"dflash": false, "dflash2": true} {
-		t.Run(name, func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		v2     bool
+		kvBits int
+	}{{"dflash", false, 32}, {"dflash2", true, 32}, {"dflash kv8", false, 8}} {
+		v2 := tc.v2
+		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
-			tg, err := Load(ctx, testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 51}), LoadOptions{Threads: 2})
+			tg, err := Load(ctx, testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 51}), LoadOptions{Threads: 2, KVBits: tc.kvBits})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = tg.Close() })
 			d, err := LoadDrafter(ctx, testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 52, Taps: []int{0, 3}, Mask: 63, Nested: v2, DFlash2: v2}), tg, DrafterOptions{})
@@ -67,18 +72,27 @@ func TestSessionBytesCoverWhatSessionsHold(t *testing.T) {
 			assert.Equal(t, dp.total(), d.SessionBytes(dem))
 
 			// The KV caches: every position's keys and values as model.TargetValues counts them, within the price.
-			var kvLen, kvCap int64
+			var kvLen, kvCap, scales int64
 			for _, c := range s.kv {
 				if c != nil {
-					kvLen += int64(len(c.k) + len(c.v))
-					kvCap += int64(cap(c.k) + cap(c.v))
+					kvLen += int64(len(c.k) + len(c.v) + len(c.k8) + len(c.v8))
+					scales += int64(len(c.ks) + len(c.vs))
+					kvCap += c.capBytes()
 				}
 			}
 			v := model.TargetValues(tg.m)
 			require.Positive(t, v.KVPerPosition)
 			assert.Equal(t, int64(s.Len())*v.KVPerPosition, kvLen, "the KV values held")
-			assert.LessOrEqual(t, kvCap*f32Bytes, pr.kv, "the KV caches' capacity")
-			assert.LessOrEqual(t, pr.kv, 2*int64(dem.Positions)*v.KVPerPosition*f32Bytes+int64(2*len(s.kv))*2240*f32Bytes, "not priced far above")
+			perValue := int64(f32Bytes)
+			if tc.kvBits == 8 {
+				perValue = 1
+				a := tg.m.Arch
+				assert.Equal(t, kvLen/int64(a.HeadDim), scales, "one scale per position and KV head")
+			} else {
+				assert.Zero(t, scales)
+			}
+			assert.LessOrEqual(t, kvCap, pr.kv, "the KV caches' capacity")
+			assert.LessOrEqual(t, pr.kv, 2*int64(dem.Positions)*v.KVPerPosition*perValue+int64(2*len(s.kv))*2240*f32Bytes+2*scales*2*f32Bytes, "not priced far above")
 
 			// The recurrent state: conv buffers, ping-pong SSM states and one snapshot, exactly.
 			var state int64
@@ -140,7 +154,7 @@ func TestSessionBytesCoverWhatSessionsHold(t *testing.T) {
 				assert.Greater(t, tg.SessionBytes(more), tg.SessionBytes(dem), "%+v", more)
 				assert.GreaterOrEqual(t, d.SessionBytes(more), d.SessionBytes(dem), "%+v", more)
 			}
-			t.Logf("target: priced %+v (%d bytes); held kv %d, state %d, arena %d bytes", pr, pr.total(), kvCap*f32Bytes, state*f32Bytes, s.mem.held*f32Bytes)
+			t.Logf("target: priced %+v (%d bytes); held kv %d, state %d, arena %d bytes", pr, pr.total(), kvCap, state*f32Bytes, s.mem.held*f32Bytes)
 			t.Logf("drafter: priced %+v (%d bytes); held kv %d, arena %d bytes", dp, dp.total(), dkv*f32Bytes, dsess.mem.held*f32Bytes)
 		})
 	}

@@ -16,13 +16,20 @@ var (
 )
 
 // Prefix is a target session's state for positions [0, n): copies of every attention layer's KV rows and of
-// every recurrent layer's conv buffer and SSM state at n. Nothing writes it after export.
+// every recurrent layer's conv buffer and SSM state at n. Nothing writes it after export. It says what it
+// holds: kvBits is the attention caches' format, 32 (k, v: float32 rows of KVHeads·HeadDim values per
+// position) or 8 (k8, v8: int8 codes in the same layout; ks, vs: one float32 scale per position and KV head,
+// vecmath.QuantizeRow8's format), so a serializer writes the codes and scales as they are and an import
+// restores the cache bit for bit.
 type Prefix struct {
-	t    *Target
-	n    int
-	k, v [][]float32 // per layer; nil for recurrent layers
-	conv [][]float32 // per layer; nil for attention layers
-	ssm  [][]float32
+	t      *Target
+	n      int
+	kvBits int
+	k, v   [][]float32 // per layer, 32-bit KV; nil for recurrent layers
+	k8, v8 [][]int8    // per layer, 8-bit KV; nil for recurrent layers
+	ks, vs [][]float32
+	conv   [][]float32 // per layer; nil for attention layers
+	ssm    [][]float32
 	model.PrefixSize
 }
 
@@ -45,13 +52,22 @@ func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 	a := &s.t.m.Arch
 	w := a.KVHeads * a.HeadDim
 	L := len(s.kv)
-	p := &Prefix{t: s.t, n: n, k: make([][]float32, L), v: make([][]float32, L), conv: make([][]float32, L), ssm: make([][]float32, L)}
+	p := &Prefix{t: s.t, n: n, kvBits: s.t.kvBits, conv: make([][]float32, L), ssm: make([][]float32, L)}
+	if p.kvBits == 8 {
+		p.k8, p.v8, p.ks, p.vs = make([][]int8, L), make([][]int8, L), make([][]float32, L), make([][]float32, L)
+	} else {
+		p.k, p.v = make([][]float32, L), make([][]float32, L)
+	}
 	var floats int
 	for i, c := range s.kv {
 		if c != nil {
-			p.k[i] = slices.Clone(c.k[:n*w])
-			p.v[i] = slices.Clone(c.v[:n*w])
-			floats += 2 * n * w
+			e := c.export(n, w)
+			if p.kvBits == 8 {
+				p.k8[i], p.v8[i], p.ks[i], p.vs[i] = e.k8, e.v8, e.ks, e.vs
+			} else {
+				p.k[i], p.v[i] = e.k, e.v
+			}
+			p.Size += e.bytes()
 		}
 	}
 	for i, g := range s.gdn {
@@ -61,9 +77,12 @@ func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 			floats += len(g.conv) + len(g.s[g.cur])
 		}
 	}
-	p.Size = int64(floats) * 4
+	p.Size += int64(floats) * 4
 	return p, nil
 }
+
+// KVBits is the format of the state's attention caches: 32 (float32) or 8 (int8 codes and float32 scales).
+func (p *Prefix) KVBits() int { return p.kvBits }
 
 // ImportPrefix makes an empty session hold p (see ports.PrefixExporter). The rows are copied, so the session
 // appends and trims its own arrays and p stays as it was.
@@ -81,9 +100,13 @@ func (s *Session) ImportPrefix(ps ports.PrefixState) error {
 		return fmt.Errorf("cpu: import prefix: the session holds %d positions, want an empty session", s.pos.N)
 	}
 	for i, c := range s.kv {
-		if c != nil {
-			c.k = append(c.k[:0], p.k[i]...)
-			c.v = append(c.v[:0], p.v[i]...)
+		if c == nil {
+			continue
+		}
+		if p.kvBits == 8 {
+			c.load(&kvCache{k8: p.k8[i], v8: p.v8[i], ks: p.ks[i], vs: p.vs[i]})
+		} else {
+			c.load(&kvCache{k: p.k[i], v: p.v[i]})
 		}
 	}
 	for i, g := range s.gdn {

@@ -58,3 +58,31 @@ func FuzzDecodePrefix(f *testing.F) {
 		}
 	})
 }
+
+// TestPrefixCodecRefusesTheOtherKVFormat: a state written by a float32-KV target is refused by an 8-bit-KV
+// target of the same weights, and the other way round.
+func TestPrefixCodecRefusesTheOtherKVFormat(t *testing.T) {
+	dir := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3", Seed: 9})
+	var states [2][]byte
+	var targets [2]*Target
+	for i, bits := range []int{32, 8} {
+		tg, err := Load(t.Context(), dir, LoadOptions{Threads: 1, KVBits: bits})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = tg.Close() })
+		sess, err := tg.NewSession(t.Context(), nil)
+		require.NoError(t, err)
+		_, err = sess.Forward(t.Context(), []ports.Token{1, 2, 3, 4}, ports.ForwardOptions{})
+		require.NoError(t, err)
+		st, err := sess.(ports.PrefixExporter).ExportPrefix(4)
+		require.NoError(t, err)
+		states[i], err = tg.EncodePrefix(st)
+		require.NoError(t, err)
+		targets[i] = tg
+	}
+	_, err := targets[1].DecodePrefix(states[0])
+	assert.ErrorIs(t, err, ports.ErrPrefixRecordInvalid)
+	_, err = targets[0].DecodePrefix(states[1])
+	assert.ErrorIs(t, err, ports.ErrPrefixRecordInvalid)
+	_, err = targets[1].DecodePrefix(states[1])
+	assert.NoError(t, err)
+}

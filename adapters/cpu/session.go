@@ -45,7 +45,7 @@ func newSession(t *Target, tapLayers []int) (*Session, error) {
 	s.gdn = make([]*gdnState, a.Layers)
 	for i, k := range a.Kinds {
 		if k == ports.LayerAttention {
-			s.kv[i] = &kvCache{}
+			s.kv[i] = newKVCache(t.kvBits, a.HeadDim)
 			continue
 		}
 		s.pos.Recurrent = true
@@ -186,8 +186,7 @@ func (s *Session) TrimKV(n int) error {
 	w := a.KVHeads * a.HeadDim
 	for _, st := range s.kv {
 		if st != nil {
-			st.k = st.k[:n*w]
-			st.v = st.v[:n*w]
+			st.trim(n, w)
 		}
 	}
 	return nil

@@ -8,11 +8,6 @@ import (
 	"github.com/higgs-go/higgs/adapters/model"
 )
 
-// kvCache is one attention layer's cache: rows of KVHeads·HeadDim values per position.
-type kvCache struct {
-	k, v []float32
-}
-
 // gdnState is one Gated DeltaNet layer's recurrent state. The conv buffer holds the last Kc−1 raw projection
 // rows, oldest first (a shift buffer, so there is no ring index to save). The SSM state [Hv, dv, dk] lives in
 // two ping-pong buffers: a Forward that records a tape reads s[cur] and writes the other, so the pre-block state
@@ -65,9 +60,7 @@ func rotate(mem *arena, x act, rope *vecmath.Rope, d, pos int) []float32 {
 }
 
 func (p *pass) Remember(layer int, k, v act, a model.Attend[*weight]) {
-	c := p.kv[layer]
-	c.k = append(c.k, rotate(p.mem, k, a.Rope.rope, a.HeadDim, a.Pos)...)
-	c.v = append(c.v, v.v...)
+	p.kv[layer].appendRows(rotate(p.mem, k, a.Rope.rope, a.HeadDim, a.Pos), v.v)
 	p.touched = true
 }
 
@@ -78,7 +71,7 @@ func (p *pass) Remember(layer int, k, v act, a model.Attend[*weight]) {
 func (p *pass) Attention(layer int, q, k, v act, a model.Attend[*weight]) act {
 	j := p.attend(layer, q, k, v, a, nil)
 	p.pool.For(j.units(), 1, func(lo, hi int) {
-		scores, tmp := make([]float32, j.scratch()), make([]float32, j.d)
+		scores, tmp := make([]float32, j.scratch()), make([]float32, j.tmp())
 		for idx := lo; idx < hi; idx++ {
 			j.unit(idx, scores, tmp)
 		}
@@ -104,6 +97,19 @@ type attnJob struct {
 	// one (row, head): unitHeads 1.
 	fast      bool
 	unitHeads int
+	// k8, ks, v8, vs: an 8-bit cache's codes and scales of the block's keys and values (kr and v then hold
+	// their read-back values), which keep appends.
+	k8, v8 []int8
+	ks, vs []float32
+}
+
+// tmp is the length of the scratch unit needs besides the scores: d values, and for an 8-bit cache kvChunk
+// rows read back.
+func (j *attnJob) tmp() int {
+	if j.c.q8 {
+		return j.d + kvChunk*j.d
+	}
+	return j.d
 }
 
 // units is the number of independent work units of the job (unit's idx range).
@@ -120,13 +126,13 @@ func (j *attnJob) unit(idx int, scores, tmp []float32) {
 		return
 	}
 	per := j.Hq / j.unitHeads // units per row
-	j.headsFast(idx/per, (idx%per)*j.unitHeads, j.unitHeads, scores)
+	j.headsFast(idx/per, (idx%per)*j.unitHeads, j.unitHeads, scores, tmp[j.d:])
 }
 
 // headsFast computes the outputs of row i for the nh query heads from h0 (all of one KV head) with the fast
 // attention kernels: the same visible keys as head (the cached ones from the window's start, then the visible
 // block keys, a contiguous range), each head's softmax over them, then the weighted sum in key order.
-func (j *attnJob) headsFast(i, h0, nh int, scores []float32) {
+func (j *attnJob) headsFast(i, h0, nh int, scores, buf []float32) {
 	a, c, d, kvw := j.a, j.c, j.d, j.kvw
 	g := h0 / j.group
 	first := 0
@@ -148,8 +154,15 @@ func (j *attnJob) headsFast(i, h0, nh int, scores []float32) {
 	}
 	q := j.qr[(i*j.Hq+h0)*d : (i*j.Hq+h0+nh)*d]
 	sc := scores[:nh*nv]
-	if nc > 0 {
-		vecmath.AttnScores(sc, nv, q, nh, c.k[first*kvw+g*d:], kvw, nc, d, j.scale)
+	// The cached keys in chunks (an 8-bit cache reads kvChunk rows back at a time): every score is its own
+	// dot product, so the chunking does not change a bit.
+	for c0, n := 0, 0; c0 < nc; c0 += n {
+		n = nc - c0
+		if c.q8 {
+			n = min(n, kvChunk)
+		}
+		rows, stride := c.keys(buf, first+c0, n, g, d, kvw)
+		vecmath.AttnScores(sc[c0:], nv, q, nh, rows, stride, n, d, j.scale)
 	}
 	if nb > 0 {
 		vecmath.AttnScores(sc[nc:], nv, q, nh, j.kr[blo*kvw+g*d:], kvw, nb, d, j.scale)
@@ -158,8 +171,14 @@ func (j *attnJob) headsFast(i, h0, nh int, scores []float32) {
 		vecmath.SoftmaxFast(sc[h*nv : (h+1)*nv])
 	}
 	o := j.out[(i*j.Hq+h0)*d : (i*j.Hq+h0+nh)*d]
-	if nc > 0 {
-		vecmath.AttnValues(o, sc, nv, nh, c.v[first*kvw+g*d:], kvw, nc, d)
+	// AttnValues adds in key order, so chunks in order give the bits of one call.
+	for c0, n := 0, 0; c0 < nc; c0 += n {
+		n = nc - c0
+		if c.q8 {
+			n = min(n, kvChunk)
+		}
+		rows, stride := c.values(buf, first+c0, n, g, d, kvw)
+		vecmath.AttnValues(o, sc[c0:], nv, nh, rows, stride, n, d)
 	}
 	if nb > 0 {
 		vecmath.AttnValues(o, sc[nc:], nv, nh, j.v[blo*kvw+g*d:], kvw, nb, d)
@@ -176,7 +195,16 @@ func (p *pass) attend(layer int, q, k, v act, a model.Attend[*weight], out []flo
 	j.kr = rotate(p.mem, k, a.Rope.rope, d, a.Pos)
 	Hkv := k.width() / d
 	j.kvw = Hkv * d
-	j.n = len(c.k) / j.kvw // cached positions, all before the block
+	j.n = c.positions(j.kvw) // cached positions, all before the block
+	if c.q8 {
+		// The block's keys and values as the cache will hold them, so that its own rows attend to the same
+		// read-back bits a later step reads from the cache.
+		j.k8, j.ks = appendQuantized(nil, nil, j.kr, d)
+		j.v8, j.vs = appendQuantized(nil, nil, j.v, d)
+		dequantizeRows(j.kr, j.k8, j.ks, d)
+		j.v = p.mem.get(len(v.v))
+		dequantizeRows(j.v, j.v8, j.vs, d)
+	}
 	j.group = j.Hq / Hkv
 	j.rows = q.t
 	j.fast = p.pool.Mode() == kernel.ModeFast && vecmath.FastAttention(d)
@@ -191,8 +219,8 @@ func (p *pass) attend(layer int, q, k, v act, a model.Attend[*weight], out []flo
 	return j
 }
 
-// head computes output idx (query slot idx/Hq, head idx%Hq); scores holds at least n+bs values and tmp d
-// (scratch, their contents ignored).
+// head computes output idx (query slot idx/Hq, head idx%Hq); scores holds at least n+bs values and tmp
+// j.tmp() (scratch, their contents ignored).
 func (j *attnJob) head(idx int, scores, tmp []float32) {
 	a, c, d, kvw := j.a, j.c, j.d, j.kvw
 	hidden := func(i, jj int) bool { // block key jj is not visible to query slot i
@@ -206,8 +234,16 @@ func (j *attnJob) head(idx int, scores, tmp []float32) {
 		first = max(0, a.Pos+i-a.Window+1)
 	}
 	sc := scores[:0]
-	for jj := first; jj < j.n; jj++ {
-		sc = append(sc, vecmath.Dot(qh, c.k[jj*kvw+g*d:jj*kvw+g*d+d])*j.scale)
+	buf := tmp[d:]
+	for c0, n := first, 0; c0 < j.n; c0 += n {
+		n = j.n - c0
+		if c.q8 {
+			n = min(n, kvChunk)
+		}
+		rows, stride := c.keys(buf, c0, n, g, d, kvw)
+		for r := range n {
+			sc = append(sc, vecmath.Dot(qh, rows[r*stride:r*stride+d])*j.scale)
+		}
 	}
 	for jj := range j.bs {
 		if !hidden(i, jj) {
@@ -217,13 +253,20 @@ func (j *attnJob) head(idx int, scores, tmp []float32) {
 	vecmath.Softmax(sc)
 	oh := j.out[idx*d : (idx+1)*d]
 	s := 0
-	for jj := first; jj < j.n; jj++ {
-		vecmath.AddScaled(oh, c.v[jj*kvw+g*d:jj*kvw+g*d+d], tmp, sc[s])
-		s++
+	for c0, n := first, 0; c0 < j.n; c0 += n {
+		n = j.n - c0
+		if c.q8 {
+			n = min(n, kvChunk)
+		}
+		rows, stride := c.values(buf, c0, n, g, d, kvw)
+		for r := range n {
+			vecmath.AddScaled(oh, rows[r*stride:r*stride+d], tmp[:d], sc[s])
+			s++
+		}
 	}
 	for jj := range j.bs {
 		if !hidden(i, jj) {
-			vecmath.AddScaled(oh, j.v[jj*kvw+g*d:jj*kvw+g*d+d], tmp, sc[s])
+			vecmath.AddScaled(oh, j.v[jj*kvw+g*d:jj*kvw+g*d+d], tmp[:d], sc[s])
 			s++
 		}
 	}
@@ -231,11 +274,15 @@ func (j *attnJob) head(idx int, scores, tmp []float32) {
 
 // keep appends the block's rotated keys and values to the cache when the spec asks for it.
 func (p *pass) keep(j *attnJob) {
-	if j.a.Keep {
-		j.c.k = append(j.c.k, j.kr...)
-		j.c.v = append(j.c.v, j.v...)
-		p.touched = true
+	if !j.a.Keep {
+		return
 	}
+	if j.c.q8 {
+		j.c.appendCodes(j.k8, j.ks, j.v8, j.vs)
+	} else {
+		j.c.appendRows(j.kr, j.v)
+	}
+	p.touched = true
 }
 
 // DeltaNet runs one Gated DeltaNet layer's recurrence (see model.State), recording the block's innovations

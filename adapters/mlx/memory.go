@@ -33,7 +33,7 @@ func dtypeBytes(dt mlxc.Dtype) int64 {
 // sessionBytes. A target holding one pipeline stage prices the whole model's layers (an upper bound for
 // this process).
 func (t *Target) SessionBytes(d ports.MemoryDemand) int64 {
-	return sessionBytes(t.m, dtypeBytes(t.dt), d)
+	return sessionBytes(t.m, dtypeBytes(t.dt), t.kvBits, d)
 }
 
 // sessionBytes is what an MLX session of target m holds for d, with dt bytes a value of the compute
@@ -49,7 +49,10 @@ func (t *Target) SessionBytes(d ports.MemoryDemand) int64 {
 //     layers' worth for the largest forward's rows (its fused attention keeps no score matrix);
 //   - what a Forward returns: float32 logits and a distribution of each of a verify block's rows, and when it
 //     speculates the device-resident taps of its largest forward in the compute dtype.
-func sessionBytes(m *model.Target[*ops.Weight], dt int64, d ports.MemoryDemand) int64 {
+//
+// With kvBits 8 the caches hold int8 codes and a float32 scale per position and KV head (twice, as above),
+// and a forward reads one layer's cache back into the compute dtype at a time.
+func sessionBytes(m *model.Target[*ops.Weight], dt int64, kvBits int, d ports.MemoryDemand) int64 {
 	v := model.TargetValues(m)
 	P, R, B := int64(max(d.Positions, 0)), int64(max(d.Rows, 1)), int64(max(d.Block, 1))
 	R = max(R, B)
@@ -58,6 +61,10 @@ func sessionBytes(m *model.Target[*ops.Weight], dt int64, d ports.MemoryDemand) 
 		copies = 3
 	}
 	n := 2 * P * v.KVPerPosition * dt
+	if kvBits == 8 {
+		a := &m.Arch
+		n = 2*P*(v.KVPerPosition+v.KVPerPosition/int64(max(a.HeadDim, 1))*f32Bytes) + (P+B)*2*int64(a.KVHeads*a.HeadDim)*dt
+	}
 	n += copies * (v.Conv + v.SSM) * f32Bytes
 	if d.Speculative {
 		n += B * (v.ValueHeads + v.ValueWidth + v.KeyValues + v.Channels) * f32Bytes

@@ -34,13 +34,19 @@ func TestSessionBytesArithmetic(t *testing.T) {
 		graph32 = 2 * 16 * 1528 * 4              // two layers' rows live, 16 rows
 		outs    = 4 * 100 * (4 + 12)             // a verify block's logits and distributions
 	)
-	assert.Equal(t, int64(kv32+state+tape+taps32+graph32+outs), sessionBytes(&model.Target[*ops.Weight]{Arch: a}, dtypeBytes(mlxc.Float32), d))
+	assert.Equal(t, int64(kv32+state+tape+taps32+graph32+outs), sessionBytes(&model.Target[*ops.Weight]{Arch: a}, dtypeBytes(mlxc.Float32), 32, d))
 	// bfloat16 halves what is kept in the compute dtype; the recurrence, its tape and the logits stay float32.
-	assert.Equal(t, int64(kv32/2+state+tape+taps32/2+graph32/2+outs), sessionBytes(&model.Target[*ops.Weight]{Arch: a}, dtypeBytes(mlxc.BFloat16), d))
+	assert.Equal(t, int64(kv32/2+state+tape+taps32/2+graph32/2+outs), sessionBytes(&model.Target[*ops.Weight]{Arch: a}, dtypeBytes(mlxc.BFloat16), 32, d))
+
+	// 8-bit KV: per position 2 layers × K,V × 2 heads of 16 int8 codes and a float32 scale, old and new cache;
+	// and one layer's cache read back in the compute dtype, over the cache and the block (100 + 4 positions).
+	const kv8 = 2*100*(2*2*2*(16+4)) + (100+4)*2*(2*16)*4
+	assert.Equal(t, int64(kv8+state+tape+taps32+graph32+outs), sessionBytes(&model.Target[*ops.Weight]{Arch: a}, dtypeBytes(mlxc.Float32), 8, d))
+	assert.Less(t, kv8, kv32)
 
 	// Plain decoding: no snapshot, no tape, no taps, blocks of one row.
 	p := ports.MemoryDemand{Positions: 100, Rows: 16, Block: 1}
-	assert.Equal(t, int64(kv32+2*2*(192+256)*4+graph32+100*16), sessionBytes(&model.Target[*ops.Weight]{Arch: a}, 4, p))
+	assert.Equal(t, int64(kv32+2*2*(192+256)*4+graph32+100*16), sessionBytes(&model.Target[*ops.Weight]{Arch: a}, 4, 32, p))
 
 	// The drafter: one layer, K,V of 2 heads × 16 a position; a block row 2·64 + 1664 + 100 logits = 1892
 	// values, a context row 2·64 (taps) + 2·64 + 4·32 = 384.

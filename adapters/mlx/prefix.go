@@ -39,6 +39,10 @@ var _ ports.PrefixState = (*Prefix)(nil)
 // Len returns the number of positions the state covers.
 func (p *Prefix) Len() int { return p.n }
 
+// KVBits is the format of the state's attention caches: 0 (the compute dtype) or 8 (int8 codes [1, Hkv, n, d]
+// with float32 scales [1, Hkv, n, 1] in each ops.KVCache's KS, VS), the target's LoadOptions.KVBits.
+func (p *Prefix) KVBits() int { return p.t.kvBits }
+
 // ExportPrefix returns the state after positions [0, n) (see ports.PrefixExporter).
 func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 	if s.closed {
@@ -65,7 +69,7 @@ func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 		for i, c := range s.st.kv {
 			if c != nil {
 				var held int64
-				p.kv[i].K, p.kv[i].V, held = ops.KVPrefix(g, c, n, a.KVHeads, a.HeadDim)
+				p.kv[i], held = ops.KVPrefix(g, c, n, a.KVHeads, a.HeadDim)
 				p.Size += held
 			}
 		}
@@ -96,9 +100,11 @@ func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 
 func (p *Prefix) handles() []arr {
 	var hs []arr
-	for _, c := range p.kv {
-		if c.K != 0 {
-			hs = append(hs, c.K, c.V)
+	for i := range p.kv {
+		if p.kv[i].K != 0 {
+			for _, h := range p.kv[i].Arrays() {
+				hs = append(hs, *h)
+			}
 		}
 	}
 	for _, g := range p.gdn {
@@ -150,10 +156,13 @@ func (s *Session) ImportPrefix(ps ports.PrefixState) error {
 		gdn := make([]ops.GDNState, len(s.st.gdn))
 		var errs []error
 		for i := range s.st.kv {
-			var e1, e2 error
-			kv[i].K, e1 = take(p.kv[i].K)
-			kv[i].V, e2 = take(p.kv[i].V)
-			errs = append(errs, e1, e2)
+			kv[i].Q8 = p.kv[i].Q8
+			src := p.kv[i].Arrays()
+			for j, h := range kv[i].Arrays() {
+				var err error
+				*h, err = take(*src[j])
+				errs = append(errs, err)
+			}
 		}
 		for i := range s.st.gdn {
 			var e1, e2 error
@@ -170,12 +179,12 @@ func (s *Session) ImportPrefix(ps ports.PrefixState) error {
 		s.dropLast()
 		for i, c := range s.st.kv {
 			if c != nil {
-				for _, h := range []arr{c.K, c.V} {
-					if h != 0 {
-						mlxc.ArrayFree(h)
+				for _, h := range c.Arrays() {
+					if *h != 0 {
+						mlxc.ArrayFree(*h)
 					}
 				}
-				c.K, c.V = kv[i].K, kv[i].V
+				*c = kv[i]
 			}
 		}
 		for i, st := range s.st.gdn {
@@ -224,7 +233,7 @@ func (s *DraftSession) ExportPrefix(n int) (ports.PrefixState, error) {
 		defer g.Release()
 		for i, c := range s.kv {
 			var held int64
-			p.kv[i].K, p.kv[i].V, held = ops.KVPrefix(g, c, n, a.NumKVHeads, a.HeadDim)
+			p.kv[i], held = ops.KVPrefix(g, c, n, a.NumKVHeads, a.HeadDim)
 			p.Size += held
 		}
 		return g.Err

@@ -95,7 +95,7 @@ func (t *Target) newSession(tapLayers []int) (*Session, error) {
 				continue // another rank's layer
 			}
 			if k == ports.LayerAttention {
-				s.st.kv[i] = &ops.KVCache{}
+				s.st.kv[i] = &ops.KVCache{Q8: t.kvBits == 8}
 				continue
 			}
 			gs := &ops.GDNState{Conv: g.Zeros(mlxc.Float32, a.ConvKernel-1, a.ConvDim()), SSM: g.Zeros(mlxc.Float32, 1, a.ValueHeads, a.ValueDim, a.KeyDim)}
@@ -460,7 +460,9 @@ func (st *sessState) handles() []arr {
 	var out []arr
 	for _, a := range st.kv {
 		if a != nil {
-			out = append(out, a.K, a.V)
+			for _, h := range a.Arrays() {
+				out = append(out, *h)
+			}
 		}
 	}
 	for _, g := range st.gdn {
@@ -475,8 +477,10 @@ func (st *sessState) restoreHandles(h []arr) {
 	i := 0
 	for _, a := range st.kv {
 		if a != nil {
-			a.K, a.V = h[i], h[i+1]
-			i += 2
+			for _, p := range a.Arrays() {
+				*p = h[i]
+				i++
+			}
 		}
 	}
 	for _, g := range st.gdn {
@@ -503,29 +507,37 @@ func (s *Session) TrimKV(n int) error {
 		err := s.t.rt.Do(func() error {
 			g := graph.New(s.t.rt, "mlx trim")
 			defer g.Release()
-			type pair struct {
+			type cut struct {
 				st   *ops.KVCache
-				k, v arr
+				arrs []arr // the trimmed arrays, in st.Arrays()'s order
 			}
-			var ps []pair
+			var cs []cut
 			for _, st := range s.st.kv {
 				if st == nil || st.K == 0 {
 					continue
 				}
-				p := pair{st: st}
-				if n > 0 {
-					p.k = g.Slice(st.K, []int{0, 0, 0, 0}, []int{1, a.KVHeads, n, a.HeadDim})
-					p.v = g.Slice(st.V, []int{0, 0, 0, 0}, []int{1, a.KVHeads, n, a.HeadDim})
+				c := cut{st: st}
+				for j, h := range st.Arrays() {
+					var x arr
+					if n > 0 {
+						dim := a.HeadDim
+						if j >= 2 { // an 8-bit cache's scales: one per position and head
+							dim = 1
+						}
+						x = g.Slice(*h, []int{0, 0, 0, 0}, []int{1, a.KVHeads, n, dim})
+					}
+					c.arrs = append(c.arrs, x)
 				}
-				ps = append(ps, p)
+				cs = append(cs, c)
 			}
 			if g.Err != nil {
 				return g.Err
 			}
-			for _, p := range ps {
-				mlxc.ArrayFree(p.st.K)
-				mlxc.ArrayFree(p.st.V)
-				p.st.K, p.st.V = g.Keep(p.k), g.Keep(p.v)
+			for _, c := range cs {
+				for j, h := range c.st.Arrays() {
+					mlxc.ArrayFree(*h)
+					*h = g.Keep(c.arrs[j])
+				}
 			}
 			return nil
 		})

@@ -37,9 +37,20 @@ type LoadOptions struct {
 	// and the returned logits stay float32. Results differ from the float32 CPU reference by bf16 rounding,
 	// so parity checks use float32 (the default).
 	BFloat16 bool
+	// KVBits is the attention KV cache's format: 0 (the compute dtype) or 8 (int8 codes with a float32 scale
+	// per position and KV head, ops' kv8.go; not bit-identical to the full cache; greedy speculative output
+	// still equals greedy plain output within the mode). A distributed target refuses 8 (its workers load
+	// without it). The drafter's context caches keep the compute dtype.
+	KVBits int
 	// Logger receives load-time information; the zero value logs nothing.
 	Logger zerolog.Logger
 }
+
+// ErrKVBits is wrapped by Load for a KV format the backend does not have.
+var ErrKVBits = errors.New("kv bits must be 0 (the compute dtype) or 8")
+
+// KVBits is the sessions' attention cache format: 0 (the compute dtype) or 8 (int8 codes and scales).
+func (t *Target) KVBits() int { return t.kvBits }
 
 // Target is a target model whose weights live in MLX arrays. It is safe for concurrent use (every MLX call
 // runs on the backend's one MLX thread); sessions are not.
@@ -50,8 +61,10 @@ type Target struct {
 	// weights.
 	arena *graph.Graph
 	dt    mlxc.Dtype
-	cfg   *hfmodel.TextConfig
-	info  ports.ModelInfo
+	// kvBits is LoadOptions.KVBits: 0 or 8.
+	kvBits int
+	cfg    *hfmodel.TextConfig
+	info   ports.ModelInfo
 	// closed is read and written only on the MLX thread, so a Close racing a session's Forward turns into
 	// an error instead of a use of freed arrays.
 	closed bool
@@ -80,6 +93,12 @@ func Load(ctx context.Context, dir string, opts LoadOptions) (*Target, error) {
 
 // load reads dir's target, or pipe's stage of it.
 func load(rt *mlxc.Runtime, dir string, opts LoadOptions, pipe *ring.Peer) (*Target, error) {
+	switch {
+	case opts.KVBits != 0 && opts.KVBits != 8:
+		return nil, fmt.Errorf("mlx: kv bits %d: %w", opts.KVBits, ErrKVBits)
+	case opts.KVBits == 8 && pipe != nil:
+		return nil, fmt.Errorf("mlx: kv bits 8 with a distributed target: %w", errors.ErrUnsupported)
+	}
 	f, err := hfmodel.OpenTarget(dir, opts.ContextLength)
 	if err != nil {
 		return nil, err
@@ -127,7 +146,7 @@ func load(rt *mlxc.Runtime, dir string, opts LoadOptions, pipe *ring.Peer) (*Tar
 	if err != nil {
 		return nil, fmt.Errorf("load %s: %w", dir, err)
 	}
-	t := &Target{rt: rt, m: m, arena: arena, dt: dt, cfg: cfg, info: f.Info(dir), ring: pipe, weightBytes: weightBytes}
+	t := &Target{rt: rt, m: m, arena: arena, dt: dt, kvBits: opts.KVBits, cfg: cfg, info: f.Info(dir), ring: pipe, weightBytes: weightBytes}
 	opts.Logger.Debug().Str("dir", dir).Str("model_type", cfg.ModelType).Int("layers", a.Layers).
 		Int("first_layer", stage.Lo).Int("end_layer", stage.Hi).Int64("weight_bytes", weightBytes).Msg("mlx target loaded")
 	return t, nil

@@ -95,6 +95,10 @@ func ErrorFor(err error) *Error {
 			Message: "the server's request queue is full; retry later", RetryAfter: 1}
 	case errors.Is(err, ports.ErrBackendLost):
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "backend_lost", Message: err.Error()}
+	case errors.Is(err, ports.ErrProvider):
+		return &Error{Status: http.StatusBadGateway, Type: "server_error", Code: "provider_error", Message: err.Error()}
+	case errors.Is(err, ports.ErrModelLoad):
+		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "model_load_failed", Message: err.Error()}
 	case errors.Is(err, ports.ErrNotReady):
 		return &Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "model_loading",
 			Message: "the model is still loading; retry later", RetryAfter: 5}

@@ -305,18 +305,21 @@ func (p params) translate() (Request, error) {
 	// OpenAI's defaults: temperature 1, top_p 1.
 	r.Gen.Sampling = ports.SamplingParams{Temperature: 1, TopP: 1}
 	if t := p.Temperature; t != nil {
+		r.Gen.SamplingSet.Temperature = true
 		if !(*t >= 0 && *t <= 2) {
 			return r, badRequest("temperature", "temperature must be between 0 and 2, not %v", *t)
 		}
 		r.Gen.Sampling.Temperature = *t
 	}
 	if t := p.TopP; t != nil {
+		r.Gen.SamplingSet.TopP = true
 		if !(*t > 0 && *t <= 1) {
 			return r, badRequest("top_p", "top_p must be greater than 0 and at most 1, not %v", *t)
 		}
 		r.Gen.Sampling.TopP = *t
 	}
 	if k := p.TopK; k != nil {
+		r.Gen.SamplingSet.TopK = true
 		// vLLM spells "disabled" -1; we also take 0.
 		if *k < -1 {
 			return r, badRequest("top_k", "top_k must be -1 (disabled), 0 (disabled) or positive, not %d", *k)
@@ -324,6 +327,7 @@ func (p params) translate() (Request, error) {
 		r.Gen.Sampling.TopK = max(*k, 0)
 	}
 	if m := p.MinP; m != nil {
+		r.Gen.SamplingSet.MinP = true
 		if !(*m >= 0 && *m <= 1) {
 			return r, badRequest("min_p", "min_p must be between 0 and 1, not %v", *m)
 		}

@@ -30,14 +30,15 @@ func TestParseChatTranslates(t *testing.T) {
 				Messages: []ports.ChatMessage{{Role: "system", Content: "s", Raw: []byte(`{"role":"system","content":"s"}`)},
 					{Role: "user", Content: "u", Raw: []byte(`{"role":"user","content":"u"}`)}},
 				Chat: ports.ChatOptions{EnableThinking: ptr(false)}, MaxTokens: 7,
-				Sampling: ports.SamplingParams{Temperature: 0, TopP: 0.9, TopK: 20, MinP: 0.05},
-				Seed:     ptr(uint64(1<<64 - 1)), Stop: []string{"x", "yz"}, BlockSize: 3}}},
+				Sampling:    ports.SamplingParams{Temperature: 0, TopP: 0.9, TopK: 20, MinP: 0.05},
+				SamplingSet: ports.SamplingKnobs{Temperature: true, TopP: true, TopK: true, MinP: true},
+				Seed:        ptr(uint64(1<<64 - 1)), Stop: []string{"x", "yz"}, BlockSize: 3}}},
 		{"stop string, top_k -1, developer and parts", `{"messages":[{"role":"developer","content":"d","name":"n"},
 			{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}],"stop":"END","top_k":-1,"max_tokens":2}`,
 			Request{ParallelToolCalls: true, Gen: ports.GenerateRequest{
 				Messages: []ports.ChatMessage{{Role: "system", Content: "d", Raw: []byte(`{"role":"system","content":"d","name":"n"}`)},
 					{Role: "user", Content: "ab", Raw: []byte(`{"role":"user","content":"ab"}`)}},
-				MaxTokens: 2, Sampling: ports.SamplingParams{Temperature: 1, TopP: 1}, Stop: []string{"END"}}}},
+				MaxTokens: 2, Sampling: ports.SamplingParams{Temperature: 1, TopP: 1}, SamplingSet: ports.SamplingKnobs{TopK: true}, Stop: []string{"END"}}}},
 		{"assistant with null content", `{"messages":[{"role":"user","content":"q"},{"role":"assistant","content":null,"tool_calls":[]},{"role":"user","content":"r"}]}`,
 			Request{ParallelToolCalls: true, Gen: ports.GenerateRequest{
 				Messages: []ports.ChatMessage{{Role: "user", Content: "q", Raw: []byte(`{"role":"user","content":"q"}`)},
@@ -112,7 +113,7 @@ func TestParseCompletionTranslates(t *testing.T) {
 	got, err := ParseCompletion([]byte(`{"model":"m","prompt":["once"],"max_tokens":4,"temperature":0.5,"logprobs":null,"echo":false,"suffix":null,"best_of":1}`))
 	require.NoError(t, err)
 	assert.Equal(t, Request{Gen: ports.GenerateRequest{Model: "m", Prompt: "once", MaxTokens: 4,
-		Sampling: ports.SamplingParams{Temperature: 0.5, TopP: 1}}}, got)
+		Sampling: ports.SamplingParams{Temperature: 0.5, TopP: 1}, SamplingSet: ports.SamplingKnobs{Temperature: true}}}, got)
 }
 
 func TestSetKeyKeepsOrder(t *testing.T) {

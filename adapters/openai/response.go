@@ -152,6 +152,10 @@ type Model struct {
 	Drafter     *ModelDrafter     `json:"drafter,omitempty"`
 	// Certified summarises the lossless certificate beside the model (absent when there is none).
 	Certified *ModelCertified `json:"certified,omitempty"`
+	// State is "loaded", "loading" or "not loaded" on a server that loads models on demand (absent with one
+	// model, always loaded); Aliases are other names a request may use.
+	State   string   `json:"state,omitempty"`
+	Aliases []string `json:"aliases,omitempty"`
 }
 
 // ModelSpeculation is a model entry's decoding mode: "adaptive" (the depth policy picks each round's block
@@ -172,7 +176,7 @@ type ModelDrafter struct {
 func ModelOf(c ports.ModelCard) Model {
 	m := Model{ID: c.ID, Object: "model", Created: c.Created, OwnedBy: c.OwnedBy, Backend: c.Backend, Kernels: c.Kernels,
 		ContextLength: c.ContextLength, MaxModelLen: c.ContextLength, DefaultMaxTokens: c.DefaultMaxTokens,
-		Certified: certifiedOf(c.Certified)}
+		Certified: certifiedOf(c.Certified), State: c.State, Aliases: c.Aliases}
 	if c.Speculation != "" {
 		m.Speculation = &ModelSpeculation{Mode: c.Speculation, BlockSize: c.BlockSize}
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -208,7 +209,7 @@ func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 func (s *Server) model(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	for _, c := range s.gen.Models() {
-		if c.ID == id {
+		if c.ID == id || slices.Contains(c.Aliases, id) {
 			writeJSON(w, http.StatusOK, ModelOf(c))
 			return
 		}
@@ -275,6 +276,10 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request, parse func([]b
 					found = found[:1]
 				}
 				calls = toolCallsOf(found, s.opts.NewID, false, 0)
+			}
+			calls = append(calls, structuredCallsOf(res.ToolCalls, s.opts.NewID, false, 0)...)
+			if !req.ParallelToolCalls && len(calls) > 1 {
+				calls = calls[:1]
 			}
 			writeJSON(w, http.StatusOK, ChatCompletionOf(id, created, res, calls))
 		} else {
@@ -366,11 +371,32 @@ func (st *stream) send(ev ports.GenerateEvent) error {
 		return st.sse.Event(c)
 	}
 	if st.tools == nil {
-		return st.sse.Event(chatDeltaChunk(st.id, st.created, st.model, ev, ""))
+		if len(ev.ToolCalls) == 0 || ev.Content != "" || ev.Reasoning != "" || len(ev.Logprobs) > 0 {
+			if err := st.sse.Event(chatDeltaChunk(st.id, st.created, st.model, ev, "")); err != nil {
+				return err
+			}
+		}
+		return st.sendStructured(ev.ToolCalls)
 	}
 	content, calls := st.tools.Feed(ev.Content)
 	ev.Content = content
-	return st.sendParsed(ev, calls)
+	if err := st.sendParsed(ev, calls); err != nil {
+		return err
+	}
+	return st.sendStructured(ev.ToolCalls)
+}
+
+// sendStructured sends a Generator's structured calls (a remote provider's), keeping their ids.
+func (st *stream) sendStructured(calls []ports.ToolCall) error {
+	if !st.parallel && st.calls+len(calls) > 1 {
+		calls = calls[:max(0, 1-st.calls)]
+	}
+	if len(calls) == 0 {
+		return nil
+	}
+	err := st.sse.Event(chatToolCallsChunk(st.id, st.created, st.model, structuredCallsOf(calls, st.newID, true, st.calls)))
+	st.calls += len(calls)
+	return err
 }
 
 // sendParsed sends the content and reasoning that are final (and the tokens' logprobs, even when the parser
@@ -403,8 +429,8 @@ func (st *stream) finish(res ports.GenerateResult, includeUsage bool) error {
 		if err := st.sendParsed(ports.GenerateEvent{Content: content}, calls); err != nil {
 			return err
 		}
-		fr = toolFinish(fr, st.calls > 0)
 	}
+	fr = toolFinish(fr, st.calls > 0)
 	var err error
 	if st.chat {
 		err = st.sse.Event(chatFinishChunk(st.id, st.created, st.model, fr))

@@ -251,6 +251,24 @@ func toolCallsOf(calls []toolcall.Call, newID func() string, streamed bool, firs
 	return out
 }
 
+// structuredCallsOf turns a Generator's structured calls (a remote provider's) into the wire shape, keeping
+// the provider's ids; indexes as toolCallsOf.
+func structuredCallsOf(calls []ports.ToolCall, newID func() string, streamed bool, first int) []ToolCall {
+	out := make([]ToolCall, len(calls))
+	for i, c := range calls {
+		id := c.ID
+		if id == "" {
+			id = "call_" + newID()
+		}
+		out[i] = ToolCall{ID: id, Type: "function", Function: FunctionCall{Name: c.Name, Arguments: c.Arguments}}
+		if streamed {
+			idx := first + i
+			out[i].Index = &idx
+		}
+	}
+	return out
+}
+
 // toolFinish is the finish reason of a message: "tool_calls" when the model stopped after making calls.
 // A message cut by max_tokens keeps "length", so the client knows the answer is incomplete.
 func toolFinish(finish string, called bool) string {

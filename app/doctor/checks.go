@@ -46,15 +46,30 @@ func Run(args []string, env Env, usage io.Writer) ([]Check, error) {
 			Fix: "correct the flags, HIGGS_* variables or configuration file named (higgsd -h lists the settings); the other checks need a valid configuration"}}, nil
 	}
 	checks := []Check{configCheck(cfg), listenCheck(cfg, env)}
-	checks = append(checks, backendCheck(cfg))
+	if len(cfg.Models) == 0 {
+		return append(checks, modelChecks(cfg, env)...), nil
+	}
+	// Several models: each is checked as the one model it would be, its lines named after it.
+	for _, spec := range cfg.Models {
+		for _, c := range modelChecks(cfg.One(spec), env) {
+			c.Detail = spec.Name + ": " + c.Detail
+			checks = append(checks, c)
+		}
+	}
+	return checks, nil
+}
+
+// modelChecks checks the one model cfg serves: its backend, checkpoint, tokenizer, drafter, block size and
+// memory.
+func modelChecks(cfg app.Config, env Env) []Check {
+	checks := []Check{backendCheck(cfg)}
 	in := models.Inspect(cfg.ModelConfig())
 	checks = append(checks, modelCheck(in))
 	if in.TargetErr != nil {
-		return checks, nil
+		return checks
 	}
 	checks = append(checks, tokenizerCheck(in), drafterCheck(cfg, in), blockSizeCheck(cfg, in))
-	checks = append(checks, memoryChecks(cfg, in, env.MachineMemory())...)
-	return checks, nil
+	return append(checks, memoryChecks(cfg, in, env.MachineMemory())...)
 }
 
 func configCheck(cfg app.Config) Check {
@@ -161,7 +176,7 @@ func drafterCheck(cfg app.Config, in models.Inspection) Check {
 	case in.DrafterDir == "":
 		c.Status, c.Detail = OK, "none: plain decoding, no speculation"
 		if cfg.Model != "" && cfg.Draft == "" && !cfg.NoDraft {
-			c.Detail += " (a named --model gets no drafter unless --draft names one)"
+			c.Detail += " (a named --model gets no drafter unless --draft, or draft= in its spec, names one)"
 		}
 	default:
 		d := in.Drafter

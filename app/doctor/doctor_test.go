@@ -182,3 +182,28 @@ func TestHuman(t *testing.T) {
 		assert.Equal(t, want, human(n), "%d", n)
 	}
 }
+
+// With several models each is checked as the one model it would be, its lines named after it.
+func TestDoctorSeveralModels(t *testing.T) {
+	env := Env{Getenv: func(string) string { return "" }, MachineMemory: func() int64 { return 16 << 30 }}
+	checks, err := Run([]string{"--port", "0", "--model", "demo=" + demoTarget + ",draft=" + demoDrafter,
+		"--model", "plain=" + gocoder, "--model", "gone=" + filepath.Join(t.TempDir(), "nope")}, env, &bytes.Buffer{})
+	require.NoError(t, err)
+	lines := map[string]Status{}
+	for _, c := range checks {
+		name, _, _ := strings.Cut(c.Detail, ": ")
+		if c.Name == "config" || c.Name == "listen" {
+			name = ""
+		}
+		lines[c.Name+"/"+name] = c.Status
+	}
+	assert.Equal(t, OK, lines["drafter/demo"], "%+v", checks)
+	assert.Equal(t, OK, lines["model/plain"], "%+v", checks)
+	assert.Equal(t, Fail, lines["model/gone"], "%+v", checks)
+	for _, c := range checks {
+		if c.Name == "drafter" && strings.HasPrefix(c.Detail, "plain: ") {
+			assert.Contains(t, c.Detail, "none: plain decoding", "a named model without draft= has no drafter")
+		}
+	}
+	assert.True(t, Failed(checks))
+}

@@ -59,8 +59,6 @@ func start(t *testing.T, delay, shutdown time.Duration) *server {
 	}
 	cfg.CORSOrigins = []string{"https://good.example"}
 	cfg.PrefixCacheBytes, cfg.PrefixCacheEvery = 64<<20, 4 // boundaries every 4 tokens: a guess at a start could hit
-	svc, err := serve.NewServe(cfg.ServeConfig(), zerolog.Nop())
-	require.NoError(t, err)
 	p := fakeengine.New(4096, delay, true)
 	eng := serve.Engine{Target: p.Target, Drafter: p.Drafter, Tokenizer: plainTokenizer{}, Template: p.Template,
 		EOS: p.EOS, Name: "toy", Created: 1700000000}
@@ -70,9 +68,11 @@ func start(t *testing.T, delay, shutdown time.Duration) *server {
 	log := zerolog.Nop()
 	keys, err := app.ProvideKeys(cfg)
 	require.NoError(t, err)
+	svc, err := app.ProvideFleet(cfg, func(app.ModelSpec) app.LoadFunc { return load }, zerolog.Nop())
+	require.NoError(t, err)
 	host := app.ProvideHTTP(cfg, svc, log)
 	api := app.ProvideAPI(cfg, svc, app.ProvideEvents(svc), svc, host, keys, log)
-	srv := app.NewServer(cfg, svc, host, api, app.ProvideResponses(api), app.ProvideMessages(cfg, svc, host, keys, log), load, log)
+	srv := app.NewServer(cfg, svc, host, api, app.ProvideResponses(api), app.ProvideMessages(cfg, svc, host, keys, log), log)
 	addr := make(chan net.Addr, 1)
 	srv.OnListen = func(a net.Addr) { addr <- a }
 	srv.Progress = func(int64, int64) {}

@@ -8,6 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -72,6 +74,12 @@ type ModelConfig struct {
 	// where the fast kernels' portable form would be slower than the exact mode's assembly). Only the cpu
 	// backend has modes ("auto" is allowed with any backend).
 	Kernels string
+	// KVBits is the attention KV cache's format: 0 the backend's full precision (float32 on the cpu backend,
+	// 32 says the same there), or 8 (int8 codes with a float32 scale per position and KV head: about a quarter
+	// of the float32 cache's memory, not bit-identical to it; greedy speculative output still equals greedy
+	// plain output within the mode), on the cpu and the mlx backend (not distributed). The drafter's context
+	// caches stay full precision.
+	KVBits int
 	// Distributed loads rank 0's stage of the model split across processes by MLX distributed (needs
 	// Backend "mlx"; the other ranks run RunWorker). RankTimeout bounds how long a lost rank goes unnoticed
 	// (0: DefaultRankTimeout).
@@ -109,6 +117,18 @@ func (c ModelConfig) Validate() error {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("unknown kernels %q (want exact, fast or auto)", c.Kernels))
+	}
+	switch c.KVBits {
+	case 0, 8:
+	case 32:
+		if c.Backend == BackendMLX {
+			errs = append(errs, errors.New("kv bits 32 needs the cpu backend (mlx keeps the KV in the model's compute dtype: leave kv bits 0)"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("kv bits %d: want 0 (full precision), 32 (cpu) or 8", c.KVBits))
+	}
+	if c.KVBits == 8 && c.Distributed {
+		errs = append(errs, errors.New("kv bits 8 is not available with --distributed (the workers keep full-precision caches)"))
 	}
 	if c.RankTimeout < 0 {
 		errs = append(errs, fmt.Errorf("rank timeout %v must be ≥ 0 (0: %v)", c.RankTimeout, DefaultRankTimeout))
@@ -160,6 +180,10 @@ type Models struct {
 	// Backend is the backend actually used ("cpu" after an "auto" fallback; BackendCPUFast for the cpu
 	// backend with Kernels "fast").
 	Backend string
+	// KVBits is the target's attention KV format: 32 or 8 on the cpu backend, 0 (the model's compute dtype)
+	// or 8 on mlx. It is part of the model's identity for anything that keeps its states (a prefix state of one
+	// format cannot be imported into the other).
+	KVBits int
 	// DeviceMemory reads the accelerator's allocator (MLX's active, peak and cache bytes, for the whole
 	// process); nil on the CPU backend, whose memory is the process's own.
 	DeviceMemory func() (ports.DeviceMemory, error)
@@ -174,4 +198,36 @@ func ProvideModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger) (*M
 		return nil, nil, err
 	}
 	return m, func() { _ = m.Close() }, nil
+}
+
+// WeightBytes is the memory the loaded weights hold, measured as the size of the checkpoint files in the
+// target's and the drafter's directories (*.safetensors, *.gguf): the backends map or copy them whole. 0 when
+// neither directory can be read.
+func (m *Models) WeightBytes() int64 {
+	var n int64
+	for _, dir := range []string{m.TargetDir, m.DrafterDir} {
+		if dir != "" {
+			n += checkpointBytes(dir)
+		}
+	}
+	return n
+}
+
+// checkpointBytes sums the sizes of dir's checkpoint files (following links, as the hub cache's snapshots are).
+func checkpointBytes(dir string) int64 {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range entries {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".safetensors") && !strings.HasSuffix(name, ".gguf") {
+			continue
+		}
+		if fi, err := os.Stat(filepath.Join(dir, name)); err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+	}
+	return n
 }

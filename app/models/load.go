@@ -40,6 +40,9 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 	if backend == BackendMLX && cfg.Kernels == KernelsFast {
 		return nil, fmt.Errorf("kernels fast needs the cpu backend (backend %q picked mlx)", cfg.Backend)
 	}
+	if backend == BackendMLX && cfg.KVBits == 32 {
+		return nil, fmt.Errorf("kv bits 32 needs the cpu backend (backend %q picked mlx, which keeps the KV in the model's compute dtype: leave kv bits 0)", cfg.Backend)
+	}
 	targetDir, name, err := findTarget(ctx, cfg, log)
 	if err != nil {
 		return nil, err
@@ -52,6 +55,7 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 	}
 	const steps = 3
 	progress(0, steps)
+	kvBits := 0
 	var (
 		target      ports.Target
 		closeTarget func() error
@@ -63,12 +67,13 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 		var t *mlx.Target
 		if cfg.Distributed {
 			t, target, closeTarget, err = loadDistributed(ctx, targetDir, draftDir != "", cfg.RankTimeout, log)
-		} else if t, err = mlx.Load(ctx, targetDir, mlx.LoadOptions{Logger: log}); err == nil {
+		} else if t, err = mlx.Load(ctx, targetDir, mlx.LoadOptions{KVBits: cfg.KVBits, Logger: log}); err == nil {
 			target, closeTarget = t, t.Close
 		}
 		if err != nil {
 			return nil, err
 		}
+		kvBits = t.KVBits()
 		deviceMem = t.DeviceMemory
 		loadDrafter = func(dir string) (ports.Drafter, func() error, error) {
 			d, err := mlx.LoadDrafter(ctx, dir, t, mlx.DrafterOptions{})
@@ -79,10 +84,11 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 		}
 	default:
 		mode := cpuKernels(cfg.Kernels, log)
-		t, err := cpu.Load(ctx, targetDir, cpu.LoadOptions{Threads: cfg.Threads, Kernels: mode, Logger: log})
+		t, err := cpu.Load(ctx, targetDir, cpu.LoadOptions{Threads: cfg.Threads, Kernels: mode, KVBits: cfg.KVBits, Logger: log})
 		if err != nil {
 			return nil, err
 		}
+		kvBits = t.KVBits()
 		target, closeTarget = t, t.Close
 		loadDrafter = func(dir string) (ports.Drafter, func() error, error) {
 			d, err := cpu.LoadDrafter(ctx, dir, t, cpu.DrafterOptions{})
@@ -100,7 +106,7 @@ func LoadModels(ctx context.Context, cfg ModelConfig, log zerolog.Logger, progre
 		return nil, errors.Join(fmt.Errorf("load %s: %w", targetDir, err), closeTarget())
 	}
 	m := &Models{Target: target, Name: name, Backend: backend, EOS: target.Info().EOSTokens, TargetDir: targetDir,
-		DeviceMemory: deviceMem}
+		DeviceMemory: deviceMem, KVBits: kvBits}
 	if gc, err := hfmodel.LoadGenerationConfig(targetDir); err == nil && gc.MaxNewTokens != nil {
 		// The backend has read the same file; an error here was reported there.
 		m.MaxNewTokens = *gc.MaxNewTokens

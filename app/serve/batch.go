@@ -56,13 +56,17 @@ func (s *Serve) newScheduler(l *loaded) error {
 	if err != nil {
 		return err
 	}
-	total := s.cfg.MemoryBudget
-	if total == 0 {
-		total = DefaultMemoryBudget(s.cfg.PrefixCacheBytes)
-	}
-	budget, err := batch.NewBudget(total)
-	if err != nil {
-		return err
+	var budget *batch.Budget
+	if s.shared != nil {
+		budget = s.shared.Budget
+	} else {
+		total := s.cfg.MemoryBudget
+		if total == 0 {
+			total = DefaultMemoryBudget(s.cfg.PrefixCacheBytes)
+		}
+		if budget, err = batch.NewBudget(total); err != nil {
+			return err
+		}
 	}
 	l.sched, l.budget, l.footprint = sched, budget, pricingFor(l.Engine, l.info)
 	return nil
@@ -93,7 +97,7 @@ func (s *Serve) admissionBytes(l *loaded, p *prepared) (int64, error) {
 		// The server's default bounds the room; the request is admitted as one without a limit.
 		room, asked = min(room, asked), 0
 	}
-	total := l.budget.Total()
+	total := s.requestRoom(l)
 	adm, err := batch.Admit(batch.Demand{Room: room, MaxTokens: asked, Total: total, Concurrency: max(s.cfg.MaxConcurrency, 1),
 		Cost: func(tokens int) int64 {
 			return l.footprint.requestBytes(len(p.Prompt), tokens, p.Config.BlockSize, s.cfg.PrefillChunk)
@@ -136,7 +140,7 @@ func (s *Serve) admit(ctx context.Context, l *loaded, need int64) (func(), error
 	if err != nil {
 		return nil, err
 	}
-	free, err := l.budget.Reserve(ctx, need)
+	free, err := s.reserve(ctx, l, need)
 	if err != nil {
 		release()
 		return nil, err
@@ -145,4 +149,60 @@ func (s *Serve) admit(ctx context.Context, l *loaded, need int64) (func(), error
 		m.ObserveQueueWait(s.clock.Now().Sub(t0))
 	}
 	return func() { free(); release() }, nil
+}
+
+// SharedMemory is a memory budget several Serves (the models of one server) share: every request's
+// reservation is taken from Budget, and when Resident is set each loaded engine's weights and prefix cache
+// are held in it too (by the caller, who loads and unloads the engines), so a request may reserve at most
+// what its own engine's resident bytes leave.
+type SharedMemory struct {
+	Budget   *batch.Budget
+	Resident bool
+	// Pressure, when set, is called before a request reserves need bytes, so that the caller can free room
+	// (unload idle models) when the budget does not hold them now. It returns a channel closed at the next
+	// change that may free more (a request ended elsewhere, a model unloaded): a request still waiting then
+	// calls Pressure again.
+	Pressure func(need int64) <-chan struct{}
+}
+
+// reserve takes need bytes from l's budget for a request, waiting until ctx ends; with a shared budget it
+// asks for room (SharedMemory.Pressure) before waiting and again at each change while it waits.
+func (s *Serve) reserve(ctx context.Context, l *loaded, need int64) (func(), error) {
+	if s.shared == nil || s.shared.Pressure == nil {
+		return l.budget.Reserve(ctx, need)
+	}
+	for {
+		changed := s.shared.Pressure(need)
+		wait, stop := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-changed:
+				stop()
+			case <-wait.Done():
+			}
+		}()
+		free, err := l.budget.Reserve(wait, need)
+		stop()
+		if err == nil || ctx.Err() != nil {
+			return free, err
+		}
+	}
+}
+
+// ShareMemory makes s take its requests' memory from m instead of a budget of its own. Call it before
+// SetEngine.
+func (s *Serve) ShareMemory(m *SharedMemory) { s.shared = m }
+
+// ResidentBytes is what e holds while loaded besides its requests' reservations: its weights and the
+// prefix cache's budget.
+func (s *Serve) ResidentBytes(e Engine) int64 { return e.WeightBytes + s.cfg.PrefixCacheBytes }
+
+// requestRoom is the most memory l's requests may reserve together: the budget, less l's resident bytes
+// when they are held in a shared budget.
+func (s *Serve) requestRoom(l *loaded) int64 {
+	total := l.budget.Total()
+	if s.shared != nil && s.shared.Resident {
+		total -= s.ResidentBytes(l.Engine)
+	}
+	return max(total, 0)
 }

@@ -63,7 +63,7 @@ func (s *Serve) newLive(l *loaded, id string, tenant ports.Tenant, p prepared, c
 	lv := &live{s: s, tok: l.Tokenizer, id: id, tenant: tenant, start: s.clock.Now()}
 	if s.events.active() {
 		s.events.publish(tenant, ports.Event{Type: "start", ID: id, TimeMS: lv.start.UnixMilli(), Start: &ports.StartEvent{
-			Chat: chat, PromptTokens: len(p.Prompt), MaxTokens: p.Config.MaxTokens, BlockSize: p.Config.BlockSize,
+			Model: l.name, Chat: chat, PromptTokens: len(p.Prompt), MaxTokens: p.Config.MaxTokens, BlockSize: p.Config.BlockSize,
 			Adaptive: p.Config.Adaptive}})
 	}
 	return lv

@@ -75,21 +75,31 @@ func backendOr(b string) string {
 }
 
 // FlushPrefixCache writes the prefix cache's entries still only in memory to its disk tier, the most
-// recently used first, so that the next start finds them (higgsd calls it at shutdown, after draining). It
-// does nothing without a disk tier.
+// recently used first, so that the next start finds them: the loaded engine's cache and those of engines
+// unloaded since the last call (the fleet calls it after unloading a model, before closing its backend,
+// whose states the encoding reads). It returns the records written; without a disk tier it does nothing.
 func (s *Serve) FlushPrefixCache(ctx context.Context) (int, error) {
-	l := s.engine.Load()
-	if l == nil || l.prefix == nil {
-		return 0, nil
+	s.unflushedMu.Lock()
+	caches := s.unflushed
+	s.unflushed = nil
+	s.unflushedMu.Unlock()
+	if l := s.engine.Load(); l != nil && l.prefix.DiskBudget() > 0 {
+		caches = append(caches, l.prefix)
 	}
-	start := time.Now()
-	n, err := l.prefix.Flush(ctx)
-	if l.prefix.DiskBudget() > 0 {
-		st := l.prefix.Stats()
+	total := 0
+	var errs []error
+	for _, c := range caches {
+		start := time.Now()
+		n, err := c.Flush(ctx)
+		total += n
+		if err != nil {
+			errs = append(errs, err)
+		}
+		st := c.Stats()
 		s.log.Info().Int("written", n).Int("records", st.DiskEntries).Int64("bytes", st.DiskBytes).
 			Dur("took", time.Since(start)).Msg("prefix cache: flushed to disk")
 	}
-	return n, err
+	return total, errors.Join(errs...)
 }
 
 // sharedTenant is the one partition of a shared cache (--prefix-cache-shared).

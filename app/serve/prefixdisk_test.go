@@ -175,3 +175,30 @@ func TestPrefixCacheDiskRefused(t *testing.T) {
 		assert.Error(t, cfg.Validate(), "%+v", cfg)
 	}
 }
+
+// TestPrefixCacheDiskUnload: an engine unloaded (the fleet's keep-alive or eviction) keeps its cache's entries
+// for the next FlushPrefixCache, which writes them; loading the model again finds them on disk.
+func TestPrefixCacheDiskUnload(t *testing.T) {
+	e := cpuEngine(t, "qwen3", srvTemplate{})
+	e.Identity = "test-weights:unload"
+	dir := t.TempDir()
+	s := newDiskServe(t, e, dir)
+	r := ports.GenerateRequest{MaxTokens: 6, BlockSize: 4, Tenant: "a", Messages: []ports.ChatMessage{
+		{Role: "system", Content: "a system prompt kept across an unload"}, {Role: "user", Content: "hi"}}}
+	first := gen(t, s, r)
+	require.NoError(t, s.Unload())
+	assert.Empty(t, mustGlob(t, filepath.Join(dir, "*.hpc")), "nothing written yet")
+	n, err := s.FlushPrefixCache(t.Context())
+	require.NoError(t, err)
+	assert.Positive(t, n)
+	assert.NotEmpty(t, mustGlob(t, filepath.Join(dir, "*.hpc")))
+	n, err = s.FlushPrefixCache(t.Context())
+	require.NoError(t, err)
+	assert.Zero(t, n, "flushed once")
+
+	require.NoError(t, s.SetEngine(e))
+	again := gen(t, s, r)
+	assert.Equal(t, first.Content, again.Content)
+	assert.Positive(t, again.CachedTokens)
+	assert.Equal(t, int64(1), s.PrefixCacheStats().DiskHits)
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -138,6 +139,9 @@ type Engine struct {
 	MaxNewTokens int
 	// Certified is the lossless certificate found beside the model (nil: none), shown in its model card.
 	Certified *ports.Certification
+	// WeightBytes is the memory the target's and drafter's weights hold (their checkpoint files' sizes; 0:
+	// not known). A server of several models counts it in the shared memory budget (ShareMemory).
+	WeightBytes int64
 	// DeviceMemory reads the accelerator's allocator for GET /v1/system (nil: none, the CPU backend).
 	DeviceMemory func() (ports.DeviceMemory, error)
 	// Pooling is what the model's sentence-transformers pooling config says (zero: it ships none);
@@ -162,6 +166,7 @@ func EngineFromModels(m *models.Models) Engine {
 	}
 	e.Certified = models.Certification(m.TargetDir, m.Backend)
 	e.Identity = models.Identity(m)
+	e.WeightBytes = m.WeightBytes()
 	if m.TargetDir != "" {
 		e.Pooling, e.PoolingErr = models.ReadPooling(m.TargetDir)
 	}
@@ -206,8 +211,14 @@ type Serve struct {
 	ids    atomic.Uint64
 	// metrics receives batch sizes and queue waits (SetMetrics).
 	metrics atomic.Pointer[metricsBox]
+	// shared is the memory budget several Serves share (ShareMemory); nil: each engine has its own.
+	shared *SharedMemory
 	// started is when NewServe ran (GET /v1/system's uptime).
 	started time.Time
+	// unflushed are the prefix caches of unloaded engines whose disk tier has not yet received their
+	// entries still in memory (FlushPrefixCache).
+	unflushedMu sync.Mutex
+	unflushed   []*prefixcache.Cache
 }
 
 var (
@@ -287,6 +298,27 @@ func (s *Serve) SetEngine(e Engine) error {
 		Int64("prefix_cache_disk_bytes", s.cfg.PrefixCacheDiskBytes).Int("max_batch", s.cfg.MaxConcurrency).
 		Bool("batched_forward", batchedFwd).Bool("batched_draft", batchedDraft).
 		Int64("memory_budget_bytes", l.budget.Total()).Bool("memory_estimated", l.footprint.Estimated).Msg("engine ready")
+	return nil
+}
+
+// ErrRunning is returned by Unload while requests run or wait on the engine.
+var ErrRunning = errors.New("requests are running on the engine")
+
+// Unload forgets the engine, its batch scheduler and its prefix cache, so that their memory can be freed
+// (the caller then closes the engine's backend). It refuses with ErrRunning while a request runs or waits:
+// the caller must have stopped sending requests. Serve is then not ready until the next SetEngine.
+func (s *Serve) Unload() error {
+	if s.gate.running() > 0 || s.gate.waiting() > 0 {
+		return fmt.Errorf("unload: %w", ErrRunning)
+	}
+	if l := s.engine.Load(); l != nil && l.prefix.DiskBudget() > 0 {
+		// Its entries still only in memory go to disk at the next FlushPrefixCache (the fleet calls it
+		// before closing the backend, outside its lock).
+		s.unflushedMu.Lock()
+		s.unflushed = append(s.unflushed, l.prefix)
+		s.unflushedMu.Unlock()
+	}
+	s.engine.Store(nil)
 	return nil
 }
 

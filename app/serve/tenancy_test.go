@@ -181,7 +181,7 @@ func TestTenantEvents(t *testing.T) {
 			for k := range raw.Start {
 				keys = append(keys, k)
 			}
-			assert.ElementsMatch(t, []string{"chat", "prompt_tokens", "max_tokens", "block_size", "adaptive"}, keys)
+			assert.ElementsMatch(t, []string{"model", "chat", "prompt_tokens", "max_tokens", "block_size", "adaptive"}, keys)
 		}
 	}
 	// Server-wide load still reaches every subscriber.

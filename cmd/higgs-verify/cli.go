@@ -107,7 +107,7 @@ type common struct {
 	model, draft, backend, tokens, prompt string
 	kernels                               string
 	chat, json, noDraft                   bool
-	threads                               int
+	threads, kvBits                       int
 }
 
 func (f *common) add(fs *pflag.FlagSet, draft bool) {
@@ -122,10 +122,11 @@ func (f *common) add(fs *pflag.FlagSet, draft bool) {
 	fs.BoolVar(&f.json, "json", false, "print exactly one JSON object on stdout")
 	fs.IntVar(&f.threads, "threads", 0, "CPU worker threads (0: GOMAXPROCS)")
 	fs.StringVar(&f.kernels, "kernels", models.KernelsExact, "CPU kernels: exact (the bit-exact reference) or fast (4-bit products with int8 inputs; not bit-identical)")
+	fs.IntVar(&f.kvBits, "kv-bits", 0, "attention KV cache format: 0 (full precision) or 8 (int8 with a scale per position and KV head)")
 }
 
 func (f *common) modelConfig() models.ModelConfig {
-	return models.ModelConfig{Model: f.model, Draft: f.draft, NoDraft: f.noDraft, Backend: f.backend, Threads: f.threads, Kernels: f.kernels}
+	return models.ModelConfig{Model: f.model, Draft: f.draft, NoDraft: f.noDraft, Backend: f.backend, Threads: f.threads, Kernels: f.kernels, KVBits: f.kvBits}
 }
 
 // promptInputs returns the prompt given by --tokens / --prompt (nil when neither).

@@ -299,7 +299,7 @@ func (c *cli) tokenizeCmd() *cobra.Command {
 func (c *cli) parityCmd() *cobra.Command {
 	var f common
 	var a, b, bModel string
-	var bThreads int
+	var bThreads, bKVBits int
 	var o verify.ParityOptions
 	cmd := &cobra.Command{
 		Use:   "parity",
@@ -328,6 +328,9 @@ func (c *cli) parityCmd() *cobra.Command {
 				cfgB.Model = bModel
 			}
 			cfgB.Threads = bThreads
+			if bKVBits >= 0 {
+				cfgB.KVBits = bKVBits
+			}
 			ma, cleanA, err := c.loadModels(ctx, cfgA)
 			if err != nil {
 				return err
@@ -348,7 +351,7 @@ func (c *cli) parityCmd() *cobra.Command {
 				return err
 			}
 			if perr := c.emit(f.json, res, func(w io.Writer) {
-				fmt.Fprintf(w, "a: %s (%s)  b: %s (%s), %d positions\n", res.A.Model, res.A.Backend, res.B.Model, res.B.Backend, res.Positions)
+				fmt.Fprintf(w, "a: %s (%s%s)  b: %s (%s%s), %d positions\n", res.A.Model, res.A.Backend, kvNote(ma), res.B.Model, res.B.Backend, kvNote(mb), res.Positions)
 				fmt.Fprintf(w, "max |Δlogit| %.3g, max rel %.3g, argmax agree %d/%d, max |Δtap| %.3g\n",
 					res.MaxAbs, res.MaxRel, res.ArgmaxAgree, res.ArgmaxChecked, res.TapMaxAbs)
 				fmt.Fprintf(w, "greedy continuation match %v\n", res.ContinuationOK)
@@ -374,6 +377,7 @@ func (c *cli) parityCmd() *cobra.Command {
 	fs.StringVar(&b, "b", "mlx", "backend B: cpu, cpu-fast (cpu with --kernels fast) or mlx")
 	fs.StringVar(&bModel, "b-model", "", "model directory for B (a second weight variant, e.g. quantized); default --model")
 	fs.IntVar(&bThreads, "b-threads", 0, "CPU worker threads for B (0: GOMAXPROCS)")
+	fs.IntVar(&bKVBits, "b-kv-bits", -1, "KV cache format for B: 0 (full precision) or 8 (int8); -1: --kv-bits")
 	fs.IntVar(&o.MaxTokens, "max-tokens", 16, "greedy continuation length")
 	fs.Float64Var(&o.MaxAbs, "max-abs", verify.DefaultParityMaxAbs, "tolerance: max |Δlogit| (0: bit-identical)")
 	fs.Float64Var(&o.Margin, "margin", verify.DefaultParityMargin, "argmax must agree where A's top-2 margin exceeds this")
@@ -598,4 +602,13 @@ func printCosts(w io.Writer, kc *verify.KernelCosts) {
 	for _, v := range kc.Verify {
 		fmt.Fprintf(w, "%-10s %10.3f %14.2f %10.2f\n", fmt.Sprintf("%d rows", v.Rows), v.Ms, v.DecodeSteps, v.GFLOPPerS)
 	}
+}
+
+// kvNote names a cpu model's KV format beside its backend in parity's report (", kv 8"); nothing for the
+// full-precision default or mlx.
+func kvNote(m *models.Models) string {
+	if m.KVBits == 8 {
+		return ", kv 8"
+	}
+	return ""
 }

@@ -159,6 +159,28 @@ func TestREADMECommands(t *testing.T) {
 				assert.True(t, shape["tokens"] != nil || shape["prompt"] != nil, "%s:%d: %s", p.name, c.Line, body)
 				continue
 			}
+			if req.URL.Path == "/v1/embeddings" {
+				// Vectors, not text: each input's embedding is there, of unit length.
+				var emb struct {
+					Object string `json:"object"`
+					Data   []struct {
+						Index     int       `json:"index"`
+						Embedding []float64 `json:"embedding"`
+					} `json:"data"`
+				}
+				require.NoError(t, json.Unmarshal(body, &emb), "%s:%d: %s", p.name, c.Line, body)
+				assert.Equal(t, "list", emb.Object, "%s:%d", p.name, c.Line)
+				require.NotEmpty(t, emb.Data, "%s:%d", p.name, c.Line)
+				for i, d := range emb.Data {
+					assert.Equal(t, i, d.Index, "%s:%d", p.name, c.Line)
+					var sq float64
+					for _, v := range d.Embedding {
+						sq += v * v
+					}
+					assert.InDelta(t, 1, sq, 1e-4, "%s:%d: embedding %d is L2-normalised", p.name, c.Line, i)
+				}
+				continue
+			}
 			got := answerText(t, body)
 			// The response the page shows is the next block, when it is JSON.
 			if i := c.Block + 1; i < len(p.blocks) && p.blocks[i].Lang == "json" {

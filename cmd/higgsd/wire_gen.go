@@ -14,20 +14,25 @@ import (
 // Injectors from wire.go:
 
 func initServer(cfg app.Config, log zerolog.Logger) (*app.Server, error) {
-	serve, err := app.ProvideServe(cfg, log)
+	loader := app.ProvideLoader(cfg, log)
+	fleet, err := app.ProvideFleet(cfg, loader, log)
 	if err != nil {
 		return nil, err
 	}
-	server := app.ProvideHTTP(cfg, serve, log)
-	eventSource := app.ProvideEvents(serve)
+	routing, err := app.ProvideRouting(cfg, fleet, log)
+	if err != nil {
+		return nil, err
+	}
+	generator := app.ProvideGenerator(routing)
+	server := app.ProvideHTTP(cfg, generator, log)
+	eventSource := app.ProvideRoutedEvents(routing)
 	keys, err := app.ProvideKeys(cfg)
 	if err != nil {
 		return nil, err
 	}
-	openaiServer := app.ProvideAPI(cfg, serve, eventSource, serve, server, keys, log)
+	openaiServer := app.ProvideAPI(cfg, generator, eventSource, fleet, server, keys, log)
 	responsesServer := app.ProvideResponses(openaiServer)
-	anthropicServer := app.ProvideMessages(cfg, serve, server, keys, log)
-	loadFunc := app.ProvideLoader(cfg, log)
-	appServer := app.NewServer(cfg, serve, server, openaiServer, responsesServer, anthropicServer, loadFunc, log)
+	anthropicServer := app.ProvideMessages(cfg, generator, server, keys, log)
+	appServer := app.NewServer(cfg, fleet, server, openaiServer, responsesServer, anthropicServer, log)
 	return appServer, nil
 }

@@ -268,7 +268,6 @@ func (c *Cache) report(err error) {
 	}
 }
 
-
 // spill writes the entries insert evicted to the disk tier.
 func (c *Cache) spill(ctx context.Context, victims []*entry) {
 	for _, e := range victims {

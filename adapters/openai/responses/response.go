@@ -215,9 +215,10 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 		var found []toolcall.Call
 		if req.ParseTools {
 			res.Content, found = toolcall.Parse(res.Content, types)
-			if !req.ParallelToolCalls && len(found) > 1 {
-				found = found[:1]
-			}
+		}
+		found = append(found, structuredCalls(res.ToolCalls)...)
+		if !req.ParallelToolCalls && len(found) > 1 {
+			found = found[:1]
 		}
 		openai.WriteJSON(w, http.StatusOK, ResponseOf(id, created, p, res, found, s.opts.NewID))
 		return
@@ -258,4 +259,14 @@ func (s *Server) responses(w http.ResponseWriter, r *http.Request) {
 	if err := st.finish(res); err != nil {
 		s.api.Cancelled(w, r, err, start, true)
 	}
+}
+
+// structuredCalls are a Generator's structured calls (a remote provider's) as calls of the answer; each is
+// named call_… as a parsed one is.
+func structuredCalls(calls []ports.ToolCall) []toolcall.Call {
+	out := make([]toolcall.Call, len(calls))
+	for i, c := range calls {
+		out[i] = toolcall.Call{Name: c.Name, Arguments: c.Arguments}
+	}
+	return out
 }

@@ -142,7 +142,7 @@ func (st *responseStream) send(ev ports.GenerateEvent) error {
 	if st.tools != nil {
 		ev.Content, calls = st.tools.Feed(ev.Content)
 	}
-	return st.sendParsed(ev, calls)
+	return st.sendParsed(ev, append(calls, structuredCalls(ev.ToolCalls)...))
 }
 
 func (st *responseStream) sendParsed(ev ports.GenerateEvent, calls []toolcall.Call) error {

@@ -77,6 +77,16 @@ function onEvent(ev) {
       break;
     }
     case "queue": setQueue(ev.queue); break;
+    case "model": {
+      // A model of a server with several loading or unloading on demand.
+      const m = ev.model;
+      let text = "model " + m.name + ": " + m.state;
+      if (m.reason) text += " (" + m.reason + ")";
+      if (m.duration_ms) text += " in " + Math.round(m.duration_ms) + " ms";
+      if (m.error) text += ": " + m.error;
+      setLive(text, m.state !== "failed");
+      break;
+    }
     case "start": {
       const g = genView(ev.id);
       g.blockSize = ev.start.block_size;

@@ -234,8 +234,12 @@ func (g *Graph) ReadI32(a arr) []int32 {
 // itemSize is the size of one value of a's dtype.
 func itemSize(a arr) int64 {
 	switch mlxc.ArrayDtype(a) {
-	case mlxc.Float16, mlxc.BFloat16:
+	case mlxc.Bool, mlxc.Uint8, mlxc.Int8:
+		return 1
+	case mlxc.Float16, mlxc.BFloat16, mlxc.Uint16, mlxc.Int16:
 		return 2
+	case mlxc.Uint64, mlxc.Int64, mlxc.Float64, mlxc.Complex64:
+		return 8
 	default:
 		return 4
 	}

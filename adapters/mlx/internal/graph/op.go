@@ -40,10 +40,16 @@ func (g *Graph) Sigmoid(a arr) arr { return g.un("sigmoid", mlxc.Sigmoid, a) }
 func (g *Graph) Exp(a arr) arr     { return g.un("exp", mlxc.Exp, a) }
 func (g *Graph) log1p(a arr) arr   { return g.un("log1p", mlxc.Log1p, a) }
 func (g *Graph) abs(a arr) arr     { return g.un("abs", mlxc.Abs, a) }
-func (g *Graph) Neg(a arr) arr     { return g.un("negative", mlxc.Negative, a) }
-func (g *Graph) square(a arr) arr  { return g.un("square", mlxc.Square, a) }
-func (g *Graph) sqrt(a arr) arr    { return g.un("sqrt", mlxc.Sqrt, a) }
-func (g *Graph) copy(a arr) arr    { return g.un("copy", mlxc.Copy, a) }
+
+// Abs is |a| element-wise.
+func (g *Graph) Abs(a arr) arr { return g.abs(a) }
+
+// Maximum is max(a, b) element-wise, broadcasting.
+func (g *Graph) Maximum(a, b arr) arr { return g.maximum(a, b) }
+func (g *Graph) Neg(a arr) arr        { return g.un("negative", mlxc.Negative, a) }
+func (g *Graph) square(a arr) arr     { return g.un("square", mlxc.Square, a) }
+func (g *Graph) sqrt(a arr) arr       { return g.un("sqrt", mlxc.Sqrt, a) }
+func (g *Graph) copy(a arr) arr       { return g.un("copy", mlxc.Copy, a) }
 
 // SiLU is x·σ(x).
 func (g *Graph) SiLU(a arr) arr { return g.Mul(a, g.Sigmoid(a)) }

@@ -10,8 +10,21 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// KVCache is one attention layer's cache: [1, Hkv, n, d] each (0 while empty).
-type KVCache struct{ K, V arr }
+// KVCache is one attention layer's cache: [1, Hkv, n, d] each (0 while empty), in the compute dtype, or with
+// Q8 int8 codes with float32 scales KS, VS [1, Hkv, n, 1] (kv8.go).
+type KVCache struct {
+	K, V   arr
+	KS, VS arr
+	Q8     bool
+}
+
+// Arrays lists the cache's handles in a fixed order: K, V, then an 8-bit cache's scales.
+func (c *KVCache) Arrays() []*arr {
+	if c.Q8 {
+		return []*arr{&c.K, &c.V, &c.KS, &c.VS}
+	}
+	return []*arr{&c.K, &c.V}
+}
 
 // GDNState is one GDN layer's recurrent state: conv [Kc−1, C] (raw pre-conv rows) and ssm [1, Hv, dv, dk] fp32.
 type GDNState struct{ Conv, SSM arr }
@@ -49,6 +62,10 @@ func (p *Pass) Remember(layer int, k, v Act, a model.Attend[*Weight]) {
 	c := p.KV[layer]
 	kh := g.Rope(p.heads(k, a.HeadDim), *a.Rope.rope, a.Pos)
 	vh := p.heads(v, a.HeadDim)
+	if c.Q8 {
+		p.append8(c, kh, vh)
+		return
+	}
 	if c.K != 0 {
 		kh, vh = g.Concat(2, c.K, kh), g.Concat(2, c.V, vh)
 	}
@@ -69,12 +86,27 @@ func (p *Pass) Attention(layer int, q, k, v Act, a model.Attend[*Weight]) Act {
 	vh := p.heads(v, d)
 	Hkv := k.C / d
 	n := 0
-	if c.K != 0 {
-		n = graph.ShapeOf(c.K)[2]
-		kh, vh = g.Concat(2, c.K, kh), g.Concat(2, c.V, vh)
-	}
-	if a.Keep {
-		c.K, c.V = kh, vh
+	if c.Q8 {
+		// The block's rows as the cache will hold them (kv8.go), after the cached rows read back.
+		kq, ks := quantize8(g, kh)
+		vq, vs := quantize8(g, vh)
+		kh, vh = dequantize8(g, kq, ks, p.O.DT), dequantize8(g, vq, vs, p.O.DT)
+		if c.K != 0 {
+			n = graph.ShapeOf(c.K)[2]
+			kh = g.Concat(2, dequantize8(g, c.K, c.KS, p.O.DT), kh)
+			vh = g.Concat(2, dequantize8(g, c.V, c.VS, p.O.DT), vh)
+		}
+		if a.Keep {
+			c.K, c.V, c.KS, c.VS = cat2(g, c.K, kq), cat2(g, c.V, vq), cat2(g, c.KS, ks), cat2(g, c.VS, vs)
+		}
+	} else {
+		if c.K != 0 {
+			n = graph.ShapeOf(c.K)[2]
+			kh, vh = g.Concat(2, c.K, kh), g.Concat(2, c.V, vh)
+		}
+		if a.Keep {
+			c.K, c.V = kh, vh
+		}
 	}
 	scale := float32(1 / math.Sqrt(float64(d)))
 	var o arr
@@ -229,17 +261,31 @@ type Tape struct {
 
 var _ ports.Tape = (*Tape)(nil)
 
-// KVPrefix returns evaluated handles to the first n positions of a [1, h, N, d] K/V pair (the arrays
+// KVPrefix returns a cache of evaluated handles to the first n positions of c's [1, h, N, d] K/V pair (and
+// of an 8-bit cache's [1, h, N, 1] scales), owned by the caller, and the bytes they keep alive.
+func KVPrefix(g *graph.Graph, c *KVCache, n, heads, dim int) (KVCache, int64) {
+	out := KVCache{Q8: c.Q8}
+	var held int64
+	out.K, out.V, held = pairPrefix(g, c.K, c.V, n, heads, dim)
+	if c.Q8 {
+		var h int64
+		out.KS, out.VS, h = pairPrefix(g, c.KS, c.VS, n, heads, 1)
+		held += h
+	}
+	return out, held
+}
+
+// pairPrefix returns evaluated handles to the first n positions of a [1, h, N, d] pair (the arrays
 // themselves when n == N), owned by the caller, and the bytes they keep alive. A shorter prefix is made
 // contiguous, which copies it when h > 1 (the rows of a head are not adjacent); with one head MLX may keep
 // the source's buffer, so the whole source is counted.
-func KVPrefix(g *graph.Graph, c *KVCache, n, heads, dim int) (k, v arr, held int64) {
-	if c.K == 0 || g.Err != nil {
+func pairPrefix(g *graph.Graph, K, V arr, n, heads, dim int) (k, v arr, held int64) {
+	if K == 0 || g.Err != nil {
 		return 0, 0, 0
 	}
-	if graph.ShapeOf(c.K)[2] == n {
-		k, err1 := graph.Dup(g.Runtime, c.K)
-		v, err2 := graph.Dup(g.Runtime, c.V)
+	if graph.ShapeOf(K)[2] == n {
+		k, err1 := graph.Dup(g.Runtime, K)
+		v, err2 := graph.Dup(g.Runtime, V)
 		if err := errors.Join(err1, err2); err != nil {
 			g.Fail(err)
 			for _, h := range []arr{k, v} {
@@ -251,15 +297,15 @@ func KVPrefix(g *graph.Graph, c *KVCache, n, heads, dim int) (k, v arr, held int
 		}
 		return k, v, graph.ArrBytes(k) + graph.ArrBytes(v)
 	}
-	k = g.Contiguous(g.Slice(c.K, []int{0, 0, 0, 0}, []int{1, heads, n, dim}))
-	v = g.Contiguous(g.Slice(c.V, []int{0, 0, 0, 0}, []int{1, heads, n, dim}))
+	k = g.Contiguous(g.Slice(K, []int{0, 0, 0, 0}, []int{1, heads, n, dim}))
+	v = g.Contiguous(g.Slice(V, []int{0, 0, 0, 0}, []int{1, heads, n, dim}))
 	g.Eval(k, v)
 	if g.Err != nil {
 		return 0, 0, 0
 	}
 	held = graph.ArrBytes(k) + graph.ArrBytes(v)
 	if heads == 1 {
-		held = graph.ArrBytes(c.K) + graph.ArrBytes(c.V)
+		held = graph.ArrBytes(K) + graph.ArrBytes(V)
 	}
 	return g.Keep(k), g.Keep(v), held
 }
