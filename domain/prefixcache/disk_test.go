@@ -338,7 +338,7 @@ func TestUnusableRecordsAreDropped(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			clock := portfake.NewClock(time.Second)
 			st := newStore(clock)
-			c, reported := diskCache(t, st, clock, 1<<20, 1<<20)
+			c, _ := diskCache(t, st, clock, 1<<20, 1<<20)
 			p := c.Partition("")
 			put(t, p, seq(0, 10), 10, false)
 			_, err := c.Flush(t.Context())
@@ -362,7 +362,6 @@ func TestUnusableRecordsAreDropped(t *testing.T) {
 			require.NotNil(t, l)
 			l.Release()
 			assert.Zero(t, st.gets)
-			_ = c
 		})
 	}
 }
