@@ -72,9 +72,12 @@ type Config struct {
 	PrefixCacheBytes  int64
 	PrefixCacheEvery  int
 	PrefixCacheShared bool
-	LogLevel          string
-	LogFormat         string
-	ServedModelName   string
+	// PrefixCacheDir is the prefix cache's disk tier ("": none); PrefixCacheDiskBytes what it may keep there.
+	PrefixCacheDir       string
+	PrefixCacheDiskBytes int64
+	LogLevel             string
+	LogFormat            string
+	ServedModelName      string
 	// SpecialTokensInContent restores the unsafe encoding of message text (every role's content, assistant
 	// turns' tool calls), where special-token text (<|im_end|>) sent by a client becomes the control token.
 	SpecialTokensInContent bool
@@ -120,12 +123,13 @@ func DefaultConfig() Config {
 		PrefillChunk:   256,
 		// 1 GiB holds the demo's state for ~1M positions and a 4B hybrid's for tens of thousands: many
 		// conversations' prompts at once, a small share of a serving machine's memory.
-		PrefixCacheBytes: 1 << 30,
-		PrefixCacheEvery: 512,
-		LogLevel:         "info",
-		LogFormat:        "console",
-		KeepAlive:        DefaultKeepAlive,
-		RankTimeout:      models.DefaultRankTimeout,
+		PrefixCacheBytes:     1 << 30,
+		PrefixCacheEvery:     512,
+		PrefixCacheDiskBytes: 8 << 30,
+		LogLevel:             "info",
+		LogFormat:            "console",
+		KeepAlive:            DefaultKeepAlive,
+		RankTimeout:          models.DefaultRankTimeout,
 	}
 }
 
@@ -165,6 +169,8 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.Var(byteSize{&c.MemoryBudget}, "memory-budget-bytes", "KV cache and state the running requests may reserve together, and with several models every loaded model's weights and prefix cache too: bytes, or a size with a unit (4GiB, 512MiB, 1.5GB); a request that does not fit waits, one that never can is refused (0: half the machine's memory less the prefix cache; with several models three quarters of it)")
 	fs.Var(byteSize{&c.PrefixCacheBytes}, "prefix-cache-bytes", "memory the prefix cache may hold: bytes, or a size with a unit (1GiB) (attention KV, recurrent state and drafter context of earlier prompts, reused by requests that start the same way; 0: off)")
 	fs.IntVar(&c.PrefixCacheEvery, "prefix-cache-every", c.PrefixCacheEvery, "besides each prompt's and generation's end, cache the prompt's state every this many tokens (0: only at the ends)")
+	fs.StringVar(&c.PrefixCacheDir, "prefix-cache-dir", c.PrefixCacheDir, "a directory for the prefix cache's disk tier: entries evicted from memory, and at shutdown those still in memory, are written there and reused across restarts (cpu backend; default: none, memory only)")
+	fs.Var(byteSize{&c.PrefixCacheDiskBytes}, "prefix-cache-disk-bytes", "what the prefix cache's disk tier may keep in --prefix-cache-dir: bytes, or a size with a unit (8GiB); the least recently used records go first")
 	fs.BoolVar(&c.PrefixCacheShared, "prefix-cache-shared", c.PrefixCacheShared, "share the prefix cache between tenants (keys): a hit, cached_tokens and the time to first token then tell one client about another's prompts; only for a trusted deployment (default: each tenant reuses only its own prompts)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "trace, debug, info, warn or error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "console or json")
@@ -519,6 +525,15 @@ func (c Config) Validate() error {
 	if c.PrefixCacheEvery < 0 {
 		errs = append(errs, fmt.Errorf("--prefix-cache-every %d must be ≥ 0", c.PrefixCacheEvery))
 	}
+	if c.PrefixCacheDiskBytes < 0 {
+		errs = append(errs, fmt.Errorf("--prefix-cache-disk-bytes %d must be ≥ 0", c.PrefixCacheDiskBytes))
+	}
+	if c.PrefixCacheDir != "" && c.PrefixCacheDiskBytes == 0 {
+		errs = append(errs, errors.New("--prefix-cache-dir needs --prefix-cache-disk-bytes > 0"))
+	}
+	if c.PrefixCacheDir != "" && c.PrefixCacheBytes == 0 {
+		errs = append(errs, errors.New("--prefix-cache-dir needs the prefix cache on (--prefix-cache-bytes > 0)"))
+	}
 	if c.DefaultMaxTokens < -1 {
 		errs = append(errs, fmt.Errorf("--default-max-tokens %d must be ≥ -1 (0: the model's, -1: none)", c.DefaultMaxTokens))
 	}
@@ -562,6 +577,7 @@ func (c Config) ServeConfig() serve.ServeConfig {
 		MaxConcurrency: c.MaxConcurrency, BatchWait: c.BatchWait, PrefillChunk: c.PrefillChunk, MemoryBudget: c.MemoryBudget,
 		QueueSize: c.QueueSize, SpecialTokensInContent: c.SpecialTokensInContent,
 		PrefixCacheBytes: c.PrefixCacheBytes, PrefixCacheEvery: c.PrefixCacheEvery, PrefixCacheShared: c.PrefixCacheShared,
+		PrefixCacheDir: c.PrefixCacheDir, PrefixCacheDiskBytes: c.PrefixCacheDiskBytes,
 		DefaultMaxTokens: c.DefaultMaxTokens, ContextLength: c.ContextLength, Version: Version("higgsd")}
 }
 

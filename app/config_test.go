@@ -179,3 +179,31 @@ func TestConfigRankTimeout(t *testing.T) {
 		assert.ErrorContains(t, err, "--rank-timeout "+strings.TrimSuffix(bad, "s"), bad)
 	}
 }
+
+// TestConfigPrefixCacheDisk: the disk tier's directory and budget from flags and the TOML file (a size with a
+// unit), their checks, and the defaults (no directory, 8 GiB once one is set).
+func TestConfigPrefixCacheDisk(t *testing.T) {
+	def, err := LoadConfig(nil, env(nil), io.Discard)
+	require.NoError(t, err)
+	assert.Empty(t, def.ServeConfig().PrefixCacheDir, "memory only by default")
+	assert.Equal(t, int64(8<<30), def.ServeConfig().PrefixCacheDiskBytes)
+
+	dir := t.TempDir()
+	cfg, err := LoadConfig([]string{"--prefix-cache-dir", dir, "--prefix-cache-disk-bytes", "2GiB"}, env(nil), io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, dir, cfg.ServeConfig().PrefixCacheDir)
+	assert.Equal(t, int64(2<<30), cfg.ServeConfig().PrefixCacheDiskBytes)
+
+	file := writeFile(t, "higgs.toml", "prefix_cache_dir = \""+dir+"\"\nprefix_cache_disk_bytes = \"512MiB\"\n")
+	cfg, err = LoadConfig([]string{"--config", file}, env(nil), io.Discard)
+	require.NoError(t, err)
+	assert.Equal(t, dir, cfg.ServeConfig().PrefixCacheDir)
+	assert.Equal(t, int64(512<<20), cfg.ServeConfig().PrefixCacheDiskBytes)
+
+	_, err = LoadConfig([]string{"--prefix-cache-dir", dir, "--prefix-cache-disk-bytes", "0"}, env(nil), io.Discard)
+	assert.ErrorContains(t, err, "--prefix-cache-dir needs --prefix-cache-disk-bytes > 0")
+	_, err = LoadConfig([]string{"--prefix-cache-dir", dir, "--prefix-cache-bytes", "0"}, env(nil), io.Discard)
+	assert.ErrorContains(t, err, "--prefix-cache-dir needs the prefix cache on")
+	_, err = LoadConfig([]string{"--prefix-cache-disk-bytes", "-1"}, env(nil), io.Discard)
+	assert.ErrorContains(t, err, "--prefix-cache-disk-bytes -1")
+}

@@ -41,4 +41,10 @@ type PrefixCacheStats struct {
 	Bytes        int64
 	// Budget is the most Bytes may reach.
 	Budget int64
+	// The disk tier (zero without one): hits read from disk (also in Hits), its records and their bytes now,
+	// and the most those bytes may reach.
+	DiskHits    int64
+	DiskEntries int
+	DiskBytes   int64
+	DiskBudget  int64
 }

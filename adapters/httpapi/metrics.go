@@ -104,6 +104,14 @@ func newMetrics(reg prometheus.Registerer, queueDepth func() int, prefix PrefixC
 				func(s ports.PrefixCacheStats) int64 { return s.Budget }},
 			{"higgs_prefix_cache_entries", "Cached prompt prefixes.", true,
 				func(s ports.PrefixCacheStats) int64 { return int64(s.Entries) }},
+			{"higgs_prefix_cache_disk_hits_total", "Prefix cache hits read back from the disk tier (--prefix-cache-dir); also in the hits.", false,
+				func(s ports.PrefixCacheStats) int64 { return s.DiskHits }},
+			{"higgs_prefix_cache_disk_bytes", "Bytes the prefix cache's disk tier keeps in --prefix-cache-dir.", true,
+				func(s ports.PrefixCacheStats) int64 { return s.DiskBytes }},
+			{"higgs_prefix_cache_disk_budget_bytes", "The disk tier's byte budget (--prefix-cache-disk-bytes; 0 without a disk tier).", true,
+				func(s ports.PrefixCacheStats) int64 { return s.DiskBudget }},
+			{"higgs_prefix_cache_disk_entries", "Prompt prefixes the disk tier keeps.", true,
+				func(s ports.PrefixCacheStats) int64 { return int64(s.DiskEntries) }},
 		} {
 			read := func() float64 { return float64(f.value(prefix.PrefixCacheStats())) }
 			if f.gauge {

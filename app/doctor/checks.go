@@ -63,6 +63,9 @@ func Run(args []string, env Env, usage io.Writer) ([]Check, error) {
 // memory.
 func modelChecks(cfg app.Config, env Env) []Check {
 	checks := []Check{backendCheck(cfg)}
+	if c, ok := prefixDirCheck(cfg); ok {
+		checks = append(checks, c)
+	}
 	in := models.Inspect(cfg.ModelConfig())
 	checks = append(checks, modelCheck(in))
 	if in.TargetErr != nil {

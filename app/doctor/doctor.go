@@ -23,7 +23,7 @@ const (
 // Check is one line of the report.
 type Check struct {
 	// Name is the part checked ("config", "listen", "backend", "model", "tokenizer", "drafter", "block size",
-	// "memory", "budget").
+	// "memory", "budget", "prefix cache").
 	Name   string
 	Status Status
 	// Detail says what was found; Fix what to do (Warn and Fail).

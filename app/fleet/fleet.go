@@ -437,7 +437,10 @@ func (f *Fleet) evictLocked(keep *entry, need int64) []namedCloser {
 type namedCloser struct {
 	name   string
 	reason string
-	close  func() error
+	// flush writes the unloaded engine's prefix cache to its disk tier (a no-op without one); it runs before
+	// close, while the backend's states can still be encoded.
+	flush func(context.Context) (int, error)
+	close func() error
 }
 
 // unloadLocked takes idle e out of service: its Serve forgets the engine and its resident memory is given
@@ -455,7 +458,8 @@ func (f *Fleet) unloadLocked(e *entry, reason string) (namedCloser, bool) {
 	f.retired.Misses += st.Misses
 	f.retired.CachedTokens += st.CachedTokens
 	f.retired.Evictions += st.Evictions
-	c := namedCloser{name: e.Name, reason: reason, close: e.close}
+	f.retired.DiskHits += st.DiskHits
+	c := namedCloser{name: e.Name, reason: reason, flush: e.serve.FlushPrefixCache, close: e.close}
 	e.state, e.resident, e.close = notLoaded, nil, nil
 	f.signalLocked()
 	return c, true
@@ -465,6 +469,13 @@ func (f *Fleet) unloadLocked(e *entry, reason string) (namedCloser, bool) {
 func (f *Fleet) closeAll(cs []namedCloser) error {
 	var errs []error
 	for _, c := range cs {
+		if c.flush != nil {
+			// Bounded by the disk tier's budget; it runs under no request's context (the fleet's own ends at
+			// Close, before its models are closed).
+			if _, err := c.flush(context.Background()); err != nil {
+				f.log.Warn().Err(err).Str("model", c.name).Msg("prefix cache: flush to disk failed")
+			}
+		}
 		if c.close != nil {
 			if err := c.close(); err != nil {
 				errs = append(errs, fmt.Errorf("close model %q: %w", c.name, err))
@@ -689,6 +700,10 @@ func (f *Fleet) PrefixCacheStats() ports.PrefixCacheStats {
 		t.Entries += s.Entries
 		t.Bytes += s.Bytes
 		t.Budget += s.Budget
+		t.DiskHits += s.DiskHits
+		t.DiskEntries += s.DiskEntries
+		t.DiskBytes += s.DiskBytes
+		t.DiskBudget += s.DiskBudget
 	}
 	return t
 }

@@ -1,6 +1,7 @@
 package generation
 
 import (
+	"context"
 	"fmt"
 	"slices"
 
@@ -27,7 +28,7 @@ type prefixUse struct {
 // the cache is off (nil) or the backend cannot export state. Only a prefix shorter than the prompt is
 // restored: the last prompt position must run to give the first token's distribution. The prefill stops at
 // the cache's interval boundaries and at the client's breakpoints (breaks) past the restored prefix.
-func startPrefix(cache *prefixcache.Partition, prompt []ports.Token, breaks []int, cfg *speculative.Config, sess ports.Session, draft ports.DraftSession) (*prefixUse, error) {
+func startPrefix(ctx context.Context, cache *prefixcache.Partition, prompt []ports.Token, breaks []int, cfg *speculative.Config, sess ports.Session, draft ports.DraftSession) (*prefixUse, error) {
 	if cache == nil {
 		return nil, nil
 	}
@@ -47,7 +48,7 @@ func startPrefix(cache *prefixcache.Partition, prompt []ports.Token, breaks []in
 	// a recurrent layer's state exists only at its entry's end.
 	attentionOnly := len(cfg.LayerKinds) > 0 && !slices.Contains(cfg.LayerKinds, ports.LayerRecurrent)
 	q := prefixcache.Query{Limit: len(prompt) - 1, NeedDraft: draft != nil, Truncate: attentionOnly}
-	if lease := cache.Lookup(prompt, q); lease != nil {
+	if lease := cache.Lookup(ctx, prompt, q); lease != nil {
 		// The lease only keeps the entry from being evicted while its states are imported: an import copies
 		// (CPU) or takes its own handles (MLX), and the states never change.
 		u.reused = lease.Len()
@@ -94,7 +95,7 @@ func startPrefix(cache *prefixcache.Partition, prompt []ports.Token, breaks []in
 // skipped; a failed export skips its entry (the cache stays consistent) and is returned for the log.
 // written is the prompt tokens cached up to the last client breakpoint that got its entry, counted from the
 // restored prefix's end (0 without such a breakpoint).
-func (u *prefixUse) finish(sess ports.Session, draft ports.DraftSession, generated []ports.Token) (written int, err error) {
+func (u *prefixUse) finish(ctx context.Context, sess ports.Session, draft ports.DraftSession, generated []ports.Token) (written int, err error) {
 	seq := slices.Concat(u.prompt, generated)
 	end := sess.Len()
 	var errs []error
@@ -123,7 +124,7 @@ func (u *prefixUse) finish(sess ports.Session, draft ports.DraftSession, generat
 				continue
 			}
 		}
-		ok, err := u.cache.Insert(seq[:n], u.states[n], ds)
+		ok, err := u.cache.Insert(ctx, seq[:n], u.states[n], ds)
 		if err != nil {
 			errs = append(errs, err)
 		}

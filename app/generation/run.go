@@ -96,7 +96,7 @@ func (e *Engine) Run(ctx context.Context, p Plan, o RunOptions) (out Outcome, er
 		defer closeWarn(&out, "draft session", ds.Close)
 		draft = ds
 	}
-	prefix, err := startPrefix(o.PrefixCache, p.Prompt, o.CacheBreaks, &cfg, sess, draft)
+	prefix, err := startPrefix(ctx, o.PrefixCache, p.Prompt, o.CacheBreaks, &cfg, sess, draft)
 	if err != nil {
 		return out, err
 	}
@@ -163,7 +163,7 @@ func (e *Engine) Run(ctx context.Context, p Plan, o RunOptions) (out Outcome, er
 	// Cache what this generation computed once it ended cleanly (a stop string ends it through emit, with
 	// every layer at the committed position); a failed or cancelled one leaves no entry.
 	if prefix != nil && (err == nil || errors.Is(err, speculative.ErrStop)) {
-		written, cerr := prefix.finish(sess, draft, out.Tokens)
+		written, cerr := prefix.finish(ctx, sess, draft, out.Tokens)
 		if cerr != nil {
 			out.Warn = errors.Join(out.Warn, cerr)
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,6 +60,11 @@ type ServeConfig struct {
 	// deployment). By default each request reuses only what its own tenant (ports.GenerateRequest.Tenant)
 	// cached, so that a hit, CachedTokens and the time saved tell a client nothing about another's prompts.
 	PrefixCacheShared bool
+	// PrefixCacheDir, when set, is the prefix cache's disk tier: entries evicted from memory, and at
+	// shutdown (FlushPrefixCache) those still in memory, are written there and read back on a hit, across
+	// restarts. PrefixCacheDiskBytes bounds what the tier keeps there (> 0 with a directory).
+	PrefixCacheDir       string
+	PrefixCacheDiskBytes int64
 	// DefaultMaxTokens is the output limit of a request that sets no max_tokens: > 0 that many tokens; 0 the
 	// model's generation_config.json max_new_tokens, else FallbackMaxTokens; < 0 none (up to the context
 	// length). The limit never exceeds what the context leaves.
@@ -97,6 +103,15 @@ func (c ServeConfig) Validate() error {
 	if c.PrefixCacheEvery < 0 {
 		errs = append(errs, fmt.Errorf("prefix cache interval %d tokens must be ≥ 0", c.PrefixCacheEvery))
 	}
+	if c.PrefixCacheDiskBytes < 0 {
+		errs = append(errs, fmt.Errorf("prefix cache disk budget %d bytes must be ≥ 0", c.PrefixCacheDiskBytes))
+	}
+	if c.PrefixCacheDir != "" && c.PrefixCacheDiskBytes == 0 {
+		errs = append(errs, errors.New("a prefix cache directory needs a disk budget > 0"))
+	}
+	if c.PrefixCacheDir != "" && c.PrefixCacheBytes == 0 {
+		errs = append(errs, errors.New("a prefix cache directory needs the prefix cache on (a memory budget > 0)"))
+	}
 	if c.ContextLength < 0 {
 		errs = append(errs, fmt.Errorf("context length %d must be ≥ 0 (0: the model's)", c.ContextLength))
 	}
@@ -133,6 +148,9 @@ type Engine struct {
 	// PoolingErr why that config could not be read (embeddings are then refused, saying so).
 	Pooling    models.Pooling
 	PoolingErr error
+	// Identity names the model's states exactly for the prefix cache's disk tier (models.Identity): the
+	// weights' and the drafter's digests, the backend and its kernel mode. "" (unknown) refuses a disk tier.
+	Identity string
 }
 
 // EngineFromModels adapts LoadModels' result.
@@ -147,6 +165,7 @@ func EngineFromModels(m *models.Models) Engine {
 		}
 	}
 	e.Certified = models.Certification(m.TargetDir, m.Backend)
+	e.Identity = models.Identity(m)
 	e.WeightBytes = m.WeightBytes()
 	if m.TargetDir != "" {
 		e.Pooling, e.PoolingErr = models.ReadPooling(m.TargetDir)
@@ -196,6 +215,10 @@ type Serve struct {
 	shared *SharedMemory
 	// started is when NewServe ran (GET /v1/system's uptime).
 	started time.Time
+	// unflushed are the prefix caches of unloaded engines whose disk tier has not yet received their
+	// entries still in memory (FlushPrefixCache).
+	unflushedMu sync.Mutex
+	unflushed   []*prefixcache.Cache
 }
 
 var (
@@ -249,7 +272,7 @@ func (s *Serve) SetEngine(e Engine) error {
 	if err := s.limits(l); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	cache, err := newPrefixCache(s.cfg, s.clock)
+	cache, err := s.newPrefixCache(e)
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
@@ -271,7 +294,8 @@ func (s *Serve) SetEngine(e Engine) error {
 	batchedFwd, batchedDraft := l.sched.Batching()
 	s.log.Info().Str("model", l.name).Int("block_size", l.gen.DefaultBlockSize()).Bool("drafter", e.Drafter != nil).
 		Int("context_length", l.info.ContextLength).Int("default_max_tokens", l.maxTokens).Bool("reasoning_split", l.thinkSplit).
-		Int64("prefix_cache_bytes", s.cfg.PrefixCacheBytes).Int("max_batch", s.cfg.MaxConcurrency).
+		Int64("prefix_cache_bytes", s.cfg.PrefixCacheBytes).Str("prefix_cache_dir", s.cfg.PrefixCacheDir).
+		Int64("prefix_cache_disk_bytes", s.cfg.PrefixCacheDiskBytes).Int("max_batch", s.cfg.MaxConcurrency).
 		Bool("batched_forward", batchedFwd).Bool("batched_draft", batchedDraft).
 		Int64("memory_budget_bytes", l.budget.Total()).Bool("memory_estimated", l.footprint.Estimated).Msg("engine ready")
 	return nil
@@ -286,6 +310,13 @@ var ErrRunning = errors.New("requests are running on the engine")
 func (s *Serve) Unload() error {
 	if s.gate.running() > 0 || s.gate.waiting() > 0 {
 		return fmt.Errorf("unload: %w", ErrRunning)
+	}
+	if l := s.engine.Load(); l != nil && l.prefix.DiskBudget() > 0 {
+		// Its entries still only in memory go to disk at the next FlushPrefixCache (the fleet calls it
+		// before closing the backend, outside its lock).
+		s.unflushedMu.Lock()
+		s.unflushed = append(s.unflushed, l.prefix)
+		s.unflushedMu.Unlock()
 	}
 	s.engine.Store(nil)
 	return nil

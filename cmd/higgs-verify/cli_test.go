@@ -465,3 +465,50 @@ func TestBenchMultiTurn(t *testing.T) {
 	}
 	assert.Equal(t, mt.TauLastOff, mt.TauLastOn, "the restored drafter drafts as the cold one")
 }
+
+// TestBenchMultiTurnDisk: with --prefix-cache-dir, each turn also runs from the disk tier after a simulated
+// restart: from the second turn on it restores what the cache-on side does, generates the cache-off side's
+// tokens, and the bench reports the tier's bytes per cached token; its directory is removed afterwards.
+func TestBenchMultiTurnDisk(t *testing.T) {
+	dir := t.TempDir()
+	r := runCLI(t, "bench", "--model", fixtures.hybrid, "--draft", fixtures.drafter, "--tokens", "1,2,3,4,5",
+		"--max-tokens", "6", "--repeats", "1", "--warmup", "0", "--multi-turn", "--system-tokens", "40", "--turns", "3",
+		"--prefix-cache-every", "16", "--prefix-cache-dir", dir, "--json")
+	require.Equal(t, 0, r.code, r.stderr)
+	var out struct {
+		MultiTurn struct {
+			Turns []struct {
+				Turn             int     `json:"turn"`
+				CachedTokens     int     `json:"cached_tokens"`
+				DiskCachedTokens int     `json:"disk_cached_tokens"`
+				TTFTMsDisk       float64 `json:"ttft_ms_disk"`
+				DiskSame         *bool   `json:"disk_same_output"`
+			} `json:"turns"`
+			DiskBytes         int64   `json:"disk_bytes"`
+			DiskBytesPerToken float64 `json:"disk_bytes_per_token"`
+		} `json:"multi_turn"`
+	}
+	oneJSON(t, r.stdout, &out)
+	mt := out.MultiTurn
+	require.Len(t, mt.Turns, 3)
+	for _, tn := range mt.Turns {
+		require.NotNil(t, tn.DiskSame, "turn %d", tn.Turn)
+		assert.True(t, *tn.DiskSame, "turn %d: the disk tier changed the output", tn.Turn)
+		assert.Positive(t, tn.TTFTMsDisk)
+	}
+	assert.Zero(t, mt.Turns[0].DiskCachedTokens)
+	for _, tn := range mt.Turns[1:] {
+		assert.Equal(t, tn.CachedTokens, tn.DiskCachedTokens, "turn %d restores from disk what memory gives", tn.Turn)
+	}
+	assert.Positive(t, mt.DiskBytes)
+	assert.Positive(t, mt.DiskBytesPerToken)
+	left, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	assert.Empty(t, left, "the bench's directory is removed")
+
+	r = runCLI(t, "bench", "--model", fixtures.hybrid, "--draft", fixtures.drafter, "--tokens", "1,2,3", "--max-tokens", "2",
+		"--repeats", "1", "--warmup", "0", "--multi-turn", "--system-tokens", "8", "--turns", "1",
+		"--prefix-cache-dir", dir, "--prefix-cache-disk-bytes", "0")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "--prefix-cache-disk-bytes 0")
+}

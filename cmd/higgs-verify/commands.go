@@ -483,11 +483,22 @@ func (c *cli) benchCmd() *cobra.Command {
 				if mt := res.MultiTurn; mt != nil {
 					fmt.Fprintf(w, "\nmulti-turn: %d-token system prompt, %d turns × %d tokens, dflash bs=%d, prefix cache off vs on\n",
 						mt.SystemTokens, len(mt.Turns), mt.MaxTokens, mt.BlockSize)
-					fmt.Fprintf(w, "%-6s %8s %8s %12s %12s %8s %6s\n", "turn", "prompt", "cached", "ttft off ms", "ttft on ms", "ratio", "same")
+					fmt.Fprintf(w, "%-6s %8s %8s %12s %12s %8s %6s", "turn", "prompt", "cached", "ttft off ms", "ttft on ms", "ratio", "same")
+					if mt.DiskBytes > 0 {
+						fmt.Fprintf(w, " %8s %12s %8s %6s", "d.cached", "ttft disk ms", "d.ratio", "d.same")
+					}
+					fmt.Fprintln(w)
 					for _, t := range mt.Turns {
-						fmt.Fprintf(w, "%-6d %8d %8d %12.1f %12.1f %8.2f %6t\n", t.Turn, t.PromptTokens, t.CachedTokens, t.TTFTMsOff, t.TTFTMsOn, t.Ratio, t.Same)
+						fmt.Fprintf(w, "%-6d %8d %8d %12.1f %12.1f %8.2f %6t", t.Turn, t.PromptTokens, t.CachedTokens, t.TTFTMsOff, t.TTFTMsOn, t.Ratio, t.Same)
+						if t.DiskSame != nil {
+							fmt.Fprintf(w, " %8d %12.1f %8.2f %6t", t.DiskCachedTokens, t.TTFTMsDisk, t.DiskRatio, *t.DiskSame)
+						}
+						fmt.Fprintln(w)
 					}
 					fmt.Fprintf(w, "tau on the last turn: %.2f off, %.2f on; cache holds %d bytes\n", mt.TauLastOff, mt.TauLastOn, mt.CacheBytes)
+					if mt.DiskBytes > 0 {
+						fmt.Fprintf(w, "disk tier: %d bytes after the last turn, %.0f bytes per cached token (its longest record)\n", mt.DiskBytes, mt.DiskBytesPerToken)
+					}
 				}
 				if kc := res.Costs; kc != nil {
 					printCosts(w, kc)
@@ -528,6 +539,8 @@ func (c *cli) benchCmd() *cobra.Command {
 	fs.IntVar(&mt.SystemTokens, "system-tokens", 1500, "multi-turn: system prompt length in tokens (cut from the prompts, cycled)")
 	fs.Int64Var(&mt.CacheBytes, "prefix-cache-bytes", app.DefaultConfig().PrefixCacheBytes, "multi-turn: the prefix cache's budget")
 	fs.IntVar(&mt.Every, "prefix-cache-every", app.DefaultConfig().PrefixCacheEvery, "multi-turn: the prefix cache's boundary interval")
+	fs.StringVar(&mt.DiskDir, "prefix-cache-dir", "", "multi-turn: also time each turn from the prefix cache's disk tier after a simulated restart (the cache-on side's entries flushed to a fresh directory under this one, removed afterwards; a new cache with an empty memory reads them)")
+	fs.Int64Var(&mt.DiskBytes, "prefix-cache-disk-bytes", app.DefaultConfig().PrefixCacheDiskBytes, "multi-turn: the disk tier's budget")
 	fs.DurationVar(&rankTimeout, "rank-timeout", models.DefaultRankTimeout, "with --distributed, how soon a lost rank is noticed (as higgsd --rank-timeout)")
 	fs.BoolVar(&distributed, "distributed", false, "split the target across processes with MLX distributed (as higgsd --distributed: MLX_RANK, MLX_HOSTFILE; ranks ≠ 0 serve rank 0) and report each rank's forward time, the time it waited for its input and the time it spent sending, for single and (with --clients) batched rounds")
 	fs.BoolVar(&kernelCosts, "kernel-costs", false, "also measure the target's kernel costs: decode ms/token, verify cost of --cost-rows rows in decode steps, prefill tokens/s, achieved bandwidth and arithmetic rate, beside the CPU's features")

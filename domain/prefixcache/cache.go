@@ -7,9 +7,15 @@
 // Every lookup and insert goes through a Partition, one per tenant: a tree of its own, so that a hit (and the
 // time it saves) only ever reflects the same tenant's earlier prompts. The partitions share one byte budget
 // and one least-recently-used order.
+//
+// With a disk tier (Open) entries evicted from memory, and on Flush the ones still in memory, are encoded
+// (ports.PrefixCodec) and written to a ports.PrefixStore under a byte budget of their own; a lookup that
+// finds a longer prefix on disk than in memory reads it back, and the disk's index is rebuilt from the store
+// when the cache opens, so cached prefixes outlive the process.
 package prefixcache
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -55,6 +61,12 @@ type Stats struct {
 	Evictions int64
 	Entries   int
 	Bytes     int64
+	// The disk tier's account (zero without one): hits served from disk (also counted in Hits), records
+	// written, records evicted from disk to keep its budget, records refused (larger than the budget, or only
+	// younger ones to evict), problems reported to DiskConfig.OnError, and the records and bytes on disk now.
+	DiskHits, DiskWrites, DiskEvictions, DiskRejected, DiskErrors int64
+	DiskEntries                                                   int
+	DiskBytes                                                     int64
 }
 
 // Cache is the prefix cache. The zero value is not usable; call New.
@@ -67,6 +79,8 @@ type Cache struct {
 	roots map[ports.Tenant]*node
 	seq   uint64 // insertion/use counter: breaks ties between equal clock readings in LRU order
 	stats Stats
+	// disk is the second tier (nil: memory only).
+	disk *disk
 }
 
 // node is a radix tree node: edge is the token run from its parent to it (empty only at a root, whose parent
@@ -82,6 +96,7 @@ type node struct {
 // entry is one cached prefix (its key is the path to its node).
 type entry struct {
 	tenant ports.Tenant
+	key    []ports.Token // the prefix (the node's path, kept for the disk tier's records)
 	node   *node
 	target ports.PrefixState
 	draft  ports.PrefixState
@@ -89,6 +104,9 @@ type entry struct {
 	refs   int
 	used   time.Time
 	seq    uint64
+	// stored: the disk tier holds a record of this entry (it was read from there, or written), so evicting
+	// it writes nothing.
+	stored bool
 }
 
 // New returns an empty cache.
@@ -127,17 +145,22 @@ func (p *Partition) Every() int { return p.c.cfg.Every }
 // Lookup finds the longest prefix of tokens this tenant cached that q allows, and counts a hit or a miss.
 // Every hit is a true prefix of token ids: a prompt that differs from a cached one at position i reuses at
 // most i tokens of it. A nil Lease is a miss.
-func (p *Partition) Lookup(tokens []ports.Token, q Query) *Lease {
-	return p.c.lookup(p.tenant, tokens, q)
+// With a disk tier, a longer prefix found there is read back (ctx bounds the read); a record that cannot be
+// used is dropped and reported (DiskConfig.OnError), and the lookup answers from memory.
+func (p *Partition) Lookup(ctx context.Context, tokens []ports.Token, q Query) *Lease {
+	return p.c.lookup(ctx, p.tenant, tokens, q)
 }
 
 // Insert caches the states of the prefix tokens for this tenant (len(tokens) == target.Len(); draft, when
 // not nil, covers the same positions). It reports whether the entry is now cached. An entry the tenant
 // already cached for the same tokens is kept (and counts as used) unless the new one adds a drafter state the
 // old one lacks. To make room it evicts the least recently used entries not in use, of any tenant; when those
-// do not free enough it refuses, so the cache never holds more than its budget.
-func (p *Partition) Insert(tokens []ports.Token, target, draft ports.PrefixState) (bool, error) {
-	return p.c.insert(p.tenant, tokens, target, draft)
+// do not free enough it refuses, so the cache never holds more than its budget. With a disk tier the entries
+// evicted are written there before Insert returns (ctx bounds the writes).
+func (p *Partition) Insert(ctx context.Context, tokens []ports.Token, target, draft ports.PrefixState) (bool, error) {
+	ok, victims, err := p.c.insert(p.tenant, tokens, target, draft)
+	p.c.spill(ctx, victims)
+	return ok, err
 }
 
 // Every returns the configured boundary interval.
@@ -199,10 +222,55 @@ type Query struct {
 	Truncate bool
 }
 
-// lookup is Partition.Lookup in tenant's tree.
-func (c *Cache) lookup(tenant ports.Tenant, tokens []ports.Token, q Query) *Lease {
+// lookup is Partition.Lookup in tenant's tree, then in the disk tier's index.
+func (c *Cache) lookup(ctx context.Context, tenant ports.Tenant, tokens []ports.Token, q Query) *Lease {
+	c.mu.Lock()
+	best, bestN := c.ramBest(tenant, tokens, q)
+	var item *diskItem
+	itemN := 0
+	if c.disk != nil {
+		item, itemN = c.disk.best(TenantDigest(tenant), tokens, q)
+	}
+	if item == nil || itemN <= bestN {
+		defer c.mu.Unlock()
+		return c.hit(best, bestN)
+	}
+	// Read the record without the lock: its item cannot be evicted meanwhile (loading), and other lookups
+	// go on.
+	item.loading++
+	c.touchDisk(item)
+	c.mu.Unlock()
+	e, err := c.disk.load(ctx, tenant, item)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	item.loading--
+	if err != nil {
+		c.diskFailed(item, fmt.Errorf("read %d tokens: %w", len(item.tokens), err))
+		best, bestN = c.ramBest(tenant, tokens, q)
+		return c.hit(best, bestN)
+	}
+	// The entry is the request's alone (it joins no tree): what the request computes enters memory as
+	// usual, so the next turn finds a longer prefix there.
+	c.stats.DiskHits++
+	return c.hit(e, itemN)
+}
+
+// hit counts a lookup's result and leases best (nil: a miss). c.mu is held.
+func (c *Cache) hit(best *entry, n int) *Lease {
+	if best == nil {
+		c.stats.Misses++
+		return nil
+	}
+	c.stats.Hits++
+	c.stats.CachedTokens += int64(n)
+	best.refs++
+	c.touch(best)
+	return &Lease{c: c, e: best, n: n}
+}
+
+// ramBest returns the memory tier's longest usable entry for tokens and the length it gives, or nil, 0.
+// c.mu is held.
+func (c *Cache) ramBest(tenant ports.Tenant, tokens []ports.Token, q Query) (*entry, int) {
 	limit := min(q.Limit, len(tokens))
 	usable := func(e *entry) bool { return e != nil && (!q.NeedDraft || e.draft != nil) }
 	var best *entry
@@ -236,15 +304,7 @@ func (c *Cache) lookup(tenant ports.Tenant, tokens []ports.Token, q Query) *Leas
 		i += k
 		n = child
 	}
-	if best == nil {
-		c.stats.Misses++
-		return nil
-	}
-	c.stats.Hits++
-	c.stats.CachedTokens += int64(bestN)
-	best.refs++
-	c.touch(best)
-	return &Lease{c: c, e: best, n: bestN}
+	return best, bestN
 }
 
 // shortestBelow returns the usable entry of least length at or below n (the least to import and cut), or nil.
@@ -272,17 +332,18 @@ func (c *Cache) touch(e *entry) {
 	e.used, e.seq = c.clock.Now(), c.seq
 }
 
-// insert is Partition.Insert into tenant's tree.
-func (c *Cache) insert(tenant ports.Tenant, tokens []ports.Token, target, draft ports.PrefixState) (bool, error) {
+// insert is Partition.Insert into tenant's tree; it returns the entries it evicted that the disk tier
+// should keep (none without one).
+func (c *Cache) insert(tenant ports.Tenant, tokens []ports.Token, target, draft ports.PrefixState) (bool, []*entry, error) {
 	switch {
 	case len(tokens) == 0:
-		return false, errors.New("prefix cache insert: empty prefix")
+		return false, nil, errors.New("prefix cache insert: empty prefix")
 	case target == nil:
-		return false, errors.New("prefix cache insert: nil target state")
+		return false, nil, errors.New("prefix cache insert: nil target state")
 	case target.Len() != len(tokens):
-		return false, fmt.Errorf("prefix cache insert: target state covers %d positions, the prefix has %d tokens", target.Len(), len(tokens))
+		return false, nil, fmt.Errorf("prefix cache insert: target state covers %d positions, the prefix has %d tokens", target.Len(), len(tokens))
 	case draft != nil && draft.Len() != len(tokens):
-		return false, fmt.Errorf("prefix cache insert: drafter state covers %d positions, the prefix has %d tokens", draft.Len(), len(tokens))
+		return false, nil, fmt.Errorf("prefix cache insert: drafter state covers %d positions, the prefix has %d tokens", draft.Len(), len(tokens))
 	}
 	bytes := target.Bytes() + int64(len(tokens))*tokenBytes
 	if draft != nil {
@@ -296,22 +357,26 @@ func (c *Cache) insert(tenant ports.Tenant, tokens []ports.Token, target, draft 
 		// replaced by one the budget then refuses would be lost).
 		if e.draft != nil || draft == nil || e.refs > 0 || bytes > c.cfg.Budget {
 			c.touch(e)
-			return true, nil
+			return true, nil, nil
 		}
 		c.remove(e)
 	}
 	if bytes > c.cfg.Budget {
 		c.stats.Rejected++
-		return false, nil
+		return false, nil, nil
 	}
+	var victims []*entry
 	for c.stats.Bytes+bytes > c.cfg.Budget {
 		victim := c.lru()
 		if victim == nil {
 			c.stats.Rejected++
-			return false, nil
+			return false, victims, nil
 		}
 		c.remove(victim)
 		c.stats.Evictions++
+		if c.disk != nil && !victim.stored {
+			victims = append(victims, victim)
+		}
 	}
 	root := c.roots[tenant]
 	if root == nil {
@@ -320,13 +385,13 @@ func (c *Cache) insert(tenant ports.Tenant, tokens []ports.Token, target, draft 
 		c.roots[tenant] = root
 	}
 	n := grow(root, tokens)
-	e := &entry{tenant: tenant, node: n, target: target, draft: draft, bytes: bytes}
+	e := &entry{tenant: tenant, key: slices.Clone(tokens), node: n, target: target, draft: draft, bytes: bytes}
 	n.entry = e
 	c.touch(e)
 	c.stats.Bytes += bytes
 	c.stats.Entries++
 	c.stats.Inserts++
-	return true, nil
+	return true, victims, nil
 }
 
 // find returns the node below root (nil: an empty tree) whose path is exactly tokens, or nil.

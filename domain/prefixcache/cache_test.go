@@ -53,7 +53,7 @@ func insert(t *testing.T, c *Cache, tokens []ports.Token, bytes int64, withDraft
 	if withDraft {
 		d = &state{n: len(tokens), tag: "draft"}
 	}
-	ok, err := c.Partition("").Insert(tokens, &state{n: len(tokens), bytes: bytes}, d)
+	ok, err := c.Partition("").Insert(t.Context(), tokens, &state{n: len(tokens), bytes: bytes}, d)
 	require.NoError(t, err)
 	return ok
 }
@@ -90,7 +90,7 @@ func TestLookupLongestTruePrefix(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := c.Partition("").Lookup(tt.prompt, Query{Limit: tt.limit})
+			l := c.Partition("").Lookup(t.Context(), tt.prompt, Query{Limit: tt.limit})
 			if tt.want == 0 {
 				assert.Nil(t, l)
 				return
@@ -112,19 +112,19 @@ func TestLookupNeedsDraft(t *testing.T) {
 	c, _ := newCache(t, 1<<20)
 	insert(t, c, toks(1, 2), 10, true)
 	insert(t, c, toks(1, 2, 3, 4), 10, false)
-	l := c.Partition("").Lookup(toks(1, 2, 3, 4, 5), Query{Limit: 4, NeedDraft: true})
+	l := c.Partition("").Lookup(t.Context(), toks(1, 2, 3, 4, 5), Query{Limit: 4, NeedDraft: true})
 	require.NotNil(t, l)
 	assert.Equal(t, 2, l.Len())
 	assert.NotNil(t, l.Draft())
 	l.Release()
-	l = c.Partition("").Lookup(toks(1, 2, 3, 4, 5), Query{Limit: 4})
+	l = c.Partition("").Lookup(t.Context(), toks(1, 2, 3, 4, 5), Query{Limit: 4})
 	require.NotNil(t, l)
 	assert.Equal(t, 4, l.Len())
 	assert.Nil(t, l.Draft())
 	l.Release()
 	// An entry with the drafter's state replaces one without for the same tokens.
 	insert(t, c, toks(1, 2, 3, 4), 10, true)
-	l = c.Partition("").Lookup(toks(1, 2, 3, 4, 5), Query{Limit: 4, NeedDraft: true})
+	l = c.Partition("").Lookup(t.Context(), toks(1, 2, 3, 4, 5), Query{Limit: 4, NeedDraft: true})
 	require.NotNil(t, l)
 	assert.Equal(t, 4, l.Len())
 	l.Release()
@@ -133,15 +133,15 @@ func TestLookupNeedsDraft(t *testing.T) {
 
 func TestInsertRejectsBadStates(t *testing.T) {
 	c, _ := newCache(t, 100)
-	_, err := c.Partition("").Insert(nil, &state{}, nil)
+	_, err := c.Partition("").Insert(t.Context(), nil, &state{}, nil)
 	assert.ErrorContains(t, err, "empty prefix")
-	_, err = c.Partition("").Insert(toks(1), nil, nil)
+	_, err = c.Partition("").Insert(t.Context(), toks(1), nil, nil)
 	assert.ErrorContains(t, err, "nil target")
-	_, err = c.Partition("").Insert(toks(1, 2), &state{n: 1}, nil)
+	_, err = c.Partition("").Insert(t.Context(), toks(1, 2), &state{n: 1}, nil)
 	assert.ErrorContains(t, err, "covers 1 positions")
-	_, err = c.Partition("").Insert(toks(1, 2), &state{n: 2}, &state{n: 1})
+	_, err = c.Partition("").Insert(t.Context(), toks(1, 2), &state{n: 2}, &state{n: 1})
 	assert.ErrorContains(t, err, "drafter state covers 1")
-	ok, err := c.Partition("").Insert(toks(1, 2), &state{n: 2, bytes: 200}, nil)
+	ok, err := c.Partition("").Insert(t.Context(), toks(1, 2), &state{n: 2, bytes: 200}, nil)
 	require.NoError(t, err)
 	assert.False(t, ok, "an entry over the whole budget is refused")
 	assert.Equal(t, int64(1), c.Stats().Rejected)
@@ -158,14 +158,14 @@ func TestEvictsLeastRecentlyUsed(t *testing.T) {
 	require.True(t, insert(t, c, d, 100, false))
 	clock.Advance(time.Second)
 	// Using a makes b the least recently used.
-	l := c.Partition("").Lookup(slices3(a), Query{Limit: 2})
+	l := c.Partition("").Lookup(t.Context(), slices3(a), Query{Limit: 2})
 	require.NotNil(t, l)
 	l.Release()
 	clock.Advance(time.Second)
 	require.True(t, insert(t, c, toks(4, 4), 100, false))
-	assert.Nil(t, c.Partition("").Lookup(slices3(b), Query{Limit: 2}), "b was evicted")
+	assert.Nil(t, c.Partition("").Lookup(t.Context(), slices3(b), Query{Limit: 2}), "b was evicted")
 	for _, p := range [][]ports.Token{a, d, toks(4, 4)} {
-		l := c.Partition("").Lookup(slices3(p), Query{Limit: 2})
+		l := c.Partition("").Lookup(t.Context(), slices3(p), Query{Limit: 2})
 		if assert.NotNil(t, l, "%v stays", p) {
 			l.Release()
 		}
@@ -183,8 +183,8 @@ func TestEntriesInUseAreNeverEvicted(t *testing.T) {
 	c, _ := newCache(t, 2*(100+4))
 	require.True(t, insert(t, c, toks(1), 100, false))
 	require.True(t, insert(t, c, toks(2), 100, false))
-	l1 := c.Partition("").Lookup(toks(1, 0), Query{Limit: 1})
-	l2 := c.Partition("").Lookup(toks(2, 0), Query{Limit: 1})
+	l1 := c.Partition("").Lookup(t.Context(), toks(1, 0), Query{Limit: 1})
+	l2 := c.Partition("").Lookup(t.Context(), toks(2, 0), Query{Limit: 1})
 	require.NotNil(t, l1)
 	require.NotNil(t, l2)
 	assert.False(t, insert(t, c, toks(3), 100, false), "no room while both are in use")
@@ -192,8 +192,8 @@ func TestEntriesInUseAreNeverEvicted(t *testing.T) {
 	l1.Release()
 	l1.Release() // a second release does nothing
 	assert.True(t, insert(t, c, toks(3), 100, false))
-	assert.Nil(t, c.Partition("").Lookup(toks(1, 0), Query{Limit: 1}))
-	l := c.Partition("").Lookup(toks(2, 0), Query{Limit: 1})
+	assert.Nil(t, c.Partition("").Lookup(t.Context(), toks(1, 0), Query{Limit: 1}))
+	l := c.Partition("").Lookup(t.Context(), toks(2, 0), Query{Limit: 1})
 	require.NotNil(t, l)
 	l.Release()
 	l2.Release()
@@ -216,7 +216,7 @@ func TestRadixTreePrunes(t *testing.T) {
 	require.Len(t, c.roots[""].children, 1)
 	assert.Equal(t, toks(1, 2, 5, 6), c.roots[""].children[1].edge)
 	assert.Equal(t, 4, c.roots[""].children[1].depth)
-	l := c.Partition("").Lookup(toks(1, 2, 5, 6, 7), Query{Limit: 4})
+	l := c.Partition("").Lookup(t.Context(), toks(1, 2, 5, 6, 7), Query{Limit: 4})
 	require.NotNil(t, l)
 	assert.Equal(t, 4, l.Len())
 	l.Release()
@@ -261,13 +261,13 @@ func TestConcurrentUseStaysWithinBudget(t *testing.T) {
 				for i := range prompt {
 					prompt[i] = ports.Token(r.IntN(3)) // few distinct tokens: many shared prefixes
 				}
-				if l := c.Partition("").Lookup(prompt, Query{Limit: n}); l != nil {
+				if l := c.Partition("").Lookup(t.Context(), prompt, Query{Limit: n}); l != nil {
 					assert.LessOrEqual(t, l.Len(), n)
 					clock.Advance(time.Millisecond)
 					l.Release()
 				}
 				cut := 1 + r.IntN(n)
-				_, err := c.Partition("").Insert(prompt[:cut], &state{n: cut, bytes: int64(100 + r.IntN(900))}, nil)
+				_, err := c.Partition("").Insert(t.Context(), prompt[:cut], &state{n: cut, bytes: int64(100 + r.IntN(900))}, nil)
 				assert.NoError(t, err)
 				assert.LessOrEqual(t, c.Stats().Bytes, int64(budget))
 			}
@@ -327,7 +327,7 @@ func TestLookupTruncate(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			l := c.Partition("").Lookup(tt.prompt, tt.q)
+			l := c.Partition("").Lookup(t.Context(), tt.prompt, tt.q)
 			if tt.want == 0 {
 				assert.Nil(t, l)
 				return
@@ -349,27 +349,27 @@ func TestPartitionsAreIsolated(t *testing.T) {
 	a, b := c.Partition("a"), c.Partition("b")
 	ins := func(p *Partition, tokens []ports.Token) bool {
 		t.Helper()
-		ok, err := p.Insert(tokens, &state{n: len(tokens), bytes: 80}, nil)
+		ok, err := p.Insert(t.Context(), tokens, &state{n: len(tokens), bytes: 80}, nil)
 		require.NoError(t, err)
 		clock.Advance(time.Millisecond)
 		return ok
 	}
 	require.True(t, ins(a, toks(1, 2, 3, 4)))
 	for _, q := range []Query{{Limit: 4}, {Limit: 3, Truncate: true}, {Limit: 1, Truncate: true}} {
-		assert.Nil(t, b.Lookup(toks(1, 2, 3, 4, 5), q), "b sees nothing of a's entries (%+v)", q)
-		assert.Nil(t, c.Partition("").Lookup(toks(1, 2, 3, 4, 5), q), "nor does the keyless tenant")
+		assert.Nil(t, b.Lookup(t.Context(), toks(1, 2, 3, 4, 5), q), "b sees nothing of a's entries (%+v)", q)
+		assert.Nil(t, c.Partition("").Lookup(t.Context(), toks(1, 2, 3, 4, 5), q), "nor does the keyless tenant")
 	}
-	l := a.Lookup(toks(1, 2, 3, 4, 5), Query{Limit: 4})
+	l := a.Lookup(t.Context(), toks(1, 2, 3, 4, 5), Query{Limit: 4})
 	require.NotNil(t, l, "a hits its own entry")
 	assert.Equal(t, 4, l.Len())
 	l.Release()
 
 	require.True(t, ins(b, toks(1, 2, 3, 4)), "b caches the same prefix as an entry of its own")
 	assert.Equal(t, 2, c.Stats().Entries)
-	la := a.Lookup(toks(1, 2, 3, 4, 5), Query{Limit: 4})
+	la := a.Lookup(t.Context(), toks(1, 2, 3, 4, 5), Query{Limit: 4})
 	require.NotNil(t, la)
 	clock.Advance(time.Millisecond)
-	l = b.Lookup(toks(1, 2, 3, 4, 5), Query{Limit: 4})
+	l = b.Lookup(t.Context(), toks(1, 2, 3, 4, 5), Query{Limit: 4})
 	require.NotNil(t, l)
 	assert.NotSame(t, la.Target(), l.Target(), "each tenant restores its own state")
 	la.Release()
@@ -381,12 +381,12 @@ func TestPartitionsAreIsolated(t *testing.T) {
 	st := c.Stats()
 	assert.LessOrEqual(t, st.Bytes, int64(300))
 	assert.Equal(t, int64(1), st.Evictions)
-	assert.Nil(t, a.Lookup(toks(1, 2, 3, 4, 5), Query{Limit: 4}), "a's entry was evicted")
+	assert.Nil(t, a.Lookup(t.Context(), toks(1, 2, 3, 4, 5), Query{Limit: 4}), "a's entry was evicted")
 	c.mu.Lock()
 	_, hasA := c.roots["a"]
 	c.mu.Unlock()
 	assert.False(t, hasA, "a tenant without entries keeps no tree")
-	l = b.Lookup(toks(1, 2, 3, 4, 5), Query{Limit: 4})
+	l = b.Lookup(t.Context(), toks(1, 2, 3, 4, 5), Query{Limit: 4})
 	assert.NotNil(t, l, "b's copy stays")
 	l.Release()
 }

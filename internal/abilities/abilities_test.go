@@ -31,6 +31,7 @@ import (
 var interfaces = map[string]reflect.Type{
 	"ports.TapeReplayer":    reflect.TypeFor[ports.TapeReplayer](),
 	"ports.PrefixExporter":  reflect.TypeFor[ports.PrefixExporter](),
+	"ports.PrefixCodec":     reflect.TypeFor[ports.PrefixCodec](),
 	"ports.HostTaps":        reflect.TypeFor[ports.HostTaps](),
 	"ports.BatchForwarder":  reflect.TypeFor[ports.BatchForwarder](),
 	"ports.BatchDrafter":    reflect.TypeFor[ports.BatchDrafter](),

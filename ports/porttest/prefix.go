@@ -36,6 +36,9 @@ func (s PrefixSuite) Run(t *testing.T) {
 	t.Run("StateIsImmutable", s.testImmutable)
 	t.Run("Lengths", s.testLengths)
 	t.Run("BadImports", s.testBadImports)
+	if _, ok := s.Target.(ports.PrefixCodec); ok {
+		t.Run("Codec", s.testCodec)
+	}
 	if s.Drafter != nil {
 		t.Run("DrafterContext", s.testDrafter)
 	}
@@ -270,6 +273,11 @@ func (s PrefixSuite) testDrafter(t *testing.T) {
 	require.NoError(t, src.draft.Crop(2))
 	require.NoError(t, src.draft.Close())
 
+	if c, ok := s.Drafter.(ports.PrefixCodec); ok {
+		// Through the disk tier's bytes: the decoded context drafts the same.
+		dst0 = codecRoundTrip(t, c, dst0)
+		short = codecRoundTrip(t, c, short)
+	}
 	dst := open()
 	require.NoError(t, dst.sess.(ports.PrefixExporter).ImportPrefix(tst))
 	require.NoError(t, dst.draft.(ports.PrefixExporter).ImportPrefix(dst0))
@@ -278,4 +286,53 @@ func (s PrefixSuite) testDrafter(t *testing.T) {
 	assert.Error(t, dst.draft.(ports.PrefixExporter).ImportPrefix(short), "importing into a draft session that holds positions")
 	_, err = dst.draft.(ports.PrefixExporter).ExportPrefix(dst.draft.Len() + 1)
 	assert.Error(t, err)
+}
+
+// codecRoundTrip encodes st, checks the bytes decode to a state that encodes to the same bytes and that cut or
+// altered bytes are refused, and returns the decoded state.
+func codecRoundTrip(t *testing.T, c ports.PrefixCodec, st ports.PrefixState) ports.PrefixState {
+	t.Helper()
+	b, err := c.EncodePrefix(st)
+	require.NoError(t, err)
+	got, err := c.DecodePrefix(b)
+	require.NoError(t, err)
+	assert.Equal(t, st.Len(), got.Len())
+	assert.Equal(t, st.Bytes(), got.Bytes())
+	again, err := c.EncodePrefix(got)
+	require.NoError(t, err)
+	assert.Equal(t, b, again, "a decoded state encodes to the same bytes")
+	for name, bad := range map[string][]byte{
+		"empty":       nil,
+		"cut":         b[:len(b)-1],
+		"header only": b[:min(len(b), 8)],
+		"trailing":    append(slices.Clone(b), 0),
+		"magic":       append([]byte{b[0] ^ 0xff}, b[1:]...),
+	} {
+		_, err := c.DecodePrefix(bad)
+		assert.ErrorIs(t, err, ports.ErrPrefixRecordInvalid, "%s bytes", name)
+	}
+	_, err = c.EncodePrefix(foreign{})
+	assert.Error(t, err, "a state of another backend")
+	return got
+}
+
+// testCodec: a state written to bytes (ports.PrefixCodec) and read back continues exactly as the original.
+func (s PrefixSuite) testCodec(t *testing.T) {
+	c := s.Target.(ports.PrefixCodec)
+	prompt, probe := s.tokens(10, 14), s.tokens(4, 15)
+	taps := s.tapLayers()
+	ref, _ := s.open(t, taps)
+	forward(t, ref, prompt)
+	want := observe(t, ref, probe, taps != nil)
+
+	src, srcPE := s.open(t, taps)
+	forward(t, src, prompt)
+	st, err := srcPE.ExportPrefix(len(prompt))
+	require.NoError(t, err)
+	require.NoError(t, src.Close())
+	dec := codecRoundTrip(t, c, st)
+
+	dst, dstPE := s.open(t, taps)
+	require.NoError(t, dstPE.ImportPrefix(dec))
+	assert.Equal(t, want, observe(t, dst, probe, taps != nil), "a decoded state continues bit-identically")
 }
