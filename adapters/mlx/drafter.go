@@ -64,7 +64,7 @@ func LoadDrafter(ctx context.Context, dir string, target *Target, opts DrafterOp
 	return d, nil
 }
 
-// BlockSize is the block size the drafter was trained for (anchor included).
+// BlockSize is the drafter's configured block_size (anchor included): the default block, not a bound.
 func (d *Drafter) BlockSize() int { return d.m.Arch.BlockSize }
 
 // TapLayers lists the target layers whose outputs the drafter consumes, in order (a copy).
