@@ -5,7 +5,8 @@ import "context"
 // Drafter is a loaded DFlash block-diffusion drafter bound to one target model (it borrows the target's
 // embedding and LM head). It is safe for concurrent use; each generation opens its own DraftSession.
 type Drafter interface {
-	// BlockSize is the largest block the drafter was trained for (anchor included).
+	// BlockSize is the drafter's configured block size (anchor included): the block a generation that names
+	// none verifies. It is a default, not a bound: a session drafts any block size the context has room for.
 	BlockSize() int
 	// TapLayers lists the target layers whose outputs the drafter consumes, in order.
 	TapLayers() []int
@@ -29,7 +30,9 @@ type DraftSession interface {
 	// Draft appends the context rows of newCtx (target taps for positions Len()..Len()+newCtx.Rows()-1; nil
 	// means none) to the cache, then drafts bs-1 tokens for a block whose slot 0 is anchor at position
 	// Len() (after the append). Afterwards Len() equals the anchor's position. newCtx is only read during
-	// the call.
+	// the call. bs ≥ 1 (1 only appends the context) may be below or above BlockSize: the block drafted is
+	// exactly bs slots, anchor + bs−1 masks, as the drafter's authors run it; a block that would pass the
+	// target's context length is refused, as is bs < 1, before anything is appended.
 	Draft(ctx context.Context, anchor Token, newCtx Taps, bs int) (Proposal, error)
 	// Crop truncates the context cache to n positions (n ≤ Len()).
 	Crop(n int) error

@@ -25,7 +25,8 @@ type Event struct {
 // HelloEvent describes the server to a new subscriber.
 type HelloEvent struct {
 	Model string `json:"model"`
-	// MaxBlockSize is the drafter's block size (1: no drafter); BlockSize the server's default.
+	// MaxBlockSize is the drafter's configured block size (1: no drafter; a request may name a larger one, up
+	// to the context length); BlockSize the server's default.
 	MaxBlockSize int        `json:"max_block_size"`
 	BlockSize    int        `json:"block_size"`
 	Adaptive     bool       `json:"adaptive"`

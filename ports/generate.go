@@ -73,7 +73,8 @@ type GenerateRequest struct {
 	Seed *uint64
 	// Stop strings end generation when they appear in the output (not included in it).
 	Stop []string
-	// BlockSize overrides the speculative block size (0: the server default; 1: no speculation).
+	// BlockSize overrides the speculative block size (0: the server default; 1: no speculation; any size up
+	// to the context length, below or above the drafter's configured one).
 	BlockSize int
 	// Constraint, when set, restricts the output to a formal language (constrained decoding): JSON, JSON
 	// valid under a schema, or tool calls. nil: free text.
@@ -277,7 +278,8 @@ type DrafterCard struct {
 	Name string
 	// Generation is the drafter's generation ("DFlash", "DFlash2"); "" when not known.
 	Generation string
-	// BlockSize is the largest block the drafter proposes, anchor included.
+	// BlockSize is the drafter's configured block size, anchor included: the default block (requests may
+	// name other sizes, up to the context length).
 	BlockSize int
 }
 

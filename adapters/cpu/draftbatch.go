@@ -89,7 +89,7 @@ func (d *Drafter) DraftBatch(ctx context.Context, items []ports.DraftItem) ([]po
 	for j, jb := range jobs {
 		it := &items[jb.i]
 		blocks[j] = model.DraftSeq[act, *weight]{State: &pass{pool: d.t.pool, mem: &jb.s.mem, kv: jb.s.kv}, Pos: jb.s.n,
-			Block: model.NoiseBlock(it.Anchor, a.MaskToken, d.opts.BlockRows(it.BlockSize, a.BlockSize)), Rows: it.BlockSize - 1}
+			Block: model.NoiseBlock(it.Anchor, a.MaskToken, it.BlockSize), Rows: it.BlockSize - 1}
 		if it.Temperature > 0 {
 			blocks[j].Temperature, blocks[j].Rand = it.Temperature, it.Rand
 		}

@@ -75,15 +75,11 @@ func buildDrafter(st *safetensors.Store, a hfmodel.DrafterArch, cfg *hfmodel.Dra
 // Arch returns the drafter's resolved architecture (a copy).
 func (d *Drafter) Arch() hfmodel.DrafterArch { return d.m.Arch.Clone() }
 
-// BlockSize is the block size the drafter was trained for (anchor included).
+// BlockSize is the drafter's configured block_size (anchor included): the default block, not a bound.
 func (d *Drafter) BlockSize() int { return d.m.Arch.BlockSize }
 
 // TapLayers lists the target layers whose outputs the drafter consumes, in order (a copy).
 func (d *Drafter) TapLayers() []int { return slices.Clone(d.m.Arch.TapLayers) }
-
-// ShrinksBlocks reports whether a short Draft call runs a shortened block (DrafterOptions.ShrinkBlocks)
-// instead of the trained one.
-func (d *Drafter) ShrinksBlocks() bool { return d.opts.ShrinkBlocks }
 
 // MaskToken is the id the noise block is filled with.
 func (d *Drafter) MaskToken() ports.Token { return d.m.Arch.MaskToken }

@@ -91,8 +91,9 @@ func TestDraftSessionConformance(t *testing.T) {
 			require.NoError(t, err)
 			return s
 		},
-		BlockSize: p.drafter.BlockSize(),
-		Vocab:     p.target.Info().VocabSize,
+		BlockSize:     p.drafter.BlockSize(),
+		Vocab:         p.target.Info().VocabSize,
+		ContextLength: p.target.Info().ContextLength,
 	}.Run(t)
 }
 
@@ -128,20 +129,21 @@ func TestStoredFormsOfTargets(t *testing.T) {
 	}
 }
 
-// TestShortBlocksArePrefixesOfTheTrainedBlock: by default a Draft call with bs < BlockSize runs the trained
-// block, so its proposals are the first bs−1 proposals of a full-block call at the same position (and the
-// session length is the same after either); with ShrinkBlocks the block really shrinks.
-func TestShortBlocksArePrefixesOfTheTrainedBlock(t *testing.T) {
+// TestAnyBlockSizeIsDraftedLiterally: a Draft call of bs runs exactly bs slots, below and above the
+// configured block size (16), as the authors' loop does: a short block is not the configured block's prefix
+// (its slots attend to each other, so fewer masks change every prediction; random weights make some differ),
+// and a longer block proposes bs−1 tokens. The session length is the anchor's position after any of them.
+func TestAnyBlockSizeIsDraftedLiterally(t *testing.T) {
 	ctx := t.Context()
 	tdir, ddir := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 21}), testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 22, Taps: []int{0, 3}, Mask: 63})
 	target, err := Load(ctx, tdir, LoadOptions{Threads: 2})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = target.Close() })
-	draft := func(shrink bool, bs int) []ports.Token {
-		d, err := LoadDrafter(ctx, ddir, target, DrafterOptions{ShrinkBlocks: shrink})
-		require.NoError(t, err)
-		defer d.Close()
-		assert.Equal(t, shrink, d.ShrinksBlocks())
+	d, err := LoadDrafter(ctx, ddir, target, DrafterOptions{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = d.Close() })
+	require.Equal(t, 16, d.BlockSize())
+	draft := func(bs int) []ports.Token {
 		sess, err := target.NewSession(ctx, d.TapLayers())
 		require.NoError(t, err)
 		defer sess.Close()
@@ -156,12 +158,13 @@ func TestShortBlocksArePrefixesOfTheTrainedBlock(t *testing.T) {
 		assert.Equal(t, len(draftPrompts[2]), ds.Len())
 		return p.Tokens
 	}
-	full := draft(false, 16)
-	shrunkDiffers := false
-	for _, bs := range []int{2, 3, 4, 8, 15, 16} {
-		assert.Equal(t, full[:bs-1], draft(false, bs), "block size %d", bs)
-		shrunkDiffers = shrunkDiffers || !slices.Equal(full[:bs-1], draft(true, bs))
+	full := draft(16)
+	shortDiffers := false
+	for _, bs := range []int{2, 3, 4, 8, 15} {
+		shortDiffers = shortDiffers || !slices.Equal(full[:bs-1], draft(bs))
 	}
-	assert.Equal(t, full, draft(true, 16), "a full block is the same either way")
-	assert.True(t, shrunkDiffers, "ShrinkBlocks must run a shorter block (random weights: some prefix differs)")
+	assert.True(t, shortDiffers, "a short block runs bs slots, not the configured block (random weights: some prefix differs)")
+	for _, bs := range []int{17, 24, 40} {
+		assert.Equal(t, draft(bs), draft(bs), "block size %d: deterministic", bs)
+	}
 }

@@ -75,7 +75,7 @@ func TestAuthorsTrace(t *testing.T) {
 			target, err := Load(t.Context(), filepath.Join(golden.Dir(), tr.Target), LoadOptions{Threads: 2})
 			require.NoError(t, err)
 			defer target.Close()
-			d, err := LoadDrafter(t.Context(), filepath.Join(golden.Dir(), e.Dir), target, DrafterOptions{ShrinkBlocks: true})
+			d, err := LoadDrafter(t.Context(), filepath.Join(golden.Dir(), e.Dir), target, DrafterOptions{})
 			require.NoError(t, err)
 			defer d.Close()
 			p := draftPair{target: target, drafter: d}
@@ -87,8 +87,8 @@ func TestAuthorsTrace(t *testing.T) {
 				// The reference loop (authors' commit 44947fb) verifies full blocks to the end and truncates the
 				// output, and even verifies one more block when nothing remains to emit (remaining == 0). The
 				// ports-level loop verifies full blocks too and stops once the budget is emitted, so every
-				// reference round with something left to emit is reproduced, block for block (ShrinkBlocks:
-				// a block shorter than the trained one is drafted literally, as the authors' loop does).
+				// reference round with something left to emit is reproduced, block for block (every
+				// block is drafted literally, bs slots, as the authors' loop does).
 				var want []draftTraceRound
 				for _, r := range run.Rounds {
 					if r.Remaining > 0 {
@@ -139,7 +139,7 @@ func TestAuthorsDraftMargins(t *testing.T) {
 			target, err := Load(t.Context(), filepath.Join(golden.Dir(), tr.Target), LoadOptions{Threads: 2})
 			require.NoError(t, err)
 			defer target.Close()
-			d, err := LoadDrafter(t.Context(), filepath.Join(golden.Dir(), e.Dir), target, DrafterOptions{ShrinkBlocks: true})
+			d, err := LoadDrafter(t.Context(), filepath.Join(golden.Dir(), e.Dir), target, DrafterOptions{})
 			require.NoError(t, err)
 			defer d.Close()
 			ctx := t.Context()

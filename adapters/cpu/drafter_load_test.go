@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -50,7 +51,6 @@ func TestLoadDrafterLayoutsAndDTypes(t *testing.T) {
 	assert.Equal(t, a.TapLayers, base.TapLayers())
 	assert.Equal(t, a.BlockSize, base.BlockSize())
 	assert.Equal(t, a.MaskToken, base.MaskToken())
-	assert.False(t, base.ShrinksBlocks())
 
 	for _, tc := range []struct {
 		name   string
@@ -279,10 +279,11 @@ func TestDraftRejectsBadCalls(t *testing.T) {
 	s, err := d.NewSession(t.Context())
 	require.NoError(t, err)
 	width := len(a.TapLayers) * a.HiddenSize
-	_, err = s.Draft(t.Context(), 1, nil, a.BlockSize+1)
-	assert.ErrorContains(t, err, "cpu drafter: block size 9 outside 1..8")
+	ctxLen := d.t.Info().ContextLength
+	_, err = s.Draft(t.Context(), 1, nil, ctxLen+1)
+	assert.ErrorContains(t, err, fmt.Sprintf("cpu drafter: block size %d at position 0 passes the context length %d", ctxLen+1, ctxLen))
 	_, err = s.Draft(t.Context(), 1, nil, 0)
-	assert.ErrorContains(t, err, "cpu drafter: block size 0 outside 1..8")
+	assert.ErrorContains(t, err, "cpu drafter: block size 0 must be ≥ 1")
 	_, err = s.Draft(t.Context(), 64, nil, 4)
 	assert.ErrorContains(t, err, "cpu drafter: anchor token 64 outside the vocabulary of 64")
 	_, err = s.Draft(t.Context(), -1, nil, 4)

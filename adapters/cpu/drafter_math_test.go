@@ -259,15 +259,13 @@ func TestDraftMatchesFloat64Reference(t *testing.T) {
 	transformed := tinyDraftArch()
 	transformed.OutputMultiplier, transformed.LogitSoftcap = -0.8, 1.5
 	for name, a := range map[string]hfmodel.DrafterArch{"full": full, "sliding-causal-scaled": sliding, "causal": causal, "negated-softcapped": transformed} {
-		// Short blocks either run the trained block (default) or a shrunk one (ShrinkBlocks); the reference
-		// runs the block the drafter should have run.
-		t.Run(name+"/trained-block", func(t *testing.T) { checkDraftAgainstReference(t, a, false) })
-		t.Run(name+"/shrunk-block", func(t *testing.T) { checkDraftAgainstReference(t, a, true) })
+		// Blocks below, at and above the configured size: each runs exactly bs slots, as the reference does.
+		t.Run(name, func(t *testing.T) { checkDraftAgainstReference(t, a) })
 	}
 }
 
-func checkDraftAgainstReference(t *testing.T, a hfmodel.DrafterArch, shrink bool) {
-	d, ddir, tdir := newTinyDrafter(t, 7, a, 2, DrafterOptions{ShrinkBlocks: shrink})
+func checkDraftAgainstReference(t *testing.T, a hfmodel.DrafterArch) {
+	d, ddir, tdir := newTinyDrafter(t, 7, a, 2, DrafterOptions{})
 	r := loadDraftRef(t, ddir, tdir, a)
 	V := d.t.Info().VocabSize
 	require.Equal(t, r.vocab, V)
@@ -277,11 +275,11 @@ func checkDraftAgainstReference(t *testing.T, a hfmodel.DrafterArch, shrink bool
 	s, err := d.NewSession(t.Context())
 	require.NoError(t, err)
 	sess := s.(*DraftSession)
-	for round, m := range []int{5, 3, 1, 4} {
+	for round, m := range []int{5, 3, 1, 4, 2} {
 		f := testmodel.NormalVec(rng, m*width, 1)
 		all = append(all, f...)
 		anchor := ports.Token(rng.IntN(60))
-		bs := []int{8, 4, 2, 6}[round]
+		bs := []int{a.BlockSize, 4, 2, 6, a.BlockSize + 5}[round]
 		p, err := sess.Draft(t.Context(), anchor, &draftTaps{data: f, rows: m, width: width}, bs)
 		require.NoError(t, err)
 		require.Len(t, p.Tokens, bs-1)
@@ -290,11 +288,7 @@ func checkDraftAgainstReference(t *testing.T, a hfmodel.DrafterArch, shrink bool
 		for i, v := range all {
 			f64[i] = float64(v)
 		}
-		nb := a.BlockSize
-		if shrink {
-			nb = bs
-		}
-		want := r.logits(f64, len(all)/width, anchor, nb)[:bs-1]
+		want := r.logits(f64, len(all)/width, anchor, bs)[:bs-1]
 		require.Len(t, sess.logits, (bs-1)*V, "the LM head runs only on the returned rows")
 		for i := range bs - 1 {
 			got := sess.logits[i*V : (i+1)*V]

@@ -68,9 +68,9 @@ func (s *DraftSession) Close() error {
 }
 
 // Draft appends newCtx's rows to the context cache, then drafts bs−1 tokens for the block [anchor, mask…]
-// at positions Len()..Len()+bs−1. bs = 1 only appends the context. A block shorter than the trained one runs
-// the trained block and returns its first bs−1 proposals, unless the drafter was loaded with
-// DrafterOptions.ShrinkBlocks. newCtx must expose its rows on the host (ports.HostTaps).
+// at positions Len()..Len()+bs−1. bs = 1 only appends the context. Exactly bs slots are drafted, whatever
+// the drafter's configured block size (as the authors' loop does); bs is bounded only by the target's context
+// length. newCtx must expose its rows on the host (ports.HostTaps).
 func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int) (ports.Proposal, error) {
 	return s.draft(ctx, anchor, newCtx, bs, 0, nil)
 }
@@ -108,10 +108,9 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 		s.queued, s.nq = s.queued[:0], 0
 	}
 	s.project(data, rows, width)
-	nb := d.opts.BlockRows(bs, a.BlockSize)
 	be := ops{pool: d.t.pool, mem: &s.mem}
 	st := &pass{pool: d.t.pool, mem: &s.mem, kv: s.kv}
-	block := model.NoiseBlock(anchor, a.MaskToken, nb)
+	block := model.NoiseBlock(anchor, a.MaskToken, bs)
 	var p ports.Proposal
 	var logits act
 	if rnd != nil {
@@ -123,7 +122,7 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 	return p, nil
 }
 
-// admit checks a draft call before any work (closed session, block size, anchor, sampling settings when
+// admit checks a draft call before any work (closed session, block size and its room, anchor, sampling settings when
 // temperature ≠ 0 or rnd is set, the context taps' shape) and returns the context rows on the host.
 func (s *DraftSession) admit(anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand) ([]float32, int, error) {
 	if s.closed {
@@ -131,7 +130,7 @@ func (s *DraftSession) admit(anchor ports.Token, newCtx ports.Taps, bs int, temp
 	}
 	a := &s.d.m.Arch
 	// bs = 1 only appends context (the decoder feeds queued context that way); it drafts nothing.
-	if err := model.CheckDraft(anchor, bs, a.BlockSize, s.d.t.m.Arch.Vocab); err != nil {
+	if err := model.CheckDraft(anchor, bs, s.d.t.m.Arch.Vocab); err != nil {
 		return nil, 0, fmt.Errorf("cpu drafter: %w", err)
 	}
 	if temperature != 0 || rnd != nil {
@@ -139,7 +138,14 @@ func (s *DraftSession) admit(anchor ports.Token, newCtx ports.Taps, bs int, temp
 			return nil, 0, fmt.Errorf("cpu drafter: %w", err)
 		}
 	}
-	if newCtx == nil || newCtx.Rows() == 0 {
+	rows := 0
+	if newCtx != nil {
+		rows = newCtx.Rows()
+	}
+	if err := model.CheckRoom(s.Len()+rows, bs, s.d.t.m.Arch.ContextLength); err != nil {
+		return nil, 0, fmt.Errorf("cpu drafter: %w", err)
+	}
+	if rows == 0 {
 		return nil, 0, nil
 	}
 	width := len(a.TapLayers) * a.HiddenSize

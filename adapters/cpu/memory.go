@@ -123,8 +123,8 @@ func passShapes(R, B int64) []int64 {
 // not speculate (no draft session). It holds its float32 context caches for every position (grown by
 // append), the context rows queued by context-only calls (at most every position's taps, grown by append),
 // the arena over one drafting call (the queued and new context rows projected contextChunk rows at a time,
-// at most every position, then a pass of the trained block; the arena is reset once a call), one attention
-// layer's scores, and the last block's logits.
+// at most every position, then a pass of the larger of the configured and the demanded block; the arena is
+// reset once a call), one attention layer's scores, and the last block's logits.
 func (dr *Drafter) SessionBytes(d ports.MemoryDemand) int64 { return dr.price(d).total() }
 
 func (dr *Drafter) price(d ports.MemoryDemand) price {

@@ -88,7 +88,7 @@ func (d *Drafter) DraftBatch(ctx context.Context, items []ports.DraftItem) ([]po
 				continue
 			}
 			b := model.DraftSeq[ops.Act, *ops.Weight]{State: passes[j], Pos: jb.s.n + jb.in.rows, Rows: it.BlockSize - 1,
-				Block: model.NoiseBlock(it.Anchor, a.MaskToken, d.opts.BlockRows(it.BlockSize, a.BlockSize))}
+				Block: model.NoiseBlock(it.Anchor, a.MaskToken, it.BlockSize)}
 			if it.Temperature > 0 {
 				b.Temperature, b.Rand = it.Temperature, it.Rand
 			}

@@ -64,7 +64,7 @@ func LoadDrafter(ctx context.Context, dir string, target *Target, opts DrafterOp
 	return d, nil
 }
 
-// BlockSize is the block size the drafter was trained for (anchor included).
+// BlockSize is the drafter's configured block_size (anchor included): the default block, not a bound.
 func (d *Drafter) BlockSize() int { return d.m.Arch.BlockSize }
 
 // TapLayers lists the target layers whose outputs the drafter consumes, in order (a copy).
@@ -158,8 +158,9 @@ func (s *DraftSession) Close() error {
 }
 
 // Draft appends newCtx's rows to the context cache, then drafts bs−1 tokens for [anchor, mask…] at positions
-// Len()..Len()+bs−1 (docs/model-math.md#dflash-drafter). bs = 1 only appends the context. A block shorter than the
-// trained one runs the trained block and returns its first bs−1 proposals unless DrafterOptions.ShrinkBlocks is set.
+// Len()..Len()+bs−1 (docs/model-math.md#dflash-drafter). bs = 1 only appends the context. Exactly bs slots are
+// drafted, whatever the drafter's configured block size (as the authors' loop does); bs is bounded only by the
+// target's context length.
 // The host reads are the drafted token ids (DFlash), or each slot's candidates and the selector's small
 // projections (DFlash2, whose greedy walk runs on the host).
 func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int) (ports.Proposal, error) {
@@ -211,8 +212,7 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 			outs = append(outs, c.K, c.V)
 		}
 		if bs > 1 {
-			nb := d.opts.BlockRows(bs, a.BlockSize)
-			block := model.NoiseBlock(anchor, a.MaskToken, nb)
+			block := model.NoiseBlock(anchor, a.MaskToken, bs)
 			if rnd != nil {
 				_, toks, dists = model.ProposeSampled(d.m, be, st, block, s.n+ctxRows, bs-1, temperature, rnd)
 			} else {
@@ -256,7 +256,7 @@ type draftInput struct {
 	dev  *Taps
 }
 
-// admit checks a draft call before any work (closed session, block size, anchor, the sampling settings when
+// admit checks a draft call before any work (closed session, block size and its room, anchor, the sampling settings when
 // temperature ≠ 0 or rnd is set, the context taps' shape and residency).
 func (s *DraftSession) admit(anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand) (draftInput, error) {
 	var in draftInput
@@ -264,7 +264,7 @@ func (s *DraftSession) admit(anchor ports.Token, newCtx ports.Taps, bs int, temp
 		return in, errors.New("mlx drafter: session is closed")
 	}
 	a := &s.d.m.Arch
-	if err := model.CheckDraft(anchor, bs, a.BlockSize, s.d.t.info.VocabSize); err != nil {
+	if err := model.CheckDraft(anchor, bs, s.d.t.info.VocabSize); err != nil {
 		return in, fmt.Errorf("mlx drafter: %w", err)
 	}
 	if temperature != 0 || rnd != nil {
@@ -272,11 +272,16 @@ func (s *DraftSession) admit(anchor ports.Token, newCtx ports.Taps, bs int, temp
 			return in, fmt.Errorf("mlx drafter: %w", err)
 		}
 	}
-	if newCtx == nil || newCtx.Rows() == 0 {
+	if newCtx != nil {
+		in.rows = newCtx.Rows()
+	}
+	if err := model.CheckRoom(s.Len()+in.rows, bs, s.d.t.info.ContextLength); err != nil {
+		return in, fmt.Errorf("mlx drafter: %w", err)
+	}
+	if in.rows == 0 {
 		return in, nil
 	}
 	width := len(a.TapLayers) * a.HiddenSize
-	in.rows = newCtx.Rows()
 	switch c := newCtx.(type) {
 	case *Taps:
 		if c.width != width {

@@ -42,13 +42,8 @@ func generate(t *testing.T, p pair, prompt []ports.Token, bs int, rb porttest.Ro
 	return trace{toks, rounds}
 }
 
+// loadPairs loads a target and drafter on the CPU and on MLX.
 func loadPairs(t *testing.T, ts synth.TargetSpec, ds synth.DrafterSpec, edit ...func(cfg map[string]any)) (cpuPair, mlxPair pair) {
-	t.Helper()
-	return loadPairsShrink(t, false, ts, ds, edit...)
-}
-
-// loadPairsShrink loads both pairs with the drafters' ShrinkBlocks option set to shrink.
-func loadPairsShrink(t *testing.T, shrink bool, ts synth.TargetSpec, ds synth.DrafterSpec, edit ...func(cfg map[string]any)) (cpuPair, mlxPair pair) {
 	t.Helper()
 	tdir, ddir := testmodel.Synth(t, ts), testmodel.SynthDrafter(t, ds)
 	if len(edit) > 0 {
@@ -61,13 +56,13 @@ func loadPairsShrink(t *testing.T, shrink bool, ts synth.TargetSpec, ds synth.Dr
 	ct, err := cpu.Load(t.Context(), tdir, cpu.LoadOptions{Threads: 1})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = ct.Close() })
-	cd, err := cpu.LoadDrafter(t.Context(), ddir, ct, cpu.DrafterOptions{ShrinkBlocks: shrink})
+	cd, err := cpu.LoadDrafter(t.Context(), ddir, ct, cpu.DrafterOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = cd.Close() })
 	mt, err := Load(t.Context(), tdir, LoadOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = mt.Close() })
-	md, err := LoadDrafter(t.Context(), ddir, mt, DrafterOptions{ShrinkBlocks: shrink})
+	md, err := LoadDrafter(t.Context(), ddir, mt, DrafterOptions{})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = md.Close() })
 	return pair{ct, cd}, pair{mt, md}
@@ -179,14 +174,15 @@ func TestDraftConformance(t *testing.T) {
 			require.NoError(t, err)
 			return s
 		},
-		BlockSize: 8,
-		Vocab:     64,
+		BlockSize:     8,
+		Vocab:         64,
+		ContextLength: mp.target.Info().ContextLength,
 	}.Run(t)
 }
 
-// TestShortBlocksMatchCPU: a short Draft call on MLX returns the first bs−1 proposals of the trained block
-// (default), or a shrunk block's proposals (ShrinkBlocks), each equal to the CPU drafter's in the same mode.
-func TestShortBlocksMatchCPU(t *testing.T) {
+// TestAnyBlockSizeMatchesCPU: a Draft call on MLX runs exactly bs slots, below and above the configured block
+// size (16), and proposes the CPU drafter's tokens, for both drafter generations.
+func TestAnyBlockSizeMatchesCPU(t *testing.T) {
 	requireMLX(t)
 	ctx := t.Context()
 	prompt := []ports.Token{40, 41, 42, 43, 44, 45, 46, 47, 1, 2, 3}
@@ -205,17 +201,11 @@ func TestShortBlocksMatchCPU(t *testing.T) {
 		assert.Equal(t, len(prompt), ds.Len())
 		return pr.Tokens
 	}
-	for _, shrink := range []bool{false, true} {
-		cp, mp := loadPairsShrink(t, shrink, synth.TargetSpec{Family: "qwen3_next", Seed: 21},
-			synth.DrafterSpec{Seed: 22, Taps: []int{0, 3}, Mask: 63})
-		full := draft(mp, 16)
-		assert.Equal(t, draft(cp, 16), full, "shrink %v: full block", shrink)
-		for _, bs := range []int{2, 4, 8} {
-			got := draft(mp, bs)
-			assert.Equal(t, draft(cp, bs), got, "shrink %v: block size %d", shrink, bs)
-			if !shrink {
-				assert.Equal(t, full[:bs-1], got, "block size %d: prefix of the trained block", bs)
-			}
+	for _, v2 := range []bool{false, true} {
+		cp, mp := loadPairs(t, synth.TargetSpec{Family: "qwen3_next", Seed: 21},
+			synth.DrafterSpec{Seed: 22, Taps: []int{0, 3}, Mask: 63, Nested: v2, DFlash2: v2})
+		for _, bs := range []int{2, 4, 8, 16, 17, 24} {
+			assert.Equal(t, draft(cp, bs), draft(mp, bs), "DFlash2 %v: block size %d", v2, bs)
 		}
 	}
 }

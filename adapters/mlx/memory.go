@@ -83,9 +83,9 @@ func (d *Drafter) SessionBytes(dm ports.MemoryDemand) int64 {
 
 // draftSessionBytes is what an MLX draft session of arch a holds for d (0 when it does not speculate): its
 // context caches in the compute dtype for every position, twice (concatenated, as the target's), the live
-// activations of a context pass over the largest forward's taps and of a pass of the trained block (all of
-// a block row's, which ends in the logits), and the block's float32 logits. It queues no context rows: each
-// Draft projects its context at once.
+// activations of a context pass over the largest forward's taps and of a pass of the larger of the configured
+// and the demanded block (all of a block row's, which ends in the logits), and the block's float32 logits. It
+// queues no context rows: each Draft projects its context at once.
 func draftSessionBytes(a *hfmodel.DrafterArch, dt int64, d ports.MemoryDemand) int64 {
 	if !d.Speculative {
 		return 0

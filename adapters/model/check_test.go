@@ -105,12 +105,27 @@ func TestTapSlots(t *testing.T) {
 
 func TestDraftHelpers(t *testing.T) {
 	assert.Equal(t, []ports.Token{7, 1, 1, 1}, NoiseBlock(7, 1, 4))
-	assert.Equal(t, 16, DrafterOptions{}.BlockRows(4, 16))
-	assert.Equal(t, 4, DrafterOptions{ShrinkBlocks: true}.BlockRows(4, 16))
-	require.NoError(t, CheckDraft(3, 1, 16, 10))
-	assert.ErrorContains(t, CheckDraft(3, 17, 16, 10), "block size 17 outside 1..16")
-	assert.ErrorContains(t, CheckDraft(3, 0, 16, 10), "block size 0")
-	assert.ErrorContains(t, CheckDraft(10, 2, 16, 10), "anchor token 10")
+	require.NoError(t, CheckDraft(3, 1, 10))
+	require.NoError(t, CheckDraft(3, 17, 10), "a block above the configured size is drafted as asked")
+	assert.ErrorContains(t, CheckDraft(3, 0, 10), "block size 0 must be ≥ 1")
+	assert.ErrorContains(t, CheckDraft(10, 2, 10), "anchor token 10")
+	for _, c := range []struct {
+		pos, bs, ctxLen int
+		ok              bool
+	}{
+		{pos: 0, bs: 32, ctxLen: 32, ok: true},
+		{pos: 1, bs: 32, ctxLen: 32},
+		{pos: 30, bs: 2, ctxLen: 32, ok: true},
+		{pos: 31, bs: 2, ctxLen: 32},
+		{pos: 1 << 20, bs: 1 << 20, ctxLen: 0, ok: true},
+	} {
+		err := CheckRoom(c.pos, c.bs, c.ctxLen)
+		if c.ok {
+			assert.NoError(t, err, "%+v", c)
+		} else {
+			assert.ErrorContains(t, err, "passes the context length", "%+v", c)
+		}
+	}
 	ls := PerLayer[struct{ n int }](3)
 	require.Len(t, ls, 3)
 	assert.NotSame(t, ls[0], ls[1])

@@ -16,33 +16,27 @@ type DrafterOptions struct {
 	// docs/model-math.md#tap-layers (round-half-to-even); by default such a drafter is refused, because the formula is
 	// wrong for most published checkpoints.
 	AllowDerivedTapLayers bool
-	// ShrinkBlocks makes a Draft call with bs < the trained block size run a block of only bs slots (anchor +
-	// bs−1 masks). By default such a call still runs the trained block and returns its first bs−1 proposals:
-	// DFlash denoises the block jointly with bidirectional attention and drafters are trained on full blocks
-	// only, so fewer mask slots change every slot's prediction and acceptance collapses (demo drafter, block
-	// 16: τ 1.12 at bs 2 shrunk against the first slot of the full block's 2.07 at bs 16). The block forward
-	// costs the drafter's layers on the trained block's rows either way; only the LM head (the larger cost on
-	// a big vocabulary) is limited to the bs−1 returned rows. Set it to reproduce the authors' loop, which
-	// drafts shortened blocks literally.
-	ShrinkBlocks bool
 }
 
-// BlockRows is how many slots a Draft call of bs runs: the trained block, or bs with ShrinkBlocks.
-func (o DrafterOptions) BlockRows(bs, trained int) int {
-	if o.ShrinkBlocks {
-		return bs
-	}
-	return trained
-}
-
-// CheckDraft validates a Draft call: bs in 1..blockSize (1 only appends context) and the anchor inside a
-// vocabulary of vocab tokens.
-func CheckDraft(anchor ports.Token, bs, blockSize, vocab int) error {
-	if bs < 1 || bs > blockSize {
-		return fmt.Errorf("block size %d outside 1..%d", bs, blockSize)
+// CheckDraft validates a Draft call before any work: bs ≥ 1 (1 only appends context) and the anchor inside a
+// vocabulary of vocab tokens. A block may be longer or shorter than the drafter's configured block_size: that
+// is only the default the authors' loop runs, and every call drafts exactly bs slots (CheckRoom bounds bs).
+func CheckDraft(anchor ports.Token, bs, vocab int) error {
+	if bs < 1 {
+		return fmt.Errorf("block size %d must be ≥ 1", bs)
 	}
 	if anchor < 0 || int(anchor) >= vocab {
 		return fmt.Errorf("anchor token %d outside the vocabulary of %d", anchor, vocab)
+	}
+	return nil
+}
+
+// CheckRoom bounds a Draft call's block by the context room: its bs slots sit at positions pos..pos+bs−1
+// (pos: the anchor's position, after the call's context rows), which the target must be able to verify, so
+// pos+bs may not pass contextLength (0: the target states no context length, no bound).
+func CheckRoom(pos, bs, contextLength int) error {
+	if contextLength > 0 && pos+bs > contextLength {
+		return fmt.Errorf("block size %d at position %d passes the context length %d (at most %d fit)", bs, pos, contextLength, max(contextLength-pos, 0))
 	}
 	return nil
 }

@@ -190,25 +190,38 @@ func drafterCheck(cfg app.Config, in models.Inspection) Check {
 	return c
 }
 
-// blockSizeCheck asks generation's own rule whether the configured block size fits the drafter.
+// blockSizeCheck asks generation's own rule whether the configured block size fits: with a drafter any size up to
+// the context length (a drafter drafts any size, as its authors run it; its own size is the default).
 func blockSizeCheck(cfg app.Config, in models.Inspection) Check {
 	c := Check{Name: "block size"}
 	bs := cfg.ServeConfig().BlockSize
 	maxBlock, drafter := 1, in.Drafter != nil
 	if drafter {
-		maxBlock = in.Drafter.BlockSize
+		maxBlock = in.Info.ContextLength
+		if cl := cfg.ServeConfig().ContextLength; cl > 0 && (maxBlock == 0 || cl < maxBlock) {
+			maxBlock = cl
+		}
 	}
 	if err := generation.BlockSizeProblem(bs, maxBlock, drafter); err != nil {
 		c.Status, c.Detail = Fail, "--"+err.Error()
-		c.Fix = fmt.Sprintf("pass --block-size between 1 and %d (0: the drafter's)", maxBlock)
+		c.Fix = "pass a --block-size the context holds (0: the drafter's own)"
+		if !drafter {
+			c.Fix = "pass --block-size 1 (or 0), or give the model a drafter"
+		}
 		return c
 	}
 	c.Status = OK
 	switch {
+	case bs == 0 && drafter:
+		c.Detail = fmt.Sprintf("the drafter's, %d", in.Drafter.BlockSize)
 	case bs == 0:
-		c.Detail = fmt.Sprintf("the drafter's, %d", maxBlock)
+		c.Detail = "1 (no drafter)"
 	default:
 		c.Detail = fmt.Sprintf("%d", bs)
+	}
+	maxBlock = max(bs, 1)
+	if bs == 0 && drafter {
+		maxBlock = in.Drafter.BlockSize
 	}
 	if cfg.Adaptive && maxBlock > 1 {
 		c.Detail += "; the adaptive policy picks each round's size up to it"

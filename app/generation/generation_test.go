@@ -47,9 +47,9 @@ func TestPlanNamesEachProblem(t *testing.T) {
 		{"stop id outside vocabulary", e, Request{Prompt: []ports.Token{1}, StopIDs: []ports.Token{99}}, []string{"stop"}},
 		{"bad sampling", e, Request{Prompt: []ports.Token{1}, Sampling: ports.SamplingParams{Temperature: -1}}, []string{""}},
 		{"negative block size", e, Request{Prompt: []ports.Token{1}, BlockSize: -2}, []string{"block_size"}},
-		{"block past the drafter's", e, Request{Prompt: []ports.Token{1}, BlockSize: 9}, []string{"block_size"}},
+		{"block past the context", e, Request{Prompt: []ports.Token{1}, BlockSize: 1 << 20}, []string{"block_size"}},
 		{"block without a drafter", plain, Request{Prompt: []ports.Token{1}, BlockSize: 2}, []string{"block_size"}},
-		{"several at once", e, Request{Prompt: []ports.Token{1}, MaxTokens: -1, BlockSize: 9}, []string{"max_tokens", "block_size"}},
+		{"several at once", e, Request{Prompt: []ports.Token{1}, MaxTokens: -1, BlockSize: 1 << 20}, []string{"max_tokens", "block_size"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tc.e.Plan(tc.req)
@@ -98,7 +98,18 @@ func TestPlanResolvesDefaults(t *testing.T) {
 	require.NoError(t, e.Check())
 	assert.Equal(t, 4, e.DefaultBlockSize())
 	e.BlockSize = 9
-	assert.ErrorContains(t, e.Check(), "exceeds the drafter's block size 8")
+	require.NoError(t, e.Check(), "a block above the drafter's configured size is drafted as asked")
+	ctxLen := e.Target.Info().ContextLength
+	assert.Equal(t, ctxLen, e.MaxBlockSize(), "a request may name any block the context holds")
+	assert.Equal(t, 8, e.DrafterBlockSize())
+	e.BlockSize = ctxLen + 1
+	assert.ErrorContains(t, e.Check(), fmt.Sprintf("block_size %d exceeds this model's context length %d", ctxLen+1, ctxLen))
+	e.ContextLength = 32
+	assert.ErrorContains(t, e.Check(), "exceeds this model's context length 32", "the operator's cap bounds blocks too")
+	e.ContextLength = 0
+	p, err = e.Plan(Request{Prompt: []ports.Token{1, 2}, BlockSize: 24, MaxTokens: 4})
+	require.NoError(t, err)
+	assert.Equal(t, 24, p.Config.BlockSize, "a block above the configured size")
 	assert.ErrorContains(t, (&Engine{Target: e.Target, BlockSize: 2}).Check(), "needs a drafter")
 }
 
@@ -124,7 +135,7 @@ func TestRunIsLosslessOnEveryPath(t *testing.T) {
 	}
 	cache, err := prefixcache.New(prefixcache.Config{Budget: 1 << 20, Every: 4}, portfake.NewClock(time.Millisecond))
 	require.NoError(t, err)
-	for _, bs := range []int{1, 2, 5, 8} {
+	for _, bs := range []int{1, 2, 5, 8, 12, 30} { // 12 and 30: above the drafter's configured 8
 		for _, withCache := range []bool{false, true} {
 			t.Run(fmt.Sprintf("block %d cache %v", bs, withCache), func(t *testing.T) {
 				p, err := e.Plan(Request{Prompt: prompt, MaxTokens: 24, BlockSize: bs})

@@ -19,7 +19,7 @@ type Engine struct {
 	// EOS are end-of-sequence ids beside the target's own (ModelInfo.EOSTokens), e.g. generation_config.json's.
 	EOS []ports.Token
 	// BlockSize is the block size a request that names none decodes with (anchor included): 0 means the
-	// drafter's trained block size, 1 plain decoding.
+	// drafter's configured block size, 1 plain decoding.
 	BlockSize int
 	// Policies, when set, carries the adaptive policy's measurements from request to request.
 	Policies *Policies
@@ -27,7 +27,8 @@ type Engine struct {
 	ContextLength int
 }
 
-// Check reports a configuration the engine cannot run (a default block size the drafter does not allow).
+// Check reports a configuration the engine cannot run (a default block size without a drafter, or past the
+// context length).
 func (e *Engine) Check() error {
 	if e.Target == nil {
 		return errors.New("no target model")
@@ -38,8 +39,27 @@ func (e *Engine) Check() error {
 	return BlockSizeProblem(e.BlockSize, e.MaxBlockSize(), e.Drafter != nil)
 }
 
-// MaxBlockSize is the largest block size the drafter allows (1 without one).
+// contextLength is the target's context length under the engine's cap (0: the model states none).
+func (e *Engine) contextLength() int {
+	n := e.Target.Info().ContextLength
+	if c := e.ContextLength; c > 0 && (n == 0 || c < n) {
+		n = c
+	}
+	return n
+}
+
+// MaxBlockSize is the largest block size a request may name: the context length with a drafter (a drafter
+// drafts any block size, as its authors run it; its configured size is only the default), 0 when the model
+// states no context length (a request's max_tokens bounds it then), 1 without a drafter.
 func (e *Engine) MaxBlockSize() int {
+	if e.Drafter == nil {
+		return 1
+	}
+	return e.contextLength()
+}
+
+// DrafterBlockSize is the drafter's configured block size, the default block (1 without a drafter).
+func (e *Engine) DrafterBlockSize() int {
 	if e.Drafter == nil {
 		return 1
 	}
@@ -49,7 +69,7 @@ func (e *Engine) MaxBlockSize() int {
 // DefaultBlockSize is the block size of a request that names none.
 func (e *Engine) DefaultBlockSize() int {
 	if e.BlockSize == 0 {
-		return e.MaxBlockSize()
+		return e.DrafterBlockSize()
 	}
 	return e.BlockSize
 }
@@ -66,13 +86,14 @@ func (e *Engine) StopTokens() []ports.Token {
 }
 
 // BlockSizeProblem is the one message for a block size the loaded models cannot decode with (higgsd doctor
-// asks it before loading).
+// asks it before loading): speculation without a drafter, or a block longer than the context (maxBlock; 0: no
+// bound).
 func BlockSizeProblem(bs, maxBlock int, drafter bool) error {
 	switch {
 	case bs > 1 && !drafter:
 		return fmt.Errorf("block_size %d needs speculative decoding, which needs a drafter, and none is loaded", bs)
-	case bs > maxBlock:
-		return fmt.Errorf("block_size %d exceeds the drafter's block size %d", bs, maxBlock)
+	case maxBlock > 0 && bs > maxBlock:
+		return fmt.Errorf("block_size %d exceeds this model's context length %d", bs, maxBlock)
 	}
 	return nil
 }
@@ -177,7 +198,13 @@ func (e *Engine) Plan(req Request) (Plan, error) {
 	case bs == 0:
 		bs = e.DefaultBlockSize()
 	default:
-		if err := BlockSizeProblem(bs, e.MaxBlockSize(), e.Drafter != nil); err != nil {
+		// Without a stated context length the request's max_tokens bounds the block: a round never verifies
+		// more than the tokens left, plus the anchor.
+		maxBlock := e.MaxBlockSize()
+		if maxBlock == 0 && req.MaxTokens > 0 {
+			maxBlock = req.MaxTokens + 1
+		}
+		if err := BlockSizeProblem(bs, maxBlock, e.Drafter != nil); err != nil {
 			errs = append(errs, invalid("block_size", "%v", err))
 		}
 	}

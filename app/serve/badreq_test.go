@@ -102,7 +102,7 @@ func TestE2EBadRequests(t *testing.T) {
 		{"stream_options without stream", "POST", chat, `{` + msgs + `,"stream_options":{"include_usage":true}}`, auth, 400, "stream_options", "only allowed when stream"},
 		{"stream not bool", "POST", chat, `{` + msgs + `,"stream":"yes"}`, auth, 400, "stream", "boolean"},
 		{"block_size zero", "POST", chat, `{` + msgs + `,"block_size":0}`, auth, 400, "block_size", "at least 1"},
-		{"block_size beyond drafter", "POST", chat, `{` + msgs + `,"block_size":64}`, auth, 400, "block_size", "block_size 64 exceeds the drafter's block size 4"},
+		{"block_size beyond the context", "POST", chat, `{` + msgs + `,"block_size":99999}`, auth, 400, "block_size", "block_size 99999 exceeds this model's context length"},
 		{"unknown template kwarg", "POST", chat, `{` + msgs + `,"chat_template_kwargs":{"tools_mode":1}}`, auth, 400, "chat_template_kwargs.tools_mode", "only enable_thinking"},
 		{"enable_thinking string", "POST", chat, `{` + msgs + `,"chat_template_kwargs":{"enable_thinking":"yes"}}`, auth, 400, "chat_template_kwargs.enable_thinking", "boolean"},
 		{"seed string", "POST", chat, `{` + msgs + `,"seed":"abc"}`, auth, 400, "seed", "integer"},
@@ -194,7 +194,7 @@ func TestE2EAnthropicBadRequests(t *testing.T) {
 	}{
 		{"max_tokens beyond context", `{"model":"toy","max_tokens":100000,` + msgs + `}`, auth, 400, "invalid_request_error", "max_tokens: context length exceeded: max tokens 100000 is too large: this model's maximum context length is 256"},
 		{"prompt too long", `{"model":"toy","max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("a", 300) + `"}]}`, auth, 400, "invalid_request_error", "messages: context length exceeded: this model's maximum context length is 256"},
-		{"block_size beyond drafter", `{"model":"toy","max_tokens":5,"block_size":64,` + msgs + `}`, auth, 400, "invalid_request_error", "block_size: block_size 64 exceeds the drafter's block size 4"},
+		{"block_size beyond the context", `{"model":"toy","max_tokens":5,"block_size":99999,` + msgs + `}`, auth, 400, "invalid_request_error", "block_size: block_size 99999 exceeds this model's context length"},
 		{"unknown model", `{"model":"claude-x","max_tokens":5,` + msgs + `}`, auth, 404, "not_found_error", `"claude-x" does not exist`},
 		{"max_tokens missing", `{"model":"toy",` + msgs + `}`, auth, 400, "invalid_request_error", "max_tokens: field required"},
 		{"extra field", `{"model":"toy","max_tokens":5,"frobnicate":"c",` + msgs + `}`, auth, 400, "invalid_request_error", "frobnicate: Extra inputs are not permitted"},

@@ -36,7 +36,7 @@ func (s *Serve) Models() []ports.ModelCard {
 		c.Speculation = ports.SpeculationFixed
 	}
 	if l.Drafter != nil {
-		c.Drafter = &ports.DrafterCard{Name: l.DrafterName, Generation: l.DrafterGeneration, BlockSize: l.gen.MaxBlockSize()}
+		c.Drafter = &ports.DrafterCard{Name: l.DrafterName, Generation: l.DrafterGeneration, BlockSize: l.gen.DrafterBlockSize()}
 	}
 	return []ports.ModelCard{c}
 }

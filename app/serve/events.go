@@ -16,7 +16,7 @@ func (s *Serve) helloEvent() ports.Event {
 	ev := ports.Event{Type: "hello", TimeMS: s.clock.Now().UnixMilli(), Hello: &ports.HelloEvent{
 		MaxBlockSize: 1, BlockSize: 1, Adaptive: s.cfg.Adaptive, Queue: s.queueState()}}
 	if l := s.engine.Load(); l != nil {
-		ev.Hello.Model, ev.Hello.MaxBlockSize, ev.Hello.BlockSize = l.name, l.gen.MaxBlockSize(), l.gen.DefaultBlockSize()
+		ev.Hello.Model, ev.Hello.MaxBlockSize, ev.Hello.BlockSize = l.name, l.gen.DrafterBlockSize(), l.gen.DefaultBlockSize()
 	}
 	return ev
 }

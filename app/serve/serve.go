@@ -25,8 +25,8 @@ import (
 type ServeConfig struct {
 	// ServedModelName overrides the model id clients use; "" means the loaded model's name.
 	ServedModelName string
-	// BlockSize is the default speculative block size (anchor included): 0 means the drafter's trained block
-	// size, 1 turns speculation off. Requests may lower or raise it up to the drafter's block size.
+	// BlockSize is the default speculative block size (anchor included): 0 means the drafter's configured
+	// block size, 1 turns speculation off. Requests may lower or raise it up to the context length.
 	BlockSize int
 	// Adaptive lets the depth policy pick each round's block size (≤ the request's block size).
 	Adaptive bool

@@ -175,8 +175,8 @@ func Bench(ctx context.Context, m *models.Models, o BenchOptions) (BenchResult, 
 			variants = append(variants, &variant{bs: m.Drafter.BlockSize(), adaptive: true, mem: speculative.NewPolicyMemory()})
 		}
 		for _, b := range o.Sweep {
-			if b < 2 || b > m.Drafter.BlockSize() {
-				return res, fmt.Errorf("%w: sweep block size %d outside 2..%d", ErrBadInput, b, m.Drafter.BlockSize())
+			if n := m.Target.Info().ContextLength; b < 2 || (n > 0 && b > n) {
+				return res, fmt.Errorf("%w: sweep block size %d outside 2..%d (the context length)", ErrBadInput, b, n)
 			}
 			if b == bs && !o.Adaptive || slices.ContainsFunc(variants[2:], func(v *variant) bool { return v.bs == b && !v.adaptive }) {
 				// Already measured as the main figure (or listed twice): one row per configuration.

@@ -45,8 +45,8 @@ type CertifyOptions struct {
 	Prompts [][]ports.Token
 	// PromptSource names the prompt set in the report ("built-in", a file name, "--prompt").
 	PromptSource string
-	// BlockSizes are the sizes to try (nil: 1..CertifyMaxBlockSize); those above the drafter's block size are
-	// listed as not run.
+	// BlockSizes are the sizes to try (nil: 1..CertifyMaxBlockSize), below or above the drafter's configured
+	// block size; those the context cannot hold are listed as not run.
 	BlockSizes []int
 	MaxTokens  int
 	StopIDs    []ports.Token
@@ -140,9 +140,10 @@ func Certify(ctx context.Context, m *models.Models, o CertifyOptions) (Certifica
 			sizes = append(sizes, b)
 		}
 	}
+	ctxLen := m.Target.Info().ContextLength
 	for _, b := range sizes {
-		if b > dbs {
-			c.Chain.NotRun = append(c.Chain.NotRun, NotRun{BlockSize: b, Reason: fmt.Sprintf("not run: above the drafter's block size %d", dbs)})
+		if ctxLen > 0 && b > ctxLen {
+			c.Chain.NotRun = append(c.Chain.NotRun, NotRun{BlockSize: b, Reason: fmt.Sprintf("not run: above the context length %d", ctxLen)})
 			continue
 		}
 		c.Chain.BlockSizes = append(c.Chain.BlockSizes, b)
@@ -159,7 +160,7 @@ func Certify(ctx context.Context, m *models.Models, o CertifyOptions) (Certifica
 	}
 	c.Chain.Modes = modes
 	if len(c.Chain.BlockSizes) == 0 {
-		return c, fmt.Errorf("%w: no block size to run: every one asked for is above the drafter's block size %d", ErrBadInput, dbs)
+		return c, fmt.Errorf("%w: no block size to run: every one asked for is above the context length %d", ErrBadInput, ctxLen)
 	}
 	c.Chain.Verified = true
 

@@ -24,25 +24,26 @@ func (c fixedClock) Now() time.Time { return c.t }
 
 var certTime = time.Date(2026, 12, 6, 4, 30, 0, 0, time.UTC)
 
-// TestCertifyPasses: on a correct backend, dense and hybrid, every block size the drafter allows agrees with
-// plain greedy decoding in every mode (alone, batch, each with a prefix-cache hit); the sizes above the
-// drafter's block size are listed as not run; the tree section says trees are not verified.
+// TestCertifyPasses: on a correct backend, dense and hybrid, every block size — below, at and above the
+// drafter's configured 4 — agrees with plain greedy decoding in every mode (alone, batch, each with a
+// prefix-cache hit); a size past the context length is listed as not run; the tree section says trees are
+// not verified.
 func TestCertifyPasses(t *testing.T) {
 	drafter := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 9, Taps: []int{1, 3}, Mask: 62, BlockSize: 4})
 	for _, fam := range []string{"qwen3", "qwen3_next"} {
 		t.Run(fam, func(t *testing.T) {
 			m := load(t, testmodel.Synth(t, synth.TargetSpec{Family: fam, Seed: 5}), drafter)
-			c, err := Certify(t.Context(), m, CertifyOptions{Prompts: testPrompts, PromptSource: "test", MaxTokens: 8,
+			c, err := Certify(t.Context(), m, CertifyOptions{Prompts: testPrompts, PromptSource: "test", MaxTokens: 8, BlockSizes: []int{1, 2, 3, 4, 6, 1 << 24},
 				NoEOS: true, Batch: 3, Temperature: 0.8, Seed: 3, Samples: 40, Verify: "residual", Clock: fixedClock{certTime}})
 			require.NoError(t, err)
 			assert.True(t, c.Certified)
 			assert.True(t, c.Chain.Pass)
-			assert.Equal(t, []int{1, 2, 3, 4}, c.Chain.BlockSizes)
-			require.Len(t, c.Chain.NotRun, 12)
-			assert.Equal(t, 5, c.Chain.NotRun[0].BlockSize)
-			assert.Contains(t, c.Chain.NotRun[0].Reason, "not run: above the drafter's block size 4")
+			assert.Equal(t, []int{1, 2, 3, 4, 6}, c.Chain.BlockSizes)
+			require.Len(t, c.Chain.NotRun, 1)
+			assert.Equal(t, 1<<24, c.Chain.NotRun[0].BlockSize)
+			assert.Contains(t, c.Chain.NotRun[0].Reason, "not run: above the context length")
 			assert.Equal(t, []string{ModeAlone, ModeAlonePrefixHit, ModeBatch, ModeBatchPrefixHit}, c.Chain.Modes)
-			assert.Len(t, c.Chain.Cases, 4*4)
+			assert.Len(t, c.Chain.Cases, 5*4)
 			for _, cs := range c.Chain.Cases {
 				assert.True(t, cs.Pass, "%+v", cs)
 				want := len(testPrompts)
@@ -68,7 +69,7 @@ func TestCertifyPasses(t *testing.T) {
 			assert.Contains(t, c.Scope, "trees not verified")
 			require.NotNil(t, c.Distribution)
 			assert.True(t, c.Distribution.Pass)
-			assert.Equal(t, 4, c.Distribution.BlockSize)
+			assert.Equal(t, 6, c.Distribution.BlockSize, "the largest size run")
 			assert.Equal(t, certTime, c.When)
 			assert.Equal(t, models.BackendCPU, c.Backend)
 			assert.Equal(t, models.KernelsExact, c.Kernels)
@@ -230,7 +231,7 @@ func TestCertifyBadInput(t *testing.T) {
 		"no prompts":       {MaxTokens: 4},
 		"no tokens":        {Prompts: testPrompts, MaxTokens: 0},
 		"size 0":           {Prompts: testPrompts, MaxTokens: 4, BlockSizes: []int{0, 2}},
-		"all too large":    {Prompts: testPrompts, MaxTokens: 4, BlockSizes: []int{8, 16}},
+		"all too large":    {Prompts: testPrompts, MaxTokens: 4, BlockSizes: []int{1 << 24, 1 << 25}},
 		"negative batch":   {Prompts: testPrompts, MaxTokens: 4, Batch: -1},
 		"NaN temperature":  {Prompts: testPrompts, MaxTokens: 4, Temperature: math.NaN()},
 		"negative samples": {Prompts: testPrompts, MaxTokens: 4, Samples: -1},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 
@@ -13,8 +14,8 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// DefaultBlockSizes are the block sizes lossless checks when none are given (those above the drafter's
-// block_size are skipped).
+// DefaultBlockSizes are the block sizes lossless checks when none are given, below or above the drafter's
+// block_size alike (the drafter's own is added when it is not among them).
 var DefaultBlockSizes = []int{2, 4, 8, 16}
 
 // Distribution-test defaults. The test compares plain sampling with speculative sampling over the first
@@ -34,7 +35,7 @@ const (
 // LosslessOptions configure `higgs-verify lossless`.
 type LosslessOptions struct {
 	Prompts    [][]ports.Token
-	BlockSizes []int // nil: DefaultBlockSizes capped at the drafter's block size
+	BlockSizes []int // nil: DefaultBlockSizes and the drafter's block size
 	MaxTokens  int   // generated tokens per run
 	StopIDs    []ports.Token
 	NoEOS      bool
@@ -119,22 +120,20 @@ type LosslessResult struct {
 	SeededCases []LosslessCase `json:"seeded_cases,omitempty"`
 }
 
-func (o LosslessOptions) blockSizes(drafterBS int) ([]int, error) {
+// blockSizes are the sizes to check: o.BlockSizes, each at least 2 and within the context length (ctxLen; 0:
+// no bound), or the defaults.
+func (o LosslessOptions) blockSizes(drafterBS, ctxLen int) ([]int, error) {
 	if o.BlockSizes == nil {
-		var out []int
-		for _, b := range DefaultBlockSizes {
-			if b <= drafterBS {
-				out = append(out, b)
-			}
-		}
-		if len(out) == 0 {
-			out = []int{drafterBS}
+		out := slices.Clone(DefaultBlockSizes)
+		if !slices.Contains(out, drafterBS) && drafterBS >= 2 {
+			out = append(out, drafterBS)
+			slices.Sort(out)
 		}
 		return out, nil
 	}
 	for _, b := range o.BlockSizes {
-		if b < 2 || b > drafterBS {
-			return nil, fmt.Errorf("%w: block size %d outside 2..%d (the drafter's block_size)", ErrBadInput, b, drafterBS)
+		if b < 2 || (ctxLen > 0 && b > ctxLen) {
+			return nil, fmt.Errorf("%w: block size %d outside 2..%d (the context length)", ErrBadInput, b, ctxLen)
 		}
 	}
 	return o.BlockSizes, nil
@@ -158,7 +157,7 @@ func Lossless(ctx context.Context, m *models.Models, o LosslessOptions) (Lossles
 	if o.Samples < 0 {
 		return res, fmt.Errorf("%w: samples %d must be ≥ 0 (0: %d)", ErrBadInput, o.Samples, DefaultDistSamples)
 	}
-	sizes, err := o.blockSizes(m.Drafter.BlockSize())
+	sizes, err := o.blockSizes(m.Drafter.BlockSize(), m.Target.Info().ContextLength)
 	if err != nil {
 		return res, err
 	}

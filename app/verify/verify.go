@@ -37,7 +37,7 @@ func (SystemClock) After(d time.Duration) <-chan time.Time { return time.After(d
 
 // GenerateOptions configure one verify generation: the generation's knobs (a MaxTokens > 0 is required:
 // the contract promises exactly that many tokens unless a stop token ends generation; a BlockSize of 0
-// means the drafter's block size when speculating) and what the harness decides around them.
+// means the drafter's configured block size when speculating) and what the harness decides around them.
 type GenerateOptions struct {
 	generation.Request
 	// Speculative turns DFlash on (needs Models.Drafter); otherwise decoding is autoregressive.

@@ -226,7 +226,7 @@ func TestBadInputBeforeGeneration(t *testing.T) {
 		o    GenerateOptions
 		want string
 	}{
-		{"block size above the drafter's", GenerateOptions{Request: generation.Request{Prompt: []ports.Token{1}, MaxTokens: 4, BlockSize: 9}, Speculative: true}, "block_size 9 exceeds the drafter's block size 8"},
+		{"block size past the context", GenerateOptions{Request: generation.Request{Prompt: []ports.Token{1}, MaxTokens: 4, BlockSize: 1 << 24}, Speculative: true}, "block_size 16777216 exceeds this model's context length"},
 		{"negative block size", GenerateOptions{Request: generation.Request{Prompt: []ports.Token{1}, MaxTokens: 4, BlockSize: -1}, Speculative: true}, "block_size -1 must be ≥ 1"},
 		{"empty prompt", GenerateOptions{Request: generation.Request{MaxTokens: 4}}, "the prompt is empty"},
 		{"token outside vocab", GenerateOptions{Request: generation.Request{Prompt: []ports.Token{64}, MaxTokens: 4}}, "outside this model's vocabulary of 64"},
@@ -241,7 +241,7 @@ func TestBadInputBeforeGeneration(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
-	_, err := Lossless(t.Context(), m, LosslessOptions{Prompts: testPrompts, BlockSizes: []int{16}, MaxTokens: 4})
+	_, err := Lossless(t.Context(), m, LosslessOptions{Prompts: testPrompts, BlockSizes: []int{1 << 24}, MaxTokens: 4})
 	require.ErrorIs(t, err, ErrBadInput)
 	for _, tc := range []struct {
 		name string

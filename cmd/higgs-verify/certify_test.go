@@ -59,23 +59,23 @@ type certOut struct {
 }
 
 // TestCertifyCommand: certify passes on a correct backend, writes higgs-certificate.json beside the model
-// (what higgsd then shows), lists the block sizes above the drafter's as not run and says trees are not
-// verified.
+// (what higgsd then shows), runs block sizes above the drafter's configured 8, lists one past the context
+// length as not run and says trees are not verified.
 func TestCertifyCommand(t *testing.T) {
 	model := testmodel.Copy(t, fixtures.dense, nil)
 	args := []string{"certify", "--model", model, "--draft", fixtures.drafter, "--tokens", "5,9,13", "--max-tokens", "6",
-		"--block-sizes", "1,2,8,16", "--batch", "2", "--samples", "20"}
+		"--block-sizes", "1,2,8,12,16777216", "--batch", "2", "--samples", "20"}
 	r := runCLI(t, append(args, "--json")...)
 	require.Equal(t, 0, r.code, r.stderr)
 	var c certOut
 	oneJSON(t, r.stdout, &c)
 	assert.True(t, c.Certified)
 	assert.True(t, c.Chain.Pass)
-	assert.Equal(t, []int{1, 2, 8}, c.Chain.BlockSizes)
+	assert.Equal(t, []int{1, 2, 8, 12}, c.Chain.BlockSizes)
 	require.Len(t, c.Chain.NotRun, 1)
-	assert.Equal(t, 16, c.Chain.NotRun[0].BlockSize)
-	assert.Equal(t, "not run: above the drafter's block size 8", c.Chain.NotRun[0].Reason)
-	assert.Len(t, c.Chain.Cases, 3*4)
+	assert.Equal(t, 16777216, c.Chain.NotRun[0].BlockSize)
+	assert.Contains(t, c.Chain.NotRun[0].Reason, "not run: above the context length")
+	assert.Len(t, c.Chain.Cases, 4*4)
 	assert.False(t, c.Tree.Verified)
 	assert.Contains(t, c.Tree.Note, "not verified")
 	require.NotNil(t, c.Distribution)
@@ -94,7 +94,7 @@ func TestCertifyCommand(t *testing.T) {
 	r = runCLI(t, append(args, "--out", out, "--temperature", "0")...)
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "tree: not verified")
-	assert.Contains(t, r.stdout, "block 16 not run: above the drafter's block size 8")
+	assert.Contains(t, r.stdout, "block 16777216 not run: above the context length")
 	assert.Contains(t, r.stdout, "certified: true")
 	assert.Contains(t, r.stdout, "written: "+out)
 	assert.NotContains(t, r.stdout, "distribution test")
@@ -182,7 +182,7 @@ func TestCertifyCommandReportsDisagreement(t *testing.T) {
 func TestCertifyCommandBadInput(t *testing.T) {
 	for _, extra := range [][]string{
 		{"--block-sizes", "0,2"},
-		{"--block-sizes", "32"},
+		{"--block-sizes", "16777216"},
 		{"--batch", "-1"},
 		{"--no-write", "--out", "x.json"},
 		{"--verify", "maybe"},

@@ -215,7 +215,7 @@ func TestExitCodes(t *testing.T) {
 		{"missing model", []string{"generate", "--model", "/nonexistent/x", "--tokens", "1"}, 2, "/nonexistent/x"},
 		{"bad tokens", []string{"generate", "--model", fixtures.dense, "--tokens", "1,x"}, 2, "not a non-negative integer"},
 		{"token outside vocab", []string{"generate", "--model", fixtures.dense, "--tokens", "64"}, 2, "outside this model's vocabulary of 64"},
-		{"block size out of range", []string{"generate", "--model", fixtures.dense, "--draft", fixtures.drafter, "--tokens", "1", "--block-size", "9"}, 2, "block_size 9 exceeds the drafter's block size 8"},
+		{"block size out of range", []string{"generate", "--model", fixtures.dense, "--draft", fixtures.drafter, "--tokens", "1", "--block-size", "16777216"}, 2, "block_size 16777216 exceeds this model's context length"},
 		{"mlx backend", []string{"generate", "--model", fixtures.dense, "--tokens", "1", "--backend", "mlx"}, 2, "MLX backend not available"},
 		{"parity with mlx", []string{"parity", "--model", fixtures.dense, "--tokens", "1", "--a", "cpu", "--b", "mlx"}, 2, "MLX backend not available"},
 		{"prompt without tokenizer", []string{"generate", "--model", fixtures.dense, "--prompt", "hi"}, 2, "no tokenizer.json"},

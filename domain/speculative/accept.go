@@ -13,6 +13,10 @@ import (
 // distributions practically never produces.
 const maxResidualTries = 1 << 20
 
+// emptyResidual is the residual mass below which the residual counts as empty: far below any probability a
+// sampler resolves, and above the rounding of a sum of float64 probabilities.
+const emptyResidual = 1e-12
+
 // acceptGreedy applies the greedy rule of docs/model-math.md#acceptance-rules: greedy[i] is the target's argmax after
 // block slot i, so draft i+1 is accepted while drafts[i] == greedy[i]. It returns the number of accepted drafts and
 // the bonus/correction token greedy[accepted]. greedy must hold exactly len(drafts)+1 tokens.
@@ -33,6 +37,12 @@ func acceptGreedy(drafts, greedy []ports.Token) (int, ports.Token, error) {
 // drafts[i] was drawn from, and nil qs means point-mass drafts. Draft i is accepted with probability
 // min(1, p(d)/q(d)); on the first rejection the correction is drawn from the residual ∝ max(0, p−q); if every
 // draft is accepted the bonus is drawn from the last p. All randomness comes from rnd.
+//
+// A rejection with an empty residual (p ≤ q everywhere, so p and q agree but for rounding: a draft with
+// q(d) a hair above p(d) can still be rejected) draws the correction from p itself, as the drafter's authors do
+// (their _rejection_sample falls back to the target's distribution when the residual sums to 0). Where q
+// overshoots p by a constant factor c ≥ 1 (stored probabilities summing past 1) that keeps the output
+// exactly p: P(y) = p(y)/c + (1 − 1/c)·p(y).
 func acceptSampled(drafts []ports.Token, qs, ps []ports.Distribution, rnd ports.Rand) (int, ports.Token, error) {
 	if len(ps) != len(drafts)+1 {
 		return 0, ports.NoToken, fmt.Errorf("accept: %d target distributions for %d drafts, want %d",
@@ -59,7 +69,8 @@ func acceptSampled(drafts []ports.Token, qs, ps []ports.Distribution, rnd ports.
 		var y ports.Token
 		var err error
 		if qs == nil {
-			// Point-mass draft: the residual max(0, p−δ_d) is p with d removed, renormalised.
+			// Point-mass draft: the residual max(0, p−δ_d) is p with d removed, renormalised; it is empty
+			// only when p is all on d, and then the fallback draws from p.
 			y = p.Sample(rnd.Float64(), d)
 		} else {
 			y, err = sampleResidual(p, qs[i], rnd)
@@ -68,7 +79,10 @@ func acceptSampled(drafts []ports.Token, qs, ps []ports.Distribution, rnd ports.
 			}
 		}
 		if y == ports.NoToken {
-			return 0, ports.NoToken, fmt.Errorf("accept: slot %d: residual distribution has no mass", i+1)
+			// The residual is empty: fall back to the target's distribution.
+			if y = p.Sample(rnd.Float64(), ports.NoToken); y == ports.NoToken {
+				return 0, ports.NoToken, fmt.Errorf("accept: slot %d: target distribution has no mass", i+1)
+			}
 		}
 		return i, y, nil
 	}
@@ -110,8 +124,14 @@ func acceptMatch(drafts []ports.Token, ps []ports.Distribution, noise ports.Posi
 }
 
 // sampleResidual draws from r ∝ max(0, p−q) knowing p and q only through Prob and Sample: propose y ~ p and
-// keep it with probability max(0, p(y)−q(y))/p(y), which is ≤ 1, so this is exact rejection sampling.
+// keep it with probability max(0, p(y)−q(y))/p(y), which is ≤ 1, so this is exact rejection sampling. It
+// returns NoToken when the residual is empty: once the distinct tokens proposed bound its mass — Σ over them
+// of max(0, p−q), plus the p-mass of every token not yet proposed — to at most emptyResidual (or, failing
+// that, after maxResidualTries proposals, which a residual of mass r survives with probability about
+// e^(−r·2^20): the output distribution then differs from p's by at most 1/(e·2^20) ≈ 3.5e-7 in total variation).
 func sampleResidual(p, q ports.Distribution, rnd ports.Rand) (ports.Token, error) {
+	seen := map[ports.Token]bool{}
+	covered, mass := 0.0, 0.0 // p-mass of the tokens proposed so far, and their residual mass
 	for range maxResidualTries {
 		y := p.Sample(rnd.Float64(), ports.NoToken)
 		if y == ports.NoToken {
@@ -121,11 +141,20 @@ func sampleResidual(p, q ports.Distribution, rnd ports.Rand) (ports.Token, error
 		if !(py > 0) {
 			continue
 		}
-		if rnd.Float64() < 1-q.Prob(y)/py {
+		qy := q.Prob(y)
+		if rnd.Float64() < 1-qy/py {
 			return y, nil
 		}
+		if !seen[y] {
+			seen[y] = true
+			covered += py
+			mass += max(0, py-qy)
+		}
+		if mass+max(0, 1-covered) <= emptyResidual {
+			return ports.NoToken, nil
+		}
 	}
-	return ports.NoToken, fmt.Errorf("residual sampling gave up after %d tries (target and draft distributions nearly equal)", maxResidualTries)
+	return ports.NoToken, nil
 }
 
 // sampleFirst picks the first token from the prefill's last row, with the number draw returns when sampling.

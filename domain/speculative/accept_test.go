@@ -84,6 +84,10 @@ func TestAcceptSampledScripted(t *testing.T) {
 		// Rejected (0.56 ≥ 0.556). Residual max(0, p−q) = {0: 0, 1: 0.25, 2: 0.15}: propose y ~ p with u=0.1 →
 		// token 0, kept with probability 1−0.9/0.5 < 0 (never); then u=0.6 → token 1, kept if u < 1−0.05/0.3.
 		{name: "general q rejected residual", drafts: []ports.Token{0}, qs: []ports.Distribution{mustDist(t, 0.9, 0.05, 0.05)}, ps: []ports.Distribution{p, p}, us: []float64{0.56, 0.1, 0.0, 0.6, 0.5}, accepted: 0, next: 1},
+		// q(0) = 0.6 > p(0) = 0.5 while q ≥ p everywhere (q's stored probabilities sum past 1): rejected
+		// (0.9 ≥ 0.5/0.6), and the residual max(0, p−q) is empty once tokens 0, 1 and 2 are proposed (u 0.1,
+		// 0.6, 0.9, each kept with probability < 0); the correction is then drawn from p itself: u=0.6 → token 1.
+		{name: "empty residual falls back to the target", drafts: []ports.Token{0}, qs: []ports.Distribution{overshoot{p, 1.2}}, ps: []ports.Distribution{p, p}, us: []float64{0.9, 0.1, 0.5, 0.6, 0.5, 0.9, 0.5, 0.6}, accepted: 0, next: 1},
 		{name: "distribution count mismatch", drafts: []ports.Token{1, 2}, ps: []ports.Distribution{p, p}, us: []float64{0}, wantErr: true},
 		{name: "draft distribution count mismatch", drafts: []ports.Token{1}, qs: []ports.Distribution{p, p}, ps: []ports.Distribution{p, p}, us: []float64{0}, wantErr: true},
 		{name: "draft outside its own distribution", drafts: []ports.Token{1}, qs: []ports.Distribution{mustDist(t, 1, 0, 0)}, ps: []ports.Distribution{p, p}, us: []float64{0}, wantErr: true},
@@ -103,6 +107,17 @@ func TestAcceptSampledScripted(t *testing.T) {
 	}
 }
 
+// overshoot is a proposal whose stored probabilities are c ≥ 1 times p's (they sum to c, as rounded
+// probabilities may sum a hair past 1, here magnified) while it draws like p: every rejection of its drafts
+// has an empty residual max(0, p − c·p).
+type overshoot struct {
+	p ports.Distribution
+	c float64
+}
+
+func (o overshoot) Prob(tok ports.Token) float64                 { return o.c * o.p.Prob(tok) }
+func (o overshoot) Sample(u float64, ex ports.Token) ports.Token { return o.p.Sample(u, ex) }
+
 // TestAcceptSampledFirstTokenDistribution checks losslessness of one slot in isolation: whatever the draft
 // and its q, the first emitted token (accepted draft or correction) is distributed as p.
 func TestAcceptSampledFirstTokenDistribution(t *testing.T) {
@@ -116,6 +131,12 @@ func TestAcceptSampledFirstTokenDistribution(t *testing.T) {
 		{"point mass on unlikely token", func(float64) (ports.Token, []ports.Distribution) { return 0, nil }},
 		{"sampled from a different q", func(u float64) (ports.Token, []ports.Distribution) {
 			q := mustDist(t, 0.4, 0.1, 0.1, 0.4)
+			return q.Sample(u, ports.NoToken), []ports.Distribution{q}
+		}},
+		// Every rejection (a third of the drafts) meets an empty residual and falls back to p, as the
+		// authors' _rejection_sample does: the output is still p, P(y) = p(y)/c + (1 − 1/c)·p(y).
+		{"empty residual: q overshoots p", func(u float64) (ports.Token, []ports.Distribution) {
+			q := overshoot{p, 1.5}
 			return q.Sample(u, ports.NoToken), []ports.Distribution{q}
 		}},
 	}

@@ -117,8 +117,8 @@ type BatchCost interface {
 // Config is the per-generation decoding configuration.
 type Config struct {
 	// BlockSize is the verify block size, anchor included: 1 means plain autoregressive decoding; 2 or more
-	// means DFlash blocks, at most the drafter's BlockSize: the decoder cannot see that bound (DraftSession
-	// does not expose it), so callers check it; a larger block fails at the first Draft call.
+	// means DFlash blocks of any size, below or above the drafter's configured one (the drafter drafts exactly
+	// bs slots); each round's block is cut to the tokens left plus the anchor, so the context bounds it.
 	BlockSize int
 	// Adaptive lets the depth policy choose each round's block size (≤ BlockSize), falling back to plain
 	// decoding when speculation does not pay.

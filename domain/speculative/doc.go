@@ -55,7 +55,6 @@
 // plain rounds (block 1, no drafting call), their taps are kept (detached) and fed before the next draft
 // by context-only Draft calls with bs = 1, so DraftSession implementations must accept bs = 1 (append the
 // context, draft nothing; the CPU drafter only queues such rows and projects them all with the next drafting
-// call). A drafter asked for a block shorter than its trained one should still run the trained block and
-// return its first bs−1 proposals (both drafters do): the adaptive policy's short blocks then accept as the
-// full block's first slots do.
+// call). A drafter drafts exactly the bs slots it is asked for, below or above its configured block size, as
+// the drafter's authors run it: the adaptive policy prices a short block's draft as the cheaper call it is.
 package speculative

@@ -23,9 +23,8 @@ const (
 	defaultDecay       = 0.2
 	// defaultMaxPendingRounds is PolicyConfig.MaxPendingRounds's default.
 	defaultMaxPendingRounds = 1024
-	// exploreBlock is the first speculative block measured: verifying it costs little more than a plain
-	// step on any backend, and (drafters running their trained block for short calls) it measures the first
-	// three slots' acceptance as a full block would. Larger sizes are tried when those slots look good.
+	// exploreBlock is the first speculative block measured: drafting and verifying it cost little more than
+	// a plain step on any backend. Larger sizes are tried when its slots look good.
 	exploreBlock = 4
 	// priorAcceptance is the per-slot conditional acceptance assumed before any observation.
 	priorAcceptance = 0.5
@@ -40,9 +39,11 @@ const (
 //
 // where r_j is the estimated probability that draft slot j is accepted given slot j−1 was. The round time is
 // draft(bs) + verify(bs) (verify including rollback), each measured per block size; an unmeasured size's
-// draft time is interpolated between measured speculative sizes (constant beyond them: a drafter runs its
-// trained block whatever bs it is asked for) and its verify time between all measured sizes, block 1 (plain
-// decoding, no draft call) included. The first rounds measure plain decoding (a generation's first round is a
+// draft time is interpolated between measured speculative sizes and extrapolated beyond them (a drafter runs
+// exactly bs slots, so a shorter draft costs less and a longer one more), and its verify time likewise between
+// all measured sizes, block 1 (plain decoding, no draft call) included. Slot j's acceptance is pooled over
+// every block size that drafts it (a block of bs slots drafts slot j with other masks beside it than a longer
+// one does; the pooled estimate follows the sizes the policy actually runs). The first rounds measure plain decoding (a generation's first round is a
 // warm-up and not a sample, so a fresh policy decodes plainly twice), then a small block (exploreBlock).
 //
 // Probes measure a size that is not the current choice: while falling back, the most promising speculative
@@ -316,7 +317,7 @@ func (p *depthPolicy) costOf(bs int) float64 {
 	if bs == 1 || v <= 0 {
 		return v
 	}
-	d := p.estimate(p.draft, bs, 2, false)
+	d := p.estimate(p.draft, bs, 2, true)
 	if d <= 0 {
 		return 0
 	}

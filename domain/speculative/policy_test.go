@@ -196,6 +196,35 @@ func TestPolicyModerateRegimePicksMiddleBlock(t *testing.T) {
 	assert.Greater(t, mid, 350, "%v", countReasons(rs))
 }
 
+// TestPolicyPricesDraftsByTheirSize: a drafter drafts exactly bs slots, so the policy prices an unmeasured
+// block's draft from the measured ones' slope, below and above them, not as the nearest measured draft.
+func TestPolicyPricesDraftsByTheirSize(t *testing.T) {
+	p := newDepthPolicy(16, PolicyConfig{})
+	ms := time.Millisecond
+	p.observe(1, 0, 0, 0, 10*ms, 0) // warm-up round: not a sample
+	p.observe(1, 0, 0, 0, 10*ms, 0)
+	p.observe(4, 3, 4*ms, 0, 12*ms, 0)
+	p.observe(8, 7, 8*ms, 0, 14*ms, 0)
+	for _, c := range []struct {
+		bs   int
+		want time.Duration // draft (1 ms a slot, as measured at 4 and 8) + verify (interpolated / extrapolated)
+	}{
+		{2, 2*ms + 10*ms + 2*ms/3},
+		{4, 4*ms + 12*ms},
+		{6, 6*ms + 13*ms},
+		{8, 8*ms + 14*ms},
+		{16, 16*ms + 18*ms},
+	} {
+		assert.InDelta(t, float64(c.want), p.costOf(c.bs), 1, "block %d", c.bs)
+	}
+	// With one measured draft there is no slope yet: other sizes' drafts are priced as that one.
+	q := newDepthPolicy(16, PolicyConfig{})
+	q.observe(1, 0, 0, 0, 10*ms, 0)
+	q.observe(1, 0, 0, 0, 10*ms, 0)
+	q.observe(8, 7, 8*ms, 0, 14*ms, 0)
+	assert.InDelta(t, float64(8*ms+10*ms+4*ms/7), q.costOf(2), 1)
+}
+
 func TestPolicyRespectsLimit(t *testing.T) {
 	p := newDepthPolicy(8, PolicyConfig{})
 	d := p.choose(3)

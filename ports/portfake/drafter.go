@@ -26,8 +26,11 @@ type Proposer func(history []ports.Token, bs int) (ports.Proposal, error)
 
 // DrafterConfig configures a scripted drafter.
 type DrafterConfig struct {
-	// BlockSize is the largest block (default 16).
+	// BlockSize is the configured (default) block (default 16); Draft accepts any bs ≥ 1 up to ContextLength.
 	BlockSize int
+	// ContextLength is the context length a block may not pass (anchor position + bs); default 4096, the
+	// fake target's default.
+	ContextLength int
 	// TapLayers are the target layers the drafter asks for (default {0}).
 	TapLayers []int
 	// Propose scripts the proposals; required.
@@ -58,9 +61,15 @@ func NewDrafter(cfg DrafterConfig) (*Drafter, error) {
 	if cfg.TapLayers == nil {
 		cfg.TapLayers = []int{0}
 	}
+	if cfg.ContextLength == 0 {
+		cfg.ContextLength = 4096
+	}
 	var errs []error
 	if cfg.BlockSize < 1 {
 		errs = append(errs, fmt.Errorf("block size %d must be ≥ 1", cfg.BlockSize))
+	}
+	if cfg.ContextLength < 1 {
+		errs = append(errs, fmt.Errorf("context length %d must be ≥ 1", cfg.ContextLength))
 	}
 	if cfg.Propose == nil {
 		errs = append(errs, errors.New("nil Propose"))
@@ -145,8 +154,15 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 	if err := ctx.Err(); err != nil {
 		return ports.Proposal{}, fmt.Errorf("portfake draft: %w", err)
 	}
-	if bs < 1 || bs > s.d.cfg.BlockSize {
-		return ports.Proposal{}, fmt.Errorf("portfake draft: block size %d outside [1, %d]", bs, s.d.cfg.BlockSize)
+	if bs < 1 {
+		return ports.Proposal{}, fmt.Errorf("portfake draft: block size %d must be ≥ 1", bs)
+	}
+	rows := 0
+	if newCtx != nil {
+		rows = newCtx.Rows()
+	}
+	if n := s.d.cfg.ContextLength; s.Len()+rows+bs > n {
+		return ports.Proposal{}, fmt.Errorf("portfake draft: block size %d at position %d passes the context length %d", bs, s.Len()+rows, n)
 	}
 	if s.noise > 0 {
 		return ports.Proposal{}, fmt.Errorf("portfake draft: %d noise positions left in the cache: Crop to the anchor position first", s.noise)

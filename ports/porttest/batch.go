@@ -468,7 +468,7 @@ func (s BatchSuite) testDraftEqualsSolo(t *testing.T) {
 	}
 	bd := s.Drafter.(ports.BatchDrafter)
 	ctxLens := [][]int{{1, 5, s.Long, 3}, {2, 0, 1, 4}, {1, 3, 2, 1}, {4, 1, 1, 2}}
-	blockSizes := []int{bs, 2, 1, bs/2 + 1}
+	blockSizes := []int{bs, 2, 1, bs/2 + 1, bs + 3}
 	temps := []float64{0, 0.7, 0, 1}
 	for r, cl := range ctxLens {
 		var items []ports.DraftItem
@@ -523,7 +523,7 @@ func (s BatchSuite) equalProposal(t *testing.T, want, got ports.Proposal, msg st
 	}
 }
 
-// testDraftErrors puts refused draft items (block sizes outside 1..BlockSize, an anchor outside the
+// testDraftErrors puts refused draft items (block sizes below 1 or past any context room, an anchor outside the
 // vocabulary, T > 0 without a Rand, a closed session) beside a good one, then checks the whole call's
 // refusals (a session twice, a cancelled context).
 func (s BatchSuite) testDraftErrors(t *testing.T) {
@@ -531,7 +531,7 @@ func (s BatchSuite) testDraftErrors(t *testing.T) {
 	good := s.openDrafted(t)
 	newCtx := s.feed(t, good, 0, 3)
 	bads := []ports.DraftItem{
-		{BlockSize: 0}, {BlockSize: s.Drafter.BlockSize() + 1}, {Anchor: ports.Token(s.vocab()), BlockSize: 2},
+		{BlockSize: 0}, {BlockSize: pastAnyContext}, {Anchor: ports.Token(s.vocab()), BlockSize: 2},
 		{BlockSize: 2, Temperature: 0.5}, {BlockSize: 2},
 	}
 	sessions := make([]ports.DraftSession, len(bads))

@@ -17,6 +17,8 @@ type DraftSuite struct {
 	OpenDraft func(t *testing.T) ports.DraftSession
 	// BlockSize is the drafter's BlockSize (≥ 2). Required.
 	BlockSize int
+	// ContextLength is the target's context length (0: it states none); a block passing it must be refused.
+	ContextLength int
 	// Vocab is the vocabulary size. Required.
 	Vocab int
 }
@@ -38,7 +40,40 @@ func (s DraftSuite) Run(t *testing.T) {
 	t.Run("Deterministic", s.testDeterministic) // greedy drafters only (Proposal.Dists nil), as DFlash is
 	t.Run("ContextOnlyBlockOfOne", s.testContextOnly)
 	t.Run("CropAndRefeed", s.testCrop)
+	t.Run("AnyBlockSize", s.testAnyBlockSize)
 	t.Run("BadInput", s.testBadInput)
+}
+
+// pastAnyContext is a block size no context has room for (every backend states a context length below it).
+const pastAnyContext = 1 << 30
+
+// testAnyBlockSize drafts blocks below, at and above the configured size: each proposes bs−1 tokens, leaves
+// Len() at the anchor's position and is deterministic; a block filling the context room exactly is drafted
+// (when that room is small enough to draft quickly).
+func (s DraftSuite) testAnyBlockSize(t *testing.T) {
+	ctx := s.taps(t, s.prompt())[0]
+	sizes := []int{2, s.BlockSize - 1, s.BlockSize, s.BlockSize + 1, 2*s.BlockSize + 3}
+	if room := s.ContextLength - len(s.prompt()); s.ContextLength > 0 && room <= 256 {
+		sizes = append(sizes, room)
+	}
+	for _, bs := range sizes {
+		if bs < 2 {
+			continue
+		}
+		var first ports.Proposal
+		for rep := range 2 {
+			d := s.draft(t)
+			p, err := d.Draft(t.Context(), 3, ctx, bs)
+			require.NoError(t, err, "block size %d", bs)
+			s.checkProposal(t, p, bs)
+			assert.Equal(t, len(s.prompt()), d.Len(), "block size %d: Len is the anchor's position", bs)
+			if rep == 0 {
+				first = p
+			} else if p.Dists == nil {
+				assert.Equal(t, first.Tokens, p.Tokens, "block size %d: deterministic", bs)
+			}
+		}
+	}
 }
 
 func (s DraftSuite) prompt() []ports.Token {
@@ -161,7 +196,11 @@ func (s DraftSuite) testCrop(t *testing.T) {
 
 func (s DraftSuite) testBadInput(t *testing.T) {
 	ctx := s.taps(t, s.prompt())[0]
-	for _, bs := range []int{0, -1, s.BlockSize + 1} {
+	bad := []int{0, -1, pastAnyContext}
+	if s.ContextLength > 0 {
+		bad = append(bad, s.ContextLength-len(s.prompt())+1)
+	}
+	for _, bs := range bad {
 		d := s.draft(t)
 		_, err := d.Draft(t.Context(), 1, ctx, bs)
 		assert.Error(t, err, "block size %d", bs)

@@ -68,17 +68,17 @@ func TestPortfakeDraftSession(t *testing.T) {
 		"sampled": portfake.Sampled(m, ports.SamplingParams{Temperature: 1}, 3),
 	} {
 		t.Run(name, func(t *testing.T) {
-			dr, err := portfake.NewDrafter(portfake.DrafterConfig{BlockSize: 8, TapLayers: []int{1, 2}, Propose: p})
+			dr, err := portfake.NewDrafter(portfake.DrafterConfig{BlockSize: 8, TapLayers: []int{1, 2}, Propose: p, ContextLength: 64})
 			require.NoError(t, err)
-			porttest.TestDraftSession(t, func(t *testing.T) ports.Session {
+			porttest.DraftSuite{OpenTarget: func(t *testing.T) ports.Session {
 				s, err := m.NewSession(t.Context(), dr.TapLayers())
 				require.NoError(t, err)
 				return s
-			}, func(t *testing.T) ports.DraftSession {
+			}, OpenDraft: func(t *testing.T) ports.DraftSession {
 				d, err := dr.NewSession(t.Context())
 				require.NoError(t, err)
 				return d
-			}, dr.BlockSize(), m.Info().VocabSize)
+			}, BlockSize: dr.BlockSize(), Vocab: m.Info().VocabSize, ContextLength: 64}.Run(t)
 		})
 	}
 }

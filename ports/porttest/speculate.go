@@ -64,8 +64,8 @@ func Greedy(ctx context.Context, t ports.Target, prompt []ports.Token, n int) ([
 // drafts…] in one Forward, the longest agreeing prefix is kept with the target's own next token as the new
 // anchor, and the rest is rolled back with TrimKV plus rb for recurrent layers.
 func Speculate(ctx context.Context, t ports.Target, d ports.Drafter, prompt []ports.Token, bs int, rb Rollback, n int) ([]ports.Token, []Round, error) {
-	if bs < 2 || bs > d.BlockSize() {
-		return nil, nil, fmt.Errorf("block size %d outside 2..%d", bs, d.BlockSize())
+	if bs < 2 {
+		return nil, nil, fmt.Errorf("block size %d must be ≥ 2", bs)
 	}
 	sess, err := t.NewSession(ctx, d.TapLayers())
 	if err != nil {
@@ -148,7 +148,8 @@ type SpeculativeSuite struct {
 	// Prompts to decode from; nil means three fixed prompts (1, 4 and 27 tokens) over a vocabulary of
 	// Target.Info().VocabSize.
 	Prompts [][]ports.Token
-	// BlockSizes to draft with; nil means 2, 4, 8 and the drafter's block size.
+	// BlockSizes to draft with; nil means 2, 4, 8, the drafter's block size and twice it (a block above the
+	// configured one is drafted as asked, like any other).
 	BlockSizes []int
 	// Tokens to generate per run (default 24).
 	Tokens int
@@ -168,8 +169,8 @@ func (s SpeculativeSuite) Run(t *testing.T) int {
 		s.Prompts = [][]ports.Token{{1 % ports.Token(V)}, {5 % ports.Token(V), 9 % ports.Token(V), 13 % ports.Token(V), 2}, long}
 	}
 	if s.BlockSizes == nil {
-		for _, bs := range []int{2, 4, 8, s.Drafter.BlockSize()} {
-			if bs <= s.Drafter.BlockSize() && (len(s.BlockSizes) == 0 || s.BlockSizes[len(s.BlockSizes)-1] < bs) {
+		for _, bs := range []int{2, 4, 8, s.Drafter.BlockSize(), 2 * s.Drafter.BlockSize()} {
+			if len(s.BlockSizes) == 0 || s.BlockSizes[len(s.BlockSizes)-1] < bs {
 				s.BlockSizes = append(s.BlockSizes, bs)
 			}
 		}
