@@ -47,8 +47,8 @@ const (
 // blocks may accept well there and poorly in a block of 4. The estimate of r_j(bs) weighs every run size's
 // statistics of slot j by how near that size is to bs (sizeWeight: 1 at bs itself, half sizeHalving sizes
 // away): a size that has run leans on its own tests, with its neighbours' sharpening them where acceptance
-// changes little with the size; a size that has not run takes its estimate from the nearest run sizes that
-// hold a slot j; a slot no run size has tested inherits the estimate of the slot before it (the first slot a
+// changes little with the size; a size that has not run gets the weighted estimate of the run sizes that
+// hold a slot j, the nearest counting most; a slot no run size has tested inherits the estimate of the slot before it (the first slot a
 // prior of 0.5). The first rounds measure plain decoding (a generation's first round is a warm-up and not a
 // sample, so a fresh policy decodes plainly twice), then the largest block: maxBS, the drafter's configured
 // block unless the request named another, which is the regime the drafter was trained in. Every shorter size
