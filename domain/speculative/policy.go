@@ -42,17 +42,19 @@ const (
 // (a drafter runs exactly bs slots, so a shorter draft costs less and a longer one more), and its verify time
 // likewise between all measured sizes, block 1 (plain decoding, no draft call) included.
 //
-// Acceptance is kept per block size, not pooled over all sizes: a drafter drafts exactly bs slots, and slot j
-// of a 4-slot block is drafted beside other masks than slot j of a 16-slot one — a drafter trained on 16-slot
+// Acceptance is kept per block size, not pooled over all sizes: a drafter drafts exactly bs slots, and slot j of
+// a 4-slot block is drafted beside other masks than slot j of a 16-slot one — a drafter trained on 16-slot
 // blocks may accept well there and poorly in a block of 4. The estimate of r_j(bs) weighs every run size's
-// statistics of slot j by how near that size is to bs (sizeWeight: 1 at bs itself, half sizeHalving sizes
-// away): a size that has run leans on its own tests, with its neighbours' sharpening them where acceptance
-// changes little with the size; a size that has not run gets the weighted estimate of the run sizes that
-// hold a slot j, the nearest counting most; a slot no run size has tested inherits the estimate of the slot before it (the first slot a
-// prior of 0.5). The first rounds measure plain decoding (a generation's first round is a warm-up and not a
-// sample, so a fresh policy decodes plainly twice), then the largest block: maxBS, the drafter's configured
-// block unless the request named another, which is the regime the drafter was trained in. Every shorter size
-// then starts from that block's slots, and running a shorter size replaces the borrowed estimate with its own.
+// statistics of slot j by how near that size is to bs (sizeWeight: 1 at bs itself, half sizeHalving sizes away):
+// a size that has run leans on its own tests, with its neighbours' sharpening them where acceptance changes
+// little with the size; a size that has not run gets the weighted estimate of the run sizes that hold a slot j,
+// the nearest counting most; a slot no run size has tested inherits the estimate of the slot before it (the
+// first slot a prior of 0.5). The first rounds measure plain decoding (a generation's first round is a warm-up
+// and not a sample, so a fresh policy decodes plainly twice), then the largest block: maxBS, the drafter's
+// configured block unless the request named another, which is the regime the drafter was trained in (a first
+// round cut short by the token budget measures a shorter block, and the largest is explored in the first round
+// with room for it). Every shorter size then starts from that block's slots, and running a shorter size replaces
+// the borrowed estimate with its own.
 //
 // Probes measure a size that is not the current choice: while falling back, the most promising speculative
 // size; while speculating, alternately the runner-up speculative size (the one whose measurement may change
@@ -137,7 +139,7 @@ func newDepthPolicy(maxBS int, cfg PolicyConfig) *depthPolicy {
 // choose returns the decision for the next round: a block size of at most limit (the budget-shortened
 // maximum), why, and the estimates behind it.
 func (p *depthPolicy) choose(limit int) Decision {
-	bs, why := p.plan()
+	bs, why := p.plan(limit)
 	d := Decision{Code: why, BlockSize: bs, MaxBlockSize: p.maxBS, Adaptive: true, ProbeEvery: p.probeEvery,
 		ProbeBudget: p.budget}
 	if bs > limit {
@@ -168,7 +170,9 @@ func (p *depthPolicy) expected(bs int) float64 {
 	return e
 }
 
-func (p *depthPolicy) plan() (int, string) {
+// plan returns the block size the policy wants and why; limit is only consulted to tell whether the largest
+// block can be explored now.
+func (p *depthPolicy) plan(limit int) (int, string) {
 	p.probeRate = 0
 	if p.maxBS <= 1 {
 		return 1, reasonFixed
@@ -176,7 +180,10 @@ func (p *depthPolicy) plan() (int, string) {
 	if !p.verify[0].ok {
 		return 1, reasonExplore
 	}
-	if p.measured(1, +1, p.draft) == 0 {
+	// The exploring round verifies the largest block: first when no speculative size is measured yet (a round
+	// cut short by the token budget measures a shorter block instead), then once more, as soon as a
+	// generation has room for it, while the largest block has never run.
+	if p.measured(1, +1, p.draft) == 0 || !p.draft[p.maxBS-1].ok && limit >= p.maxBS {
 		// Not charged to the probe budget: it is the one measurement of the drafter's own regime every
 		// policy needs, one round of the largest block per policy (a PolicyMemory keeps it). Charged, a
 		// largest block costing many plain steps would hold every probe back for hundreds of rounds, and one

@@ -233,3 +233,29 @@ func TestPolicyProbesStayWithinBudgetPerSize(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyExploresTheLargestBlockOnceThereIsRoom: a first speculative round cut short by the token budget
+// measures a shorter block; the largest (the drafter's configured) block is still explored once, in the first
+// round with room for it, and only once.
+func TestPolicyExploresTheLargestBlockOnceThereIsRoom(t *testing.T) {
+	ms := time.Millisecond
+	mem := NewPolicyMemory()
+	p := mem.load(16, PolicyConfig{})
+	p.observe(1, 0, 0, 0, 10*ms, 0)
+	p.observe(1, 0, 0, 0, 10*ms, 0)
+	d := p.choose(5)
+	assert.Equal(t, Decision{Code: reasonLength, BlockSize: 5, Left: 5}, Decision{Code: d.Code, BlockSize: d.BlockSize, Left: d.Left})
+	p.observe(5, 4, ms, 0, 12*ms, 0)
+	mem.store(p)
+
+	q := mem.load(16, PolicyConfig{})
+	d = q.choose(16)
+	assert.Equal(t, reasonExplore, d.Code, "the next generation with room explores the largest block")
+	assert.Equal(t, 16, d.BlockSize)
+	q.observe(16, 15, 3*ms, 0, 20*ms, 0)
+	for i := range 20 {
+		d = q.choose(16)
+		assert.NotEqual(t, reasonExplore, d.Code, "round %d", i)
+		q.observe(d.BlockSize, d.BlockSize-1, time.Duration(d.BlockSize)*ms/5, 0, 10*ms+time.Duration(d.BlockSize)*ms/2, 0)
+	}
+}
