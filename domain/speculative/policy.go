@@ -65,9 +65,10 @@ const (
 // — plus this probe's expected loss stays within budget × the decode time observed so far. So the adaptive
 // policy loses at most about that fraction to the best fixed choice it knows (plain decoding when speculation
 // cannot pay), while still recovering from regime changes. The exploring round of the largest block is
-// outside the budget: it is one round per policy (PolicyMemory keeps it across generations), and charged it
-// would hold every probe back until the budget had covered a block that may cost many plain steps.
-
+// outside the budget: it is one round per policy (two when the first was cut short; PolicyMemory keeps them
+// across generations), and charged it would hold every probe back until the budget had covered a block that
+// may cost many plain steps.
+//
 // r_j blends two estimators: recent-window counts (passes and tests of slot j, both multiplied by
 // 1−decay/2 every round, tested or not) shrunk towards a long-run moving average updated only when the slot
 // is tested (weight decay). A slot tested only by rare probes thus forgets its old regime between probes, so
