@@ -78,12 +78,12 @@ type PolicyConfig struct {
 	// current choice's expected rate (a speculative probe while falling back pays a whole draft, a verify of
 	// several rows and the drafter's catch-up on the context) is at most this fraction of the decode time so
 	// far, in [0, 1) (default 0.02). It is what keeps the adaptive policy from losing to plain decoding when
-	// speculation cannot pay.
+	// speculation cannot pay. The one exploring round of the largest block is outside it.
 	ProbeBudget float64
-	// Memory, when non-nil, carries the policy's measurements (costs per block size, per-slot acceptance,
-	// probe budget) from one generation to the next, so a generation starts from what earlier ones learned
-	// instead of exploring again: on a fast target one exploratory speculative round can cost several
-	// per cent of a short generation. Share one Memory only between generations of the same target,
+	// Memory, when non-nil, carries the policy's measurements (costs per block size, per-slot acceptance per
+	// block size, probe budget) from one generation to the next, so a generation starts from what earlier
+	// ones learned instead of exploring again: the exploratory speculative round verifies the largest block,
+	// which can cost several plain steps, several per cent of a short generation. Share one Memory only between generations of the same target,
 	// drafter, backend and sampling regime. Generations may run concurrently; the last to finish is kept.
 	Memory *PolicyMemory
 	// Decay is the weight of the newest round time in the per-block-size moving averages, in (0, 1]

@@ -56,5 +56,6 @@
 // by context-only Draft calls with bs = 1, so DraftSession implementations must accept bs = 1 (append the
 // context, draft nothing; the CPU drafter only queues such rows and projects them all with the next drafting
 // call). A drafter drafts exactly the bs slots it is asked for, below or above its configured block size, as
-// the drafter's authors run it: the adaptive policy prices a short block's draft as the cheaper call it is.
+// the drafter's authors run it: the adaptive policy prices a short block's draft as the cheaper call it is,
+// and keeps acceptance per block size, since a block's slots are drafted beside exactly its own masks.
 package speculative

@@ -11,7 +11,7 @@ import (
 const (
 	reasonFixed      = "fixed"       // Adaptive off: Config.BlockSize (or 1 without a drafter)
 	reasonLength     = "length"      // shortened so the round cannot pass the token budget
-	reasonExplore    = "explore"     // first measurements: plain decoding, then a small speculative block
+	reasonExplore    = "explore"     // first measurements: plain decoding, then the largest (the configured) block
 	reasonBest       = "best"        // the block size with the highest expected committed tokens per second
 	reasonProbe      = "probe"       // periodic measurement of a block size not currently chosen
 	reasonFallbackAR = "fallback-ar" // speculation is not expected to pay: plain decoding
@@ -23,52 +23,77 @@ const (
 	defaultDecay       = 0.2
 	// defaultMaxPendingRounds is PolicyConfig.MaxPendingRounds's default.
 	defaultMaxPendingRounds = 1024
-	// exploreBlock is the first speculative block measured: drafting and verifying it cost little more than
-	// a plain step on any backend. Larger sizes are tried when its slots look good.
-	exploreBlock = 4
 	// priorAcceptance is the per-slot conditional acceptance assumed before any observation.
 	priorAcceptance = 0.5
 	// slowWeight is the pseudo-count pulling a slot's recent-window estimate towards its long-run one.
 	slowWeight = 0.5
+	// sizeHalving is how many block sizes apart a slot's statistics count half (sizeWeight).
+	sizeHalving = 2.0
 )
 
 // depthPolicy is the adaptive depth controller: a pure state machine fed with measured round costs per
 // block size and observed per-slot acceptance. It picks the block size maximising
 //
-//	E[committed tokens | bs] / E[round time | bs],   E[committed | bs] = 1 + Σ_{k<bs} Π_{j≤k} r_j
+//	E[committed tokens | bs] / E[round time | bs],   E[committed | bs] = 1 + Σ_{k<bs} Π_{j≤k} r_j(bs)
 //
-// where r_j is the estimated probability that draft slot j is accepted given slot j−1 was. The round time is
-// draft(bs) + verify(bs) (verify including rollback), each measured per block size; an unmeasured size's
-// draft time is interpolated between measured speculative sizes and extrapolated beyond them (a drafter runs
-// exactly bs slots, so a shorter draft costs less and a longer one more), and its verify time likewise between
-// all measured sizes, block 1 (plain decoding, no draft call) included. Slot j's acceptance is pooled over
-// every block size that drafts it (a block of bs slots drafts slot j with other masks beside it than a longer
-// one does; the pooled estimate follows the sizes the policy actually runs). The first rounds measure plain decoding (a generation's first round is a
-// warm-up and not a sample, so a fresh policy decodes plainly twice), then a small block (exploreBlock).
+// where r_j(bs) is the estimated probability that draft slot j of a bs-slot block is accepted given slot j−1
+// was. The round time is draft(bs) + verify(bs) (verify including rollback), each measured per block size; an
+// unmeasured size's draft time is interpolated between measured speculative sizes and extrapolated beyond them
+// (a drafter runs exactly bs slots, so a shorter draft costs less and a longer one more), and its verify time
+// likewise between all measured sizes, block 1 (plain decoding, no draft call) included.
+//
+// Acceptance is kept per block size, not pooled over all sizes: a drafter drafts exactly bs slots, and slot j of
+// a 4-slot block is drafted beside other masks than slot j of a 16-slot one — a drafter trained on 16-slot
+// blocks may accept well there and poorly in a block of 4. The estimate of r_j(bs) weighs every run size's
+// statistics of slot j by how near that size is to bs (sizeWeight: 1 at bs itself, half sizeHalving sizes away):
+// a size that has run leans on its own tests, with its neighbours' sharpening them where acceptance changes
+// little with the size; a size that has not run gets the weighted estimate of the run sizes that hold a slot j,
+// the nearest counting most; a slot no run size has tested inherits the estimate of the slot before it (the
+// first slot a prior of 0.5). The first rounds measure plain decoding (a generation's first round is a warm-up
+// and not a sample, so a fresh policy decodes plainly twice), then the largest block: maxBS, the drafter's
+// configured block unless the request named another, which is the regime the drafter was trained in (a first
+// round cut short by the token budget measures a shorter block, and the largest is explored in the first round
+// with room for it). Every shorter size then starts from that block's slots, and running a shorter size replaces
+// the borrowed estimate with its own.
 //
 // Probes measure a size that is not the current choice: while falling back, the most promising speculative
-// size; while speculating, alternately the largest block (refreshes every slot's acceptance) and plain
-// decoding (refreshes the baseline). A probe runs at least probeEvery rounds after the previous one and only
-// when the probes' cumulative loss — each probe's round time (its drafter catch-up included) minus the time
-// the displaced choice would have taken for the tokens the probe committed — plus this probe's expected loss
-// stays within budget × the decode time observed so far. So the adaptive policy loses at most about that fraction to the best fixed choice it
-// knows (plain decoding when speculation cannot pay), while still recovering from regime changes.
+// size; while speculating, alternately the runner-up speculative size (the one whose measurement may change
+// the choice: a size not run keeps the estimate it was last given) and plain decoding (refreshes the
+// baseline; also whenever the runner-up does not fit the budget). A probe runs at least probeEvery rounds
+// after the previous one and only when the probes' cumulative loss — each probe's round time (its drafter
+// catch-up included) minus the time the displaced choice would have taken for the tokens the probe committed
+// — plus this probe's expected loss stays within budget × the decode time observed so far. So the adaptive
+// policy loses at most about that fraction to the best fixed choice it knows (plain decoding when speculation
+// cannot pay), while still recovering from regime changes. The exploring round of the largest block is
+// outside the budget: it is one round per policy (two when the first was cut short; PolicyMemory keeps them
+// across generations), and charged it would hold every probe back until the budget had covered a block that
+// may cost many plain steps.
 //
 // r_j blends two estimators: recent-window counts (passes and tests of slot j, both multiplied by
 // 1−decay/2 every round, tested or not) shrunk towards a long-run moving average updated only when the slot
 // is tested (weight decay). A slot tested only by rare probes thus forgets its old regime between probes, so
-// one probe in a new regime moves the estimate most of the way, while a slot that is no longer tested (just
-// past the chosen block) keeps its long-run value instead of drifting back to an optimistic prior. Slots
-// never tested inherit the estimate of the slot before them (the first one a prior of 0.5).
+// one probe in a new regime moves the estimate most of the way, while a slot that is no longer tested (a size
+// no longer run, or a slot just past where its chains stop) keeps its long-run value instead of drifting back
+// to an optimistic prior.
+//
+// Choosing costs O(maxBS² × run sizes) per round (every size's chain of slots, each slot weighing the sizes
+// that have run): microseconds at the block sizes drafters are trained with.
 type depthPolicy struct {
 	maxBS      int
 	probeEvery int
 	budget     float64
 	decay      float64
 
-	slots  []slotStat // slots[j-1]: acceptance statistics of draft slot j
-	draft  []ema      // draft[bs-1]: final draft call in nanoseconds at block size bs ≥ 2
-	verify []ema      // verify[bs-1]: verify + rollback in nanoseconds at block size bs
+	// sizes[bs-1][j-1]: acceptance statistics of slot j in a block of bs slots; nil until a round of bs is
+	// observed (every such round tests slot 1, so a non-nil size has a tested first slot).
+	sizes [][]slotStat
+	// run lists the block sizes ≥ 2 with statistics (sizes[bs-1] != nil), ascending.
+	run []int
+	// near[d] is sizeWeight(d) for d < maxBS (precomputed: slotRate weighs O(maxBS² × run sizes) pairs a
+	// round). Never written after construction, so clones share it.
+	near   []float64
+	draft  []ema // draft[bs-1]: final draft call in nanoseconds at block size bs ≥ 2
+	verify []ema // verify[bs-1]: verify + rollback in nanoseconds at block size bs
 	// genRounds counts the rounds observed in the current generation (a remembered policy starts again at 0).
 	// A generation's first round, when plain, pays one-off warm-up after prefill (measured 2.3× a steady step
 	// on a 300M model) and is not taken as a cost sample.
@@ -102,7 +127,11 @@ func newDepthPolicy(maxBS int, cfg PolicyConfig) *depthPolicy {
 	if p.decay == 0 {
 		p.decay = defaultDecay
 	}
-	p.slots = make([]slotStat, max(maxBS-1, 0))
+	p.sizes = make([][]slotStat, maxBS)
+	p.near = make([]float64, max(maxBS, 1))
+	for d := range p.near {
+		p.near[d] = sizeWeight(d)
+	}
 	p.draft = make([]ema, maxBS)
 	p.verify = make([]ema, maxBS)
 	return p
@@ -111,7 +140,7 @@ func newDepthPolicy(maxBS int, cfg PolicyConfig) *depthPolicy {
 // choose returns the decision for the next round: a block size of at most limit (the budget-shortened
 // maximum), why, and the estimates behind it.
 func (p *depthPolicy) choose(limit int) Decision {
-	bs, why := p.plan()
+	bs, why := p.plan(limit)
 	d := Decision{Code: why, BlockSize: bs, MaxBlockSize: p.maxBS, Adaptive: true, ProbeEvery: p.probeEvery,
 		ProbeBudget: p.budget}
 	if bs > limit {
@@ -131,18 +160,20 @@ func (p *depthPolicy) choose(limit int) Decision {
 	return d
 }
 
-// expected returns E[committed tokens | bs] = 1 + Σ_{k<bs} Π_{j≤k} r_j.
+// expected returns E[committed tokens | bs] = 1 + Σ_{k<bs} Π_{j≤k} r_j(bs).
 func (p *depthPolicy) expected(bs int) float64 {
 	e, chain, r := 1.0, 1.0, priorAcceptance
 	for k := 1; k < bs; k++ {
-		r = p.slotAcceptance(k, r)
+		r = p.slotRate(bs, k, r)
 		chain *= r
 		e += chain
 	}
 	return e
 }
 
-func (p *depthPolicy) plan() (int, string) {
+// plan returns the block size the policy wants and why; limit is only consulted to tell whether the largest
+// block can be explored now.
+func (p *depthPolicy) plan(limit int) (int, string) {
 	p.probeRate = 0
 	if p.maxBS <= 1 {
 		return 1, reasonFixed
@@ -150,43 +181,58 @@ func (p *depthPolicy) plan() (int, string) {
 	if !p.verify[0].ok {
 		return 1, reasonExplore
 	}
-	if p.measured(1, +1, p.draft) == 0 {
-		p.probeRate = 1 / p.verify[0].v
-		p.batchedNow = p.batchPrices()
-		p.probeWeight = p.probeDelays()
+	// The exploring round verifies the largest block: first when no speculative size is measured yet (a round
+	// cut short by the token budget measures a shorter block instead), then once more, as soon as a
+	// generation has room for it, while the largest block has never run.
+	if p.measured(1, +1, p.draft) == 0 || !p.draft[p.maxBS-1].ok && limit >= p.maxBS {
+		// Not charged to the probe budget: it is the one measurement of the drafter's own regime every
+		// policy needs, one round of the largest block per policy (a PolicyMemory keeps it). Charged, a
+		// largest block costing many plain steps would hold every probe back for hundreds of rounds, and one
+		// unlucky first round would leave a drafter that pays at a shorter size unused that long.
 		p.lastProbe = p.rounds
-		return min(exploreBlock, p.maxBS), reasonExplore
+		return p.maxBS, reasonExplore
 	}
 	best, rate := p.best(1)
 	if p.rounds-p.lastProbe >= p.probeInterval() {
-		var probe int
+		// Candidates in order; the first within the budget runs.
+		var candidates [2]int
 		switch {
 		case best == 1:
-			probe, _ = p.best(2)
-		case best == p.maxBS || p.probes%2 == 1:
-			probe = 1
+			candidates[0], _ = p.best(2)
+		case p.probes%2 == 1:
+			candidates[0] = 1
 		default:
-			probe = p.maxBS
+			// The runner-up: with acceptance estimated per size, a size the policy does not run keeps the
+			// estimate it was last given (or borrows one), so the next most promising size is the one whose
+			// measurement may change the choice. Plain decoding when it does not fit the budget, so that the
+			// baseline is still refreshed.
+			candidates[0], _ = p.bestBut(2, best)
+			candidates[1] = 1
 		}
-		// A speculative probe must leave the budget holding after it, not only before it: one probe of a slow
-		// block can cost many rounds' worth of time, which would otherwise overshoot the budget on short
-		// generations. A plain-decoding probe is not held back by its estimated loss: that estimate may be the
-		// stale one the probe is there to correct.
-		loss := 0.0
-		if probe > 1 {
-			loss = p.probeLoss(probe, rate)
-		}
-		// A probe of a smaller block than the choice (plain decoding while speculating) adds no draft work or
-		// rows to the round: it delays nobody else.
-		weight := 1.0
-		if probe > best {
-			weight = p.probeDelays()
-		}
-		if probe != best && probe > 0 && p.spent+loss*weight <= p.budget*p.elapsed {
-			p.probes++
-			p.lastProbe = p.rounds
-			p.probeRate, p.probeWeight = rate, weight
-			return probe, reasonProbe
+		for _, probe := range candidates {
+			if probe < 1 || probe == best {
+				continue
+			}
+			// A speculative probe must leave the budget holding after it, not only before it: one probe of a
+			// slow block can cost many rounds' worth of time, which would otherwise overshoot the budget on
+			// short generations. A plain-decoding probe is not held back by its estimated loss: that estimate
+			// may be the stale one the probe is there to correct.
+			loss := 0.0
+			if probe > 1 {
+				loss = p.probeLoss(probe, rate)
+			}
+			// A probe of a smaller block than the choice (plain decoding while speculating) adds no draft work
+			// or rows to the round: it delays nobody else.
+			weight := 1.0
+			if probe > best {
+				weight = p.probeDelays()
+			}
+			if p.spent+loss*weight <= p.budget*p.elapsed {
+				p.probes++
+				p.lastProbe = p.rounds
+				p.probeRate, p.probeWeight = rate, weight
+				return probe, reasonProbe
+			}
 		}
 	}
 	if best == 1 {
@@ -222,28 +268,19 @@ func (p *depthPolicy) probeInterval() int {
 // throughput compared is the batch's: this sequence's expected tokens over the time of a round in which every
 // sequence verifies a block of that size; the rate returned is still this sequence's own (its tokens over its
 // own measured cost), which is what the probe budget accounts in.
-func (p *depthPolicy) best(from int) (int, float64) {
+func (p *depthPolicy) best(from int) (int, float64) { return p.bestBut(from, 0) }
+
+// bestBut is best leaving out block size but.
+func (p *depthPolicy) bestBut(from, but int) (int, float64) {
 	batched := p.batchPrices()
 	p.batchedNow = batched
 	bestBS, bestRate, bestOwn := 0, 0.0, 0.0
-	expected := 1.0
-	chain := 1.0
-	r := priorAcceptance
-	for bs := 1; bs <= p.maxBS; bs++ {
-		if bs > 1 {
-			// r is acceptance(bs-1), built slot by slot as acceptance does (the same float operations) so
-			// that a round's choice costs O(maxBS), not O(maxBS²).
-			r = p.slotAcceptance(bs-1, r)
-			chain *= r
-			expected += chain
-		}
-		if bs < from {
-			continue
-		}
+	for bs := max(from, 1); bs <= p.maxBS; bs++ {
 		c := p.costOf(bs)
-		if c <= 0 {
+		if c <= 0 || bs == but {
 			continue
 		}
+		expected := p.expected(bs)
 		rate := expected / c
 		if batched {
 			rate = expected / p.batchNS[bs-1]
@@ -292,23 +329,52 @@ type slotStat struct {
 	slow        ema     // long-run rate (moving average per test)
 }
 
-// acceptance returns the estimate of r_j for draft slot j (1-based).
-func (p *depthPolicy) acceptance(j int) float64 {
-	r := priorAcceptance
-	for k := 1; k <= j; k++ {
-		r = p.slotAcceptance(k, r)
+// slotRate returns r_k(bs) given prev = r_{k-1}(bs) (the prior for k = 1), which it inherits when no run
+// size has tested slot k. Every run size s longer than k contributes its statistics of slot k with weight
+// sizeWeight(|bs − s|): the recent counts to the counts, the long-run rate to the base they are shrunk to.
+func (p *depthPolicy) slotRate(bs, k int, prev float64) float64 {
+	var pass, tests, slow, weights float64
+	for _, s := range p.run {
+		if s <= k {
+			continue
+		}
+		st := &p.sizes[s-1][k-1]
+		if !st.slow.ok {
+			continue // never tested: its counts are 0 too
+		}
+		w := p.near[abs(bs-s)]
+		pass += w * st.pass
+		tests += w * st.tests
+		slow += w * st.slow.v
+		weights += w
 	}
-	return r
+	base := prev
+	if weights > 0 {
+		base = slow / weights
+	}
+	return (pass + slowWeight*base) / (tests + slowWeight)
 }
 
-// slotAcceptance returns the estimate of r_k given prev, the estimate of r_{k-1} (the prior for k = 1).
-func (p *depthPolicy) slotAcceptance(k int, prev float64) float64 {
-	s := &p.slots[k-1]
-	base := prev
-	if s.slow.ok {
-		base = s.slow.v
+// sizeWeight is how much a slot's statistics at a block size d slots away count towards another size's
+// estimate: 1 at the size itself, halving every sizeHalving slots. Near sizes draft a slot beside nearly
+// the same masks and share their evidence; far ones barely count once a size has its own, and give an
+// untested size its estimate until it has.
+func sizeWeight(d int) float64 { return math.Exp2(-float64(d) / sizeHalving) }
+
+func abs(x int) int {
+	if x < 0 {
+		return -x
 	}
-	return (s.pass + slowWeight*base) / (s.tests + slowWeight)
+	return x
+}
+
+// acceptance returns r_j(bs) for draft slot j (1-based) of a bs-slot block.
+func (p *depthPolicy) acceptance(bs, j int) float64 {
+	r := priorAcceptance
+	for k := 1; k <= j; k++ {
+		r = p.slotRate(bs, k, r)
+	}
+	return r
 }
 
 // costOf returns the expected round time of bs in nanoseconds (0 when nothing is measured yet).
@@ -402,22 +468,34 @@ func (p *depthPolicy) observe(bs, accepted int, draft, catchUp, verify, rollback
 		p.verify[bs-1].addWeighted(float64(verify+rollback), p.decay)
 	}
 	keep := 1 - p.decay/2
-	for j := range p.slots {
-		p.slots[j].pass *= keep
-		p.slots[j].tests *= keep
+	for _, st := range p.sizes {
+		for j := range st {
+			st[j].pass *= keep
+			st[j].tests *= keep
+		}
 	}
+	if bs < 2 {
+		return
+	}
+	if p.sizes[bs-1] == nil {
+		p.sizes[bs-1] = make([]slotStat, bs-1)
+		i, _ := slices.BinarySearch(p.run, bs)
+		p.run = slices.Insert(p.run, i, bs)
+	}
+	st := p.sizes[bs-1]
 	for j := 1; j <= min(accepted+1, bs-1); j++ {
-		s := &p.slots[j-1]
 		x := b2f(j <= accepted)
-		s.tests++
-		s.pass += x
+		s := &st[j-1]
 		if s.slow.ok {
 			s.slow.addWeighted(x, p.decay)
 		} else {
-			// Halfway from the inherited estimate: one unlucky first test must not pin the slot at 0 (or 1)
-			// until it is tested again, which may take long for a slot just past the chosen block.
-			s.slow = ema{v: (p.acceptance(j) + x) / 2, ok: true}
+			// Halfway from the inherited estimate (the other sizes', or the slot before's): one unlucky
+			// first test must not pin the slot at 0 (or 1) until it is tested again, which may take long for
+			// a slot just past where the chains stop.
+			s.slow = ema{v: (p.acceptance(bs, j) + x) / 2, ok: true}
 		}
+		s.tests++
+		s.pass += x
 	}
 }
 
@@ -454,7 +532,11 @@ func (m *PolicyMemory) store(p *depthPolicy) {
 
 func (p *depthPolicy) clone() *depthPolicy {
 	c := *p
-	c.slots = slices.Clone(p.slots)
+	c.sizes = make([][]slotStat, len(p.sizes))
+	for i, st := range p.sizes {
+		c.sizes[i] = slices.Clone(st)
+	}
+	c.run = slices.Clone(p.run)
 	c.draft = slices.Clone(p.draft)
 	c.verify = slices.Clone(p.verify)
 	c.probeRate = 0

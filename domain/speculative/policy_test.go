@@ -22,7 +22,16 @@ type simRound struct {
 // simulate drives the policy with a cost curve and a per-slot acceptance probability (which may change
 // with the round number), sampling acceptance from a fixed seed.
 func simulate(p *depthPolicy, rounds int, cost func(bs int) time.Duration, accept func(round, slot int) float64) []simRound {
-	rng := rand.New(rand.NewPCG(1, 2))
+	return simulateSized(p, rounds, cost, func(round, _, slot int) float64 { return accept(round, slot) })
+}
+
+// simulateSized is simulate with an acceptance that may also depend on the block size the slot is drafted in.
+func simulateSized(p *depthPolicy, rounds int, cost func(bs int) time.Duration, accept func(round, bs, slot int) float64) []simRound {
+	return simulateSizedSeed(p, rounds, cost, accept, 0)
+}
+
+func simulateSizedSeed(p *depthPolicy, rounds int, cost func(bs int) time.Duration, accept func(round, bs, slot int) float64, seed uint64) []simRound {
+	rng := rand.New(rand.NewPCG(1+seed, 2))
 	out := make([]simRound, 0, rounds)
 	for i := range rounds {
 		d := p.choose(p.maxBS)
@@ -31,7 +40,7 @@ func simulate(p *depthPolicy, rounds int, cost func(bs int) time.Duration, accep
 			panic("policy chose an impossible block size")
 		}
 		a := 0
-		for a < bs-1 && rng.Float64() < accept(i, a+1) {
+		for a < bs-1 && rng.Float64() < accept(i, bs, a+1) {
 			a++
 		}
 		// Split the cost between draft and verify to exercise both inputs (plain rounds draft nothing).
@@ -58,10 +67,11 @@ func TestPolicyCheapVerifyHighAcceptancePicksLargeBlocks(t *testing.T) {
 	p := newDepthPolicy(16, PolicyConfig{})
 	cost := func(bs int) time.Duration { return 10*time.Millisecond + time.Duration(bs)*200*time.Microsecond }
 	rs := simulate(p, 400, cost, func(int, int) float64 { return 0.9 })
-	// Plain decoding twice (the first round after prefill is a warm-up), then a small speculative block.
+	// Plain decoding twice (the first round after prefill is a warm-up), then the largest (the drafter's
+	// configured) block.
 	assert.Equal(t, simRound{bs: 1, reason: reasonExplore}, simRound{bs: rs[0].bs, reason: rs[0].reason})
 	assert.Equal(t, simRound{bs: 1, reason: reasonExplore}, simRound{bs: rs[1].bs, reason: rs[1].reason})
-	assert.Equal(t, simRound{bs: exploreBlock, reason: reasonExplore}, simRound{bs: rs[2].bs, reason: rs[2].reason})
+	assert.Equal(t, simRound{bs: p.maxBS, reason: reasonExplore}, simRound{bs: rs[2].bs, reason: rs[2].reason})
 	large := 0
 	for _, r := range rs[100:] {
 		if r.reason == reasonBest && r.bs >= 12 {
@@ -92,10 +102,13 @@ func TestPolicyExpensiveVerifyLowAcceptanceFallsBackAndProbes(t *testing.T) {
 			last = i
 		}
 	}
-	// Never losing: the whole run commits tokens at ≥ 95 % of plain decoding's rate (10 ms a token).
+	// Never losing: after the exploring rounds the run commits tokens at ≥ 95 % of plain decoding's rate
+	// (10 ms a token). The exploring round itself now verifies the largest block, here 16 plain steps (5% of
+	// this short run on its own), and is outside the probe budget: it is the one measurement of the drafter's
+	// own regime, not a probe.
 	var spent time.Duration
 	tokens := 0
-	for _, r := range rs {
+	for _, r := range rs[3:] {
 		spent += cost(r.bs)
 		tokens += r.a + 1
 	}
@@ -119,16 +132,23 @@ func TestPolicyProbeBudgetBoundsTheLoss(t *testing.T) {
 			if b == 0 {
 				b = defaultProbeBudget
 			}
-			// The first speculative round (explore) is spent before any budget exists; after it, a probe runs
-			// only when its expected loss still fits the budget, so the bound holds after every round, not
-			// just at the end (short generations included).
-			explore := cost(exploreBlock) - time.Millisecond
+			// The first speculative round (explore, the largest block) is spent before any budget exists; after
+			// it, a probe runs only when its expected loss still fits the budget, so the bound holds after every
+			// round, not just at the end (short generations included), up to one probe: the exploring round
+			// measures only the largest block, so the first probe's cost is an interpolation between it and
+			// plain decoding, and may fall short of what the probe then costs (here the 3 ms a speculative
+			// round pays beyond its rows).
+			explore := cost(p.maxBS) - time.Millisecond
+			var worst time.Duration
+			for bs := 2; bs <= p.maxBS; bs++ {
+				worst = max(worst, cost(bs)-time.Millisecond)
+			}
 			var spent time.Duration
 			tokens := 0
 			for i, r := range rs {
 				spent += cost(r.bs)
 				tokens += r.a + 1
-				bound := time.Duration(float64(tokens)*float64(time.Millisecond)*(1+b)) + explore
+				bound := time.Duration(float64(tokens)*float64(time.Millisecond)*(1+b)) + explore + worst
 				require.LessOrEqual(t, spent, bound, "rounds %d budget %v, after round %d: %v", rounds, budget, i, countReasons(rs))
 			}
 		}
@@ -355,7 +375,9 @@ func TestPolicyMemoryCarriesAcrossGenerations(t *testing.T) {
 
 // TestPolicyWarmUpRoundDoesNotPinSpeculation: the first plain round after prefill costs several steady steps
 // (one-off warm-up); it must not make a useless drafter look worth running. Plain decoding is measured again and
-// the policy settles on it from the first choice on.
+// the policy settles on it from the first choice on: every round after the exploring ones that is not a probe
+// is plain. (Probes may now come within these 48 rounds: the exploring round of the largest block is not
+// charged to the probe budget.)
 func TestPolicyWarmUpRoundDoesNotPinSpeculation(t *testing.T) {
 	p := newDepthPolicy(16, PolicyConfig{})
 	first := true
@@ -371,7 +393,9 @@ func TestPolicyWarmUpRoundDoesNotPinSpeculation(t *testing.T) {
 	}
 	rs := simulate(p, 48, cost, func(int, int) float64 { return 0 })
 	for i, r := range rs[3:] {
-		assert.Equal(t, 1, r.bs, "round %d: %v", i+3, countReasons(rs))
+		if r.reason != reasonProbe {
+			assert.Equal(t, simRound{bs: 1, reason: reasonFallbackAR}, simRound{bs: r.bs, reason: r.reason}, "round %d: %v", i+3, countReasons(rs))
+		}
 	}
 }
 
@@ -513,7 +537,9 @@ func TestBatchedProbesStayWithinTheBudget(t *testing.T) {
 
 // TestBatchedPlainProbesAreNotHeldBack: a plain-decoding probe while speculating adds nothing to the round the
 // others share, so it is charged as a solo probe: beside 7 others in a batch where the largest block rides
-// along for free, the baseline is refreshed about every probe interval (16 rounds × 8 sequences).
+// along for free, the baseline is refreshed about every second probe interval (16 rounds × 8 sequences; the
+// probes in between measure the runner-up block size, since acceptance is estimated per size, where before
+// every probe beside the largest block was plain).
 func TestBatchedPlainProbesAreNotHeldBack(t *testing.T) {
 	cost := func(bs int) time.Duration { return 10*time.Millisecond + time.Duration(bs)*500*time.Microsecond }
 	b := fakeBatch{others: 7, draft: time.Millisecond, forward: func(int) time.Duration { return 10 * time.Millisecond }}
@@ -527,5 +553,5 @@ func TestBatchedPlainProbesAreNotHeldBack(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 8, rs[len(rs)-1].bs)
-	assert.GreaterOrEqual(t, plain, rounds/(defaultProbeEvery*8)*8/10, "plain probes in %d rounds", rounds)
+	assert.GreaterOrEqual(t, plain, rounds/(defaultProbeEvery*8)/2*8/10, "plain probes in %d rounds", rounds)
 }
