@@ -108,7 +108,7 @@ func TestDoctorThroughMain(t *testing.T) {
 	out, err := higgsd(t, "doctor", "--port", "0", "--model", "models/demo/target", "--draft", "models/demo/drafter").Output()
 	require.NoError(t, err, string(out))
 	assert.Contains(t, string(out), "ok    drafter")
-	out, err = higgsd(t, "doctor", "--port", "0", "--model", "models/demo/target", "--block-size", "40", "--draft", "models/demo/drafter").Output()
+	out, err = higgsd(t, "doctor", "--port", "0", "--model", "models/demo/target", "--block-size", "10000000", "--draft", "models/demo/drafter").Output()
 	var exit *exec.ExitError
 	require.ErrorAs(t, err, &exit)
 	assert.Equal(t, 1, exit.ExitCode())
