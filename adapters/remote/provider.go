@@ -147,7 +147,8 @@ func unwrapURL(err error) error {
 
 // statusError maps a provider's non-2xx answer to the port's error of the same class: the client's fault
 // (400, 404, 413, 422…) stays the client's with the provider's message; a full provider is ErrBusy; a key the
-// provider refuses, or a 5xx, is the gateway's failure (ErrProvider, 502), which the client cannot fix.
+// provider refuses (without its message), or a 5xx, is the gateway's failure (ErrProvider, 502), which the
+// client cannot fix.
 func statusError(name string, status int, msg, param string) error {
 	if msg == "" {
 		msg = http.StatusText(status)
@@ -158,7 +159,9 @@ func statusError(name string, status int, msg, param string) error {
 	case status == http.StatusTooManyRequests || status == 529:
 		return fmt.Errorf("%w: provider %s: %s", ports.ErrBusy, name, msg)
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		return fmt.Errorf("%w: provider %s refused the configured key (status %d): %s", ports.ErrProvider, name, status, msg)
+		// The provider's message stays out: it may quote the key ("Incorrect API key provided: sk-…wxyz"),
+		// and this error reaches every client, not only the operator who configured the key.
+		return fmt.Errorf("%w: provider %s refused the configured key (status %d); check the provider's key_env variable", ports.ErrProvider, name, status)
 	case status/100 == 4:
 		return &ports.RequestError{Param: param, Message: fmt.Sprintf("%s (provider %s)", msg, name)}
 	}

@@ -259,6 +259,19 @@ func TestProviderErrors(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.msg)
 		})
 	}
+	t.Run("a refused key's message is not passed on", func(t *testing.T) {
+		// OpenAI's 401 quotes the key's ends; the error reaches clients, who must not learn them.
+		p := newProvider(t, 401, oaiErr("Incorrect API key provided: sk-proj-****wxyz.", ""))
+		_, err := NewOpenAI(Options{Name: "up", BaseURL: p.srv.URL, Key: "sk-proj-abcdwxyz"}).Generate(t.Context(), ports.GenerateRequest{Messages: history()[1:2]}, nil)
+		require.ErrorIs(t, err, ports.ErrProvider)
+		assert.Contains(t, err.Error(), "provider up refused the configured key (status 401)")
+		assert.NotContains(t, err.Error(), "wxyz")
+		p = newProvider(t, 403, antErr("permission_error", "key sk-ant-****wxyz may not use this model"))
+		_, err = NewAnthropic(Options{Name: "up", BaseURL: p.srv.URL, Key: "sk-ant-abcdwxyz"}).Generate(t.Context(), ports.GenerateRequest{Messages: history()[1:2]}, nil)
+		require.ErrorIs(t, err, ports.ErrProvider)
+		assert.Contains(t, err.Error(), "(status 403)")
+		assert.NotContains(t, err.Error(), "wxyz")
+	})
 	t.Run("param named", func(t *testing.T) {
 		p := newProvider(t, 400, oaiErr("temperature too high", "temperature"))
 		_, err := NewOpenAI(Options{Name: "up", BaseURL: p.srv.URL}).Generate(t.Context(), ports.GenerateRequest{Messages: history()[1:2]}, nil)
