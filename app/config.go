@@ -140,7 +140,7 @@ const DefaultKeepAlive = 5 * time.Minute
 // flagSet declares every setting on fs, bound to c.
 func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.Var(modelFlag{c}, "model", "target model directory or Hugging Face id in the local hub cache (default: the bundled gocoder model models/gocoder/target); or NAME=PATH[,draft=PATH][,alias=A]…[,backend=B][,kernels=K][,keep_alive=D], repeated, for several models loaded on demand")
-	fs.DurationVar(&c.KeepAlive, "keep-alive", c.KeepAlive, "with several models: how long an idle model stays loaded (0 or negative: until another model needs its memory)")
+	fs.Var(keepAliveFlag{&c.KeepAlive}, "keep-alive", "with several models: how long an idle model stays loaded, a duration or seconds (0 or negative: until another model needs its memory)")
 	fs.StringVar(&c.Draft, "draft", c.Draft, "DFlash drafter directory or hub id (default with the bundled model: models/gocoder/drafter; \"none\": no drafter; \"auto\": the target's published drafter, from the table of known pairs)")
 	fs.BoolVar(&c.Pull, "pull", c.Pull, "download a hub model (--model, --draft, or the drafter --draft auto picks) that is not in the Hugging Face cache before loading it (default: never download; see `higgsd pull`)")
 	fs.BoolVar(&c.NoDraft, "no-draft", c.NoDraft, "turn speculative decoding off (load no drafter)")

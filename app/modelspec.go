@@ -111,6 +111,26 @@ func parseKeepAlive(v string) (time.Duration, error) {
 	return 0, fmt.Errorf("keep_alive %q: want a duration such as 5m or 1h, or seconds (0 or negative: never unload)", v)
 }
 
+// keepAliveFlag is --keep-alive: a duration or seconds, as a model's keep_alive (flag.DurationVar would
+// refuse the seconds the docs and a model's own keep_alive take).
+type keepAliveFlag struct{ d *time.Duration }
+
+func (k keepAliveFlag) String() string {
+	if k.d == nil {
+		return ""
+	}
+	return k.d.String()
+}
+
+func (k keepAliveFlag) Set(v string) error {
+	d, err := parseKeepAlive(strings.TrimSpace(v))
+	if err != nil {
+		return err
+	}
+	*k.d = d
+	return nil
+}
+
 // modelFlag is --model: a PATH (today's one model, the last given wins) or NAME=PATH,key=value… (one of
 // several models; repeat the flag for each). A PATH has no '=' before its first comma.
 type modelFlag struct{ c *Config }

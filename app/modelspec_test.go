@@ -205,3 +205,36 @@ func TestConfigurationPageTOML(t *testing.T) {
 	assert.Equal(t, 2, files)
 	assert.Equal(t, 1, several, "the page shows a configuration of two models")
 }
+
+// --keep-alive takes a duration or seconds, as a model's keep_alive and the docs do, from the command line,
+// the environment and the file's top level alike.
+func TestKeepAliveSeconds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		file string
+		want time.Duration
+	}{
+		{"flag duration", []string{"--keep-alive", "90s"}, nil, "", 90 * time.Second},
+		{"flag seconds", []string{"--keep-alive", "300"}, nil, "", 5 * time.Minute},
+		{"flag never", []string{"--keep-alive", "-1"}, nil, "", -time.Second},
+		{"environment seconds", nil, map[string]string{"HIGGS_KEEP_ALIVE": "120"}, "", 2 * time.Minute},
+		{"file seconds", nil, nil, "keep_alive = 600\n", 10 * time.Minute},
+		{"default", nil, nil, "", DefaultKeepAlive},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := tc.args
+			if tc.file != "" {
+				file := filepath.Join(t.TempDir(), "higgs.toml")
+				require.NoError(t, os.WriteFile(file, []byte(tc.file), 0o644))
+				args = append(args, "--config", file)
+			}
+			cfg, err := LoadConfig(args, env(tc.env), io.Discard)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, cfg.KeepAlive)
+		})
+	}
+	_, err := LoadConfig([]string{"--keep-alive", "soon"}, env(nil), io.Discard)
+	assert.ErrorContains(t, err, `keep_alive "soon": want a duration such as 5m or 1h, or seconds`)
+}

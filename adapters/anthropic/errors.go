@@ -90,6 +90,9 @@ func ErrorFor(err error) *Error {
 		// Anthropic's 529 is "the API is temporarily overloaded", which a full queue is; 429 is a per-account
 		// rate limit, which higgs does not have.
 		return &Error{Status: 529, Type: "overloaded_error", Message: "the server's request queue is full; retry later", RetryAfter: 1}
+	case errors.Is(err, ports.ErrBackendLost):
+		// A distributed model lost a rank: 503 naming it, as on the OpenAI side (backend_lost).
+		return &Error{Status: http.StatusServiceUnavailable, Type: "api_error", Message: err.Error()}
 	case errors.Is(err, ports.ErrProvider):
 		return &Error{Status: http.StatusBadGateway, Type: "api_error", Message: err.Error()}
 	case errors.Is(err, ports.ErrModelLoad):

@@ -160,7 +160,16 @@ func (c *Client) fetchOnce(ctx context.Context, ev Event, where, part string, si
 	ev.Done = have
 	c.report(ev)
 	pw := &progressWriter{w: f, ev: ev, report: c.report}
-	n, err := io.Copy(pw, resp.Body)
+	var body io.Reader = resp.Body
+	if size >= 0 {
+		// One byte past the listed size tells a server that sends more, without filling the disk first.
+		body = io.LimitReader(resp.Body, size-have+1)
+	}
+	n, err := io.Copy(pw, body)
+	if err == nil && size >= 0 && have+n > size {
+		_ = f.Truncate(0) // not the listed file: the next attempt starts over
+		return n, fmt.Errorf("%w: %s: the server sent more than the %d bytes the hub lists", ErrProtocol, ev.File, size)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return n, ctx.Err()

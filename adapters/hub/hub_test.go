@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -428,4 +429,27 @@ func FuzzParseInfo(f *testing.F) {
 			assert.False(t, rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)), s.Name)
 		}
 	})
+}
+
+// TestFetchStopsPastTheListedSize: a download server that sends more than the hub lists (here without end)
+// is cut one byte past the listed size with a protocol error, and the partial file is emptied, instead of
+// filling the disk.
+func TestFetchStopsPastTheListedSize(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		chunk := bytes.Repeat([]byte("x"), 64<<10)
+		for i := 0; i < 1<<12 && r.Context().Err() == nil; i++ { // up to 256 MiB
+			if _, err := w.Write(chunk); err != nil {
+				return
+			}
+		}
+	}))
+	t.Cleanup(srv.Close)
+	part := filepath.Join(t.TempDir(), "blob.incomplete")
+	c := &Client{Endpoint: srv.URL, HTTP: &http.Client{}}
+	_, err := c.fetchOnce(t.Context(), Event{File: "model.safetensors"}, srv.URL+"/blob", part, 1000)
+	require.ErrorIs(t, err, ErrProtocol)
+	assert.Contains(t, err.Error(), "more than the 1000 bytes")
+	st, err := os.Stat(part)
+	require.NoError(t, err)
+	assert.Zero(t, st.Size())
 }

@@ -291,8 +291,10 @@ func (u anthropicUsage) apply(res *ports.GenerateResult) {
 
 // read folds the Messages stream into events and the result: text and thinking as they come, each tool_use
 // block whole at its content_block_stop, the stop reason and usage from message_delta.
-func (p *Anthropic) read(ctx context.Context, sse *sseReader, res ports.GenerateResult, emit func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
+func (p *Anthropic) read(ctx context.Context, sse *sseReader, res ports.GenerateResult, emit func(ports.GenerateEvent) error) (out ports.GenerateResult, _ error) {
 	name := p.opts.Name
+	ans := p.opts.answer()
+	defer func() { ans.into(&out) }()
 	tools := map[int]*pendingCall{}
 	for {
 		e, err := sse.Next()
@@ -318,6 +320,9 @@ func (p *Anthropic) read(ctx context.Context, sse *sseReader, res ports.Generate
 			}
 		case "content_block_start":
 			if b := ev.ContentBlock; b != nil && b.Type == "tool_use" {
+				if err := ans.hold(callBytes + len(b.ID) + len(b.Name)); err != nil {
+					return res, err
+				}
 				tools[ev.Index] = &pendingCall{id: b.ID, name: b.Name}
 			}
 		case "content_block_delta":
@@ -326,14 +331,18 @@ func (p *Anthropic) read(ctx context.Context, sse *sseReader, res ports.Generate
 			}
 			switch ev.Delta.Type {
 			case "text_delta", "thinking_delta":
-				out := ports.GenerateEvent{Content: ev.Delta.Text, Reasoning: ev.Delta.Thinking}
-				res.Content += out.Content
-				res.Reasoning += out.Reasoning
-				if err := send(emit, out); err != nil {
+				text := ports.GenerateEvent{Content: ev.Delta.Text, Reasoning: ev.Delta.Thinking}
+				if err := ans.text(text.Content, text.Reasoning); err != nil {
+					return res, err
+				}
+				if err := send(emit, text); err != nil {
 					return res, err
 				}
 			case "input_json_delta":
 				if c := tools[ev.Index]; c != nil {
+					if err := ans.hold(len(ev.Delta.PartialJSON)); err != nil {
+						return res, err
+					}
 					c.args = append(c.args, ev.Delta.PartialJSON...)
 				}
 			}

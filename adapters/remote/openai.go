@@ -205,8 +205,10 @@ type pendingCall struct {
 
 // read folds the provider's chunks into events and the result: text as it comes, tool calls whole when
 // the choice finishes (their arguments arrive in pieces), the usage from the last chunk.
-func (p *OpenAI) read(ctx context.Context, sse *sseReader, res ports.GenerateResult, emit func(ports.GenerateEvent) error) (ports.GenerateResult, error) {
+func (p *OpenAI) read(ctx context.Context, sse *sseReader, res ports.GenerateResult, emit func(ports.GenerateEvent) error) (out ports.GenerateResult, _ error) {
 	name := p.opts.Name
+	ans := p.opts.answer()
+	defer func() { ans.into(&out) }()
 	calls := map[int]*pendingCall{}
 	finished := false
 	flush := func() error {
@@ -232,7 +234,8 @@ func (p *OpenAI) read(ctx context.Context, sse *sseReader, res ports.GenerateRes
 		e, err := sse.Next()
 		if err != nil {
 			if errors.Is(err, io.EOF) && finished {
-				return res, flush()
+				err := flush() // before res is read: flush adds the calls to it
+				return res, err
 			}
 			return res, readError(ctx, name, err)
 		}
@@ -240,7 +243,8 @@ func (p *OpenAI) read(ctx context.Context, sse *sseReader, res ports.GenerateRes
 			if !finished {
 				return res, fmt.Errorf("%w: provider %s ended its answer without a finish reason", ports.ErrProvider, name)
 			}
-			return res, flush()
+			err := flush()
+			return res, err
 		}
 		var c openAIChunk
 		if err := json.Unmarshal(e.Data, &c); err != nil {
@@ -266,8 +270,14 @@ func (p *OpenAI) read(ctx context.Context, sse *sseReader, res ports.GenerateRes
 		for _, tc := range ch.Delta.ToolCalls {
 			pc := calls[tc.Index]
 			if pc == nil {
+				if err := ans.hold(callBytes); err != nil {
+					return res, err
+				}
 				pc = &pendingCall{}
 				calls[tc.Index] = pc
+			}
+			if err := ans.hold(len(tc.ID) + len(tc.Function.Name) + len(tc.Function.Arguments)); err != nil {
+				return res, err
 			}
 			if tc.ID != "" {
 				pc.id = tc.ID
@@ -276,8 +286,9 @@ func (p *OpenAI) read(ctx context.Context, sse *sseReader, res ports.GenerateRes
 			pc.args = append(pc.args, tc.Function.Arguments...)
 		}
 		if ev.Content != "" || ev.Reasoning != "" {
-			res.Content += ev.Content
-			res.Reasoning += ev.Reasoning
+			if err := ans.text(ev.Content, ev.Reasoning); err != nil {
+				return res, err
+			}
 			if err := send(emit, ev); err != nil {
 				return res, err
 			}

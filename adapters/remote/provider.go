@@ -26,6 +26,58 @@ type Options struct {
 	// Client sends the requests; nil means a client of its own without a timeout (a generation may take
 	// long; the request's context bounds it).
 	Client *http.Client
+	// MaxAnswerBytes bounds what one answer may make higgsd hold (its text, reasoning and tool calls
+	// together); 0 means DefaultMaxAnswerBytes.
+	MaxAnswerBytes int
+}
+
+// DefaultMaxAnswerBytes is the default bound on one answer: far above any real model's output (it is not a
+// length limit, max_tokens is), it stops a provider that streams without end from growing higgsd's memory
+// until the request's timeout.
+const DefaultMaxAnswerBytes = 64 << 20
+
+// callBytes is what one streamed tool call holds before its name and arguments, counted against the bound
+// so that a stream of empty calls at ever new indices is bounded too.
+const callBytes = 64
+
+// answer gathers a streamed answer's text and reasoning (in builders: appending each delta to the result's
+// strings would copy the whole answer again at every delta) and counts every byte the answer holds,
+// tool calls included, against the bound.
+type answer struct {
+	name               string
+	limit, held        int
+	content, reasoning strings.Builder
+}
+
+func (o Options) answer() *answer {
+	limit := o.MaxAnswerBytes
+	if limit <= 0 {
+		limit = DefaultMaxAnswerBytes
+	}
+	return &answer{name: o.Name, limit: limit}
+}
+
+// hold counts n more bytes of the answer; over the bound it is the provider's failure (a 502).
+func (a *answer) hold(n int) error {
+	if a.held += n; a.held > a.limit {
+		return fmt.Errorf("%w: provider %s sent an answer of more than %d bytes", ports.ErrProvider, a.name, a.limit)
+	}
+	return nil
+}
+
+// text appends an event's text and reasoning.
+func (a *answer) text(content, reasoning string) error {
+	if err := a.hold(len(content) + len(reasoning)); err != nil {
+		return err
+	}
+	a.content.WriteString(content)
+	a.reasoning.WriteString(reasoning)
+	return nil
+}
+
+// into sets res's text and reasoning to the answer's.
+func (a *answer) into(res *ports.GenerateResult) {
+	res.Content, res.Reasoning = a.content.String(), a.reasoning.String()
 }
 
 // maxErrorBody bounds how much of a provider's error answer is read for its message.
@@ -95,7 +147,8 @@ func unwrapURL(err error) error {
 
 // statusError maps a provider's non-2xx answer to the port's error of the same class: the client's fault
 // (400, 404, 413, 422…) stays the client's with the provider's message; a full provider is ErrBusy; a key the
-// provider refuses, or a 5xx, is the gateway's failure (ErrProvider, 502), which the client cannot fix.
+// provider refuses (without its message), or a 5xx, is the gateway's failure (ErrProvider, 502), which the
+// client cannot fix.
 func statusError(name string, status int, msg, param string) error {
 	if msg == "" {
 		msg = http.StatusText(status)
@@ -106,7 +159,9 @@ func statusError(name string, status int, msg, param string) error {
 	case status == http.StatusTooManyRequests || status == 529:
 		return fmt.Errorf("%w: provider %s: %s", ports.ErrBusy, name, msg)
 	case status == http.StatusUnauthorized || status == http.StatusForbidden:
-		return fmt.Errorf("%w: provider %s refused the configured key (status %d): %s", ports.ErrProvider, name, status, msg)
+		// The provider's message stays out: it may quote the key ("Incorrect API key provided: sk-…wxyz"),
+		// and this error reaches every client, not only the operator who configured the key.
+		return fmt.Errorf("%w: provider %s refused the configured key (status %d); check the provider's key_env variable", ports.ErrProvider, name, status)
 	case status/100 == 4:
 		return &ports.RequestError{Param: param, Message: fmt.Sprintf("%s (provider %s)", msg, name)}
 	}

@@ -259,6 +259,19 @@ func TestProviderErrors(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.msg)
 		})
 	}
+	t.Run("a refused key's message is not passed on", func(t *testing.T) {
+		// OpenAI's 401 quotes the key's ends; the error reaches clients, who must not learn them.
+		p := newProvider(t, 401, oaiErr("Incorrect API key provided: sk-proj-****wxyz.", ""))
+		_, err := NewOpenAI(Options{Name: "up", BaseURL: p.srv.URL, Key: "sk-proj-abcdwxyz"}).Generate(t.Context(), ports.GenerateRequest{Messages: history()[1:2]}, nil)
+		require.ErrorIs(t, err, ports.ErrProvider)
+		assert.Contains(t, err.Error(), "provider up refused the configured key (status 401)")
+		assert.NotContains(t, err.Error(), "wxyz")
+		p = newProvider(t, 403, antErr("permission_error", "key sk-ant-****wxyz may not use this model"))
+		_, err = NewAnthropic(Options{Name: "up", BaseURL: p.srv.URL, Key: "sk-ant-abcdwxyz"}).Generate(t.Context(), ports.GenerateRequest{Messages: history()[1:2]}, nil)
+		require.ErrorIs(t, err, ports.ErrProvider)
+		assert.Contains(t, err.Error(), "(status 403)")
+		assert.NotContains(t, err.Error(), "wxyz")
+	})
 	t.Run("param named", func(t *testing.T) {
 		p := newProvider(t, 400, oaiErr("temperature too high", "temperature"))
 		_, err := NewOpenAI(Options{Name: "up", BaseURL: p.srv.URL}).Generate(t.Context(), ports.GenerateRequest{Messages: history()[1:2]}, nil)
@@ -398,4 +411,68 @@ func TestCacheBreakpoints(t *testing.T) {
 	_, _, err = collect(t, NewOpenAI(Options{Name: "o", BaseURL: o.srv.URL}), ports.GenerateRequest{Model: "m", Messages: history(), NoCache: true})
 	require.NoError(t, err)
 	assert.Equal(t, false, o.body["cache_prompt"])
+}
+
+// TestAnswerBound: a provider that streams more than Options.MaxAnswerBytes (text, reasoning or a tool
+// call's arguments) is cut with a 502-class error naming the bound, in both formats; an answer within the
+// bound is read whole.
+func TestAnswerBound(t *testing.T) {
+	repeat := func(n int, ev string) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = ev
+		}
+		return out
+	}
+	chunk := strings.Repeat("x", 100)
+	oaiEnd := []string{`data: {"choices":[{"delta":{},"finish_reason":"stop"}]}`, `data: [DONE]`}
+	antStart := `data: {"type":"message_start","message":{"model":"m","usage":{"input_tokens":1,"output_tokens":0}}}`
+	antEnd := []string{`data: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":1}}`, `data: {"type":"message_stop"}`}
+	for _, tc := range []struct {
+		name      string
+		anthropic bool
+		events    []string
+		cut       bool
+	}{
+		{"openai text within", false, append(repeat(9, `data: {"choices":[{"delta":{"content":"`+chunk+`"}}]}`), oaiEnd...), false},
+		{"openai text over", false, append(repeat(11, `data: {"choices":[{"delta":{"content":"`+chunk+`"}}]}`), oaiEnd...), true},
+		{"openai reasoning over", false, append(repeat(11, `data: {"choices":[{"delta":{"reasoning_content":"`+chunk+`"}}]}`), oaiEnd...), true},
+		{"openai tool arguments over", false, append(repeat(11, `data: {"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"`+chunk+`"}}]}}]}`), oaiEnd...), true},
+		{"openai empty calls at new indices over", false, append(func() []string {
+			out := make([]string, 20)
+			for i := range out {
+				out[i] = fmt.Sprintf(`data: {"choices":[{"delta":{"tool_calls":[{"index":%d}]}}]}`, i)
+			}
+			return out
+		}(), oaiEnd...), true},
+		{"anthropic text within", true, append(append([]string{antStart, `data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`},
+			repeat(9, `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"`+chunk+`"}}`)...), antEnd...), false},
+		{"anthropic text over", true, append(append([]string{antStart, `data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}`},
+			repeat(11, `data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"`+chunk+`"}}`)...), antEnd...), true},
+		{"anthropic tool input over", true, append(append([]string{antStart, `data: {"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"f"}}`},
+			repeat(11, `data: {"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":"`+chunk+`"}}`)...), antEnd...), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := newProvider(t, http.StatusOK, sse(tc.events...))
+			opts := Options{Name: "up", BaseURL: p.srv.URL, MaxAnswerBytes: 1000}
+			var gen ports.Generator = NewOpenAI(opts)
+			if tc.anthropic {
+				gen = NewAnthropic(opts)
+			}
+			evs, res, err := collect(t, gen, ports.GenerateRequest{Model: "m", Messages: history()[1:2], MaxTokens: 10})
+			if tc.cut {
+				require.ErrorIs(t, err, ports.ErrProvider)
+				assert.Contains(t, err.Error(), "provider up sent an answer of more than 1000 bytes")
+				assert.LessOrEqual(t, len(res.Content)+len(res.Reasoning), 1000)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, strings.Repeat(chunk, 9), res.Content)
+			var streamed strings.Builder
+			for _, ev := range evs {
+				streamed.WriteString(ev.Content)
+			}
+			assert.Equal(t, res.Content, streamed.String())
+		})
+	}
 }

@@ -183,7 +183,9 @@ func (s *Serve) reserve(ctx context.Context, l *loaded, need int64) (func(), err
 		}()
 		free, err := l.budget.Reserve(wait, need)
 		stop()
-		if err == nil || ctx.Err() != nil {
+		// Only the wait's own end (a change) is worth another try: any other failure (need over the whole
+		// budget) fails the same way at once, and retrying it would spin until ctx ends.
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.Canceled) {
 			return free, err
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/domain/batch"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -60,10 +61,16 @@ func (s *Serve) Embed(ctx context.Context, req ports.EmbedRequest) (res ports.Em
 	if err != nil {
 		return ports.EmbedResult{}, err
 	}
-	need := int64(0)
+	need, longest := int64(0), 0
 	for _, q := range seqs {
 		need = max(need, l.footprint.requestBytes(len(q), 0, 1, len(q)))
+		longest = max(longest, len(q))
 		res.PromptTokens += len(q)
+	}
+	if room := s.requestRoom(l); need > room {
+		// As a generation whose prompt can never fit: the client's to fix, not a wait that cannot end.
+		return ports.EmbedResult{}, requestErr("input", fmt.Errorf("the longest input's %d tokens need %d bytes: %w of %d bytes (--memory-budget-bytes); shorten the inputs or raise --memory-budget-bytes",
+			longest, need, batch.ErrOverBudget, room))
 	}
 	release, err := s.admit(ctx, l, need)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
@@ -24,6 +25,7 @@ import (
 	oaiapi "github.com/higgs-go/higgs/adapters/openai"
 	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/app/models"
+	"github.com/higgs-go/higgs/domain/batch"
 	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -305,6 +307,46 @@ func TestNormalize(t *testing.T) {
 			for i := range got {
 				assert.InDelta(t, tt.want[i], got[i], 1e-7, "value %d", i)
 			}
+		})
+	}
+}
+
+// An embeddings request whose longest input needs more memory than the budget can ever give is a 400
+// naming input (as a generation's prompt that cannot fit is), at once: with a budget of its own and with a
+// budget several models share, where it must not retry without end.
+func TestEmbedOverTheBudget(t *testing.T) {
+	dir := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3", Seed: 46, Vocab: testmodel.TokenizerVocab})
+	testmodel.Tokenizer(t, dir)
+	m, err := models.LoadModels(t.Context(), models.ModelConfig{Model: dir, Draft: models.NoDraftName, Threads: 2}, zerolog.Nop(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	for _, shared := range []bool{false, true} {
+		t.Run("shared="+strconv.FormatBool(shared), func(t *testing.T) {
+			s, err := NewServe(ServeConfig{MaxConcurrency: 1, QueueSize: 1, MemoryBudget: 1024}, zerolog.Nop())
+			require.NoError(t, err)
+			if shared {
+				b, err := batch.NewBudget(1024)
+				require.NoError(t, err)
+				pressures := 0
+				s.ShareMemory(&SharedMemory{Budget: b, Pressure: func(int64) <-chan struct{} {
+					pressures++
+					ch := make(chan struct{})
+					close(ch) // something always changed: a retry loop would never wait
+					return ch
+				}})
+				t.Cleanup(func() { assert.LessOrEqual(t, pressures, 1) })
+			}
+			require.NoError(t, s.SetEngine(EngineFromModels(m)))
+			ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+			defer cancel()
+			_, err = s.Embed(ctx, ports.EmbedRequest{Inputs: []ports.EmbedInput{{Text: "hello there"}}})
+			require.ErrorIs(t, err, ports.ErrInvalidRequest)
+			require.ErrorIs(t, err, batch.ErrOverBudget)
+			require.NoError(t, ctx.Err(), "refused at once, not when the context ended")
+			var re *ports.RequestError
+			require.ErrorAs(t, err, &re)
+			assert.Equal(t, "input", re.Param)
+			assert.Equal(t, 0, s.gate.running(), "the queue slot is given back")
 		})
 	}
 }

@@ -12,8 +12,8 @@
 // adapters/mlx/internal/ring, shared by both; this package joins the group and runs the processes.
 //
 // A lost rank is noticed by heartbeats beside the ring (ring.Beats: a TCP star with rank 0 at its centre,
-// set up at the join; beats every RankTimeout/4 from goroutines of their own, so they never wait for a
-// round to end): a rank whose process dies is noticed at once (its sockets close), one that falls silent
+// set up at the join; beats every tenth of RankTimeout (ring.BeatPeriod) from goroutines of their own, so
+// they never wait for a round to end): a rank whose process dies is noticed at once (its sockets close), one that falls silent
 // (a frozen or unplugged machine) within Options.RankTimeout, in the middle of a round or between rounds
 // alike. The rank that notices fails its MLX runtime with ErrRankLost naming the lost rank (it wraps
 // ports.ErrBackendLost: HTTP 503), which ends a round blocked in MLX's receive at once (MLX's recv cannot
