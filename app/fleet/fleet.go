@@ -686,11 +686,12 @@ func (f *Fleet) QueueDepth() int {
 }
 
 // PrefixCacheStats adds up the loaded models' prefix caches; the counters include unloaded engines' so that
-// they never go down.
+// they never go down. It holds the fleet's lock throughout, as unloadLocked does while it moves an engine's
+// counters into retired: otherwise a scrape between the two could miss (or count twice) that engine's counters.
 func (f *Fleet) PrefixCacheStats() ports.PrefixCacheStats {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	t := f.retired
-	f.mu.Unlock()
 	for _, e := range f.entries {
 		s := e.serve.PrefixCacheStats()
 		t.Hits += s.Hits
