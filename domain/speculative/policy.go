@@ -25,6 +25,8 @@ const (
 	defaultMaxPendingRounds = 1024
 	// priorAcceptance is the per-slot conditional acceptance assumed before any observation.
 	priorAcceptance = 0.5
+	// costClip bounds how far one slow round may pull a cost average up (ema.addTime).
+	costClip = 2
 	// slowWeight is the pseudo-count pulling a slot's recent-window estimate towards its long-run one.
 	slowWeight = 0.5
 	// sizeHalving is how many block sizes apart a slot's statistics count half (sizeWeight).
@@ -460,12 +462,15 @@ func (p *depthPolicy) observe(bs, accepted int, draft, catchUp, verify, rollback
 		p.spent += max(1, p.probeWeight) * max(0, total-float64(accepted+1)/p.probeRate)
 		p.probeRate = 0
 	}
+	// Costs are averaged robustly against contention (ema.addTime): one round now and then runs a whole time
+	// slice late, and a plain step that slow, averaged in as is, made speculation look cheap beside it for many
+	// rounds (TestPolicyHoldsUpUnderContention).
 	if bs > 1 {
-		p.draft[bs-1].addWeighted(float64(draft), p.decay)
+		p.draft[bs-1].addTime(float64(draft), p.decay, costClip)
 	}
 	p.genRounds++
 	if bs > 1 || p.genRounds > 1 {
-		p.verify[bs-1].addWeighted(float64(verify+rollback), p.decay)
+		p.verify[bs-1].addTime(float64(verify+rollback), p.decay, costClip)
 	}
 	keep := 1 - p.decay/2
 	for _, st := range p.sizes {

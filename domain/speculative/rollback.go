@@ -234,6 +234,23 @@ func (e *ema) addWeighted(x, w float64) {
 	e.v += w * (x - e.v)
 }
 
+// addTime averages a measured time robustly against contention, whose noise only ever slows a round down: a
+// sample above clip× the average (a round preempted for a whole time slice) counts as clip× the average, so it
+// moves the average by at most a factor of 1 + w·(clip−1), while a lasting slow-down is still followed within a
+// few rounds; a sample below the average's 1/clip replaces it, since a round that fast shows the average was
+// inflated (its first samples taken under a burst) rather than the machine suddenly faster than it can be.
+func (e *ema) addTime(x, w, clip float64) {
+	switch {
+	case !e.ok:
+	case x < e.v/clip:
+		e.v = x
+		return
+	default:
+		x = min(x, e.v*clip)
+	}
+	e.addWeighted(x, w)
+}
+
 func b2f(b bool) float64 {
 	if b {
 		return 1
