@@ -205,6 +205,8 @@ func cloneLinear(l *Linear) *Linear {
 		c.f32 = append([]float32(nil), l.f32...)
 	case FormatBF16:
 		c.bf16 = append([]uint16(nil), l.bf16...)
+	case FormatF16:
+		c.f16 = append([]uint16(nil), l.f16...)
 	default:
 		q := *l.q
 		q.Codes = append([]uint32(nil), q.Codes...)

@@ -18,6 +18,8 @@ const (
 	FormatBF16
 	// FormatQuant stores MLX affine codes, scales and biases, used packed.
 	FormatQuant
+	// FormatF16 stores raw IEEE half-precision bits, widened on the fly (f16.go).
+	FormatF16
 )
 
 func (f Format) String() string {
@@ -28,6 +30,8 @@ func (f Format) String() string {
 		return "bf16"
 	case FormatQuant:
 		return "affine"
+	case FormatF16:
+		return "f16"
 	}
 	return "unknown"
 }
@@ -40,6 +44,7 @@ type Linear struct {
 	Pool *Pool
 	f32  []float32
 	bf16 []uint16
+	f16  []uint16
 	q    *Quant
 	pan  *panelState // the fast mode's panel form of q (panel.go), built on first use
 }
@@ -86,6 +91,8 @@ func (l *Linear) Format() Format {
 		return FormatF32
 	case l.bf16 != nil:
 		return FormatBF16
+	case l.f16 != nil:
+		return FormatF16
 	}
 	return FormatQuant
 }
@@ -100,6 +107,8 @@ func (l *Linear) Bytes() int {
 		return 4 * len(l.f32)
 	case FormatBF16:
 		return 2 * len(l.bf16)
+	case FormatF16:
+		return 2 * len(l.f16)
 	}
 	return 4*len(l.q.Codes) + 4*len(l.q.Scales) + 4*len(l.q.Biases)
 }
@@ -115,6 +124,8 @@ func (l *Linear) Rows(lo, hi int) (*Linear, error) {
 		v.f32 = l.f32[lo*l.In : hi*l.In]
 	case FormatBF16:
 		v.bf16 = l.bf16[lo*l.In : hi*l.In]
+	case FormatF16:
+		v.f16 = l.f16[lo*l.In : hi*l.In]
 	default:
 		wpr, ng := l.q.wordsPerRow(l.In), l.In/l.q.Group
 		q := *l.q
@@ -135,6 +146,8 @@ func (l *Linear) Row(dst []float32, r int) {
 		copy(dst, l.f32[r*l.In:(r+1)*l.In])
 	case FormatBF16:
 		WidenBF16(dst, l.bf16[r*l.In:(r+1)*l.In])
+	case FormatF16:
+		WidenF16(dst, l.f16[r*l.In:(r+1)*l.In])
 	default:
 		q := l.q
 		wpr, ng := q.wordsPerRow(l.In), l.In/q.Group
@@ -221,6 +234,8 @@ func (l *Linear) forwardTile(dst, x []float32, rows int) {
 			}
 			scratchPool.Put(sp)
 		})
+	case FormatF16:
+		l.forwardF16(dst, x, rows, grain)
 	default:
 		l.forwardQuant(dst, x, rows)
 	}
