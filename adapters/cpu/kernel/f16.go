@@ -6,10 +6,10 @@ import (
 )
 
 // IEEE half-precision weights (FormatF16). Widening f16 to float32 is exact, so an F16 Linear computes exactly
-// the bits of an F32 Linear over the widened weights, in every kernel set: a decode step (one input row)
-// streams the 16-bit weights through dotF16AVX2 (dotF32AVX2's operations on weights widened by VCVTPH2PS in
-// registers), and a product of several rows widens a block of weight rows at a time into a worker's scratch
-// and runs the f32 kernels on it. Loading an f16 checkpoint this way reads half the bytes per token that
+// the bits of an F32 Linear over the widened weights, in every kernel set. With AVX2, FMA and F16C the f32
+// kernels' f16 twins widen the weights in registers (VCVTPH2PS): dotF16AVX2 for a decode step and leftover
+// rows, the 4 × 2, 6 × 2 and (AVX-512) 4 × 4 tiles for blocks of rows. Elsewhere a block of weight rows at a
+// time is widened into a worker's scratch and multiplied by the f32 kernels. Loading an f16 checkpoint this way reads half the bytes per token that
 // widening it to float32 once at load did, and gives the same output.
 
 // NewF16 wraps a row-major IEEE half-precision weight [out, in] (raw bits).
@@ -64,12 +64,8 @@ func f16Block(in int) int { return max(4, (16384/in)&^3) }
 // forwardF16 computes the product on f16 weights (see the top of this file).
 func (l *Linear) forwardF16(dst, x []float32, rows, grain int) {
 	in, out := l.In, l.Out
-	if rows == 1 && useF16C && useAVX2 {
-		l.Pool.For(out, grain, func(lo, hi int) {
-			for o := lo; o < hi; o++ {
-				dst[o] = dotF16AVX2(&x[0], &l.f16[o*in], in)
-			}
-		})
+	if useF16C && useAVX2 {
+		l.forwardDenseAVX2(dst, x, rows, grain)
 		return
 	}
 	l.Pool.For(out, grain, func(lo, hi int) {

@@ -241,7 +241,7 @@ func (l *Linear) forwardTile(dst, x []float32, rows int) {
 	}
 }
 
-// forwardDenseAVX2 is the f32/bf16 product on AVX2. Blocks of 6 or 4 input rows × 2 weight rows (4 × 4 with
+// forwardDenseAVX2 is the f32/bf16/f16 product on AVX2 (f16: with F16C). Blocks of 6 or 4 input rows × 2 weight rows (4 × 4 with
 // AVX-512) go through the tile kernels, which read each weight vector once per 6 or 4 rows; the remaining rows and
 // outputs go through the one- and two-row kernels. All of them run the same operations per element.
 func (l *Linear) forwardDenseAVX2(dst, x []float32, rows, grain int) {
@@ -270,6 +270,14 @@ func (l *Linear) forwardDenseAVX2(dst, x []float32, rows, grain int) {
 				}
 				return
 			}
+			if l.f16 != nil {
+				// Per row dotF16AVX2 (leftover rows only: the tiles take the blocks of 4 and 6).
+				w := &l.f16[o*in]
+				for ; r < rows; r++ {
+					dst[r*out+o] = dotF16AVX2(&x[r*in], w, in)
+				}
+				return
+			}
 			w := &l.bf16[o*in]
 			for ; r+2 <= rows; r += 2 {
 				dotBF16x2AVX2(&x[r*in], &x[(r+1)*in], w, in, &pair[0])
@@ -287,9 +295,12 @@ func (l *Linear) forwardDenseAVX2(dst, x []float32, rows, grain int) {
 				// once per 6 rows.
 				for ; tileO == 2 && denseTile6 && r+6 <= rows && rows-r != 8; r += 6 {
 					xp, dp := &x[r*in], &dst[r*out+o]
-					if l.f32 != nil {
+					switch {
+					case l.f32 != nil:
 						tileF32x6x2AVX2(xp, in, &l.f32[o*in], in, in, dp, out, &scratch[0])
-					} else {
+					case l.f16 != nil:
+						tileF16x6x2AVX2(xp, in, &l.f16[o*in], in, in, dp, out, &scratch[0])
+					default:
 						tileBF16x6x2AVX2(xp, in, &l.bf16[o*in], in, in, dp, out, &scratch[0])
 					}
 				}
@@ -300,6 +311,10 @@ func (l *Linear) forwardDenseAVX2(dst, x []float32, rows, grain int) {
 						tileF32x4x4AVX512(xp, in, &l.f32[o*in], in, in, dp, out, &scratch[0], l.tilePrefetch(o, hi, r/4))
 					case l.f32 != nil:
 						tileF32x4x2AVX2(xp, in, &l.f32[o*in], in, in, dp, out, &scratch[0])
+					case l.f16 != nil && tileO == 4:
+						tileF16x4x4AVX512(xp, in, &l.f16[o*in], in, in, dp, out, &scratch[0], l.tilePrefetch(o, hi, r/4))
+					case l.f16 != nil:
+						tileF16x4x2AVX2(xp, in, &l.f16[o*in], in, in, dp, out, &scratch[0])
 					case tileO == 4:
 						tileBF16x4x4AVX512(xp, in, &l.bf16[o*in], in, in, dp, out, &scratch[0], l.tilePrefetch(o, hi, r/4))
 					default:
@@ -336,8 +351,12 @@ func (l *Linear) tilePrefetch(o, hi, b int) *byte {
 		}
 		return (*byte)(unsafe.Pointer(&l.f32[o*in]))
 	}
-	if b == 0 {
-		return (*byte)(unsafe.Pointer(&l.bf16[(o+4)*in]))
+	w := l.bf16
+	if l.f16 != nil {
+		w = l.f16
 	}
-	return (*byte)(unsafe.Pointer(&l.bf16[o*in]))
+	if b == 0 {
+		return (*byte)(unsafe.Pointer(&w[(o+4)*in]))
+	}
+	return (*byte)(unsafe.Pointer(&w[o*in]))
 }
