@@ -112,11 +112,12 @@ func TestQuantizedDrafterLossless(t *testing.T) {
 	}
 }
 
-// TestStoredFormsOfTargets: BF16 and MLX-quantized targets (what the benchmarks use) keep greedy
+// TestStoredFormsOfTargets: BF16, F16 and MLX-quantized targets (what the benchmarks use) keep greedy
 // speculative decoding lossless.
 func TestStoredFormsOfTargets(t *testing.T) {
 	for name, ts := range map[string]synth.TargetSpec{
 		"hybrid-bf16": {Family: "qwen3_next", Seed: 16, BF16: true},
+		"hybrid-f16":  {Family: "qwen3_next", Seed: 16, F16: true},
 		"hybrid-q4":   {Family: "qwen3_next", Seed: 16, Quant: &quant.Spec{Bits: 4, GroupSize: 32}},
 		"dense-q8":    {Family: "qwen3", Seed: 16, Quant: &quant.Spec{Bits: 8, GroupSize: 32}},
 	} {

@@ -60,7 +60,9 @@ type TargetSpec struct {
 	Wide int
 	// BF16 stores float matrices as BF16; Quant stores every Linear (embedding included) MLX
 	// affine-quantized and adds the quantization block to config.json. Norms and GDN vectors stay F32.
-	BF16  bool
+	BF16 bool
+	// F16 stores float matrices as IEEE half precision instead (it wins over BF16).
+	F16   bool
 	Quant *quant.Spec
 	// Symmetric makes the weights exactly representable in llama.cpp's formats (symmetric.go): quantized
 	// groups get bias = −2^(bits−1)·scale with scales exact in f16 (Q8_0/Q4_0 map code for code), float
@@ -84,8 +86,8 @@ type DrafterSpec struct {
 	Prefix string
 	// Quant, when non-nil, stores every Linear MLX affine-quantized.
 	Quant *quant.Spec
-	// BF16 stores float weights as BF16.
-	BF16 bool
+	// BF16 stores float weights as BF16; F16 as IEEE half precision (it wins over BF16).
+	BF16, F16 bool
 	// RopeTheta defaults to 10000.
 	RopeTheta float64
 	// Wide must equal the target's.
@@ -237,7 +239,10 @@ func WriteTarget(dir string, s TargetSpec) error {
 		}
 	}
 	w := &writer{rng: rand.New(rand.NewPCG(s.Seed, 77)), prefix: "model.", dtype: safetensors.F32, quant: s.Quant, symmetric: s.Symmetric}
-	if s.BF16 {
+	switch {
+	case s.F16:
+		w.dtype = safetensors.F16
+	case s.BF16:
 		w.dtype = safetensors.BF16
 	}
 	norm := func(name string, n int) {
@@ -346,7 +351,10 @@ func WriteDrafter(dir string, s DrafterSpec) error {
 		return err
 	}
 	w := &writer{rng: rand.New(rand.NewPCG(s.Seed, 78)), prefix: s.Prefix, quant: s.Quant, dtype: safetensors.F32}
-	if s.BF16 {
+	switch {
+	case s.F16:
+		w.dtype = safetensors.F16
+	case s.BF16:
 		w.dtype = safetensors.BF16
 	}
 	norm := func(name string, n int) { w.raw(name, []int{n}, w.vec(n, 0.8, 1.2)) }

@@ -26,6 +26,7 @@ type SynthOptions struct {
 	// Quant, when non-nil, stores every Linear MLX-affine quantized.
 	Quant *quant.Spec
 	F32   bool // float weights as F32 instead of BF16
+	F16   bool // float weights as IEEE half precision instead of BF16
 	Seed  uint64
 	// DFlash2 writes a DFlash2 drafter instead of a DFlash one.
 	DFlash2 bool
@@ -74,6 +75,9 @@ func Synth(ctx context.Context, o SynthOptions) (SynthResult, error) {
 	if o.Symmetric && o.Quant != nil && o.Quant.Bits != 4 && o.Quant.Bits != 8 {
 		errs = append(errs, fmt.Errorf("--symmetric needs 4 or 8 bits (GGUF Q4_0/Q8_0), not %d", o.Quant.Bits))
 	}
+	if o.F32 && o.F16 {
+		errs = append(errs, errors.New("--f32 and --f16 exclude each other"))
+	}
 	if err := errors.Join(errs...); err != nil {
 		return SynthResult{}, fmt.Errorf("%w: synth: %w", verify.ErrBadInput, err)
 	}
@@ -88,7 +92,7 @@ func Synth(ctx context.Context, o SynthOptions) (SynthResult, error) {
 		family = "qwen3"
 	}
 	ts := synth.TargetSpec{Family: family, Seed: o.Seed, Layers: o.Layers, Vocab: o.Vocab,
-		Context: 4096, Wide: o.Wide, BF16: !o.F32, Quant: o.Quant, Symmetric: o.Symmetric}
+		Context: 4096, Wide: o.Wide, BF16: !o.F32, F16: o.F16, Quant: o.Quant, Symmetric: o.Symmetric}
 	if err := synth.WriteTarget(tdir, ts); err != nil {
 		return SynthResult{}, fmt.Errorf("synth target: %w", err)
 	}
@@ -105,7 +109,7 @@ func Synth(ctx context.Context, o SynthOptions) (SynthResult, error) {
 		}
 	}
 	ds := synth.DrafterSpec{Seed: o.Seed + 1, Taps: taps, Mask: int32(o.Vocab - 1), Vocab: o.Vocab,
-		Wide: o.Wide, BF16: !o.F32, Quant: o.Quant, NumTargetLayers: o.Layers, DFlash2: o.DFlash2}
+		Wide: o.Wide, BF16: !o.F32, F16: o.F16, Quant: o.Quant, NumTargetLayers: o.Layers, DFlash2: o.DFlash2}
 	if err := synth.WriteDrafter(ddir, ds); err != nil {
 		return SynthResult{}, fmt.Errorf("synth drafter: %w", err)
 	}
@@ -126,6 +130,8 @@ func Synth(ctx context.Context, o SynthOptions) (SynthResult, error) {
 		res.DType = fmt.Sprintf("q%d/g%d", o.Quant.Bits, o.Quant.GroupSize)
 	case o.F32:
 		res.DType = "f32"
+	case o.F16:
+		res.DType = "f16"
 	}
 	return res, nil
 }

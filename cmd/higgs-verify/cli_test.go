@@ -332,6 +332,35 @@ func TestPromptTextAndChat(t *testing.T) {
 	assert.Contains(t, r.stderr, "exactly one of --text and --chat")
 }
 
+// TestSynthF16 writes the same symmetric dense synth with F16 and with BF16 weights (--symmetric makes every
+// float exact in both): the F16 Linears the CPU backend then streams compute the same bits, so greedy decoding
+// gives the same tokens; --f32 with --f16 is refused.
+func TestSynthF16(t *testing.T) {
+	tokens := map[string][]int{}
+	for _, dtype := range []string{"f16", "bf16"} {
+		dir := t.TempDir()
+		args := []string{"synth", "--out", dir, "--wide", "2", "--layers", "2", "--vocab", "256", "--dense", "--symmetric", "--json"}
+		if dtype == "f16" {
+			args = append(args, "--f16")
+		}
+		r := runCLI(t, args...)
+		require.Equal(t, 0, r.code, r.stderr)
+		var out struct{ Target, DType string }
+		oneJSON(t, r.stdout, &out)
+		assert.Equal(t, dtype, out.DType)
+		r = runCLI(t, "generate", "--model", out.Target, "--tokens", "1,2,3,4,5", "--max-tokens", "12", "--json")
+		require.Equal(t, 0, r.code, r.stderr)
+		var g struct{ Tokens []int }
+		oneJSON(t, r.stdout, &g)
+		require.Len(t, g.Tokens, 12, dtype)
+		tokens[dtype] = g.Tokens
+	}
+	assert.Equal(t, tokens["bf16"], tokens["f16"])
+	r := runCLI(t, "synth", "--out", t.TempDir(), "--f32", "--f16")
+	assert.Equal(t, 2, r.code)
+	assert.Contains(t, r.stderr, "--f32 and --f16 exclude each other")
+}
+
 // TestSynthCommand writes a small random hybrid in bf16 and 4-bit; bench runs on it and reports its figures.
 func TestSynthCommand(t *testing.T) {
 	for _, bits := range []string{"0", "4"} {

@@ -13,19 +13,19 @@ import (
 // synthCmd writes a random hybrid target and a DFlash drafter for it (modeltools.Synth), for bench.
 func (c *cli) synthCmd() *cobra.Command {
 	var f struct {
-		out                 string
-		wide, layers, vocab int
-		bits, group         int
-		f32, json, dflash2  bool
-		dense, symmetric    bool
-		tokenizer           string
-		seed                uint64
+		out                     string
+		wide, layers, vocab     int
+		bits, group             int
+		f32, f16, json, dflash2 bool
+		dense, symmetric        bool
+		tokenizer               string
+		seed                    uint64
 	}
 	cmd := &cobra.Command{
 		Use:   "synth",
 		Short: "Write a random hybrid (or --dense) target and DFlash drafter (for bench on a model of a chosen size)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o := modeltools.SynthOptions{Out: f.out, Wide: f.wide, Layers: f.layers, Vocab: f.vocab, F32: f.f32, Seed: f.seed, DFlash2: f.dflash2,
+			o := modeltools.SynthOptions{Out: f.out, Wide: f.wide, Layers: f.layers, Vocab: f.vocab, F32: f.f32, F16: f.f16, Seed: f.seed, DFlash2: f.dflash2,
 				Dense: f.dense, Symmetric: f.symmetric, Tokenizer: f.tokenizer}
 			if f.bits != 0 {
 				o.Quant = &quant.Spec{Bits: f.bits, GroupSize: f.group}
@@ -48,6 +48,7 @@ func (c *cli) synthCmd() *cobra.Command {
 	fs.IntVar(&f.bits, "bits", 0, "MLX affine quantization bits of every Linear (0: none)")
 	fs.IntVar(&f.group, "group-size", 64, "quantization group size")
 	fs.BoolVar(&f.f32, "f32", false, "store float weights as F32 instead of BF16")
+	fs.BoolVar(&f.f16, "f16", false, "store float weights as IEEE half precision (F16) instead of BF16")
 	fs.BoolVar(&f.json, "json", false, "print exactly one JSON object on stdout")
 	fs.Uint64Var(&f.seed, "seed", 1, "random seed")
 	fs.BoolVar(&f.dense, "dense", false, "write a dense Qwen3 target (every layer full attention; the architecture export-gguf and llama.cpp take)")

@@ -6,7 +6,7 @@
 # LLAMA_BUILD_DIR is a llama.cpp CPU build the user made (this script builds nothing of llama.cpp): its bin/
 # (or the directory itself) must hold llama-bench, and llama-simple for the greedy check. For each type it
 # writes a dense Qwen3 synth whose weights GGUF stores exactly (`synth --dense --symmetric`: 8-bit → Q8_0,
-# 4-bit → Q4_0, floats → F16, all group 32), exports it (`export-gguf`, which refuses anything inexact), then
+# 4-bit → Q4_0, floats stored as F16 (`--f16`) → F16, all group 32), exports it (`export-gguf`, which refuses anything inexact), then
 # measures on the same threads, one run:
 #   llama.cpp  llama-bench: pp<ctx> (prefill tokens/s from empty), and at depth <ctx>: tg<n> (decode) and
 #              pp16 (a 16-token batch: the cost of a 16-row verify)
@@ -93,11 +93,11 @@ for t in "${types[@]}"; do
 	case $t in
 	q8_0) synthq=(--bits 8 --group-size 32) ;;
 	q4_0) synthq=(--bits 4 --group-size 32) ;;
-	f16) synthq=() ;;
+	f16) synthq=(--f16) ;;
 	*) die "type $t: want q8_0, q4_0 or f16" ;;
 	esac
 	dir=$OUT/synth-$t gguf=$OUT/synth-$t.gguf
-	log "$t: synth (--dense --symmetric ${synthq[*]:-bf16}, wide $WIDE, $LAYERS layers, vocab $VOCAB)"
+	log "$t: synth (--dense --symmetric ${synthq[*]}, wide $WIDE, $LAYERS layers, vocab $VOCAB)"
 	rm -rf "$dir" "$OUT/$t".*
 	"$HV" synth --out "$dir" --dense --symmetric "${synthq[@]}" --wide "$WIDE" --layers "$LAYERS" \
 		--vocab "$VOCAB" --tokenizer "$TOKENIZER" --json >"$OUT/$t.synth.json"

@@ -12,7 +12,7 @@ import (
 	"github.com/higgs-go/higgs/adapters/cpu/kernel/machine"
 )
 
-// benchLinears builds f32, bf16, q4 and q8 Linears of one shape.
+// benchLinears builds f32, bf16, f16, q4 and q8 Linears of one shape.
 func benchLinears(r *rand.Rand, out, in int) map[string]*Linear {
 	w := randVec(r, out*in, 1)
 	bf := make([]uint16, len(w))
@@ -25,18 +25,20 @@ func benchLinears(r *rand.Rand, out, in int) map[string]*Linear {
 	q6, _ := quantFixture(r, out, in, 6, 64)
 	lf, _ := NewF32(out, in, w)
 	lb, _ := NewBF16(out, in, bf)
+	hf, _ := f16Fixture(r, out, in)
+	lh, _ := NewF16(out, in, hf)
 	lq, _ := NewQuant(out, in, q)
 	lq8, _ := NewQuant(out, in, q8)
 	lq3, _ := NewQuant(out, in, q3)
 	lq6, _ := NewQuant(out, in, q6)
 	fast, fast8, fast3 := *lq, *lq8, *lq3
-	return map[string]*Linear{"f32": lf, "bf16": lb, "q4": lq, "q8": lq8, "q3": lq3, "q6": lq6, "q4fast": &fast,
+	return map[string]*Linear{"f32": lf, "bf16": lb, "f16": lh, "q4": lq, "q8": lq8, "q3": lq3, "q6": lq6, "q4fast": &fast,
 		"q8fast": &fast8, "q3fast": &fast3}
 }
 
 // benchFormats names the benchmarked weight formats (MLX affine q3/q4/q6/q8 with groups of 64); the fast ones
 // run ModeFast kernels.
-var benchFormats = []string{"f32", "bf16", "q4", "q8", "q3", "q6", "q4fast", "q8fast", "q3fast"}
+var benchFormats = []string{"f32", "bf16", "f16", "q4", "q8", "q3", "q6", "q4fast", "q8fast", "q3fast"}
 
 // benchPool returns a pool of all workers with the kernel mode the format name asks for.
 func benchPool(name string) *Pool {
@@ -205,6 +207,8 @@ func cloneLinear(l *Linear) *Linear {
 		c.f32 = append([]float32(nil), l.f32...)
 	case FormatBF16:
 		c.bf16 = append([]uint16(nil), l.bf16...)
+	case FormatF16:
+		c.f16 = append([]uint16(nil), l.f16...)
 	default:
 		q := *l.q
 		q.Codes = append([]uint32(nil), q.Codes...)

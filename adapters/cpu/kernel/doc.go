@@ -1,5 +1,5 @@
 // Package kernel holds the deterministic matrix products of the pure-Go reference backend: Linear, against
-// f32, bf16 and MLX affine-quantized weights, in both kernel modes, and the Pool its loops run on (a
+// f32, bf16, f16 and MLX affine-quantized weights, in both kernel modes, and the Pool its loops run on (a
 // workers.Pool with the kernel mode). The vector and row operations (RMSNorm, RoPE, softmax, the activations,
 // the fast mode's float32 arithmetic, its Gated DeltaNet step and attention kernels) are package vecmath's.
 //
@@ -29,6 +29,9 @@
 //     in L1-sized blocks, each element's accumulator waiting in memory between groups (2-, 3-, 5- and 6-bit
 //     codes widened to float32 a chunk of weight rows at a time); f32/bf16 blocks of 6 rows go through 6 × 2
 //     AVX2 tiles. Per element the operations stay the one-row kernels'.
+//     f16 weights (f16.go) compute exactly the f32 kernels' bits on the widened weights: where the CPU has
+//     F16C, dotF16AVX2 and f16 twins of the f32 tiles (gen_tile.py) widen them in registers with VCVTPH2PS;
+//     without it a block of weight rows is widened into scratch for the f32 kernels.
 //   - everywhere else, or with the purego build tag: pure Go plus github.com/viterin/vek (vek32.Dot has a fixed
 //     reduction order for a given length).
 //

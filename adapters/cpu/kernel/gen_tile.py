@@ -1,11 +1,25 @@
 import struct
 PERM_A = 'Z15, Z8, Z8'
 PERM_B = 'Z15, Z9, Z9'
-# Generates tile_amd64.s: multi-row × multi-output tiles for f32/bf16 and multi-row quantized kernels.
+# Generates tile_amd64.s: multi-row × multi-output tiles for f32/bf16/f16 and multi-row quantized kernels.
+# A tile's weight type wt is "f32", "bf16" (widened by a zero-extension and a shift) or "f16" (VCVTPH2PS).
 out = []
 def e(s=""): out.append(s)
 
-def tile(name, R, O, bf16, evex):
+# ONE names the one-row kernel whose operations a tile of each weight type runs.
+ONE = {"f32": "dotF32AVX2", "bf16": "dotBF16AVX2", "f16": "dotF16AVX2 (dotF32AVX2 on the widened weights)"}
+
+def loadw(wt, ptr, reg):
+    # One weight vector (8 or 16 values) at element AX of the row at ptr, as float32.
+    if wt == "bf16":
+        e(f"\tVPMOVZXWD ({ptr})(AX*2), {reg}")
+        e(f"\tVPSLLD $16, {reg}, {reg}")
+    elif wt == "f16":
+        e(f"\tVCVTPH2PS ({ptr})(AX*2), {reg}")
+    else:
+        e(f"\tVMOVUPS ({ptr})(AX*4), {reg}")
+
+def tile(name, R, O, wt, evex):
     # regs: w: Y0..Y(O-1), x: Y(O)..Y(O+R-1), accs: base..base+R*O-1. Where the 16 AVX2 registers do not hold
     # every row's x vector beside the accumulators (6 rows × 2), the rows' x vectors take turns in two registers.
     wreg = [f"Y{i}" for i in range(O)]
@@ -16,9 +30,9 @@ def tile(name, R, O, bf16, evex):
     assert base + R*O <= (32 if evex else 16)
     xptr = ["R8", "R9", "R10", "R11", "R14", "R15"][:R]
     wptr = ["R12", "R13", "SI", "DI"][:O]
-    wt = "uint16" if bf16 else "float32"
-    e(f"// func {name}(x *float32, ldx int, w *{wt}, ldw int, n int, dst *float32, ldd int, scratch *float32)")
-    e(f"// {R} input rows × {O} weight rows; every element runs dot{'BF16' if bf16 else 'F32'}AVX2's operations (n a multiple of 32).")
+    gt = "float32" if wt == "f32" else "uint16"
+    e(f"// func {name}(x *float32, ldx int, w *{gt}, ldw int, n int, dst *float32, ldd int, scratch *float32)")
+    e(f"// {R} input rows × {O} weight rows; every element runs {ONE[wt]}'s operations (n a multiple of 32).")
     e(f"TEXT ·{name}(SB), NOSPLIT, $0-64")
     e("\tMOVQ x+0(FP), R8")
     e("\tMOVQ ldx+8(FP), BX")
@@ -27,7 +41,7 @@ def tile(name, R, O, bf16, evex):
         e(f"\tLEAQ ({xptr[i-1]})(BX*1), {xptr[i]}")
     e("\tMOVQ w+16(FP), R12")
     e("\tMOVQ ldw+24(FP), BX")
-    e(f"\tSHLQ ${1 if bf16 else 2}, BX")
+    e(f"\tSHLQ ${2 if wt == 'f32' else 1}, BX")
     for i in range(1, O):
         e(f"\tLEAQ ({wptr[i-1]})(BX*1), {wptr[i]}")
     e("\tMOVQ n+32(FP), DX")
@@ -41,11 +55,7 @@ def tile(name, R, O, bf16, evex):
         lbl = f"{name}_k{k}"
         e(f"{lbl}:")
         for o in range(O):
-            if bf16:
-                e(f"\tVPMOVZXWD ({wptr[o]})(AX*2), {wreg[o]}")
-                e(f"\tVPSLLD $16, {wreg[o]}, {wreg[o]}")
-            else:
-                e(f"\tVMOVUPS ({wptr[o]})(AX*4), {wreg[o]}")
+            loadw(wt, wptr[o], wreg[o])
         if stream:
             for r in range(R):
                 e(f"\tVMOVUPS ({xptr[r]})(AX*4), {xreg[r]}")
@@ -92,7 +102,7 @@ def tile(name, R, O, bf16, evex):
     e("\tRET")
     e()
 
-def tilez(name, R, O, bf16):
+def tilez(name, R, O, wt):
     # 16-lane passes: lanes 0-7 hold chain 2p, lanes 8-15 chain 2p+1, so each pass reads whole cache lines.
     wreg = [f"Z{i}" for i in range(O)]
     xreg = [f"Z{O+i}" for i in range(R)]
@@ -100,9 +110,9 @@ def tilez(name, R, O, bf16):
     assert 16 + R*O <= 32
     xptr = ["R8", "R9", "R10", "R11"][:R]
     wptr = ["R12", "R13", "SI", "DI"][:O]
-    wt = "uint16" if bf16 else "float32"
-    e(f"// func {name}(x *float32, ldx int, w *{wt}, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte)")
-    e(f"// {R} input rows × {O} weight rows with 16-lane vectors holding two of dot{'BF16' if bf16 else 'F32'}AVX2's 8-lane")
+    gt = "float32" if wt == "f32" else "uint16"
+    e(f"// func {name}(x *float32, ldx int, w *{gt}, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte)")
+    e(f"// {R} input rows × {O} weight rows with 16-lane vectors holding two of {ONE[wt]}'s 8-lane")
     e("// chains each; per element the same operations in the same order (n a multiple of 32). Meanwhile the 8·n")
     e("// bytes from pf on are prefetched into L2 (two lines per step; the caller points pf at weights it needs next).")
     e(f"TEXT ·{name}(SB), NOSPLIT, $0-72")
@@ -113,7 +123,7 @@ def tilez(name, R, O, bf16):
         e(f"\tLEAQ ({xptr[i-1]})(BX*1), {xptr[i]}")
     e("\tMOVQ w+16(FP), R12")
     e("\tMOVQ ldw+24(FP), BX")
-    e(f"\tSHLQ ${1 if bf16 else 2}, BX")
+    e(f"\tSHLQ ${2 if wt == 'f32' else 1}, BX")
     for i in range(1, O):
         e(f"\tLEAQ ({wptr[i-1]})(BX*1), {wptr[i]}")
     e("\tMOVQ n+32(FP), DX")
@@ -132,11 +142,7 @@ def tilez(name, R, O, bf16):
         e("\tPREFETCHT1 (CX)(AX*4)")
         e("\tPREFETCHT1 64(CX)(AX*4)")
         for o in range(O):
-            if bf16:
-                e(f"\tVPMOVZXWD ({wptr[o]})(AX*2), {wreg[o]}")
-                e(f"\tVPSLLD $16, {wreg[o]}, {wreg[o]}")
-            else:
-                e(f"\tVMOVUPS ({wptr[o]})(AX*4), {wreg[o]}")
+            loadw(wt, wptr[o], wreg[o])
         for r in range(R):
             e(f"\tVMOVUPS ({xptr[r]})(AX*4), {xreg[r]}")
         for r in range(R):
@@ -694,12 +700,12 @@ for i in range(16):
     e(f"DATA q4float<>+{4*i}(SB)/4, ${hex(struct.unpack('<I', struct.pack('<f', float(i)))[0])}")
 e("GLOBL q4float<>(SB), RODATA|NOPTR, $64")
 e()
-tile("tileF32x4x2AVX2", 4, 2, False, False)
-tile("tileBF16x4x2AVX2", 4, 2, True, False)
-tile("tileF32x6x2AVX2", 6, 2, False, False)
-tile("tileBF16x6x2AVX2", 6, 2, True, False)
-tilez("tileF32x4x4AVX512", 4, 4, False)
-tilez("tileBF16x4x4AVX512", 4, 4, True)
+tile("tileF32x4x2AVX2", 4, 2, "f32", False)
+tile("tileBF16x4x2AVX2", 4, 2, "bf16", False)
+tile("tileF32x6x2AVX2", 6, 2, "f32", False)
+tile("tileBF16x6x2AVX2", 6, 2, "bf16", False)
+tilez("tileF32x4x4AVX512", 4, 4, "f32")
+tilez("tileBF16x4x4AVX512", 4, 4, "bf16")
 quantrows("dotQ4Rows8AVX512", 4, 8)
 quantrows("dotQ4Rows4AVX512", 4, 4)
 quantrows("dotQ8Rows8AVX512", 8, 8)
@@ -738,4 +744,8 @@ for cb in (2, 3, 5, 6):
     e()
     for gs in (32, 64, 128):
         quant16x2(f"dotQ{cb}Rows16x2G{gs}AVX512", 8, gs, "blend", cb)
+# f16 weights (F16C's VCVTPH2PS; AVX-512F for the 16-lane form).
+tile("tileF16x4x2AVX2", 4, 2, "f16", False)
+tile("tileF16x6x2AVX2", 6, 2, "f16", False)
+tilez("tileF16x4x4AVX512", 4, 4, "f16")
 open(__import__("os").path.join(__import__("os").path.dirname(__file__), "tile_amd64.s"), "w").write("\n".join(out) + "\n")

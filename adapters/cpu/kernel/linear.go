@@ -18,6 +18,8 @@ const (
 	FormatBF16
 	// FormatQuant stores MLX affine codes, scales and biases, used packed.
 	FormatQuant
+	// FormatF16 stores raw IEEE half-precision bits, widened on the fly (f16.go).
+	FormatF16
 )
 
 func (f Format) String() string {
@@ -28,6 +30,8 @@ func (f Format) String() string {
 		return "bf16"
 	case FormatQuant:
 		return "affine"
+	case FormatF16:
+		return "f16"
 	}
 	return "unknown"
 }
@@ -40,6 +44,7 @@ type Linear struct {
 	Pool *Pool
 	f32  []float32
 	bf16 []uint16
+	f16  []uint16
 	q    *Quant
 	pan  *panelState // the fast mode's panel form of q (panel.go), built on first use
 }
@@ -86,6 +91,8 @@ func (l *Linear) Format() Format {
 		return FormatF32
 	case l.bf16 != nil:
 		return FormatBF16
+	case l.f16 != nil:
+		return FormatF16
 	}
 	return FormatQuant
 }
@@ -100,6 +107,8 @@ func (l *Linear) Bytes() int {
 		return 4 * len(l.f32)
 	case FormatBF16:
 		return 2 * len(l.bf16)
+	case FormatF16:
+		return 2 * len(l.f16)
 	}
 	return 4*len(l.q.Codes) + 4*len(l.q.Scales) + 4*len(l.q.Biases)
 }
@@ -115,6 +124,8 @@ func (l *Linear) Rows(lo, hi int) (*Linear, error) {
 		v.f32 = l.f32[lo*l.In : hi*l.In]
 	case FormatBF16:
 		v.bf16 = l.bf16[lo*l.In : hi*l.In]
+	case FormatF16:
+		v.f16 = l.f16[lo*l.In : hi*l.In]
 	default:
 		wpr, ng := l.q.wordsPerRow(l.In), l.In/l.q.Group
 		q := *l.q
@@ -135,6 +146,8 @@ func (l *Linear) Row(dst []float32, r int) {
 		copy(dst, l.f32[r*l.In:(r+1)*l.In])
 	case FormatBF16:
 		WidenBF16(dst, l.bf16[r*l.In:(r+1)*l.In])
+	case FormatF16:
+		WidenF16(dst, l.f16[r*l.In:(r+1)*l.In])
 	default:
 		q := l.q
 		wpr, ng := q.wordsPerRow(l.In), l.In/q.Group
@@ -221,12 +234,14 @@ func (l *Linear) forwardTile(dst, x []float32, rows int) {
 			}
 			scratchPool.Put(sp)
 		})
+	case FormatF16:
+		l.forwardF16(dst, x, rows, grain)
 	default:
 		l.forwardQuant(dst, x, rows)
 	}
 }
 
-// forwardDenseAVX2 is the f32/bf16 product on AVX2. Blocks of 6 or 4 input rows × 2 weight rows (4 × 4 with
+// forwardDenseAVX2 is the f32/bf16/f16 product on AVX2 (f16: with F16C). Blocks of 6 or 4 input rows × 2 weight rows (4 × 4 with
 // AVX-512) go through the tile kernels, which read each weight vector once per 6 or 4 rows; the remaining rows and
 // outputs go through the one- and two-row kernels. All of them run the same operations per element.
 func (l *Linear) forwardDenseAVX2(dst, x []float32, rows, grain int) {
@@ -255,6 +270,14 @@ func (l *Linear) forwardDenseAVX2(dst, x []float32, rows, grain int) {
 				}
 				return
 			}
+			if l.f16 != nil {
+				// Per row dotF16AVX2 (leftover rows only: the tiles take the blocks of 4 and 6).
+				w := &l.f16[o*in]
+				for ; r < rows; r++ {
+					dst[r*out+o] = dotF16AVX2(&x[r*in], w, in)
+				}
+				return
+			}
 			w := &l.bf16[o*in]
 			for ; r+2 <= rows; r += 2 {
 				dotBF16x2AVX2(&x[r*in], &x[(r+1)*in], w, in, &pair[0])
@@ -272,9 +295,12 @@ func (l *Linear) forwardDenseAVX2(dst, x []float32, rows, grain int) {
 				// once per 6 rows.
 				for ; tileO == 2 && denseTile6 && r+6 <= rows && rows-r != 8; r += 6 {
 					xp, dp := &x[r*in], &dst[r*out+o]
-					if l.f32 != nil {
+					switch {
+					case l.f32 != nil:
 						tileF32x6x2AVX2(xp, in, &l.f32[o*in], in, in, dp, out, &scratch[0])
-					} else {
+					case l.f16 != nil:
+						tileF16x6x2AVX2(xp, in, &l.f16[o*in], in, in, dp, out, &scratch[0])
+					default:
 						tileBF16x6x2AVX2(xp, in, &l.bf16[o*in], in, in, dp, out, &scratch[0])
 					}
 				}
@@ -285,6 +311,10 @@ func (l *Linear) forwardDenseAVX2(dst, x []float32, rows, grain int) {
 						tileF32x4x4AVX512(xp, in, &l.f32[o*in], in, in, dp, out, &scratch[0], l.tilePrefetch(o, hi, r/4))
 					case l.f32 != nil:
 						tileF32x4x2AVX2(xp, in, &l.f32[o*in], in, in, dp, out, &scratch[0])
+					case l.f16 != nil && tileO == 4:
+						tileF16x4x4AVX512(xp, in, &l.f16[o*in], in, in, dp, out, &scratch[0], l.tilePrefetch(o, hi, r/4))
+					case l.f16 != nil:
+						tileF16x4x2AVX2(xp, in, &l.f16[o*in], in, in, dp, out, &scratch[0])
 					case tileO == 4:
 						tileBF16x4x4AVX512(xp, in, &l.bf16[o*in], in, in, dp, out, &scratch[0], l.tilePrefetch(o, hi, r/4))
 					default:
@@ -321,8 +351,12 @@ func (l *Linear) tilePrefetch(o, hi, b int) *byte {
 		}
 		return (*byte)(unsafe.Pointer(&l.f32[o*in]))
 	}
-	if b == 0 {
-		return (*byte)(unsafe.Pointer(&l.bf16[(o+4)*in]))
+	w := l.bf16
+	if l.f16 != nil {
+		w = l.f16
 	}
-	return (*byte)(unsafe.Pointer(&l.bf16[o*in]))
+	if b == 0 {
+		return (*byte)(unsafe.Pointer(&w[(o+4)*in]))
+	}
+	return (*byte)(unsafe.Pointer(&w[o*in]))
 }

@@ -1,6 +1,6 @@
 // Package weights builds kernel values (Linear layers, vectors) from safetensors tensors, for the CPU target and
 // the CPU DFlash drafter alike. Float weights stay in their stored form where the kernels can use it directly
-// (F32 and BF16, zero-copy over the mapping when aligned); F16 is widened to F32 once. MLX affine-quantized
+// (F32, BF16 and F16, zero-copy over the mapping when aligned). MLX affine-quantized
 // Linears (`<name>.weight` U32 + `<name>.scales` + `<name>.biases`) stay packed.
 package weights
 
@@ -125,11 +125,9 @@ func floatLinear(t *safetensors.Tensor, rows, in int) (*kernel.Linear, error) {
 	case safetensors.BF16:
 		return kernel.NewBF16(rows, in, uint16s(t.Data))
 	case safetensors.F16:
-		v, err := t.Float32()
-		if err != nil {
-			return nil, err
-		}
-		return kernel.NewF32(rows, in, v)
+		// Kept as half precision: a decode step reads 2 bytes a weight, not the 4 of a float32 widening, and the
+		// kernels compute the widened weights' exact bits.
+		return kernel.NewF16(rows, in, uint16s(t.Data))
 	}
 	if t.DType == safetensors.U32 {
 		return nil, fmt.Errorf("tensor %q in %s: packed U32 weight without its .scales/.biases (or no quantization in config.json)", t.Name, t.File)
@@ -137,7 +135,7 @@ func floatLinear(t *safetensors.Tensor, rows, in int) (*kernel.Linear, error) {
 	return nil, fmt.Errorf("tensor %q in %s: dtype %s not supported for a Linear weight", t.Name, t.File, t.DType)
 }
 
-// uint16s views little-endian BF16 bytes as uint16 without copying when aligned (amd64/arm64 are little-endian),
+// uint16s views little-endian BF16 or F16 bytes as uint16 without copying when aligned (amd64/arm64 are little-endian),
 // else copies. safetensors has no uint16 view, hence this local helper.
 func uint16s(b []byte) []uint16 {
 	if len(b) == 0 {

@@ -1,6 +1,7 @@
 package weights
 
 import (
+	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/higgs-go/higgs/adapters/cpu/kernel"
 	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/safetensors"
 )
@@ -46,6 +48,30 @@ func TestLoadLinearFormats(t *testing.T) {
 		l.Row(row, 3)
 		for j := range in {
 			assert.InDelta(t, w[3*in+j], row[j], 4e-3, "%s col %d", name, j)
+		}
+	}
+	// F16 stays half precision and computes the bits of an F32 Linear over the widened tensor (how it loaded
+	// before FormatF16).
+	h, err := LoadLinear(st, "h", nil, out, in)
+	require.NoError(t, err)
+	assert.Equal(t, kernel.FormatF16, h.Format())
+	assert.Equal(t, 2*out*in, h.Bytes())
+	ht, err := st.Tensor("h.weight")
+	require.NoError(t, err)
+	hw, err := ht.Float32()
+	require.NoError(t, err)
+	wide, err := kernel.NewF32(out, in, hw)
+	require.NoError(t, err)
+	x := make([]float32, 3*in)
+	for i := range x {
+		x[i] = float32(i%7) - 3.25
+	}
+	for _, rows := range []int{1, 3} {
+		got, want := make([]float32, rows*out), make([]float32, rows*out)
+		h.Forward(got, x, rows)
+		wide.Forward(want, x, rows)
+		for i := range want {
+			require.Equal(t, math.Float32bits(want[i]), math.Float32bits(got[i]), "rows %d element %d", rows, i)
 		}
 	}
 	for _, sp := range []*quant.Spec{nil, &spec} { // inferred and explicit spec
