@@ -228,7 +228,8 @@ func parseRaw(m ports.ChatMessage) (chatMessage, error) {
 }
 
 // argsObject returns a call's arguments as a JSON object: the inbound adapters pass an object, OpenAI's wire
-// a string holding one; empty or null is {}.
+// a string holding one; anything that is not a JSON object (empty, null, a number, an array, broken JSON) is {},
+// since Anthropic's tool_use.input must be an object and both APIs' clients parse the arguments as one.
 func argsObject(raw json.RawMessage) json.RawMessage {
 	t := bytes.TrimSpace(raw)
 	if len(t) > 0 && t[0] == '"' {
@@ -237,7 +238,7 @@ func argsObject(raw json.RawMessage) json.RawMessage {
 			t = bytes.TrimSpace([]byte(s))
 		}
 	}
-	if len(t) == 0 || bytes.Equal(t, []byte("null")) || !json.Valid(t) {
+	if len(t) == 0 || t[0] != '{' || !json.Valid(t) {
 		return json.RawMessage("{}")
 	}
 	return json.RawMessage(t)

@@ -476,3 +476,21 @@ func TestAnswerBound(t *testing.T) {
 		})
 	}
 }
+
+// TestArgsObject: a call's arguments reach the other format as a JSON object, whatever the model or client sent.
+func TestArgsObject(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"a":1}`:         `{"a":1}`,
+		`"{\"a\":1}"`:     `{"a":1}`,
+		` {"a": [1, 2]} `: `{"a": [1, 2]}`,
+		``:                `{}`,
+		`null`:            `{}`,
+		`5`:               `{}`,
+		`[1,2]`:           `{}`,
+		`"5"`:             `{}`,
+		`{"a":`:           `{}`,
+		`"not json"`:      `{}`,
+	} {
+		assert.JSONEq(t, want, string(argsObject(json.RawMessage(in))), "%q", in)
+	}
+}
