@@ -48,8 +48,18 @@ func PrepareExec(ctx context.Context, args []string, getenv func(string) string,
 	if note, err = Check(ctx, hc, addr, o.Key); err != nil {
 		return Command{}, "", err
 	}
-	return Command{Path: path, Argv: rest, Env: WithVars(environ, Vars(addr, o.Key))}, note, nil
+	key := o.Key
+	if key == "" {
+		// The command talks to higgsd only: a provider key already in its environment (a real OpenAI or
+		// Anthropic key) must not travel to this server, possibly over plain HTTP to another machine.
+		key = NoKey
+	}
+	return Command{Path: path, Argv: rest, Env: WithVars(environ, Vars(addr, key))}, note, nil
 }
+
+// NoKey is the API key `higgsd exec` gives the command for a server without keys, in place of any key the
+// environment holds (the tools want one set; higgsd without keys takes any).
+const NoKey = "higgs-no-key"
 
 // Errors PrepareExec wraps: ErrUsage for the caller's flags (exit status 2), ErrNotFound for a command that
 // is not found (127, as a shell answers).

@@ -152,13 +152,15 @@ func TestPrepareExec(t *testing.T) {
 	if _, err := exec.LookPath("sh"); err != nil {
 		t.Skip("no sh on this machine")
 	}
-	environ := []string{"PATH=/usr/bin:/bin", "OPENAI_BASE_URL=https://api.openai.com/v1", "KEEP=1"}
+	environ := []string{"PATH=/usr/bin:/bin", "OPENAI_BASE_URL=https://api.openai.com/v1", "OPENAI_API_KEY=sk-real", "KEEP=1"}
 	c, note, err := PrepareExec(t.Context(), []string{"--addr", ok, "--", "sh", "-c", "true"}, env(nil), environ, http.DefaultClient, &bytes.Buffer{})
 	require.NoError(t, err)
 	assert.Empty(t, note)
 	assert.Equal(t, []string{"sh", "-c", "true"}, c.Argv)
-	assert.Equal(t, []string{"PATH=/usr/bin:/bin", "KEEP=1", "OPENAI_BASE_URL=" + ok + "/v1", "ANTHROPIC_BASE_URL=" + ok}, c.Env,
-		"the server's URLs replace the variables of the same name; nothing else changes")
+	assert.Equal(t, []string{"PATH=/usr/bin:/bin", "KEEP=1", "OPENAI_BASE_URL=" + ok + "/v1", "ANTHROPIC_BASE_URL=" + ok,
+		"OPENAI_API_KEY=" + NoKey, "ANTHROPIC_API_KEY=" + NoKey}, c.Env,
+		"the server's URLs and a placeholder key replace the variables of the same name (a real provider key never "+
+			"travels to higgsd); nothing else changes")
 
 	_, _, err = PrepareExec(t.Context(), []string{"--addr", ok}, env(nil), environ, http.DefaultClient, &bytes.Buffer{})
 	assert.ErrorIs(t, err, ErrUsage)
