@@ -41,6 +41,9 @@ func ParseEmbeddings(body []byte) (EmbeddingsRequest, error) {
 	if err := decodeJSON(body, &b); err != nil {
 		return EmbeddingsRequest{}, err
 	}
+	if err := checkFields(body, embeddingFields, unrecognized); err != nil {
+		return EmbeddingsRequest{}, err
+	}
 	var req EmbeddingsRequest
 	req.Embed.Model = b.Model
 	if f := b.EncodingFormat; f != nil {

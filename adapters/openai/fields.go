@@ -30,6 +30,8 @@ var (
 		"prompt_cache_retention", "safety_identifier",
 		// Extensions: template arguments (vLLM's), guided decoding (vLLM's older names, refused with a pointer).
 		"chat_template_kwargs", "guided_json", "guided_regex", "guided_choice")
+	// embeddingFields are the fields of OpenAI's EmbeddingCreateParams.
+	embeddingFields = []string{"input", "model", "encoding_format", "dimensions", "user"}
 	// completionFields add the raw-completion fields, and response_format (a higgs extension here, as in
 	// vLLM); tools, tool_choice and top_logprobs are named so that their errors point to what serves them
 	// (chat completions, logprobs: N) rather than calling them unknown.

@@ -24,6 +24,8 @@ func TestUnknownFieldsRefusedAsOpenAIRefusesThem(t *testing.T) {
 		{"completion misspelt", `{"prompt":"x","max_tokes":3}`, ParseCompletion, "max_tokes"},
 		{"completion chat-only field", `{"prompt":"x","messages":[]}`, ParseCompletion, "messages"},
 		{"completion fields accepted", `{"prompt":"x","best_of":1,"echo":false,"suffix":"","user":"u","logprobs":2}`, ParseCompletion, ""},
+		{"embeddings misspelt", `{"input":"x","encoding":"float"}`, parseEmbeddingsOnly, "encoding"},
+		{"embeddings fields accepted", `{"input":"x","model":"m","encoding_format":"base64","dimensions":32,"user":"u"}`, parseEmbeddingsOnly, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -39,6 +41,12 @@ func TestUnknownFieldsRefusedAsOpenAIRefusesThem(t *testing.T) {
 			assert.Equal(t, "Unrecognized request argument supplied: "+c.wantParam, e.Message)
 		})
 	}
+}
+
+// parseEmbeddingsOnly is ParseEmbeddings in ParseChat's shape, for the table above.
+func parseEmbeddingsOnly(body []byte) (Request, error) {
+	_, err := ParseEmbeddings(body)
+	return Request{}, err
 }
 
 func TestCheckFieldsResponsesWording(t *testing.T) {
