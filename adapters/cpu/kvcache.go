@@ -18,6 +18,10 @@ type kvCache struct {
 	k8, v8 []int8
 	ks, vs []float32
 	d      int // head dimension, set in the 8-bit mode (where a scale covers d values); 0 in a float32 cache
+	// bk8, bks, bv8, bvs are the 8-bit mode's block buffers: the codes and scales of the block being attended,
+	// reused by every pass (attend fills them, keep appends them to the cache).
+	bk8, bv8 []int8
+	bks, bvs []float32
 }
 
 // newKVCache returns an empty cache of head dimension d, 8-bit when bits is 8.

@@ -199,10 +199,13 @@ func (p *pass) attend(layer int, q, k, v act, a model.Attend[*weight], out []flo
 	if c.q8 {
 		// The block's keys and values as the cache will hold them, so that its own rows attend to the same
 		// read-back bits a later step reads from the cache.
-		j.k8, j.ks = appendQuantized(nil, nil, j.kr, d)
-		j.v8, j.vs = appendQuantized(nil, nil, j.v, d)
+		// The codes land in the cache's block buffers, reused from pass to pass: keep copies them into the
+		// cache, and a cache has one job in flight at a time.
+		j.k8, j.ks = appendQuantized(c.bk8[:0], c.bks[:0], j.kr, d)
+		j.v8, j.vs = appendQuantized(c.bv8[:0], c.bvs[:0], j.v, d)
+		c.bk8, c.bks, c.bv8, c.bvs = j.k8, j.ks, j.v8, j.vs
 		dequantizeRows(j.kr, j.k8, j.ks, d)
-		j.v = p.mem.get(len(v.v))
+		j.v = p.mem.scratch(len(v.v)) // written whole by dequantizeRows
 		dequantizeRows(j.v, j.v8, j.vs, d)
 	}
 	j.group = j.Hq / Hkv

@@ -5,7 +5,6 @@ import (
 	"math"
 	"math/bits"
 	"slices"
-	"sync"
 )
 
 // Closing a document before a token budget ends.
@@ -26,16 +25,6 @@ type closeInfo struct {
 	min map[*node]int
 	// step bounds how much one byte can raise a state's distance.
 	step int
-}
-
-type closer struct {
-	once sync.Once
-	info *closeInfo
-}
-
-func (g *Grammar) closeInfo() *closeInfo {
-	g.close.once.Do(func() { g.close.info = newCloseInfo(g.reg.nodes) })
-	return g.close.info
 }
 
 func addDist(a, b int) int { return min(a+b, unreachable) }
@@ -469,7 +458,7 @@ func (m *Matcher) tokenDistances(ctx context.Context, s State, mk Mask) (*distan
 			word &^= 1 << uint(b)
 			id := int32(w*64 + b)
 			dd := 0
-			if !m.isEOS(id) {
+			if !slices.Contains(m.eos, id) {
 				st := m.Advance(s, id)
 				if st.Dead() {
 					continue
@@ -490,13 +479,4 @@ func (m *Matcher) tokenDistances(ctx context.Context, s State, mk Mask) (*distan
 	m.dists[s.key] = ds
 	m.mu.Unlock()
 	return ds, nil
-}
-
-func (m *Matcher) isEOS(id int32) bool {
-	for _, e := range m.eos {
-		if e == id {
-			return true
-		}
-	}
-	return false
 }

@@ -6,18 +6,19 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // Grammar is a compiled constraint. It is immutable and safe for concurrent use.
 type Grammar struct {
 	root *node
 	reg  *registry
-	// close is the shortest lengths of its nodes (close.go), computed on first use.
-	close *closer
+	// closeInfo is the shortest lengths of its nodes (close.go), computed on first use.
+	closeInfo func() *closeInfo
 }
 
 func newGrammar(reg *registry, root *node) *Grammar {
-	return &Grammar{root: root, reg: reg, close: &closer{}}
+	return &Grammar{root: root, reg: reg, closeInfo: sync.OnceValue(func() *closeInfo { return newCloseInfo(reg.nodes) })}
 }
 
 // State is the automaton after some bytes: the set of stacks still alive (several while anyOf alternatives

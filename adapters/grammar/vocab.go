@@ -71,10 +71,8 @@ type trie struct {
 func NewVocab(tokenBytes [][]byte) *Vocab {
 	v := &Vocab{size: len(tokenBytes), bytes: tokenBytes, plain: make(Mask, (len(tokenBytes)+63)/64)}
 	v.all = buildTrie(tokenBytes, func(int) bool { return true })
-	for _, b := range tokenBytes {
-		v.longest = max(v.longest, len(b))
-	}
 	for id, b := range tokenBytes {
+		v.longest = max(v.longest, len(b))
 		if len(b) > 0 && plainString(b) {
 			v.plain.set(int32(id))
 		}

@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/rs/zerolog"
@@ -308,7 +309,7 @@ func (s *Store) Get(ctx context.Context, tenant string, tokens []ports.Token) (p
 	if err == nil && identity != s.identity {
 		err = fmt.Errorf("%w: written for another model (%q)", errRecord, identity)
 	}
-	if err == nil && (rec.Tenant != tenant || !equalTokens(rec.Tokens, tokens)) {
+	if err == nil && (rec.Tenant != tenant || !slices.Equal(rec.Tokens, tokens)) {
 		err = fmt.Errorf("%w: the file holds another prefix", errRecord)
 	}
 	if err != nil {
@@ -316,18 +317,6 @@ func (s *Store) Get(ctx context.Context, tenant string, tokens []ports.Token) (p
 		return ports.PrefixRecord{}, fmt.Errorf("prefix store: %s: %w", filepath.Base(path), err)
 	}
 	return rec, nil
-}
-
-func equalTokens(a, b []ports.Token) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // drop removes an unusable file, warning once.

@@ -218,7 +218,7 @@ type anthropicError struct {
 
 // describeAnthropic reads Anthropic's error shape {"type": "error", "error": {"type", "message"}}; any
 // other body is the message as it stands.
-func describeAnthropic(_ int, body []byte) (msg, param string) {
+func describeAnthropic(body []byte) (msg, param string) {
 	var e struct {
 		Error *anthropicError `json:"error"`
 	}

@@ -167,7 +167,7 @@ type openAIError struct {
 
 // describeOpenAI reads OpenAI's error shape {"error": {"message", "type", "param"}}; any other body is the
 // message as it stands.
-func describeOpenAI(_ int, body []byte) (msg, param string) {
+func describeOpenAI(body []byte) (msg, param string) {
 	var e struct {
 		Error *openAIError `json:"error"`
 	}

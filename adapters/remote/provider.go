@@ -104,7 +104,7 @@ func (o Options) client() *http.Client {
 // post sends body to path and returns the open response of a 2xx answer; any other status is read and
 // turned into the port's error by describe (the format's error shape).
 func (o Options) post(ctx context.Context, path string, body any, headers map[string]string,
-	describe func(status int, body []byte) (msg, param string)) (*http.Response, error) {
+	describe func(body []byte) (msg, param string)) (*http.Response, error) {
 	b, err := json.Marshal(body)
 	if err != nil {
 		return nil, fmt.Errorf("provider %s: encode the request: %w", o.Name, err)
@@ -130,7 +130,7 @@ func (o Options) post(ctx context.Context, path string, body any, headers map[st
 	}
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody)) // what arrived is the message; a cut one still says something
-	msg, param := describe(resp.StatusCode, raw)
+	msg, param := describe(raw)
 	return nil, statusError(o.Name, resp.StatusCode, msg, param)
 }
 

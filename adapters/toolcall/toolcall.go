@@ -171,14 +171,11 @@ func (p *Parser) scan(final bool) []Part {
 			if c, ok := parseBody(body, p.Types); ok {
 				parts = append(done(), Part{Call: &c})
 				p.called, p.afterTag = true, true
-			} else if !closed {
-				// The text ended inside the block (max_tokens cut a call short): a partial call is not content.
-			} else {
-				// Not a call: the block is content as written.
+			} else if closed {
+				// Not a call: the block is content as written. (Text that ended inside the block — max_tokens
+				// cut a call short — is dropped: a partial call is not content.)
 				out.WriteString(p.release(gap + Open + body))
-				if closed {
-					out.WriteString(Close)
-				}
+				out.WriteString(Close)
 			}
 			p.pending = rest
 			continue

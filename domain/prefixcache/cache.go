@@ -385,7 +385,10 @@ func (c *Cache) insert(tenant ports.Tenant, tokens []ports.Token, target, draft 
 		c.roots[tenant] = root
 	}
 	n := grow(root, tokens)
-	e := &entry{tenant: tenant, key: slices.Clone(tokens), node: n, target: target, draft: draft, bytes: bytes}
+	e := &entry{tenant: tenant, node: n, target: target, draft: draft, bytes: bytes}
+	if c.disk != nil {
+		e.key = slices.Clone(tokens) // what the disk tier writes the entry under when it spills
+	}
 	n.entry = e
 	c.touch(e)
 	c.stats.Bytes += bytes
