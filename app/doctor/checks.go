@@ -197,10 +197,7 @@ func blockSizeCheck(cfg app.Config, in models.Inspection) Check {
 	bs := cfg.ServeConfig().BlockSize
 	maxBlock, drafter := 1, in.Drafter != nil
 	if drafter {
-		maxBlock = in.Info.ContextLength
-		if cl := cfg.ServeConfig().ContextLength; cl > 0 && (maxBlock == 0 || cl < maxBlock) {
-			maxBlock = cl
-		}
+		maxBlock = generation.CappedContextLength(in.Info.ContextLength, cfg.ServeConfig().ContextLength)
 	}
 	if err := generation.BlockSizeProblem(bs, maxBlock, drafter); err != nil {
 		c.Status, c.Detail = Fail, "--"+err.Error()

@@ -478,6 +478,8 @@ func (f *Fleet) closeAll(cs []namedCloser) error {
 		}
 		if c.close != nil {
 			if err := c.close(); err != nil {
+				// Logged here: the unloads for memory and keep-alive have no caller to report to.
+				f.log.Warn().Err(err).Str("model", c.name).Msg("closing an unloaded model failed")
 				errs = append(errs, fmt.Errorf("close model %q: %w", c.name, err))
 			}
 		}

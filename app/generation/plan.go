@@ -41,11 +41,16 @@ func (e *Engine) Check() error {
 
 // contextLength is the target's context length under the engine's cap (0: the model states none).
 func (e *Engine) contextLength() int {
-	n := e.Target.Info().ContextLength
-	if c := e.ContextLength; c > 0 && (n == 0 || c < n) {
-		n = c
+	return CappedContextLength(e.Target.Info().ContextLength, e.ContextLength)
+}
+
+// CappedContextLength is a model's own context length (0: none stated) under an operator's cap (0: none):
+// the cap where it is lower or the model states none (higgsd doctor asks it before loading).
+func CappedContextLength(own, limit int) int {
+	if limit > 0 && (own == 0 || limit < own) {
+		return limit
 	}
-	return n
+	return own
 }
 
 // MaxBlockSize is the largest block size a request may name: the context length with a drafter (a drafter
@@ -145,9 +150,7 @@ type Plan struct {
 // name the parameter at fault, and returns what Run needs.
 func (e *Engine) Plan(req Request) (Plan, error) {
 	info := e.Target.Info()
-	if n := e.ContextLength; n > 0 && (info.ContextLength == 0 || n < info.ContextLength) {
-		info.ContextLength = n
-	}
+	info.ContextLength = e.contextLength()
 	param := req.PromptParam
 	if param == "" {
 		param = "prompt"

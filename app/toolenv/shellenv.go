@@ -82,6 +82,9 @@ func Shellenv(ctx context.Context, args []string, getenv func(string) string, hc
 	if note != "" {
 		fmt.Fprintf(stderr, "higgsd shellenv: %s\n", note)
 	}
-	_, _ = io.WriteString(stdout, script)
+	if _, err := io.WriteString(stdout, script); err != nil {
+		fmt.Fprintf(stderr, "higgsd shellenv: %v\n", err)
+		return 1
+	}
 	return 0
 }
