@@ -92,7 +92,7 @@ func browserHost(t *testing.T, cfg Config) *httptest.Server {
 	host := ProvideHTTP(cfg, svc, zerolog.Nop())
 	keys, err := ProvideKeys(cfg)
 	require.NoError(t, err)
-	ProvideResponses(ProvideAPI(cfg, svc, ProvideEvents(svc), svc, host, keys, zerolog.Nop()))
+	ProvideResponses(ProvideAPI(cfg, svc, svc.Events(), svc, host, keys, zerolog.Nop()))
 	ProvideMessages(cfg, svc, host, keys, zerolog.Nop())
 	srv := httptest.NewServer(host)
 	t.Cleanup(srv.Close)

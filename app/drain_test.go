@@ -77,7 +77,7 @@ func startDrainRun(t *testing.T, shutdown, delay time.Duration) (*runHarness, *s
 	svc, err := ProvideFleet(cfg, func(ModelSpec) LoadFunc { return load }, zerolog.Nop())
 	require.NoError(t, err)
 	host := ProvideHTTP(cfg, svc, log)
-	api := ProvideAPI(cfg, svc, ProvideEvents(svc), svc, host, nil, log)
+	api := ProvideAPI(cfg, svc, svc.Events(), svc, host, nil, log)
 	srv := NewServer(cfg, svc, host, api, ProvideResponses(api), ProvideMessages(cfg, svc, host, nil, log), log)
 	srv.OnListen = func(a net.Addr) { h.addr <- a }
 	srv.Progress = func(int64, int64) {}

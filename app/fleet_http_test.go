@@ -33,7 +33,7 @@ func fleetRun(t *testing.T, cfg Config, load Loader) (string, *strings.Builder) 
 	host := ProvideHTTP(cfg, f, log)
 	keys, err := ProvideKeys(cfg)
 	require.NoError(t, err)
-	api := ProvideAPI(cfg, f, ProvideEvents(f), f, host, keys, log)
+	api := ProvideAPI(cfg, f, f.Events(), f, host, keys, log)
 	srv := NewServer(cfg, f, host, api, ProvideResponses(api), ProvideMessages(cfg, f, host, keys, log), log)
 	addr := make(chan net.Addr, 1)
 	srv.OnListen = func(a net.Addr) { addr <- a }

@@ -54,9 +54,6 @@ func ProvideFleet(cfg Config, load Loader, log zerolog.Logger) (*fleet.Fleet, er
 	return fleet.New(ms, fleet.Options{MemoryBudget: cfg.MemoryBudget}, log)
 }
 
-// ProvideEvents exposes the live event stream of f (the web page's feed) as its port.
-func ProvideEvents(f *fleet.Fleet) ports.EventSource { return f.Events() }
-
 // Routing is what the APIs call: the local models' fleet, or, with routes configured, a route.Router over it
 // and the providers, whose event stream adds the routed requests' to the fleet's.
 type Routing struct {

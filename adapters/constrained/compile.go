@@ -181,7 +181,7 @@ func (c *Compiler) grammar(ctx context.Context, k *ports.Constraint, think, inTh
 		g, err = grammar.CompileSchema(ctx, k.Schema)
 	case ports.ConstrainToolCall, ports.ConstrainStrictTools:
 		var tools []grammar.Tool
-		if tools, err = grammarTools(ctx, k.Tools); err != nil {
+		if tools, err = c.grammarTools(ctx, k.Tools); err != nil {
 			break
 		}
 		if k.Kind == ports.ConstrainStrictTools {
@@ -204,7 +204,7 @@ func (c *Compiler) grammar(ctx context.Context, k *ports.Constraint, think, inTh
 // grammarTools keeps each tool's schema where the subset can express it. Every tool's schema must be a JSON
 // Schema within the size limits, strict or not (as OpenAI and Anthropic check); a strict tool's schema the
 // subset cannot express is an error too, a lenient one's arguments are then held to be a JSON object only.
-func grammarTools(ctx context.Context, in []ports.ConstraintTool) ([]grammar.Tool, error) {
+func (c *Compiler) grammarTools(ctx context.Context, in []ports.ConstraintTool) ([]grammar.Tool, error) {
 	if len(in) > grammar.MaxTools {
 		return nil, &grammar.LimitError{What: "tools", N: len(in), Max: grammar.MaxTools}
 	}
@@ -212,7 +212,7 @@ func grammarTools(ctx context.Context, in []ports.ConstraintTool) ([]grammar.Too
 	for _, t := range in {
 		gt := grammar.Tool{Name: t.Name, Parameters: t.Parameters}
 		if t.Parameters != nil && !t.Strict {
-			if err := grammar.ValidateSchema(t.Parameters); err != nil {
+			if err := c.validSchema(t.Parameters); err != nil {
 				return nil, fmt.Errorf("tool %q: %w", t.Name, err)
 			}
 			var se *grammar.SchemaError
@@ -250,14 +250,9 @@ func (c *Compiler) CheckToolSchemas(tools []byte) error {
 		if len(p) == 0 || bytes.Equal(p, []byte("null")) {
 			continue
 		}
-		sum := sha256.Sum256(p)
-		if c.valid.Contains(sum) {
-			continue
-		}
-		if err := grammar.ValidateSchema(p); err != nil {
+		if err := c.validSchema(p); err != nil {
 			return fmt.Errorf("tool %q: parameters: %w", d.Function.Name, err)
 		}
-		c.valid.Add(sum, struct{}{})
 	}
 	return nil
 }
@@ -287,4 +282,19 @@ func limitError(err error) error {
 		return invalidCause("", err)
 	}
 	return err
+}
+
+// validSchema checks one tool's parameters against the JSON Schema limits and meta-schema, remembering the
+// schemas found valid: CheckToolSchemas (every request with tools) and the constraint's compile (a matcher
+// cache miss) ask about the same schemas, and the meta-schema check is the costly part.
+func (c *Compiler) validSchema(p []byte) error {
+	sum := sha256.Sum256(bytes.TrimSpace(p))
+	if c.valid.Contains(sum) {
+		return nil
+	}
+	if err := grammar.ValidateSchema(p); err != nil {
+		return err
+	}
+	c.valid.Add(sum, struct{}{})
+	return nil
 }

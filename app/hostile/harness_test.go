@@ -71,7 +71,7 @@ func start(t *testing.T, delay, shutdown time.Duration) *server {
 	svc, err := app.ProvideFleet(cfg, func(app.ModelSpec) app.LoadFunc { return load }, zerolog.Nop())
 	require.NoError(t, err)
 	host := app.ProvideHTTP(cfg, svc, log)
-	api := app.ProvideAPI(cfg, svc, app.ProvideEvents(svc), svc, host, keys, log)
+	api := app.ProvideAPI(cfg, svc, svc.Events(), svc, host, keys, log)
 	srv := app.NewServer(cfg, svc, host, api, app.ProvideResponses(api), app.ProvideMessages(cfg, svc, host, keys, log), log)
 	addr := make(chan net.Addr, 1)
 	srv.OnListen = func(a net.Addr) { addr <- a }
