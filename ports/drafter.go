@@ -21,6 +21,10 @@ type Proposal struct {
 	// Dists, when non-nil, holds the distribution each token was drawn from (one per token). Nil means
 	// every token is a point mass (greedy drafting), which is what DFlash does.
 	Dists []Distribution
+	// Top, filled only by TopDrafter.DraftTop, holds each slot's most probable tokens under the drafter
+	// (Top[i] for the slot of Tokens[i], most probable first): the candidates a verification tree is built
+	// from.
+	Top [][]Candidate
 }
 
 // DraftSession holds a drafter's context KV cache for one sequence. It is not safe for concurrent use.

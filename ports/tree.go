@@ -1,0 +1,42 @@
+package ports
+
+import "context"
+
+// Candidate is one token a drafter proposes for a block slot, with the drafter's probability of it.
+type Candidate struct {
+	Token Token
+	Prob  float64
+}
+
+// TopDrafter is an optional DraftSession ability behind tree verification: DraftTop is Draft (the same
+// context append, the same block of exactly bs slots, the same Proposal.Tokens) that also fills Proposal.Top:
+// for each slot 1..bs−1, Tokens' token first, then the slot's other most probable tokens under the
+// drafter's logits (softmax at temperature 1, ties to the lower id), k in all (k ≥ 1; fewer when the
+// vocabulary is smaller). Prob is that softmax probability. For a DFlash drafter Tokens' token is the
+// logits' argmax, so Top is the plain top-k; DFlash2's selector may pick another candidate first.
+type TopDrafter interface {
+	DraftTop(ctx context.Context, anchor Token, newCtx Taps, bs, k int) (Proposal, error)
+}
+
+// TreeVerifier is an optional Session ability: verify a tree of candidate continuations in one forward
+// pass, then keep one path of it.
+//
+// A tree hangs from the session's end (Len() = n before the call): node i's parent is parents[i], a node
+// before it (parents[i] < i) or −1 for a root, which follows the committed positions directly. A node at
+// depth d (0 for a root) sits at position n+d and sees the committed positions and its own ancestors, in
+// order, and nothing else; recurrent layers run along each node's ancestry. So each node's row is the row a
+// plain Forward of its path (root … node) returns at that node: bit for bit on the CPU backend, within the
+// backend's stated tolerance elsewhere. Speculative decoding stays lossless because of it.
+type TreeVerifier interface {
+	// ForwardTree runs tokens as the nodes of the tree that parents describes (len(parents) == len(tokens)).
+	// opts.Rows must be 0 (one row per node, in node order); RecordTape is ignored (the session keeps what
+	// KeepPath needs); Taps, when asked, cover every node. A tree deeper than the context has room for is
+	// refused before any work, like Forward. Afterwards the session holds the tree: only KeepPath or Close
+	// may follow. On error the session is unusable (close it).
+	ForwardTree(ctx context.Context, tokens []Token, parents []int, opts ForwardOptions) (ForwardResult, error)
+	// KeepPath keeps the nodes of path and drops the others: path[0] is a root and each next node a child
+	// of the one before (path may be empty). Afterwards Len() = n+len(path) and every layer holds exactly the
+	// state a plain Forward of the path's tokens leaves. It returns the kept nodes' taps, in path order, when
+	// ForwardTree asked for taps (nil otherwise); they stay valid until the session's next Forward.
+	KeepPath(ctx context.Context, path []int) (Taps, error)
+}
