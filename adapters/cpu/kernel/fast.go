@@ -308,48 +308,56 @@ func (l *Linear) forwardQuantFast(dst, x []float32, rows int) {
 // multiple of 16, into the returned floats (both pooled: the caller puts them back). Rows are independent;
 // each is written by one worker. The quantizer is the CPU's (AVX-512, AVX2 or Go: the same bits on every path).
 func (l *Linear) quantizeFast(x []float32, rows int, blocks []quantRowBlock) (*[]byte, *[]float32) {
-	vnni, avx2 := useVNNI, !useVNNI && useFastAVX2
+	bp, xsp := l.fastInputs(rows)
+	l.Pool.For(len(blocks), 1, func(lo, hi int) {
+		for _, b := range blocks[lo:hi] {
+			for i := range b.n {
+				l.quantizeFastRow(*bp, *xsp, x, b, i)
+			}
+		}
+	})
+	return bp, xsp
+}
+
+// fastInputs returns pooled buffers for rows packed input rows and their padded group sums (quantizeFast's).
+func (l *Linear) fastInputs(rows int) (*[]byte, *[]float32) {
+	in, ng := l.In, l.In/l.q.Group
+	nch := (in + fastChunk - 1) / fastChunk
+	return getBytes(rows * nch * fastRec(l.q.Bits == 4)), getScratch(rows * ((ng + 15) &^ 15))
+}
+
+// quantizeFastRow packs input row b.r+i, row i of block b, into xp and its group sums into xs (quantizeFast's
+// layout).
+func (l *Linear) quantizeFastRow(xp []byte, xs, x []float32, b quantRowBlock, i int) {
 	in, gs := l.In, l.q.Group
 	ng := in / gs
 	nibble := l.q.Bits == 4
 	rec := fastRec(nibble)
 	nch := (in + fastChunk - 1) / fastChunk
 	ngp := (ng + 15) &^ 15
-	bp := getBytes(rows * nch * rec)
-	xp := *bp
-	xsp := getScratch(rows * ngp)
-	xs := *xsp
-	l.Pool.For(len(blocks), 1, func(lo, hi int) {
-		for _, b := range blocks[lo:hi] {
-			base := b.r * nch * rec
-			stride := b.n * rec
-			for i := range b.n {
-				r := b.r + i
-				row := xp[base+i*rec:]
-				if in%fastChunk != 0 {
-					last := row[(nch-1)*stride:]
-					clear(last[:rec])
-				}
-				xsr := xs[r*ngp : (r+1)*ngp]
-				clear(xsr[ng:])
-				switch {
-				case vnni:
-					k := quantizeFastQ8AVX512
-					if nibble {
-						k = quantizeFastQ4AVX512
-					}
-					k(&row[0], stride, &xsr[0], &x[r*in], ng, gs)
-				case avx2:
-					k := quantizeFastQ8AVX2
-					if nibble {
-						k = quantizeFastQ4AVX2
-					}
-					k(&row[0], stride, &xsr[0], &x[r*in], ng, gs)
-				default:
-					quantizeFastGo(row, stride, xsr, x[r*in:(r+1)*in], gs, nibble)
-				}
-			}
+	stride := b.n * rec
+	r := b.r + i
+	row := xp[b.r*nch*rec+i*rec:]
+	if in%fastChunk != 0 {
+		last := row[(nch-1)*stride:]
+		clear(last[:rec])
+	}
+	xsr := xs[r*ngp : (r+1)*ngp]
+	clear(xsr[ng:])
+	switch {
+	case useVNNI:
+		k := quantizeFastQ8AVX512
+		if nibble {
+			k = quantizeFastQ4AVX512
 		}
-	})
-	return bp, xsp
+		k(&row[0], stride, &xsr[0], &x[r*in], ng, gs)
+	case useFastAVX2:
+		k := quantizeFastQ8AVX2
+		if nibble {
+			k = quantizeFastQ4AVX2
+		}
+		k(&row[0], stride, &xsr[0], &x[r*in], ng, gs)
+	default:
+		quantizeFastGo(row, stride, xsr, x[r*in:(r+1)*in], gs, nibble)
+	}
 }

@@ -125,7 +125,7 @@ func (l *Linear) forwardPanels(dst, x []float32, rows int) {
 	nch := (in + fastChunk - 1) / fastChunk
 	ngp := (ng + 15) &^ 15
 	blocks := panelBlocks(rows)
-	bp, xsp := l.quantizeFast(x, rows, blocks)
+	bp, xsp := l.fastInputs(rows)
 	defer bytesPool.Put(bp)
 	defer scratchPool.Put(xsp)
 	xp, xs := *bp, *xsp
@@ -133,11 +133,17 @@ func (l *Linear) forwardPanels(dst, x []float32, rows int) {
 	xtp := getScratch(rows * ng)
 	defer scratchPool.Put(xtp)
 	xst := *xtp
-	for _, b := range blocks {
-		t := xst[b.r*ng : (b.r+b.n)*ng]
-		for i := range b.n {
-			for g, v := range xs[(b.r+i)*ngp : (b.r+i)*ngp+ng] {
-				t[g*b.n+i] = v
+	// quantize packs input rows [lo, hi) and writes their group sums into xst: the first loop of the product's
+	// one pool call, so the rows are quantized on every worker and no serial step sits between the calls.
+	quantize := func(lo, hi int) {
+		for _, b := range blocks {
+			for r := max(lo, b.r); r < min(hi, b.r+b.n); r++ {
+				i := r - b.r
+				l.quantizeFastRow(xp, xs, x, b, i)
+				t := xst[b.r*ng : (b.r+b.n)*ng]
+				for g, v := range xs[r*ngp : r*ngp+ng] {
+					t[g*b.n+i] = v
+				}
 			}
 		}
 	}
@@ -156,7 +162,9 @@ func (l *Linear) forwardPanels(dst, x []float32, rows int) {
 		step = pn.n // one pass: nothing to keep in cache
 	}
 	grain := max(1, 2048/(in*rows))
-	l.Pool.For(pn.n, grain, func(lo, hi int) {
+	// A row's quantization is a few hundred nanoseconds: give a worker at least two rows' worth of inputs.
+	qgrain := max(1, 2048/in)
+	l.Pool.ForThen(rows, qgrain, quantize, pn.n, grain, func(lo, hi int) {
 		var a panelArgs // one per worker: the call through the kernel table moves it to the heap
 		for p0 := lo; p0 < hi; p0 += step {
 			p1 := min(p0+step, hi)

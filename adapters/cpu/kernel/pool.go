@@ -48,6 +48,12 @@ func (p *Pool) Threads() int { return p.workers().Threads() }
 // worth a goroutine (≥ 1). A nil pool runs serially.
 func (p *Pool) For(n, grain int, fn func(lo, hi int)) { p.workers().For(n, grain, fn) }
 
+// ForThen is For over [0,n1) with fn1, then over [0,n2) with fn2, in one hand-off (workers.Pool.ForThen):
+// every chunk of the first loop returns before any chunk of the second starts.
+func (p *Pool) ForThen(n1, grain1 int, fn1 func(lo, hi int), n2, grain2 int, fn2 func(lo, hi int)) {
+	p.workers().ForThen(n1, grain1, fn1, n2, grain2, fn2)
+}
+
 // SwiGLU is vecmath.SwiGLU split between the pool's workers (the float64 exp per element is costly for verify
 // blocks), vecmath.SwiGLUFast in ModeFast; every element is computed alone, so the bits do not depend on the split.
 func (p *Pool) SwiGLU(dst, gate, up []float32) {

@@ -76,32 +76,49 @@ const chunksPerWorker = 4
 // For calls fn on disjoint chunks [lo,hi) covering [0,n). grain is the smallest chunk worth a goroutine (≥ 1).
 // The partition depends only on n, grain and the worker count; the caller and the helpers claim chunks in
 // order until none is left. A nil pool runs serially.
-func (p *Pool) For(n, grain int, fn func(lo, hi int)) {
-	if n <= 0 {
+func (p *Pool) For(n, grain int, fn func(lo, hi int)) { p.ForThen(0, 1, nil, n, grain, fn) }
+
+// ForThen is For over [0,n1) with fn1, then For over [0,n2) with fn2, in one hand-off: no chunk of the second
+// loop starts before every chunk of the first has returned, and the workers that finish the first loop early
+// go straight on to the second. A product whose inputs are prepared row by row (the fast kernels' activation
+// quantization) so runs both parts on every worker for the price of one call, instead of one serial part and
+// one parallel call. Each loop is partitioned as For partitions it alone (n1, grain1 and n2, grain2).
+func (p *Pool) ForThen(n1, grain1 int, fn1 func(lo, hi int), n2, grain2 int, fn2 func(lo, hi int)) {
+	n1, n2 = max(n1, 0), max(n2, 0)
+	if n1 == 0 && n2 == 0 {
 		return
 	}
-	if grain < 1 {
-		grain = 1
-	}
-	workers := p.Threads()
-	maxChunks := (n + grain - 1) / grain
-	if workers > maxChunks {
-		workers = maxChunks
-	}
+	w1, c1 := p.partition(n1, grain1)
+	w2, c2 := p.partition(n2, grain2)
+	workers := max(w1, w2)
 	if workers <= 1 {
-		fn(0, n)
+		if n1 > 0 {
+			fn1(0, n1)
+		}
+		if n2 > 0 {
+			fn2(0, n2)
+		}
 		return
 	}
-	chunks := min(maxChunks, workers*chunksPerWorker)
-	chunk := (n + chunks - 1) / chunks
 	if !p.busy.TryLock() {
-		p.forSpawn(n, (n+workers-1)/workers, fn)
+		if n1 > 0 {
+			p.forSpawn(n1, (n1+w1-1)/w1, fn1)
+		}
+		if n2 > 0 {
+			p.forSpawn(n2, (n2+w2-1)/w2, fn2)
+		}
 		return
 	}
 	defer p.busy.Unlock()
 	w := &p.work
-	w.fn, w.n, w.chunk = fn, n, chunk
+	w.fn1, w.n1, w.chunk1 = fn1, n1, c1
+	w.chunks1 = 0
+	if n1 > 0 {
+		w.chunks1 = (n1 + c1 - 1) / c1
+	}
+	w.fn, w.n, w.chunk = fn2, n2, c2
 	w.next.Store(0)
+	w.done1.Store(0)
 	started := false
 	for i := range workers - 1 {
 		h := &p.helpers[i]
@@ -129,22 +146,58 @@ func (p *Pool) For(n, grain int, fn func(lo, hi int)) {
 		}
 		h.t.w = nil
 	}
-	w.fn = nil // do not keep the caller's closure alive
+	w.fn, w.fn1 = nil, nil // do not keep the caller's closures alive
 }
 
-// work is one For call's chunks, claimed in order by the caller and the helpers.
+// partition returns how many workers a loop of n elements at this grain uses and its chunk length (the
+// partition For uses: chunksPerWorker chunks per worker where the grain allows).
+func (p *Pool) partition(n, grain int) (workers, chunk int) {
+	if n <= 0 {
+		return 0, 1
+	}
+	grain = max(grain, 1)
+	workers = p.Threads()
+	maxChunks := (n + grain - 1) / grain
+	workers = min(workers, maxChunks)
+	if workers <= 1 {
+		return 1, n
+	}
+	chunks := min(maxChunks, workers*chunksPerWorker)
+	return workers, (n + chunks - 1) / chunks
+}
+
+// work is one call's chunks, claimed in order by the caller and the helpers: first the chunks1 chunks of the
+// first loop (fn1, none for a plain For), then those of the second (fn).
 type work struct {
-	fn       func(lo, hi int)
-	n, chunk int
-	next     atomic.Int64
+	fn1        func(lo, hi int)
+	n1, chunk1 int
+	chunks1    int
+	fn         func(lo, hi int)
+	n, chunk   int
+	next       atomic.Int64
+	done1      atomic.Int64 // chunks of the first loop that have returned
+	_          [48]byte     // done1 is written by every worker of the first loop: keep it off next's line
 }
 
-// run claims and runs chunks until none is left.
+// run claims and runs chunks until none is left. A worker that claims a chunk of the second loop while the
+// first still runs elsewhere waits for it (polling, then yielding its P).
 func (w *work) run() {
 	for {
-		lo := int(w.next.Add(1)-1) * w.chunk
+		i := int(w.next.Add(1) - 1)
+		if i < w.chunks1 {
+			lo := i * w.chunk1
+			w.fn1(lo, min(lo+w.chunk1, w.n1))
+			w.done1.Add(1)
+			continue
+		}
+		lo := (i - w.chunks1) * w.chunk
 		if lo >= w.n {
 			return
+		}
+		for w.done1.Load() < int64(w.chunks1) {
+			if !pollForCount(&w.done1, int64(w.chunks1)) {
+				runtime.Gosched()
+			}
 		}
 		w.fn(lo, min(lo+w.chunk, w.n))
 	}
@@ -229,6 +282,16 @@ const pollSpins = 200
 func pollFor(f *atomic.Bool) bool {
 	for range pollSpins {
 		if f.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// pollForCount reads c up to pollSpins times and reports whether it reached want.
+func pollForCount(c *atomic.Int64, want int64) bool {
+	for range pollSpins {
+		if c.Load() >= want {
 			return true
 		}
 	}

@@ -77,3 +77,77 @@ func TestPoolHelpersExit(t *testing.T) {
 	require.True(t, coverOnce(p, 100, 1))
 	assert.LessOrEqual(t, settle(before), before)
 }
+
+// ForThen covers both loops exactly once and starts no chunk of the second before every chunk of the first
+// has returned: on the helpers, on fresh goroutines (calls that find the helpers busy) and serially.
+func TestPoolForThen(t *testing.T) {
+	check := func(p *Pool, n1, g1, n2, g2 int) string {
+		seen1, seen2 := make([]atomic.Int32, n1), make([]atomic.Int32, n2)
+		var running1, finished1 atomic.Int32
+		var early atomic.Int32
+		chunks1 := 0
+		var mu sync.Mutex
+		p.ForThen(n1, g1, func(lo, hi int) {
+			running1.Add(1)
+			mu.Lock()
+			chunks1++
+			mu.Unlock()
+			for i := lo; i < hi; i++ {
+				seen1[i].Add(1)
+			}
+			time.Sleep(time.Duration(lo%3) * 10 * time.Microsecond) // uneven chunks
+			finished1.Add(1)
+		}, n2, g2, func(lo, hi int) {
+			if finished1.Load() != running1.Load() || (n1 > 0 && finished1.Load() == 0) {
+				early.Add(1)
+			}
+			for i := lo; i < hi; i++ {
+				seen2[i].Add(1)
+			}
+		})
+		for i := range seen1 {
+			if seen1[i].Load() != 1 {
+				return "first loop not covered once"
+			}
+		}
+		for i := range seen2 {
+			if seen2[i].Load() != 1 {
+				return "second loop not covered once"
+			}
+		}
+		if int(finished1.Load()) != chunks1 {
+			return "first loop chunks unfinished"
+		}
+		if early.Load() != 0 {
+			return "a chunk of the second loop started before the first loop ended"
+		}
+		return ""
+	}
+	cases := []struct{ n1, g1, n2, g2 int }{
+		{16, 1, 96, 1}, {1, 1, 40, 1}, {16, 2, 1, 1}, {0, 1, 37, 2}, {13, 1, 0, 1}, {5, 8, 3, 8}, {64, 1, 64, 1},
+	}
+	for _, threads := range []int{1, 2, 3, 9} {
+		p := New(threads)
+		for _, c := range cases {
+			for range 20 {
+				require.Empty(t, check(p, c.n1, c.g1, c.n2, c.g2), "threads %d case %+v", threads, c)
+			}
+		}
+		var wg sync.WaitGroup
+		var bad atomic.Int32
+		for g := range 4 {
+			wg.Go(func() {
+				for i := range 50 {
+					c := cases[(g+i)%len(cases)]
+					if check(p, c.n1, c.g1, c.n2, c.g2) != "" {
+						bad.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		assert.Zero(t, bad.Load(), "threads %d concurrent", threads)
+	}
+	var nilPool *Pool
+	require.Empty(t, check(nilPool, 7, 1, 9, 1), "nil pool")
+}
