@@ -1,11 +1,13 @@
 package cpu
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel/vecmath"
+	"github.com/higgs-go/higgs/adapters/model"
 )
 
 // headRowByRow is the fast recurrence as one row after another, each row stepping through the block on
@@ -87,6 +89,71 @@ func TestFastHeadMatchesRowByRow(t *testing.T) {
 				eq("s1", jobs[0].st.s[1], jobs[1].st.s[1])
 				if !inPlace {
 					eq("delta", jobs[0].delta, jobs[1].delta)
+				}
+			}
+		}
+	}
+}
+
+// keyHeadJobs builds two identical Gated DeltaNet jobs over random inputs (conv window, taps, gates' inputs,
+// state) for TestKeyHeadMatchesLayerSteps.
+func keyHeadJobs(r *rand.Rand, Hk, rho, dk, dv, T int, inPlace, fast bool) [2]*gdnJob {
+	const Kc = 4
+	Hv := Hk * rho
+	Dk, Dv := Hk*dk, Hv*dv
+	C := 2*Dk + Dv
+	w := &model.DeltaNet[*weight]{
+		Conv: &weight{taps: randValues(r, Kc*C, 0.5)}, NegA: &weight{vec: randValues(r, Hv, 1)},
+		DtBias:   &weight{vec: randValues(r, Hv, 1)},
+		KeyHeads: Hk, ValueHeads: Hv, KeyDim: dk, ValueDim: dv, ConvKernel: Kc,
+	}
+	X := randValues(r, (Kc-1+T)*C, 1)
+	b, araw := randValues(r, T*Hv, 2), randValues(r, T*Hv, 2)
+	s0 := randValues(r, Hv*dv*dk, 1)
+	var jobs [2]*gdnJob
+	for i := range jobs {
+		st := &gdnState{conv: make([]float32, (Kc-1)*C), s: [2][]float32{append([]float32(nil), s0...), make([]float32, len(s0))}}
+		j := &gdnJob{st: st, w: w, b: act{b, T}, araw: act{araw, T}, X: append([]float32(nil), X...),
+			Y: make([]float32, T*C), beta: make([]float32, T*Hv), alpha: make([]float32, T*Hv), o: make([]float32, T*Dv),
+			Hk: Hk, Hv: Hv, dk: dk, dv: dv, Kc: Kc, Dk: Dk, Dv: Dv, C: C, rho: rho, T: T, inPlace: inPlace, fast: fast}
+		if !inPlace {
+			j.delta = make([]float32, T*Hv*dv)
+		}
+		jobs[i] = j
+	}
+	return jobs
+}
+
+// pass.DeltaNet's one-call form (keyHead per key head, then the conv state's shift) computes every value the
+// three-step form (conv over all channels, gates, head per value head) computes, bit for bit: read-outs,
+// innovations, gates, conv outputs, conv state and recurrent state, in both kernel modes, in place and taped,
+// for one-row decode steps and verify blocks.
+func TestKeyHeadMatchesLayerSteps(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, fast := range []bool{false, true} {
+		for _, shape := range []struct{ Hk, rho, dk, dv int }{{2, 2, 16, 8}, {4, 2, 64, 64}, {3, 1, 32, 13}} {
+			for _, T := range []int{1, 3, 16} {
+				for _, inPlace := range []bool{true, false} {
+					jobs := keyHeadJobs(r, shape.Hk, shape.rho, shape.dk, shape.dv, T, inPlace, fast)
+					a, b := jobs[0], jobs[1]
+					a.conv(0, a.C)
+					a.gates()
+					for h := range a.Hv {
+						a.head(h, make([]float32, a.dk))
+					}
+					for g := range b.Hk {
+						b.keyHead(g, make([]float32, b.dk))
+					}
+					copy(b.st.conv, b.X[b.T*b.C:])
+					what := fmt.Sprintf("fast %v shape %+v T %d inPlace %v", fast, shape, T, inPlace)
+					for _, c := range []struct {
+						name string
+						x, y []float32
+					}{{"o", a.o, b.o}, {"Y", a.Y, b.Y}, {"alpha", a.alpha, b.alpha}, {"beta", a.beta, b.beta},
+						{"delta", a.delta, b.delta}, {"conv state", a.st.conv, b.st.conv},
+						{"s0", a.st.s[0], b.st.s[0]}, {"s1", a.st.s[1], b.st.s[1]}} {
+						requireBits(t, c.x, c.y, what+": "+c.name)
+					}
 				}
 			}
 		}

@@ -143,9 +143,15 @@ func (s *Session) finish(st *pass, T, rows int, opts ports.ForwardOptions, logit
 	s.pos.N += T
 	s.pos.Rec = s.pos.N
 	res := ports.ForwardResult{Greedy: make([]ports.Token, rows)}
+	// A verify block's argmaxes (a vocabulary each) are split between the workers: run on the caller alone
+	// they were a serial stretch while the other workers idled. Each row's argmax is computed alone.
+	s.t.pool.For(rows, max(1, 8192/a.Vocab), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			res.Greedy[r] = sampling.Argmax(logits[r*a.Vocab : (r+1)*a.Vocab])
+		}
+	})
 	for r := range rows {
 		row := logits[r*a.Vocab : (r+1)*a.Vocab]
-		res.Greedy[r] = sampling.Argmax(row)
 		if res.Greedy[r] == ports.NoToken {
 			// Every logit is NaN (corrupt weights or a numerical blow-up): there is no token to return, and
 			// NoToken handed on would be committed and fed back as input.

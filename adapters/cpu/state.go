@@ -292,6 +292,18 @@ func (p *pass) keep(j *attnJob) {
 // when the pass records a tape.
 func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) act {
 	j := p.deltaNet(layer, w, pr, b, araw, nil)
+	if j.Hk >= p.pool.Threads() {
+		// One pool call for the layer: each key head's conv channels, norms, gates and recurrences.
+		p.pool.For(j.Hk, 1, func(lo, hi int) {
+			tmp := make([]float32, j.dk)
+			for g := lo; g < hi; g++ {
+				j.keyHead(g, tmp)
+			}
+		})
+		copy(j.st.conv, j.X[j.T*j.C:])
+		j.flip()
+		return act{j.o, j.T}
+	}
 	p.pool.For(j.C, 256, j.conv)
 	j.gates()
 	p.pool.For(j.Hv, 1, func(lo, hi int) {
@@ -410,6 +422,37 @@ func (j *gdnJob) gates() {
 			g := negA[h] * vecmath.Softplus(j.araw.v[i]+dtBias[h])
 			j.alpha[i] = float32(math.Exp(float64(g)))
 		}
+	}
+}
+
+// keyHead runs everything of the layer that key head g's channels feed, for the whole block: the conv (and
+// SiLU) of its q and k channels and of its value heads' v channels, the q and k normalisation, its value
+// heads' gates and recurrences (tmp: dk values of scratch). Key heads share nothing, so pass.DeltaNet runs
+// them on the workers in one pool call instead of three calls (conv, heads) around a serial one (gates);
+// every value is computed by the same operations as conv, gates and head compute it, so the bits are theirs.
+// The conv state's shift (gates' first step) is left to the caller.
+func (j *gdnJob) keyHead(g int, tmp []float32) {
+	C, T, Hv, dk, dv, Dk, rho := j.C, j.T, j.Hv, j.dk, j.dv, j.Dk, j.rho
+	j.conv(g*dk, (g+1)*dk)
+	j.conv(Dk+g*dk, Dk+(g+1)*dk)
+	j.conv(2*Dk+g*rho*dv, 2*Dk+(g+1)*rho*dv)
+	Y := j.Y
+	qs := float32(1 / math.Sqrt(float64(dk)))
+	for t := range T {
+		vecmath.L2Normalize(Y[t*C+g*dk:t*C+(g+1)*dk], 1e-6, qs)
+		vecmath.L2Normalize(Y[t*C+Dk+g*dk:t*C+Dk+(g+1)*dk], 1e-6, 1)
+	}
+	negA, dtBias := j.w.NegA.vec, j.w.DtBias.vec
+	for t := range T {
+		for h := g * rho; h < (g+1)*rho; h++ {
+			i := t*Hv + h
+			j.beta[i] = vecmath.Sigmoid(j.b.v[i])
+			a := negA[h] * vecmath.Softplus(j.araw.v[i]+dtBias[h])
+			j.alpha[i] = float32(math.Exp(float64(a)))
+		}
+	}
+	for h := g * rho; h < (g+1)*rho; h++ {
+		j.head(h, tmp)
 	}
 }
 
