@@ -79,7 +79,7 @@ func (o ops) DeltaNetBatch(layer int, seqs []model.Seq[act, *weight], w *model.D
 	off := 0
 	for i, s := range seqs {
 		r := func(x act) act { return o.Rows(x, off, off+s.Rows) }
-		jobs[i] = ps[i].deltaNet(layer, w, r(pr), r(b), r(araw), out[off*Dv:(off+s.Rows)*Dv])
+		jobs[i] = ps[i].deltaNet(layer, w, r(pr), r(b), r(araw), out[off*Dv:(off+s.Rows)*Dv], true)
 		off += s.Rows
 	}
 	// Chunks may span sequences: each runs its channels sequence by sequence.

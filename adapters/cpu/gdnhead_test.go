@@ -121,10 +121,17 @@ func keyHeadJobs(r *rand.Rand, Hk, rho, dk, dv, T int, inPlace, fast bool) [2]*g
 		}
 		jobs[i] = j
 	}
+	// The second job copies the block's projections into its window itself (keyHead with pr set).
+	b1 := jobs[1]
+	b1.pr = append([]float32(nil), X[(Kc-1)*C:]...)
+	for i := (Kc - 1) * C; i < len(b1.X); i++ {
+		b1.X[i] = float32(math.NaN())
+	}
 	return jobs
 }
 
-// pass.DeltaNet's one-call form (keyHead per key head, then the conv state's shift) computes every value the
+// pass.DeltaNet's one-call form (keyHead per key head, each copying its channels of the block into the conv
+// window, then the conv state's shift) computes every value the
 // three-step form (conv over all channels, gates, head per value head) computes, bit for bit: read-outs,
 // innovations, gates, conv outputs, conv state and recurrent state, in both kernel modes, in place and taped,
 // for one-row decode steps and verify blocks.
@@ -150,7 +157,7 @@ func TestKeyHeadMatchesLayerSteps(t *testing.T) {
 						name string
 						x, y []float32
 					}{{"o", a.o, b.o}, {"Y", a.Y, b.Y}, {"alpha", a.alpha, b.alpha}, {"beta", a.beta, b.beta},
-						{"delta", a.delta, b.delta}, {"conv state", a.st.conv, b.st.conv},
+						{"delta", a.delta, b.delta}, {"conv state", a.st.conv, b.st.conv}, {"window", a.X, b.X},
 						{"s0", a.st.s[0], b.st.s[0]}, {"s1", a.st.s[1], b.st.s[1]}} {
 						requireBits(t, c.x, c.y, what+": "+c.name)
 					}

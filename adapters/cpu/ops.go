@@ -136,16 +136,18 @@ func (o ops) Split(x act, groups int, widths ...int) []act {
 	for i, w := range widths {
 		outs[i] = act{o.out(x.t * groups * w), x.t}
 	}
-	for t := range x.t {
-		src := x.v[t*groups*gw:]
-		for g := range groups {
-			off := g * gw
-			for i, w := range widths {
-				copy(outs[i].v[(t*groups+g)*w:(t*groups+g+1)*w], src[off:off+w])
-				off += w
+	o.rows(x.t, groups*gw, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			src := x.v[t*groups*gw:]
+			for g := range groups {
+				off := g * gw
+				for i, w := range widths {
+					copy(outs[i].v[(t*groups+g)*w:(t*groups+g+1)*w], src[off:off+w])
+					off += w
+				}
 			}
 		}
-	}
+	})
 	return outs
 }
 
@@ -155,13 +157,29 @@ func (o ops) Concat(xs ...act) act {
 		W += x.width()
 	}
 	out := o.out(T * W)
-	for t := range T {
-		off := t * W
-		for _, x := range xs {
-			off += copy(out[off:], x.row(t))
+	o.rows(T, W, func(lo, hi int) {
+		for t := lo; t < hi; t++ {
+			off := t * W
+			for _, x := range xs {
+				off += copy(out[off:], x.row(t))
+			}
 		}
-	}
+	})
 	return act{out, T}
+}
+
+// copyGrain is the fewest values a worker copies in rows: a verify block's splits and concatenations (tens
+// of KiB) are split between the workers, while a decode step's row is copied by the caller alone.
+const copyGrain = 8192
+
+// rows runs fn over row ranges of T rows of width values each, split between the workers when large
+// (each row is copied by one worker; copies give the same values whoever makes them).
+func (o ops) rows(T, width int, fn func(lo, hi int)) {
+	if T*width < 2*copyGrain {
+		fn(0, T)
+		return
+	}
+	o.pool.For(T, max(1, copyGrain/max(width, 1)), fn)
 }
 
 func (o ops) Rows(x act, lo, hi int) act {

@@ -291,9 +291,12 @@ func (p *pass) keep(j *attnJob) {
 // DeltaNet runs one Gated DeltaNet layer's recurrence (see model.State), recording the block's innovations
 // when the pass records a tape.
 func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) act {
-	j := p.deltaNet(layer, w, pr, b, araw, nil)
-	if j.Hk >= p.pool.Threads() {
-		// One pool call for the layer: each key head's conv channels, norms, gates and recurrences.
+	fused := w.KeyHeads >= p.pool.Threads()
+	j := p.deltaNet(layer, w, pr, b, araw, nil, !fused)
+	if fused {
+		// One pool call for the layer: each key head's copy into the conv window, conv channels, norms, gates
+		// and recurrences.
+		j.pr = pr.v
 		p.pool.For(j.Hk, 1, func(lo, hi int) {
 			tmp := make([]float32, j.dk)
 			for g := lo; g < hi; g++ {
@@ -333,13 +336,17 @@ type gdnJob struct {
 	X, Y, beta, alpha, delta, o   []float32
 	Hk, Hv, dk, dv, Kc, Dk, Dv, C int
 	rho, T                        int
-	inPlace                       bool // no tape: the recurrence updates s[cur] in place (see gdnState)
+	pr                            []float32 // the block's projections, when keyHead copies them into X
+	inPlace                       bool      // no tape: the recurrence updates s[cur] in place (see gdnState)
 	fast                          bool
 }
 
 // deltaNet prepares layer's recurrence over the block's projections (the tape, when recorded, set up);
 // o (nil: taken from the pass's arena) receives T rows of Dv values.
-func (p *pass) deltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act, o []float32) *gdnJob {
+//
+// Unless window is false, the block's projections are copied into the conv window here; with false the caller
+// sets j.pr and keyHead copies each key head's channels.
+func (p *pass) deltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act, o []float32, window bool) *gdnJob {
 	st := p.gdn[layer]
 	Hk, Hv, dk, dv, Kc := w.KeyHeads, w.ValueHeads, w.KeyDim, w.ValueDim, w.ConvKernel
 	Dk, Dv := Hk*dk, Hv*dv
@@ -358,7 +365,9 @@ func (p *pass) deltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act, 
 	// is zeroed first (a verify block's zeroing was measured at 2% of its time).
 	X := p.mem.scratch((Kc - 1 + T) * C)
 	copy(X, st.conv)
-	copy(X[(Kc-1)*C:], pr.v)
+	if window {
+		copy(X[(Kc-1)*C:], pr.v)
+	}
 	j.X, j.Y = X, p.mem.scratch(T*C)
 	j.fast = p.pool.Mode() == kernel.ModeFast
 	j.beta, j.alpha = p.mem.scratch(T*Hv), p.mem.scratch(T*Hv)
@@ -433,6 +442,14 @@ func (j *gdnJob) gates() {
 // The conv state's shift (gates' first step) is left to the caller.
 func (j *gdnJob) keyHead(g int, tmp []float32) {
 	C, T, Hv, dk, dv, Dk, rho := j.C, j.T, j.Hv, j.dk, j.dv, j.Dk, j.rho
+	if j.pr != nil {
+		// The key head's channels of the block into the conv window ([conv state; P], each row C wide).
+		for _, r := range [3][2]int{{g * dk, (g + 1) * dk}, {Dk + g*dk, Dk + (g+1)*dk}, {2*Dk + g*rho*dv, 2*Dk + (g+1)*rho*dv}} {
+			for t := range T {
+				copy(j.X[(j.Kc-1+t)*C+r[0]:(j.Kc-1+t)*C+r[1]], j.pr[t*C+r[0]:t*C+r[1]])
+			}
+		}
+	}
 	j.conv(g*dk, (g+1)*dk)
 	j.conv(Dk+g*dk, Dk+(g+1)*dk)
 	j.conv(2*Dk+g*rho*dv, 2*Dk+(g+1)*rho*dv)

@@ -76,14 +76,37 @@ const chunksPerWorker = 4
 // For calls fn on disjoint chunks [lo,hi) covering [0,n). grain is the smallest chunk worth a goroutine (≥ 1).
 // The partition depends only on n, grain and the worker count; the caller and the helpers claim chunks in
 // order until none is left. A nil pool runs serially.
-func (p *Pool) For(n, grain int, fn func(lo, hi int)) { p.ForThen(0, 1, nil, n, grain, fn) }
+func (p *Pool) For(n, grain int, fn func(lo, hi int)) { p.forThen(0, 1, nil, n, grain, fn, false) }
 
 // ForThen is For over [0,n1) with fn1, then For over [0,n2) with fn2, in one hand-off: no chunk of the second
 // loop starts before every chunk of the first has returned, and the workers that finish the first loop early
 // go straight on to the second. A product whose inputs are prepared row by row (the fast kernels' activation
 // quantization) so runs both parts on every worker for the price of one call, instead of one serial part and
-// one parallel call. Each loop is partitioned as For partitions it alone (n1, grain1 and n2, grain2).
+// one parallel call. The first loop is partitioned as For partitions it; the second in guided chunks that
+// shrink as the loop goes (guided), so the workers finish it closer together than For's equal chunks let
+// them. Both partitions depend only on the lengths, the grains and the worker count.
 func (p *Pool) ForThen(n1, grain1 int, fn1 func(lo, hi int), n2, grain2 int, fn2 func(lo, hi int)) {
+	p.forThen(n1, grain1, fn1, n2, grain2, fn2, true)
+}
+
+// guidedChunks bounds a guided partition's chunk count: no chunk is shorter than 1/guidedChunks of a
+// worker's share (nor than the grain).
+const guidedChunks = 16
+
+// guided appends to b[:0] the bounds of a guided partition of [0,n) for the given worker count and grain:
+// each chunk is 1/(2·workers) of what is left, at least the minimum length, so the last chunks, which decide
+// when the loop ends, are short, while the chunk count stays near 2·workers·ln(guidedChunks/2) + a few.
+func guided(n, grain, workers int, b []int) []int {
+	least := max(grain, (n+workers*guidedChunks-1)/(workers*guidedChunks))
+	b = append(b[:0], 0)
+	for lo := 0; lo < n; {
+		lo = min(n, lo+max(least, (n-lo+2*workers-1)/(2*workers)))
+		b = append(b, lo)
+	}
+	return b
+}
+
+func (p *Pool) forThen(n1, grain1 int, fn1 func(lo, hi int), n2, grain2 int, fn2 func(lo, hi int), guide bool) {
 	n1, n2 = max(n1, 0), max(n2, 0)
 	if n1 == 0 && n2 == 0 {
 		return
@@ -117,6 +140,10 @@ func (p *Pool) ForThen(n1, grain1 int, fn1 func(lo, hi int), n2, grain2 int, fn2
 		w.chunks1 = (n1 + c1 - 1) / c1
 	}
 	w.fn, w.n, w.chunk = fn2, n2, c2
+	w.bounds = w.bounds[:0]
+	if guide && n2 > 0 {
+		w.bounds = guided(n2, grain2, workers, w.bounds)
+	}
 	w.next.Store(0)
 	w.done1.Store(0)
 	started := false
@@ -174,6 +201,7 @@ type work struct {
 	chunks1    int
 	fn         func(lo, hi int)
 	n, chunk   int
+	bounds     []int // the second loop's chunk bounds when guided (else chunks of chunk)
 	next       atomic.Int64
 	done1      atomic.Int64 // chunks of the first loop that have returned
 	_          [48]byte     // done1 is written by every worker of the first loop: keep it off next's line
@@ -190,16 +218,25 @@ func (w *work) run() {
 			w.done1.Add(1)
 			continue
 		}
-		lo := (i - w.chunks1) * w.chunk
-		if lo >= w.n {
-			return
+		lo, hi := (i-w.chunks1)*w.chunk, 0
+		if len(w.bounds) > 0 {
+			k := i - w.chunks1
+			if k+1 >= len(w.bounds) {
+				return
+			}
+			lo, hi = w.bounds[k], w.bounds[k+1]
+		} else {
+			if lo >= w.n {
+				return
+			}
+			hi = min(lo+w.chunk, w.n)
 		}
 		for w.done1.Load() < int64(w.chunks1) {
 			if !pollForCount(&w.done1, int64(w.chunks1)) {
 				runtime.Gosched()
 			}
 		}
-		w.fn(lo, min(lo+w.chunk, w.n))
+		w.fn(lo, hi)
 	}
 }
 

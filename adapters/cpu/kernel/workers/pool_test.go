@@ -151,3 +151,29 @@ func TestPoolForThen(t *testing.T) {
 	var nilPool *Pool
 	require.Empty(t, check(nilPool, 7, 1, 9, 1), "nil pool")
 }
+
+// A guided partition covers [0,n) in order with chunks that never grow, none shorter than the grain but the
+// last, and keeps the chunk count bounded; ForThen's second loop runs on it.
+func TestGuidedPartition(t *testing.T) {
+	for _, workers := range []int{2, 3, 8} {
+		for _, grain := range []int{1, 3, 64} {
+			for n := 1; n <= 700; n += 7 {
+				b := guided(n, grain, workers, nil)
+				require.Equal(t, 0, b[0])
+				require.Equal(t, n, b[len(b)-1], "workers %d grain %d n %d", workers, grain, n)
+				for i := 1; i < len(b); i++ {
+					size := b[i] - b[i-1]
+					require.Positive(t, size)
+					if i+1 < len(b) {
+						require.GreaterOrEqual(t, size, min(grain, n), "workers %d grain %d n %d chunk %d", workers, grain, n, i)
+						if i > 1 {
+							require.LessOrEqual(t, size, b[i-1]-b[i-2], "chunks shrink: workers %d grain %d n %d", workers, grain, n)
+						}
+					}
+				}
+				assert.LessOrEqual(t, len(b)-1, 2*workers*4+guidedChunks, "workers %d grain %d n %d: %d chunks", workers, grain, n, len(b)-1)
+			}
+		}
+	}
+	assert.Equal(t, []int{0, 24, 42, 56, 66, 74, 80, 84, 87, 90, 93, 96}, guided(96, 1, 2, nil))
+}
