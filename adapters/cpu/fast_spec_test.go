@@ -1,6 +1,7 @@
 package cpu
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -9,6 +10,7 @@ import (
 	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/internal/testmodel"
+	"github.com/higgs-go/higgs/ports"
 	"github.com/higgs-go/higgs/ports/porttest"
 )
 
@@ -34,5 +36,48 @@ func TestSpeculativeConformanceFast(t *testing.T) {
 			accepted := porttest.SpeculativeSuite{Target: tg, Drafter: d, Tokens: n}.Run(t)
 			t.Logf("q%d fast: %d draft tokens accepted over the suite", bits, accepted)
 		})
+	}
+}
+
+// In fast mode the loader fuses each MLP's gate and up into one product (loader.Fuse, where the panel form
+// runs); the fused target's logits and taps equal, bit for bit, those of the same target with the two
+// products run apart, for a 16-row block and for the decode steps after it.
+func TestFusedGateUpMatchesSeparate(t *testing.T) {
+	for _, bits := range []int{4, 8} {
+		spec := &quant.Spec{Bits: bits, GroupSize: 32}
+		tdir := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 11, Quant: spec})
+		load := func() *Target {
+			tg, err := Load(t.Context(), tdir, LoadOptions{Threads: 2, Kernels: kernel.ModeFast})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = tg.Close() })
+			return tg
+		}
+		fused, apart := load(), load()
+		n := 0
+		for i := range apart.m.Layers {
+			f := apart.m.Layers[i].MLP
+			if f == nil || f.GateUp == nil {
+				continue
+			}
+			n++
+			f.Gate, f.Up, f.GateUp = &weight{lin: f.GateUp.pair[0]}, &weight{lin: f.GateUp.pair[1]}, nil
+		}
+		if n == 0 {
+			t.Skipf("q%d: no MLP was fused (the panel form does not run on this CPU)", bits)
+		}
+		toks := tokensOf(5, 20)
+		for i := range toks {
+			toks[i] %= ports.Token(fused.m.Arch.Vocab)
+		}
+		sf, sa := openSession(t, fused, []int{1, 2}), openSession(t, apart, []int{1, 2})
+		lf, tf, _ := run(t, sf, toks[:16], true)
+		la, ta, _ := run(t, sa, toks[:16], true)
+		requireBits(t, la, lf, fmt.Sprintf("q%d: block logits", bits))
+		requireBits(t, ta, tf, fmt.Sprintf("q%d: block taps", bits))
+		for i := 16; i < len(toks); i++ {
+			lf, _, _ = run(t, sf, toks[i:i+1], false)
+			la, _, _ = run(t, sa, toks[i:i+1], false)
+			requireBits(t, la, lf, fmt.Sprintf("q%d: decode step %d", bits, i))
+		}
 	}
 }

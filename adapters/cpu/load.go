@@ -82,8 +82,15 @@ func convTaps(v []float32, channels, k int) []float32 {
 	return taps
 }
 
-// Fuse never fuses: a fused product computes the same rows as two, and the CPU kernels gain nothing from it.
-func (l *loader) Fuse(a, b *weight) (*weight, bool) { return nil, false }
+// Fuse pairs two matrices the panel form runs as one product over the same inputs (kernel.CanPair: fast
+// mode, 4- or 8-bit panels of one input width and group), so a SwiGLU's gate and up quantize their input once
+// and take one pool call, not two. Each output keeps the bits of its own product. Other pairs stay apart.
+func (l *loader) Fuse(a, b *weight) (*weight, bool) {
+	if a.lin == nil || b.lin == nil || !kernel.CanPair(a.lin, b.lin) {
+		return nil, false
+	}
+	return &weight{pair: [2]*kernel.Linear{a.lin, b.lin}}, true
+}
 
 func (l *loader) Stack(parts []*weight) (*weight, error) {
 	w := &weight{experts: make([]*kernel.Linear, len(parts))}

@@ -32,6 +32,7 @@ func (x act) row(r int) []float32 {
 // convolution [channels, taps]) or a RoPE table.
 type weight struct {
 	lin     *kernel.Linear
+	pair    [2]*kernel.Linear // two matrices fused along their outputs (loader.Fuse): [pair[0]; pair[1]]
 	experts []*kernel.Linear
 	vec     []float32
 	taps    []float32 // a conv's taps transposed, [k][channels] (Conv), for the vectorized convolution
@@ -64,6 +65,11 @@ func (o ops) Embed(w *weight, tokens []ports.Token) act {
 }
 
 func (o ops) Linear(w *weight, x act) act {
+	if a, b := w.pair[0], w.pair[1]; a != nil {
+		out := o.out(x.t * (a.Out + b.Out))
+		kernel.ForwardPair(a, b, out, x.v, x.t)
+		return act{out, x.t}
+	}
 	out := o.out(x.t * w.lin.Out)
 	w.lin.Forward(out, x.v, x.t)
 	return act{out, x.t}

@@ -2,6 +2,7 @@ package kernel
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"math/bits"
 	"sync"
@@ -116,9 +117,59 @@ const panelChunkBytes = 64 << 10
 
 // forwardPanels is the fast-mode product in the panel form.
 func (l *Linear) forwardPanels(dst, x []float32, rows int) {
-	pn := l.panelForm()
+	l.forwardPanelsOf([]*Linear{l}, [][]float32{dst}, l.Out, x, rows)
+}
+
+// pairable reports whether a and b can run as one panel product over the same inputs (ForwardPair): both
+// take the panel form in fast mode with the same input width, bits and group (so the same quantized inputs),
+// on the same pool.
+func pairable(a, b *Linear) bool {
+	return a != nil && b != nil && a.q != nil && b.q != nil && a.Pool == b.Pool && a.Pool.Mode() == ModeFast &&
+		usePanels && panelsFit(a.q, a.Out) && panelsFit(b.q, b.Out) &&
+		a.In == b.In && a.q.Bits == b.q.Bits && a.q.Group == b.q.Group
+}
+
+// CanPair reports whether ForwardPair runs a and b as one product.
+func CanPair(a, b *Linear) bool { return pairable(a, b) }
+
+// ForwardPair is the product of a and b stacked along their outputs (the matrix [a; b]): dst receives rows
+// rows of a.Out + b.Out values, a's outputs then b's. Where CanPair holds it is one product (the inputs
+// quantized once, both weights' panels in one pool call); elsewhere a.Forward and b.Forward into scratch,
+// then copies. Every output has the bits a.Forward or b.Forward gives it (a panel's outputs do not depend on
+// the panels beside it).
+func ForwardPair(a, b *Linear, dst, x []float32, rows int) {
+	if rows <= 0 {
+		return
+	}
+	w := a.Out + b.Out
+	if a.In != b.In || len(x) < rows*a.In || len(dst) < rows*w {
+		panic(fmt.Sprintf("kernel: ForwardPair of Linear[%d,%d] and [%d,%d] with %d rows: len(x)=%d len(dst)=%d",
+			a.Out, a.In, b.Out, b.In, rows, len(x), len(dst)))
+	}
+	if !pairable(a, b) {
+		for k, l := range []*Linear{a, b} {
+			tmp := make([]float32, rows*l.Out)
+			l.Forward(tmp, x, rows)
+			for r := range rows {
+				copy(dst[r*w+k*a.Out:r*w+k*a.Out+l.Out], tmp[r*l.Out:(r+1)*l.Out])
+			}
+		}
+		return
+	}
+	ls := []*Linear{a, b}
+	tile := min(a.fastTile(), b.fastTile()) // Forward's tiles (the inputs' packed size bounds them)
+	for r0 := 0; r0 < rows; r0 += tile {
+		n := min(tile, rows-r0)
+		a.forwardPanelsOf(ls, [][]float32{dst[r0*w:], dst[r0*w+a.Out:]}, w, x[r0*a.In:], n)
+	}
+}
+
+// forwardPanelsOf runs the panel products of ls (pairable, ls[0] being l) over the same input rows in one
+// pool call (the rows quantized once, then the weights' panels one after the other): input row r's outputs
+// of ls[k] go to dsts[k][r·ldd:], ldd values from one row's to the next.
+func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, ldd int, x []float32, rows int) {
 	q := l.q
-	in, out, gs := l.In, l.Out, q.Group
+	in, gs := l.In, q.Group
 	ng := in / gs
 	nibble := q.Bits == 4
 	rec := fastRec(nibble)
@@ -157,29 +208,42 @@ func (l *Linear) forwardPanels(dst, x []float32, rows int) {
 	if nibble {
 		form = 0
 	}
+	pns := make([]*panels, len(ls))
+	total := 0
+	for k, lk := range ls {
+		pns[k] = lk.panelForm()
+		total += pns[k].n
+	}
 	step := max(1, panelChunkBytes/(4*pw))
 	if len(blocks) == 1 {
-		step = pn.n // one pass: nothing to keep in cache
+		step = total // one pass: nothing to keep in cache
 	}
 	grain := max(1, 2048/(in*rows))
 	// A row's quantization is a few hundred nanoseconds: give a worker at least two rows' worth of inputs.
 	qgrain := max(1, 2048/in)
-	l.Pool.ForThen(rows, qgrain, quantize, pn.n, grain, func(lo, hi int) {
+	l.Pool.ForThen(rows, qgrain, quantize, total, grain, func(lo, hi int) {
 		var a panelArgs // one per worker: the call through the kernel table moves it to the heap
-		for p0 := lo; p0 < hi; p0 += step {
-			p1 := min(p0+step, hi)
-			for _, b := range blocks {
-				a = panelArgs{
-					codes: unsafe.Pointer(&pn.codes[p0*pw]), scales: unsafe.Pointer(&pn.scales[p0*panelRows*ng]),
-					biases: unsafe.Pointer(&pn.biases[p0*panelRows*ng]), npanels: p1 - p0,
-					xp: unsafe.Pointer(&xp[b.r*nch*rec]), chadj: b.n*rec - xstep, xst: unsafe.Pointer(&xst[b.r*ng]),
-					ngroups: ng, bpg: gs / 32, dst: unsafe.Pointer(&dst[b.r*out+p0*panelRows]), ldd: 4 * out,
+		base := 0
+		for k, pn := range pns {
+			// This weight's panels [base, base+pn.n) of the call's; run those in [lo, hi).
+			klo, khi := max(lo, base)-base, min(hi, base+pn.n)-base
+			base += pn.n
+			dst := dsts[k]
+			for p0 := klo; p0 < khi; p0 += step {
+				p1 := min(p0+step, khi)
+				for _, b := range blocks {
+					a = panelArgs{
+						codes: unsafe.Pointer(&pn.codes[p0*pw]), scales: unsafe.Pointer(&pn.scales[p0*panelRows*ng]),
+						biases: unsafe.Pointer(&pn.biases[p0*panelRows*ng]), npanels: p1 - p0,
+						xp: unsafe.Pointer(&xp[b.r*nch*rec]), chadj: b.n*rec - xstep, xst: unsafe.Pointer(&xst[b.r*ng]),
+						ngroups: ng, bpg: gs / 32, dst: unsafe.Pointer(&dst[b.r*ldd+p0*panelRows]), ldd: 4 * ldd,
+					}
+					if usePanelAsm {
+						panelKernels[form][bits.TrailingZeros(uint(b.n))](&a) // blocks of 1, 2, 4, 8, 16 rows
+						continue
+					}
+					panelRunGo(pn, p0, p1, xp[b.r*nch*rec:], b.n, xst[b.r*ng:(b.r+b.n)*ng], in, gs, nibble, dst[b.r*ldd:], ldd)
 				}
-				if usePanelAsm {
-					panelKernels[form][bits.TrailingZeros(uint(b.n))](&a) // blocks of 1, 2, 4, 8, 16 rows
-					continue
-				}
-				panelRunGo(pn, p0, p1, xp[b.r*nch*rec:], b.n, xst[b.r*ng:(b.r+b.n)*ng], in, gs, nibble, dst[b.r*out:], out)
 			}
 		}
 	})

@@ -173,3 +173,75 @@ func TestPanelError(t *testing.T) {
 		}
 	}
 }
+
+// pairOutputs checks ForwardPair(a, b) against a.Forward and b.Forward over rows random input rows.
+func pairOutputs(t *testing.T, r *rand.Rand, a, b *Linear, rows int, what string) {
+	t.Helper()
+	x := fastInputs(r, rows, a.In)
+	wantA, wantB := make([]float32, rows*a.Out), make([]float32, rows*b.Out)
+	a.Forward(wantA, x, rows)
+	b.Forward(wantB, x, rows)
+	w := a.Out + b.Out
+	got := make([]float32, rows*w)
+	ForwardPair(a, b, got, x, rows)
+	for i := range rows {
+		assertBits(t, wantA[i*a.Out:(i+1)*a.Out], got[i*w:i*w+a.Out], "%s: row %d of a", what, i)
+		assertBits(t, wantB[i*b.Out:(i+1)*b.Out], got[i*w+a.Out:(i+1)*w], "%s: row %d of b", what, i)
+	}
+}
+
+// ForwardPair gives each weight's outputs bit for bit as its own Forward does, side by side in each row, for
+// every row count 1–34 and a prefill-sized input (several tiles), in Go and in assembly, on 1–3 workers;
+// pairs the panel form cannot run as one product (CanPair false) go through each Forward, with the same
+// outputs.
+func TestForwardPairMatchesForward(t *testing.T) {
+	r := rand.New(rand.NewPCG(59, 60))
+	for _, bits := range []int{4, 8} {
+		for _, shape := range []struct{ outA, outB, in, gs int }{{48, 16, 512, 64}, {32, 64, 640, 64}, {16, 16, 96, 32}} {
+			qa, _ := quantFixture(r, shape.outA, shape.in, bits, shape.gs)
+			qb, _ := quantFixture(r, shape.outB, shape.in, bits, shape.gs)
+			a, err := NewQuant(shape.outA, shape.in, qa)
+			require.NoError(t, err)
+			b, err := NewQuant(shape.outB, shape.in, qb)
+			require.NoError(t, err)
+			for _, asm := range panelPaths() {
+				withPanels(asm, func() {
+					for _, threads := range []int{1, 2, 3} {
+						pool := NewPoolMode(threads, ModeFast)
+						a.Pool, b.Pool = pool, pool
+						require.True(t, CanPair(a, b))
+						for rows := 1; rows <= 34; rows++ {
+							pairOutputs(t, r, a, b, rows, fmt.Sprintf("q%d %+v asm %v threads %d rows %d", bits, shape, asm, threads, rows))
+						}
+						rows := a.fastTile() + 5
+						pairOutputs(t, r, a, b, rows, fmt.Sprintf("q%d %+v asm %v threads %d rows %d", bits, shape, asm, threads, rows))
+					}
+				})
+			}
+		}
+	}
+	fast, exact := NewPoolMode(2, ModeFast), NewPoolMode(2, ModeExact)
+	mk := func(out, in, bits, gs int, pool *Pool) *Linear {
+		q, _ := quantFixture(r, out, in, bits, gs)
+		l, err := NewQuant(out, in, q)
+		require.NoError(t, err)
+		l.Pool = pool
+		return l
+	}
+	withPanels(hasPanelAsm, func() {
+		for name, pair := range map[string][2]*Linear{
+			"bits":                      {mk(32, 256, 4, 64, fast), mk(32, 256, 8, 64, fast)},
+			"group":                     {mk(32, 256, 4, 64, fast), mk(32, 256, 4, 32, fast)},
+			"rows not a panel multiple": {mk(32, 256, 4, 64, fast), mk(24, 256, 4, 64, fast)},
+			"exact mode":                {mk(32, 256, 4, 64, exact), mk(32, 256, 4, 64, exact)},
+			"two pools":                 {mk(32, 256, 4, 64, fast), mk(32, 256, 4, 64, NewPoolMode(2, ModeFast))},
+		} {
+			assert.False(t, CanPair(pair[0], pair[1]), name)
+			for _, rows := range []int{1, 16} {
+				pairOutputs(t, r, pair[0], pair[1], rows, fmt.Sprintf("%s rows %d", name, rows))
+			}
+		}
+		assert.False(t, CanPair(mk(32, 256, 4, 64, fast), mk(32, 512, 4, 64, fast)), "input width")
+		assert.True(t, CanPair(mk(32, 256, 4, 64, fast), mk(48, 256, 4, 64, fast)), "one fast pool")
+	})
+}
