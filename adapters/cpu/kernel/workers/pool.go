@@ -146,6 +146,10 @@ func (p *Pool) forThen(n1, grain1 int, fn1 func(lo, hi int), n2, grain2 int, fn2
 	}
 	w.next.Store(0)
 	w.done1.Store(0)
+	w.ready1 = nil
+	if w.chunks1 > 0 {
+		w.ready1 = make(chan struct{})
+	}
 	started := false
 	for i := range workers - 1 {
 		h := &p.helpers[i]
@@ -203,8 +207,9 @@ type work struct {
 	n, chunk   int
 	bounds     []int // the second loop's chunk bounds when guided (else chunks of chunk)
 	next       atomic.Int64
-	done1      atomic.Int64 // chunks of the first loop that have returned
-	_          [48]byte     // done1 is written by every worker of the first loop: keep it off next's line
+	done1      atomic.Int64  // chunks of the first loop that have returned
+	ready1     chan struct{} // closed when the first loop's last chunk returns
+	_          [48]byte      // done1 is written by every worker of the first loop: keep it off next's line
 }
 
 // run claims and runs chunks until none is left. A worker that claims a chunk of the second loop while the
@@ -215,7 +220,9 @@ func (w *work) run() {
 		if i < w.chunks1 {
 			lo := i * w.chunk1
 			w.fn1(lo, min(lo+w.chunk1, w.n1))
-			w.done1.Add(1)
+			if w.done1.Add(1) == int64(w.chunks1) {
+				close(w.ready1)
+			}
 			continue
 		}
 		lo, hi := (i-w.chunks1)*w.chunk, 0
@@ -231,11 +238,7 @@ func (w *work) run() {
 			}
 			hi = min(lo+w.chunk, w.n)
 		}
-		for w.done1.Load() < int64(w.chunks1) {
-			if !pollForCount(&w.done1, int64(w.chunks1)) {
-				runtime.Gosched()
-			}
-		}
+		w.waitFirst()
 		w.fn(lo, hi)
 	}
 }
@@ -323,6 +326,22 @@ func pollFor(f *atomic.Bool) bool {
 		}
 	}
 	return false
+}
+
+// waitFirst returns once every chunk of the first loop has returned: it polls for waitSpin, then blocks, so
+// that a worker whose core another process has taken can finish its chunk on this one (as task.wait).
+func (w *work) waitFirst() {
+	start := time.Now()
+	for w.done1.Load() < int64(w.chunks1) {
+		if pollForCount(&w.done1, int64(w.chunks1)) {
+			return
+		}
+		if time.Since(start) > waitSpin {
+			<-w.ready1
+			return
+		}
+		runtime.Gosched()
+	}
 }
 
 // pollForCount reads c up to pollSpins times and reports whether it reached want.

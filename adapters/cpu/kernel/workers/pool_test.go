@@ -95,7 +95,11 @@ func TestPoolForThen(t *testing.T) {
 			for i := lo; i < hi; i++ {
 				seen1[i].Add(1)
 			}
-			time.Sleep(time.Duration(lo%3) * 10 * time.Microsecond) // uneven chunks
+			d := time.Duration(lo%3) * 10 * time.Microsecond // uneven chunks
+			if lo == 0 && n1 >= 13 {
+				d = 3 * waitSpin // long enough that a worker waiting for the first loop blocks
+			}
+			time.Sleep(d)
 			finished1.Add(1)
 		}, n2, g2, func(lo, hi int) {
 			if finished1.Load() != running1.Load() || (n1 > 0 && finished1.Load() == 0) {
