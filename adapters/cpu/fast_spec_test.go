@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -65,6 +66,19 @@ func TestFusedGateUpMatchesSeparate(t *testing.T) {
 		if n == 0 {
 			t.Skipf("q%d: no MLP was fused (the panel form does not run on this CPU)", bits)
 		}
+		// Read as one matrix, a pair's product is its two products side by side in each row.
+		var pair *weight
+		for _, ly := range fused.m.Layers {
+			if ly.MLP != nil && ly.MLP.GateUp != nil {
+				pair = ly.MLP.GateUp
+				break
+			}
+		}
+		require.NotNil(t, pair, "q%d: a fused MLP", bits)
+		be := ops{pool: fused.pool}
+		x := act{randValues(rand.New(rand.NewPCG(7, 8)), 5*pair.pair[0].In, 1), 5}
+		requireBits(t, be.Concat(be.Linear(&weight{lin: pair.pair[0]}, x), be.Linear(&weight{lin: pair.pair[1]}, x)).v,
+			be.Linear(pair, x).v, fmt.Sprintf("q%d: the pair as one matrix", bits))
 		toks := tokensOf(5, 20)
 		for i := range toks {
 			toks[i] %= ports.Token(fused.m.Arch.Vocab)

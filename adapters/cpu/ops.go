@@ -64,15 +64,29 @@ func (o ops) Embed(w *weight, tokens []ports.Token) act {
 	return act{out, len(tokens)}
 }
 
+var _ model.PairLinear[act, *weight] = ops{}
+
 func (o ops) Linear(w *weight, x act) act {
-	if a, b := w.pair[0], w.pair[1]; a != nil {
-		out := o.out(x.t * (a.Out + b.Out))
-		kernel.ForwardPair(a, b, out, x.v, x.t)
-		return act{out, x.t}
+	if w.pair[0] != nil {
+		// A fused pair read as one matrix: its two products side by side in each row.
+		a, b, _ := o.LinearPair(w, x)
+		return o.Concat(a, b)
 	}
 	out := o.out(x.t * w.lin.Out)
 	w.lin.Forward(out, x.v, x.t)
 	return act{out, x.t}
+}
+
+// LinearPair runs a fused pair (loader.Fuse) as one product, each half into its own value; other weights
+// (a checkpoint's own fused gate and up) are not pairs: ok false.
+func (o ops) LinearPair(w *weight, x act) (act, act, bool) {
+	a, b := w.pair[0], w.pair[1]
+	if a == nil {
+		return act{}, act{}, false
+	}
+	ya, yb := o.out(x.t*a.Out), o.out(x.t*b.Out)
+	kernel.ForwardPair(a, b, ya, yb, x.v, x.t)
+	return act{ya, x.t}, act{yb, x.t}, true
 }
 
 func (o ops) Norm(x act, w *weight, eps float32) act {

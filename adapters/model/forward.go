@@ -113,10 +113,24 @@ func gatedDeltaNet[X any, W comparable](m *Target[W], be Backend[X, W], st State
 	return be.Linear(w.Out, be.GatedNorm(o, z, w.Norm, m.Arch.Eps))
 }
 
+// PairLinear is an optional ability of a backend: for a weight w = Loader.Fuse(a, b), LinearPair(w, x)
+// returns x·aᵀ and x·bᵀ as two values, what Split(Linear(w, x), 1, a's rows, b's rows) returns, without
+// the fused value between them (the CPU runs both products in one call and writes each half where it goes).
+// ok is false, and nothing is computed, for a w the backend's Fuse did not make (a checkpoint's own fused
+// matrix). FeedForward uses it where the backend has it.
+type PairLinear[X any, W comparable] interface {
+	LinearPair(w W, x X) (a, b X, ok bool)
+}
+
 // FeedForward is the SwiGLU MLP: down(SiLU(gate(x)) ⊙ up(x)).
 func FeedForward[X any, W comparable](be Backend[X, W], f *FFN[W], x X) X {
 	var gate, up X
 	if f.GateUp != *new(W) {
+		if pl, ok := be.(PairLinear[X, W]); ok {
+			if gate, up, ok := pl.LinearPair(f.GateUp, x); ok {
+				return be.Linear(f.Down, be.Gate(up, gate, SiLU))
+			}
+		}
 		gu := be.Split(be.Linear(f.GateUp, x), 1, f.Inter, f.Inter)
 		gate, up = gu[0], gu[1]
 	} else {

@@ -117,7 +117,7 @@ const panelChunkBytes = 64 << 10
 
 // forwardPanels is the fast-mode product in the panel form.
 func (l *Linear) forwardPanels(dst, x []float32, rows int) {
-	l.forwardPanelsOf([]*Linear{l}, [][]float32{dst}, l.Out, x, rows)
+	l.forwardPanelsOf([]*Linear{l}, [][]float32{dst}, []int{l.Out}, x, rows)
 }
 
 // pairable reports whether a and b can run as one panel product over the same inputs (ForwardPair): both
@@ -132,42 +132,35 @@ func pairable(a, b *Linear) bool {
 // CanPair reports whether ForwardPair runs a and b as one product.
 func CanPair(a, b *Linear) bool { return pairable(a, b) }
 
-// ForwardPair is the product of a and b stacked along their outputs (the matrix [a; b]): dst receives rows
-// rows of a.Out + b.Out values, a's outputs then b's. Where CanPair holds it is one product (the inputs
-// quantized once, both weights' panels in one pool call); elsewhere a.Forward and b.Forward into scratch,
-// then copies. Every output has the bits a.Forward or b.Forward gives it (a panel's outputs do not depend on
-// the panels beside it).
-func ForwardPair(a, b *Linear, dst, x []float32, rows int) {
+// ForwardPair computes dstA = x·aᵀ and dstB = x·bᵀ (rows input rows each, rows×a.Out and rows×b.Out
+// values). Where CanPair holds it is one product (the inputs quantized once, both weights' panels in one pool
+// call); elsewhere it runs a.Forward and b.Forward. Every output has the bits a.Forward or b.Forward gives it
+// (a panel's outputs do not depend on the panels beside it).
+func ForwardPair(a, b *Linear, dstA, dstB, x []float32, rows int) {
 	if rows <= 0 {
 		return
 	}
-	w := a.Out + b.Out
-	if a.In != b.In || len(x) < rows*a.In || len(dst) < rows*w {
-		panic(fmt.Sprintf("kernel: ForwardPair of Linear[%d,%d] and [%d,%d] with %d rows: len(x)=%d len(dst)=%d",
-			a.Out, a.In, b.Out, b.In, rows, len(x), len(dst)))
+	if a.In != b.In || len(x) < rows*a.In || len(dstA) < rows*a.Out || len(dstB) < rows*b.Out {
+		panic(fmt.Sprintf("kernel: ForwardPair of Linear[%d,%d] and [%d,%d] with %d rows: len(x)=%d len(dstA)=%d len(dstB)=%d",
+			a.Out, a.In, b.Out, b.In, rows, len(x), len(dstA), len(dstB)))
 	}
 	if !pairable(a, b) {
-		for k, l := range []*Linear{a, b} {
-			tmp := make([]float32, rows*l.Out)
-			l.Forward(tmp, x, rows)
-			for r := range rows {
-				copy(dst[r*w+k*a.Out:r*w+k*a.Out+l.Out], tmp[r*l.Out:(r+1)*l.Out])
-			}
-		}
+		a.Forward(dstA, x, rows)
+		b.Forward(dstB, x, rows)
 		return
 	}
-	ls := []*Linear{a, b}
+	ls, lds := []*Linear{a, b}, []int{a.Out, b.Out}
 	tile := min(a.fastTile(), b.fastTile()) // Forward's tiles (the inputs' packed size bounds them)
 	for r0 := 0; r0 < rows; r0 += tile {
 		n := min(tile, rows-r0)
-		a.forwardPanelsOf(ls, [][]float32{dst[r0*w:], dst[r0*w+a.Out:]}, w, x[r0*a.In:], n)
+		a.forwardPanelsOf(ls, [][]float32{dstA[r0*a.Out:], dstB[r0*b.Out:]}, lds, x[r0*a.In:], n)
 	}
 }
 
 // forwardPanelsOf runs the panel products of ls (pairable, ls[0] being l) over the same input rows in one
 // pool call (the rows quantized once, then the weights' panels one after the other): input row r's outputs
-// of ls[k] go to dsts[k][r·ldd:], ldd values from one row's to the next.
-func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, ldd int, x []float32, rows int) {
+// of ls[k] go to dsts[k][r·lds[k]:].
+func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []float32, rows int) {
 	q := l.q
 	in, gs := l.In, q.Group
 	ng := in / gs
@@ -228,7 +221,7 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, ldd int, x []fl
 			// This weight's panels [base, base+pn.n) of the call's; run those in [lo, hi).
 			klo, khi := max(lo, base)-base, min(hi, base+pn.n)-base
 			base += pn.n
-			dst := dsts[k]
+			dst, ldd := dsts[k], lds[k]
 			for p0 := klo; p0 < khi; p0 += step {
 				p1 := min(p0+step, khi)
 				for _, b := range blocks {
