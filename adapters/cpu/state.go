@@ -294,10 +294,10 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) 
 	fused := w.KeyHeads >= p.pool.Threads()
 	j := p.deltaNet(layer, w, pr, b, araw, nil, !fused)
 	if fused {
-		// One pool call for the layer: each key head's copy into the conv window, conv channels, norms, gates
-		// and recurrences.
+		// One pool call for the layer: the block's channels into the conv window and the conv, then each key
+		// head's norms, gates and recurrences.
 		j.pr = pr.v
-		p.pool.For(j.Hk, 1, func(lo, hi int) {
+		p.pool.ForThen(j.C, 256, j.window, j.Hk, 1, func(lo, hi int) {
 			tmp := make([]float32, j.dk)
 			for g := lo; g < hi; g++ {
 				j.keyHead(g, tmp)
@@ -336,7 +336,7 @@ type gdnJob struct {
 	X, Y, beta, alpha, delta, o   []float32
 	Hk, Hv, dk, dv, Kc, Dk, Dv, C int
 	rho, T                        int
-	pr                            []float32 // the block's projections, when keyHead copies them into X
+	pr                            []float32 // the block's projections, when window copies them into X
 	inPlace                       bool      // no tape: the recurrence updates s[cur] in place (see gdnState)
 	fast                          bool
 }
@@ -345,7 +345,7 @@ type gdnJob struct {
 // o (nil: taken from the pass's arena) receives T rows of Dv values.
 //
 // Unless window is false, the block's projections are copied into the conv window here; with false the caller
-// sets j.pr and keyHead copies each key head's channels.
+// sets j.pr and gdnJob.window copies them, channel range by channel range.
 func (p *pass) deltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act, o []float32, window bool) *gdnJob {
 	st := p.gdn[layer]
 	Hk, Hv, dk, dv, Kc := w.KeyHeads, w.ValueHeads, w.KeyDim, w.ValueDim, w.ConvKernel
@@ -434,25 +434,24 @@ func (j *gdnJob) gates() {
 	}
 }
 
-// keyHead runs everything of the layer that key head g's channels feed, for the whole block: the conv (and
-// SiLU) of its q and k channels and of its value heads' v channels, the q and k normalisation, its value
-// heads' gates and recurrences (tmp: dk values of scratch). Key heads share nothing, so pass.DeltaNet runs
-// them on the workers in one pool call instead of three calls (conv, heads) around a serial one (gates);
-// every value is computed by the same operations as conv, gates and head compute it, so the bits are theirs.
-// The conv state's shift (gates' first step) is left to the caller.
-func (j *gdnJob) keyHead(g int, tmp []float32) {
-	C, T, Hv, dk, dv, Dk, rho := j.C, j.T, j.Hv, j.dk, j.dv, j.Dk, j.rho
-	if j.pr != nil {
-		// The key head's channels of the block into the conv window ([conv state; P], each row C wide).
-		for _, r := range [3][2]int{{g * dk, (g + 1) * dk}, {Dk + g*dk, Dk + (g+1)*dk}, {2*Dk + g*rho*dv, 2*Dk + (g+1)*rho*dv}} {
-			for t := range T {
-				copy(j.X[(j.Kc-1+t)*C+r[0]:(j.Kc-1+t)*C+r[1]], j.pr[t*C+r[0]:t*C+r[1]])
-			}
-		}
+// window copies channels lo..hi−1 of the block's projections (j.pr) into the conv window ([conv state; P],
+// rows C wide), then runs the conv over them: the first loop of pass.DeltaNet's one pool call.
+func (j *gdnJob) window(lo, hi int) {
+	C := j.C
+	for t := range j.T {
+		copy(j.X[(j.Kc-1+t)*C+lo:(j.Kc-1+t)*C+hi], j.pr[t*C+lo:t*C+hi])
 	}
-	j.conv(g*dk, (g+1)*dk)
-	j.conv(Dk+g*dk, Dk+(g+1)*dk)
-	j.conv(2*Dk+g*rho*dv, 2*Dk+(g+1)*rho*dv)
+	j.conv(lo, hi)
+}
+
+// keyHead runs, once the conv is done, everything of the layer that key head g's channels feed, for the
+// whole block: the q and k normalisation, its value heads' gates and recurrences (tmp: dk values of
+// scratch). Key heads share nothing, so pass.DeltaNet runs them on the workers in the same pool call as the
+// conv (ForThen) instead of calls for the conv and the heads around a serial one (gates); every value is
+// computed by the same operations as gates and head compute it, so the bits are theirs. The conv state's
+// shift (gates' first step) is left to the caller.
+func (j *gdnJob) keyHead(g int, tmp []float32) {
+	C, T, Hv, dk, Dk, rho := j.C, j.T, j.Hv, j.dk, j.Dk, j.rho
 	Y := j.Y
 	qs := float32(1 / math.Sqrt(float64(dk)))
 	for t := range T {
