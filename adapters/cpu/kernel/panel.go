@@ -214,6 +214,10 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 	grain := max(1, 2048/(in*rows))
 	// A row's quantization is a few hundred nanoseconds: give a worker at least two rows' worth of inputs.
 	qgrain := max(1, 2048/in)
+	if total == 1 {
+		// One panel (a gate's few outputs) is one worker's: the call stays on the caller, with its quantization.
+		qgrain = rows
+	}
 	l.Pool.ForThen(rows, qgrain, quantize, total, grain, func(lo, hi int) {
 		var a panelArgs // one per worker: the call through the kernel table moves it to the heap
 		base := 0
