@@ -97,8 +97,7 @@ func (o ops) Norm(x act, w *weight, eps float32) act {
 
 func (o ops) Add(x, y act) act {
 	out := o.out(len(x.v))
-	copy(out, x.v)
-	vecmath.Add(out, y.v)
+	vecmath.AddInto(out, x.v, y.v)
 	return act{out, x.t}
 }
 
@@ -223,8 +222,7 @@ func (o ops) Join(xs ...act) act {
 
 func (o ops) Scale(x act, s float32) act {
 	out := o.out(len(x.v))
-	copy(out, x.v)
-	vecmath.Scale(out, s)
+	vecmath.ScaleInto(out, x.v, s)
 	return act{out, x.t}
 }
 

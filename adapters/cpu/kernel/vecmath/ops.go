@@ -134,6 +134,15 @@ func Add(dst, x []float32) {
 	vek32.Add_Inplace(dst, x[:len(dst)])
 }
 
+// AddInto sets dst[j] = x[j] + y[j] (one rounding per element: Add's result on a copy of x, with one pass
+// over memory instead of two).
+func AddInto(dst, x, y []float32) {
+	if len(dst) == 0 {
+		return
+	}
+	vek32.Add_Into(dst, x[:len(dst)], y[:len(dst)])
+}
+
 // Scale sets x[j] *= a (one rounding per element).
 func Scale(x []float32, a float32) {
 	if len(x) == 0 {

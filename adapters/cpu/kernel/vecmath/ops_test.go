@@ -117,3 +117,27 @@ func TestNormScalingMatchesScalarLoops(t *testing.T) {
 	}
 	L2Normalize(nil, 1e-6, 1) // an empty vector is left as it is
 }
+
+// AddInto gives, element for element, the float32 sum x[j] + y[j] that Add gives on a copy of x, for lengths
+// around the vector widths, with NaN, infinities and signed zeros among the inputs.
+func TestAddIntoMatchesAdd(t *testing.T) {
+	r := rand.New(rand.NewPCG(21, 22))
+	special := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 0, float32(math.Copysign(0, -1)), 1e-40}
+	for _, n := range []int{1, 7, 8, 15, 16, 17, 33, 640, 10240} {
+		x, y := randVec(r, n, 10), randVec(r, n, 10)
+		for i := range min(n, len(special)) {
+			x[i], y[n-1-i] = special[i], special[(i+1)%len(special)]
+		}
+		want := append([]float32(nil), x...)
+		Add(want, y)
+		got := make([]float32, n)
+		AddInto(got, x, y)
+		for j := range n {
+			w := x[j] + y[j]
+			if math.Float32bits(w) != math.Float32bits(got[j]) && !(w != w && got[j] != got[j]) {
+				t.Fatalf("n %d element %d: %v + %v = %v, got %v", n, j, x[j], y[j], w, got[j])
+			}
+		}
+		assertBits(t, want, got, "n %d", n)
+	}
+}
