@@ -91,13 +91,19 @@ func (o ops) LinearPair(w *weight, x act) (act, act, bool) {
 
 func (o ops) Norm(x act, w *weight, eps float32) act {
 	out := o.out(len(x.v))
-	vecmath.RMSNorm(out, x.v, w.vec, eps)
+	wd := x.width()
+	o.rowsEvery(x.t, wd, normGrain, func(lo, hi int) {
+		vecmath.RMSNorm(out[lo*wd:hi*wd], x.v[lo*wd:hi*wd], w.vec, eps)
+	})
 	return act{out, x.t}
 }
 
 func (o ops) Add(x, y act) act {
 	out := o.out(len(x.v))
-	vecmath.AddInto(out, x.v, y.v)
+	wd := x.width()
+	o.rowsEvery(x.t, wd, normGrain, func(lo, hi int) {
+		vecmath.AddInto(out[lo*wd:hi*wd], x.v[lo*wd:hi*wd], y.v[lo*wd:hi*wd])
+	})
 	return act{out, x.t}
 }
 
@@ -191,14 +197,22 @@ func (o ops) Concat(xs ...act) act {
 // of KiB) are split between the workers, while a decode step's row is copied by the caller alone.
 const copyGrain = 8192
 
+// normGrain is the fewest values a worker normalises or adds in rows: a verify block's norms and residual
+// adds (10 K values on gocoder) are split between the workers, a decode step's row stays on the caller.
+const normGrain = 4096
+
 // rows runs fn over row ranges of T rows of width values each, split between the workers when large
 // (each row is copied by one worker; copies give the same values whoever makes them).
-func (o ops) rows(T, width int, fn func(lo, hi int)) {
-	if T*width < 2*copyGrain {
+func (o ops) rows(T, width int, fn func(lo, hi int)) { o.rowsEvery(T, width, copyGrain, fn) }
+
+// rowsEvery is rows with grain values at least per worker's range. Every row (and so every norm group, which
+// never crosses a row) is computed whole by one worker, by the same operations whoever runs it.
+func (o ops) rowsEvery(T, width, grain int, fn func(lo, hi int)) {
+	if T*width < 2*grain {
 		fn(0, T)
 		return
 	}
-	o.pool.For(T, max(1, copyGrain/max(width, 1)), fn)
+	o.pool.For(T, max(1, grain/max(width, 1)), fn)
 }
 
 func (o ops) Rows(x act, lo, hi int) act {
