@@ -121,7 +121,7 @@ func keyHeadJobs(r *rand.Rand, Hk, rho, dk, dv, T int, inPlace, fast bool) [2]*g
 		}
 		jobs[i] = j
 	}
-	// The second job copies the block's projections into its window itself (window with pr set).
+	// The second job copies the block's projections into its window itself (convWindow with pr set).
 	b1 := jobs[1]
 	b1.pr = append([]float32(nil), X[(Kc-1)*C:]...)
 	for i := (Kc - 1) * C; i < len(b1.X); i++ {
@@ -130,7 +130,7 @@ func keyHeadJobs(r *rand.Rand, Hk, rho, dk, dv, T int, inPlace, fast bool) [2]*g
 	return jobs
 }
 
-// pass.DeltaNet's one-call form (window over channel ranges: the block into the conv window and the conv;
+// pass.DeltaNet's one-call form (convWindow over channel ranges: the block into the conv window and the conv;
 // then keyHead per key head; then the conv state's shift) computes every value the
 // three-step form (conv over all channels, gates, head per value head) computes, bit for bit: read-outs,
 // innovations, gates, conv outputs, conv state and recurrent state, in both kernel modes, in place and taped,
@@ -149,7 +149,7 @@ func TestKeyHeadMatchesLayerSteps(t *testing.T) {
 						a.head(h, make([]float32, a.dk))
 					}
 					for lo := 0; lo < b.C; lo += 40 { // uneven channel ranges
-						b.window(lo, min(lo+40, b.C))
+						b.convWindow(lo, min(lo+40, b.C))
 					}
 					for g := range b.Hk {
 						b.keyHead(g, make([]float32, b.dk))

@@ -297,7 +297,7 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) 
 		// One pool call for the layer: the block's channels into the conv window and the conv, then each key
 		// head's norms, gates and recurrences.
 		j.pr = pr.v
-		p.pool.ForThen(j.C, 256, j.window, j.Hk, 1, func(lo, hi int) {
+		p.pool.ForThen(j.C, 256, j.convWindow, j.Hk, 1, func(lo, hi int) {
 			tmp := make([]float32, j.dk)
 			for g := lo; g < hi; g++ {
 				j.keyHead(g, tmp)
@@ -336,7 +336,7 @@ type gdnJob struct {
 	X, Y, beta, alpha, delta, o   []float32
 	Hk, Hv, dk, dv, Kc, Dk, Dv, C int
 	rho, T                        int
-	pr                            []float32 // the block's projections, when window copies them into X
+	pr                            []float32 // the block's projections, when convWindow copies them into X
 	inPlace                       bool      // no tape: the recurrence updates s[cur] in place (see gdnState)
 	fast                          bool
 }
@@ -344,9 +344,9 @@ type gdnJob struct {
 // deltaNet prepares layer's recurrence over the block's projections (the tape, when recorded, set up);
 // o (nil: taken from the pass's arena) receives T rows of Dv values.
 //
-// Unless window is false, the block's projections are copied into the conv window here; with false the caller
-// sets j.pr and gdnJob.window copies them, channel range by channel range.
-func (p *pass) deltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act, o []float32, window bool) *gdnJob {
+// Unless fill is false, the block's projections are copied into the conv window here; with false the caller
+// sets j.pr and gdnJob.convWindow copies them, channel range by channel range.
+func (p *pass) deltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act, o []float32, fill bool) *gdnJob {
 	st := p.gdn[layer]
 	Hk, Hv, dk, dv, Kc := w.KeyHeads, w.ValueHeads, w.KeyDim, w.ValueDim, w.ConvKernel
 	Dk, Dv := Hk*dk, Hv*dv
@@ -365,7 +365,7 @@ func (p *pass) deltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act, 
 	// is zeroed first (a verify block's zeroing was measured at 2% of its time).
 	X := p.mem.scratch((Kc - 1 + T) * C)
 	copy(X, st.conv)
-	if window {
+	if fill {
 		copy(X[(Kc-1)*C:], pr.v)
 	}
 	j.X, j.Y = X, p.mem.scratch(T*C)
@@ -434,9 +434,9 @@ func (j *gdnJob) gates() {
 	}
 }
 
-// window copies channels lo..hi−1 of the block's projections (j.pr) into the conv window ([conv state; P],
+// convWindow copies channels lo..hi−1 of the block's projections (j.pr) into the conv window ([conv state; P],
 // rows C wide), then runs the conv over them: the first loop of pass.DeltaNet's one pool call.
-func (j *gdnJob) window(lo, hi int) {
+func (j *gdnJob) convWindow(lo, hi int) {
 	C := j.C
 	for t := range j.T {
 		copy(j.X[(j.Kc-1+t)*C+lo:(j.Kc-1+t)*C+hi], j.pr[t*C+lo:t*C+hi])
