@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/higgs-go/higgs/adapters/cpu/kernel"
+	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
 	"github.com/higgs-go/higgs/ports/porttest"
@@ -31,13 +32,14 @@ func readCPUTaps(tp ports.Taps) ([][]float32, error) {
 	return out, nil
 }
 
-// The tree suite, bit for bit, on dense and hybrid targets in both kernel modes with float32 and 8-bit KV
+// The tree suite, bit for bit, on dense, hybrid and quantized hybrid MoE targets in both kernel modes with float32 and 8-bit KV
 // caches: every node equals the chain forward of its path, KeepPath leaves the chain's state.
 func TestTreeConformance(t *testing.T) {
 	specs := map[string]testmodel.TargetSpec{
-		"qwen3":          {Family: "qwen3", Seed: 84, Layers: 2, Tied: true},
-		"qwen3_5 hybrid": {Family: "qwen3_5", Seed: 85, Layers: 4, OutputGate: true, PartialRotary: 0.25},
-		"qwen3_next":     {Family: "qwen3_next", Seed: 86, Layers: 4},
+		"qwen3":             {Family: "qwen3", Seed: 84, Layers: 2, Tied: true},
+		"qwen3_5 hybrid":    {Family: "qwen3_5", Seed: 85, Layers: 4, OutputGate: true, PartialRotary: 0.25},
+		"qwen3_next":        {Family: "qwen3_next", Seed: 86, Layers: 4},
+		"qwen3_next moe q4": {Family: "qwen3_next", Seed: 88, Layers: 4, MoE: true, ExpertLayout: testmodel.ExpertsSwitch, MLXLayout: true, Quant: &quant.Spec{Bits: 4, GroupSize: 32}},
 	}
 	for name, f := range specs {
 		f.Context = 24
