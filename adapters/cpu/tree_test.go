@@ -90,3 +90,28 @@ func TestTreeInterrupted(t *testing.T) {
 	require.Error(t, err)
 	require.NoError(t, s.Close())
 }
+
+// While a tree is pending, a batched forward refuses that session's item (the others run) and ImportPrefix
+// is refused; KeepPath then makes the session usable again.
+func TestTreePendingBatchAndPrefix(t *testing.T) {
+	tg := loadFixture(t, testmodel.TargetSpec{Family: "qwen3_next", Seed: 89, Layers: 4}, 2)
+	a, b := openSession(t, tg, nil), openSession(t, tg, nil)
+	for _, s := range []*Session{a, b} {
+		_, err := s.Forward(t.Context(), []ports.Token{1, 2, 3}, ports.ForwardOptions{})
+		require.NoError(t, err)
+	}
+	p, err := b.ExportPrefix(3)
+	require.NoError(t, err)
+	_, err = a.ForwardTree(t.Context(), []ports.Token{4, 5, 6}, []int{-1, 0, 0}, ports.ForwardOptions{})
+	require.NoError(t, err)
+	res, err := tg.ForwardBatch(t.Context(), []ports.BatchItem{{Session: a, Tokens: []ports.Token{7}}, {Session: b, Tokens: []ports.Token{7}}})
+	require.NoError(t, err)
+	require.ErrorContains(t, res[0].Err, "tree is pending")
+	require.NoError(t, res[1].Err)
+	require.ErrorContains(t, a.ImportPrefix(p), "tree is pending")
+	_, err = a.KeepPath(t.Context(), []int{0, 2})
+	require.NoError(t, err)
+	require.Equal(t, 5, a.Len())
+	_, err = a.Forward(t.Context(), []ports.Token{7}, ports.ForwardOptions{})
+	require.NoError(t, err)
+}

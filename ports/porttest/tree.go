@@ -395,8 +395,8 @@ func (s TreeSuite) testBadPaths(t *testing.T) {
 	require.NoError(t, err, "Forward after KeepPath")
 }
 
-// testPending: while a tree is pending, Forward, TrimKV, Snapshot, Restore, ReplayTape and a second tree
-// are refused; KeepPath then works.
+// testPending: while a tree is pending, Forward, TrimKV, Snapshot, Restore, ReplayTape, ExportPrefix and a
+// second tree are refused; KeepPath then works.
 func (s TreeSuite) testPending(t *testing.T) {
 	sess := s.open(t)
 	snap, snapErr := sess.Snapshot()
@@ -417,6 +417,10 @@ func (s TreeSuite) testPending(t *testing.T) {
 	}
 	if rp, ok := sess.(ports.TapeReplayer); ok && fr.Tape != nil {
 		assert.Error(t, rp.ReplayTape(t.Context(), fr.Tape, 1), "ReplayTape while a tree is pending")
+	}
+	if pe, ok := sess.(ports.PrefixExporter); ok {
+		_, err := pe.ExportPrefix(len(s.Prompt) + 2)
+		assert.Error(t, err, "ExportPrefix while a tree is pending")
 	}
 	_, err = tv.KeepPath(t.Context(), []int{0, 2})
 	require.NoError(t, err)
