@@ -115,8 +115,8 @@ type attnJob struct {
 	tree *model.Tree
 }
 
-// tmp is the length of the scratch unit needs besides the scores: d values, and for an 8-bit cache kvChunk
-// rows read back.
+// tmp is the length of the scratch unit needs besides the scores: d values, for an 8-bit cache kvChunk rows
+// read back, and for a tree in the fast mode its gathered ancestry.
 func (j *attnJob) tmp() int {
 	return j.d + j.chunkBuf() + j.treeBuf()
 }
