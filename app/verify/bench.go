@@ -31,7 +31,7 @@ type BenchOptions struct {
 	TreeBudget, TreeWidth int
 	Trees                 []int
 	StopIDs               []ports.Token
-	NoEOS   bool
+	NoEOS                 bool
 	// Sampling, when not greedy, makes every run sample (autoregressive runs too); Seed seeds run k of a pass
 	// (prompt k) with Seed + pass·prompts + k, the same for every variant, and Verify is how the speculative
 	// variants verify their drafts. Under VerifyMatch every variant then generates the same tokens.
@@ -72,9 +72,9 @@ type BenchSpec struct {
 	RowsPerRound float64 `json:"rows_per_round"`
 	// TreeRounds is how many of the rounds verified a tree.
 	TreeRounds int `json:"tree_rounds,omitempty"`
-	Rounds           int     `json:"rounds"`
-	Runs             int     `json:"runs"`
-	Tokens           int     `json:"tokens"`
+	Rounds     int `json:"rounds"`
+	Runs       int `json:"runs"`
+	Tokens     int `json:"tokens"`
 	// Speedup is the median over runs of tokens/s against the autoregressive run of the same prompt and pass
 	// (run back to back), so a slow spell of a shared machine slows both sides of a ratio.
 	Speedup float64 `json:"speedup"`

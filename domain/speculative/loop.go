@@ -105,7 +105,7 @@ type generation struct {
 	maxPending int
 	rb         *rollbacker
 	policy     *depthPolicy
-	tree       *treeAbility // nil: chains only
+	tree       *treeAbility          // nil: chains only
 	samp       *ports.SamplingParams // ForwardOptions.Sampling: nil when greedy; built once, not per round
 	stop       map[ports.Token]bool
 	res        Result

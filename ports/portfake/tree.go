@@ -32,6 +32,9 @@ func (s *Session) ForwardTree(ctx context.Context, tokens []ports.Token, parents
 	if err := s.check(); err != nil {
 		return ports.ForwardResult{}, err
 	}
+	if err := s.checkNoTree(); err != nil {
+		return ports.ForwardResult{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		return ports.ForwardResult{}, fmt.Errorf("portfake forward tree: %w", err)
 	}
