@@ -346,16 +346,19 @@ func certifyTrees(ctx context.Context, m *models.Models, o CertifyOptions, refs 
 				if batched && b != slices.Max(fits) {
 					continue
 				}
+				listed := len(c.Disagreements)
 				cs, err := certifyCase(ctx, m, o, refs, bs, &speculative.TreeConfig{Budget: b, Width: t.Width}, mode, cache, c)
 				if err != nil {
 					return fmt.Errorf("tree, block size %d, budget %d, %s: %w", bs, b, mode, err)
 				}
-				t.add(cs)
-				if len(t.Cases) == 1 && cs.DraftRounds > 0 && cs.TreeRounds == 0 {
-					// The case stays listed (its runs were compared, as chains); its disagreements count.
-					t.Note, t.Pass = treeNoteBackend, false
+				if len(t.Cases) == 0 && cs.DraftRounds > 0 && cs.TreeRounds == 0 {
+					// No tree verification: the first case ran the chains the chain section ran at this size
+					// alone, so it is dropped, with any disagreement it listed again, rather than shown as trees.
+					c.Disagreements = c.Disagreements[:listed]
+					t.Note, t.Pass, t.Modes = treeNoteBackend, false, []string{}
 					return nil
 				}
+				t.add(cs)
 			}
 		}
 	}

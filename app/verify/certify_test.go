@@ -203,7 +203,11 @@ func TestCertifyReportsDisagreement(t *testing.T) {
 	// The perturbing session has no tree verification: the first tree case's rounds were chains.
 	assert.False(t, c.Tree.Verified)
 	assert.Equal(t, treeNoteBackend, c.Tree.Note)
+	assert.Empty(t, c.Tree.Cases, "the probe's chains are the chain section's")
 	assert.Contains(t, c.Scope, "trees not verified (this backend does not verify trees)")
+	for _, d := range c.Disagreements {
+		assert.Equal(t, "chain", d.Shape)
+	}
 }
 
 // perturbedTreeTarget is perturbedTarget with tree verification: its sessions' trees also report a
