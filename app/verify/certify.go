@@ -304,6 +304,10 @@ func Certify(ctx context.Context, m *models.Models, o CertifyOptions) (Certifica
 func certifyTrees(ctx context.Context, m *models.Models, o CertifyOptions, refs [][]ports.Token, modes []string,
 	cache *prefixcache.Cache, c *Certificate) error {
 	t := &c.Tree
+	if o.NoTrees {
+		t.Note = treeNoteOff
+		return nil
+	}
 	t.Budgets = slices.Clone(o.TreeBudgets)
 	if t.Budgets == nil {
 		t.Budgets = slices.Clone(DefaultCertifyTreeBudgets)
@@ -312,11 +316,7 @@ func certifyTrees(ctx context.Context, m *models.Models, o CertifyOptions, refs 
 	if t.Width == 0 {
 		t.Width = DefaultCertifyTreeWidth
 	}
-	switch {
-	case o.NoTrees:
-		t.Note = treeNoteOff
-		return nil
-	case slices.Max(c.Chain.BlockSizes) < minTreeBlockSize:
+	if slices.Max(c.Chain.BlockSizes) < minTreeBlockSize {
 		t.Note = treeNoteSizes
 		return nil
 	}
