@@ -332,10 +332,15 @@ func TestCertifyTreesNotVerified(t *testing.T) {
 		{"backend", &chainOnly, CertifyOptions{BlockSizes: []int{2, 4}}, treeNoteBackend, "this backend does not verify trees"},
 		{"no trees", m, CertifyOptions{BlockSizes: []int{2, 4}, NoTrees: true}, treeNoteOff, "--no-trees"},
 		{"sizes", m, CertifyOptions{BlockSizes: []int{1, 2}}, treeNoteSizes, "no block size ≥ 3"},
+		// One token comes from the prefill: no round drafts.
+		{"rounds", m, CertifyOptions{BlockSizes: []int{3}, MaxTokens: 1}, treeNoteRounds, "no round drafted"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.o
-			o.Prompts, o.MaxTokens, o.NoEOS, o.Temperature, o.Samples, o.Seed, o.Verify = testPrompts[:2], 6, true, 0.8, 20, 1, "residual"
+			if o.MaxTokens == 0 {
+				o.MaxTokens = 6
+			}
+			o.Prompts, o.NoEOS, o.Temperature, o.Samples, o.Seed, o.Verify = testPrompts[:2], true, 0.8, 20, 1, "residual"
 			c, err := Certify(t.Context(), tc.m, o)
 			require.NoError(t, err)
 			assert.True(t, c.Certified)
