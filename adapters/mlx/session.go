@@ -22,6 +22,7 @@ type arr = mlxc.Array
 var _ interface {
 	ports.Session
 	ports.TapeReplayer
+	ports.TreeVerifier
 } = (*Session)(nil)
 
 var errClosed = errors.New("mlx: session is closed")
@@ -40,7 +41,11 @@ type Session struct {
 	lastTap *ops.Tape
 	taped   *Taps
 	replay  bool
-	closed  bool
+	// tree is the verification tree ForwardTree left for KeepPath (nil when none); pathTaps the taps
+	// KeepPath returned (freed with the next Forward's, as taped).
+	tree     *pendingTree
+	pathTaps *Taps
+	closed   bool
 	// id names the session to the pipeline's workers (0 when not distributed).
 	id int32
 	// hidden makes run read back the final-normed hidden rows in place of the logits (and no greedy ids):
@@ -133,8 +138,8 @@ func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.
 // logits or distributions.
 func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, []float32, error) {
 	fail := func(err error) (ports.ForwardResult, []float32, error) { return ports.ForwardResult{}, nil, err }
-	if s.closed {
-		return fail(errClosed)
+	if err := s.usable(); err != nil {
+		return fail(err)
 	}
 	if err := ctx.Err(); err != nil {
 		return fail(fmt.Errorf("mlx forward: %w", err))
@@ -449,6 +454,12 @@ func (s *Session) dropLast() {
 		}
 		s.taped.a, s.taped = 0, nil
 	}
+	if s.pathTaps != nil {
+		if s.pathTaps.a != 0 {
+			mlxc.ArrayFree(s.pathTaps.a)
+		}
+		s.pathTaps.a, s.pathTaps = 0, nil
+	}
 	if s.lastTap != nil {
 		freeTape(s.lastTap)
 		s.lastTap = nil
@@ -493,8 +504,8 @@ func (st *sessState) restoreHandles(h []arr) {
 
 // TrimKV truncates every attention cache to n positions and sets Len to n.
 func (s *Session) TrimKV(n int) error {
-	if s.closed {
-		return errClosed
+	if err := s.usable(); err != nil {
+		return err
 	}
 	if n < 0 || n > s.pos.N {
 		return fmt.Errorf("mlx: trim to %d outside [0,%d]", n, s.pos.N)
@@ -562,6 +573,8 @@ func (s *Session) Close() error {
 	}
 	return s.t.rt.Do(func() error {
 		s.dropLast()
+		s.dropTreeTape()
+		s.tree = nil
 		for _, h := range s.st.handles() {
 			if h != 0 {
 				mlxc.ArrayFree(h)

@@ -1,0 +1,340 @@
+package mlx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/higgs-go/higgs/adapters/mlx/internal/graph"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/ops"
+	"github.com/higgs-go/higgs/adapters/model"
+	"github.com/higgs-go/higgs/adapters/sampling"
+	"github.com/higgs-go/higgs/ports"
+)
+
+// Tree verification (ports.TreeVerifier) runs the tree's nodes as one block through the ordinary layers
+// with ops.Pass.Tree set: per-node positions for RoPE, an ancestor mask for attention, and the Gated
+// DeltaNet recurrence along each node's ancestry. The attention caches take every node's keys and values
+// (in node order); the recurrent layers keep their state and a tape of the block. KeepPath then compacts
+// the caches to the kept path and replays the tape along it (ops.ReplayPath), which needs no per-node copy
+// of the recurrent state: only the block's decays, innovations, keys and raw rows are kept.
+
+// errTreePending refuses every session call but KeepPath and Close between ForwardTree and KeepPath.
+var errTreePending = errors.New("mlx: a verification tree is pending: only KeepPath or Close may follow ForwardTree")
+
+// pendingTree is what ForwardTree leaves for KeepPath.
+type pendingTree struct {
+	tree *ops.Tree
+	taps bool // ForwardTree asked for taps (s.taped holds every node's)
+}
+
+// usable refuses a call on a closed session or one holding a tree.
+func (s *Session) usable() error {
+	switch {
+	case s.closed:
+		return errClosed
+	case s.tree != nil:
+		return errTreePending
+	}
+	return nil
+}
+
+// checkTree validates a ForwardTree call before any work and returns each node's depth.
+func checkTree(p model.Position, tokens []ports.Token, parents []int, opts ports.ForwardOptions, vocab, contextLength int) ([]int, error) {
+	T := len(tokens)
+	switch {
+	case T == 0:
+		return nil, errors.New("no tokens")
+	case len(parents) != T:
+		return nil, fmt.Errorf("%d parents for %d tokens", len(parents), T)
+	case opts.Rows != 0:
+		return nil, fmt.Errorf("rows %d: a tree returns one row per node (rows must be 0)", opts.Rows)
+	case p.Recurrent && p.Rec != p.N:
+		return nil, fmt.Errorf("recurrent state is at position %d but the KV caches at %d (finish the rollback with Restore or ReplayTape)", p.Rec, p.N)
+	}
+	depth := make([]int, T)
+	deepest := 0
+	for i, par := range parents {
+		if par < -1 || par >= i {
+			return nil, fmt.Errorf("node %d's parent %d outside [-1,%d)", i, par, i)
+		}
+		if par >= 0 {
+			depth[i] = depth[par] + 1
+		}
+		deepest = max(deepest, depth[i])
+	}
+	if p.N+deepest+1 > contextLength {
+		return nil, fmt.Errorf("%d held + a tree %d deep > %d: %w", p.N, deepest+1, contextLength, ports.ErrContextFull)
+	}
+	if err := model.CheckTokens(tokens, vocab); err != nil {
+		return nil, err
+	}
+	if opts.Sampling != nil {
+		if err := opts.Sampling.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	return depth, nil
+}
+
+// checkPath validates a KeepPath of the tree of parents.
+func checkPath(parents, path []int) error {
+	prev := -1
+	for k, node := range path {
+		switch {
+		case node < 0 || node >= len(parents):
+			return fmt.Errorf("path[%d] = %d outside the tree's %d nodes", k, node, len(parents))
+		case parents[node] != prev && k == 0:
+			return fmt.Errorf("path[0] = %d is not a root (its parent is %d)", node, parents[node])
+		case parents[node] != prev:
+			return fmt.Errorf("path[%d] = %d is not a child of path[%d] = %d (its parent is %d)", k, node, k-1, prev, parents[node])
+		}
+		prev = node
+	}
+	return nil
+}
+
+// ForwardTree runs tokens as the nodes of the tree parents describes (see ports.TreeVerifier). A target
+// split across a pipeline's ranks does not verify trees (the error wraps errors.ErrUnsupported).
+func (s *Session) ForwardTree(ctx context.Context, tokens []ports.Token, parents []int, opts ports.ForwardOptions) (ports.ForwardResult, error) {
+	fail := func(err error) (ports.ForwardResult, error) {
+		return ports.ForwardResult{}, fmt.Errorf("mlx forward tree: %w", err)
+	}
+	if err := s.usable(); err != nil {
+		return fail(err)
+	}
+	if s.t.ring != nil {
+		return fail(fmt.Errorf("a target split across a pipeline does not verify trees: %w", errors.ErrUnsupported))
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	a := &s.t.m.Arch
+	depth, err := checkTree(s.pos, tokens, parents, opts, a.Vocab, a.ContextLength)
+	if err != nil {
+		return fail(err)
+	}
+	T := len(tokens)
+	wantLogits := opts.Logits || opts.Sampling != nil
+	s.gen++
+	s.replay = false
+	if err := s.t.rt.Do(func() error { s.dropLast(); return nil }); err != nil {
+		return fail(err)
+	}
+	tr := ops.NewTree(append([]int(nil), parents...), depth, a.Layers)
+	var greedy []int32
+	var logits []float32
+	var tapArr arr
+	err = s.t.rt.Do(func() error {
+		if s.t.closed {
+			return errTargetClosed
+		}
+		m := s.t.m
+		g := graph.New(s.t.rt, "mlx forward tree")
+		defer g.Release()
+		be := ops.Backend{G: g, DT: s.t.dt}
+		old := s.st.handles()
+		st := &ops.Pass{O: be, KV: s.st.kv, GDN: s.st.gdn, Tree: tr}
+		tapRows, tap := model.Collect[ops.Act](s.taps)
+		x, err := model.Forward(ctx, m, be, st, be.Embed(m.Embed, tokens), s.pos.N, tap)
+		if err != nil {
+			s.st.restoreHandles(old)
+			return err
+		}
+		lg := be.F32(model.Logits(m, be, x, 0, T).A)
+		ids := g.Astype(g.Argmax(lg, -1), mlxc.Int32)
+		keep := s.st.handles()
+		if opts.Taps && s.taps.Len() > 0 {
+			tapArr = be.Concat(tapRows...).A
+			keep = append(keep, tapArr)
+		}
+		for _, tp := range tr.Layers {
+			if tp != nil {
+				keep = append(keep, tp.Alpha, tp.Delta, tp.Keys, tp.Rows)
+			}
+		}
+		g.Eval(append([]arr{ids, lg}, keep...)...)
+		greedy = g.ReadI32(ids)
+		if wantLogits {
+			logits = g.ReadF32(lg)
+		}
+		if g.Err != nil {
+			s.st.restoreHandles(old)
+			tapArr = 0
+			return g.Err
+		}
+		// Adopt the new caches, the taps and the tape; free the caches' old handles (the recurrent layers'
+		// state is unchanged: it is the tape's S₀ and cs₀).
+		g.KeepAll(keep)
+		live := map[arr]bool{}
+		for _, h := range keep {
+			live[h] = true
+		}
+		for _, h := range old {
+			if h != 0 && !live[h] {
+				mlxc.ArrayFree(h)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fail(err)
+	}
+	s.tree = &pendingTree{tree: tr, taps: opts.Taps}
+	res := ports.ForwardResult{Greedy: make([]ports.Token, T)}
+	copy(res.Greedy, greedy)
+	if opts.Taps {
+		taps := &Taps{sess: s, rows: T}
+		if tapArr != 0 {
+			taps.a, taps.width = tapArr, s.taps.Len()*a.Hidden
+		}
+		s.taped, res.Taps = taps, taps
+	}
+	if opts.Sampling != nil {
+		for i := range T {
+			d, err := sampling.New(logits[i*a.Vocab:(i+1)*a.Vocab], *opts.Sampling)
+			if err != nil {
+				return fail(fmt.Errorf("node %d: %w", i, err))
+			}
+			res.Dists = append(res.Dists, d)
+		}
+	}
+	if opts.Logits {
+		res.Logits = logits
+	}
+	return res, nil
+}
+
+// KeepPath keeps the nodes of path and drops the rest of the pending tree (see ports.TreeVerifier): the
+// attention caches keep the path's rows at positions Len()..Len()+len(path)−1 and every recurrent layer
+// replays its tape along the path.
+func (s *Session) KeepPath(ctx context.Context, path []int) (ports.Taps, error) {
+	fail := func(err error) (ports.Taps, error) { return nil, fmt.Errorf("mlx keep path: %w", err) }
+	switch {
+	case s.closed:
+		return fail(errClosed)
+	case s.tree == nil:
+		return fail(errors.New("no tree is pending (KeepPath follows ForwardTree)"))
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	pt := s.tree
+	tr := pt.tree
+	if err := checkPath(tr.Parents, path); err != nil {
+		return fail(err)
+	}
+	a := &s.t.m.Arch
+	n, T, L := s.pos.N, len(tr.Parents), len(path)
+	var kept *Taps
+	if pt.taps {
+		kept = &Taps{sess: s, rows: L}
+	}
+	err := s.t.rt.Do(func() error {
+		if s.t.closed {
+			return errTargetClosed
+		}
+		g := graph.New(s.t.rt, "mlx keep path")
+		defer g.Release()
+		var idx arr
+		if L > 0 {
+			p32 := make([]int32, L)
+			for k, v := range path {
+				p32[k] = int32(v)
+			}
+			idx = graph.UploadI32(g, p32, L)
+		}
+		type kvUpd struct {
+			c    *ops.KVCache
+			arrs []arr
+		}
+		type gdnUpd struct {
+			st        *ops.GDNState
+			ssm, conv arr
+		}
+		var kvs []kvUpd
+		var gdns []gdnUpd
+		var outs []arr
+		for _, c := range s.st.kv {
+			if c == nil || c.K == 0 {
+				continue
+			}
+			u := kvUpd{c, ops.KeepKV(g, c, n, T, path, idx, a.KVHeads, a.HeadDim)}
+			kvs = append(kvs, u)
+			for _, x := range u.arrs {
+				if x != 0 {
+					outs = append(outs, x)
+				}
+			}
+		}
+		if L > 0 {
+			for i, st := range s.st.gdn {
+				if st == nil {
+					continue
+				}
+				ssm, conv := ops.ReplayPath(g, s.t.m.Layers[i].GDN, tr.Layers[i], path, idx)
+				gdns = append(gdns, gdnUpd{st, ssm, conv})
+				outs = append(outs, ssm, conv)
+			}
+		}
+		var tapArr arr
+		if kept != nil && L > 0 && s.taped != nil && s.taped.a != 0 {
+			tapArr = g.Take(s.taped.a, idx, 0)
+			outs = append(outs, tapArr)
+		}
+		g.Eval(outs...)
+		if g.Err != nil {
+			return g.Err
+		}
+		g.KeepAll(outs)
+		for _, u := range kvs {
+			for j, h := range u.c.Arrays() {
+				mlxc.ArrayFree(*h)
+				*h = u.arrs[j]
+			}
+		}
+		for _, u := range gdns {
+			mlxc.ArrayFree(u.st.SSM)
+			mlxc.ArrayFree(u.st.Conv)
+			u.st.SSM, u.st.Conv = u.ssm, u.conv
+		}
+		s.dropTreeTape()
+		if kept != nil {
+			if s.taped != nil {
+				kept.width = s.taped.width
+			}
+			kept.a, s.pathTaps = tapArr, kept
+		}
+		return nil
+	})
+	if err != nil {
+		return fail(err)
+	}
+	s.tree = nil
+	s.pos.N += L
+	s.pos.Rec = s.pos.N
+	if kept == nil {
+		return nil, nil
+	}
+	return kept, nil
+}
+
+// dropTreeTape frees the pending tree's tape arrays but the recurrent state they started from (the
+// session's own state until KeepPath replaces it); on the MLX thread.
+func (s *Session) dropTreeTape() {
+	if s.tree == nil {
+		return
+	}
+	for _, tp := range s.tree.tree.Layers {
+		if tp == nil {
+			continue
+		}
+		for _, h := range []arr{tp.Alpha, tp.Delta, tp.Keys, tp.Rows} {
+			if h != 0 {
+				mlxc.ArrayFree(h)
+			}
+		}
+	}
+	s.tree.tree.Layers = nil
+}
