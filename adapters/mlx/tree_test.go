@@ -393,3 +393,41 @@ func TestTreeRefusals(t *testing.T) {
 	_, err = tv.KeepPath(t.Context(), nil)
 	assert.True(t, errors.Is(err, errClosed))
 }
+
+// Tree rounds free what they do not keep: memory grows by the kept positions' KV only, and closing a
+// session (one with a tree still pending included) frees everything.
+func TestTreeNoArrayLeaks(t *testing.T) {
+	requireMLX(t)
+	tg := loadFixture(t, fixture{spec: synth.TargetSpec{Family: "qwen3_next", Seed: 31, Layers: 4, Vocab: 96}})
+	base := activeMemory(t, tg)
+	s, err := tg.NewSession(t.Context(), []int{0, 3})
+	require.NoError(t, err)
+	_, err = s.Forward(t.Context(), prompt, ports.ForwardOptions{Taps: true})
+	require.NoError(t, err)
+	tv := s.(ports.TreeVerifier)
+	parents := fullTree(2, 3)
+	tokens := treeTokens(len(parents), 96)
+	var mid uint64
+	for round := range 30 {
+		_, err := tv.ForwardTree(t.Context(), tokens, parents, ports.ForwardOptions{Taps: true, Logits: true})
+		require.NoError(t, err)
+		path := [][]int{{1, 4}, {0, 3}, {}}[round%3]
+		_, err = tv.KeepPath(t.Context(), path)
+		require.NoError(t, err)
+		if round%3 == 2 {
+			_, err = s.Forward(t.Context(), []ports.Token{7}, ports.ForwardOptions{Taps: true})
+			require.NoError(t, err)
+		}
+		if round == 9 {
+			mid = activeMemory(t, tg)
+		}
+	}
+	end := activeMemory(t, tg)
+	t.Logf("active memory: base %d, after 10 rounds %d, after 30 rounds %d", base, mid, end)
+	// 20 more rounds keep about 35 positions of KV for one attention layer (tiny), nothing per round else.
+	assert.Less(t, int64(end)-int64(mid), int64(64<<10), "memory grows by more than the KV cache: %d → %d", mid, end)
+	_, err = tv.ForwardTree(t.Context(), tokens, parents, ports.ForwardOptions{Taps: true})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	assert.Equal(t, base, activeMemory(t, tg), "closing a session with a pending tree frees everything")
+}
