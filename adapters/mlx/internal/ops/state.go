@@ -70,7 +70,7 @@ func (p *Pass) heads(x Act, d int) arr {
 func (p *Pass) Remember(layer int, k, v Act, a model.Attend[*Weight]) {
 	g := p.O.G
 	c := p.KV[layer]
-	kh := p.rope(p.heads(k, a.HeadDim), *a.Rope.rope, a.Pos)
+	kh := g.Rope(p.heads(k, a.HeadDim), *a.Rope.rope, a.Pos)
 	vh := p.heads(v, a.HeadDim)
 	if c.Q8 {
 		p.append8(c, kh, vh)
