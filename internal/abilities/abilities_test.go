@@ -44,6 +44,8 @@ var interfaces = map[string]reflect.Type{
 	"ports.MemoryPricer":    reflect.TypeFor[ports.MemoryPricer](),
 	"ports.Embedder":        reflect.TypeFor[ports.Embedder](),
 	"ports.TextEmbedder":    reflect.TypeFor[ports.TextEmbedder](),
+	"ports.TreeVerifier":    reflect.TypeFor[ports.TreeVerifier](),
+	"ports.TopDrafter":      reflect.TypeFor[ports.TopDrafter](),
 }
 
 // row is one line of a table: the ability, what it is asked of, and the remaining cells by column name.
