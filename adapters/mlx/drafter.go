@@ -169,7 +169,7 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 }
 
 // DraftTop is Draft that also fills Proposal.Top with each slot's k candidates (see ports.TopDrafter): the
-// drafted slots' logits are read back and ranked on the host (topCandidates).
+// drafted slots' logits are read back and ranked on the host (model.TopCandidates).
 func (s *DraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, k int) (ports.Proposal, error) {
 	if k < 1 {
 		return ports.Proposal{}, fmt.Errorf("mlx drafter: top-k %d must be ≥ 1", k)
@@ -268,7 +268,7 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 	copy(out, toks)
 	p := ports.Proposal{Tokens: out, Dists: dists}
 	if topK > 0 {
-		if p.Top, err = topCandidates(logits, s.d.t.info.VocabSize, out, topK); err != nil {
+		if p.Top, err = model.TopCandidates(logits, s.d.t.info.VocabSize, out, topK); err != nil {
 			return ports.Proposal{}, fmt.Errorf("mlx drafter: %w", err)
 		}
 	}

@@ -40,61 +40,6 @@ func (s *Session) usable() error {
 	return nil
 }
 
-// checkTree validates a ForwardTree call before any work and returns each node's depth.
-func checkTree(p model.Position, tokens []ports.Token, parents []int, opts ports.ForwardOptions, vocab, contextLength int) ([]int, error) {
-	T := len(tokens)
-	switch {
-	case T == 0:
-		return nil, errors.New("no tokens")
-	case len(parents) != T:
-		return nil, fmt.Errorf("%d parents for %d tokens", len(parents), T)
-	case opts.Rows != 0:
-		return nil, fmt.Errorf("rows %d: a tree returns one row per node (rows must be 0)", opts.Rows)
-	case p.Recurrent && p.Rec != p.N:
-		return nil, fmt.Errorf("recurrent state is at position %d but the KV caches at %d (finish the rollback with Restore or ReplayTape)", p.Rec, p.N)
-	}
-	depth := make([]int, T)
-	deepest := 0
-	for i, par := range parents {
-		if par < -1 || par >= i {
-			return nil, fmt.Errorf("node %d's parent %d outside [-1,%d)", i, par, i)
-		}
-		if par >= 0 {
-			depth[i] = depth[par] + 1
-		}
-		deepest = max(deepest, depth[i])
-	}
-	if p.N+deepest+1 > contextLength {
-		return nil, fmt.Errorf("%d held + a tree %d deep > %d: %w", p.N, deepest+1, contextLength, ports.ErrContextFull)
-	}
-	if err := model.CheckTokens(tokens, vocab); err != nil {
-		return nil, err
-	}
-	if opts.Sampling != nil {
-		if err := opts.Sampling.Validate(); err != nil {
-			return nil, err
-		}
-	}
-	return depth, nil
-}
-
-// checkPath validates a KeepPath of the tree of parents.
-func checkPath(parents, path []int) error {
-	prev := -1
-	for k, node := range path {
-		switch {
-		case node < 0 || node >= len(parents):
-			return fmt.Errorf("path[%d] = %d outside the tree's %d nodes", k, node, len(parents))
-		case parents[node] != prev && k == 0:
-			return fmt.Errorf("path[0] = %d is not a root (its parent is %d)", node, parents[node])
-		case parents[node] != prev:
-			return fmt.Errorf("path[%d] = %d is not a child of path[%d] = %d (its parent is %d)", k, node, k-1, prev, parents[node])
-		}
-		prev = node
-	}
-	return nil
-}
-
 // ForwardTree runs tokens as the nodes of the tree parents describes (see ports.TreeVerifier). A target
 // split across a pipeline's ranks does not verify trees (the error wraps errors.ErrUnsupported).
 func (s *Session) ForwardTree(ctx context.Context, tokens []ports.Token, parents []int, opts ports.ForwardOptions) (ports.ForwardResult, error) {
@@ -111,7 +56,7 @@ func (s *Session) ForwardTree(ctx context.Context, tokens []ports.Token, parents
 		return fail(err)
 	}
 	a := &s.t.m.Arch
-	depth, err := checkTree(s.pos, tokens, parents, opts, a.Vocab, a.ContextLength)
+	mt, err := s.pos.CheckTree(tokens, append([]int(nil), parents...), opts, a.Vocab, a.ContextLength)
 	if err != nil {
 		return fail(err)
 	}
@@ -122,7 +67,7 @@ func (s *Session) ForwardTree(ctx context.Context, tokens []ports.Token, parents
 	if err := s.t.rt.Do(func() error { s.dropLast(); return nil }); err != nil {
 		return fail(err)
 	}
-	tr := ops.NewTree(append([]int(nil), parents...), depth, a.Layers)
+	tr := ops.NewTree(mt, a.Layers)
 	var greedy []int32
 	var logits []float32
 	var tapArr arr
@@ -222,7 +167,7 @@ func (s *Session) KeepPath(ctx context.Context, path []int) (ports.Taps, error) 
 	}
 	pt := s.tree
 	tr := pt.tree
-	if err := checkPath(tr.Parents, path); err != nil {
+	if err := tr.CheckPath(path); err != nil {
 		return fail(err)
 	}
 	a := &s.t.m.Arch

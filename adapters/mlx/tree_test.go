@@ -11,7 +11,9 @@ import (
 	"github.com/higgs-go/higgs/adapters/mlx/internal/ring"
 	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/synth"
+	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
+	"github.com/higgs-go/higgs/ports/porttest"
 )
 
 // treeFixture is a target to verify trees on: a fixture, loaded with kvBits.
@@ -322,9 +324,9 @@ func TestTreeRefusals(t *testing.T) {
 	}{
 		{"no tokens", nil, nil, ports.ForwardOptions{}, "no tokens"},
 		{"length mismatch", toks, []int{-1, 0}, ports.ForwardOptions{}, "2 parents for 3 tokens"},
-		{"self parent", toks, []int{-1, 1, 0}, ports.ForwardOptions{}, "node 1's parent 1 outside [-1,1)"},
-		{"later parent", toks, []int{-1, 2, 0}, ports.ForwardOptions{}, "node 1's parent 2"},
-		{"below -1", toks, []int{-2, 0, 0}, ports.ForwardOptions{}, "node 0's parent -2"},
+		{"self parent", toks, []int{-1, 1, 0}, ports.ForwardOptions{}, "node 1: parent 1 outside [-1,1)"},
+		{"later parent", toks, []int{-1, 2, 0}, ports.ForwardOptions{}, "node 1: parent 2"},
+		{"below -1", toks, []int{-2, 0, 0}, ports.ForwardOptions{}, "node 0: parent -2"},
 		{"rows", toks, []int{-1, 0, 0}, ports.ForwardOptions{Rows: 1}, "rows must be 0"},
 		{"vocab", []ports.Token{1, 96, 3}, []int{-1, 0, 0}, ports.ForwardOptions{}, "outside the vocabulary"},
 		{"negative token", []ports.Token{1, -1, 3}, []int{-1, 0, 0}, ports.ForwardOptions{}, "outside the vocabulary"},
@@ -372,8 +374,8 @@ func TestTreeRefusals(t *testing.T) {
 		{[]int{1}, "path[0] = 1 is not a root"},
 		{[]int{0, 3}, "path[1] = 3 is not a child of path[0] = 0"},
 		{[]int{0, 1, 2}, "path[2] = 2 is not a child of path[1] = 1"},
-		{[]int{4}, "path[0] = 4 outside the tree's 4 nodes"},
-		{[]int{-1}, "outside"},
+		{[]int{4}, "path[0] = 4 is not a node of the tree of 4 nodes"},
+		{[]int{-1}, "path[0] = -1 is not a node"},
 	} {
 		_, err := tv.KeepPath(t.Context(), tc.path)
 		assert.ErrorContains(t, err, tc.want)
@@ -448,4 +450,40 @@ func TestForwardTreeRefusedOnPipeline(t *testing.T) {
 	assert.Equal(t, 0, s.Len())
 	_, err = s.Forward(t.Context(), []ports.Token{1}, ports.ForwardOptions{})
 	require.NoError(t, err)
+}
+
+// The tree suite on dense, hybrid (gated attention with partial rotary included) and quantized hybrid MoE
+// targets, with float and 8-bit KV caches, within the batch tolerance: every node equals the chain forward
+// of its path, KeepPath leaves the chain's state, and the refusals hold.
+func TestTreeConformance(t *testing.T) {
+	requireMLX(t)
+	specs := map[string]testmodel.TargetSpec{
+		"qwen3":             {Family: "qwen3", Seed: 84, Layers: 2, Tied: true},
+		"qwen3_5 hybrid":    {Family: "qwen3_5", Seed: 85, Layers: 4, OutputGate: true, PartialRotary: 0.25},
+		"qwen3_next":        {Family: "qwen3_next", Seed: 86, Layers: 4},
+		"qwen3_next moe q4": {Family: "qwen3_next", Seed: 88, Layers: 4, MoE: true, ExpertLayout: testmodel.ExpertsSwitch, MLXLayout: true, Quant: &quant.Spec{Bits: 4, GroupSize: 32}},
+	}
+	for name, f := range specs {
+		f.Context = 24
+		dir := testmodel.Target(t, f)
+		for _, bits := range []int{0, 8} {
+			t.Run(fmt.Sprintf("%s/kv%d", name, bits), func(t *testing.T) {
+				tg, err := Load(t.Context(), dir, LoadOptions{KVBits: bits})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = tg.Close() })
+				porttest.TreeSuite{
+					Open: func(t *testing.T, taps []int) ports.Session {
+						s, err := tg.NewSession(t.Context(), taps)
+						require.NoError(t, err)
+						return s
+					},
+					Vocab:         testmodel.Vocab,
+					TapLayers:     []int{f.Layers - 1, 0},
+					ReadTaps:      readTaps,
+					Tolerance:     batchTolerance,
+					ContextLength: 24,
+				}.Run(t)
+			})
+		}
+	}
 }

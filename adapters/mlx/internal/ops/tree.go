@@ -5,8 +5,8 @@ import (
 	"github.com/higgs-go/higgs/adapters/model"
 )
 
-// Tree is the shape of a verification tree (ports.TreeVerifier) for one pass: node i's parent (−1 for a
-// root) and depth. A pass with a Tree runs the block's rows as the tree's nodes, not as a sequence:
+// Tree is a checked verification tree (ports.TreeVerifier, model.Tree) as one pass runs it. A pass with a
+// Tree runs the block's rows as the tree's nodes, not as a sequence:
 //   - node i sits at position pos+depth(i) (pos: the session's length): its queries and keys are rotated
 //     there (the nodes of one depth in one rotation call);
 //   - attention: node i sees the cache and its own ancestors (itself included), through an explicit mask;
@@ -20,15 +20,13 @@ import (
 // A Tree's index arrays and mask are built on the first graph that asks and cached: use a Tree on one
 // graph only.
 type Tree struct {
-	Parents []int
-	Depth   []int
+	*model.Tree
 	// Layers holds each Gated DeltaNet layer's tape of the block (nil for other layers), filled by the pass.
 	Layers []*GDNTape
 
 	order, inverse []int32 // the nodes sorted by depth (stably) and each node's place in that order
 	levels         []int   // levels[d]..levels[d+1]−1 are the places of the nodes at depth d
 	chain          bool    // node i is at depth i: the block is a plain sequence
-	ancestors      [][]int // ancestors[i] = i, its parent, …, its root
 
 	orderA, inverseA arr
 	mask             arr
@@ -36,36 +34,25 @@ type Tree struct {
 	conv             map[int]arr
 }
 
-// NewTree describes the tree of parents (already validated: parents[i] ∈ [−1, i)) with depths depth, for
-// a pass over a model of layers layers.
-func NewTree(parents, depth []int, layers int) *Tree {
-	T := len(parents)
-	t := &Tree{Parents: parents, Depth: depth, Layers: make([]*GDNTape, layers), chain: true, conv: map[int]arr{}}
-	maxD := 0
-	for i, d := range depth {
+// NewTree is the pass's view of the checked tree mt, for a model of layers layers.
+func NewTree(mt *model.Tree, layers int) *Tree {
+	T := mt.Len()
+	t := &Tree{Tree: mt, Layers: make([]*GDNTape, layers), chain: true, conv: map[int]arr{}}
+	for i, d := range mt.Depth {
 		t.chain = t.chain && d == i
-		maxD = max(maxD, d)
 	}
-	t.levels = make([]int, maxD+2)
-	for _, d := range depth {
+	t.levels = make([]int, mt.MaxDepth+2)
+	for _, d := range mt.Depth {
 		t.levels[d+1]++
 	}
-	for d := range maxD + 1 {
+	for d := range mt.MaxDepth + 1 {
 		t.levels[d+1] += t.levels[d]
 	}
-	next := append([]int(nil), t.levels[:maxD+1]...)
+	next := append([]int(nil), t.levels[:mt.MaxDepth+1]...)
 	t.order, t.inverse = make([]int32, T), make([]int32, T)
-	for i, d := range depth {
+	for i, d := range mt.Depth {
 		t.order[next[d]], t.inverse[i] = int32(i), int32(next[d])
 		next[d]++
-	}
-	t.ancestors = make([][]int, T)
-	for i, p := range parents {
-		a := []int{i}
-		if p >= 0 {
-			a = append(a, t.ancestors[p]...)
-		}
-		t.ancestors[i] = a
 	}
 	return t
 }
@@ -104,7 +91,7 @@ func (t *Tree) visibility(g *graph.Graph, n int) arr {
 		for c := range n {
 			m[i*cols+c] = true
 		}
-		for _, j := range t.ancestors[i] {
+		for _, j := range t.Path(i) {
 			m[i*cols+n+j] = true
 		}
 	}
@@ -113,20 +100,15 @@ func (t *Tree) visibility(g *graph.Graph, n int) arr {
 }
 
 // convRows is the [T] index into X = [conv buffer (kc−1 rows) ; block rows] of the row the convolution's
-// tap j reads for each node: its (kc−1−j)-th ancestor (0 = itself), or past its root the buffer's rows
-// from the last back, as a chain reads X[t+j].
+// tap j reads for each node: along the node's ancestry, and past its root the buffer's rows, as a chain
+// reads X[t+j] (model.ConvRow).
 func (t *Tree) convRows(g *graph.Graph, j, kc int) arr {
 	if a, ok := t.conv[j]; ok {
 		return a
 	}
-	idx := make([]int32, len(t.Parents))
-	for i, anc := range t.ancestors {
-		up := kc - 1 - j
-		if up < len(anc) {
-			idx[i] = int32(kc - 1 + anc[up])
-		} else {
-			idx[i] = int32(kc - 1 + t.Depth[i] - up)
-		}
+	idx := make([]int32, t.Len())
+	for i := range idx {
+		idx[i] = int32(model.ConvRow(t.Path(i), kc, kc, j))
 	}
 	a := graph.UploadI32(g, idx, len(idx))
 	t.conv[j] = a
