@@ -78,3 +78,39 @@ func TestDraftTop(t *testing.T) {
 		})
 	}
 }
+
+// MLX's candidates are the CPU backend's: the same tokens in the same order, probabilities within the
+// parity tolerance, for DFlash and DFlash2 drafters.
+func TestDraftTopMatchesCPU(t *testing.T) {
+	requireMLX(t)
+	for name, v2 := range map[string]bool{"dflash": false, "dflash2": true} {
+		t.Run(name, func(t *testing.T) {
+			cp, mp := loadPairs(t, synth.TargetSpec{Family: "qwen3_next", Seed: 3},
+				synth.DrafterSpec{Seed: 4, Taps: []int{1, 3}, Mask: 60, BlockSize: 8, Nested: v2, DFlash2: v2})
+			ctxTokens := []ports.Token{5, 9, 13, 2, 40, 41, 42}
+			var got [2]ports.Proposal
+			for i, p := range []pair{cp, mp} {
+				ts, err := p.target.NewSession(t.Context(), p.drafter.TapLayers())
+				require.NoError(t, err)
+				defer ts.Close()
+				fr, err := ts.Forward(t.Context(), ctxTokens, ports.ForwardOptions{Taps: true})
+				require.NoError(t, err)
+				ds, err := p.drafter.NewSession(t.Context())
+				require.NoError(t, err)
+				defer ds.Close()
+				got[i], err = ds.(ports.TopDrafter).DraftTop(t.Context(), fr.Greedy[len(ctxTokens)-1], fr.Taps, 8, 4)
+				require.NoError(t, err)
+			}
+			want, have := got[0], got[1]
+			require.Equal(t, want.Tokens, have.Tokens)
+			require.Len(t, have.Top, len(want.Top))
+			for i := range want.Top {
+				require.Len(t, have.Top[i], len(want.Top[i]))
+				for j, c := range want.Top[i] {
+					assert.Equal(t, c.Token, have.Top[i][j].Token, "slot %d rank %d", i, j)
+					assert.InDelta(t, c.Prob, have.Top[i][j].Prob, 1e-4, "slot %d rank %d", i, j)
+				}
+			}
+		})
+	}
+}
