@@ -16,29 +16,48 @@ import (
 	"github.com/higgs-go/higgs/ports/porttest"
 )
 
-// treeFixture is a target to verify trees on: a fixture, loaded with kvBits.
+// treeFixture is a target to verify trees on: a synth fixture or a testmodel spec (gated attention with
+// partial rotary, MoE), loaded with kvBits.
 type treeFixture struct {
 	f      fixture
+	tm     *testmodel.TargetSpec
 	kvBits int
 }
 
 func treeFixtures() map[string]treeFixture {
 	p := parityFixtures()
 	return map[string]treeFixture{
-		"qwen3 f32":         {f: p["qwen3 f32"]},
-		"qwen3_next f32":    {f: p["qwen3_next f32"]},
-		"qwen3_next q4 g32": {f: p["qwen3_next q4 g32"]},
-		"qwen3 kv8":         {f: fixture{spec: synth.TargetSpec{Family: "qwen3", Seed: 15, Layers: 2, Vocab: 96}}, kvBits: 8},
-		"qwen3_next kv8 q4": {f: fixture{spec: synth.TargetSpec{Family: "qwen3_next", Seed: 16, Layers: 4, Vocab: 96}, quant: &quant.Spec{Bits: 4, GroupSize: 32}}, kvBits: 8},
+		"qwen3 f32":                    {f: p["qwen3 f32"]},
+		"qwen3_next f32":               {f: p["qwen3_next f32"]},
+		"qwen3_next q4 g32":            {f: p["qwen3_next q4 g32"]},
+		"qwen3 kv8":                    {f: fixture{spec: synth.TargetSpec{Family: "qwen3", Seed: 15, Layers: 2, Vocab: 96}}, kvBits: 8},
+		"qwen3_next kv8 q4":            {f: fixture{spec: synth.TargetSpec{Family: "qwen3_next", Seed: 16, Layers: 4, Vocab: 96}, quant: &quant.Spec{Bits: 4, GroupSize: 32}}, kvBits: 8},
+		"qwen3_5 gated partial rotary": {tm: &testmodel.TargetSpec{Family: "qwen3_5", Seed: 85, Layers: 4, OutputGate: true, PartialRotary: 0.25}},
+		"qwen3_next moe q4 kv8": {tm: &testmodel.TargetSpec{Family: "qwen3_next", Seed: 88, Layers: 4, MoE: true,
+			ExpertLayout: testmodel.ExpertsSwitch, MLXLayout: true, Quant: &quant.Spec{Bits: 4, GroupSize: 32}}, kvBits: 8},
 	}
 }
 
 func (tf treeFixture) load(t *testing.T) *Target {
 	t.Helper()
-	tg, err := Load(t.Context(), writeFixture(t, tf.f), LoadOptions{KVBits: tf.kvBits})
+	dir := ""
+	if tf.tm != nil {
+		dir = testmodel.Target(t, *tf.tm)
+	} else {
+		dir = writeFixture(t, tf.f)
+	}
+	tg, err := Load(t.Context(), dir, LoadOptions{KVBits: tf.kvBits})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = tg.Close() })
 	return tg
+}
+
+// layers is the fixture's decoder layer count.
+func (tf treeFixture) layers() int {
+	if tf.tm != nil {
+		return tf.tm.Layers
+	}
+	return tf.f.spec.Layers
 }
 
 // fullTree is the tree of width children per node, depth levels deep (top-w per slot), in level order.
@@ -125,7 +144,7 @@ func TestForwardTreeNodesMatchChain(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			tg := tf.load(t)
 			V := tg.Info().VocabSize
-			taps := []int{tf.f.spec.Layers - 1, 0}
+			taps := []int{tf.layers() - 1, 0}
 			for shape, parents := range treeShapes {
 				for _, prefix := range [][]ports.Token{nil, prompt} {
 					t.Run(fmt.Sprintf("%s after %d", shape, len(prefix)), func(t *testing.T) {
@@ -186,7 +205,7 @@ func TestKeepPathMatchesChainFed(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			tg := tf.load(t)
 			V := tg.Info().VocabSize
-			taps := []int{tf.f.spec.Layers - 1, 0}
+			taps := []int{tf.layers() - 1, 0}
 			tokens := treeTokens(len(parents), V)
 			for _, path := range paths {
 				t.Run(fmt.Sprint(path), func(t *testing.T) {
