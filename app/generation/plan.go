@@ -25,6 +25,9 @@ type Engine struct {
 	Policies *Policies
 	// ContextLength, when > 0, caps the target's context length (an operator's --context-length).
 	ContextLength int
+	// Tree is the tree verification a speculative request runs with (the zero value: chains only). The
+	// decoder uses it only where the backend's sessions can verify trees (speculative.TreeConfig).
+	Tree speculative.TreeConfig
 }
 
 // Check reports a configuration the engine cannot run (a default block size without a drafter, or past the
@@ -114,6 +117,9 @@ type Request struct {
 	BlockSize int
 	// Adaptive lets the depth policy pick each round's block size (≤ the block size).
 	Adaptive bool
+	// Tree, when non-nil, replaces the engine's tree verification for this request (a zero Budget: chains
+	// only).
+	Tree *speculative.TreeConfig
 	// Sampling are the target's sampling parameters (Temperature 0: greedy); Seed seeds them.
 	Sampling ports.SamplingParams
 	Seed     uint64
@@ -232,6 +238,12 @@ func (e *Engine) Plan(req Request) (Plan, error) {
 		Verify:        req.Verify,
 		Rollback:      req.Rollback,
 		LayerKinds:    info.LayerKinds,
+	}
+	if bs > 1 {
+		cfg.Tree = e.Tree
+		if req.Tree != nil {
+			cfg.Tree = *req.Tree
+		}
 	}
 	if cfg.Adaptive {
 		cfg.Policy.Memory = req.PolicyMemory

@@ -36,6 +36,8 @@ var interfaces = map[string]reflect.Type{
 	"ports.BatchForwarder":  reflect.TypeFor[ports.BatchForwarder](),
 	"ports.BatchDrafter":    reflect.TypeFor[ports.BatchDrafter](),
 	"ports.SamplingDrafter": reflect.TypeFor[ports.SamplingDrafter](),
+	"ports.TreeVerifier":    reflect.TypeFor[ports.TreeVerifier](),
+	"ports.TopDrafter":      reflect.TypeFor[ports.TopDrafter](),
 	"ports.PlainEncoder":    reflect.TypeFor[ports.PlainEncoder](),
 	"ports.TokenBytes":      reflect.TypeFor[ports.TokenBytes](),
 	"ports.PositionRand":    reflect.TypeFor[ports.PositionRand](),
@@ -44,8 +46,6 @@ var interfaces = map[string]reflect.Type{
 	"ports.MemoryPricer":    reflect.TypeFor[ports.MemoryPricer](),
 	"ports.Embedder":        reflect.TypeFor[ports.Embedder](),
 	"ports.TextEmbedder":    reflect.TypeFor[ports.TextEmbedder](),
-	"ports.TreeVerifier":    reflect.TypeFor[ports.TreeVerifier](),
-	"ports.TopDrafter":      reflect.TypeFor[ports.TopDrafter](),
 }
 
 // row is one line of a table: the ability, what it is asked of, and the remaining cells by column name.
