@@ -8,6 +8,7 @@ import (
 	"github.com/higgs-go/higgs/adapters/mlx/internal/graph"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
 	"github.com/higgs-go/higgs/adapters/mlx/internal/ops"
+	"github.com/higgs-go/higgs/adapters/mlx/internal/ring"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/adapters/sampling"
 	"github.com/higgs-go/higgs/ports"
@@ -40,17 +41,14 @@ func (s *Session) usable() error {
 	return nil
 }
 
-// ForwardTree runs tokens as the nodes of the tree parents describes (see ports.TreeVerifier). A target
-// split across a pipeline's ranks does not verify trees (the error wraps errors.ErrUnsupported).
+// ForwardTree runs tokens as the nodes of the tree parents describes (see ports.TreeVerifier). On a
+// target split across a pipeline every rank runs the tree on its own layers (ring.OpTree).
 func (s *Session) ForwardTree(ctx context.Context, tokens []ports.Token, parents []int, opts ports.ForwardOptions) (ports.ForwardResult, error) {
 	fail := func(err error) (ports.ForwardResult, error) {
 		return ports.ForwardResult{}, fmt.Errorf("mlx forward tree: %w", err)
 	}
 	if err := s.usable(); err != nil {
 		return fail(err)
-	}
-	if s.t.ring != nil {
-		return fail(fmt.Errorf("a target split across a pipeline does not verify trees: %w", errors.ErrUnsupported))
 	}
 	if err := ctx.Err(); err != nil {
 		return fail(err)
@@ -68,77 +66,23 @@ func (s *Session) ForwardTree(ctx context.Context, tokens []ports.Token, parents
 		return fail(err)
 	}
 	tr := ops.NewTree(mt, a.Layers)
-	var greedy []int32
-	var logits []float32
-	var tapArr arr
-	err = s.t.rt.Do(func() error {
-		if s.t.closed {
-			return errTargetClosed
-		}
-		m := s.t.m
-		g := graph.New(s.t.rt, "mlx forward tree")
-		defer g.Release()
-		be := ops.Backend{G: g, DT: s.t.dt}
-		old := s.st.handles()
-		st := &ops.Pass{O: be, KV: s.st.kv, GDN: s.st.gdn, Tree: tr}
-		tapRows, tap := model.Collect[ops.Act](s.taps)
-		x, err := model.Forward(ctx, m, be, st, be.Embed(m.Embed, tokens), s.pos.N, tap)
-		if err != nil {
-			s.st.restoreHandles(old)
-			return err
-		}
-		lg := be.F32(model.Logits(m, be, x, 0, T).A)
-		ids := g.Astype(g.Argmax(lg, -1), mlxc.Int32)
-		keep := s.st.handles()
-		if opts.Taps && s.taps.Len() > 0 {
-			tapArr = be.Concat(tapRows...).A
-			keep = append(keep, tapArr)
-		}
-		for _, tp := range tr.Layers {
-			if tp != nil {
-				keep = append(keep, tp.Alpha, tp.Delta, tp.Keys, tp.Rows)
-			}
-		}
-		g.Eval(append([]arr{ids, lg}, keep...)...)
-		greedy = g.ReadI32(ids)
-		if wantLogits {
-			logits = g.ReadF32(lg)
-		}
-		if g.Err != nil {
-			s.st.restoreHandles(old)
-			tapArr = 0
-			return g.Err
-		}
-		// Adopt the new caches, the taps and the tape; free the caches' old handles (the recurrent layers'
-		// state is unchanged: it is the tape's S₀ and cs₀).
-		g.KeepAll(keep)
-		live := map[arr]bool{}
-		for _, h := range keep {
-			live[h] = true
-		}
-		for _, h := range old {
-			if h != 0 && !live[h] {
-				mlxc.ArrayFree(h)
-			}
-		}
-		return nil
-	})
+	r, err := s.run(ctx, tokens, T, opts.Taps, false, wantLogits, tr)
 	if err != nil {
 		return fail(err)
 	}
 	s.tree = &pendingTree{tree: tr, taps: opts.Taps}
 	res := ports.ForwardResult{Greedy: make([]ports.Token, T)}
-	copy(res.Greedy, greedy)
+	copy(res.Greedy, r.greedy)
 	if opts.Taps {
 		taps := &Taps{sess: s, rows: T}
-		if tapArr != 0 {
-			taps.a, taps.width = tapArr, s.taps.Len()*a.Hidden
+		if r.taps != 0 {
+			taps.a, taps.width = r.taps, s.taps.Len()*a.Hidden
 		}
 		s.taped, res.Taps = taps, taps
 	}
 	if opts.Sampling != nil {
 		for i := range T {
-			d, err := sampling.New(logits[i*a.Vocab:(i+1)*a.Vocab], *opts.Sampling)
+			d, err := sampling.New(r.logits[i*a.Vocab:(i+1)*a.Vocab], *opts.Sampling)
 			if err != nil {
 				return fail(fmt.Errorf("node %d: %w", i, err))
 			}
@@ -146,9 +90,48 @@ func (s *Session) ForwardTree(ctx context.Context, tokens []ports.Token, parents
 		}
 	}
 	if opts.Logits {
-		res.Logits = logits
+		res.Logits = r.logits
 	}
 	return res, nil
+}
+
+// workTree is a worker's part of rank 0's ForwardTree (c: ring.OpTree), on this rank's layers.
+func (s *Session) workTree(ctx context.Context, c ring.Ctrl) error {
+	mt, err := model.NewTree(ints(c.Payload))
+	if err != nil {
+		return err
+	}
+	s.gen++
+	s.replay = false
+	if err := s.t.rt.Do(func() error { s.dropLast(); return nil }); err != nil {
+		return err
+	}
+	tr := ops.NewTree(mt, s.t.m.Arch.Layers)
+	r, err := s.run(ctx, make([]ports.Token, c.A), int(c.B), c.Flags&ring.FlagTaps != 0, false, c.Flags&ring.FlagLogits != 0, tr)
+	if err != nil {
+		return err
+	}
+	if r.taps != 0 {
+		s.freeAll([]arr{r.taps})
+	}
+	s.tree = &pendingTree{tree: tr}
+	return nil
+}
+
+func int32s(v []int) []int32 {
+	out := make([]int32, len(v))
+	for i, x := range v {
+		out[i] = int32(x)
+	}
+	return out
+}
+
+func ints(v []int32) []int {
+	out := make([]int, len(v))
+	for i, x := range v {
+		out[i] = int(x)
+	}
+	return out
 }
 
 // KeepPath keeps the nodes of path and drops the rest of the pending tree (see ports.TreeVerifier): the
@@ -168,6 +151,9 @@ func (s *Session) KeepPath(ctx context.Context, path []int) (ports.Taps, error) 
 	pt := s.tree
 	tr := pt.tree
 	if err := tr.CheckPath(path); err != nil {
+		return fail(err)
+	}
+	if err := s.broadcast(ring.Ctrl{Op: ring.OpKeepPath, Payload: int32s(path)}); err != nil {
 		return fail(err)
 	}
 	a := &s.t.m.Arch

@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/higgs-go/higgs/adapters/mlx/internal/ring"
 	"github.com/higgs-go/higgs/adapters/quant"
 	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/internal/testmodel"
@@ -452,23 +451,6 @@ func TestTreeNoArrayLeaks(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	assert.Equal(t, base, activeMemory(t, tg), "closing a session with a pending tree frees everything")
-}
-
-// A target split across a pipeline refuses trees as unsupported before any work (its workers have no tree
-// operation): the session is left as it was.
-func TestForwardTreeRefusedOnPipeline(t *testing.T) {
-	requireMLX(t)
-	tg := loadFixture(t, parityFixtures()["qwen3 f32"])
-	s, err := tg.NewSession(t.Context(), nil)
-	require.NoError(t, err)
-	defer s.Close()
-	tg.ring = &ring.Peer{} // only looked at, never used, by the refusal
-	_, err = s.(ports.TreeVerifier).ForwardTree(t.Context(), []ports.Token{1}, []int{-1}, ports.ForwardOptions{})
-	tg.ring = nil
-	assert.ErrorIs(t, err, errors.ErrUnsupported)
-	assert.Equal(t, 0, s.Len())
-	_, err = s.Forward(t.Context(), []ports.Token{1}, ports.ForwardOptions{})
-	require.NoError(t, err)
 }
 
 // The tree suite on dense, hybrid (gated attention with partial rotary included) and quantized hybrid MoE
