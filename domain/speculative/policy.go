@@ -187,7 +187,9 @@ func (p *depthPolicy) expected(bs int) float64 {
 // plan returns the block size the policy wants and why; limit is only consulted to tell whether the largest
 // block can be explored now.
 func (p *depthPolicy) plan(limit int) (int, int, string) {
-	if len(p.trees) == 0 || p.maxBS <= 1 || !p.verify[0].ok || p.measured(1, +1, p.draft) == 0 {
+	// A tree runs on its own in a batched round (the batched forward takes chains), delaying every other
+	// sequence by a whole forward: trees are weighed only while the generation runs alone.
+	if len(p.trees) == 0 || p.maxBS <= 1 || !p.verify[0].ok || p.measured(1, +1, p.draft) == 0 || p.batchPrices() {
 		bs, why := p.planChain(limit)
 		return bs, 0, why
 	}
