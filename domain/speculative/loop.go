@@ -182,8 +182,12 @@ func (d *Decoder) start(sess ports.Session, draft ports.DraftSession, prompt []p
 		return nil, fmt.Errorf("generate: %w", err)
 	}
 	g.rb = rb
-	if g.tree = g.treeAbility(); g.tree != nil && g.policy != nil {
-		g.policy.enableTrees(cfg.Tree.budgets())
+	if g.tree = g.treeAbility(); g.policy != nil {
+		if g.tree != nil {
+			g.policy.enableTrees(cfg.Tree.budgets())
+		} else {
+			g.policy.disableTrees()
+		}
 	}
 	if !cfg.Sampling.Greedy() {
 		g.samp = &g.cfg.Sampling
@@ -348,7 +352,7 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 		g.res.Stats.Decision = dec
 	}
 
-	if dec.Tree > 0 && bs > 1 {
+	if dec.Tree > 0 && bs > 1 && g.tree != nil {
 		return g.treeRound(ctx, dec, rs, remaining)
 	}
 

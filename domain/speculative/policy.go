@@ -116,7 +116,10 @@ type depthPolicy struct {
 	batchNS, batchOthers []float64
 	batchedNow           bool
 	// trees are the tree budgets the policy weighs against chains (enableTrees); empty without trees.
-	trees []treeArm
+	// treesOff keeps them out of this generation's choices (disableTrees; a remembered policy loads with it
+	// unset).
+	trees    []treeArm
+	treesOff bool
 }
 
 func newDepthPolicy(maxBS int, cfg PolicyConfig) *depthPolicy {
@@ -187,7 +190,9 @@ func (p *depthPolicy) expected(bs int) float64 {
 // plan returns the block size the policy wants and why; limit is only consulted to tell whether the largest
 // block can be explored now.
 func (p *depthPolicy) plan(limit int) (int, int, string) {
-	if len(p.trees) == 0 || p.maxBS <= 1 || !p.verify[0].ok || p.measured(1, +1, p.draft) == 0 {
+	// A tree runs on its own in a batched round (the batched forward takes chains), delaying every other
+	// sequence by a whole forward: trees are weighed only while the generation runs alone.
+	if len(p.trees) == 0 || p.treesOff || p.maxBS <= 1 || !p.verify[0].ok || p.measured(1, +1, p.draft) == 0 || p.batchPrices() {
 		bs, why := p.planChain(limit)
 		return bs, 0, why
 	}
@@ -614,6 +619,7 @@ func (p *depthPolicy) clone() *depthPolicy {
 	c.draft = slices.Clone(p.draft)
 	c.verify = slices.Clone(p.verify)
 	c.trees = slices.Clone(p.trees)
+	c.treesOff = false
 	c.probeRate = 0
 	c.batch, c.batchNS, c.batchOthers, c.batchedNow = nil, nil, nil, false
 	return &c

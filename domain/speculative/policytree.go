@@ -17,6 +17,7 @@ type treeArm struct {
 // enableTrees gives the policy tree arms of these budgets (ascending), keeping the measurements of a
 // remembered policy that had the same ones.
 func (p *depthPolicy) enableTrees(budgets []int) {
+	p.treesOff = false
 	same := len(p.trees) == len(budgets)
 	for i := 0; same && i < len(budgets); i++ {
 		same = p.trees[i].budget == budgets[i]
@@ -30,7 +31,11 @@ func (p *depthPolicy) enableTrees(budgets []int) {
 	}
 }
 
-// treeCost returns a round of arm's expected time in nanoseconds (0 while unmeasured).
+// disableTrees keeps the policy off trees for this generation (its sessions cannot verify them) without
+// forgetting what a remembered policy measured of them.
+func (p *depthPolicy) disableTrees() { p.treesOff = true }
+
+// cost returns a round of arm's expected time in nanoseconds (0 while unmeasured).
 func (a *treeArm) cost() float64 {
 	if !a.verify.ok || !a.draft.ok {
 		return 0

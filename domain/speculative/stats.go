@@ -159,7 +159,7 @@ func (s Stats) AcceptedPerPosition() []int {
 	width := s.MaxBlockSize - 1
 	if s.MaxBlockSize == 0 {
 		for _, r := range s.Rounds {
-			width = max(width, r.BlockSize-1)
+			width = max(width, r.size()-1)
 		}
 	}
 	out := make([]int, max(width, 0))
@@ -178,10 +178,11 @@ func (s Stats) BlockSizes() []ports.BlockSizeUse {
 		if !r.Drafting() {
 			continue
 		}
-		if r.BlockSize >= len(counts) {
-			counts = append(counts, make([]int, r.BlockSize+1-len(counts))...)
+		bs := r.size()
+		if bs >= len(counts) {
+			counts = append(counts, make([]int, bs+1-len(counts))...)
 		}
-		counts[r.BlockSize]++
+		counts[bs]++
 	}
 	out := []ports.BlockSizeUse{}
 	for bs, n := range counts {
@@ -192,9 +193,32 @@ func (s Stats) BlockSizes() []ports.BlockSizeUse {
 	return out
 }
 
+// size is the round's block size: the block its drafter drafted (for a tree, whose BlockSize counts its
+// nodes, Tree.Slots).
+func (r RoundStats) size() int {
+	if r.Tree != nil {
+		return r.Tree.Slots
+	}
+	return r.BlockSize
+}
+
+// Trees returns how many rounds verified a tree and the nodes those trees held.
+func (s Stats) Trees() (rounds, nodes int) {
+	for _, r := range s.Rounds {
+		if r.Tree != nil {
+			rounds++
+			nodes += r.BlockSize
+		}
+	}
+	return rounds, nodes
+}
+
 // SpecUsage converts the stats into the wire-level account of ports.SpecUsage.
 func (s Stats) SpecUsage() ports.SpecUsage {
+	trees, nodes := s.Trees()
 	return ports.SpecUsage{
+		TreeRounds:          trees,
+		TreeNodes:           nodes,
 		Rounds:              s.DraftRounds(),
 		PlainSteps:          s.PlainSteps(),
 		Drafted:             s.Drafted(),

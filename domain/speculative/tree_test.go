@@ -271,3 +271,41 @@ func TestPolicyWeighsTreesAgainstChains(t *testing.T) {
 	}
 	assert.Less(t, trees, len(last(res))/4, "first-rank truths: chains win")
 }
+
+// TestRememberedTreesWithoutTheAbility: a policy memory that learned trees, loaded by a generation whose
+// session cannot verify them (a decorator's), keeps to chains — and the next generation able to verify trees
+// finds the trees' measurements still there.
+func TestRememberedTreesWithoutTheAbility(t *testing.T) {
+	prompt := testPrompt(5, 32)
+	mem := NewPolicyMemory()
+	run := func(hide bool) Result {
+		clock := portfake.NewClock(0)
+		mcfg := portfake.Config{Tape: true, Clock: clock, ForwardCost: func(n int) time.Duration { return time.Duration(1000+100*n) * time.Microsecond }}
+		m := portfake.MustNew(mcfg)
+		r := newRig(t, mcfg, portfake.Ranked(m, 2, 1), portfake.DrafterConfig{BlockSize: 8, Clock: clock, DraftCost: func(int) time.Duration { return 200 * time.Microsecond }})
+		cfg := Config{BlockSize: 8, Adaptive: true, MaxTokens: 120, Tree: TreeConfig{Budget: 16, Width: 2}}
+		cfg.Policy.Memory = mem
+		dec, err := New(cfg, clock, nil)
+		require.NoError(t, err)
+		var sess ports.Session = r.sess
+		if hide {
+			sess = hidden{r.sess}
+		}
+		res, err := dec.Generate(t.Context(), sess, r.draft, prompt, func([]ports.Token) error { return nil })
+		require.NoError(t, err)
+		want, err := m.GreedyContinuation(prompt, 120)
+		require.NoError(t, err)
+		require.Equal(t, want, res.Tokens)
+		return res
+	}
+	first := run(false)
+	trees, _ := treeRounds(first)
+	require.Positive(t, trees)
+	blind := run(true)
+	trees, _ = treeRounds(blind)
+	assert.Zero(t, trees, "no tree without the ability")
+	again := run(false)
+	assert.NotEqual(t, reasonExplore, again.Stats.Rounds[len(again.Stats.Rounds)/2].Policy)
+	trees, _ = treeRounds(again)
+	assert.Positive(t, trees, "the remembered trees are used again")
+}
