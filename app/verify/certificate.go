@@ -152,7 +152,7 @@ const (
 	treeNoteOff     = "not verified: trees left out (--no-trees)"
 	treeNoteSizes   = "not verified: no block size ≥ 3 was run (trees run at the chain section's block sizes from 3)"
 	treeNoteRounds  = "not verified: no round of the tree runs drafted (every generation ended first)"
-	treeNoteBatch   = "batched members verify chains: a batch's sessions have no tree verification, so the batch modes ran once per block size, at its largest budget, and their rounds verified chains (tree_rounds 0)"
+	treeNoteBatch   = "batched members verify chains: no round of the batch modes verified a tree (tree_rounds 0), so they certify chains asked for as trees"
 )
 
 // Build, when set at link time (-ldflags "-X github.com/higgs-go/higgs/app/verify.Build=…"), names this build

@@ -298,9 +298,9 @@ func Certify(ctx context.Context, m *models.Models, o CertifyOptions) (Certifica
 }
 
 // certifyTrees fills c's tree section: at each block size of the chain section from minTreeBlockSize, each
-// budget whose tree fits, in the alone modes, then the batch modes once at the size's largest budget (a
-// batch's sessions verify chains). When the first case's rounds drafted but verified no tree, the backend
-// has no tree verification: the section says so and runs nothing more.
+// budget whose tree fits, in every mode. When the first case's rounds drafted but verified no tree, the
+// backend has no tree verification: the section says so and runs nothing more. Batched members whose
+// rounds verified no tree (a scheduler that cannot run them) are noted.
 func certifyTrees(ctx context.Context, m *models.Models, o CertifyOptions, refs [][]ports.Token, modes []string,
 	cache *prefixcache.Cache, c *Certificate) error {
 	t := &c.Tree
@@ -342,10 +342,6 @@ func certifyTrees(ctx context.Context, m *models.Models, o CertifyOptions, refs 
 		t.BlockSizes = append(t.BlockSizes, bs)
 		for _, b := range fits {
 			for _, mode := range modes {
-				batched := mode == ModeBatch || mode == ModeBatchPrefixHit
-				if batched && b != slices.Max(fits) {
-					continue
-				}
 				listed := len(c.Disagreements)
 				cs, err := certifyCase(ctx, m, o, refs, bs, &speculative.TreeConfig{Budget: b, Width: t.Width}, mode, cache, c)
 				if err != nil {

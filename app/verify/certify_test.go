@@ -28,8 +28,8 @@ var certTime = time.Date(2026, 12, 6, 4, 30, 0, 0, time.UTC)
 // TestCertifyPasses: on a correct backend, dense and hybrid, every block size — below, at and above the
 // drafter's configured 4 — agrees with plain greedy decoding in every mode (alone, batch, each with a
 // prefix-cache hit); a size past the context length is listed as not run. Trees run at the sizes from 3 with
-// the default budgets: every round of the alone modes verifies a tree of its budget, the batch modes (once per
-// size) verify chains and the note says so, and the distribution test passes with trees too.
+// the default budgets in every mode: every round verifies a tree of its budget, batched members' too, and the
+// distribution test passes with trees too.
 func TestCertifyPasses(t *testing.T) {
 	drafter := testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 9, Taps: []int{1, 3}, Mask: 62, BlockSize: 4})
 	for _, fam := range []string{"qwen3", "qwen3_next"} {
@@ -79,28 +79,26 @@ func TestCertifyPasses(t *testing.T) {
 			assert.Equal(t, DefaultCertifyTreeWidth, tr.Width)
 			assert.Empty(t, tr.NotRun, "a tree of block size 3 holds 21 nodes")
 			assert.Equal(t, []string{ModeAlone, ModeAlonePrefixHit, ModeBatch, ModeBatchPrefixHit}, tr.Modes)
-			require.Len(t, tr.Cases, 3*(3*2+2), "per size: 3 budgets alone and alone+prefix_hit, the batch modes once")
+			require.Len(t, tr.Cases, 3*3*4, "3 sizes × 3 budgets × 4 modes")
 			for _, cs := range tr.Cases {
 				assert.True(t, cs.Pass, "%+v", cs)
 				assert.Positive(t, cs.DraftRounds, "%+v", cs)
+				assert.Equal(t, cs.DraftRounds, cs.TreeRounds, "every round a tree: %+v", cs)
+				assert.Equal(t, cs.Budget, cs.LargestTree, "%+v", cs)
 				switch cs.Mode {
 				case ModeBatch, ModeBatchPrefixHit:
-					assert.Equal(t, 16, cs.Budget, "the largest budget: %+v", cs)
-					assert.Zero(t, cs.TreeRounds, "batched members verify chains: %+v", cs)
 					assert.Equal(t, 8*3, cs.Tokens, "%+v", cs)
 				default:
-					assert.Equal(t, cs.DraftRounds, cs.TreeRounds, "every round a tree: %+v", cs)
-					assert.Equal(t, cs.Budget, cs.LargestTree, "%+v", cs)
 					assert.Equal(t, 8*len(testPrompts), cs.Tokens, "%+v", cs)
 				}
-				if cs.Mode == ModeAlonePrefixHit {
+				if cs.Mode == ModeAlonePrefixHit || cs.Mode == ModeBatchPrefixHit {
 					assert.Equal(t, 3+23, cs.CachedTokens, "%+v", cs)
 				}
 			}
 			assert.Positive(t, tr.Totals.TreeRounds)
-			assert.Greater(t, tr.Totals.DraftRounds, tr.Totals.TreeRounds, "the batch rounds are chains")
-			assert.Contains(t, tr.Note, "batched members verify chains")
-			assert.Contains(t, c.Scope, "; tree, block sizes 3,4,6, budgets 4,8,16, alone, alone+prefix_hit (batch, batch+prefix_hit: chains), T=0.8 distribution (match)")
+			assert.Equal(t, tr.Totals.DraftRounds, tr.Totals.TreeRounds)
+			assert.NotContains(t, tr.Note, "batched members verify chains")
+			assert.Contains(t, c.Scope, "; tree, block sizes 3,4,6, budgets 4,8,16, alone, alone+prefix_hit, batch, batch+prefix_hit, T=0.8 distribution (match)")
 			require.NotNil(t, c.TreeDistribution)
 			assert.True(t, c.TreeDistribution.Pass)
 			assert.Equal(t, 6, c.TreeDistribution.BlockSize)
@@ -259,8 +257,8 @@ func (s perturbedTreeSession) KeepPath(ctx context.Context, path []int) (ports.T
 
 // TestCertifyReportsTreeDisagreement: with a target whose trees (and verify blocks) perturb the row at
 // position 10, the tree runs disagree where the chains do — prompt 0 at generated token 10, prompt 1 at 7 —
-// and each tree disagreement is listed with shape "tree", its budget and the target's top-2 margin; the
-// alone modes' rounds were trees, the batch modes' chains.
+// and each tree disagreement is listed with shape "tree", its budget and the target's top-2 margin, in
+// every mode (batched members verify trees too).
 func TestCertifyReportsTreeDisagreement(t *testing.T) {
 	m := load(t, testmodel.Synth(t, synth.TargetSpec{Family: "qwen3", Seed: 41}),
 		testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 42, Taps: []int{1}, Mask: 60, BlockSize: 4}))
@@ -274,16 +272,12 @@ func TestCertifyReportsTreeDisagreement(t *testing.T) {
 	assert.True(t, c.Tree.Verified, c.Tree.Note)
 	assert.False(t, c.Tree.Pass)
 	assert.Equal(t, []int{4}, c.Tree.BlockSizes)
-	require.Len(t, c.Tree.Cases, 2*2+2)
+	require.Len(t, c.Tree.Cases, 2*4)
 	for _, cs := range c.Tree.Cases {
 		assert.Equal(t, 2, cs.Disagreements, "prompts 0 and 1 (batch members 0 and 1): %+v", cs)
-		if cs.Mode == ModeAlone || cs.Mode == ModeAlonePrefixHit {
-			assert.Positive(t, cs.TreeRounds, "%+v", cs)
-		} else {
-			assert.Zero(t, cs.TreeRounds, "%+v", cs)
-		}
+		assert.Equal(t, cs.DraftRounds, cs.TreeRounds, "%+v", cs)
 	}
-	assert.Equal(t, 6*2, c.Tree.Totals.Disagreements)
+	assert.Equal(t, 8*2, c.Tree.Totals.Disagreements)
 	want := map[int]int{0: 10, 1: 7}
 	budgets := map[int]int{}
 	for _, d := range c.Disagreements {
@@ -301,7 +295,7 @@ func TestCertifyReportsTreeDisagreement(t *testing.T) {
 		assert.Equal(t, d.Plain, d.Margin.Top1)
 		assert.Greater(t, d.Margin.LogitGap, 0.0)
 	}
-	assert.Equal(t, map[int]int{4: 2 * 2, 8: 4 * 2}, budgets, "budget 4 alone modes; budget 8 alone and batch modes")
+	assert.Equal(t, map[int]int{4: 4 * 2, 8: 4 * 2}, budgets, "each budget: 4 modes, 2 prompts")
 	require.NotNil(t, c.Trees)
 	assert.True(t, c.Trees.Verified)
 	assert.False(t, c.Trees.Pass)
@@ -373,6 +367,20 @@ func TestCertifyTreesNotVerified(t *testing.T) {
 		assert.LessOrEqual(t, cs.LargestTree, cs.Budget)
 	}
 	assert.Equal(t, [][2]int{{3, 4}, {4, 4}, {4, 8}}, ran)
+}
+
+// TestScopeTrees: the scope line names the tree modes that verified trees and marks those whose rounds were
+// chains (batched members on a scheduler without trees), and says why trees were not verified.
+func TestScopeTrees(t *testing.T) {
+	c := Certificate{Chain: CertSection{BlockSizes: []int{1, 2, 3}, Modes: []string{ModeAlone, ModeBatch}}}
+	c.Tree = CertSection{Verified: true, BlockSizes: []int{3}, Budgets: []int{4, 8}, Modes: []string{ModeAlone, ModeBatch},
+		Cases: []CertCase{{BlockSize: 3, Budget: 4, Mode: ModeAlone, DraftRounds: 5, TreeRounds: 5},
+			{BlockSize: 3, Budget: 4, Mode: ModeBatch, DraftRounds: 5}}}
+	assert.Equal(t, "chain, block sizes 1-3, alone, batch; tree, block sizes 3, budgets 4,8, alone (batch: chains)", scope(c))
+	c.Tree.Cases[1].TreeRounds = 5
+	assert.Equal(t, "chain, block sizes 1-3, alone, batch; tree, block sizes 3, budgets 4,8, alone, batch", scope(c))
+	c.Tree = CertSection{Note: treeNoteBackend}
+	assert.Equal(t, "chain, block sizes 1-3, alone, batch; trees not verified (this backend does not verify trees)", scope(c))
 }
 
 func TestTreeRoom(t *testing.T) {

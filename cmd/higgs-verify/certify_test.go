@@ -95,8 +95,8 @@ type certOut struct {
 
 // TestCertifyCommand: certify passes on a correct backend, writes higgs-certificate.json beside the model
 // (what higgsd then shows), runs block sizes above the drafter's configured 8, lists one past the context
-// length as not run, and verifies trees at the sizes from 3 with the default budgets (the batch modes'
-// rounds are chains), the distribution test included; --tree-budgets, --tree-width and --no-trees change that.
+// length as not run, and verifies trees at the sizes from 3 with the default budgets in every mode, the
+// distribution test included; --tree-budgets, --tree-width and --no-trees change that.
 func TestCertifyCommand(t *testing.T) {
 	model := testmodel.Copy(t, fixtures.dense, nil)
 	args := []string{"certify", "--model", model, "--draft", fixtures.drafter, "--tokens", "5,9,13", "--max-tokens", "6",
@@ -117,17 +117,12 @@ func TestCertifyCommand(t *testing.T) {
 	assert.Equal(t, []int{8, 12}, c.Tree.BlockSizes)
 	assert.Equal(t, []int{4, 8, 16}, c.Tree.Budgets)
 	assert.Equal(t, 4, c.Tree.Width)
-	assert.Len(t, c.Tree.Cases, 2*(3*2+2))
+	assert.Len(t, c.Tree.Cases, 2*3*4)
 	for _, cs := range c.Tree.Cases {
-		if cs.Mode == "batch" || cs.Mode == "batch+prefix_hit" {
-			assert.Zero(t, cs.TreeRounds, "%+v", cs)
-		} else {
-			assert.Equal(t, cs.DraftRounds, cs.TreeRounds, "%+v", cs)
-			assert.Positive(t, cs.TreeRounds, "%+v", cs)
-		}
+		assert.Equal(t, cs.DraftRounds, cs.TreeRounds, "%+v", cs)
+		assert.Positive(t, cs.TreeRounds, "%+v", cs)
 	}
-	assert.Contains(t, c.Tree.Note, "batched members verify chains")
-	assert.Contains(t, c.Scope, "; tree, block sizes 8,12, budgets 4,8,16")
+	assert.Contains(t, c.Scope, "; tree, block sizes 8,12, budgets 4,8,16, alone, alone+prefix_hit, batch, batch+prefix_hit")
 	require.NotNil(t, c.Trees)
 	assert.True(t, c.Trees.Verified)
 	assert.True(t, c.Trees.Pass)
@@ -153,8 +148,7 @@ func TestCertifyCommand(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "tree: block sizes 8,12; budgets 4,8,16; width 4; modes alone, alone+prefix_hit, batch, batch+prefix_hit")
 	assert.Contains(t, r.stdout, "  block  8 budget 16 batch               2 runs    12 tokens")
-	assert.Contains(t, r.stdout, "tree rounds 0 of 10")
-	assert.Contains(t, r.stdout, "note: batched members verify chains")
+	assert.Contains(t, r.stdout, "tree rounds 10 of 10")
 	assert.Contains(t, r.stdout, "block 16777216 not run: above the context length")
 	assert.Contains(t, r.stdout, "certified: true")
 	assert.Contains(t, r.stdout, "written: "+out)
