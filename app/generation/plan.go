@@ -25,10 +25,15 @@ type Engine struct {
 	Policies *Policies
 	// ContextLength, when > 0, caps the target's context length (an operator's --context-length).
 	ContextLength int
-	// Tree is the tree verification a speculative request runs with (the zero value: chains only). The
+	// Tree is the tree verification a speculative request runs with (the zero value: chains only; a Budget
+	// of TreeAuto: trees up to the request's block size under the adaptive policy, chains without it). The
 	// decoder uses it only where the backend's sessions can verify trees (speculative.TreeConfig).
 	Tree speculative.TreeConfig
 }
+
+// TreeAuto as Engine.Tree.Budget lets the adaptive policy weigh trees of up to the request's block size
+// against chains, and keeps a request without the policy (a fixed block) on chains.
+const TreeAuto = -1
 
 // Check reports a configuration the engine cannot run (a default block size without a drafter, or past the
 // context length).
@@ -243,6 +248,12 @@ func (e *Engine) Plan(req Request) (Plan, error) {
 		cfg.Tree = e.Tree
 		if req.Tree != nil {
 			cfg.Tree = *req.Tree
+		}
+		if cfg.Tree.Budget == TreeAuto {
+			cfg.Tree.Budget = 0
+			if cfg.Adaptive {
+				cfg.Tree.Budget = bs
+			}
 		}
 	}
 	if cfg.Adaptive {

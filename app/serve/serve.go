@@ -32,9 +32,10 @@ type ServeConfig struct {
 	Adaptive bool
 	// TreeBudget, when ≥ 2, lets speculative rounds verify a tree of the drafter's top candidates of at most
 	// this many nodes (speculative.TreeConfig: with Adaptive the policy chooses tree or chain and the
-	// budget); TreeWidth is the most candidates per slot (0: the default). Where the backend cannot verify
-	// trees, or a request's decoding cannot (a constraint, log-probabilities, a batch, unseeded sampling),
-	// rounds verify chains.
+	// budget); generation.TreeAuto (−1) lets the adaptive policy weigh trees up to the request's block size
+	// and keeps fixed blocks on chains; 0 verifies chains only. TreeWidth is the most candidates per slot (0:
+	// the default). Where the backend cannot verify trees, or a request's decoding cannot (a constraint,
+	// log-probabilities, unseeded sampling), rounds verify chains.
 	TreeBudget, TreeWidth int
 	// MaxConcurrency is the batch size: the number of generations decoded together, each round's drafts
 	// and verifies of all of them run as one batched drafter call and one batched target forward

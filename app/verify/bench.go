@@ -27,7 +27,9 @@ type BenchOptions struct {
 	Sweep []int
 	// TreeBudget, when ≥ 2, gives "spec" (and "adaptive") tree verification of that node budget
 	// (speculative.TreeConfig, TreeWidth candidates per slot: with the adaptive policy it chooses tree or
-	// chain); Trees lists fixed tree budgets measured beside them at the main figure's block size.
+	// chain); generation.TreeAuto, higgsd's default, lets the adaptive rows weigh trees up to the block size
+	// and keeps a fixed main figure on chains; 0 measures chains only. Trees lists fixed tree budgets
+	// measured beside them at the main figure's block size.
 	TreeBudget, TreeWidth int
 	Trees                 []int
 	StopIDs               []ports.Token
@@ -186,10 +188,9 @@ func Bench(ctx context.Context, m *models.Models, o BenchOptions) (BenchResult, 
 	if bs == 0 {
 		bs = m.Drafter.BlockSize()
 	}
-	mainTree := speculative.TreeConfig{Width: o.TreeWidth}
-	if o.TreeBudget >= 2 {
-		mainTree.Budget = o.TreeBudget
-	}
+	// generation.TreeAuto resolves per request as higgsd's default does: trees up to the block size under the
+	// adaptive policy, chains for a fixed block.
+	mainTree := speculative.TreeConfig{Budget: o.TreeBudget, Width: o.TreeWidth}
 	variants := []*variant{{bs: 1}, {bs: bs, adaptive: o.Adaptive, mem: speculative.NewPolicyMemory(), tree: mainTree}}
 	if len(o.Sweep) > 0 {
 		if !o.Adaptive {
@@ -281,6 +282,12 @@ func Bench(ctx context.Context, m *models.Models, o BenchOptions) (BenchResult, 
 	spec := func(v *variant) BenchSpec {
 		s := speed(v.acc.spec(v.bs, v.adaptive), &v.acc)
 		s.Tree = v.tree.Budget
+		if s.Tree == generation.TreeAuto {
+			s.Tree = 0
+			if v.adaptive {
+				s.Tree = v.bs
+			}
+		}
 		return s
 	}
 	res.Spec = spec(variants[1])

@@ -470,16 +470,14 @@ func (c *cli) benchCmd() *cobra.Command {
 				if res.Verify != "" {
 					fmt.Fprintf(w, "sampling T=%g from seed %d, verification %s\n", res.Temperature, res.Seed, res.Verify)
 				}
-				fmt.Fprintf(w, "%-28s %10s %8s %8s %10s %10s %8s %10s\n", "", "tok/s", "tau", "rows", "draft ms", "verify ms", "speedup", "predicted")
-				fmt.Fprintf(w, "%-28s %10.2f %8s %8s %10s %10s %8s %10s\n", "autoregressive", res.AR.TokensPerS, "-", "1", "-", "-", "1.00", "-")
+				fmt.Fprintf(w, "%-34s %10s %8s %8s %10s %10s %8s %10s\n", "", "tok/s", "tau", "rows", "draft ms", "verify ms", "speedup", "predicted")
+				fmt.Fprintf(w, "%-34s %10.2f %8s %8s %10s %10s %8s %10s\n", "autoregressive", res.AR.TokensPerS, "-", "1", "-", "-", "1.00", "-")
 				row := func(name string, s verify.BenchSpec) {
-					if s.Tree > 0 {
-						name += fmt.Sprintf(" tree≤%d", s.Tree)
-						if s.Adaptive {
-							name += fmt.Sprintf(" (%d)", s.TreeRounds)
-						}
+					if s.Tree > 0 && s.Adaptive {
+						// The adaptive rows' tree budget, and how many of their rounds verified trees.
+						name += fmt.Sprintf(" tree≤%d (%d)", s.Tree, s.TreeRounds)
 					}
-					fmt.Fprintf(w, "%-28s %10.2f %8.2f %8.2f %10.2f %10.2f %8.2f %10.2f\n", name, s.TokensPerS, s.Tau, s.RowsPerRound,
+					fmt.Fprintf(w, "%-34s %10.2f %8.2f %8.2f %10.2f %10.2f %8.2f %10.2f\n", name, s.TokensPerS, s.Tau, s.RowsPerRound,
 						s.DraftMsPerRound, s.VerifyMsPerRound, s.Speedup, s.PredictedSpeedup)
 				}
 				name := fmt.Sprintf("dflash bs=%d", res.Spec.BlockSize)
@@ -494,7 +492,7 @@ func (c *cli) benchCmd() *cobra.Command {
 					row(fmt.Sprintf("dflash bs=%d", s.BlockSize), s)
 				}
 				for _, s := range res.Trees {
-					row(fmt.Sprintf("dflash bs=%d", s.BlockSize), s)
+					row(fmt.Sprintf("dflash tree≤%d bs=%d", s.Tree, s.BlockSize), s)
 				}
 				if mt := res.MultiTurn; mt != nil {
 					fmt.Fprintf(w, "\nmulti-turn: %d-token system prompt, %d turns × %d tokens, dflash bs=%d, prefix cache off vs on\n",
@@ -543,7 +541,7 @@ func (c *cli) benchCmd() *cobra.Command {
 	fs.IntVar(&o.BlockSize, "block-size", 0, "DFlash block size of the main figure (default: the drafter's block_size)")
 	fs.BoolVar(&o.Adaptive, "adaptive", false, "run the main figure under the adaptive depth policy")
 	fs.StringVar(&sweep, "block-sizes", "", "also measure these fixed block sizes (and the adaptive policy), e.g. 2,4,8,16")
-	fs.IntVar(&o.TreeBudget, "tree-budget", 0, "give the main figure (and the adaptive policy's) tree verification of at most this many nodes (0: chains only; with --adaptive the policy chooses tree or chain)")
+	fs.IntVar(&o.TreeBudget, "tree-budget", -1, "give the main figure (and the adaptive policy's) tree verification of at most this many nodes (with --adaptive the policy chooses tree or chain); -1, higgsd's default: the adaptive rows weigh trees up to the block size, a fixed main figure verifies chains; 0: chains only")
 	fs.IntVar(&o.TreeWidth, "tree-width", 0, "candidates per draft slot in a tree (0: 4)")
 	fs.StringVar(&trees, "trees", "", "also measure fixed trees of these node budgets at --block-size, e.g. 8,16")
 	fs.StringVar(&stopIDs, "stop-ids", "", "extra stop token ids")
