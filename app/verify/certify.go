@@ -257,7 +257,7 @@ func Certify(ctx context.Context, m *models.Models, o CertifyOptions) (Certifica
 			return c, err
 		}
 		lo := LosslessOptions{Prompts: o.Prompts, StopIDs: o.StopIDs, NoEOS: o.NoEOS, Temperature: o.Temperature,
-			Seed: o.Seed, Samples: o.Samples, Verify: ver}
+			Seed: o.Seed, Samples: o.Samples, Verify: ver, Tree: &speculative.TreeConfig{}}
 		dt, err := distributionTest(ctx, m, lo, c.Chain.BlockSizes[len(c.Chain.BlockSizes)-1])
 		c.Distribution = &dt
 		switch {
@@ -446,6 +446,9 @@ func certifyCase(ctx context.Context, m *models.Models, o CertifyOptions, refs [
 	shape := "chain"
 	if tree != nil {
 		cs.Budget, shape = tree.Budget, "tree"
+	} else {
+		// Chains said explicitly: the request's zero budget, whatever the engine's default.
+		tree = &speculative.TreeConfig{}
 	}
 	hit := mode == ModeAlonePrefixHit || mode == ModeBatchPrefixHit
 	var pc *prefixcache.Cache

@@ -50,7 +50,7 @@ type LosslessOptions struct {
 	// sampling).
 	Verify speculative.Verification
 	// Tree, when non-nil, is the tree verification of the distribution test's speculative samples (certify's
-	// tree section; trees need VerifyMatch at T > 0).
+	// tree section; trees need VerifyMatch at T > 0; a zero Budget: chains); nil: the engine's.
 	Tree *speculative.TreeConfig
 }
 
@@ -287,7 +287,8 @@ func distributionTest(ctx context.Context, m *models.Models, o LosslessOptions, 
 	}
 	dt := DistTest{Temperature: o.Temperature, BlockSize: bs, Samples: n, Tokens: DistTokens, Threshold: DistPValue,
 		PValue: 1}
-	if o.Tree != nil {
+	trees := o.Tree != nil && o.Tree.Budget != 0
+	if trees {
 		dt.Budget = o.Tree.Budget
 	}
 	sample := func(spec bool, seed uint64) ([]ports.Token, error) {
@@ -297,7 +298,7 @@ func distributionTest(ctx context.Context, m *models.Models, o LosslessOptions, 
 			g.Tree = o.Tree
 		}
 		r, _, err := runDecoder(ctx, m, g)
-		if spec && o.Tree != nil {
+		if spec && trees {
 			for _, rs := range r.Stats.Rounds {
 				if rs.Drafting() {
 					dt.DraftRounds++
