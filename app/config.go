@@ -39,9 +39,13 @@ type Config struct {
 	Pull      bool
 	BlockSize int
 	Adaptive  bool
-	Backend   string
-	Threads   int
-	Kernels   string
+	// TreeBudget and TreeWidth are serve.ServeConfig's: tree verification's node budget (0: chains only) and
+	// candidates per slot.
+	TreeBudget int
+	TreeWidth  int
+	Backend    string
+	Threads    int
+	Kernels    string
 	// KVBits is the attention KV cache's format (models.ModelConfig.KVBits): 0 full precision, 8 int8.
 	KVBits int
 	Host   string
@@ -109,7 +113,9 @@ func DefaultConfig() Config {
 		// Speculation only where it pays: a fixed block on a CPU can run several times slower than plain
 		// decoding (the demo at block 16: 0.32× autoregressive); the policy settles on the best block size,
 		// plain decoding included. --adaptive=false keeps the fixed block.
-		Adaptive:        true,
+		Adaptive: true,
+		// Trees where the adaptive policy measures that they pay (a fixed block keeps chains).
+		TreeBudget:      TreeAuto,
 		Host:            "127.0.0.1",
 		Port:            8000,
 		MaxBodyBytes:    4 << 20,
@@ -133,6 +139,10 @@ func DefaultConfig() Config {
 	}
 }
 
+// TreeAuto is --tree-budget's default, generation.TreeAuto: the adaptive policy weighs trees up to the block
+// size; a fixed block keeps chains.
+const TreeAuto = -1
+
 // DefaultKeepAlive is how long an idle model of several stays loaded when neither --keep-alive nor its own
 // keep_alive says: long enough for a conversation's pauses, short enough to give the memory back.
 const DefaultKeepAlive = 5 * time.Minute
@@ -146,6 +156,8 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.BoolVar(&c.NoDraft, "no-draft", c.NoDraft, "turn speculative decoding off (load no drafter)")
 	fs.IntVar(&c.BlockSize, "block-size", c.BlockSize, "speculative block size, anchor included (0: the drafter's; 1: no speculation)")
 	fs.BoolVar(&c.Adaptive, "adaptive", c.Adaptive, "let the adaptive depth policy choose each round's block size")
+	fs.IntVar(&c.TreeBudget, "tree-budget", c.TreeBudget, "let speculative rounds verify a tree of the drafter's top candidates of at most this many nodes, anchor included (with --adaptive the policy chooses tree or chain and the budget, from measured cost and acceptance; without it every speculative round verifies a tree); -1: the adaptive policy weighs trees up to the block size and a fixed block keeps chains; 0: chains only. Used where the backend verifies trees and the request allows it (greedy or seeded sampling; no constraint or logprobs)")
+	fs.IntVar(&c.TreeWidth, "tree-width", c.TreeWidth, "with --tree-budget: the most candidates a draft slot contributes to the tree (0: 4)")
 	fs.StringVar(&c.Backend, "backend", c.Backend, "compute backend: cpu, mlx or auto")
 	fs.IntVar(&c.Threads, "threads", c.Threads, "CPU worker threads (0: GOMAXPROCS)")
 	fs.StringVar(&c.Kernels, "kernels", c.Kernels, "CPU kernels: auto (fast where the CPU has AVX2 or better, else exact), exact (the bit-exact reference) or fast (quantized products with int8 inputs; not bit-identical)")
@@ -471,6 +483,12 @@ func (c Config) Validate() error {
 	if c.BlockSize < 0 {
 		errs = append(errs, fmt.Errorf("--block-size %d must be ≥ 0", c.BlockSize))
 	}
+	if c.TreeBudget < TreeAuto || c.TreeBudget == 1 {
+		errs = append(errs, fmt.Errorf("--tree-budget %d must be -1 (trees where the adaptive policy finds they pay), 0 (chains only) or ≥ 2", c.TreeBudget))
+	}
+	if c.TreeWidth < 0 {
+		errs = append(errs, fmt.Errorf("--tree-width %d must be ≥ 0 (0: the default)", c.TreeWidth))
+	}
 	if c.Host == "" {
 		errs = append(errs, errors.New("--host must not be empty"))
 	} else if strings.ContainsAny(c.Host, " /") {
@@ -574,6 +592,7 @@ func (c Config) ServeConfig() serve.ServeConfig {
 		bs = 1
 	}
 	return serve.ServeConfig{ServedModelName: c.ServedModelName, BlockSize: bs, Adaptive: c.Adaptive,
+		TreeBudget: c.TreeBudget, TreeWidth: c.TreeWidth,
 		MaxConcurrency: c.MaxConcurrency, BatchWait: c.BatchWait, PrefillChunk: c.PrefillChunk, MemoryBudget: c.MemoryBudget,
 		QueueSize: c.QueueSize, SpecialTokensInContent: c.SpecialTokensInContent,
 		PrefixCacheBytes: c.PrefixCacheBytes, PrefixCacheEvery: c.PrefixCacheEvery, PrefixCacheShared: c.PrefixCacheShared,

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/higgs-go/higgs/app/generation"
 	"github.com/higgs-go/higgs/app/serve"
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
@@ -206,4 +207,27 @@ func TestConfigPrefixCacheDisk(t *testing.T) {
 	assert.ErrorContains(t, err, "--prefix-cache-dir needs the prefix cache on")
 	_, err = LoadConfig([]string{"--prefix-cache-disk-bytes", "-1"}, env(nil), io.Discard)
 	assert.ErrorContains(t, err, "--prefix-cache-disk-bytes -1")
+}
+
+// TestTreeBudgetSettings: --tree-budget's default is the engine's auto value; -1, 0 and budgets ≥ 2 are
+// accepted, 1 and below -1 refused; the value reaches the serving configuration.
+func TestTreeBudgetSettings(t *testing.T) {
+	assert.Equal(t, generation.TreeAuto, TreeAuto)
+	assert.Equal(t, TreeAuto, DefaultConfig().TreeBudget)
+	for _, tc := range []struct {
+		arg string
+		ok  bool
+	}{{"-1", true}, {"0", true}, {"2", true}, {"24", true}, {"1", false}, {"-2", false}} {
+		c, err := LoadConfig([]string{"--tree-budget", tc.arg, "--tree-width", "3"}, func(string) string { return "" }, io.Discard)
+		if !tc.ok {
+			assert.ErrorContains(t, err, "--tree-budget", tc.arg)
+			continue
+		}
+		require.NoError(t, err, tc.arg)
+		sc := c.ServeConfig()
+		assert.Equal(t, c.TreeBudget, sc.TreeBudget)
+		assert.Equal(t, 3, sc.TreeWidth)
+	}
+	_, err := LoadConfig([]string{"--tree-width", "-1"}, func(string) string { return "" }, io.Discard)
+	assert.ErrorContains(t, err, "--tree-width")
 }

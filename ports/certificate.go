@@ -20,6 +20,22 @@ type Certification struct {
 	// Matches reports that it was made for the weights served now (the same fingerprint of config.json and
 	// the safetensors headers) on the backend serving them now.
 	Matches bool
+	// Trees is the certificate's tree verification (nil in a certificate made before higgs verified trees).
+	Trees *CertifiedTrees
 	// Problem is set, and the rest left empty, when the file is present but cannot be read.
 	Problem string
+}
+
+// CertifiedTrees is a certificate's account of tree verification.
+type CertifiedTrees struct {
+	// Verified: tree rounds ran (false on a backend without tree verification, whose tree requests verify
+	// chains; Note says why). Pass: every tree run gave plain decoding's tokens.
+	Verified, Pass bool
+	// BlockSizes and Budgets are the block sizes and node budgets of the tree runs.
+	BlockSizes, Budgets []int
+	// TreeRounds of DraftRounds (the draft rounds of the tree runs) verified a tree.
+	TreeRounds, DraftRounds int
+	Note                    string
+	// DistributionPass is the T > 0 distribution test's verdict with trees (nil: not run).
+	DistributionPass *bool
 }

@@ -66,6 +66,9 @@ type RoundEvent struct {
 	// Step numbers the generation's decoding steps from 0.
 	Step      int `json:"step"`
 	BlockSize int `json:"block_size"`
+	// Tree, for a round that verified a tree of candidates, is its node count (anchor included); Tokens
+	// then list its accepted path first, then its other candidates as drafted.
+	Tree int `json:"tree,omitempty"`
 	// Tokens are the drafted tokens in order followed by the target's bonus token (when committed), or the one
 	// token of a plain step, each with its kind.
 	Tokens []RoundToken `json:"tokens"`

@@ -179,8 +179,13 @@ type SpecUsage struct {
 	AcceptedPerPosition []int `json:"accepted_per_position"`
 	// BlockSize is the largest block the request could verify, anchor included (1: no speculation).
 	BlockSize int `json:"block_size"`
-	// BlockSizes counts the draft–verify rounds per block size used, in increasing block size.
+	// BlockSizes counts the draft–verify rounds per block size used, in increasing block size (a tree round
+	// under the block its drafter drafted).
 	BlockSizes []BlockSizeUse `json:"block_sizes"`
+	// TreeRounds is how many of the draft–verify rounds verified a tree of candidates rather than a chain,
+	// and TreeNodes the nodes those trees held, anchors included (Drafted counts their candidates).
+	TreeRounds int `json:"tree_rounds,omitempty"`
+	TreeNodes  int `json:"tree_nodes,omitempty"`
 	// Policy says what chose the block sizes and why; nil only in accounts built by hand.
 	Policy *PolicyUsage `json:"policy,omitempty"`
 }

@@ -31,12 +31,15 @@ type TreeVerifier interface {
 	// ForwardTree runs tokens as the nodes of the tree that parents describes (len(parents) == len(tokens)).
 	// opts.Rows must be 0 (one row per node, in node order); RecordTape is ignored (the session keeps what
 	// KeepPath needs); Taps, when asked, cover every node. A tree deeper than the context has room for is
-	// refused before any work, like Forward. Afterwards the session holds the tree: only KeepPath or Close
-	// may follow. On error the session is unusable (close it).
+	// refused before any work, like Forward, and so is malformed input (parents, tokens, opts): those
+	// refusals leave the session as it was. Afterwards the session holds the tree: only KeepPath or Close
+	// may follow, and Len() stays n until KeepPath. An error once the pass has started leaves the session
+	// unusable (close it).
 	ForwardTree(ctx context.Context, tokens []Token, parents []int, opts ForwardOptions) (ForwardResult, error)
 	// KeepPath keeps the nodes of path and drops the others: path[0] is a root and each next node a child
 	// of the one before (path may be empty). Afterwards Len() = n+len(path) and every layer holds exactly the
 	// state a plain Forward of the path's tokens leaves. It returns the kept nodes' taps, in path order, when
-	// ForwardTree asked for taps (nil otherwise); they stay valid until the session's next Forward.
+	// ForwardTree asked for taps (nil otherwise); they stay valid until the session's next Forward. A path
+	// that is not a root's chain of children is refused and the tree stays pending.
 	KeepPath(ctx context.Context, path []int) (Taps, error)
 }

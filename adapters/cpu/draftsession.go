@@ -85,6 +85,32 @@ func (s *DraftSession) DraftSampled(ctx context.Context, anchor ports.Token, new
 	return s.draft(ctx, anchor, newCtx, bs, temperature, rnd)
 }
 
+var _ ports.TopDrafter = (*DraftSession)(nil)
+
+// DraftTop is Draft that also fills Proposal.Top (ports.TopDrafter): each slot's drafted token, then the
+// slot's other most probable tokens under the drafter's logits (compute_logits' transforms applied), k in
+// all, with their softmax probabilities (model.TopCandidates).
+func (s *DraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, k int) (ports.Proposal, error) {
+	if k < 1 {
+		// Refused before anything is appended, like Draft's own refusals.
+		return ports.Proposal{}, fmt.Errorf("cpu drafter: top-k %d must be ≥ 1", k)
+	}
+	p, err := s.draft(ctx, anchor, newCtx, bs, 0, nil)
+	if err != nil {
+		return p, err
+	}
+	if bs == 1 {
+		p.Top = [][]ports.Candidate{}
+		return p, nil
+	}
+	top, err := model.TopCandidates(s.logits, s.d.t.m.Arch.Vocab, p.Tokens, k)
+	if err != nil {
+		return ports.Proposal{}, fmt.Errorf("cpu drafter: top candidates: %w", err)
+	}
+	p.Top = top
+	return p, nil
+}
+
 func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand) (ports.Proposal, error) {
 	data, rows, err := s.admit(anchor, newCtx, bs, temperature, rnd)
 	if err != nil {

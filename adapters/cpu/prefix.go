@@ -40,8 +40,8 @@ func (p *Prefix) Len() int { return p.n }
 
 // ExportPrefix copies the state after positions [0, n) (see ports.PrefixExporter).
 func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
-	if s.closed {
-		return nil, errClosed
+	if err := s.idle("export prefix"); err != nil {
+		return nil, err
 	}
 	if s.broken != nil {
 		return nil, fmt.Errorf("cpu: export prefix: session unusable after an interrupted forward (%w)", s.broken)
@@ -87,8 +87,8 @@ func (p *Prefix) KVBits() int { return p.kvBits }
 // ImportPrefix makes an empty session hold p (see ports.PrefixExporter). The rows are copied, so the session
 // appends and trims its own arrays and p stays as it was.
 func (s *Session) ImportPrefix(ps ports.PrefixState) error {
-	if s.closed {
-		return errClosed
+	if err := s.idle("import prefix"); err != nil {
+		return err
 	}
 	p, ok := ps.(*Prefix)
 	switch {

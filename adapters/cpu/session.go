@@ -14,6 +14,7 @@ import (
 var _ interface {
 	ports.Session
 	ports.TapeReplayer
+	ports.TreeVerifier
 } = (*Session)(nil)
 
 // errClosed is returned by every method of a closed session.
@@ -30,8 +31,9 @@ type Session struct {
 	lastTap *Tape
 	replay  bool // a ReplayTape ran since the last Forward
 	closed  bool
-	broken  error // set when a Forward stopped half-way: the caches no longer match any position
-	mem     arena // the activations of the latest Forward (and its tape)
+	broken  error        // set when a Forward stopped half-way: the caches no longer match any position
+	tree    *pendingTree // a ForwardTree's block, until KeepPath
+	mem     arena        // the activations of the latest Forward (and its tape)
 }
 
 func newSession(t *Target, tapLayers []int) (*Session, error) {
@@ -99,11 +101,8 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 // an empty block, a token outside the vocabulary, a full context, an unfinished rollback). It returns the
 // number of rows to return.
 func (s *Session) admit(tokens []ports.Token, opts ports.ForwardOptions) (int, error) {
-	if s.closed {
-		return 0, errClosed
-	}
-	if s.broken != nil {
-		return 0, fmt.Errorf("cpu forward: session unusable after an interrupted forward (%w); close it", s.broken)
+	if err := s.usable("forward"); err != nil {
+		return 0, err
 	}
 	a := &s.t.m.Arch
 	rows, err := s.pos.CheckForward(tokens, opts, a.Vocab, a.ContextLength)
@@ -138,10 +137,24 @@ func (s *Session) tapper(opts ports.ForwardOptions) ([]act, func(int, act)) {
 // finish completes a Forward of T positions whose layers ran through st: it advances the session and builds
 // the result from logits ([rows, V], the caller's) and the tapped layer outputs.
 func (s *Session) finish(st *pass, T, rows int, opts ports.ForwardOptions, logits []float32, tapped []act) (ports.ForwardResult, []float32, error) {
-	fail := func(err error) (ports.ForwardResult, []float32, error) { return ports.ForwardResult{}, nil, err }
-	a := &s.t.m.Arch
 	s.pos.N += T
 	s.pos.Rec = s.pos.N
+	first := s.pos.N - rows
+	res, err := s.result(rows, T, opts, logits, tapped, func(r int) int { return first + r })
+	if err != nil {
+		return ports.ForwardResult{}, nil, err
+	}
+	if st.tape != nil {
+		s.lastTap = st.tape
+		res.Tape = st.tape
+	}
+	return res, logits, nil
+}
+
+// result builds a forward's result from logits ([rows, V], the caller's) and the tapped layer outputs of
+// its T positions; position(r) is row r's position, for errors.
+func (s *Session) result(rows, T int, opts ports.ForwardOptions, logits []float32, tapped []act, position func(int) int) (ports.ForwardResult, error) {
+	a := &s.t.m.Arch
 	res := ports.ForwardResult{Greedy: make([]ports.Token, rows)}
 	// A verify block's argmaxes (a vocabulary each) are split between the workers: run on the caller alone
 	// they were a serial stretch while the other workers idled. Each row's argmax is computed alone.
@@ -155,12 +168,12 @@ func (s *Session) finish(st *pass, T, rows int, opts ports.ForwardOptions, logit
 		if res.Greedy[r] == ports.NoToken {
 			// Every logit is NaN (corrupt weights or a numerical blow-up): there is no token to return, and
 			// NoToken handed on would be committed and fed back as input.
-			return fail(fmt.Errorf("cpu forward: position %d: no finite logit among %d (every logit is NaN)", s.pos.N-rows+r, a.Vocab))
+			return ports.ForwardResult{}, fmt.Errorf("cpu forward: position %d: no finite logit among %d (every logit is NaN)", position(r), a.Vocab)
 		}
 		if opts.Sampling != nil {
 			d, err := sampling.New(row, *opts.Sampling)
 			if err != nil {
-				return fail(fmt.Errorf("cpu forward: position %d: %w", s.pos.N-rows+r, err))
+				return ports.ForwardResult{}, fmt.Errorf("cpu forward: position %d: %w", position(r), err)
 			}
 			res.Dists = append(res.Dists, d)
 		}
@@ -173,17 +186,13 @@ func (s *Session) finish(st *pass, T, rows int, opts ports.ForwardOptions, logit
 		}
 		res.Taps = taps
 	}
-	if st.tape != nil {
-		s.lastTap = st.tape
-		res.Tape = st.tape
-	}
-	return res, logits, nil
+	return res, nil
 }
 
 // TrimKV truncates every attention cache to n positions and sets Len to n.
 func (s *Session) TrimKV(n int) error {
-	if s.closed {
-		return errClosed
+	if err := s.idle("trim"); err != nil {
+		return err
 	}
 	if err := s.pos.Trim(n); err != nil {
 		return fmt.Errorf("cpu: %w", err)
@@ -213,8 +222,8 @@ func (p *Snapshot) Position() int { return p.pos }
 // snapshot: the error wraps errors.ErrUnsupported, which the speculative decoder reads as "roll back by TrimKV
 // alone".
 func (s *Session) Snapshot() (ports.RecurrentSnapshot, error) {
-	if s.closed {
-		return nil, errClosed
+	if err := s.idle("snapshot"); err != nil {
+		return nil, err
 	}
 	if !s.pos.Recurrent {
 		return nil, fmt.Errorf("cpu: snapshot: model has no recurrent layers: %w", errors.ErrUnsupported)
@@ -231,8 +240,8 @@ func (s *Session) Snapshot() (ports.RecurrentSnapshot, error) {
 
 // Restore puts the recurrent layers back to a snapshot of this session; the snapshot stays valid.
 func (s *Session) Restore(rs ports.RecurrentSnapshot) error {
-	if s.closed {
-		return errClosed
+	if err := s.idle("restore"); err != nil {
+		return err
 	}
 	p, ok := rs.(*Snapshot)
 	if !ok || p == nil || p.sess != s {
@@ -263,8 +272,8 @@ var _ ports.Tape = (*Tape)(nil)
 // ReplayTape rolls the recurrent layers back to the state after the first n positions of the taped block,
 // bit-exact with feeding only those n tokens. n == Len keeps the verify's end state.
 func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
-	if s.closed {
-		return errClosed
+	if err := s.idle("replay"); err != nil {
+		return err
 	}
 	skip, err := model.CheckReplay(ctx, t, s, s.gen, s.lastTap, n, s.replay)
 	if err != nil {
@@ -277,7 +286,7 @@ func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
 	}
 	for i, g := range s.gdn {
 		if g != nil {
-			replayGDN(s.t.pool, s.t.m.Layers[i].GDN, g, tp.layers[i], n)
+			replayGDN(s.t.pool, s.t.m.Layers[i].GDN, g, tp.layers[i], n, nil)
 		}
 	}
 	s.pos.Rec = tp.Start + n
@@ -288,7 +297,7 @@ func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
 // Close releases the session's memory.
 func (s *Session) Close() error {
 	s.closed = true
-	s.kv, s.gdn, s.lastTap = nil, nil, nil
+	s.kv, s.gdn, s.lastTap, s.tree = nil, nil, nil, nil
 	s.mem = arena{} // nothing a Forward returned lives in it
 	return nil
 }

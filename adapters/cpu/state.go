@@ -38,19 +38,27 @@ type pass struct {
 	gdn     []*gdnState
 	tape    *Tape // nil unless the forward records one
 	touched bool
+	// tree, set for a ForwardTree, is the block's tree shape (nil for a chain): row r sits at position
+	// Pos+depth(r), attends to its ancestors only and runs the recurrence along its ancestry.
+	tree *model.Tree
 }
 
 var _ model.State[act, *weight] = (*pass)(nil)
 
-// rotate applies RoPE to each head of x's rows, row r at position pos+r (a copy: arguments stay unwritten).
-func rotate(mem *arena, x act, rope *vecmath.Rope, d, pos int) []float32 {
+// rotate applies RoPE to each head of x's rows, row r at position pos+r, or pos+depth(r) in a tree (a copy:
+// arguments stay unwritten).
+func rotate(mem *arena, x act, rope *vecmath.Rope, d, pos int, tree *model.Tree) []float32 {
 	out := mem.scratch(len(x.v)) // written whole by the copy
 	copy(out, x.v)
 	heads := x.width() / d
 	half := rope.Dims / 2
 	cos, sin := make([]float32, half), make([]float32, half)
 	for t := range x.t {
-		rope.Table(cos, sin, pos+t)
+		if tree != nil {
+			rope.Table(cos, sin, pos+tree.Depth[t])
+		} else {
+			rope.Table(cos, sin, pos+t)
+		}
 		for h := range heads {
 			off := (t*heads + h) * d
 			rope.Apply(out[off:off+d], cos, sin)
@@ -60,7 +68,7 @@ func rotate(mem *arena, x act, rope *vecmath.Rope, d, pos int) []float32 {
 }
 
 func (p *pass) Remember(layer int, k, v act, a model.Attend[*weight]) {
-	p.kv[layer].appendRows(rotate(p.mem, k, a.Rope.rope, a.HeadDim, a.Pos), v.v)
+	p.kv[layer].appendRows(rotate(p.mem, k, a.Rope.rope, a.HeadDim, a.Pos, p.tree), v.v)
 	p.touched = true
 }
 
@@ -101,15 +109,33 @@ type attnJob struct {
 	// their read-back values), which keep appends.
 	k8, v8 []int8
 	ks, vs []float32
+	// tree, for a ForwardTree's block, replaces the causal mask: row i sees the block rows of its ancestry
+	// (tree.Path(i)), in depth order, after the cached keys. Trees run on targets, whose attention has no
+	// window.
+	tree *model.Tree
 }
 
-// tmp is the length of the scratch unit needs besides the scores: d values, and for an 8-bit cache kvChunk
-// rows read back.
+// tmp is the length of the scratch unit needs besides the scores: d values, for an 8-bit cache kvChunk rows
+// read back, and for a tree in the fast mode its gathered ancestry.
 func (j *attnJob) tmp() int {
+	return j.d + j.chunkBuf() + j.treeBuf()
+}
+
+// chunkBuf is the length of the 8-bit cache's read-back buffer (kvChunk rows), 0 for a float32 cache.
+func (j *attnJob) chunkBuf() int {
 	if j.c.q8 {
-		return j.d + kvChunk*j.d
+		return kvChunk * j.d
 	}
-	return j.d
+	return 0
+}
+
+// treeBuf is the length of the fast mode's gathered ancestry in a tree: its keys, then its values, contiguous
+// as the fast kernels read them (0 for a chain, or the exact mode, which reads them in place).
+func (j *attnJob) treeBuf() int {
+	if j.tree == nil || !j.fast {
+		return 0
+	}
+	return 2 * (j.tree.MaxDepth + 1) * j.d
 }
 
 // units is the number of independent work units of the job (unit's idx range).
@@ -146,6 +172,21 @@ func (j *attnJob) headsFast(i, h0, nh int, scores, buf []float32) {
 	if a.Window > 0 {
 		blo, bhi = max(blo, i-a.Window+1), min(bhi, i+a.Window)
 	}
+	// The block's visible keys and values: a contiguous range of the block's rows, or in a tree the rows of
+	// row i's ancestry gathered into buf past the chunk buffer, in depth order: the same rows, in the same
+	// order and the same calls, as the block of a chain forward of that path.
+	bk, bv, bstride := j.kr[blo*kvw+g*d:], j.v[blo*kvw+g*d:], kvw
+	if j.tree != nil {
+		path := j.tree.Path(i)
+		bhi = blo + len(path)
+		gk := buf[j.chunkBuf():]
+		gv := gk[len(path)*d:]
+		for r, p := range path {
+			copy(gk[r*d:(r+1)*d], j.kr[p*kvw+g*d:])
+			copy(gv[r*d:(r+1)*d], j.v[p*kvw+g*d:])
+		}
+		bk, bv, bstride = gk, gv, d
+	}
 	// A window can start past every cached key (a block longer than the window).
 	nc, nb := max(0, j.n-first), max(0, bhi-blo)
 	nv := nc + nb
@@ -165,7 +206,7 @@ func (j *attnJob) headsFast(i, h0, nh int, scores, buf []float32) {
 		vecmath.AttnScores(sc[c0:], nv, q, nh, rows, stride, n, d, j.scale)
 	}
 	if nb > 0 {
-		vecmath.AttnScores(sc[nc:], nv, q, nh, j.kr[blo*kvw+g*d:], kvw, nb, d, j.scale)
+		vecmath.AttnScores(sc[nc:], nv, q, nh, bk, bstride, nb, d, j.scale)
 	}
 	for h := range nh {
 		vecmath.SoftmaxFast(sc[h*nv : (h+1)*nv])
@@ -181,7 +222,7 @@ func (j *attnJob) headsFast(i, h0, nh int, scores, buf []float32) {
 		vecmath.AttnValues(o, sc[c0:], nv, nh, rows, stride, n, d)
 	}
 	if nb > 0 {
-		vecmath.AttnValues(o, sc[nc:], nv, nh, j.v[blo*kvw+g*d:], kvw, nb, d)
+		vecmath.AttnValues(o, sc[nc:], nv, nh, bv, bstride, nb, d)
 	}
 }
 
@@ -190,9 +231,9 @@ func (j *attnJob) headsFast(i, h0, nh int, scores, buf []float32) {
 func (p *pass) attend(layer int, q, k, v act, a model.Attend[*weight], out []float32) *attnJob {
 	d := a.HeadDim
 	c := p.kv[layer]
-	j := &attnJob{a: a, c: c, v: v.v, d: d, Hq: q.width() / d, bs: k.t, scale: float32(1 / math.Sqrt(float64(d)))}
-	j.qr = rotate(p.mem, q, a.Rope.rope, d, a.Pos)
-	j.kr = rotate(p.mem, k, a.Rope.rope, d, a.Pos)
+	j := &attnJob{a: a, c: c, v: v.v, d: d, Hq: q.width() / d, bs: k.t, scale: float32(1 / math.Sqrt(float64(d))), tree: p.tree}
+	j.qr = rotate(p.mem, q, a.Rope.rope, d, a.Pos, p.tree)
+	j.kr = rotate(p.mem, k, a.Rope.rope, d, a.Pos, p.tree)
 	Hkv := k.width() / d
 	j.kvw = Hkv * d
 	j.n = c.positions(j.kvw) // cached positions, all before the block
@@ -248,9 +289,16 @@ func (j *attnJob) head(idx int, scores, tmp []float32) {
 			sc = append(sc, vecmath.Dot(qh, rows[r*stride:r*stride+d])*j.scale)
 		}
 	}
-	for jj := range j.bs {
-		if !hidden(i, jj) {
+	if j.tree != nil {
+		// Row i's ancestry, in depth order: the keys a chain forward of its path sees after the cache.
+		for _, jj := range j.tree.Path(i) {
 			sc = append(sc, vecmath.Dot(qh, j.kr[jj*kvw+g*d:jj*kvw+g*d+d])*j.scale)
+		}
+	} else {
+		for jj := range j.bs {
+			if !hidden(i, jj) {
+				sc = append(sc, vecmath.Dot(qh, j.kr[jj*kvw+g*d:jj*kvw+g*d+d])*j.scale)
+			}
 		}
 	}
 	vecmath.Softmax(sc)
@@ -266,6 +314,13 @@ func (j *attnJob) head(idx int, scores, tmp []float32) {
 			vecmath.AddScaled(oh, rows[r*stride:r*stride+d], tmp[:d], sc[s])
 			s++
 		}
+	}
+	if j.tree != nil {
+		for _, jj := range j.tree.Path(i) {
+			vecmath.AddScaled(oh, j.v[jj*kvw+g*d:jj*kvw+g*d+d], tmp[:d], sc[s])
+			s++
+		}
+		return
 	}
 	for jj := range j.bs {
 		if !hidden(i, jj) {
@@ -298,19 +353,22 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) 
 		// head's norms, gates and recurrences.
 		j.pr = pr.v
 		p.pool.ForThen(j.C, 256, j.convWindow, j.Hk, 1, func(lo, hi int) {
-			tmp := make([]float32, j.dk)
+			tmp := make([]float32, j.headTmp())
 			for g := lo; g < hi; g++ {
 				j.keyHead(g, tmp)
 			}
 		})
-		copy(j.st.conv, j.X[j.T*j.C:])
+		if j.tree == nil {
+			// gates' conv state shift (a tree leaves the conv state as it was: KeepPath sets it).
+			copy(j.st.conv, j.X[j.T*j.C:])
+		}
 		j.flip()
 		return act{j.o, j.T}
 	}
 	p.pool.For(j.C, 256, j.conv)
 	j.gates()
 	p.pool.For(j.Hv, 1, func(lo, hi int) {
-		tmp := make([]float32, j.dk)
+		tmp := make([]float32, j.headTmp())
 		for h := lo; h < hi; h++ {
 			j.head(h, tmp)
 		}
@@ -321,7 +379,9 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) 
 
 // flip makes the buffer head wrote the current state (nothing to do after an update in place).
 func (j *gdnJob) flip() {
-	if !j.inPlace {
+	// A tree's recurrence leaves s untouched (its node states live in head's scratch): S₀ stays current until
+	// KeepPath replays the kept path.
+	if !j.inPlace && j.tree == nil {
 		j.st.cur = 1 - j.st.cur
 	}
 }
@@ -339,6 +399,10 @@ type gdnJob struct {
 	pr                            []float32 // the block's projections, when convWindow copies them into X
 	inPlace                       bool      // no tape: the recurrence updates s[cur] in place (see gdnState)
 	fast                          bool
+	// tree, for a ForwardTree's block (nil for a chain): row t's conv reads the conv inputs along its
+	// ancestry (window[t·Kc+m] is the row of X for tap m), and its recurrence starts from its parent's state.
+	tree   *model.Tree
+	window []int
 }
 
 // deltaNet prepares layer's recurrence over the block's projections (the tape, when recorded, set up);
@@ -359,6 +423,16 @@ func (p *pass) deltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act, 
 		p.tape.layers[layer] = tp
 	}
 	j.inPlace = tp == nil
+	if p.tree != nil {
+		j.tree = p.tree
+		j.window = make([]int, T*Kc)
+		for t := range T {
+			path := p.tree.Path(t)
+			for m := range Kc {
+				j.window[t*Kc+m] = model.ConvRow(path, Kc, Kc, m)
+			}
+		}
+	}
 	p.touched = true
 	// The conv window X = [conv state; P], which the tape keeps as is. Every buffer here is written whole
 	// before it is read (X by these copies, Y by conv, beta and alpha by gates, delta and o by head), so none
@@ -395,7 +469,11 @@ func (j *gdnJob) conv(lo, hi int) {
 		y := Y[t*C+lo : t*C+hi]
 		clear(y)
 		for jj := range Kc {
-			vecmath.MulAdd(y, taps[jj*C+lo:jj*C+hi], X[(t+jj)*C+lo:(t+jj)*C+hi], tmp)
+			r := t + jj
+			if j.window != nil {
+				r = j.window[t*Kc+jj]
+			}
+			vecmath.MulAdd(y, taps[jj*C+lo:jj*C+hi], X[r*C+lo:r*C+hi], tmp)
 		}
 		if !fast {
 			for i, v := range y {
@@ -414,7 +492,10 @@ func (j *gdnJob) conv(lo, hi int) {
 // gates runs, once the conv is done, the conv state's shift, the q and k normalisation and the gates.
 func (j *gdnJob) gates() {
 	st, X, Y, C, T, Hk, Hv, dk, Dk := j.st, j.X, j.Y, j.C, j.T, j.Hk, j.Hv, j.dk, j.Dk
-	copy(st.conv, X[T*C:])
+	if j.tree == nil {
+		// A tree leaves the conv state as it was: KeepPath sets it from the kept path.
+		copy(st.conv, X[T*C:])
+	}
 	// L2-normalised q (scaled by dk^-1/2) and k per key head.
 	qs := float32(1 / math.Sqrt(float64(dk)))
 	for t := range T {
@@ -445,7 +526,7 @@ func (j *gdnJob) convWindow(lo, hi int) {
 }
 
 // keyHead runs, once the conv is done, everything of the layer that key head g's channels feed, for the
-// whole block: the q and k normalisation, its value heads' gates and recurrences (tmp: dk values of
+// whole block: the q and k normalisation, its value heads' gates and recurrences (tmp: headTmp values of
 // scratch). Key heads share nothing, so pass.DeltaNet runs them on the workers in the same pool call as the
 // conv (ForThen) instead of calls for the conv and the heads around a serial one (gates); every value is
 // computed by the same operations as gates and head compute it, so the bits are theirs. The conv state's
@@ -480,6 +561,10 @@ const headRowGroup = 8
 // read-out S_i·q̂), so a group of rows runs the whole block while it sits in L1: the same operations in the
 // same order as a pass over the state per step, with one pass in all.
 func (j *gdnJob) head(h int, tmp []float32) {
+	if j.tree != nil {
+		j.headTree(h, tmp)
+		return
+	}
 	Y, C, T, Hv, dk, dv, Dk, fast := j.Y, j.C, j.T, j.Hv, j.dk, j.dv, j.Dk, j.fast
 	o, delta, alpha, beta := j.o, j.delta, j.alpha, j.beta
 	src, dst := j.st.s[j.st.cur], j.st.s[1-j.st.cur]
@@ -537,6 +622,66 @@ func (j *gdnJob) head(h int, tmp []float32) {
 	}
 }
 
+// headTmp is the length of head's scratch: dk values, and in a tree every node's state rows of one row
+// group (T × headRowGroup × dk).
+func (j *gdnJob) headTmp() int {
+	if j.tree == nil {
+		return j.dk
+	}
+	return j.dk + j.T*headRowGroup*j.dk
+}
+
+// headTree is head over a tree's block: node t's rows start from its parent's state rows (S₀ for a root),
+// which the group keeps per node in tmp, so each node's state, read-out and innovation are those of a chain
+// over its path: the same operations on the same rows in the same order. s itself is not written (S₀ stays
+// for KeepPath's replay).
+func (j *gdnJob) headTree(h int, tmp []float32) {
+	Y, C, T, Hv, dk, dv, Dk, fast := j.Y, j.C, j.T, j.Hv, j.dk, j.dv, j.Dk, j.fast
+	o, delta, alpha, beta := j.o, j.delta, j.alpha, j.beta
+	kh := h / j.rho
+	S0 := j.st.s[j.st.cur][h*dv*dk : (h+1)*dv*dk]
+	nodes := tmp[dk:] // node t's rows of the group at nodes[t·headRowGroup·dk:], stride dk
+	gs := headRowGroup * dk
+	for i0 := 0; i0 < dv; i0 += headRowGroup {
+		end := min(i0+headRowGroup, dv)
+		for t := range T {
+			khat := Y[t*C+Dk+kh*dk : t*C+Dk+(kh+1)*dk]
+			qhat := Y[t*C+kh*dk : t*C+(kh+1)*dk]
+			a, b := alpha[t*Hv+h], beta[t*Hv+h]
+			S := nodes[t*gs : (t+1)*gs]
+			from := S0[i0*dk:] // the rows' state before node t: its parent's, S₀ for a root
+			if p := j.tree.Parents[t]; p >= 0 {
+				from = nodes[p*gs : (p+1)*gs]
+			}
+			i := i0
+			if fast {
+				for ; i+4 <= end; i += 4 {
+					v0 := t*C + 2*Dk + h*dv + i
+					r := vecmath.GDNStep4Fast(S[(i-i0)*dk:], from[(i-i0)*dk:], khat, qhat, dk, dk, a, b, Y[v0:v0+4])
+					oi := (t*Hv+h)*dv + i
+					copy(o[oi:oi+4], r[:4])
+					copy(delta[oi:oi+4], r[4:])
+				}
+			}
+			for ; i < end; i++ {
+				Si, Fi := S[(i-i0)*dk:(i-i0+1)*dk], from[(i-i0)*dk:(i-i0+1)*dk]
+				vi := Y[t*C+2*Dk+h*dv+i]
+				var di float32
+				if fast {
+					o[(t*Hv+h)*dv+i], di = vecmath.GDNStepFast(Si, Fi, khat, qhat, a, b, vi)
+				} else {
+					decay(Si, Fi, a)
+					mem := vecmath.Dot(Si, khat)
+					di = b * (vi - mem)
+					vecmath.AddScaled(Si, khat, tmp[:dk], di)
+					o[(t*Hv+h)*dv+i] = vecmath.Dot(Si, qhat)
+				}
+				delta[(t*Hv+h)*dv+i] = di
+			}
+		}
+	}
+}
+
 // decay sets S = α·S0 (one rounding per element). S may alias S0. Shared by the forward pass and tape replay so
 // both run the same float operations.
 func decay(S, S0 []float32, alpha float32) {
@@ -553,7 +698,9 @@ func rank1(S, delta, khat, tmp []float32) {
 
 // replayGDN rebuilds a GDN layer's state after the first n steps of a taped block
 // (docs/model-math.md#the-innovation-tape), with the forward's float operations in the forward's order.
-func replayGDN(pool *kernel.Pool, w *model.DeltaNet[*weight], st *gdnState, tp *gdnTape, n int) {
+// path, when not nil, names the block rows of the steps (a tree's kept path, n = len(path)); nil means rows
+// 0..n−1.
+func replayGDN(pool *kernel.Pool, w *model.DeltaNet[*weight], st *gdnState, tp *gdnTape, n int, path []int) {
 	Hk, Hv, dk, dv := w.KeyHeads, w.ValueHeads, w.KeyDim, w.ValueDim
 	C, Dk := w.Channels(), Hk*dk
 	rho := Hv / Hk
@@ -567,8 +714,12 @@ func replayGDN(pool *kernel.Pool, w *model.DeltaNet[*weight], st *gdnState, tp *
 				kh := h / rho
 				S := dst[h*dv*dk : (h+1)*dv*dk]
 				S0 := src[h*dv*dk : (h+1)*dv*dk]
-				for t := range n {
-					if t == 0 {
+				for step := range n {
+					t := step
+					if path != nil {
+						t = path[step]
+					}
+					if step == 0 {
 						decay(S, S0, tp.alpha[t*Hv+h])
 					} else {
 						decay(S, S, tp.alpha[t*Hv+h])
@@ -579,6 +730,15 @@ func replayGDN(pool *kernel.Pool, w *model.DeltaNet[*weight], st *gdnState, tp *
 		})
 	}
 	st.cur = 1 - tp.s0
-	// Conv state = rows n..n+Kc−2 of [cs₀; P].
-	copy(st.conv, tp.x[n*C:])
+	if path == nil {
+		// Conv state = rows n..n+Kc−2 of [cs₀; P].
+		copy(st.conv, tp.x[n*C:])
+		return
+	}
+	// The last Kc−1 conv inputs along the path (cs₀'s rows first when the path is shorter).
+	Kc := w.ConvKernel
+	for m := range Kc - 1 {
+		r := model.ConvRow(path, Kc, Kc-1, m)
+		copy(st.conv[m*C:(m+1)*C], tp.x[r*C:(r+1)*C])
+	}
 }

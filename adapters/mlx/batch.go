@@ -42,8 +42,8 @@ func (t *Target) ForwardBatch(ctx context.Context, items []ports.BatchItem) ([]p
 	a := &t.m.Arch
 	for i, it := range items {
 		s := sessions[i]
-		if s.closed {
-			results[i].Err = errClosed
+		if err := s.usable(); err != nil {
+			results[i].Err = err
 			continue
 		}
 		rows, err := s.pos.CheckForward(it.Tokens, it.Opts, a.Vocab, a.ContextLength)

@@ -19,6 +19,7 @@ var (
 	_ ports.Drafter         = (*Drafter)(nil)
 	_ ports.DraftSession    = (*DraftSession)(nil)
 	_ ports.SamplingDrafter = (*DraftSession)(nil)
+	_ ports.TopDrafter      = (*DraftSession)(nil)
 )
 
 // DrafterOptions tune LoadDrafter (see model.DrafterOptions).
@@ -164,7 +165,16 @@ func (s *DraftSession) Close() error {
 // The host reads are the drafted token ids (DFlash), or each slot's candidates and the selector's small
 // projections (DFlash2, whose greedy walk runs on the host).
 func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int) (ports.Proposal, error) {
-	return s.draft(ctx, anchor, newCtx, bs, 0, nil)
+	return s.draft(ctx, anchor, newCtx, bs, 0, nil, 0)
+}
+
+// DraftTop is Draft that also fills Proposal.Top with each slot's k candidates (see ports.TopDrafter): the
+// drafted slots' logits are read back and ranked on the host (model.TopCandidates).
+func (s *DraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, k int) (ports.Proposal, error) {
+	if k < 1 {
+		return ports.Proposal{}, fmt.Errorf("mlx drafter: top-k %d must be ≥ 1", k)
+	}
+	return s.draft(ctx, anchor, newCtx, bs, 0, nil, k)
 }
 
 // DraftSampled is Draft at temperature > 0 (ports.SamplingDrafter): a DFlash2 drafter's selector draws each
@@ -174,10 +184,11 @@ func (s *DraftSession) DraftSampled(ctx context.Context, anchor ports.Token, new
 	if err := model.CheckSampledDraft(temperature, rnd); err != nil {
 		return ports.Proposal{}, fmt.Errorf("mlx drafter: %w", err)
 	}
-	return s.draft(ctx, anchor, newCtx, bs, temperature, rnd)
+	return s.draft(ctx, anchor, newCtx, bs, temperature, rnd, 0)
 }
 
-func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand) (ports.Proposal, error) {
+// draft is Draft (DraftSampled with rnd, DraftTop with topK > 0, which reads the slots' logits back).
+func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand, topK int) (ports.Proposal, error) {
 	in, err := s.admit(anchor, newCtx, bs, temperature, rnd)
 	if err != nil {
 		return ports.Proposal{}, err
@@ -191,6 +202,7 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 	ctxRows := in.rows
 	var toks []int32
 	var dists []ports.Distribution
+	var logits []float32 // the slots' logits [bs−1, V], read for DraftTop
 	err = d.t.rt.Do(func() error {
 		if d.closed || d.t.closed {
 			return errors.New("mlx drafter: drafter or target is closed")
@@ -216,7 +228,11 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 			if rnd != nil {
 				_, toks, dists = model.ProposeSampled(d.m, be, st, block, s.n+ctxRows, bs-1, temperature, rnd)
 			} else {
-				_, toks = model.Propose(d.m, be, st, block, s.n+ctxRows, bs-1)
+				var lg ops.Act
+				lg, toks = model.Propose(d.m, be, st, block, s.n+ctxRows, bs-1)
+				if topK > 0 {
+					logits = be.Host(lg)
+				}
 			}
 		}
 		g.Eval(outs...)
@@ -239,14 +255,24 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 	}
 	s.n += ctxRows
 	if bs == 1 {
-		return ports.Proposal{Tokens: []ports.Token{}}, nil
+		p := ports.Proposal{Tokens: []ports.Token{}}
+		if topK > 0 {
+			p.Top = [][]ports.Candidate{}
+		}
+		return p, nil
 	}
 	if len(toks) != bs-1 {
 		return ports.Proposal{}, fmt.Errorf("mlx drafter: drafted %d tokens for a block of %d", len(toks), bs)
 	}
 	out := make([]ports.Token, len(toks))
 	copy(out, toks)
-	return ports.Proposal{Tokens: out, Dists: dists}, nil
+	p := ports.Proposal{Tokens: out, Dists: dists}
+	if topK > 0 {
+		if p.Top, err = model.TopCandidates(logits, s.d.t.info.VocabSize, out, topK); err != nil {
+			return ports.Proposal{}, fmt.Errorf("mlx drafter: %w", err)
+		}
+	}
+	return p, nil
 }
 
 // draftInput is an admitted draft call's context rows: on the device (dev) or the host (host), rows of them.

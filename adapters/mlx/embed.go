@@ -35,7 +35,7 @@ func (t *Target) LastHidden(ctx context.Context, tokens []ports.Token) ([]float3
 		}
 		hi := min(len(tokens), lo+maxChunk)
 		last := hi == len(tokens)
-		r, err := s.run(ctx, tokens[lo:hi], 1, false, false, last)
+		r, err := s.run(ctx, tokens[lo:hi], 1, false, false, last, nil)
 		if err != nil {
 			return nil, fmt.Errorf("mlx last hidden: %w", err)
 		}

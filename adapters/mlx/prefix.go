@@ -45,8 +45,8 @@ func (p *Prefix) KVBits() int { return p.t.kvBits }
 
 // ExportPrefix returns the state after positions [0, n) (see ports.PrefixExporter).
 func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
-	if s.closed {
-		return nil, errClosed
+	if err := s.usable(); err != nil {
+		return nil, err
 	}
 	if err := s.pos.CheckExport(n); err != nil {
 		return nil, fmt.Errorf("mlx: %w", err)
@@ -121,8 +121,8 @@ func (p *Prefix) handles() []arr {
 // ImportPrefix makes an empty session hold p (see ports.PrefixExporter): the session takes new handles to
 // p's arrays, and its next Forward builds new arrays from them, as every Forward does.
 func (s *Session) ImportPrefix(ps ports.PrefixState) error {
-	if s.closed {
-		return errClosed
+	if err := s.usable(); err != nil {
+		return err
 	}
 	p, ok := ps.(*Prefix)
 	switch {

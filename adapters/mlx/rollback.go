@@ -29,8 +29,8 @@ func (p *Snapshot) Position() int { return p.pos }
 // Snapshot copies the recurrent state (see ports.Session). A model without recurrent layers has nothing to
 // snapshot: the error wraps errors.ErrUnsupported, which the speculative decoder reads as "TrimKV alone".
 func (s *Session) Snapshot() (ports.RecurrentSnapshot, error) {
-	if s.closed {
-		return nil, errClosed
+	if err := s.usable(); err != nil {
+		return nil, err
 	}
 	if !s.pos.Recurrent {
 		return nil, fmt.Errorf("mlx: snapshot: model has no recurrent layers: %w", errors.ErrUnsupported)
@@ -72,8 +72,8 @@ func (s *Session) Snapshot() (ports.RecurrentSnapshot, error) {
 
 // Restore puts the recurrent layers back to a snapshot of this session; the snapshot stays valid.
 func (s *Session) Restore(rs ports.RecurrentSnapshot) error {
-	if s.closed {
-		return errClosed
+	if err := s.usable(); err != nil {
+		return err
 	}
 	p, ok := rs.(*Snapshot)
 	if !ok || p == nil || p.sess != s {
@@ -146,8 +146,8 @@ func freeTape(tp *ops.Tape) {
 // ReplayTape rolls the recurrent layers back to the state after the first n positions of the taped block
 // (bit-exact with the MLX forward: same ops, same order). n == Len keeps the verify's end state.
 func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
-	if s.closed {
-		return errClosed
+	if err := s.usable(); err != nil {
+		return err
 	}
 	skip, err := model.CheckReplay(ctx, t, s, s.gen, s.lastTap, n, s.replay)
 	if err != nil {

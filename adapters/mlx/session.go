@@ -22,6 +22,7 @@ type arr = mlxc.Array
 var _ interface {
 	ports.Session
 	ports.TapeReplayer
+	ports.TreeVerifier
 } = (*Session)(nil)
 
 var errClosed = errors.New("mlx: session is closed")
@@ -40,7 +41,11 @@ type Session struct {
 	lastTap *ops.Tape
 	taped   *Taps
 	replay  bool
-	closed  bool
+	// tree is the verification tree ForwardTree left for KeepPath (nil when none); pathTaps the taps
+	// KeepPath returned (freed with the next Forward's, as taped).
+	tree     *pendingTree
+	pathTaps *Taps
+	closed   bool
 	// id names the session to the pipeline's workers (0 when not distributed).
 	id int32
 	// hidden makes run read back the final-normed hidden rows in place of the logits (and no greedy ids):
@@ -133,8 +138,8 @@ func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.
 // logits or distributions.
 func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions) (ports.ForwardResult, []float32, error) {
 	fail := func(err error) (ports.ForwardResult, []float32, error) { return ports.ForwardResult{}, nil, err }
-	if s.closed {
-		return fail(errClosed)
+	if err := s.usable(); err != nil {
+		return fail(err)
 	}
 	if err := ctx.Err(); err != nil {
 		return fail(fmt.Errorf("mlx forward: %w", err))
@@ -170,7 +175,7 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 		// The rows of this chunk among the block's last `rows`; a chunk with none still computes one row,
 		// which is discarded.
 		want := max(0, hi-max(lo, T-rows))
-		r, err := s.run(ctx, tokens[lo:hi], max(want, 1), opts.Taps, opts.RecordTape, wantLogits && want > 0)
+		r, err := s.run(ctx, tokens[lo:hi], max(want, 1), opts.Taps, opts.RecordTape, wantLogits && want > 0, nil)
 		if err != nil {
 			s.freeAll(tapParts)
 			return fail(err)
@@ -271,10 +276,11 @@ type runResult struct {
 }
 
 // run evaluates one chunk of tokens at positions Len().. as one lazy graph and advances the session. Only
-// the greedy ids (and logits when wantLogits) are read back.
+// the greedy ids (and logits when wantLogits) are read back. With a tree the tokens are its nodes
+// (ForwardTree): the pass records the tree's tape in tree.Layers and the session does not advance.
 // It is one function because it builds one lazy graph: every part adds nodes to the same graph, which is
 // evaluated once at the end.
-func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantTaps, wantTape, wantLogits bool) (runResult, error) {
+func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantTaps, wantTape, wantLogits bool, tree *ops.Tree) (runResult, error) {
 	m := s.t.m
 	T := len(tokens)
 	var res runResult
@@ -284,6 +290,9 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 		}
 		if p := s.t.ring; p != nil && p.Rank == 0 {
 			c := ring.Ctrl{Op: ring.OpForward, Sess: s.id, A: int32(T), B: int32(rows)}
+			if tree != nil {
+				c.Op, c.Payload = ring.OpTree, int32s(tree.Parents)
+			}
 			for _, f := range []struct {
 				on bool
 				fl int32
@@ -303,8 +312,8 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 		defer g.Release()
 		be := ops.Backend{G: g, DT: s.t.dt}
 		old := s.st.handles()
-		st := &ops.Pass{O: be, KV: s.st.kv, GDN: s.st.gdn}
-		if wantTape && s.pos.Recurrent {
+		st := &ops.Pass{O: be, KV: s.st.kv, GDN: s.st.gdn, Tree: tree}
+		if wantTape && s.pos.Recurrent && tree == nil {
 			st.Tape = &ops.Tape{TapeHeader: model.TapeHeader{Session: s, Forward: s.gen, Length: T, Start: s.pos.N}, Sess: s, Layers: make([]*ops.GDNTape, m.Arch.Layers)}
 		}
 		tapRows, tap := model.Collect[ops.Act](s.taps)
@@ -384,6 +393,13 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 				}
 			}
 		}
+		if tree != nil {
+			for _, tp := range tree.Layers {
+				if tp != nil {
+					outs = append(outs, tp.Alpha, tp.Delta, tp.Keys, tp.Rows)
+				}
+			}
+		}
 		t1 := time.Now()
 		g.Eval(append(outs, tapLocal...)...)
 		if p != nil {
@@ -414,9 +430,13 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 			return g.Err
 		}
 		// Adopt every evaluated output but the greedy ids and logits (the new state, the taps, the tape's
-		// arrays) in one pass; free the old handles except those a tape now owns (S₀, cs₀).
+		// arrays) in one pass; free the old handles except those a tape now owns (S₀, cs₀) and those still
+		// the state (a tree's recurrent layers keep theirs).
 		g.KeepAll(outs)
 		keepOld := map[arr]bool{}
+		for _, h := range s.st.handles() {
+			keepOld[h] = true
+		}
 		if tape != nil {
 			for _, tp := range tape.Layers {
 				if tp != nil {
@@ -436,8 +456,10 @@ func (s *Session) run(ctx context.Context, tokens []ports.Token, rows int, wantT
 	if err != nil {
 		return runResult{}, err
 	}
-	s.pos.N += T
-	s.pos.Rec = s.pos.N
+	if tree == nil {
+		s.pos.N += T
+		s.pos.Rec = s.pos.N
+	}
 	return res, nil
 }
 
@@ -448,6 +470,12 @@ func (s *Session) dropLast() {
 			mlxc.ArrayFree(s.taped.a)
 		}
 		s.taped.a, s.taped = 0, nil
+	}
+	if s.pathTaps != nil {
+		if s.pathTaps.a != 0 {
+			mlxc.ArrayFree(s.pathTaps.a)
+		}
+		s.pathTaps.a, s.pathTaps = 0, nil
 	}
 	if s.lastTap != nil {
 		freeTape(s.lastTap)
@@ -493,8 +521,8 @@ func (st *sessState) restoreHandles(h []arr) {
 
 // TrimKV truncates every attention cache to n positions and sets Len to n.
 func (s *Session) TrimKV(n int) error {
-	if s.closed {
-		return errClosed
+	if err := s.usable(); err != nil {
+		return err
 	}
 	if n < 0 || n > s.pos.N {
 		return fmt.Errorf("mlx: trim to %d outside [0,%d]", n, s.pos.N)
@@ -562,6 +590,8 @@ func (s *Session) Close() error {
 	}
 	return s.t.rt.Do(func() error {
 		s.dropLast()
+		s.dropTreeTape()
+		s.tree = nil
 		for _, h := range s.st.handles() {
 			if h != 0 {
 				mlxc.ArrayFree(h)

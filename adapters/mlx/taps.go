@@ -54,8 +54,8 @@ func (t *Taps) Detach() ports.Taps {
 
 // Read copies the first Rows() rows to Go memory (row-major, width = len(tapLayers)·HiddenSize).
 func (t *Taps) Read() (data []float32, rows, width int, err error) {
-	if t.width == 0 {
-		return []float32{}, t.rows, 0, nil
+	if t.width == 0 || t.rows == 0 {
+		return []float32{}, t.rows, t.width, nil
 	}
 	if t.a == 0 {
 		return nil, 0, t.width, errors.New("mlx taps: released (taps are valid until the next Forward unless detached)")

@@ -63,7 +63,7 @@ func (w *Worker) Do(ctx context.Context, c ring.Ctrl) error {
 		s.replay = false
 		if err = t.rt.Do(func() error { s.dropLast(); return nil }); err == nil {
 			var r runResult
-			r, err = s.run(ctx, make([]ports.Token, c.A), int(c.B), c.Flags&ring.FlagTaps != 0, c.Flags&ring.FlagTape != 0, c.Flags&ring.FlagLogits != 0)
+			r, err = s.run(ctx, make([]ports.Token, c.A), int(c.B), c.Flags&ring.FlagTaps != 0, c.Flags&ring.FlagTape != 0, c.Flags&ring.FlagLogits != 0, nil)
 			if r.tape != nil {
 				s.lastTap = r.tape
 			}
@@ -71,6 +71,10 @@ func (w *Worker) Do(ctx context.Context, c ring.Ctrl) error {
 				s.freeAll([]arr{r.taps})
 			}
 		}
+	case ring.OpTree:
+		err = s.workTree(ctx, c)
+	case ring.OpKeepPath:
+		_, err = s.KeepPath(ctx, ints(c.Payload))
 	case ring.OpBatch:
 		err = t.serveBatch(ctx, c, w.sessions)
 	case ring.OpTrim:

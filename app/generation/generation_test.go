@@ -223,3 +223,26 @@ func indexOf(toks []ports.Token, t ports.Token) int {
 	}
 	return -1
 }
+
+// TestPlanTrees: the engine's tree setting reaches speculative requests (TreeAuto: trees up to the block size
+// under the adaptive policy, chains for a fixed block), a request's own setting replaces it, and plain
+// decoding has none.
+func TestPlanTrees(t *testing.T) {
+	e, _ := fakeEngine(t, 8)
+	e.Tree = speculative.TreeConfig{Budget: TreeAuto, Width: 3}
+	plan := func(r Request) speculative.TreeConfig {
+		r.Prompt = []ports.Token{1, 2}
+		p, err := e.Plan(r)
+		require.NoError(t, err)
+		return p.Config.Tree
+	}
+	assert.Equal(t, speculative.TreeConfig{Budget: 8, Width: 3}, plan(Request{Adaptive: true}))
+	assert.Equal(t, speculative.TreeConfig{Budget: 12, Width: 3}, plan(Request{Adaptive: true, BlockSize: 12}))
+	assert.Zero(t, plan(Request{}).Budget, "a fixed block keeps chains under TreeAuto")
+	assert.Zero(t, plan(Request{Adaptive: true, BlockSize: 1}), "plain decoding")
+	assert.Equal(t, speculative.TreeConfig{Budget: 5}, plan(Request{Tree: &speculative.TreeConfig{Budget: 5}}))
+	e.Tree = speculative.TreeConfig{Budget: 6}
+	assert.Equal(t, 6, plan(Request{}).Budget, "an explicit budget applies to fixed blocks too")
+	_, err := e.Plan(Request{Prompt: []ports.Token{1, 2}, Tree: &speculative.TreeConfig{Budget: 1}})
+	assert.ErrorContains(t, err, "tree budget 1")
+}

@@ -25,7 +25,15 @@ type Engine struct {
 	Policies *Policies
 	// ContextLength, when > 0, caps the target's context length (an operator's --context-length).
 	ContextLength int
+	// Tree is the tree verification a speculative request runs with (the zero value: chains only; a Budget
+	// of TreeAuto: trees up to the request's block size under the adaptive policy, chains without it). The
+	// decoder uses it only where the backend's sessions can verify trees (speculative.TreeConfig).
+	Tree speculative.TreeConfig
 }
+
+// TreeAuto as Engine.Tree.Budget lets the adaptive policy weigh trees of up to the request's block size
+// against chains, and keeps a request without the policy (a fixed block) on chains.
+const TreeAuto = -1
 
 // Check reports a configuration the engine cannot run (a default block size without a drafter, or past the
 // context length).
@@ -114,6 +122,9 @@ type Request struct {
 	BlockSize int
 	// Adaptive lets the depth policy pick each round's block size (≤ the block size).
 	Adaptive bool
+	// Tree, when non-nil, replaces the engine's tree verification for this request (a zero Budget: chains
+	// only).
+	Tree *speculative.TreeConfig
 	// Sampling are the target's sampling parameters (Temperature 0: greedy); Seed seeds them.
 	Sampling ports.SamplingParams
 	Seed     uint64
@@ -232,6 +243,18 @@ func (e *Engine) Plan(req Request) (Plan, error) {
 		Verify:        req.Verify,
 		Rollback:      req.Rollback,
 		LayerKinds:    info.LayerKinds,
+	}
+	if bs > 1 {
+		cfg.Tree = e.Tree
+		if req.Tree != nil {
+			cfg.Tree = *req.Tree
+		}
+		if cfg.Tree.Budget == TreeAuto {
+			cfg.Tree.Budget = 0
+			if cfg.Adaptive {
+				cfg.Tree.Budget = bs
+			}
+		}
 	}
 	if cfg.Adaptive {
 		cfg.Policy.Memory = req.PolicyMemory

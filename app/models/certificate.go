@@ -41,6 +41,25 @@ type CertificateSummary struct {
 	Fingerprint string `json:"fingerprint"`
 	Tolerance   string `json:"tolerance"`
 	Scope       string `json:"scope"`
+	// Trees summarises the certificate's tree section for /v1/models (absent from certificates made before
+	// higgs verified trees).
+	Trees *TreeSummary `json:"trees,omitempty"`
+}
+
+// TreeSummary is the head's account of tree verification: whether trees were verified at all (a backend
+// without the abilities verifies chains when asked for trees, and Note says so), whether every tree run
+// gave plain decoding's tokens, at which block sizes and node budgets, and how many rounds really verified
+// a tree out of the draft rounds of the tree runs.
+type TreeSummary struct {
+	Verified    bool   `json:"verified"`
+	Pass        bool   `json:"pass"`
+	BlockSizes  []int  `json:"block_sizes"`
+	Budgets     []int  `json:"budgets"`
+	TreeRounds  int    `json:"tree_rounds"`
+	DraftRounds int    `json:"draft_rounds"`
+	Note        string `json:"note,omitempty"`
+	// DistributionPass is the tree distribution test's verdict (absent when it did not run).
+	DistributionPass *bool `json:"distribution_pass,omitempty"`
 }
 
 // ReadCertificate reads the summary of dir's certificate; (nil, nil) when there is none.
@@ -78,6 +97,11 @@ func Certification(dir, backend string) *ports.Certification {
 	}
 	c := &ports.Certification{Pass: s.Certified, When: s.When, Build: s.Build, Backend: s.Backend, Kernels: s.Kernels,
 		Drafter: s.Drafter, Tolerance: s.Tolerance, Scope: s.Scope}
+	if t := s.Trees; t != nil {
+		c.Trees = &ports.CertifiedTrees{Verified: t.Verified, Pass: t.Pass, BlockSizes: slices.Clone(t.BlockSizes),
+			Budgets: slices.Clone(t.Budgets), TreeRounds: t.TreeRounds, DraftRounds: t.DraftRounds, Note: t.Note,
+			DistributionPass: t.DistributionPass}
+	}
 	fp, err := Fingerprint(dir)
 	c.Matches = err == nil && fp == s.Fingerprint && s.Backend == backend
 	return c

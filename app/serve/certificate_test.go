@@ -79,6 +79,17 @@ func TestModelsShowCertificate(t *testing.T) {
 
 	// Served on another backend: shown, but it does not vouch for it.
 	assert.Equal(t, false, modelsJSON(t, dir, "cpu-fast")["certified"].(map[string]any)["matches_loaded"])
+
+	// A certificate that verified trees: its head's summary shows as "trees".
+	cert["scope"] = "chain, block sizes 1-16; tree, block sizes 3-16, budgets 4,8,16"
+	cert["trees"] = map[string]any{"verified": true, "pass": true, "block_sizes": []int{3, 4}, "budgets": []int{4, 8, 16},
+		"tree_rounds": 40, "draft_rounds": 52, "distribution_pass": true}
+	data, err = json.Marshal(cert)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+	assert.Equal(t, map[string]any{"verified": true, "pass": true, "block_sizes": []any{3.0, 4.0}, "budgets": []any{4.0, 8.0, 16.0},
+		"tree_rounds": 40.0, "draft_rounds": 52.0, "distribution_pass": true},
+		modelsJSON(t, dir, "cpu")["certified"].(map[string]any)["trees"])
 	// Weights changed since: the same.
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type":"qwen3","x":1}`), 0o644))
 	assert.Equal(t, false, modelsJSON(t, dir, "cpu")["certified"].(map[string]any)["matches_loaded"])

@@ -112,13 +112,30 @@ func (lv *live) observe(rs speculative.RoundStats) {
 		ev.TokensPerS = float64(lv.generated-1) / lv.decode.Seconds()
 	}
 	drafts := rs.Block[1:]
+	rejected := rs.Accepted // the chain's first rejected draft
+	if t := rs.Tree; t != nil {
+		// A tree: its accepted path first, then its other candidates (none of which is "the" rejected one).
+		ev.BlockSize, ev.Tree = t.Slots, rs.BlockSize
+		drafts = make([]ports.Token, 0, len(rs.Block)-1)
+		onPath := make(map[int]bool, len(t.Path))
+		for _, v := range t.Path {
+			drafts = append(drafts, rs.Block[v])
+			onPath[v] = true
+		}
+		for v := 1; v < len(rs.Block); v++ {
+			if !onPath[v] {
+				drafts = append(drafts, rs.Block[v])
+			}
+		}
+		rejected = -1
+	}
 	ev.Tokens = make([]ports.RoundToken, 0, len(drafts)+1)
 	for i, t := range drafts {
 		kind := ports.TokenDrafted
 		switch {
 		case i < rs.Accepted:
 			kind = ports.TokenAccepted
-		case i == rs.Accepted:
+		case i == rejected:
 			kind = ports.TokenRejected
 		}
 		ev.Tokens = append(ev.Tokens, lv.token(t, kind))

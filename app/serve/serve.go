@@ -30,6 +30,13 @@ type ServeConfig struct {
 	BlockSize int
 	// Adaptive lets the depth policy pick each round's block size (≤ the request's block size).
 	Adaptive bool
+	// TreeBudget, when ≥ 2, lets speculative rounds verify a tree of the drafter's top candidates of at most
+	// this many nodes (speculative.TreeConfig: with Adaptive the policy chooses tree or chain and the
+	// budget); generation.TreeAuto (−1) lets the adaptive policy weigh trees up to the request's block size
+	// and keeps fixed blocks on chains; 0 verifies chains only. TreeWidth is the most candidates per slot (0:
+	// the default). Where the backend cannot verify trees, or a request's decoding cannot (a constraint,
+	// log-probabilities, unseeded sampling), rounds verify chains.
+	TreeBudget, TreeWidth int
 	// MaxConcurrency is the batch size: the number of generations decoded together, each round's drafts
 	// and verifies of all of them run as one batched drafter call and one batched target forward
 	// (domain/batch). More requests wait in the queue.
@@ -259,7 +266,8 @@ func (s *Serve) SetEngine(e Engine) error {
 		return fmt.Errorf("serve: %w", err)
 	}
 	l := &loaded{Engine: e, name: e.Name, info: e.Target.Info(), eos: map[ports.Token]bool{},
-		gen: &generation.Engine{Target: e.Target, Drafter: e.Drafter, EOS: e.EOS, BlockSize: s.cfg.BlockSize, Policies: &generation.Policies{}}}
+		gen: &generation.Engine{Target: e.Target, Drafter: e.Drafter, EOS: e.EOS, BlockSize: s.cfg.BlockSize, Policies: &generation.Policies{},
+			Tree: speculative.TreeConfig{Budget: s.cfg.TreeBudget, Width: s.cfg.TreeWidth}}}
 	if s.cfg.ServedModelName != "" {
 		l.name = s.cfg.ServedModelName
 	}

@@ -24,9 +24,16 @@ type BenchOptions struct {
 	Adaptive  bool
 	// Sweep lists extra fixed block sizes measured beside "spec"; when set, the adaptive policy is measured
 	// too (as "adaptive").
-	Sweep   []int
-	StopIDs []ports.Token
-	NoEOS   bool
+	Sweep []int
+	// TreeBudget, when ≥ 2, gives "spec" (and "adaptive") tree verification of that node budget
+	// (speculative.TreeConfig, TreeWidth candidates per slot: with the adaptive policy it chooses tree or
+	// chain); generation.TreeAuto, higgsd's default, lets the adaptive rows weigh trees up to the block size
+	// and keeps a fixed main figure on chains; 0 measures chains only. Trees lists fixed tree budgets
+	// measured beside them at the main figure's block size.
+	TreeBudget, TreeWidth int
+	Trees                 []int
+	StopIDs               []ports.Token
+	NoEOS                 bool
 	// Sampling, when not greedy, makes every run sample (autoregressive runs too); Seed seeds run k of a pass
 	// (prompt k) with Seed + pass·prompts + k, the same for every variant, and Verify is how the speculative
 	// variants verify their drafts. Under VerifyMatch every variant then generates the same tokens.
@@ -61,9 +68,15 @@ type BenchSpec struct {
 	MsPerToken       float64 `json:"ms_per_token"`
 	BlockSize        int     `json:"block_size"`
 	Adaptive         bool    `json:"adaptive"`
-	Rounds           int     `json:"rounds"`
-	Runs             int     `json:"runs"`
-	Tokens           int     `json:"tokens"`
+	// Tree is the tree budget (0: chains only); RowsPerRound the target rows a speculative round verified,
+	// on average (τ is the tokens a round, so one target forward, committed).
+	Tree         int     `json:"tree,omitempty"`
+	RowsPerRound float64 `json:"rows_per_round"`
+	// TreeRounds is how many of the rounds verified a tree.
+	TreeRounds int `json:"tree_rounds,omitempty"`
+	Rounds     int `json:"rounds"`
+	Runs       int `json:"runs"`
+	Tokens     int `json:"tokens"`
 	// Speedup is the median over runs of tokens/s against the autoregressive run of the same prompt and pass
 	// (run back to back), so a slow spell of a shared machine slows both sides of a ratio.
 	Speedup float64 `json:"speedup"`
@@ -83,6 +96,7 @@ type BenchResult struct {
 	Speedup   float64     `json:"speedup"`
 	Adaptive  *BenchSpec  `json:"adaptive,omitempty"`
 	Sweep     []BenchSpec `json:"sweep,omitempty"`
+	Trees     []BenchSpec `json:"trees,omitempty"`
 	Prompts   int         `json:"prompts"`
 	MaxTokens int         `json:"max_tokens"`
 	Repeats   int         `json:"repeats"`
@@ -109,6 +123,7 @@ type benchAcc struct {
 	ratio                         []float64
 	draft, verify, rollback       []float64
 	rounds, committed, tokens, in int
+	rows, treeRounds              int
 }
 
 func (a *benchAcc) spec(bs int, adaptive bool) BenchSpec {
@@ -117,7 +132,9 @@ func (a *benchAcc) spec(bs int, adaptive bool) BenchSpec {
 		Tokens: a.tokens}
 	if a.rounds > 0 {
 		s.Tau = float64(a.committed) / float64(a.rounds)
+		s.RowsPerRound = float64(a.rows) / float64(a.rounds)
 	}
+	s.TreeRounds = a.treeRounds
 	if s.TokensPerS > 0 {
 		s.MsPerToken = 1000 / s.TokensPerS
 	}
@@ -164,15 +181,20 @@ func Bench(ctx context.Context, m *models.Models, o BenchOptions) (BenchResult, 
 		// mem carries the adaptive policy's measurements from run to run (warm-up included), as a server
 		// keeps them across requests: a 128-token generation is too short to amortise exploring afresh.
 		mem *speculative.PolicyMemory
+		// tree is the variant's tree verification (a zero budget: chains).
+		tree speculative.TreeConfig
 	}
 	bs := o.BlockSize
 	if bs == 0 {
 		bs = m.Drafter.BlockSize()
 	}
-	variants := []*variant{{bs: 1}, {bs: bs, adaptive: o.Adaptive, mem: speculative.NewPolicyMemory()}}
+	// generation.TreeAuto resolves per request as higgsd's default does: trees up to the block size under the
+	// adaptive policy, chains for a fixed block.
+	mainTree := speculative.TreeConfig{Budget: o.TreeBudget, Width: o.TreeWidth}
+	variants := []*variant{{bs: 1}, {bs: bs, adaptive: o.Adaptive, mem: speculative.NewPolicyMemory(), tree: mainTree}}
 	if len(o.Sweep) > 0 {
 		if !o.Adaptive {
-			variants = append(variants, &variant{bs: m.Drafter.BlockSize(), adaptive: true, mem: speculative.NewPolicyMemory()})
+			variants = append(variants, &variant{bs: m.Drafter.BlockSize(), adaptive: true, mem: speculative.NewPolicyMemory(), tree: mainTree})
 		}
 		for _, b := range o.Sweep {
 			if n := m.Target.Info().ContextLength; b < 2 || (n > 0 && b > n) {
@@ -185,6 +207,13 @@ func Bench(ctx context.Context, m *models.Models, o BenchOptions) (BenchResult, 
 			variants = append(variants, &variant{bs: b})
 		}
 	}
+	sweepEnd := len(variants)
+	for _, b := range o.Trees {
+		if b < 2 {
+			return res, fmt.Errorf("%w: tree budget %d must be ≥ 2", ErrBadInput, b)
+		}
+		variants = append(variants, &variant{bs: bs, tree: speculative.TreeConfig{Budget: b, Width: o.TreeWidth}})
+	}
 	for pass := range o.Warmup + o.Repeats {
 		for pi, p := range o.Prompts {
 			// The variants of one prompt run back to back, starting each time from the next one, so none of
@@ -194,7 +223,7 @@ func Bench(ctx context.Context, m *models.Models, o BenchOptions) (BenchResult, 
 			for k := range variants {
 				vi := (first + k) % len(variants)
 				v := variants[vi]
-				g := GenerateOptions{Request: generation.Request{Prompt: p, MaxTokens: o.MaxTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS, BlockSize: v.bs, Adaptive: v.adaptive, PolicyMemory: v.mem, Sampling: o.Sampling, Seed: o.Seed + uint64(pass*len(o.Prompts)+pi), Verify: o.Verify}, Speculative: v.bs > 1}
+				g := GenerateOptions{Request: generation.Request{Prompt: p, MaxTokens: o.MaxTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS, BlockSize: v.bs, Adaptive: v.adaptive, PolicyMemory: v.mem, Sampling: o.Sampling, Seed: o.Seed + uint64(pass*len(o.Prompts)+pi), Verify: o.Verify, Tree: &v.tree}, Speculative: v.bs > 1}
 				r, _, err := runDecoder(ctx, m, g)
 				if err != nil {
 					return res, err
@@ -218,6 +247,10 @@ func Bench(ctx context.Context, m *models.Models, o BenchOptions) (BenchResult, 
 						vr += ms(rs.VerifyTime)
 						rb += ms(rs.RollbackTime)
 						a.committed += rs.Accepted + 1
+						a.rows += rs.BlockSize
+						if rs.Tree != nil {
+							a.treeRounds++
+						}
 					}
 					a.rounds += k
 					a.draft = append(a.draft, dr/float64(k))
@@ -246,16 +279,30 @@ func Bench(ctx context.Context, m *models.Models, o BenchOptions) (BenchResult, 
 		}
 		return s
 	}
-	res.Spec = speed(variants[1].acc.spec(variants[1].bs, variants[1].adaptive), &variants[1].acc)
+	spec := func(v *variant) BenchSpec {
+		s := speed(v.acc.spec(v.bs, v.adaptive), &v.acc)
+		s.Tree = v.tree.Budget
+		if s.Tree == generation.TreeAuto {
+			s.Tree = 0
+			if v.adaptive {
+				s.Tree = v.bs
+			}
+		}
+		return s
+	}
+	res.Spec = spec(variants[1])
 	res.Speedup = res.Spec.Speedup
-	rest := variants[2:]
+	rest := variants[2:sweepEnd]
 	if len(o.Sweep) > 0 && !o.Adaptive {
-		a := speed(rest[0].acc.spec(rest[0].bs, true), &rest[0].acc)
+		a := spec(rest[0])
 		res.Adaptive = &a
 		rest = rest[1:]
 	}
 	for _, v := range rest {
-		res.Sweep = append(res.Sweep, speed(v.acc.spec(v.bs, false), &v.acc))
+		res.Sweep = append(res.Sweep, spec(v))
+	}
+	for _, v := range variants[sweepEnd:] {
+		res.Trees = append(res.Trees, spec(v))
 	}
 	if o.MultiTurn != nil {
 		mt, err := MultiTurn(ctx, m, o, *o.MultiTurn)

@@ -14,7 +14,7 @@ import (
 
 // Certificate is the JSON object `higgs-verify certify --json` prints and writes beside the model. Its
 // head (models.CertificateSummary) is what higgsd shows in /v1/models; verification shapes each have a
-// section (Chain; Tree, which higgs cannot verify yet, says so).
+// section (Chain, Tree).
 type Certificate struct {
 	models.CertificateSummary
 	ModelDir   string `json:"model_dir"`
@@ -38,6 +38,9 @@ type Certificate struct {
 	// Distribution is the T > 0 test (absent at --temperature 0); Verify its verification rule.
 	Distribution *DistTest `json:"distribution,omitempty"`
 	Verify       string    `json:"verify,omitempty"`
+	// TreeDistribution is the T > 0 test with trees (under VerifyMatch, the rule trees keep exact); absent
+	// at --temperature 0 or when trees were not verified.
+	TreeDistribution *DistTest `json:"tree_distribution,omitempty"`
 	// File is where the certificate was written ("" when not written); FileNote says why not beside the
 	// model when it went elsewhere, or why it was not written.
 	File     string `json:"file,omitempty"`
@@ -51,48 +54,75 @@ type CertSection struct {
 	Note     string `json:"note,omitempty"`
 	Pass     bool   `json:"pass"`
 	// BlockSizes are the sizes run; NotRun those asked for but not run, with the reason.
-	BlockSizes []int      `json:"block_sizes"`
-	NotRun     []NotRun   `json:"not_run,omitempty"`
-	Cases      []CertCase `json:"cases"`
-	Modes      []string   `json:"modes"`
-	Totals     CertTotals `json:"totals"`
+	BlockSizes []int `json:"block_sizes"`
+	// Budgets are the tree section's node budgets (anchor included) and Width its candidates per slot.
+	Budgets []int      `json:"budgets,omitempty"`
+	Width   int        `json:"width,omitempty"`
+	NotRun  []NotRun   `json:"not_run,omitempty"`
+	Cases   []CertCase `json:"cases"`
+	Modes   []string   `json:"modes"`
+	Totals  CertTotals `json:"totals"`
 }
 
-// NotRun is a block size certify did not run.
+// NotRun is a block size (with a tree budget, in the tree section) certify did not run.
 type NotRun struct {
 	BlockSize int    `json:"block_size"`
+	Budget    int    `json:"budget,omitempty"`
 	Reason    string `json:"reason"`
 }
 
-// CertCase is one block size in one mode: every prompt (alone) or every batch member.
+// CertCase is one block size (and tree budget) in one mode: every prompt (alone) or every batch member.
 type CertCase struct {
-	BlockSize int    `json:"block_size"`
-	Mode      string `json:"mode"`
-	Runs      int    `json:"runs"`
-	Tokens    int    `json:"tokens"`
+	BlockSize int `json:"block_size"`
+	// Budget is a tree case's node budget (absent for a chain).
+	Budget int    `json:"budget,omitempty"`
+	Mode   string `json:"mode"`
+	Runs   int    `json:"runs"`
+	Tokens int    `json:"tokens"`
 	// CachedTokens are the prompt tokens restored from the prefix cache over the runs (prefix-hit modes);
 	// PrefixMisses the runs of those modes that restored nothing (a one-token prompt cannot hit; a backend
 	// without prefix export never does).
-	CachedTokens  int     `json:"cached_tokens"`
-	PrefixMisses  int     `json:"prefix_misses,omitempty"`
-	Tau           float64 `json:"tau"`
-	Disagreements int     `json:"disagreements"`
-	Pass          bool    `json:"pass"`
+	CachedTokens int     `json:"cached_tokens"`
+	PrefixMisses int     `json:"prefix_misses,omitempty"`
+	Tau          float64 `json:"tau"`
+	// DraftRounds are the runs' draft–verify rounds; TreeRounds those that verified a tree (0 for a chain, and
+	// for a tree asked of a session without the ability, which verifies chains); LargestTree the most nodes
+	// one of them verified.
+	DraftRounds   int  `json:"draft_rounds"`
+	TreeRounds    int  `json:"tree_rounds"`
+	LargestTree   int  `json:"largest_tree,omitempty"`
+	Disagreements int  `json:"disagreements"`
+	Pass          bool `json:"pass"`
 }
 
 // CertTotals add up a section's cases.
 type CertTotals struct {
 	Runs          int `json:"runs"`
 	Tokens        int `json:"tokens"`
+	DraftRounds   int `json:"draft_rounds"`
+	TreeRounds    int `json:"tree_rounds"`
 	Disagreements int `json:"disagreements"`
+}
+
+// add counts cs in s's cases and totals.
+func (s *CertSection) add(cs CertCase) {
+	s.Cases = append(s.Cases, cs)
+	s.Totals.Runs += cs.Runs
+	s.Totals.Tokens += cs.Tokens
+	s.Totals.DraftRounds += cs.DraftRounds
+	s.Totals.TreeRounds += cs.TreeRounds
+	s.Totals.Disagreements += cs.Disagreements
+	s.Pass = s.Pass && cs.Pass
 }
 
 // Disagreement is one speculative run's first token that differs from plain greedy decoding's, with the
 // target's top-2 margin there (read from a plain session's logits over the prompt and the plain tokens
 // before it): a tiny margin is a near-tie that numerics may flip, a large one a bug.
 type Disagreement struct {
+	// Shape is the section ("chain" or "tree"); Budget a tree run's node budget.
 	Shape     string `json:"shape"`
 	BlockSize int    `json:"block_size"`
+	Budget    int    `json:"budget,omitempty"`
 	Mode      string `json:"mode"`
 	Prompt    int    `json:"prompt"`
 	// Member is the run's index in its batch (-1 alone).
@@ -116,8 +146,14 @@ type Margin struct {
 	ProbGap   float64     `json:"prob_gap"`
 }
 
-// treeNote is the tree section's note until higgs verifies trees.
-const treeNote = "not verified: higgs has no tree verification yet (issue 32 item 2); this certificate covers chains only"
+// The tree section's notes when it verified no tree.
+const (
+	treeNoteBackend = "not verified: this backend does not verify trees (its sessions lack tree verification, so a tree request verifies chains); this certificate covers chains only"
+	treeNoteOff     = "not verified: trees left out (--no-trees)"
+	treeNoteSizes   = "not verified: no block size ≥ 3 was run (trees run at the chain section's block sizes from 3)"
+	treeNoteRounds  = "not verified: no round of the tree runs drafted (every generation ended first)"
+	treeNoteBatch   = "batched members verify chains: no round of the batch modes verified a tree (tree_rounds 0), so they certify chains asked for as trees"
+)
 
 // Build, when set at link time (-ldflags "-X github.com/higgs-go/higgs/app/verify.Build=…"), names this build
 // in certificates instead of the VCS revision.
@@ -164,7 +200,50 @@ func scope(c Certificate) string {
 	if c.Distribution != nil {
 		s += fmt.Sprintf(", T=%g distribution", c.Distribution.Temperature)
 	}
-	return s + "; trees not verified"
+	t := c.Tree
+	if !t.Verified {
+		why := "not run"
+		switch t.Note {
+		case treeNoteBackend:
+			why = "this backend does not verify trees"
+		case treeNoteOff:
+			why = "--no-trees"
+		case treeNoteSizes:
+			why = "no block size ≥ 3"
+		case treeNoteRounds:
+			why = "no round drafted"
+		}
+		return s + "; trees not verified (" + why + ")"
+	}
+	s += fmt.Sprintf("; tree, block sizes %s, budgets %s", SizeRange(t.BlockSizes), SizeRange(t.Budgets))
+	var trees, chains []string
+	for _, m := range t.Modes {
+		if treeModes(t.Cases, m) {
+			trees = append(trees, m)
+		} else {
+			chains = append(chains, m)
+		}
+	}
+	if len(trees) > 0 {
+		s += ", " + strings.Join(trees, ", ")
+	}
+	if len(chains) > 0 {
+		s += " (" + strings.Join(chains, ", ") + ": chains)"
+	}
+	if c.TreeDistribution != nil {
+		s += fmt.Sprintf(", T=%g distribution (match)", c.TreeDistribution.Temperature)
+	}
+	return s
+}
+
+// treeModes reports whether mode's cases verified trees.
+func treeModes(cases []CertCase, mode string) bool {
+	for _, cs := range cases {
+		if cs.Mode == mode && cs.TreeRounds > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // SizeRange writes sizes as "1-8" when contiguous, else "1,2,4".

@@ -14,6 +14,7 @@ import (
 	"github.com/higgs-go/higgs/app/models"
 	"github.com/higgs-go/higgs/domain/batch"
 	"github.com/higgs-go/higgs/domain/prefixcache"
+	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -27,7 +28,16 @@ const (
 	DefaultCertifyTemperature = 0.7
 	// certifyCacheBytes bounds the prefix cache of the prefix-hit runs.
 	certifyCacheBytes = 4 << 30
+	// DefaultCertifyTreeWidth is the tree section's candidates per draft slot.
+	DefaultCertifyTreeWidth = 4
+	// minTreeBlockSize is the smallest block size the tree section runs: at 2 a tree is one slot's
+	// candidates side by side, which every larger tree holds as its first level.
+	minTreeBlockSize = 3
 )
+
+// DefaultCertifyTreeBudgets are the tree section's node budgets (anchor included) at each block size: small,
+// middle and large trees, each verified in one forward.
+var DefaultCertifyTreeBudgets = []int{4, 8, 16}
 
 // The run modes of each block size: alone or in a batch, each without and with a prefix-cache hit.
 const (
@@ -60,6 +70,12 @@ type CertifyOptions struct {
 	Seed        uint64
 	Samples     int
 	Verify      string
+	// TreeBudgets are the tree section's node budgets (nil: DefaultCertifyTreeBudgets), run at each block
+	// size ≥ 3 of the chain section whose tree can hold them; TreeWidth its candidates per slot (0:
+	// DefaultCertifyTreeWidth); NoTrees leaves the tree section out.
+	TreeBudgets []int
+	TreeWidth   int
+	NoTrees     bool
 	// Clock stamps the certificate (nil: the system clock).
 	Clock ports.Clock
 }
@@ -84,10 +100,27 @@ func (o CertifyOptions) check(m *models.Models) error {
 	if err := (ports.SamplingParams{Temperature: o.Temperature}).Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if o.Temperature > 0 {
+		// Checked before any run, not after them all.
+		if _, err := ParseVerification(o.Verify); err != nil {
+			errs = append(errs, fmt.Errorf("verification %q: want match or residual", o.Verify))
+		}
+	}
 	for _, b := range o.BlockSizes {
 		if b < 1 {
 			errs = append(errs, fmt.Errorf("block size %d must be ≥ 1", b))
 		}
+	}
+	if o.TreeBudgets != nil && len(o.TreeBudgets) == 0 {
+		errs = append(errs, errors.New("tree budgets: give at least one, or leave trees out (--no-trees)"))
+	}
+	for _, b := range o.TreeBudgets {
+		if b < 2 {
+			errs = append(errs, fmt.Errorf("tree budget %d must be ≥ 2 (the anchor and one candidate)", b))
+		}
+	}
+	if o.TreeWidth < 0 {
+		errs = append(errs, fmt.Errorf("tree width %d must be ≥ 1 (0: %d)", o.TreeWidth, DefaultCertifyTreeWidth))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrBadInput, err)
@@ -97,12 +130,13 @@ func (o CertifyOptions) check(m *models.Models) error {
 
 // Certify runs `higgs-verify certify`: plain greedy decoding of every prompt as the reference, then greedy
 // speculative decoding (chain) at every block size the drafter allows, in each mode — alone, alone after a
-// prefix-cache hit, in a batch of o.Batch, in a batch after prefix-cache hits — each run compared token for
-// token with the reference; every disagreement is listed with the target's top-2 margin. With Temperature > 0
-// the distribution test follows. The certificate is returned whole; the error wraps ErrCheckFailed when it
-// does not certify. Writing it is WriteCertificate's.
+// prefix-cache hit, in a batch of o.Batch, in a batch after prefix-cache hits — then trees (certifyTrees) at
+// those sizes from 3 and each budget, each run compared token for token with the reference; every
+// disagreement is listed with the target's top-2 margin. With Temperature > 0 the distribution test follows,
+// for chains and, when trees were verified, for trees. The certificate is returned whole; the error wraps
+// ErrCheckFailed when it does not certify. Writing it is WriteCertificate's.
 // It is one function because its phases share the reference runs and fill one report in order (reference,
-// chain cases, distribution test, verdict); each case runs in certifyCase.
+// chain cases, tree cases, distribution tests, verdict); each case runs in certifyCase.
 func Certify(ctx context.Context, m *models.Models, o CertifyOptions) (Certificate, error) {
 	clock := o.Clock
 	if clock == nil {
@@ -124,7 +158,7 @@ func Certify(ctx context.Context, m *models.Models, o CertifyOptions) (Certifica
 	for _, p := range o.Prompts {
 		c.Prompts.Tokens = append(c.Prompts.Tokens, len(p))
 	}
-	c.Tree = CertSection{Note: treeNote, BlockSizes: []int{}, Cases: []CertCase{}, Modes: []string{}}
+	c.Tree = CertSection{Note: "not verified: certify stopped before the tree runs", BlockSizes: []int{}, Cases: []CertCase{}, Modes: []string{}}
 	c.Chain = CertSection{BlockSizes: []int{}, Cases: []CertCase{}, Modes: []string{}}
 	if err := o.check(m); err != nil {
 		return c, err
@@ -196,24 +230,25 @@ func Certify(ctx context.Context, m *models.Models, o CertifyOptions) (Certifica
 	c.Chain.Pass = c.Chain.Verified
 	for _, bs := range c.Chain.BlockSizes {
 		for _, mode := range modes {
-			cs, err := certifyCase(ctx, m, o, refs, bs, mode, cache, &c)
+			cs, err := certifyCase(ctx, m, o, refs, bs, nil, mode, cache, &c)
 			if err != nil {
 				return c, fmt.Errorf("block size %d, %s: %w", bs, mode, err)
 			}
-			c.Chain.Cases = append(c.Chain.Cases, cs)
-			c.Chain.Totals.Runs += cs.Runs
-			c.Chain.Totals.Tokens += cs.Tokens
-			c.Chain.Totals.Disagreements += cs.Disagreements
-			c.Chain.Pass = c.Chain.Pass && cs.Pass
+			c.Chain.add(cs)
 		}
 	}
 	if misses := prefixMisses(c.Chain.Cases); misses > 0 {
 		c.Chain.Note = fmt.Sprintf("%d runs of the prefix-hit modes restored no prefix (prompts of one token, or a backend without prefix export): they ran as the alone and batch modes do", misses)
 	}
-	c.Certified = c.Chain.Pass
+	if err := certifyTrees(ctx, m, o, refs, modes, cache, &c); err != nil {
+		return c, err
+	}
 	var failures []string
 	if !c.Chain.Pass {
-		failures = append(failures, fmt.Sprintf("%d of %d speculative runs differ from plain greedy decoding", runsDiffering(c), c.Chain.Totals.Runs))
+		failures = append(failures, fmt.Sprintf("%d of %d speculative chain runs differ from plain greedy decoding", c.Chain.Totals.Disagreements, c.Chain.Totals.Runs))
+	}
+	if n := c.Tree.Totals.Disagreements; n > 0 {
+		failures = append(failures, fmt.Sprintf("%d of %d speculative tree runs differ from plain greedy decoding", n, c.Tree.Totals.Runs))
 	}
 	if o.Temperature > 0 {
 		c.Verify = o.Verify
@@ -222,25 +257,173 @@ func Certify(ctx context.Context, m *models.Models, o CertifyOptions) (Certifica
 			return c, err
 		}
 		lo := LosslessOptions{Prompts: o.Prompts, StopIDs: o.StopIDs, NoEOS: o.NoEOS, Temperature: o.Temperature,
-			Seed: o.Seed, Samples: o.Samples, Verify: ver}
+			Seed: o.Seed, Samples: o.Samples, Verify: ver, Tree: &speculative.TreeConfig{}}
 		dt, err := distributionTest(ctx, m, lo, c.Chain.BlockSizes[len(c.Chain.BlockSizes)-1])
 		c.Distribution = &dt
 		switch {
 		case errors.Is(err, ErrCheckFailed):
-			c.Certified = false
 			failures = append(failures, err.Error())
 		case err != nil:
 			return c, err
 		}
+		// Trees keep the target's distribution under VerifyMatch (a tree's branches are point-mass guesses
+		// matched against the target's own sample), so their test runs under it whatever --verify says, at
+		// the largest tree run: the largest block size at its largest budget.
+		if c.Tree.Verified {
+			last := c.Tree.Cases[len(c.Tree.Cases)-1]
+			for _, cs := range c.Tree.Cases {
+				if cs.BlockSize > last.BlockSize || cs.BlockSize == last.BlockSize && cs.Budget > last.Budget {
+					last = cs
+				}
+			}
+			lo.Verify = speculative.VerifyMatch
+			lo.Tree = &speculative.TreeConfig{Budget: last.Budget, Width: c.Tree.Width}
+			dt, err := distributionTest(ctx, m, lo, last.BlockSize)
+			c.TreeDistribution = &dt
+			switch {
+			case errors.Is(err, ErrCheckFailed):
+				failures = append(failures, "trees: "+err.Error())
+			case err != nil:
+				return c, fmt.Errorf("trees: %w", err)
+			}
+		}
 	}
+	c.Certified = len(failures) == 0
 	c.Scope = scope(c)
+	c.Trees = treeSummary(c)
 	if len(failures) > 0 {
 		return c, fmt.Errorf("%w: not certified: %s", ErrCheckFailed, strings.Join(failures, "; "))
 	}
 	return c, nil
 }
 
-func runsDiffering(c Certificate) int { return c.Chain.Totals.Disagreements }
+// certifyTrees fills c's tree section: at each block size of the chain section from minTreeBlockSize, each
+// budget whose tree fits, in every mode. When the first case's rounds drafted but verified no tree, the
+// backend has no tree verification: the section says so and runs nothing more. Batched members whose
+// rounds verified no tree (a scheduler that cannot run them) are noted.
+func certifyTrees(ctx context.Context, m *models.Models, o CertifyOptions, refs [][]ports.Token, modes []string,
+	cache *prefixcache.Cache, c *Certificate) error {
+	t := &c.Tree
+	if o.NoTrees {
+		t.Note = treeNoteOff
+		return nil
+	}
+	t.Budgets = slices.Clone(o.TreeBudgets)
+	if t.Budgets == nil {
+		t.Budgets = slices.Clone(DefaultCertifyTreeBudgets)
+	}
+	t.Width = o.TreeWidth
+	if t.Width == 0 {
+		t.Width = DefaultCertifyTreeWidth
+	}
+	if slices.Max(c.Chain.BlockSizes) < minTreeBlockSize {
+		t.Note = treeNoteSizes
+		return nil
+	}
+	t.Modes = modes
+	t.Pass = true
+	t.Note = ""
+	for _, bs := range c.Chain.BlockSizes {
+		if bs < minTreeBlockSize {
+			continue
+		}
+		var fits []int
+		for _, b := range t.Budgets {
+			if room := treeRoom(bs, t.Width); b > room {
+				t.NotRun = append(t.NotRun, NotRun{BlockSize: bs, Budget: b, Reason: fmt.Sprintf(
+					"not run: a tree at block size %d with %d candidates per slot holds at most %d nodes", bs, t.Width, room)})
+				continue
+			}
+			fits = append(fits, b)
+		}
+		if len(fits) == 0 {
+			continue
+		}
+		t.BlockSizes = append(t.BlockSizes, bs)
+		for _, b := range fits {
+			for _, mode := range modes {
+				listed := len(c.Disagreements)
+				cs, err := certifyCase(ctx, m, o, refs, bs, &speculative.TreeConfig{Budget: b, Width: t.Width}, mode, cache, c)
+				if err != nil {
+					return fmt.Errorf("tree, block size %d, budget %d, %s: %w", bs, b, mode, err)
+				}
+				if len(t.Cases) == 0 && cs.DraftRounds > 0 && cs.TreeRounds == 0 {
+					// No tree verification: the first case ran the chains the chain section ran at this size
+					// alone, so it is dropped, with any disagreement it listed again, rather than shown as trees.
+					c.Disagreements = c.Disagreements[:listed]
+					t.Note, t.Pass, t.Modes = treeNoteBackend, false, []string{}
+					return nil
+				}
+				t.add(cs)
+			}
+		}
+	}
+	if aloneTreeRounds(t.Cases) == 0 {
+		t.Note, t.Pass = treeNoteRounds, false
+		return nil
+	}
+	t.Verified = true
+	var notes []string
+	batched, batchTrees := 0, 0
+	for _, cs := range t.Cases {
+		if cs.Mode == ModeBatch || cs.Mode == ModeBatchPrefixHit {
+			batched++
+			batchTrees += cs.TreeRounds
+		}
+	}
+	if batched > 0 && batchTrees == 0 {
+		notes = append(notes, treeNoteBatch)
+	}
+	if misses := prefixMisses(t.Cases); misses > 0 {
+		notes = append(notes, fmt.Sprintf("%d runs of the prefix-hit modes restored no prefix (prompts of one token, or a backend without prefix export): they ran as the alone and batch modes do", misses))
+	}
+	t.Note = strings.Join(notes, "; ")
+	return nil
+}
+
+// aloneTreeRounds counts the tree rounds of the alone modes' cases.
+func aloneTreeRounds(cases []CertCase) int {
+	n := 0
+	for _, cs := range cases {
+		if cs.Mode == ModeAlone || cs.Mode == ModeAlonePrefixHit {
+			n += cs.TreeRounds
+		}
+	}
+	return n
+}
+
+// treeRoom is the most nodes a tree of block size bs holds with width candidates per slot: the anchor and
+// width^d nodes at each depth d up to bs−1 (a larger budget builds the same tree).
+func treeRoom(bs, width int) int {
+	room, level := 1, 1
+	for d := 1; d < bs; d++ {
+		if level > math.MaxInt32/width {
+			return math.MaxInt32
+		}
+		level *= width
+		room += level
+		if room >= math.MaxInt32 {
+			return math.MaxInt32
+		}
+	}
+	return room
+}
+
+// treeSummary is the certificate head's account of its tree section.
+func treeSummary(c Certificate) *models.TreeSummary {
+	t := c.Tree
+	s := &models.TreeSummary{Verified: t.Verified, Pass: t.Verified && t.Pass, BlockSizes: slices.Clone(t.BlockSizes),
+		Budgets: slices.Clone(t.Budgets), TreeRounds: t.Totals.TreeRounds, DraftRounds: t.Totals.DraftRounds, Note: t.Note}
+	if s.Budgets == nil {
+		s.Budgets = []int{}
+	}
+	if dt := c.TreeDistribution; dt != nil {
+		s.Pass = s.Pass && dt.Pass
+		pass := dt.Pass
+		s.DistributionPass = &pass
+	}
+	return s
+}
 
 func prefixMisses(cases []CertCase) int {
 	n := 0
@@ -255,11 +438,18 @@ func (o CertifyOptions) request(p []ports.Token) generation.Request {
 	return generation.Request{Prompt: p, MaxTokens: o.MaxTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS}
 }
 
-// certifyCase runs block size bs in mode, compares every run with its reference and records the disagreements
-// in c.
-func certifyCase(ctx context.Context, m *models.Models, o CertifyOptions, refs [][]ports.Token, bs int, mode string,
-	cache *prefixcache.Cache, c *Certificate) (CertCase, error) {
+// certifyCase runs block size bs (as trees of tree's budget when tree is non-nil, else chains) in mode,
+// compares every run with its reference and records the disagreements in c.
+func certifyCase(ctx context.Context, m *models.Models, o CertifyOptions, refs [][]ports.Token, bs int,
+	tree *speculative.TreeConfig, mode string, cache *prefixcache.Cache, c *Certificate) (CertCase, error) {
 	cs := CertCase{BlockSize: bs, Mode: mode}
+	shape := "chain"
+	if tree != nil {
+		cs.Budget, shape = tree.Budget, "tree"
+	} else {
+		// Chains said explicitly: the request's zero budget, whatever the engine's default.
+		tree = &speculative.TreeConfig{}
+	}
 	hit := mode == ModeAlonePrefixHit || mode == ModeBatchPrefixHit
 	var pc *prefixcache.Cache
 	if hit {
@@ -274,7 +464,7 @@ func certifyCase(ctx context.Context, m *models.Models, o CertifyOptions, refs [
 	if mode == ModeAlone || mode == ModeAlonePrefixHit {
 		for pi, p := range o.Prompts {
 			g := GenerateOptions{Request: o.request(p), Speculative: true, PrefixCache: pc}
-			g.BlockSize = bs
+			g.BlockSize, g.Tree = bs, tree
 			out, err := decode(ctx, m, g)
 			runs = append(runs, run{prompt: pi, member: -1, out: out, err: err})
 		}
@@ -290,13 +480,13 @@ func certifyCase(ctx context.Context, m *models.Models, o CertifyOptions, refs [
 			runs[k] = run{prompt: pi, member: k}
 			wg.Go(func() {
 				g := GenerateOptions{Request: o.request(o.Prompts[pi]), Speculative: true, PrefixCache: pc, Batch: sched}
-				g.BlockSize = bs
+				g.BlockSize, g.Tree = bs, tree
 				runs[k].out, runs[k].err = decode(ctx, m, g)
 			})
 		}
 		wg.Wait()
 	}
-	var rounds, committed int
+	var committed int
 	for _, r := range runs {
 		if r.err != nil {
 			if r.member >= 0 {
@@ -312,15 +502,19 @@ func certifyCase(ctx context.Context, m *models.Models, o CertifyOptions, refs [
 		}
 		for _, rs := range r.out.Stats.Rounds {
 			if rs.Drafting() {
-				rounds++
+				cs.DraftRounds++
 				committed += rs.Accepted + 1
+			}
+			if rs.Tree != nil {
+				cs.TreeRounds++
+				cs.LargestTree = max(cs.LargestTree, rs.BlockSize)
 			}
 		}
 		ref := refs[r.prompt]
 		if pos, same := firstDiff(ref, r.out.Tokens); !same {
 			cs.Disagreements++
-			d := Disagreement{Shape: "chain", BlockSize: bs, Mode: mode, Prompt: r.prompt, Member: r.member, Position: pos,
-				Plain: at(ref, pos), Spec: at(r.out.Tokens, pos)}
+			d := Disagreement{Shape: shape, BlockSize: bs, Budget: cs.Budget, Mode: mode, Prompt: r.prompt, Member: r.member,
+				Position: pos, Plain: at(ref, pos), Spec: at(r.out.Tokens, pos)}
 			ctxTokens := append(slices.Clone(o.Prompts[r.prompt]), ref[:min(pos, len(ref))]...)
 			if mg, err := TopMargin(ctx, m.Target, ctxTokens); err != nil {
 				d.MarginError = err.Error()
@@ -330,8 +524,8 @@ func certifyCase(ctx context.Context, m *models.Models, o CertifyOptions, refs [
 			c.Disagreements = append(c.Disagreements, d)
 		}
 	}
-	if rounds > 0 {
-		cs.Tau = float64(committed) / float64(rounds)
+	if cs.DraftRounds > 0 {
+		cs.Tau = float64(committed) / float64(cs.DraftRounds)
 	}
 	cs.Pass = cs.Disagreements == 0
 	return cs, nil

@@ -49,6 +49,9 @@ type LosslessOptions struct {
 	// Verify is how sampled drafts are verified (VerifyMatch: reproducible; VerifyResidual: rejection
 	// sampling).
 	Verify speculative.Verification
+	// Tree, when non-nil, is the tree verification of the distribution test's speculative samples (certify's
+	// tree section; trees need VerifyMatch at T > 0; a zero Budget: chains); nil: the engine's.
+	Tree *speculative.TreeConfig
 }
 
 // LosslessCase is one prompt × block size × rollback comparison.
@@ -103,6 +106,11 @@ type DistTest struct {
 	Joint       DistStat   `json:"joint"`
 	Positions   []DistStat `json:"positions"`
 	Pass        bool       `json:"pass"`
+	// Budget is the node budget of the speculative samples' trees (absent for chains); TreeRounds of
+	// DraftRounds, over the speculative samples, verified a tree.
+	Budget      int `json:"budget,omitempty"`
+	DraftRounds int `json:"draft_rounds,omitempty"`
+	TreeRounds  int `json:"tree_rounds,omitempty"`
 }
 
 // LosslessResult is the JSON object `higgs-verify lossless --json` prints.
@@ -279,12 +287,27 @@ func distributionTest(ctx context.Context, m *models.Models, o LosslessOptions, 
 	}
 	dt := DistTest{Temperature: o.Temperature, BlockSize: bs, Samples: n, Tokens: DistTokens, Threshold: DistPValue,
 		PValue: 1}
+	trees := o.Tree != nil && o.Tree.Budget != 0
+	if trees {
+		dt.Budget = o.Tree.Budget
+	}
 	sample := func(spec bool, seed uint64) ([]ports.Token, error) {
 		g := GenerateOptions{Request: generation.Request{Prompt: o.Prompts[0], MaxTokens: DistTokens, StopIDs: o.StopIDs, NoEOS: o.NoEOS, Sampling: ports.SamplingParams{Temperature: o.Temperature}, Seed: seed, Verify: o.Verify}, Speculative: spec}
 		if spec {
 			g.BlockSize = bs
+			g.Tree = o.Tree
 		}
 		r, _, err := runDecoder(ctx, m, g)
+		if spec && trees {
+			for _, rs := range r.Stats.Rounds {
+				if rs.Drafting() {
+					dt.DraftRounds++
+				}
+				if rs.Tree != nil {
+					dt.TreeRounds++
+				}
+			}
+		}
 		return r.Tokens, err
 	}
 	// keys[0] is the joint outcome; keys[1+j] the token at position j ("" when generation stopped earlier).

@@ -66,6 +66,10 @@ type RoundJSON struct {
 	RollbackMS float64 `json:"rollback_ms"`
 	Rollback   string  `json:"rollback"`
 	Policy     string  `json:"policy"`
+	// Parents and Path describe a tree round (absent for a chain): Block holds the tree's nodes, Parents[i]
+	// node i's parent (−1 for the anchor), Path the accepted nodes after the anchor.
+	Parents []int `json:"parents,omitempty"`
+	Path    []int `json:"path,omitempty"`
 }
 
 // StatsJSON is the generation account in higgs-verify's JSON.
@@ -112,6 +116,9 @@ func statsJSON(res speculative.Result, bs int) ([]RoundJSON, StatsJSON) {
 		rounds = append(rounds, RoundJSON{Block: slices.Clone(r.Block), Accepted: r.Accepted, Committed: r.Committed,
 			BlockSize: r.BlockSize, DraftMS: ms(r.DraftTime), VerifyMS: ms(r.VerifyTime), RollbackMS: ms(r.RollbackTime),
 			Rollback: string(r.Rollback), Policy: r.Policy})
+		if t := r.Tree; t != nil {
+			rounds[len(rounds)-1].Parents, rounds[len(rounds)-1].Path = slices.Clone(t.Parents), slices.Clone(t.Path)
+		}
 	}
 	s := StatsJSON{Rounds: st.NumRounds(), DraftRounds: st.DraftRounds(), PlainSteps: st.PlainSteps(), MeanAccepted: st.MeanAccepted(), Tau: st.Tau(), Drafted: st.Drafted(),
 		Accepted: st.Accepted(), AcceptedPerPosition: st.AcceptedPerPosition(), PromptTokens: st.PromptTokens,

@@ -12,17 +12,21 @@ import (
 
 func (c *cli) certifyCmd() *cobra.Command {
 	var f common
-	var prompts, sizes, stopIDs, out, verifyRule string
-	var maxTokens, batchN, samples int
+	var prompts, sizes, budgets, stopIDs, out, verifyRule string
+	var maxTokens, batchN, samples, treeWidth int
 	var temperature float64
 	var seed uint64
-	var noWrite, noPrefix bool
+	var noWrite, noPrefix, noTrees bool
 	cmd := &cobra.Command{
 		Use:   "certify",
 		Short: "Certify lossless speculative decoding for this model, drafter, backend and kernel mode; write higgs-certificate.json beside the model",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			bs, err := parseInts("block-sizes", sizes)
+			if err != nil {
+				return err
+			}
+			tb, err := parseInts("tree-budgets", budgets)
 			if err != nil {
 				return err
 			}
@@ -59,7 +63,7 @@ func (c *cli) certifyCmd() *cobra.Command {
 			}
 			res, err := verify.Certify(ctx, m, verify.CertifyOptions{Prompts: ps, PromptSource: source, BlockSizes: bs,
 				MaxTokens: maxTokens, StopIDs: stops, Batch: batchN, NoPrefixCache: noPrefix, Temperature: temperature,
-				Seed: seed, Samples: samples, Verify: verifyRule})
+				Seed: seed, Samples: samples, Verify: verifyRule, TreeBudgets: tb, TreeWidth: treeWidth, NoTrees: noTrees})
 			if err != nil && !errorsIsCheck(err) {
 				return err
 			}
@@ -82,6 +86,9 @@ func (c *cli) certifyCmd() *cobra.Command {
 	fs := cmd.Flags()
 	fs.StringVar(&prompts, "prompts", "", "prompts file replacing the prompt set: a JSON array (strings, token-id arrays, {text,chat}/{tokens} objects) or one text prompt per line (default, without --prompt/--tokens: 4 built-in Go-code prompts)")
 	fs.StringVar(&sizes, "block-sizes", "", "block sizes to certify (default 1..16; those above the drafter's block_size are listed as not run)")
+	fs.StringVar(&budgets, "tree-budgets", intList(verify.DefaultCertifyTreeBudgets), "node budgets of the tree runs (anchor included), at each block size ≥ 3 whose tree can hold them")
+	fs.IntVar(&treeWidth, "tree-width", verify.DefaultCertifyTreeWidth, "candidates per draft slot in the tree runs")
+	fs.BoolVar(&noTrees, "no-trees", false, "leave out the tree runs (the certificate's tree section says so)")
 	fs.IntVar(&maxTokens, "max-tokens", 64, "tokens generated per run")
 	fs.StringVar(&stopIDs, "stop-ids", "", "extra stop token ids")
 	fs.IntVar(&batchN, "batch", verify.DefaultCertifyBatch, "generations decoded together in the batched modes (0: no batched runs)")
@@ -111,9 +118,13 @@ func printCertificate(w io.Writer, r verify.Certificate) {
 	if r.Chain.Note != "" {
 		fmt.Fprintf(w, "  note: %s\n", r.Chain.Note)
 	}
-	fmt.Fprintf(w, "tree: %s\n", r.Tree.Note)
+	printTrees(w, r.Tree)
 	for _, d := range r.Disagreements {
-		fmt.Fprintf(w, "DISAGREEMENT %s block %d %s prompt %d", d.Shape, d.BlockSize, d.Mode, d.Prompt)
+		fmt.Fprintf(w, "DISAGREEMENT %s block %d", d.Shape, d.BlockSize)
+		if d.Budget > 0 {
+			fmt.Fprintf(w, " budget %d", d.Budget)
+		}
+		fmt.Fprintf(w, " %s prompt %d", d.Mode, d.Prompt)
 		if d.Member >= 0 {
 			fmt.Fprintf(w, " member %d", d.Member)
 		}
@@ -129,6 +140,10 @@ func printCertificate(w io.Writer, r verify.Certificate) {
 		fmt.Fprintf(w, "distribution test T=%g (%s, block %d): %d samples each, chi2 %.2f, %d dof, p %.3g (threshold %g/%d) pass %v\n",
 			dt.Temperature, r.Verify, dt.BlockSize, dt.Samples, dt.Chi2, dt.DoF, dt.PValue, dt.Threshold, dt.Tests, dt.Pass)
 	}
+	if dt := r.TreeDistribution; dt != nil {
+		fmt.Fprintf(w, "tree distribution test T=%g (match, block %d, budget %d, tree rounds %d of %d): %d samples each, chi2 %.2f, %d dof, p %.3g (threshold %g/%d) pass %v\n",
+			dt.Temperature, dt.BlockSize, dt.Budget, dt.TreeRounds, dt.DraftRounds, dt.Samples, dt.Chi2, dt.DoF, dt.PValue, dt.Threshold, dt.Tests, dt.Pass)
+	}
 	fmt.Fprintf(w, "certified: %v (%s) at %s\n", r.Certified, r.Scope, r.When.Format("2006-01-02T15:04:05Z07:00"))
 	switch {
 	case r.File != "" && r.FileNote != "":
@@ -138,6 +153,36 @@ func printCertificate(w io.Writer, r verify.Certificate) {
 	default:
 		fmt.Fprintln(w, "not written (--no-write)")
 	}
+}
+
+// printTrees is the tree section of certify's text output: its cases with the rounds that verified a tree,
+// the budgets not run, and its note (why it verified no tree, or that batched members verify chains).
+func printTrees(w io.Writer, t verify.CertSection) {
+	if t.Verified {
+		fmt.Fprintf(w, "tree: block sizes %s; budgets %s; width %d; modes %s\n", verify.SizeRange(t.BlockSizes),
+			intList(t.Budgets), t.Width, strings.Join(t.Modes, ", "))
+	} else {
+		fmt.Fprintf(w, "tree: %s\n", t.Note)
+	}
+	for _, cs := range t.Cases {
+		fmt.Fprintf(w, "  block %2d budget %2d %-17s %3d runs %5d tokens cached %5d tau %5.2f tree rounds %d of %d disagreements %d\n",
+			cs.BlockSize, cs.Budget, cs.Mode, cs.Runs, cs.Tokens, cs.CachedTokens, cs.Tau, cs.TreeRounds, cs.DraftRounds, cs.Disagreements)
+	}
+	for _, n := range t.NotRun {
+		fmt.Fprintf(w, "  block %2d budget %2d %s\n", n.BlockSize, n.Budget, n.Reason)
+	}
+	if t.Verified && t.Note != "" {
+		fmt.Fprintf(w, "  note: %s\n", t.Note)
+	}
+}
+
+// intList writes a list as "4,8,16".
+func intList(v []int) string {
+	parts := make([]string, len(v))
+	for i, x := range v {
+		parts[i] = fmt.Sprint(x)
+	}
+	return strings.Join(parts, ",")
 }
 
 func orDash(s string) string {

@@ -17,6 +17,7 @@ import (
 	"github.com/higgs-go/higgs/app/models"
 	"github.com/higgs-go/higgs/app/modeltools"
 	"github.com/higgs-go/higgs/app/verify"
+	"github.com/higgs-go/higgs/domain/speculative"
 	"github.com/higgs-go/higgs/ports"
 )
 
@@ -76,6 +77,7 @@ type decodeFlags struct {
 	seed                 uint64
 	stopIDs, rollback    string
 	verify               string
+	tree                 speculative.TreeConfig
 }
 
 func (c *cli) generateCmd() *cobra.Command {
@@ -108,7 +110,7 @@ func (c *cli) generateCmd() *cobra.Command {
 				return err
 			}
 			o := verify.GenerateOptions{Request: generation.Request{Prompt: prompts[0], MaxTokens: d.maxTokens,
-				BlockSize: d.blockSize, Adaptive: d.adaptive, Seed: d.seed, Verify: ver, StopIDs: stops, Rollback: rb,
+				BlockSize: d.blockSize, Adaptive: d.adaptive, Tree: &d.tree, Seed: d.seed, Verify: ver, StopIDs: stops, Rollback: rb,
 				Sampling: ports.SamplingParams{Temperature: d.temperature, TopK: d.topK, TopP: d.topP, MinP: d.minP}},
 				Speculative: m.Drafter != nil}
 			res, err := verify.Generate(ctx, m, o)
@@ -149,6 +151,8 @@ func (c *cli) generateCmd() *cobra.Command {
 	fs.IntVar(&d.maxTokens, "max-tokens", 32, "number of tokens to generate (fewer only if a stop token ends it)")
 	fs.IntVar(&d.blockSize, "block-size", 0, "DFlash block size incl. the anchor (default: the drafter's block_size)")
 	fs.BoolVar(&d.adaptive, "adaptive", false, "let the adaptive depth policy choose each round's block size (≤ --block-size)")
+	fs.IntVar(&d.tree.Budget, "tree-budget", 0, "verify trees of the drafter's top candidates of at most this many nodes (0: chains only; with --adaptive the policy chooses)")
+	fs.IntVar(&d.tree.Width, "tree-width", 0, "candidates per draft slot in a tree (0: 4)")
 	fs.Float64Var(&d.temperature, "temperature", 0, "sampling temperature (0: greedy)")
 	fs.IntVar(&d.topK, "top-k", 0, "top-k (0: off)")
 	fs.Float64Var(&d.topP, "top-p", 1, "top-p (1: off)")
@@ -390,7 +394,7 @@ func (c *cli) parityCmd() *cobra.Command {
 // place, beside the few lines that turn them into app/verify options.
 func (c *cli) benchCmd() *cobra.Command {
 	var f common
-	var prompts, sweep, stopIDs, verifyRule string
+	var prompts, sweep, trees, stopIDs, verifyRule string
 	var o verify.BenchOptions
 	var multiTurn, kernelCosts, distributed bool
 	var mt verify.MultiTurnOptions
@@ -407,6 +411,9 @@ func (c *cli) benchCmd() *cobra.Command {
 			ctx := cmd.Context()
 			var err error
 			if o.Sweep, err = parseInts("block-sizes", sweep); err != nil {
+				return err
+			}
+			if o.Trees, err = parseInts("trees", trees); err != nil {
 				return err
 			}
 			if o.StopIDs, err = parseStopIDs(stopIDs); err != nil {
@@ -463,10 +470,14 @@ func (c *cli) benchCmd() *cobra.Command {
 				if res.Verify != "" {
 					fmt.Fprintf(w, "sampling T=%g from seed %d, verification %s\n", res.Temperature, res.Seed, res.Verify)
 				}
-				fmt.Fprintf(w, "%-22s %10s %8s %10s %10s %8s %10s\n", "", "tok/s", "tau", "draft ms", "verify ms", "speedup", "predicted")
-				fmt.Fprintf(w, "%-22s %10.2f %8s %10s %10s %8s %10s\n", "autoregressive", res.AR.TokensPerS, "-", "-", "-", "1.00", "-")
+				fmt.Fprintf(w, "%-34s %10s %8s %8s %10s %10s %8s %10s\n", "", "tok/s", "tau", "rows", "draft ms", "verify ms", "speedup", "predicted")
+				fmt.Fprintf(w, "%-34s %10.2f %8s %8s %10s %10s %8s %10s\n", "autoregressive", res.AR.TokensPerS, "-", "1", "-", "-", "1.00", "-")
 				row := func(name string, s verify.BenchSpec) {
-					fmt.Fprintf(w, "%-22s %10.2f %8.2f %10.2f %10.2f %8.2f %10.2f\n", name, s.TokensPerS, s.Tau,
+					if s.Tree > 0 && s.Adaptive {
+						// The adaptive rows' tree budget, and how many of their rounds verified trees.
+						name += fmt.Sprintf(" tree≤%d (%d)", s.Tree, s.TreeRounds)
+					}
+					fmt.Fprintf(w, "%-34s %10.2f %8.2f %8.2f %10.2f %10.2f %8.2f %10.2f\n", name, s.TokensPerS, s.Tau, s.RowsPerRound,
 						s.DraftMsPerRound, s.VerifyMsPerRound, s.Speedup, s.PredictedSpeedup)
 				}
 				name := fmt.Sprintf("dflash bs=%d", res.Spec.BlockSize)
@@ -479,6 +490,9 @@ func (c *cli) benchCmd() *cobra.Command {
 				}
 				for _, s := range res.Sweep {
 					row(fmt.Sprintf("dflash bs=%d", s.BlockSize), s)
+				}
+				for _, s := range res.Trees {
+					row(fmt.Sprintf("dflash tree≤%d bs=%d", s.Tree, s.BlockSize), s)
 				}
 				if mt := res.MultiTurn; mt != nil {
 					fmt.Fprintf(w, "\nmulti-turn: %d-token system prompt, %d turns × %d tokens, dflash bs=%d, prefix cache off vs on\n",
@@ -527,6 +541,9 @@ func (c *cli) benchCmd() *cobra.Command {
 	fs.IntVar(&o.BlockSize, "block-size", 0, "DFlash block size of the main figure (default: the drafter's block_size)")
 	fs.BoolVar(&o.Adaptive, "adaptive", false, "run the main figure under the adaptive depth policy")
 	fs.StringVar(&sweep, "block-sizes", "", "also measure these fixed block sizes (and the adaptive policy), e.g. 2,4,8,16")
+	fs.IntVar(&o.TreeBudget, "tree-budget", -1, "give the main figure (and the adaptive policy's) tree verification of at most this many nodes (with --adaptive the policy chooses tree or chain); -1, higgsd's default: the adaptive rows weigh trees up to the block size, a fixed main figure verifies chains; 0: chains only")
+	fs.IntVar(&o.TreeWidth, "tree-width", 0, "candidates per draft slot in a tree (0: 4)")
+	fs.StringVar(&trees, "trees", "", "also measure fixed trees of these node budgets at --block-size, e.g. 8,16")
 	fs.StringVar(&stopIDs, "stop-ids", "", "extra stop token ids")
 	fs.Float64Var(&o.Sampling.Temperature, "temperature", 0, "sampling temperature of every run (0: greedy)")
 	fs.IntVar(&o.Sampling.TopK, "top-k", 0, "top-k (0: off)")

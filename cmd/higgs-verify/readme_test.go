@@ -56,7 +56,7 @@ func TestREADMECommands(t *testing.T) {
 				}
 			case "certify":
 				// Never beside the bundled model: the repository stays clean.
-				args = append(args, "--max-tokens", "8", "--samples", "20", "--block-sizes", "1,4,16",
+				args = append(args, "--max-tokens", "8", "--samples", "20", "--block-sizes", "1,4,16", "--tree-budgets", "8",
 					"--out", filepath.Join(t.TempDir(), "certificate.json"))
 			case "synth":
 				if i := slices.Index(args, "--out"); i >= 0 && i+1 < len(args) {

@@ -79,6 +79,11 @@ func mixedRequests(vocab int) []request {
 		if i%3 == 0 {
 			cfg.PrefillChunk = 4
 		}
+		if i%4 == 1 || i == 6 {
+			// Trees: fixed ones run on their own in the shared rounds; the adaptive policy weighs them only
+			// while its generation runs alone.
+			cfg.Tree = speculative.TreeConfig{Budget: 6 + i%3, Width: 2}
+		}
 		rs = append(rs, request{prompt: prompt, cfg: cfg, seed: uint64(100 + i), after: []int{0, 0, 3, 5, 9, 14, 20, 30}[i]})
 	}
 	return rs
@@ -168,6 +173,15 @@ func TestConcurrentGenerationsEqualSolo(t *testing.T) {
 			}
 			wg.Wait()
 			for i, r := range reqs {
+				if r.cfg.Tree.Budget > 0 && !r.cfg.Adaptive {
+					trees := 0
+					for _, rs := range got[i].Stats.Rounds {
+						if rs.Tree != nil {
+							trees++
+						}
+					}
+					assert.Positive(t, trees, "request %d verified trees through the scheduler", i)
+				}
 				assert.Equal(t, solo[i].Tokens, got[i].Tokens, "request %d (%v): batched output differs from solo", i, r)
 				if !r.cfg.Adaptive {
 					assert.Equal(t, solo[i].Stats.SpecUsage().Tau, got[i].Stats.SpecUsage().Tau, "request %d: τ", i)

@@ -56,6 +56,34 @@ func (m *Member) Forward(ctx context.Context, sess ports.Session, tokens []ports
 	return c.fres.Result, c.fres.Err
 }
 
+// ForwardTree runs sess's ForwardTree (a ports.TreeVerifier) in the next forward round, on its own: the
+// other members' blocks of that round still run batched beside it.
+func (m *Member) ForwardTree(ctx context.Context, sess ports.Session, tokens []ports.Token, parents []int, opts ports.ForwardOptions) (ports.ForwardResult, error) {
+	if m.left {
+		return ports.ForwardResult{}, fmt.Errorf("batch: forward after Leave")
+	}
+	c := &call{m: m, ctx: ctx, fwd: ports.BatchItem{Session: sess, Tokens: tokens, Opts: opts}, tree: parents}
+	m.s.submit(c)
+	if c.panicked != nil {
+		panic(c.panicked)
+	}
+	return c.fres.Result, c.fres.Err
+}
+
+// DraftTop runs the DraftTop of it.Session (a ports.TopDrafter) with top candidates per slot in the next draft
+// round, on its own.
+func (m *Member) DraftTop(ctx context.Context, it ports.DraftItem, top int) (ports.Proposal, error) {
+	if m.left {
+		return ports.Proposal{}, fmt.Errorf("batch: draft after Leave")
+	}
+	c := &call{m: m, ctx: ctx, drf: it, isDraft: true, top: max(top, 1)}
+	m.s.submit(c)
+	if c.panicked != nil {
+		panic(c.panicked)
+	}
+	return c.dres.Proposal, c.dres.Err
+}
+
 // Draft runs one draft item (its Session one of the scheduler's drafter's sessions) in the next draft round.
 func (m *Member) Draft(ctx context.Context, it ports.DraftItem) (ports.Proposal, error) {
 	if m.left {

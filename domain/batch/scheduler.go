@@ -119,6 +119,11 @@ type call struct {
 	drf ports.DraftItem
 	// isDraft says which of fwd and drf this is.
 	isDraft bool
+	// tree, for a forward, holds a verification tree's parents (ports.TreeVerifier); top, for a draft, the
+	// candidates per slot asked for (ports.TopDrafter). Such a call runs on its own in its round: the batched
+	// ports take chains and plain drafts only.
+	tree []int
+	top  int
 	// running is set (under the scheduler's lock) when a round takes the call.
 	running bool
 	fres    ports.BatchResult
@@ -277,6 +282,15 @@ func (s *Scheduler) run(ctx context.Context, kind RoundKind, calls []*call) {
 // forwardRound runs the target forwards of calls: one ForwardBatch when the target can and there are
 // several, else one Forward each under its member's context. It reports whether it batched.
 func (s *Scheduler) forwardRound(ctx context.Context, calls []*call) bool {
+	calls = s.alone(calls, func(c *call) bool { return c.tree != nil }, func(c *call) {
+		tv, ok := c.fwd.Session.(ports.TreeVerifier)
+		if !ok {
+			c.fres = ports.BatchResult{Err: fmt.Errorf("tree forward: session %T cannot verify trees: %w", c.fwd.Session, errors.ErrUnsupported)}
+			return
+		}
+		fr, err := tv.ForwardTree(c.ctx, c.fwd.Tokens, c.tree, c.fwd.Opts)
+		c.fres = ports.BatchResult{Result: fr, Err: err}
+	})
 	if s.fwd != nil && len(calls) > 1 {
 		items := make([]ports.BatchItem, len(calls))
 		for i, c := range calls {
@@ -308,6 +322,15 @@ func (s *Scheduler) forwardRound(ctx context.Context, calls []*call) bool {
 
 // draftRound is forwardRound for drafts.
 func (s *Scheduler) draftRound(ctx context.Context, calls []*call) bool {
+	calls = s.alone(calls, func(c *call) bool { return c.top > 0 }, func(c *call) {
+		td, ok := c.drf.Session.(ports.TopDrafter)
+		if !ok {
+			c.dres = ports.DraftResult{Err: fmt.Errorf("draft with candidates: draft session %T cannot list them: %w", c.drf.Session, errors.ErrUnsupported)}
+			return
+		}
+		p, err := td.DraftTop(c.ctx, c.drf.Anchor, c.drf.NewCtx, c.drf.BlockSize, c.top)
+		c.dres = ports.DraftResult{Proposal: p, Err: err}
+	})
 	if s.drf != nil && len(calls) > 1 {
 		items := make([]ports.DraftItem, len(calls))
 		for i, c := range calls {
@@ -332,6 +355,20 @@ func (s *Scheduler) draftRound(ctx context.Context, calls []*call) bool {
 		guard([]*call{c}, func() { c.dres = draftOne(c.ctx, c.drf) })
 	}
 	return false
+}
+
+// alone runs, one by one under their members' contexts, the calls of a round the batched ports cannot take
+// (solo says which), and returns the others.
+func (s *Scheduler) alone(calls []*call, solo func(*call) bool, run func(*call)) []*call {
+	rest := calls[:0:0]
+	for _, c := range calls {
+		if !solo(c) {
+			rest = append(rest, c)
+			continue
+		}
+		guard([]*call{c}, func() { run(c) })
+	}
+	return rest
 }
 
 // draftOne is a draft item's solo call.

@@ -6,16 +6,52 @@ import (
 	"github.com/higgs-go/higgs/ports"
 )
 
-// Session returns sess with its Forward going through the member's rounds; everything else (Len, TrimKV,
-// Snapshot, Restore, Close, and ReplayTape when sess can replay) stays sess's own, called directly. The
-// result implements ports.TapeReplayer exactly when sess does, so the decoder's rollback choices are the ones
-// it makes on sess. Other optional abilities (prefix export) are not carried: use sess for them.
+// Session returns sess with its Forward (and ForwardTree) going through the member's rounds; everything else
+// (Len, TrimKV, Snapshot, Restore, Close, ReplayTape and KeepPath when sess has them) stays sess's own, called
+// directly. The result implements ports.TapeReplayer and ports.TreeVerifier exactly when sess does, so the
+// decoder's choices are the ones it makes on sess. Other optional abilities (prefix export) are not carried:
+// use sess for them.
 func (m *Member) Session(sess ports.Session) ports.Session {
 	b := &session{Session: sess, m: m}
-	if r, ok := sess.(ports.TapeReplayer); ok {
+	r, replays := sess.(ports.TapeReplayer)
+	tv, trees := sess.(ports.TreeVerifier)
+	switch {
+	case replays && trees:
+		return &replayTreeSession{replaySession: &replaySession{session: b, r: r}, tv: tv}
+	case replays:
 		return &replaySession{session: b, r: r}
+	case trees:
+		return &treeSession{session: b, tv: tv}
 	}
 	return b
+}
+
+// treeSession carries ports.TreeVerifier: the tree's forward goes through the rounds (on its own), keeping
+// its path is the session's own call.
+type treeSession struct {
+	*session
+	tv ports.TreeVerifier
+}
+
+func (s *treeSession) ForwardTree(ctx context.Context, tokens []ports.Token, parents []int, opts ports.ForwardOptions) (ports.ForwardResult, error) {
+	return s.m.ForwardTree(ctx, s.Session, tokens, parents, opts)
+}
+
+func (s *treeSession) KeepPath(ctx context.Context, path []int) (ports.Taps, error) {
+	return s.tv.KeepPath(ctx, path)
+}
+
+type replayTreeSession struct {
+	*replaySession
+	tv ports.TreeVerifier
+}
+
+func (s *replayTreeSession) ForwardTree(ctx context.Context, tokens []ports.Token, parents []int, opts ports.ForwardOptions) (ports.ForwardResult, error) {
+	return s.m.ForwardTree(ctx, s.Session, tokens, parents, opts)
+}
+
+func (s *replayTreeSession) KeepPath(ctx context.Context, path []int) (ports.Taps, error) {
+	return s.tv.KeepPath(ctx, path)
 }
 
 type session struct {
@@ -36,14 +72,38 @@ func (s *replaySession) ReplayTape(ctx context.Context, tape ports.Tape, n int) 
 	return s.r.ReplayTape(ctx, tape, n)
 }
 
-// DraftSession returns ds with its Draft (and DraftSampled, present exactly when ds has it) going through the
-// member's rounds; Len, Crop and Close stay ds's own.
+// DraftSession returns ds with its Draft (and DraftSampled and DraftTop, present exactly when ds has them)
+// going through the member's rounds; Len, Crop and Close stay ds's own.
 func (m *Member) DraftSession(ds ports.DraftSession) ports.DraftSession {
 	b := &draftSession{DraftSession: ds, m: m}
-	if _, ok := ds.(ports.SamplingDrafter); ok {
+	_, samples := ds.(ports.SamplingDrafter)
+	_, tops := ds.(ports.TopDrafter)
+	switch {
+	case samples && tops:
+		return &samplingTopDraftSession{samplingDraftSession: &samplingDraftSession{draftSession: b}}
+	case samples:
 		return &samplingDraftSession{draftSession: b}
+	case tops:
+		return &topDraftSession{draftSession: b}
 	}
 	return b
+}
+
+// topDraftSession carries ports.TopDrafter through the rounds.
+type topDraftSession struct {
+	*draftSession
+}
+
+func (s *topDraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, k int) (ports.Proposal, error) {
+	return s.m.DraftTop(ctx, ports.DraftItem{Session: s.DraftSession, Anchor: anchor, NewCtx: newCtx, BlockSize: bs}, k)
+}
+
+type samplingTopDraftSession struct {
+	*samplingDraftSession
+}
+
+func (s *samplingTopDraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, k int) (ports.Proposal, error) {
+	return s.m.DraftTop(ctx, ports.DraftItem{Session: s.DraftSession, Anchor: anchor, NewCtx: newCtx, BlockSize: bs}, k)
 }
 
 type draftSession struct {

@@ -125,6 +125,8 @@ type Config struct {
 	Adaptive bool
 	// Policy tunes the adaptive policy; ignored unless Adaptive.
 	Policy PolicyConfig
+	// Tree turns on tree verification (TreeConfig); the zero value verifies chains only.
+	Tree TreeConfig
 	// MaxTokens, when > 0, is the number of tokens to generate (prompt excluded) unless a stop token comes
 	// first; 0 means as many as the context length leaves. It must fit in that room (TokenBudget).
 	MaxTokens int
@@ -241,6 +243,7 @@ func (c Config) Validate() error {
 	if c.Policy.Decay < 0 || c.Policy.Decay > 1 || c.Policy.Decay != c.Policy.Decay {
 		errs = append(errs, fmt.Errorf("policy decay %v out of range [0, 1]", c.Policy.Decay))
 	}
+	errs = append(errs, c.Tree.validate()...)
 	if c.PrefillChunk < 0 {
 		errs = append(errs, fmt.Errorf("prefill chunk %d must be ≥ 0 (0: one forward per prefill stop)", c.PrefillChunk))
 	}

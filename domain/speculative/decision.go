@@ -26,6 +26,9 @@ type Decision struct {
 	CostSteps float64
 	// Left is the number of tokens the budget still allowed (Code "length").
 	Left int
+	// Tree, when > 0, is the node budget of the verification tree the round verifies instead of a chain
+	// (TreeConfig); the drafter then drafts BlockSize slots and the tree holds at most Tree nodes of them.
+	Tree int
 	// ProbeEvery and ProbeBudget are the probe schedule (Code "probe").
 	ProbeEvery  int
 	ProbeBudget float64
@@ -41,14 +44,25 @@ func (d Decision) Mode() string {
 
 // Reason says in words why the block size was chosen.
 func (d Decision) Reason() string {
+	what := fmt.Sprintf("block %d", d.BlockSize)
+	if d.Tree > 0 {
+		what = fmt.Sprintf("a tree of up to %d nodes over a block of %d", d.Tree, d.BlockSize)
+	}
 	estimate := func() string {
-		return fmt.Sprintf("a block of %d expects τ %s tokens per round and costs %s plain decoding steps (%s× plain decoding's rate)",
-			d.Candidate, num(d.ExpectedTau), num(d.CostSteps), num(d.ExpectedTau/d.CostSteps))
+		arm := fmt.Sprintf("a block of %d", d.Candidate)
+		if d.Tree > 0 {
+			arm = what
+		}
+		return fmt.Sprintf("%s expects τ %s tokens per round and costs %s plain decoding steps (%s× plain decoding's rate)",
+			arm, num(d.ExpectedTau), num(d.CostSteps), num(d.ExpectedTau/d.CostSteps))
 	}
 	switch d.Code {
 	case "":
 		return "no decoding step ran: the first token, sampled after the prefill, ended the request"
 	case reasonFixed:
+		if d.Tree > 0 {
+			return fmt.Sprintf("fixed: %s, the adaptive policy is off", what)
+		}
 		if d.BlockSize > 1 {
 			return fmt.Sprintf("fixed block size %d: the adaptive policy is off", d.BlockSize)
 		}
@@ -59,9 +73,11 @@ func (d Decision) Reason() string {
 		if d.BlockSize == 1 {
 			return "exploring: measuring what a plain decoding step costs before any speculative block"
 		}
+		if d.Tree > 0 {
+			return fmt.Sprintf("exploring: measuring %s (plain decoding and chains measured)", what)
+		}
 		return fmt.Sprintf("exploring: measuring a first speculative block of %d (plain decoding measured)", d.BlockSize)
 	case reasonProbe:
-		what := fmt.Sprintf("block %d", d.BlockSize)
 		if d.BlockSize == 1 {
 			what = "plain decoding"
 		}
@@ -71,7 +87,7 @@ func (d Decision) Reason() string {
 		if d.CostSteps > 0 {
 			return "speculating: " + estimate() + ", the highest expected rate measured"
 		}
-		return fmt.Sprintf("speculating with block %d, the highest expected rate measured", d.BlockSize)
+		return fmt.Sprintf("speculating with %s, the highest expected rate measured", what)
 	case reasonFallbackAR:
 		if d.Candidate > 1 && d.CostSteps > 0 {
 			return "plain decoding: the best speculative choice, " + estimate() + ", is below break-even"

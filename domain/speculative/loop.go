@@ -105,6 +105,7 @@ type generation struct {
 	maxPending int
 	rb         *rollbacker
 	policy     *depthPolicy
+	tree       *treeAbility          // nil: chains only
 	samp       *ports.SamplingParams // ForwardOptions.Sampling: nil when greedy; built once, not per round
 	stop       map[ports.Token]bool
 	res        Result
@@ -181,6 +182,13 @@ func (d *Decoder) start(sess ports.Session, draft ports.DraftSession, prompt []p
 		return nil, fmt.Errorf("generate: %w", err)
 	}
 	g.rb = rb
+	if g.tree = g.treeAbility(); g.policy != nil {
+		if g.tree != nil {
+			g.policy.enableTrees(cfg.Tree.budgets())
+		} else {
+			g.policy.disableTrees()
+		}
+	}
 	if !cfg.Sampling.Greedy() {
 		g.samp = &g.cfg.Sampling
 	}
@@ -333,12 +341,19 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 	case limit < g.maxBS:
 		dec.Code, dec.Left = reasonLength, limit
 	}
+	if g.policy == nil && g.tree != nil && dec.BlockSize > 1 {
+		dec.Tree = g.tree.budget
+	}
 	bs := dec.BlockSize
 	preLen := g.sess.Len()
 	anchor := g.seq[len(g.seq)-1]
 	rs := RoundStats{BlockSize: bs, Policy: dec.Code, Decision: dec}
 	if dec.Code != reasonProbe && dec.Code != reasonLength || g.res.Stats.Decision.Code == "" {
 		g.res.Stats.Decision = dec
+	}
+
+	if dec.Tree > 0 && bs > 1 && g.tree != nil {
+		return g.treeRound(ctx, dec, rs, remaining)
 	}
 
 	// Draft.
@@ -388,20 +403,7 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("verify block of %d: %w", bs, err)
 	}
 	rs.Accepted = a
-	// The candidate tokens go straight into seq's spare capacity; seq itself grows only at commit, so an
-	// error below leaves the partial Result without them, and emitted chunks (clipped) are never overwritten.
-	cand := append(append(g.seq, prop.Tokens[:a]...), next)
-	chunk := cand[len(g.seq):]
-	finish := FinishReason("")
-	if i := slices.IndexFunc(chunk, func(t ports.Token) bool { return g.stop[t] }); i >= 0 {
-		chunk, finish = chunk[:i+1], FinishStop
-	}
-	if len(chunk) >= remaining {
-		chunk = chunk[:remaining]
-		if finish == "" {
-			finish = FinishLength
-		}
-	}
+	cand, chunk, finish := g.clip(prop.Tokens[:a], next, remaining)
 	n := len(chunk)
 	rs.Committed = n
 
@@ -420,14 +422,40 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 	if taps != nil {
 		g.pending = append(g.pending, pendingTaps{taps: taps})
 	}
-	// Commit, then emit.
-	g.seq = cand[:len(g.seq)+n]
-	g.res.Stats.Rounds = append(g.res.Stats.Rounds, rs)
 	if g.policy != nil {
 		// The cost model sees only the final Draft call: catching up context after plain rounds is a cost of
 		// having fallen back, not of this block size; the probe budget counts it.
 		g.policy.observe(bs, a, policyDraft, rs.DraftTime-policyDraft, rs.VerifyTime, rs.RollbackTime)
 	}
+	return g.commit(ctx, rs, cand, chunk, finish)
+}
+
+// clip puts a round's accepted drafts and its bonus token after the committed sequence, in seq's spare
+// capacity (seq itself grows only at commit, so an error before it leaves the partial Result without them,
+// and emitted chunks are never overwritten), and cuts the chunk at the first stop token and at the tokens left
+// (remaining): it returns the candidate sequence, the chunk to commit and the finish reason it brings.
+func (g *generation) clip(accepted []ports.Token, next ports.Token, remaining int) ([]ports.Token, []ports.Token, FinishReason) {
+	cand := append(append(g.seq, accepted...), next)
+	chunk := cand[len(g.seq):]
+	finish := FinishReason("")
+	if i := slices.IndexFunc(chunk, func(t ports.Token) bool { return g.stop[t] }); i >= 0 {
+		chunk, finish = chunk[:i+1], FinishStop
+	}
+	if len(chunk) >= remaining {
+		chunk = chunk[:remaining]
+		if finish == "" {
+			finish = FinishLength
+		}
+	}
+	return cand, chunk, finish
+}
+
+// commit ends a round whose session already holds the committed positions: it commits chunk (the end of
+// cand), records rs, emits, and, after plain rounds past the pending bound, feeds the drafter.
+func (g *generation) commit(ctx context.Context, rs RoundStats, cand, chunk []ports.Token, finish FinishReason) (bool, error) {
+	clock := g.d.clock
+	g.seq = cand[:len(g.seq)+len(chunk)]
+	g.res.Stats.Rounds = append(g.res.Stats.Rounds, rs)
 	if err := g.emit(slices.Clip(chunk)); err != nil {
 		g.res.Finish = emitFinish(err)
 		return false, fmt.Errorf("emit: %w", err)
@@ -439,7 +467,7 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 		g.res.Finish = finish
 		return true, nil
 	}
-	if bs == 1 && g.policy != nil && len(g.pending) > g.maxPending {
+	if rs.BlockSize == 1 && g.policy != nil && len(g.pending) > g.maxPending {
 		// After the emit, so a drafter failure here loses no verified token. The call is drafting work of
 		// this round in the statistics; the policy does not see it (it would have been paid at the next
 		// probe anyway).
@@ -456,6 +484,11 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 // earlier rounds (plain-decoding rounds of the adaptive policy) are fed first by context-only Draft calls
 // with bs = 1. It returns the proposal and the duration of the final Draft call.
 func (g *generation) draftBlock(ctx context.Context, anchor ports.Token, bs int) (ports.Proposal, time.Duration, error) {
+	return g.draftBlockTop(ctx, anchor, bs, 0)
+}
+
+// draftBlockTop is draftBlock that, for top > 0, also asks for each slot's top candidates (Proposal.Top).
+func (g *generation) draftBlockTop(ctx context.Context, anchor ports.Token, bs, top int) (ports.Proposal, time.Duration, error) {
 	if g.draft.Len() != g.dlen {
 		if err := g.cropDraft(); err != nil {
 			return ports.Proposal{}, 0, err
@@ -469,7 +502,7 @@ func (g *generation) draftBlock(ctx context.Context, anchor ports.Token, bs int)
 		newCtx = g.pending[0].taps
 	}
 	t0 := g.d.clock.Now()
-	prop, err := g.draftCall(ctx, anchor, newCtx, bs)
+	prop, err := g.draftCallTop(ctx, anchor, newCtx, bs, top)
 	if err != nil {
 		return ports.Proposal{}, 0, err
 	}
@@ -480,6 +513,16 @@ func (g *generation) draftBlock(ctx context.Context, anchor ports.Token, bs int)
 	}
 	if prop.Dists != nil && len(prop.Dists) != bs-1 {
 		return ports.Proposal{}, 0, fmt.Errorf("drafter returned %d distributions for %d tokens", len(prop.Dists), bs-1)
+	}
+	if top > 0 {
+		if len(prop.Top) != bs-1 {
+			return ports.Proposal{}, 0, fmt.Errorf("drafter returned %d candidate lists for %d slots", len(prop.Top), bs-1)
+		}
+		for i, c := range prop.Top {
+			if len(c) == 0 || c[0].Token != prop.Tokens[i] {
+				return ports.Proposal{}, 0, fmt.Errorf("drafter's candidates for slot %d do not start with its token %d", i+1, prop.Tokens[i])
+			}
+		}
 	}
 	return prop, dt, nil
 }
@@ -510,13 +553,21 @@ func (g *generation) feedOldest(ctx context.Context, k int) error {
 
 // draftCall runs one Draft and restores the drafter invariant Len() == anchor position.
 func (g *generation) draftCall(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int) (ports.Proposal, error) {
+	return g.draftCallTop(ctx, anchor, newCtx, bs, 0)
+}
+
+// draftCallTop is draftCall that, for top > 0, asks the drafter for each slot's top candidates
+// (ports.TopDrafter) as well.
+func (g *generation) draftCallTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, top int) (ports.Proposal, error) {
 	want := g.dlen + rowsOf(newCtx)
 	var prop ports.Proposal
 	var err error
 	// Under sample-and-match a draft counts only if it equals the target's own draw, which is independent of
 	// the drafter's: the greedy walk's token is then at least as likely to be accepted as a sampled one
 	// (p(x_greedy) against Σ p·q), and its proposal distribution is never used.
-	if sd, ok := g.draft.(ports.SamplingDrafter); ok && bs > 1 && !g.cfg.Sampling.Greedy() && g.d.noise == nil {
+	if top > 0 && bs > 1 {
+		prop, err = g.tree.draft.DraftTop(ctx, anchor, newCtx, bs, top)
+	} else if sd, ok := g.draft.(ports.SamplingDrafter); ok && bs > 1 && !g.cfg.Sampling.Greedy() && g.d.noise == nil {
 		prop, err = sd.DraftSampled(ctx, anchor, newCtx, bs, g.cfg.Sampling.Temperature, g.d.rnd)
 	} else {
 		prop, err = g.draft.Draft(ctx, anchor, newCtx, bs)

@@ -115,6 +115,11 @@ type depthPolicy struct {
 	// batchedNow (the latest best had every price).
 	batchNS, batchOthers []float64
 	batchedNow           bool
+	// trees are the tree budgets the policy weighs against chains (enableTrees); empty without trees.
+	// treesOff keeps them out of this generation's choices (disableTrees; a remembered policy loads with it
+	// unset).
+	trees    []treeArm
+	treesOff bool
 }
 
 func newDepthPolicy(maxBS int, cfg PolicyConfig) *depthPolicy {
@@ -142,11 +147,20 @@ func newDepthPolicy(maxBS int, cfg PolicyConfig) *depthPolicy {
 // choose returns the decision for the next round: a block size of at most limit (the budget-shortened
 // maximum), why, and the estimates behind it.
 func (p *depthPolicy) choose(limit int) Decision {
-	bs, why := p.plan(limit)
+	bs, tree, why := p.plan(limit)
 	d := Decision{Code: why, BlockSize: bs, MaxBlockSize: p.maxBS, Adaptive: true, ProbeEvery: p.probeEvery,
-		ProbeBudget: p.budget}
+		ProbeBudget: p.budget, Tree: tree}
 	if bs > limit {
 		d.Code, d.BlockSize, d.Left = reasonLength, limit, limit
+		if limit < 2 {
+			d.Tree = 0
+		}
+	}
+	if a := p.tree(d.Tree); a != nil {
+		if plain, c := p.costOf(1), a.cost(); plain > 0 && c > 0 {
+			d.Candidate, d.ExpectedTau, d.CostSteps = bs, a.expected(), c/plain
+		}
+		return d
 	}
 	switch d.Code {
 	case reasonBest:
@@ -175,7 +189,67 @@ func (p *depthPolicy) expected(bs int) float64 {
 
 // plan returns the block size the policy wants and why; limit is only consulted to tell whether the largest
 // block can be explored now.
-func (p *depthPolicy) plan(limit int) (int, string) {
+func (p *depthPolicy) plan(limit int) (int, int, string) {
+	// A tree runs on its own in a batched round (the batched forward takes chains), delaying every other
+	// sequence by a whole forward: trees are weighed only while the generation runs alone.
+	if len(p.trees) == 0 || p.treesOff || p.maxBS <= 1 || !p.verify[0].ok || p.measured(1, +1, p.draft) == 0 || p.batchPrices() {
+		bs, why := p.planChain(limit)
+		return bs, 0, why
+	}
+	// Trees: each budget is explored once (as the largest block is, outside the probe budget), then the best
+	// measured tree competes with the best chain; probes take the other arms in turn.
+	if b := p.unexploredTree(); b > 0 && limit >= p.maxBS {
+		p.lastProbe = p.rounds
+		return p.maxBS, b, reasonExplore
+	}
+	p.probeRate = 0
+	chain, chainRate := p.best(1)
+	tree, treeRate := p.bestTree(0)
+	probeDue := p.rounds-p.lastProbe >= p.probeInterval()
+	try := func(bs, b int, loss, rate float64) bool {
+		if p.spent+loss > p.budget*p.elapsed {
+			return false
+		}
+		p.probes++
+		p.lastProbe = p.rounds
+		p.probeRate, p.probeWeight = rate, 1
+		return true
+	}
+	if tree == 0 || treeRate <= chainRate*(1+1e-9) {
+		// A chain (or plain decoding) is the choice: every third probe re-measures the most promising tree.
+		if probeDue && tree > 0 && p.probes%3 == 2 && limit >= p.maxBS && try(p.maxBS, tree, p.treeProbeLoss(tree, chainRate), chainRate) {
+			return p.maxBS, tree, reasonProbe
+		}
+		bs, why := p.planChain(limit)
+		return bs, 0, why
+	}
+	// A tree is the choice. Probes alternate between the best chain (the best speculative one when plain
+	// decoding is), plain decoding, and the runner-up tree.
+	if probeDue {
+		switch p.probes % 3 {
+		case 0:
+			if chain < 2 {
+				chain, _ = p.best(2)
+			}
+			if chain > 1 && try(chain, 0, p.probeLoss(chain, treeRate), treeRate) {
+				return chain, 0, reasonProbe
+			}
+		case 1:
+			if try(1, 0, 0, treeRate) {
+				return 1, 0, reasonProbe
+			}
+		default:
+			if other, _ := p.bestTree(tree); other > 0 && try(p.maxBS, other, p.treeProbeLoss(other, treeRate), treeRate) {
+				return p.maxBS, other, reasonProbe
+			}
+			p.probes++ // nothing to probe in this turn: the next one is due at once
+		}
+	}
+	return p.maxBS, tree, reasonBest
+}
+
+// planChain is the chains' plan: the block size the policy wants and why.
+func (p *depthPolicy) planChain(limit int) (int, string) {
 	p.probeRate = 0
 	if p.maxBS <= 1 {
 		return 1, reasonFixed
@@ -544,6 +618,8 @@ func (p *depthPolicy) clone() *depthPolicy {
 	c.run = slices.Clone(p.run)
 	c.draft = slices.Clone(p.draft)
 	c.verify = slices.Clone(p.verify)
+	c.trees = slices.Clone(p.trees)
+	c.treesOff = false
 	c.probeRate = 0
 	c.batch, c.batchNS, c.batchOthers, c.batchedNow = nil, nil, nil, false
 	return &c

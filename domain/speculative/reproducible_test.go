@@ -24,12 +24,14 @@ type decoding struct {
 	// adaptive policy decides from.
 	verify func(n int) time.Duration
 	draft  time.Duration
+	tree   TreeConfig
 }
 
 func seededDecodings() []decoding {
 	cheap := func(n int) time.Duration { return time.Duration(1000+n) * time.Microsecond }
 	dear := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	perfect := func(m *portfake.Model) portfake.Proposer { return portfake.Perfect(m) }
+	ranked := func(m *portfake.Model) portfake.Proposer { return portfake.Ranked(m, 3, 0, 1, 0, 2, 1, 3) }
 	return []decoding{
 		{name: "plain", bs: 1},
 		{name: "block 2 greedy drafts", bs: 2, propose: perfect},
@@ -43,6 +45,9 @@ func seededDecodings() []decoding {
 		{name: "adaptive, cheap verify", bs: 8, adaptive: true, propose: perfect, verify: cheap, draft: 100 * time.Microsecond},
 		{name: "adaptive, dear verify", bs: 8, adaptive: true, propose: perfect, verify: dear, draft: 100 * time.Microsecond},
 		{name: "adaptive, dear draft", bs: 8, adaptive: true, propose: perfect, verify: cheap, draft: 20 * time.Millisecond},
+		{name: "tree of 12, truth at mixed ranks", bs: 8, tree: TreeConfig{Budget: 12, Width: 3}, propose: ranked},
+		{name: "tree of 4, random drafts", bs: 6, tree: TreeConfig{Budget: 4, Width: 2}, propose: func(*portfake.Model) portfake.Proposer { return portfake.RandomTokens(32, 5) }},
+		{name: "adaptive with trees", bs: 8, adaptive: true, tree: TreeConfig{Budget: 16, Width: 3}, propose: ranked, verify: cheap, draft: 100 * time.Microsecond},
 	}
 }
 
@@ -61,7 +66,7 @@ func runSeeded(t *testing.T, dc decoding, verify Verification, params ports.Samp
 	r := newRig(t, mcfg, propose, portfake.DrafterConfig{BlockSize: 8, Clock: clock,
 		DraftCost: func(int) time.Duration { return dc.draft }})
 	dec, err := New(Config{BlockSize: dc.bs, Adaptive: dc.adaptive, MaxTokens: n, Sampling: params, Verify: verify,
-		Rollback: dc.rollback}, clock, portfake.NewRand(seed))
+		Rollback: dc.rollback, Tree: dc.tree}, clock, portfake.NewRand(seed))
 	require.NoError(t, err)
 	seq := slices.Clone(prompt)
 	res, err := dec.Generate(t.Context(), r.sess, r.draftSession(), prompt, func(c []ports.Token) error {

@@ -50,7 +50,13 @@ func TestSampledGenerationMatchesTargetDistribution(t *testing.T) {
 		{"candidate-restricted drafts block 3", 3, false, sampling, func(s uint64) portfake.Proposer {
 			return portfake.Sampled(model, ports.SamplingParams{Temperature: 1.5, TopK: 2}, s)
 		}},
+		// Trees (under VerifyMatch; VerifyResidual verifies chains with the same drafts).
+		{"tree of 6 over block 3", 3, false, sampling, func(uint64) portfake.Proposer { return portfake.Ranked(model, 3, 1, 0) }},
+		{"adaptive with trees up to 8", 4, true, ports.SamplingParams{Temperature: 0.7}, func(uint64) portfake.Proposer {
+			return portfake.Ranked(model, 2, 1)
+		}},
 	}
+	trees := map[string]TreeConfig{"tree of 6 over block 3": {Budget: 6, Width: 3}, "adaptive with trees up to 8": {Budget: 8, Width: 2}}
 	for _, verify := range []Verification{VerifyResidual, VerifyMatch} {
 		for _, c := range cases {
 			t.Run(verify.String()+"/"+c.name, func(t *testing.T) {
@@ -63,7 +69,7 @@ func TestSampledGenerationMatchesTargetDistribution(t *testing.T) {
 					dr, err = portfake.NewDrafter(portfake.DrafterConfig{BlockSize: 4, Propose: c.propose(99)})
 					require.NoError(t, err)
 				}
-				cfg := Config{BlockSize: c.bs, Adaptive: c.adaptive, MaxTokens: 3, Sampling: c.params, Verify: verify}
+				cfg := Config{BlockSize: c.bs, Adaptive: c.adaptive, MaxTokens: 3, Sampling: c.params, Verify: verify, Tree: trees[c.name]}
 				if c.adaptive {
 					cfg.Policy.Memory = NewPolicyMemory() // shared by the runs, so later ones speculate from the start
 				}

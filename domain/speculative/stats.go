@@ -31,6 +31,8 @@ const (
 	// RollbackSnapshotRecompute means KV truncation, recurrent snapshot restore and a re-forward of the
 	// committed tokens.
 	RollbackSnapshotRecompute RollbackKind = "snapshot-recompute"
+	// RollbackTreePath means a tree round kept its accepted path (ports.TreeVerifier.KeepPath).
+	RollbackTreePath RollbackKind = "tree-path"
 )
 
 // Result is the outcome of one generation.
@@ -64,10 +66,15 @@ type Stats struct {
 
 // RoundStats account for one decoding step: a draft–verify round, or a plain step when BlockSize is 1.
 type RoundStats struct {
-	// Block is what the target verified: [last committed token, d1..d_{bs-1}].
+	// Block is what the target verified: [last committed token, d1..d_{bs-1}], or a tree's nodes in order
+	// (the anchor first).
 	Block []ports.Token
-	// BlockSize is len(Block).
+	// BlockSize is len(Block): the rows the target verified.
 	BlockSize int
+	// Tree is set when the round verified a tree (TreeConfig): Parents[i] is node i's parent (−1 for the
+	// anchor), Slots the block the drafter drafted (the tree's depth is at most Slots−1), Path the accepted
+	// nodes after the anchor.
+	Tree *TreeRound
 	// Accepted is the number of accepted draft tokens (0..BlockSize-1); the bonus token is not counted.
 	Accepted int
 	// Committed is the number of tokens committed and emitted this round (≤ Accepted+1 after stop or
@@ -83,6 +90,13 @@ type RoundStats struct {
 	// "best", "probe", "fallback-ar", "length"); Decision holds the measurements behind it.
 	Policy   string
 	Decision Decision
+}
+
+// TreeRound is a tree round's shape (RoundStats.Tree).
+type TreeRound struct {
+	Parents []int
+	Slots   int
+	Path    []int
 }
 
 // Drafting reports whether the round drafted (a draft–verify round rather than a plain step).
@@ -145,7 +159,7 @@ func (s Stats) AcceptedPerPosition() []int {
 	width := s.MaxBlockSize - 1
 	if s.MaxBlockSize == 0 {
 		for _, r := range s.Rounds {
-			width = max(width, r.BlockSize-1)
+			width = max(width, r.size()-1)
 		}
 	}
 	out := make([]int, max(width, 0))
@@ -164,10 +178,11 @@ func (s Stats) BlockSizes() []ports.BlockSizeUse {
 		if !r.Drafting() {
 			continue
 		}
-		if r.BlockSize >= len(counts) {
-			counts = append(counts, make([]int, r.BlockSize+1-len(counts))...)
+		bs := r.size()
+		if bs >= len(counts) {
+			counts = append(counts, make([]int, bs+1-len(counts))...)
 		}
-		counts[r.BlockSize]++
+		counts[bs]++
 	}
 	out := []ports.BlockSizeUse{}
 	for bs, n := range counts {
@@ -178,9 +193,32 @@ func (s Stats) BlockSizes() []ports.BlockSizeUse {
 	return out
 }
 
+// size is the round's block size: the block its drafter drafted (for a tree, whose BlockSize counts its
+// nodes, Tree.Slots).
+func (r RoundStats) size() int {
+	if r.Tree != nil {
+		return r.Tree.Slots
+	}
+	return r.BlockSize
+}
+
+// Trees returns how many rounds verified a tree and the nodes those trees held.
+func (s Stats) Trees() (rounds, nodes int) {
+	for _, r := range s.Rounds {
+		if r.Tree != nil {
+			rounds++
+			nodes += r.BlockSize
+		}
+	}
+	return rounds, nodes
+}
+
 // SpecUsage converts the stats into the wire-level account of ports.SpecUsage.
 func (s Stats) SpecUsage() ports.SpecUsage {
+	trees, nodes := s.Trees()
 	return ports.SpecUsage{
+		TreeRounds:          trees,
+		TreeNodes:           nodes,
 		Rounds:              s.DraftRounds(),
 		PlainSteps:          s.PlainSteps(),
 		Drafted:             s.Drafted(),

@@ -36,6 +36,8 @@ var interfaces = map[string]reflect.Type{
 	"ports.BatchForwarder":  reflect.TypeFor[ports.BatchForwarder](),
 	"ports.BatchDrafter":    reflect.TypeFor[ports.BatchDrafter](),
 	"ports.SamplingDrafter": reflect.TypeFor[ports.SamplingDrafter](),
+	"ports.TreeVerifier":    reflect.TypeFor[ports.TreeVerifier](),
+	"ports.TopDrafter":      reflect.TypeFor[ports.TopDrafter](),
 	"ports.PlainEncoder":    reflect.TypeFor[ports.PlainEncoder](),
 	"ports.TokenBytes":      reflect.TypeFor[ports.TokenBytes](),
 	"ports.PositionRand":    reflect.TypeFor[ports.PositionRand](),

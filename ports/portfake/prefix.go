@@ -36,6 +36,9 @@ func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
+	if err := s.checkNoTree(); err != nil {
+		return nil, err
+	}
 	if n < 1 || n > s.n {
 		return nil, fmt.Errorf("portfake export prefix %d outside [1, %d]", n, s.n)
 	}
@@ -54,6 +57,9 @@ func (s *Session) ExportPrefix(n int) (ports.PrefixState, error) {
 // ImportPrefix makes an empty session hold p.
 func (s *Session) ImportPrefix(ps ports.PrefixState) error {
 	if err := s.check(); err != nil {
+		return err
+	}
+	if err := s.checkNoTree(); err != nil {
 		return err
 	}
 	p, ok := ps.(*Prefix)

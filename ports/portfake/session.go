@@ -30,6 +30,7 @@ type Session struct {
 	rec    []recState
 	serial uint64 // incremented by every Forward; taps and tapes carry the serial they were made at
 	closed bool
+	tree   *pendingTree // set by ForwardTree until KeepPath
 
 	calls    []ForwardCall
 	counts   Counts
@@ -56,6 +57,8 @@ type ForwardCall struct {
 	Opts   ports.ForwardOptions
 	// Batch is the number of items of the ForwardBatch the call ran in (0: a Forward of its own).
 	Batch int
+	// Tree holds the parents of a ForwardTree call's nodes (nil for Forward).
+	Tree []int
 }
 
 // Counts tallies the session's rollback-related calls.
@@ -111,6 +114,9 @@ func (s *Session) Forward(ctx context.Context, tokens []ports.Token, opts ports.
 // forward is Forward without the simulated cost; batch is the size of the batch it runs in (0: alone).
 func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.ForwardOptions, batch int) (ports.ForwardResult, error) {
 	if err := s.check(); err != nil {
+		return ports.ForwardResult{}, err
+	}
+	if err := s.checkNoTree(); err != nil {
 		return ports.ForwardResult{}, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -215,6 +221,9 @@ func (s *Session) TrimKV(n int) error {
 	if err := s.check(); err != nil {
 		return err
 	}
+	if err := s.checkNoTree(); err != nil {
+		return err
+	}
 	if n < 0 || n > s.n {
 		return fmt.Errorf("portfake trim to %d outside [0, %d]", n, s.n)
 	}
@@ -231,6 +240,9 @@ func (s *Session) Snapshot() (ports.RecurrentSnapshot, error) {
 	if err := s.check(); err != nil {
 		return nil, err
 	}
+	if err := s.checkNoTree(); err != nil {
+		return nil, err
+	}
 	if len(s.rec) == 0 {
 		return nil, fmt.Errorf("portfake: attention-only model has no recurrent state: %w", errors.ErrUnsupported)
 	}
@@ -242,6 +254,9 @@ func (s *Session) Snapshot() (ports.RecurrentSnapshot, error) {
 // Restore puts the recurrent layers back to snap.
 func (s *Session) Restore(snap ports.RecurrentSnapshot) error {
 	if err := s.check(); err != nil {
+		return err
+	}
+	if err := s.checkNoTree(); err != nil {
 		return err
 	}
 	sn, ok := snap.(*Snapshot)
@@ -270,6 +285,9 @@ func (s *Session) check() error {
 // ReplayTape rolls the recurrent layers back to the state after the first n positions of tape's block.
 func (s *TapeSession) ReplayTape(ctx context.Context, tape ports.Tape, n int) error {
 	if err := s.check(); err != nil {
+		return err
+	}
+	if err := s.checkNoTree(); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

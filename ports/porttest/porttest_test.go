@@ -162,3 +162,28 @@ func TestPortfakeEmbed(t *testing.T) {
 		})
 	}
 }
+
+func TestPortfakeTree(t *testing.T) {
+	variants := map[string]portfake.Config{
+		"hybrid-tape":    {Tape: true, ContextLength: 40},
+		"hybrid":         {ContextLength: 40},
+		"attention-only": {Layers: []ports.LayerKind{ports.LayerAttention}, ContextLength: 40},
+		"recurrent-only": {Layers: []ports.LayerKind{ports.LayerRecurrent}, Tape: true, ContextLength: 40},
+	}
+	for name, cfg := range variants {
+		t.Run(name, func(t *testing.T) {
+			m := portfake.MustNew(cfg)
+			porttest.TreeSuite{
+				Open: func(t *testing.T, taps []int) ports.Session {
+					s, err := m.NewSession(t.Context(), taps)
+					require.NoError(t, err)
+					return s
+				},
+				Vocab:         m.Info().VocabSize,
+				TapLayers:     []int{0},
+				ReadTaps:      readFakeTaps,
+				ContextLength: cfg.ContextLength,
+			}.Run(t)
+		})
+	}
+}

@@ -51,8 +51,11 @@ type distSpec struct {
 type distOutput struct {
 	Greedy, Replay, Recompute, Seeded, Prefix []ports.Token
 	// Batched are batchedDecode's sequences, BatchTaps the sums of their taps per round.
-	Batched     [][]ports.Token
-	BatchTaps   []float64
+	Batched   [][]ports.Token
+	BatchTaps []float64
+	// Tree is treeDecode's sequence, TreeTaps the sums of the kept taps per round.
+	Tree        []ports.Token
+	TreeTaps    []float64
 	WeightBytes int64
 	Stage       [2]int
 	Stats       Stats
@@ -94,10 +97,83 @@ func decodeAll(ctx context.Context, tgt staged, mt ports.Target, d ports.Drafter
 	if out.Batched, out.BatchTaps, err = batchedDecode(ctx, mt, distTokens); err != nil {
 		return out, fmt.Errorf("batched: %w", err)
 	}
+	if out.Tree, out.TreeTaps, err = treeDecode(ctx, mt, distPrompt, out.Greedy); err != nil {
+		return out, fmt.Errorf("tree: %w", err)
+	}
 	out.WeightBytes = tgt.WeightBytes()
 	st := tgt.Stage()
 	out.Stage = [2]int{st.Lo, st.Hi}
 	return out, nil
+}
+
+// treeDecode decodes len(greedy) tokens greedily by tree verification: each round verifies a tree hung
+// from the last token, whose first child on each level is greedy's next token and the others are not (so
+// rounds accept up to two drafts), keeps the accepted path and reads its taps. It returns the tokens and
+// the sum of each round's kept taps.
+func treeDecode(ctx context.Context, t ports.Target, prompt, greedy []ports.Token) ([]ports.Token, []float64, error) {
+	sess, err := t.NewSession(ctx, []int{1, 3})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer sess.Close()
+	tv, ok := sess.(ports.TreeVerifier)
+	if !ok {
+		return nil, nil, fmt.Errorf("session %T verifies no trees", sess)
+	}
+	V := ports.Token(t.Info().VocabSize)
+	first, err := sess.Forward(ctx, prompt, ports.ForwardOptions{Rows: 1})
+	if err != nil {
+		return nil, nil, err
+	}
+	out := []ports.Token{first.Greedy[0]}
+	var sums []float64
+	parents := []int{-1, 0, 0, 1, 1, 2, 2}
+	for len(out) < len(greedy) {
+		n := len(out)
+		guess := func(k int) ports.Token { return greedy[min(n-1+k, len(greedy)-1)] }
+		wrong := func(k int) ports.Token { return (guess(k) + ports.Token(k) + 5) % V }
+		tokens := []ports.Token{out[n-1], guess(1), wrong(1), guess(2), wrong(2), wrong(3), wrong(4)}
+		fr, err := tv.ForwardTree(ctx, tokens, parents, ports.ForwardOptions{Taps: true})
+		if err != nil {
+			return nil, nil, err
+		}
+		path := []int{0}
+		for node := 0; ; {
+			next := -1
+			for c, p := range parents {
+				if p == node && tokens[c] == fr.Greedy[node] {
+					next = c
+					break
+				}
+			}
+			if next < 0 {
+				break
+			}
+			node = next
+			path = append(path, node)
+		}
+		last := path[len(path)-1]
+		kept, err := tv.KeepPath(ctx, path)
+		if err != nil {
+			return nil, nil, err
+		}
+		rows, err := readTaps(kept)
+		if err != nil {
+			return nil, nil, err
+		}
+		var sum float64
+		for _, r := range rows {
+			for _, v := range r {
+				sum += float64(v)
+			}
+		}
+		sums = append(sums, sum)
+		for _, node := range path[1:] {
+			out = append(out, tokens[node])
+		}
+		out = append(out, fr.Greedy[last])
+	}
+	return out[:len(greedy)], sums, nil
 }
 
 // prefixDecode decodes greedily after importing the prompt's state, exported from another session one
@@ -487,6 +563,8 @@ func TestDistributedPipeline(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, want.Greedy, want.Replay, "speculation is lossless in one process")
 			assert.Equal(t, want.Greedy, want.Prefix, "an imported prefix continues as the session would")
+			assert.Equal(t, want.Greedy, want.Tree, "tree verification is lossless in one process")
+			assert.Less(t, len(want.TreeTaps), distTokens/2, "tree rounds accept drafts (%d rounds for %d tokens)", len(want.TreeTaps), distTokens)
 			wantSolo, soloTaps := soloDecodes(t, tgt)
 			assert.Equal(t, wantSolo, want.Batched, "batched rounds equal each sequence's solo decode in one process")
 			// Rounds pass the ring whole (2 ranks) and in micro-batches (3 ranks, one sequence each).
@@ -508,6 +586,8 @@ func TestDistributedPipeline(t *testing.T) {
 					assert.Equal(t, want.Recompute, got.Recompute, "speculative, snapshot + recompute")
 					assert.Equal(t, want.Seeded, got.Seeded, "seeded sampling")
 					assert.Equal(t, want.Prefix, got.Prefix, "prefix export and import")
+					assert.Equal(t, want.Tree, got.Tree, "tree verification")
+					assert.Equal(t, want.TreeTaps, got.TreeTaps, "tree verification's kept taps")
 					var sum int64
 					for r, o := range outs {
 						t.Logf("rank %d: layers [%d,%d), %d weight bytes of %d; %d forwards: compute %v, wait %v, send %v", r,

@@ -9,9 +9,9 @@ import (
 
 // pipelineTarget is rank 0's view of a distributed target: an ordinary ports.Target whose sessions keep
 // every ability a pipeline offers (Forward with taps, tapes and raw logits, KV trim, snapshots, tape
-// replay, prefix export and import: every rank keeps its own layers' share under one id), and batched
-// rounds (ports.BatchForwarder: one pass of the ring per round, cut into micro-batches; see adapters/mlx's
-// stagebatch.go), and nothing of the MLX target's other methods.
+// replay, prefix export and import, tree verification: every rank keeps its own layers' share under one
+// id), and batched rounds (ports.BatchForwarder: one pass of the ring per round, cut into micro-batches;
+// see adapters/mlx's stagebatch.go), and nothing of the MLX target's other methods.
 type pipelineTarget struct{ t *mlx.Target }
 
 var _ ports.BatchForwarder = pipelineTarget{}
@@ -45,4 +45,5 @@ var _ interface {
 	ports.Session
 	ports.TapeReplayer
 	ports.PrefixExporter
+	ports.TreeVerifier
 } = pipelineSession{}

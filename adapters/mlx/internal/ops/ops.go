@@ -1,8 +1,9 @@
 // Package ops is adapters/model's block-level interfaces on MLX, each pass written on one graph.Graph: the
 // weights and their loader (Weight, Loader, Upload: model.Loader), the block ops (Backend: model.Backend and
 // model.DraftBackend) and a pass's view of a sequence's state (Pass: model.State, attention over the KV
-// caches and the Gated DeltaNet recurrence with its tape; Replay, KVPrefix). The sessions that own that
-// state between passes, and everything the ports see, stay in adapters/mlx.
+// caches and the Gated DeltaNet recurrence with its tape; Replay, KVPrefix; a verification tree's pass and
+// its compaction to the kept path: Tree, ReplayPath, KeepKV). The sessions that own that state between
+// passes, and everything the ports see, stay in adapters/mlx.
 package ops
 
 import (

@@ -47,6 +47,16 @@ type Pass struct {
 	KV   []*KVCache
 	GDN  []*GDNState
 	Tape *Tape // nil unless the forward records one
+	// Tree, when set, runs the block as a verification tree's nodes (tree.go); nil for a sequence.
+	Tree *Tree
+}
+
+// rope rotates x [1, heads, T, d] at positions pos.. (a tree's nodes at pos+depth).
+func (p *Pass) rope(x arr, rs graph.RopeSpec, pos int) arr {
+	if p.Tree != nil {
+		return p.Tree.rope(p.O.G, x, rs, pos)
+	}
+	return p.O.G.Rope(x, rs, pos)
 }
 
 var _ model.State[Act, *Weight] = (*Pass)(nil)
@@ -81,8 +91,8 @@ func (p *Pass) Attention(layer int, q, k, v Act, a model.Attend[*Weight]) Act {
 	d := a.HeadDim
 	c := p.KV[layer]
 	rope := *a.Rope.rope
-	qh := g.Rope(p.heads(q, d), rope, a.Pos)
-	kh := g.Rope(p.heads(k, d), rope, a.Pos)
+	qh := p.rope(p.heads(q, d), rope, a.Pos)
+	kh := p.rope(p.heads(k, d), rope, a.Pos)
 	vh := p.heads(v, d)
 	Hkv := k.C / d
 	n := 0
@@ -111,6 +121,8 @@ func (p *Pass) Attention(layer int, q, k, v Act, a model.Attend[*Weight]) Act {
 	scale := float32(1 / math.Sqrt(float64(d)))
 	var o arr
 	switch {
+	case p.Tree != nil:
+		o = g.SDPAMask(qh, kh, vh, scale, p.Tree.visibility(g, n))
 	case a.Window == 0 && !a.Causal:
 		o = g.SDPA(qh, kh, vh, scale, false)
 	case a.Window == 0 && q.R == k.R:
@@ -159,18 +171,30 @@ func (p *Pass) DeltaNet(layer int, w *model.DeltaNet[*Weight], pr, b, ar Act) Ac
 	Hk, Hv, dk, dv, Kc := w.KeyHeads, w.ValueHeads, w.KeyDim, w.ValueDim, w.ConvKernel
 	rho := Hv / Hk
 	Dk, C, T := Hk*dk, w.Channels(), pr.R
+	tr := p.Tree
 	var tp *GDNTape
-	if p.Tape != nil {
+	switch {
+	case tr != nil:
+		tp = &GDNTape{}
+		tr.Layers[layer] = tp
+	case p.Tape != nil:
 		tp = &GDNTape{}
 		p.Tape.Layers[layer] = tp
 	}
 	// The conv, the recurrence and its state run in float32 whatever the compute dtype.
 	P, ba, aa := p.O.F32(pr.A), p.O.F32(b.A), p.O.F32(ar.A)
-	// Causal depthwise conv over X = [cs ; P], then SiLU.
+	// Causal depthwise conv over X = [cs ; P], then SiLU. A tree's node reads its ancestors' rows: the same
+	// products and sums as a chain's, on gathered rows.
 	X := g.Concat(0, st.Conv, P)
 	var Y arr
 	for j := range Kc {
-		term := g.Mul(g.Slice(X, []int{j, 0}, []int{j + T, C}), g.Slice(w.Conv.vec, []int{j, 0}, []int{j + 1, C}))
+		var xj arr
+		if tr != nil {
+			xj = g.Take(X, tr.convRows(g, j, Kc), 0)
+		} else {
+			xj = g.Slice(X, []int{j, 0}, []int{j + T, C})
+		}
+		term := g.Mul(xj, g.Slice(w.Conv.vec, []int{j, 0}, []int{j + 1, C}))
 		if j == 0 {
 			Y = term
 		} else {
@@ -178,7 +202,6 @@ func (p *Pass) DeltaNet(layer int, w *model.DeltaNet[*Weight], pr, b, ar Act) Ac
 		}
 	}
 	Y = g.SiLU(Y)
-	newConv := g.Slice(X, []int{T, 0}, []int{T + Kc - 1, C})
 	q := g.Reshape(g.Slice(Y, []int{0, 0}, []int{T, Dk}), T, Hk, dk)
 	k := g.Reshape(g.Slice(Y, []int{0, Dk}, []int{T, 2 * Dk}), T, Hk, dk)
 	v := g.Reshape(g.Slice(Y, []int{0, 2 * Dk}, []int{T, C}), T, Hv, dv)
@@ -202,6 +225,10 @@ func (p *Pass) DeltaNet(layer int, w *model.DeltaNet[*Weight], pr, b, ar Act) Ac
 	S := st.SSM
 	outs := make([]arr, T)
 	var deltas []arr
+	var states []arr // a tree's state after each node
+	if tr != nil {
+		states = make([]arr, T)
+	}
 	// The state is [1,Hv,dv,dk] and every per-step operand keeps its leading axis of 1, so a step is a slice
 	// (none when T is 1) plus the arithmetic: no reshapes on the hot path.
 	for t := range T {
@@ -210,6 +237,14 @@ func (p *Pass) DeltaNet(layer int, w *model.DeltaNet[*Weight], pr, b, ar Act) Ac
 		kt := g.Row(kh, t, T, Hv, 1, dk) // [1,Hv,1,dk]
 		qt := g.Row(qh, t, T, Hv, dk, 1) // [1,Hv,dk,1]
 		vt := g.Row(vcol, t, T, Hv, dv, 1)
+		if tr != nil {
+			// A node continues its parent's state (the layer's own for a root).
+			if par := tr.Parents[t]; par >= 0 {
+				S = states[par]
+			} else {
+				S = st.SSM
+			}
+		}
 		S = g.Mul(at, S)                                // decay (its own rounding step)
 		mem := g.Matmul(S, g.Transpose(kt, 0, 1, 3, 2)) // [1,Hv,dv,1]
 		delta := g.Mul(bt, g.Sub(vt, mem))              // [1,Hv,dv,1]
@@ -218,13 +253,19 @@ func (p *Pass) DeltaNet(layer int, w *model.DeltaNet[*Weight], pr, b, ar Act) Ac
 		if tp != nil {
 			deltas = append(deltas, delta)
 		}
+		if tr != nil {
+			states[t] = S
+		}
 	}
 	if tp != nil {
 		tp.t, tp.S0, tp.CS0 = T, st.SSM, st.Conv
 		tp.Alpha, tp.Keys, tp.Rows = alpha, kh, P
 		tp.Delta = g.Concat(0, deltas...) // [T,Hv,dv,1]
 	}
-	st.SSM, st.Conv = S, newConv
+	if tr == nil {
+		// A tree leaves the layer's state as it was: the session replays the kept path from the tape.
+		st.SSM, st.Conv = S, g.Slice(X, []int{T, 0}, []int{T + Kc - 1, C})
+	}
 	return Act{g.Reshape(g.Concat(0, outs...), T, Hv*dv), T, Hv * dv}
 }
 

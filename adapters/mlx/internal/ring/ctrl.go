@@ -22,6 +22,8 @@ const (
 	OpExport
 	OpImport
 	OpBatch
+	OpTree     // a ForwardTree: Payload holds the parents, A the nodes, B the rows
+	OpKeepPath // a KeepPath: Payload holds the path
 )
 
 // A forward's options, as control flags.

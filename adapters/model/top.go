@@ -1,0 +1,95 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"github.com/higgs-go/higgs/ports"
+)
+
+// TopCandidates builds Proposal.Top (ports.TopDrafter) from a drafted block's logits on the host (rows ×
+// vocab, row i the slot of first[i]): per row, first[i] and then the row's other most probable tokens, k in
+// all (fewer when the vocabulary is smaller), each with its softmax probability at temperature 1 computed in
+// float64. Among the others, higher logits come first and equal logits go to the lower id, so the
+// probabilities never rise along a row after its first entry. A row with a NaN logit has no distribution
+// and is refused.
+func TopCandidates(logits []float32, vocab int, first []ports.Token, k int) ([][]ports.Candidate, error) {
+	switch {
+	case k < 1:
+		return nil, fmt.Errorf("top-k %d must be ≥ 1", k)
+	case vocab < 1 || len(logits) != len(first)*vocab:
+		return nil, fmt.Errorf("%d logits for %d rows of a vocabulary of %d", len(logits), len(first), vocab)
+	}
+	k = min(k, vocab)
+	out := make([][]ports.Candidate, len(first))
+	for r, tok := range first {
+		row := logits[r*vocab : (r+1)*vocab]
+		if tok < 0 || int(tok) >= vocab {
+			return nil, fmt.Errorf("row %d: token %d outside the vocabulary of %d", r, tok, vocab)
+		}
+		probs, err := softmax64(row)
+		if err != nil {
+			return nil, fmt.Errorf("row %d: %w", r, err)
+		}
+		top := append(make([]ports.Token, 0, k), tok)
+		top = appendTop(top, row, tok, k)
+		c := make([]ports.Candidate, len(top))
+		for i, t := range top {
+			c[i] = ports.Candidate{Token: t, Prob: probs(t)}
+		}
+		out[r] = c
+	}
+	return out, nil
+}
+
+// appendTop appends to top (which holds skip) the most probable tokens of row other than skip, higher logit
+// first and the lower id on ties, until top holds k: one pass over the row keeping a sorted list.
+func appendTop(top []ports.Token, row []float32, skip ports.Token, k int) []ports.Token {
+	lo := len(top) // top[lo:] is the sorted list of the best others so far
+	if lo >= k {
+		return top
+	}
+	for id, l := range row {
+		t := ports.Token(id)
+		if t == skip {
+			continue
+		}
+		if len(top) == k {
+			if l <= row[top[k-1]] { // not better than the worst kept (equal: the kept has the lower id)
+				continue
+			}
+			top = top[:k-1]
+		}
+		// Insert after every kept token with a logit ≥ l (they have lower ids).
+		i := len(top)
+		for i > lo && row[top[i-1]] < l {
+			i--
+		}
+		top = append(top, 0)
+		copy(top[i+1:], top[i:])
+		top[i] = t
+	}
+	return top
+}
+
+// softmax64 returns the softmax probability (temperature 1, in float64) of any token of row.
+func softmax64(row []float32) (func(ports.Token) float64, error) {
+	m := math.Inf(-1)
+	for id, l := range row {
+		if math.IsNaN(float64(l)) {
+			return nil, fmt.Errorf("logit of token %d is NaN", id)
+		}
+		m = max(m, float64(l))
+	}
+	if math.IsInf(m, -1) {
+		return nil, fmt.Errorf("every logit is -Inf: no distribution")
+	}
+	if math.IsInf(m, 1) {
+		return nil, fmt.Errorf("a logit is +Inf: no distribution")
+	}
+	var sum float64
+	for _, l := range row {
+		sum += math.Exp(float64(l) - m)
+	}
+	return func(t ports.Token) float64 { return math.Exp(float64(row[t])-m) / sum }, nil
+}
