@@ -82,7 +82,15 @@ func buildTree(anchor ports.Token, top [][]ports.Candidate, budget, width int) d
 	if len(top) == 0 || budget < 2 {
 		return t
 	}
-	logp := func(slot, rank int) float64 { return math.Log(max(top[slot][rank].Prob, minProb)) }
+	logp := func(slot, rank int) float64 {
+		// Not max(p, minProb): Go's max returns NaN for a NaN argument, and a NaN score compares neither above
+		// nor below any other, which breaks the frontier's order.
+		p := top[slot][rank].Prob
+		if !(p >= minProb) {
+			p = minProb
+		}
+		return math.Log(p)
+	}
 	h := &frontier{}
 	seq := 0
 	push := func(score float64, parent, slot, rank int) {
