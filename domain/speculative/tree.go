@@ -17,8 +17,9 @@ const minProb = 1e-30
 
 // TreeConfig configures tree verification: instead of a chain of one guess per slot, the target verifies, in
 // one forward, a tree of the drafter's most probable candidates for each slot (ports.TopDrafter) and keeps
-// its longest accepted path (ports.TreeVerifier). It needs both abilities — a session behind a constraint,
-// log-probabilities or a batch has neither, and verifies chains — and greedy decoding or VerifyMatch (a tree's
+// its longest accepted path (ports.TreeVerifier). It needs both abilities — a session behind a constraint or
+// log-probabilities has neither, and verifies chains (a batch member's sessions carry them: domain/batch runs
+// a tree's calls on their own in the shared round) — and greedy decoding or VerifyMatch (a tree's
 // branches are point-mass guesses: the target's own token at each node is followed when a child carries it,
 // which is plain decoding's token, so the output is the target's exactly).
 type TreeConfig struct {
