@@ -326,3 +326,19 @@ func TestRememberedTreesWithoutTheAbility(t *testing.T) {
 	trees, _ = treeRounds(again)
 	assert.Positive(t, trees, "the remembered trees are used again")
 }
+
+// TestTreeArmMeasuresFullBlocksOnly: a tree round the token budget cut to a shorter block (its last rounds)
+// counts in the probe budget's books but leaves the arm's price and yield, which are those of trees over the
+// largest block: a far cheaper time would replace the arm's average outright.
+func TestTreeArmMeasuresFullBlocksOnly(t *testing.T) {
+	p := newDepthPolicy(8, PolicyConfig{})
+	p.enableTrees([]int{4, 8})
+	p.observeTree(8, 8, 3, time.Millisecond, 0, 10*time.Millisecond)
+	full := *p.tree(8)
+	require.True(t, full.verify.ok)
+	p.observeTree(8, 2, 0, time.Microsecond, 0, 100*time.Microsecond)
+	assert.Equal(t, full, *p.tree(8), "a round over a block of 2 is not the arm's")
+	assert.Equal(t, 2, p.rounds)
+	p.observeTree(8, 8, 1, time.Millisecond, 0, 10*time.Millisecond)
+	assert.NotEqual(t, full.accepted, p.tree(8).accepted, "a full-block round is")
+}

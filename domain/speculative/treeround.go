@@ -93,7 +93,7 @@ func (g *generation) treeRound(ctx context.Context, dec Decision, rs RoundStats,
 	}
 	g.pending = append(g.pending, pendingTaps{taps: taps})
 	if g.policy != nil {
-		g.policy.observeTree(dec.Tree, len(path), lastCall, rs.DraftTime-lastCall, rs.VerifyTime+rs.RollbackTime)
+		g.policy.observeTree(dec.Tree, bs, len(path), lastCall, rs.DraftTime-lastCall, rs.VerifyTime+rs.RollbackTime)
 	}
 	return g.commit(ctx, rs, cand, chunk, finish)
 }
