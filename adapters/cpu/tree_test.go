@@ -115,3 +115,86 @@ func TestTreePendingBatchAndPrefix(t *testing.T) {
 	_, err = a.Forward(t.Context(), []ports.Token{7}, ports.ForwardOptions{})
 	require.NoError(t, err)
 }
+
+// Consecutive tree rounds on hybrid targets, with a chain round rolled back by tape replay and one by
+// snapshot and recompute between them, leave bit for bit the state of a session fed the kept tokens as one
+// chain: its next forward's logits, and those of a session importing its exported prefix. (The tree suite
+// continues a kept path with a plain forward; here trees follow trees.)
+func TestConsecutiveTreesAndRollbacks(t *testing.T) {
+	for _, spec := range []testmodel.TargetSpec{
+		{Family: "qwen3_next", Seed: 86, Layers: 4},
+		{Family: "qwen3_5", Seed: 85, Layers: 4, OutputGate: true, PartialRotary: 0.25},
+	} {
+		for _, bits := range []int{32, 8} {
+			t.Run(fmt.Sprintf("%s/kv%d", spec.Family, bits), func(t *testing.T) {
+				tg, err := Load(t.Context(), testmodel.Target(t, spec), LoadOptions{Threads: 2, KVBits: bits})
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = tg.Close() })
+				a, b := openSession(t, tg, []int{0}), openSession(t, tg, []int{0})
+				prompt := []ports.Token{1, 2, 3, 4, 5, 6}
+				_, err = a.Forward(t.Context(), prompt, ports.ForwardOptions{})
+				require.NoError(t, err)
+				seq := append([]ports.Token(nil), prompt...)
+				// The anchor, two children with two children each, and a deep chain under the first.
+				parents := []int{-1, 0, 0, 1, 1, 2, 3, 6, 7}
+				toks := func(salt int) []ports.Token {
+					out := make([]ports.Token, len(parents))
+					for i := range out {
+						out[i] = ports.Token((i*5 + salt) % testmodel.Vocab)
+					}
+					return out
+				}
+				for r, path := range [][]int{{0, 1, 3, 6, 7, 8}, {0, 2}, {0}, {0, 1, 4}, {0, 1, 3, 6}} {
+					tk := toks(r + 3)
+					_, err := a.ForwardTree(t.Context(), tk, parents, ports.ForwardOptions{Taps: true})
+					require.NoError(t, err)
+					_, err = a.KeepPath(t.Context(), path)
+					require.NoError(t, err)
+					for _, v := range path {
+						seq = append(seq, tk[v])
+					}
+					if r == 1 {
+						// A chain round with a tape, rolled back to 2 of 4.
+						blk := []ports.Token{9, 10, 11, 12}
+						n := a.Len()
+						fr, err := a.Forward(t.Context(), blk, ports.ForwardOptions{RecordTape: true, Taps: true})
+						require.NoError(t, err)
+						require.NoError(t, a.TrimKV(n+2))
+						require.NoError(t, a.ReplayTape(t.Context(), fr.Tape, 2))
+						seq = append(seq, 9, 10)
+					}
+					if r == 3 {
+						snap, err := a.Snapshot()
+						require.NoError(t, err)
+						n := a.Len()
+						_, err = a.Forward(t.Context(), []ports.Token{13, 14, 15}, ports.ForwardOptions{Taps: true})
+						require.NoError(t, err)
+						require.NoError(t, a.TrimKV(n))
+						require.NoError(t, a.Restore(snap))
+						_, err = a.Forward(t.Context(), []ports.Token{13}, ports.ForwardOptions{Rows: 1, Taps: true})
+						require.NoError(t, err)
+						seq = append(seq, 13)
+					}
+				}
+				require.Equal(t, len(seq), a.Len())
+				_, err = b.Forward(t.Context(), seq, ports.ForwardOptions{})
+				require.NoError(t, err)
+				next := []ports.Token{7, 8, 9}
+				want, err := b.Forward(t.Context(), next, ports.ForwardOptions{Logits: true})
+				require.NoError(t, err)
+				got, err := a.Forward(t.Context(), next, ports.ForwardOptions{Logits: true})
+				require.NoError(t, err)
+				require.Equal(t, want.Logits, got.Logits)
+				p, err := a.ExportPrefix(a.Len())
+				require.NoError(t, err)
+				c := openSession(t, tg, nil)
+				require.NoError(t, c.ImportPrefix(p))
+				w2, err := b.Forward(t.Context(), []ports.Token{3}, ports.ForwardOptions{Logits: true})
+				require.NoError(t, err)
+				g2, err := c.Forward(t.Context(), []ports.Token{3}, ports.ForwardOptions{Logits: true})
+				require.NoError(t, err)
+				require.Equal(t, w2.Logits, g2.Logits)
+			})
+		}
+	}
+}

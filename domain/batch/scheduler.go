@@ -238,37 +238,46 @@ func later(a, b time.Time) time.Time {
 func (s *Scheduler) run(ctx context.Context, kind RoundKind, calls []*call) {
 	t0 := s.clock.Now()
 	var oldest time.Time
-	rows := 0
+	// rows and shared/sharedRows count the round's calls and those of its shared part (the calls that are
+	// not solo ones): the cost tables price shared rounds, which a solo call's rows and time would distort.
+	rows, shared, sharedRows := 0, 0, 0
 	for _, c := range calls {
 		if oldest.IsZero() || c.at.Before(oldest) {
 			oldest = c.at
 		}
+		n := len(c.fwd.Tokens)
 		if c.isDraft {
-			rows += c.drf.BlockSize
-		} else {
-			rows += len(c.fwd.Tokens)
+			n = c.drf.BlockSize
+		}
+		rows += n
+		if !c.solo() {
+			shared++
+			sharedRows += n
 		}
 	}
 	var batched bool
+	var solo time.Duration
 	if kind == RoundDraft {
-		batched = s.draftRound(ctx, calls)
+		batched, solo = s.draftRound(ctx, calls)
 	} else {
-		batched = s.forwardRound(ctx, calls)
+		batched, solo = s.forwardRound(ctx, calls)
 	}
 	end := s.clock.Now()
 	d := end.Sub(t0)
 	s.mu.Lock()
 	s.free = end
-	table, key := s.fcost, rows
-	if kind == RoundDraft {
-		table, key = s.dcost, len(calls)
+	if shared > 0 {
+		table, key := s.fcost, sharedRows
+		if kind == RoundDraft {
+			table, key = s.dcost, shared
+		}
+		e := table[key]
+		if e == nil {
+			e = &ema{}
+			table[key] = e
+		}
+		e.add(float64(max(0, d-solo)))
 	}
-	e := table[key]
-	if e == nil {
-		e = &ema{}
-		table[key] = e
-	}
-	e.add(float64(d))
 	s.mu.Unlock()
 	if s.cfg.Observe != nil {
 		s.cfg.Observe(Round{Kind: kind, Sequences: len(calls), Rows: rows, Batched: batched, Duration: d,
@@ -280,9 +289,10 @@ func (s *Scheduler) run(ctx context.Context, kind RoundKind, calls []*call) {
 }
 
 // forwardRound runs the target forwards of calls: one ForwardBatch when the target can and there are
-// several, else one Forward each under its member's context. It reports whether it batched.
-func (s *Scheduler) forwardRound(ctx context.Context, calls []*call) bool {
-	calls = s.alone(calls, func(c *call) bool { return c.tree != nil }, func(c *call) {
+// several, else one Forward each under its member's context; a tree's forward runs on its own first (alone).
+// It reports whether it batched and the time the solo calls took.
+func (s *Scheduler) forwardRound(ctx context.Context, calls []*call) (bool, time.Duration) {
+	calls, solo := s.alone(calls, func(c *call) {
 		tv, ok := c.fwd.Session.(ports.TreeVerifier)
 		if !ok {
 			c.fres = ports.BatchResult{Err: fmt.Errorf("tree forward: session %T cannot verify trees: %w", c.fwd.Session, errors.ErrUnsupported)}
@@ -309,7 +319,7 @@ func (s *Scheduler) forwardRound(ctx context.Context, calls []*call) bool {
 			}
 			c.fres = res[i]
 		}
-		return true
+		return true, solo
 	}
 	for _, c := range calls {
 		guard([]*call{c}, func() {
@@ -317,12 +327,12 @@ func (s *Scheduler) forwardRound(ctx context.Context, calls []*call) bool {
 			c.fres = ports.BatchResult{Result: fr, Err: err}
 		})
 	}
-	return false
+	return false, solo
 }
 
 // draftRound is forwardRound for drafts.
-func (s *Scheduler) draftRound(ctx context.Context, calls []*call) bool {
-	calls = s.alone(calls, func(c *call) bool { return c.top > 0 }, func(c *call) {
+func (s *Scheduler) draftRound(ctx context.Context, calls []*call) (bool, time.Duration) {
+	calls, solo := s.alone(calls, func(c *call) {
 		td, ok := c.drf.Session.(ports.TopDrafter)
 		if !ok {
 			c.dres = ports.DraftResult{Err: fmt.Errorf("draft with candidates: draft session %T cannot list them: %w", c.drf.Session, errors.ErrUnsupported)}
@@ -349,27 +359,33 @@ func (s *Scheduler) draftRound(ctx context.Context, calls []*call) bool {
 			}
 			c.dres = res[i]
 		}
-		return true
+		return true, solo
 	}
 	for _, c := range calls {
 		guard([]*call{c}, func() { c.dres = draftOne(c.ctx, c.drf) })
 	}
-	return false
+	return false, solo
 }
 
 // alone runs, one by one under their members' contexts, the calls of a round the batched ports cannot take
-// (solo says which), and returns the others.
-func (s *Scheduler) alone(calls []*call, solo func(*call) bool, run func(*call)) []*call {
+// (call.solo), and returns the others and the time the solo calls took.
+func (s *Scheduler) alone(calls []*call, run func(*call)) ([]*call, time.Duration) {
 	rest := calls[:0:0]
+	var took time.Duration
 	for _, c := range calls {
-		if !solo(c) {
+		if !c.solo() {
 			rest = append(rest, c)
 			continue
 		}
+		t0 := s.clock.Now()
 		guard([]*call{c}, func() { run(c) })
+		took += s.clock.Now().Sub(t0)
 	}
-	return rest
+	return rest, took
 }
+
+// solo reports whether c runs on its own in its round: a tree's forward or a draft with candidates.
+func (c *call) solo() bool { return c.tree != nil || c.top > 0 }
 
 // draftOne is a draft item's solo call.
 func draftOne(ctx context.Context, it ports.DraftItem) ports.DraftResult {

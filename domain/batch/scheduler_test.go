@@ -369,3 +369,63 @@ func TestRoundRunsWhenTheTimerFires(t *testing.T) {
 		t.Fatal("the round never ran: the scheduler kept waiting for b on the frozen clock")
 	}
 }
+
+// slowTree is a session whose ForwardTree takes a while on the manual clock.
+type slowTree struct {
+	ports.Session
+	clock *manualClock
+	took  time.Duration
+}
+
+func (s slowTree) ForwardTree(ctx context.Context, tokens []ports.Token, parents []int, opts ports.ForwardOptions) (ports.ForwardResult, error) {
+	s.clock.Advance(s.took)
+	return s.Session.(ports.TreeVerifier).ForwardTree(ctx, tokens, parents, opts)
+}
+
+func (s slowTree) KeepPath(ctx context.Context, path []int) (ports.Taps, error) {
+	return s.Session.(ports.TreeVerifier).KeepPath(ctx, path)
+}
+
+// TestSoloCallsStayOutOfTheRoundCosts: a tree's forward and a draft with candidates run on their own in a
+// shared round, so the round's cost tables (what RoundCost prices batched rounds from) take only the shared
+// part: its rows (sequences, for drafts) and its time, not the solo calls'.
+func TestSoloCallsStayOutOfTheRoundCosts(t *testing.T) {
+	clock := newManualClock()
+	bt := &batchTarget{Model: fakeModel(t)}
+	dr, err := portfake.NewDrafter(portfake.DrafterConfig{BlockSize: 4, Propose: portfake.Fixed(5, 6, 7)})
+	require.NoError(t, err)
+	bd := &batchDrafter{Drafter: dr}
+	s := start(t, clock, bt, bd, nil)
+	a, b := s.Join(), s.Join()
+
+	tree := slowTree{Session: openSession(t, bt), clock: clock, took: 50 * time.Millisecond}
+	outA := make(chan error, 1)
+	go func() {
+		_, err := a.ForwardTree(t.Context(), tree, []ports.Token{1, 2, 3}, []int{-1, 0, 0}, ports.ForwardOptions{})
+		outA <- err
+	}()
+	outB := forwardAsync(t.Context(), b, openSession(t, bt), []ports.Token{2}, ports.ForwardOptions{})
+	require.NoError(t, <-outA)
+	require.NoError(t, (<-outB).err)
+
+	da, err := bd.NewSession(t.Context())
+	require.NoError(t, err)
+	db, err := bd.NewSession(t.Context())
+	require.NoError(t, err)
+	outDA := make(chan error, 1)
+	go func() {
+		_, err := a.DraftTop(t.Context(), ports.DraftItem{Session: da, Anchor: 3, BlockSize: 4}, 2)
+		outDA <- err
+	}()
+	_, err = b.Draft(t.Context(), ports.DraftItem{Session: db, Anchor: 3, BlockSize: 4})
+	require.NoError(t, err)
+	require.NoError(t, <-outDA)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	require.Len(t, s.fcost, 1, "one forward round measured: %v", s.fcost)
+	require.NotNil(t, s.fcost[1], "keyed by the shared part's one row, not the tree's nodes too")
+	assert.Zero(t, s.fcost[1].v, "the tree's time is not the shared forward's")
+	require.Len(t, s.dcost, 1)
+	require.NotNil(t, s.dcost[1], "keyed by the one shared draft, not the solo DraftTop too")
+}

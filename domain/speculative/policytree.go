@@ -91,10 +91,13 @@ func (p *depthPolicy) treeProbeLoss(b int, rate float64) float64 {
 	return max(0, a.cost()-a.expected()/rate)
 }
 
-// observeTree records one finished tree round of budget b: accepted drafts, the final draft call, the
-// context catch-up before it, and the tree's verify with keeping its path. It keeps the probe budget's
-// books as observe does.
-func (p *depthPolicy) observeTree(b, accepted int, draft, catchUp, verify time.Duration) {
+// observeTree records one finished tree round of budget b over a block of bs: accepted drafts, the final
+// draft call, the context catch-up before it, and the tree's verify with keeping its path. It keeps the
+// probe budget's books as observe does. The arm measures trees over the largest block only: a round the
+// token budget cut to a shorter block drafts fewer slots and verifies a shallower tree, and taken as the
+// arm's price (a much cheaper time replaces the average outright, ema.addTime) and yield it would misstate
+// both for the rounds to come.
+func (p *depthPolicy) observeTree(b, bs, accepted int, draft, catchUp, verify time.Duration) {
 	a := p.tree(b)
 	if a == nil {
 		return
@@ -107,9 +110,11 @@ func (p *depthPolicy) observeTree(b, accepted int, draft, catchUp, verify time.D
 		p.spent += max(1, p.probeWeight) * max(0, total-float64(accepted+1)/p.probeRate)
 		p.probeRate = 0
 	}
-	a.draft.addTime(float64(draft), p.decay, costClip)
-	a.verify.addTime(float64(verify), p.decay, costClip)
-	a.accepted.addWeighted(float64(accepted), p.decay)
+	if bs >= p.maxBS {
+		a.draft.addTime(float64(draft), p.decay, costClip)
+		a.verify.addTime(float64(verify), p.decay, costClip)
+		a.accepted.addWeighted(float64(accepted), p.decay)
+	}
 	keep := 1 - p.decay/2
 	for _, st := range p.sizes {
 		for j := range st {

@@ -17,8 +17,9 @@ const minProb = 1e-30
 
 // TreeConfig configures tree verification: instead of a chain of one guess per slot, the target verifies, in
 // one forward, a tree of the drafter's most probable candidates for each slot (ports.TopDrafter) and keeps
-// its longest accepted path (ports.TreeVerifier). It needs both abilities — a session behind a constraint,
-// log-probabilities or a batch has neither, and verifies chains — and greedy decoding or VerifyMatch (a tree's
+// its longest accepted path (ports.TreeVerifier). It needs both abilities — a session behind a constraint or
+// log-probabilities has neither, and verifies chains (a batch member's sessions carry them: domain/batch runs
+// a tree's calls on their own in the shared round) — and greedy decoding or VerifyMatch (a tree's
 // branches are point-mass guesses: the target's own token at each node is followed when a child carries it,
 // which is plain decoding's token, so the output is the target's exactly).
 type TreeConfig struct {
@@ -82,7 +83,15 @@ func buildTree(anchor ports.Token, top [][]ports.Candidate, budget, width int) d
 	if len(top) == 0 || budget < 2 {
 		return t
 	}
-	logp := func(slot, rank int) float64 { return math.Log(max(top[slot][rank].Prob, minProb)) }
+	logp := func(slot, rank int) float64 {
+		// Not max(p, minProb): Go's max returns NaN for a NaN argument, and a NaN score compares neither above
+		// nor below any other, which breaks the frontier's order.
+		p := top[slot][rank].Prob
+		if !(p >= minProb) {
+			p = minProb
+		}
+		return math.Log(p)
+	}
 	h := &frontier{}
 	seq := 0
 	push := func(score float64, parent, slot, rank int) {

@@ -2,6 +2,7 @@ package speculative
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -65,6 +66,22 @@ func TestBuildTree(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestBuildTreeNaNProbability: a candidate whose probability is NaN scores as a zero one (minProb), so the
+// paths through it stay behind every path of real probability, as they do for a zero: a NaN score would
+// compare neither above nor below the others and break the frontier's order.
+func TestBuildTreeNaNProbability(t *testing.T) {
+	tops := func(p float64) [][]ports.Candidate {
+		return [][]ports.Candidate{cands(10, p, 11, 0.5), cands(20, 0.9, 21, 0.1)}
+	}
+	zero := buildTree(7, tops(0), 4, 2)
+	// 10 first (rank 0 is always taken first), then 11 (0.5), then 11·20 (0.45) before 10·20 (0·0.9).
+	require.Equal(t, []ports.Token{7, 10, 11, 20}, zero.tokens)
+	require.Equal(t, []int{-1, 0, 0, 2}, zero.parents)
+	nan := buildTree(7, tops(math.NaN()), 4, 2)
+	assert.Equal(t, zero.tokens, nan.tokens)
+	assert.Equal(t, zero.parents, nan.parents)
 }
 
 // TestAcceptTree: the walk follows the child carrying the target's token, whichever rank it has, and stops
@@ -308,4 +325,20 @@ func TestRememberedTreesWithoutTheAbility(t *testing.T) {
 	assert.NotEqual(t, reasonExplore, again.Stats.Rounds[len(again.Stats.Rounds)/2].Policy)
 	trees, _ = treeRounds(again)
 	assert.Positive(t, trees, "the remembered trees are used again")
+}
+
+// TestTreeArmMeasuresFullBlocksOnly: a tree round the token budget cut to a shorter block (its last rounds)
+// counts in the probe budget's books but leaves the arm's price and yield, which are those of trees over the
+// largest block: a far cheaper time would replace the arm's average outright.
+func TestTreeArmMeasuresFullBlocksOnly(t *testing.T) {
+	p := newDepthPolicy(8, PolicyConfig{})
+	p.enableTrees([]int{4, 8})
+	p.observeTree(8, 8, 3, time.Millisecond, 0, 10*time.Millisecond)
+	full := *p.tree(8)
+	require.True(t, full.verify.ok)
+	p.observeTree(8, 2, 0, time.Microsecond, 0, 100*time.Microsecond)
+	assert.Equal(t, full, *p.tree(8), "a round over a block of 2 is not the arm's")
+	assert.Equal(t, 2, p.rounds)
+	p.observeTree(8, 8, 1, time.Millisecond, 0, 10*time.Millisecond)
+	assert.NotEqual(t, full.accepted, p.tree(8).accepted, "a full-block round is")
 }

@@ -16,8 +16,8 @@ type treeAbility struct {
 }
 
 // treeAbility returns the generation's tree ability, or nil when its rounds verify chains: trees off, no
-// drafter, a session or drafter without the ability (a constraint's, log-probabilities' or a batch's
-// decorator), or sampling under VerifyResidual, whose rejection rule trees do not keep.
+// drafter, a session or drafter without the ability (a constraint's or log-probabilities' decorator; a batch
+// member's carries it), or sampling under VerifyResidual, whose rejection rule trees do not keep.
 func (g *generation) treeAbility() *treeAbility {
 	if g.cfg.Tree.Budget < 2 || g.draft == nil || g.maxBS < 2 {
 		return nil
@@ -93,7 +93,7 @@ func (g *generation) treeRound(ctx context.Context, dec Decision, rs RoundStats,
 	}
 	g.pending = append(g.pending, pendingTaps{taps: taps})
 	if g.policy != nil {
-		g.policy.observeTree(dec.Tree, len(path), lastCall, rs.DraftTime-lastCall, rs.VerifyTime+rs.RollbackTime)
+		g.policy.observeTree(dec.Tree, bs, len(path), lastCall, rs.DraftTime-lastCall, rs.VerifyTime+rs.RollbackTime)
 	}
 	return g.commit(ctx, rs, cand, chunk, finish)
 }
