@@ -98,9 +98,15 @@ func (s *Serve) admissionBytes(l *loaded, p *prepared) (int64, error) {
 		room, asked = min(room, asked), 0
 	}
 	total := s.requestRoom(l)
+	// A verification tree's nodes are verify rows (and cached positions until its path is kept): a tree
+	// budget above the block size is priced as a block that large.
+	verify := p.Config.BlockSize
+	if verify > 1 {
+		verify = max(verify, p.Config.Tree.Budget)
+	}
 	adm, err := batch.Admit(batch.Demand{Room: room, MaxTokens: asked, Total: total, Concurrency: max(s.cfg.MaxConcurrency, 1),
 		Cost: func(tokens int) int64 {
-			return l.footprint.requestBytes(len(p.Prompt), tokens, p.Config.BlockSize, s.cfg.PrefillChunk)
+			return l.footprint.requestBytes(len(p.Prompt), tokens, verify, s.cfg.PrefillChunk)
 		}})
 	var over *batch.OverBudgetError
 	switch {
