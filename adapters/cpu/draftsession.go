@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/higgs-go/higgs/adapters/cpu/kernel/vecmath"
 	"github.com/higgs-go/higgs/adapters/model"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -25,8 +26,10 @@ type DraftSession struct {
 	// matrix–vector product per plain-decoding round.
 	queued []float32
 	nq     int
-	// logits are the last drafted block's logits (rows × V), for tests and reference checks.
+	// logits are the last drafted block's logits (rows × V), for tests and reference checks; probs is
+	// DraftTop's scratch for their softmax (rowProbs).
 	logits []float32
+	probs  []float32
 	mem    arena // the activations of the latest Draft
 }
 
@@ -103,7 +106,11 @@ func (s *DraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx 
 		p.Top = [][]ports.Candidate{}
 		return p, nil
 	}
-	top, err := model.TopCandidates(s.logits, s.d.t.m.Arch.Vocab, p.Tokens, k)
+	if cap(s.probs) < len(s.logits) {
+		s.probs = make([]float32, len(s.logits))
+	}
+	s.probs = s.probs[:len(s.logits)]
+	top, err := model.TopCandidatesWith(s.logits, s.d.t.m.Arch.Vocab, p.Tokens, k, s.rowProbs)
 	if err != nil {
 		return ports.Proposal{}, fmt.Errorf("cpu drafter: top candidates: %w", err)
 	}
@@ -200,4 +207,18 @@ func (s *DraftSession) project(data []float32, rows, width int) {
 		model.Context(s.d.m, be, &pass{pool: s.d.t.pool, mem: &s.mem, kv: s.kv}, act{data[lo*width : hi*width], hi - lo}, s.n)
 		s.n += hi - lo
 	}
+}
+
+// rowProbs is model.RowProbs on the vectorized softmax (vecmath.SoftmaxFast, float32): a tree round asks for
+// every drafted slot's distribution over the vocabulary, which the float64 reference took most of a millisecond
+// a round for on gocoder. The probabilities only order and weigh the tree's candidates; the tokens committed do
+// not depend on them.
+func (s *DraftSession) rowProbs(r int, row []float32) (func(ports.Token) float64, error) {
+	if _, err := model.RowMax(row); err != nil {
+		return nil, err
+	}
+	p := s.probs[r*len(row) : (r+1)*len(row)] // row r's own part of the buffer DraftTop sized
+	copy(p, row)
+	vecmath.SoftmaxFast(p)
+	return func(t ports.Token) float64 { return float64(p[t]) }, nil
 }

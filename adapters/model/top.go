@@ -14,6 +14,19 @@ import (
 // probabilities never rise along a row after its first entry. A row with a NaN logit has no distribution
 // and is refused.
 func TopCandidates(logits []float32, vocab int, first []ports.Token, k int) ([][]ports.Candidate, error) {
+	return TopCandidatesWith(logits, vocab, first, k, nil)
+}
+
+// RowProbs returns the softmax probability of any token of row r, or an error when the row has no
+// distribution (a NaN logit, every logit −Inf, a +Inf one). A backend with a vectorized softmax of its own gives
+// one to TopCandidatesWith instead of the float64 reference.
+type RowProbs func(r int, row []float32) (func(ports.Token) float64, error)
+
+// TopCandidatesWith is TopCandidates with the rows' probabilities from probs (nil: the float64 softmax).
+func TopCandidatesWith(logits []float32, vocab int, first []ports.Token, k int, probs RowProbs) ([][]ports.Candidate, error) {
+	if probs == nil {
+		probs = func(_ int, row []float32) (func(ports.Token) float64, error) { return softmax64(row) }
+	}
 	switch {
 	case k < 1:
 		return nil, fmt.Errorf("top-k %d must be ≥ 1", k)
@@ -27,7 +40,7 @@ func TopCandidates(logits []float32, vocab int, first []ports.Token, k int) ([][
 		if tok < 0 || int(tok) >= vocab {
 			return nil, fmt.Errorf("row %d: token %d outside the vocabulary of %d", r, tok, vocab)
 		}
-		probs, err := softmax64(row)
+		prob, err := probs(r, row)
 		if err != nil {
 			return nil, fmt.Errorf("row %d: %w", r, err)
 		}
@@ -35,7 +48,7 @@ func TopCandidates(logits []float32, vocab int, first []ports.Token, k int) ([][
 		top = appendTop(top, row, tok, k)
 		c := make([]ports.Candidate, len(top))
 		for i, t := range top {
-			c[i] = ports.Candidate{Token: t, Prob: probs(t)}
+			c[i] = ports.Candidate{Token: t, Prob: prob(t)}
 		}
 		out[r] = c
 	}
@@ -74,22 +87,32 @@ func appendTop(top []ports.Token, row []float32, skip ports.Token, k int) []port
 
 // softmax64 returns the softmax probability (temperature 1, in float64) of any token of row.
 func softmax64(row []float32) (func(ports.Token) float64, error) {
-	m := math.Inf(-1)
-	for id, l := range row {
-		if math.IsNaN(float64(l)) {
-			return nil, fmt.Errorf("logit of token %d is NaN", id)
-		}
-		m = max(m, float64(l))
-	}
-	if math.IsInf(m, -1) {
-		return nil, fmt.Errorf("every logit is -Inf: no distribution")
-	}
-	if math.IsInf(m, 1) {
-		return nil, fmt.Errorf("a logit is +Inf: no distribution")
+	m, err := RowMax(row)
+	if err != nil {
+		return nil, err
 	}
 	var sum float64
 	for _, l := range row {
 		sum += math.Exp(float64(l) - m)
 	}
 	return func(t ports.Token) float64 { return math.Exp(float64(row[t])-m) / sum }, nil
+}
+
+// RowMax returns a logit row's largest value, or an error when the row has no distribution: a NaN logit,
+// every logit −Inf, or a +Inf one.
+func RowMax(row []float32) (float64, error) {
+	m := math.Inf(-1)
+	for id, l := range row {
+		if math.IsNaN(float64(l)) {
+			return 0, fmt.Errorf("logit of token %d is NaN", id)
+		}
+		m = max(m, float64(l))
+	}
+	if math.IsInf(m, -1) {
+		return 0, fmt.Errorf("every logit is -Inf: no distribution")
+	}
+	if math.IsInf(m, 1) {
+		return 0, fmt.Errorf("a logit is +Inf: no distribution")
+	}
+	return m, nil
 }
