@@ -358,10 +358,7 @@ func (p *pass) DeltaNet(layer int, w *model.DeltaNet[*weight], pr, b, araw act) 
 				j.keyHead(g, tmp)
 			}
 		})
-		if j.tree == nil {
-			// gates' conv state shift (a tree leaves the conv state as it was: KeepPath sets it).
-			copy(j.st.conv, j.X[j.T*j.C:])
-		}
+		j.shiftConv()
 		j.flip()
 		return act{j.o, j.T}
 	}
@@ -491,26 +488,36 @@ func (j *gdnJob) conv(lo, hi int) {
 
 // gates runs, once the conv is done, the conv state's shift, the q and k normalisation and the gates.
 func (j *gdnJob) gates() {
-	st, X, Y, C, T, Hk, Hv, dk, Dk := j.st, j.X, j.Y, j.C, j.T, j.Hk, j.Hv, j.dk, j.Dk
-	if j.tree == nil {
-		// A tree leaves the conv state as it was: KeepPath sets it from the kept path.
-		copy(st.conv, X[T*C:])
+	j.shiftConv()
+	for g := range j.Hk {
+		j.keyGates(g)
 	}
-	// L2-normalised q (scaled by dk^-1/2) and k per key head.
+}
+
+// shiftConv moves the conv state to the block's last Kc−1 raw rows. A tree leaves it as it was: KeepPath
+// sets it from the kept path.
+func (j *gdnJob) shiftConv() {
+	if j.tree == nil {
+		copy(j.st.conv, j.X[j.T*j.C:])
+	}
+}
+
+// keyGates runs, for the whole block, key head g's q and k normalisation (q scaled by dk^-1/2) and the gates
+// of its value heads. Every value is computed on its own, so any order of key heads gives the same bits.
+func (j *gdnJob) keyGates(g int) {
+	C, T, Hv, dk, Dk, rho, Y := j.C, j.T, j.Hv, j.dk, j.Dk, j.rho, j.Y
 	qs := float32(1 / math.Sqrt(float64(dk)))
 	for t := range T {
-		for g := range Hk {
-			vecmath.L2Normalize(Y[t*C+g*dk:t*C+(g+1)*dk], 1e-6, qs)
-			vecmath.L2Normalize(Y[t*C+Dk+g*dk:t*C+Dk+(g+1)*dk], 1e-6, 1)
-		}
+		vecmath.L2Normalize(Y[t*C+g*dk:t*C+(g+1)*dk], 1e-6, qs)
+		vecmath.L2Normalize(Y[t*C+Dk+g*dk:t*C+Dk+(g+1)*dk], 1e-6, 1)
 	}
 	negA, dtBias := j.w.NegA.vec, j.w.DtBias.vec
 	for t := range T {
-		for h := range Hv {
+		for h := g * rho; h < (g+1)*rho; h++ {
 			i := t*Hv + h
 			j.beta[i] = vecmath.Sigmoid(j.b.v[i])
-			g := negA[h] * vecmath.Softplus(j.araw.v[i]+dtBias[h])
-			j.alpha[i] = float32(math.Exp(float64(g)))
+			a := negA[h] * vecmath.Softplus(j.araw.v[i]+dtBias[h])
+			j.alpha[i] = float32(math.Exp(float64(a)))
 		}
 	}
 }
@@ -526,29 +533,13 @@ func (j *gdnJob) convWindow(lo, hi int) {
 }
 
 // keyHead runs, once the conv is done, everything of the layer that key head g's channels feed, for the
-// whole block: the q and k normalisation, its value heads' gates and recurrences (tmp: headTmp values of
+// whole block: its norms and gates (keyGates) and its value heads' recurrences (tmp: headTmp values of
 // scratch). Key heads share nothing, so pass.DeltaNet runs them on the workers in the same pool call as the
-// conv (ForThen) instead of calls for the conv and the heads around a serial one (gates); every value is
-// computed by the same operations as gates and head compute it, so the bits are theirs. The conv state's
-// shift (gates' first step) is left to the caller.
+// conv (ForThen) instead of calls for the conv and the heads around a serial one (gates); the values are
+// gates' and head's, so are the bits. The conv state's shift is left to the caller.
 func (j *gdnJob) keyHead(g int, tmp []float32) {
-	C, T, Hv, dk, Dk, rho := j.C, j.T, j.Hv, j.dk, j.Dk, j.rho
-	Y := j.Y
-	qs := float32(1 / math.Sqrt(float64(dk)))
-	for t := range T {
-		vecmath.L2Normalize(Y[t*C+g*dk:t*C+(g+1)*dk], 1e-6, qs)
-		vecmath.L2Normalize(Y[t*C+Dk+g*dk:t*C+Dk+(g+1)*dk], 1e-6, 1)
-	}
-	negA, dtBias := j.w.NegA.vec, j.w.DtBias.vec
-	for t := range T {
-		for h := g * rho; h < (g+1)*rho; h++ {
-			i := t*Hv + h
-			j.beta[i] = vecmath.Sigmoid(j.b.v[i])
-			a := negA[h] * vecmath.Softplus(j.araw.v[i]+dtBias[h])
-			j.alpha[i] = float32(math.Exp(float64(a)))
-		}
-	}
-	for h := g * rho; h < (g+1)*rho; h++ {
+	j.keyGates(g)
+	for h := g * j.rho; h < (g+1)*j.rho; h++ {
 		j.head(h, tmp)
 	}
 }
@@ -565,59 +556,66 @@ func (j *gdnJob) head(h int, tmp []float32) {
 		j.headTree(h, tmp)
 		return
 	}
-	Y, C, T, Hv, dk, dv, Dk, fast := j.Y, j.C, j.T, j.Hv, j.dk, j.dv, j.Dk, j.fast
-	o, delta, alpha, beta := j.o, j.delta, j.alpha, j.beta
+	dk, dv := j.dk, j.dv
 	src, dst := j.st.s[j.st.cur], j.st.s[1-j.st.cur]
 	if j.inPlace {
 		dst = src
 	}
-	kh := h / j.rho
 	S := dst[h*dv*dk : (h+1)*dv*dk]
 	S0 := src[h*dv*dk : (h+1)*dv*dk]
 	// Rows go in groups of headRowGroup, each group's rows one step after another: consecutive steps are then
 	// independent (a row's next step waits on its dot products' reductions), so they overlap in the core,
 	// while the group stays in L1 for the whole block.
 	for i0 := 0; i0 < dv; i0 += headRowGroup {
-		for t := range T {
-			khat := Y[t*C+Dk+kh*dk : t*C+Dk+(kh+1)*dk]
-			qhat := Y[t*C+kh*dk : t*C+(kh+1)*dk]
-			a, b := alpha[t*Hv+h], beta[t*Hv+h]
-			end := min(i0+headRowGroup, dv)
+		for t := range j.T {
 			from := S // the rows' state before step t
 			if t == 0 {
 				from = S0
 			}
-			i := i0
-			if fast {
-				// Four rows per call (vecmath.GDNStep4Fast: GDNStepFast's bits).
-				for ; i+4 <= end; i += 4 {
-					v0 := t*C + 2*Dk + h*dv + i
-					r := vecmath.GDNStep4Fast(S[i*dk:], from[i*dk:], khat, qhat, dk, dk, a, b, Y[v0:v0+4])
-					oi := (t*Hv+h)*dv + i
-					copy(o[oi:oi+4], r[:4])
-					if delta != nil {
-						copy(delta[oi:oi+4], r[4:])
-					}
-				}
+			j.steps(S[i0*dk:], from[i0*dk:], t, h, i0, min(i0+headRowGroup, dv), tmp)
+		}
+	}
+}
+
+// steps runs step t of value head h on its state rows i0..end−1: S receives them, from holds them before
+// the step (both start at row i0, rows dk apart; they may be the same), and the read-outs (and innovations,
+// when recorded) go to o (and delta). tmp holds dk values of scratch.
+func (j *gdnJob) steps(S, from []float32, t, h, i0, end int, tmp []float32) {
+	Y, C, Hv, dk, dv, Dk := j.Y, j.C, j.Hv, j.dk, j.dv, j.Dk
+	o, delta := j.o, j.delta
+	kh := h / j.rho
+	khat := Y[t*C+Dk+kh*dk : t*C+Dk+(kh+1)*dk]
+	qhat := Y[t*C+kh*dk : t*C+(kh+1)*dk]
+	a, b := j.alpha[t*Hv+h], j.beta[t*Hv+h]
+	i := i0
+	if j.fast {
+		// Four rows per call (vecmath.GDNStep4Fast: GDNStepFast's bits).
+		for ; i+4 <= end; i += 4 {
+			v0 := t*C + 2*Dk + h*dv + i
+			r := vecmath.GDNStep4Fast(S[(i-i0)*dk:], from[(i-i0)*dk:], khat, qhat, dk, dk, a, b, Y[v0:v0+4])
+			oi := (t*Hv+h)*dv + i
+			copy(o[oi:oi+4], r[:4])
+			if delta != nil {
+				copy(delta[oi:oi+4], r[4:])
 			}
-			for ; i < end; i++ {
-				Si, Fi := S[i*dk:(i+1)*dk], from[i*dk:(i+1)*dk]
-				vi := Y[t*C+2*Dk+h*dv+i]
-				var di float32
-				if fast {
-					// One vectorized pass per step (the fast mode's dot order; the same state updates).
-					o[(t*Hv+h)*dv+i], di = vecmath.GDNStepFast(Si, Fi, khat, qhat, a, b, vi)
-				} else {
-					decay(Si, Fi, a)
-					mem := vecmath.Dot(Si, khat)
-					di = b * (vi - mem)
-					vecmath.AddScaled(Si, khat, tmp, di)
-					o[(t*Hv+h)*dv+i] = vecmath.Dot(Si, qhat)
-				}
-				if delta != nil {
-					delta[(t*Hv+h)*dv+i] = di
-				}
-			}
+		}
+	}
+	for ; i < end; i++ {
+		Si, Fi := S[(i-i0)*dk:(i-i0+1)*dk], from[(i-i0)*dk:(i-i0+1)*dk]
+		vi := Y[t*C+2*Dk+h*dv+i]
+		var di float32
+		if j.fast {
+			// One vectorized pass per step (the fast mode's dot order; the same state updates).
+			o[(t*Hv+h)*dv+i], di = vecmath.GDNStepFast(Si, Fi, khat, qhat, a, b, vi)
+		} else {
+			decay(Si, Fi, a)
+			mem := vecmath.Dot(Si, khat)
+			di = b * (vi - mem)
+			vecmath.AddScaled(Si, khat, tmp, di)
+			o[(t*Hv+h)*dv+i] = vecmath.Dot(Si, qhat)
+		}
+		if delta != nil {
+			delta[(t*Hv+h)*dv+i] = di
 		}
 	}
 }
@@ -636,48 +634,17 @@ func (j *gdnJob) headTmp() int {
 // over its path: the same operations on the same rows in the same order. s itself is not written (S₀ stays
 // for KeepPath's replay).
 func (j *gdnJob) headTree(h int, tmp []float32) {
-	Y, C, T, Hv, dk, dv, Dk, fast := j.Y, j.C, j.T, j.Hv, j.dk, j.dv, j.Dk, j.fast
-	o, delta, alpha, beta := j.o, j.delta, j.alpha, j.beta
-	kh := h / j.rho
+	dk, dv := j.dk, j.dv
 	S0 := j.st.s[j.st.cur][h*dv*dk : (h+1)*dv*dk]
 	nodes := tmp[dk:] // node t's rows of the group at nodes[t·headRowGroup·dk:], stride dk
 	gs := headRowGroup * dk
 	for i0 := 0; i0 < dv; i0 += headRowGroup {
-		end := min(i0+headRowGroup, dv)
-		for t := range T {
-			khat := Y[t*C+Dk+kh*dk : t*C+Dk+(kh+1)*dk]
-			qhat := Y[t*C+kh*dk : t*C+(kh+1)*dk]
-			a, b := alpha[t*Hv+h], beta[t*Hv+h]
-			S := nodes[t*gs : (t+1)*gs]
+		for t := range j.T {
 			from := S0[i0*dk:] // the rows' state before node t: its parent's, S₀ for a root
 			if p := j.tree.Parents[t]; p >= 0 {
 				from = nodes[p*gs : (p+1)*gs]
 			}
-			i := i0
-			if fast {
-				for ; i+4 <= end; i += 4 {
-					v0 := t*C + 2*Dk + h*dv + i
-					r := vecmath.GDNStep4Fast(S[(i-i0)*dk:], from[(i-i0)*dk:], khat, qhat, dk, dk, a, b, Y[v0:v0+4])
-					oi := (t*Hv+h)*dv + i
-					copy(o[oi:oi+4], r[:4])
-					copy(delta[oi:oi+4], r[4:])
-				}
-			}
-			for ; i < end; i++ {
-				Si, Fi := S[(i-i0)*dk:(i-i0+1)*dk], from[(i-i0)*dk:(i-i0+1)*dk]
-				vi := Y[t*C+2*Dk+h*dv+i]
-				var di float32
-				if fast {
-					o[(t*Hv+h)*dv+i], di = vecmath.GDNStepFast(Si, Fi, khat, qhat, a, b, vi)
-				} else {
-					decay(Si, Fi, a)
-					mem := vecmath.Dot(Si, khat)
-					di = b * (vi - mem)
-					vecmath.AddScaled(Si, khat, tmp[:dk], di)
-					o[(t*Hv+h)*dv+i] = vecmath.Dot(Si, qhat)
-				}
-				delta[(t*Hv+h)*dv+i] = di
-			}
+			j.steps(nodes[t*gs:(t+1)*gs], from, t, h, i0, min(i0+headRowGroup, dv), tmp[:dk])
 		}
 	}
 }
