@@ -291,7 +291,7 @@ func (g *generation) syncDraft(ctx context.Context) error {
 	for len(g.pending) > 0 {
 		p := g.pending[0]
 		at := g.dlen + p.taps.Rows()
-		if _, err := g.draftCall(ctx, g.seq[at], p.taps, 1); err != nil {
+		if _, err := g.draftCall(ctx, g.seq[at], p.taps, 1, 0); err != nil {
 			return fmt.Errorf("sync drafter: %w", err)
 		}
 		g.pending[0] = pendingTaps{}
@@ -363,7 +363,7 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 		t0 := clock.Now()
 		var err error
 		var lastCall time.Duration
-		prop, lastCall, err = g.draftBlock(ctx, anchor, bs)
+		prop, lastCall, err = g.draftBlock(ctx, anchor, bs, 0)
 		if err != nil {
 			return false, err
 		}
@@ -483,12 +483,8 @@ func (g *generation) commit(ctx context.Context, rs RoundStats, cand, chunk []po
 // draftBlock feeds the pending taps to the drafter and drafts bs-1 tokens after anchor. Pending taps of
 // earlier rounds (plain-decoding rounds of the adaptive policy) are fed first by context-only Draft calls
 // with bs = 1. It returns the proposal and the duration of the final Draft call.
-func (g *generation) draftBlock(ctx context.Context, anchor ports.Token, bs int) (ports.Proposal, time.Duration, error) {
-	return g.draftBlockTop(ctx, anchor, bs, 0)
-}
-
-// draftBlockTop is draftBlock that, for top > 0, also asks for each slot's top candidates (Proposal.Top).
-func (g *generation) draftBlockTop(ctx context.Context, anchor ports.Token, bs, top int) (ports.Proposal, time.Duration, error) {
+// For top > 0 it also asks for each slot's top candidates (Proposal.Top, ports.TopDrafter).
+func (g *generation) draftBlock(ctx context.Context, anchor ports.Token, bs, top int) (ports.Proposal, time.Duration, error) {
 	if g.draft.Len() != g.dlen {
 		if err := g.cropDraft(); err != nil {
 			return ports.Proposal{}, 0, err
@@ -502,7 +498,7 @@ func (g *generation) draftBlockTop(ctx context.Context, anchor ports.Token, bs, 
 		newCtx = g.pending[0].taps
 	}
 	t0 := g.d.clock.Now()
-	prop, err := g.draftCallTop(ctx, anchor, newCtx, bs, top)
+	prop, err := g.draftCall(ctx, anchor, newCtx, bs, top)
 	if err != nil {
 		return ports.Proposal{}, 0, err
 	}
@@ -542,7 +538,7 @@ func (g *generation) feedOldest(ctx context.Context, k int) error {
 	for range k {
 		p := g.pending[0]
 		at := g.dlen + p.taps.Rows()
-		if _, err := g.draftCall(ctx, g.seq[at], p.taps, 1); err != nil {
+		if _, err := g.draftCall(ctx, g.seq[at], p.taps, 1, 0); err != nil {
 			return err
 		}
 		g.pending[0] = pendingTaps{} // release the taps now, not when the slice is next reallocated
@@ -551,14 +547,9 @@ func (g *generation) feedOldest(ctx context.Context, k int) error {
 	return nil
 }
 
-// draftCall runs one Draft and restores the drafter invariant Len() == anchor position.
-func (g *generation) draftCall(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int) (ports.Proposal, error) {
-	return g.draftCallTop(ctx, anchor, newCtx, bs, 0)
-}
-
-// draftCallTop is draftCall that, for top > 0, asks the drafter for each slot's top candidates
-// (ports.TopDrafter) as well.
-func (g *generation) draftCallTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, top int) (ports.Proposal, error) {
+// draftCall runs one Draft (for top > 0 DraftTop, each slot's top candidates as well) and restores the
+// drafter invariant Len() == anchor position.
+func (g *generation) draftCall(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, top int) (ports.Proposal, error) {
 	want := g.dlen + rowsOf(newCtx)
 	var prop ports.Proposal
 	var err error

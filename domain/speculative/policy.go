@@ -193,7 +193,7 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 	// A tree runs on its own in a batched round (the batched forward takes chains), delaying every other
 	// sequence by a whole forward: trees are weighed only while the generation runs alone.
 	if len(p.trees) == 0 || p.treesOff || p.maxBS <= 1 || !p.verify[0].ok || p.measured(1, +1, p.draft) == 0 || p.batchPrices() {
-		bs, why := p.planChain(limit)
+		bs, why := p.planChain(limit, nil)
 		return bs, 0, why
 	}
 	// Trees: each budget is explored once (as the largest block is, outside the probe budget), then the best
@@ -206,7 +206,7 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 	chain, chainRate := p.best(1)
 	tree, treeRate := p.bestTree(0)
 	probeDue := p.rounds-p.lastProbe >= p.probeInterval()
-	try := func(bs, b int, loss, rate float64) bool {
+	try := func(loss, rate float64) bool {
 		if p.spent+loss > p.budget*p.elapsed {
 			return false
 		}
@@ -217,10 +217,10 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 	}
 	if tree == 0 || treeRate <= chainRate*(1+1e-9) {
 		// A chain (or plain decoding) is the choice: every third probe re-measures the most promising tree.
-		if probeDue && tree > 0 && p.probes%3 == 2 && limit >= p.maxBS && try(p.maxBS, tree, p.treeProbeLoss(tree, chainRate), chainRate) {
+		if probeDue && tree > 0 && p.probes%3 == 2 && limit >= p.maxBS && try(p.treeProbeLoss(tree, chainRate), chainRate) {
 			return p.maxBS, tree, reasonProbe
 		}
-		bs, why := p.planChain(limit)
+		bs, why := p.planChain(limit, &choice{chain, chainRate})
 		return bs, 0, why
 	}
 	// A tree is the choice. Probes alternate between the best chain (the best speculative one when plain
@@ -231,15 +231,15 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 			if chain < 2 {
 				chain, _ = p.best(2)
 			}
-			if chain > 1 && try(chain, 0, p.probeLoss(chain, treeRate), treeRate) {
+			if chain > 1 && try(p.probeLoss(chain, treeRate), treeRate) {
 				return chain, 0, reasonProbe
 			}
 		case 1:
-			if try(1, 0, 0, treeRate) {
+			if try(0, treeRate) {
 				return 1, 0, reasonProbe
 			}
 		default:
-			if other, _ := p.bestTree(tree); other > 0 && try(p.maxBS, other, p.treeProbeLoss(other, treeRate), treeRate) {
+			if other, _ := p.bestTree(tree); other > 0 && try(p.treeProbeLoss(other, treeRate), treeRate) {
 				return p.maxBS, other, reasonProbe
 			}
 			p.probes++ // nothing to probe in this turn: the next one is due at once
@@ -248,8 +248,15 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 	return p.maxBS, tree, reasonBest
 }
 
-// planChain is the chains' plan: the block size the policy wants and why.
-func (p *depthPolicy) planChain(limit int) (int, string) {
+// choice is a block size and its expected rate in tokens per nanosecond (best's answer).
+type choice struct {
+	bs   int
+	rate float64
+}
+
+// planChain is the chains' plan: the block size the policy wants and why. known, when not nil, is best(1)'s
+// answer for this round, already computed by the caller.
+func (p *depthPolicy) planChain(limit int, known *choice) (int, string) {
 	p.probeRate = 0
 	if p.maxBS <= 1 {
 		return 1, reasonFixed
@@ -268,7 +275,11 @@ func (p *depthPolicy) planChain(limit int) (int, string) {
 		p.lastProbe = p.rounds
 		return p.maxBS, reasonExplore
 	}
-	best, rate := p.best(1)
+	if known == nil {
+		b, r := p.best(1)
+		known = &choice{b, r}
+	}
+	best, rate := known.bs, known.rate
 	if p.rounds-p.lastProbe >= p.probeInterval() {
 		// Candidates in order; the first within the budget runs.
 		var candidates [2]int
@@ -528,14 +539,7 @@ func (p *depthPolicy) observe(bs, accepted int, draft, catchUp, verify, rollback
 	if bs < 1 || bs > p.maxBS {
 		return
 	}
-	p.rounds++
-	total := float64(draft + catchUp + verify + rollback)
-	p.elapsed += total
-	if p.probeRate > 0 {
-		// What this probe cost beyond the displaced choice committing as many tokens.
-		p.spent += max(1, p.probeWeight) * max(0, total-float64(accepted+1)/p.probeRate)
-		p.probeRate = 0
-	}
+	p.account(float64(draft+catchUp+verify+rollback), accepted)
 	// Costs are averaged robustly against contention (ema.addTime): one round now and then runs a whole time
 	// slice late, and a plain step that slow, averaged in as is, made speculation look cheap beside it for many
 	// rounds (TestPolicyHoldsUpUnderContention).
@@ -546,13 +550,7 @@ func (p *depthPolicy) observe(bs, accepted int, draft, catchUp, verify, rollback
 	if bs > 1 || p.genRounds > 1 {
 		p.verify[bs-1].addTime(float64(verify+rollback), p.decay, costClip)
 	}
-	keep := 1 - p.decay/2
-	for _, st := range p.sizes {
-		for j := range st {
-			st[j].pass *= keep
-			st[j].tests *= keep
-		}
-	}
+	p.forget()
 	if bs < 2 {
 		return
 	}
@@ -575,6 +573,28 @@ func (p *depthPolicy) observe(bs, accepted int, draft, catchUp, verify, rollback
 		}
 		s.tests++
 		s.pass += x
+	}
+}
+
+// account keeps the books of every observed round, chain or tree: the round count, the decode time, and what a
+// probe cost beyond the displaced choice committing as many tokens (total nanoseconds, accepted drafts).
+func (p *depthPolicy) account(total float64, accepted int) {
+	p.rounds++
+	p.elapsed += total
+	if p.probeRate > 0 {
+		p.spent += max(1, p.probeWeight) * max(0, total-float64(accepted+1)/p.probeRate)
+		p.probeRate = 0
+	}
+}
+
+// forget ages every slot's recent-window counts by one round (tested or not).
+func (p *depthPolicy) forget() {
+	keep := 1 - p.decay/2
+	for _, st := range p.sizes {
+		for j := range st {
+			st[j].pass *= keep
+			st[j].tests *= keep
+		}
 	}
 }
 

@@ -102,24 +102,12 @@ func (p *depthPolicy) observeTree(b, bs, accepted int, draft, catchUp, verify ti
 	if a == nil {
 		return
 	}
-	p.rounds++
+	p.account(float64(draft+catchUp+verify), accepted)
 	p.genRounds++
-	total := float64(draft + catchUp + verify)
-	p.elapsed += total
-	if p.probeRate > 0 {
-		p.spent += max(1, p.probeWeight) * max(0, total-float64(accepted+1)/p.probeRate)
-		p.probeRate = 0
-	}
 	if bs >= p.maxBS {
 		a.draft.addTime(float64(draft), p.decay, costClip)
 		a.verify.addTime(float64(verify), p.decay, costClip)
 		a.accepted.addWeighted(float64(accepted), p.decay)
 	}
-	keep := 1 - p.decay/2
-	for _, st := range p.sizes {
-		for j := range st {
-			st[j].pass *= keep
-			st[j].tests *= keep
-		}
-	}
+	p.forget()
 }

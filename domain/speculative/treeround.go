@@ -45,7 +45,7 @@ func (g *generation) treeRound(ctx context.Context, dec Decision, rs RoundStats,
 	anchor := g.seq[len(g.seq)-1]
 
 	t0 := clock.Now()
-	prop, lastCall, err := g.draftBlockTop(ctx, anchor, bs, g.tree.width)
+	prop, lastCall, err := g.draftBlock(ctx, anchor, bs, g.tree.width)
 	if err != nil {
 		return false, err
 	}
