@@ -17,41 +17,39 @@ func (m *Member) Session(sess ports.Session) ports.Session {
 	tv, trees := sess.(ports.TreeVerifier)
 	switch {
 	case replays && trees:
-		return &replayTreeSession{replaySession: &replaySession{session: b, r: r}, tv: tv}
+		return &replayTreeSession{&replaySession{session: b, r: r}, treeVerifier{m, sess, tv}}
 	case replays:
 		return &replaySession{session: b, r: r}
 	case trees:
-		return &treeSession{session: b, tv: tv}
+		return &treeSession{b, treeVerifier{m, sess, tv}}
 	}
 	return b
 }
 
-// treeSession carries ports.TreeVerifier: the tree's forward goes through the rounds (on its own), keeping
-// its path is the session's own call.
+// treeVerifier carries ports.TreeVerifier for the wrappers of a session that has it: the tree's forward goes
+// through the rounds (on its own), keeping its path is the session's own call.
+type treeVerifier struct {
+	m    *Member
+	sess ports.Session
+	tv   ports.TreeVerifier
+}
+
+func (t treeVerifier) ForwardTree(ctx context.Context, tokens []ports.Token, parents []int, opts ports.ForwardOptions) (ports.ForwardResult, error) {
+	return t.m.ForwardTree(ctx, t.sess, tokens, parents, opts)
+}
+
+func (t treeVerifier) KeepPath(ctx context.Context, path []int) (ports.Taps, error) {
+	return t.tv.KeepPath(ctx, path)
+}
+
 type treeSession struct {
 	*session
-	tv ports.TreeVerifier
-}
-
-func (s *treeSession) ForwardTree(ctx context.Context, tokens []ports.Token, parents []int, opts ports.ForwardOptions) (ports.ForwardResult, error) {
-	return s.m.ForwardTree(ctx, s.Session, tokens, parents, opts)
-}
-
-func (s *treeSession) KeepPath(ctx context.Context, path []int) (ports.Taps, error) {
-	return s.tv.KeepPath(ctx, path)
+	treeVerifier
 }
 
 type replayTreeSession struct {
 	*replaySession
-	tv ports.TreeVerifier
-}
-
-func (s *replayTreeSession) ForwardTree(ctx context.Context, tokens []ports.Token, parents []int, opts ports.ForwardOptions) (ports.ForwardResult, error) {
-	return s.m.ForwardTree(ctx, s.Session, tokens, parents, opts)
-}
-
-func (s *replayTreeSession) KeepPath(ctx context.Context, path []int) (ports.Taps, error) {
-	return s.tv.KeepPath(ctx, path)
+	treeVerifier
 }
 
 type session struct {
@@ -80,30 +78,33 @@ func (m *Member) DraftSession(ds ports.DraftSession) ports.DraftSession {
 	_, tops := ds.(ports.TopDrafter)
 	switch {
 	case samples && tops:
-		return &samplingTopDraftSession{samplingDraftSession: &samplingDraftSession{draftSession: b}}
+		return &samplingTopDraftSession{&samplingDraftSession{draftSession: b}, topDrafter{m, ds}}
 	case samples:
 		return &samplingDraftSession{draftSession: b}
 	case tops:
-		return &topDraftSession{draftSession: b}
+		return &topDraftSession{b, topDrafter{m, ds}}
 	}
 	return b
 }
 
-// topDraftSession carries ports.TopDrafter through the rounds.
-type topDraftSession struct {
-	*draftSession
+// topDrafter carries ports.TopDrafter through the rounds for the wrappers of a draft session that has it.
+type topDrafter struct {
+	m  *Member
+	ds ports.DraftSession
 }
 
-func (s *topDraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, k int) (ports.Proposal, error) {
-	return s.m.DraftTop(ctx, ports.DraftItem{Session: s.DraftSession, Anchor: anchor, NewCtx: newCtx, BlockSize: bs}, k)
+func (t topDrafter) DraftTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, k int) (ports.Proposal, error) {
+	return t.m.DraftTop(ctx, ports.DraftItem{Session: t.ds, Anchor: anchor, NewCtx: newCtx, BlockSize: bs}, k)
+}
+
+type topDraftSession struct {
+	*draftSession
+	topDrafter
 }
 
 type samplingTopDraftSession struct {
 	*samplingDraftSession
-}
-
-func (s *samplingTopDraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, k int) (ports.Proposal, error) {
-	return s.m.DraftTop(ctx, ports.DraftItem{Session: s.DraftSession, Anchor: anchor, NewCtx: newCtx, BlockSize: bs}, k)
+	topDrafter
 }
 
 type draftSession struct {
