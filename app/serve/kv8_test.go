@@ -25,20 +25,8 @@ func TestE2EKV8Lossless(t *testing.T) {
 		t.Skip("loads the real demo models; skipped with -short")
 	}
 	leakCheck(t)
-	root := filepath.Join("..", "..")
-	m, err := models.LoadModels(t.Context(), models.ModelConfig{Model: filepath.Join(root, models.DemoTargetDir),
-		Draft: filepath.Join(root, models.DemoDrafterDir), Threads: 2, KVBits: 8}, zerolog.Nop(), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = m.Close() })
+	m, serve, client := serveDemo(t, 8, ServeConfig{MaxConcurrency: 4, QueueSize: 8, PrefixCacheBytes: 64 << 20, PrefixCacheEvery: 8})
 	require.Equal(t, 8, m.KVBits)
-	serve, err := NewServe(ServeConfig{MaxConcurrency: 4, QueueSize: 8, PrefixCacheBytes: 64 << 20, PrefixCacheEvery: 8}, zerolog.Nop())
-	require.NoError(t, err)
-	require.NoError(t, serve.SetEngine(EngineFromModels(m)))
-	srv := httptest.NewServer(oaiapi.New(serve, oaiapi.Options{Log: zerolog.Nop()}))
-	hc := &http.Client{Transport: &http.Transport{}}
-	t.Cleanup(func() { hc.CloseIdleConnections(); srv.Close() })
-	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0),
-		option.WithHTTPClient(hc))
 	p := openai.ChatCompletionNewParams{Model: openai.ChatModel(m.Name), Messages: userMsg("Write a Go function that sums a slice."),
 		MaxTokens: openai.Int(24), Temperature: openai.Float(0)}
 	plain, err := client.Chat.Completions.New(t.Context(), p, option.WithJSONSet("block_size", 1))
@@ -73,4 +61,24 @@ func TestE2EKV8Lossless(t *testing.T) {
 		assert.Equal(t, want, got[i], "member %d of a batch", i)
 	}
 	assert.Positive(t, serve.PrefixCacheStats().Hits, "later requests restored the 8-bit prefix from the cache")
+}
+
+// serveDemo loads the bundled demo target and drafter (2 threads, kvBits as --kv-bits) behind the OpenAI API
+// with cfg, and returns the models, the Serve and a client of the server, all closed when t ends.
+func serveDemo(t *testing.T, kvBits int, cfg ServeConfig) (*models.Models, *Serve, openai.Client) {
+	t.Helper()
+	root := filepath.Join("..", "..")
+	m, err := models.LoadModels(t.Context(), models.ModelConfig{Model: filepath.Join(root, models.DemoTargetDir),
+		Draft: filepath.Join(root, models.DemoDrafterDir), Threads: 2, KVBits: kvBits}, zerolog.Nop(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = m.Close() })
+	serve, err := NewServe(cfg, zerolog.Nop())
+	require.NoError(t, err)
+	require.NoError(t, serve.SetEngine(EngineFromModels(m)))
+	srv := httptest.NewServer(oaiapi.New(serve, oaiapi.Options{Log: zerolog.Nop()}))
+	hc := &http.Client{Transport: &http.Transport{}}
+	t.Cleanup(func() { hc.CloseIdleConnections(); srv.Close() })
+	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0),
+		option.WithHTTPClient(hc))
+	return m, serve, client
 }

@@ -1,20 +1,13 @@
 package serve
 
 import (
-	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	oaiapi "github.com/higgs-go/higgs/adapters/openai"
-	"github.com/higgs-go/higgs/app/models"
 )
 
 // TestE2ETreesLossless serves the bundled demo with tree verification (--tree-budget, the policy off so that
@@ -26,20 +19,8 @@ func TestE2ETreesLossless(t *testing.T) {
 		t.Skip("loads the real demo models; skipped with -short")
 	}
 	leakCheck(t)
-	root := filepath.Join("..", "..")
-	m, err := models.LoadModels(t.Context(), models.ModelConfig{Model: filepath.Join(root, models.DemoTargetDir),
-		Draft: filepath.Join(root, models.DemoDrafterDir), Threads: 2}, zerolog.Nop(), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = m.Close() })
-	serve, err := NewServe(ServeConfig{MaxConcurrency: 4, QueueSize: 8, PrefixCacheBytes: 64 << 20, PrefixCacheEvery: 8,
-		TreeBudget: 10, TreeWidth: 3}, zerolog.Nop())
-	require.NoError(t, err)
-	require.NoError(t, serve.SetEngine(EngineFromModels(m)))
-	srv := httptest.NewServer(oaiapi.New(serve, oaiapi.Options{Log: zerolog.Nop()}))
-	hc := &http.Client{Transport: &http.Transport{}}
-	t.Cleanup(func() { hc.CloseIdleConnections(); srv.Close() })
-	client := openai.NewClient(option.WithBaseURL(srv.URL+"/v1/"), option.WithAPIKey("x"), option.WithMaxRetries(0),
-		option.WithHTTPClient(hc))
+	m, serve, client := serveDemo(t, 0, ServeConfig{MaxConcurrency: 4, QueueSize: 8, PrefixCacheBytes: 64 << 20,
+		PrefixCacheEvery: 8, TreeBudget: 10, TreeWidth: 3})
 	p := openai.ChatCompletionNewParams{Model: openai.ChatModel(m.Name), Messages: userMsg("Write a Go function that reverses a string."),
 		MaxTokens: openai.Int(24), Temperature: openai.Float(0)}
 	plain, err := client.Chat.Completions.New(t.Context(), p, option.WithJSONSet("block_size", 1))
