@@ -3,7 +3,6 @@ package verify
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 	"github.com/higgs-go/higgs/app/models"
 	"github.com/higgs-go/higgs/internal/testmodel"
 	"github.com/higgs-go/higgs/ports"
+	"github.com/higgs-go/higgs/ports/portfake"
 )
 
 type fixedClock struct{ t time.Time }
@@ -121,36 +121,6 @@ func TestCertifyPasses(t *testing.T) {
 	}
 }
 
-// perturbedTarget is a deliberately broken backend: its multi-token forwards after the prefill (verify
-// blocks) report a different greedy token for the row at absolute position pos, so the speculative path
-// diverges from plain decoding (whose forwards there are one token) at the token after pos.
-type perturbedTarget struct {
-	ports.Target
-	pos int
-}
-
-type perturbedSession struct {
-	ports.Session
-	pos, vocab int
-}
-
-func (t perturbedTarget) NewSession(ctx context.Context, taps []int) (ports.Session, error) {
-	s, err := t.Target.NewSession(ctx, taps)
-	return perturbedSession{Session: s, pos: t.pos, vocab: t.Info().VocabSize}, err
-}
-
-func (s perturbedSession) Forward(ctx context.Context, toks []ports.Token, o ports.ForwardOptions) (ports.ForwardResult, error) {
-	fr, err := s.Session.Forward(ctx, toks, o)
-	if err != nil || len(toks) < 2 || s.Len() == len(toks) {
-		return fr, err
-	}
-	first := s.Len() - len(fr.Greedy)
-	if i := s.pos - first; i >= 0 && i < len(fr.Greedy) {
-		fr.Greedy[i] = (fr.Greedy[i] + 1) % ports.Token(s.vocab)
-	}
-	return fr, err
-}
-
 // TestCertifyReportsDisagreement: with a target that perturbs one row at position 10 of verify blocks,
 // certify fails (ErrCheckFailed) and lists each disagreement with its position and the target's top-2 margin:
 // prompt 0 (1 token) at generated token 10, prompt 1 (4 tokens) at 7 (the row at position 10 predicts the
@@ -160,7 +130,7 @@ func TestCertifyReportsDisagreement(t *testing.T) {
 	m := load(t, testmodel.Synth(t, synth.TargetSpec{Family: "qwen3", Seed: 41}),
 		testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 42, Taps: []int{1}, Mask: 60, BlockSize: 4}))
 	bad := *m
-	bad.Target = perturbedTarget{Target: m.Target, pos: 10}
+	bad.Target = portfake.Perturbed(m.Target, 10, false)
 	c, err := Certify(t.Context(), &bad, CertifyOptions{Prompts: testPrompts, MaxTokens: 12, NoEOS: true, Batch: 3,
 		BlockSizes: []int{1, 2, 4}})
 	require.ErrorIs(t, err, ErrCheckFailed)
@@ -208,53 +178,6 @@ func TestCertifyReportsDisagreement(t *testing.T) {
 	}
 }
 
-// perturbedTreeTarget is perturbedTarget with tree verification: its sessions' trees also report a
-// different greedy token for every node at absolute position pos, so tree rounds diverge there too.
-type perturbedTreeTarget struct {
-	ports.Target
-	pos int
-}
-
-type perturbedTreeSession struct {
-	perturbedSession
-	tree ports.TreeVerifier
-}
-
-func (t perturbedTreeTarget) NewSession(ctx context.Context, taps []int) (ports.Session, error) {
-	s, err := t.Target.NewSession(ctx, taps)
-	if err != nil {
-		return nil, err
-	}
-	tv, ok := s.(ports.TreeVerifier)
-	if !ok {
-		s.Close()
-		return nil, fmt.Errorf("session %T verifies no trees", s)
-	}
-	return perturbedTreeSession{perturbedSession: perturbedSession{Session: s, pos: t.pos, vocab: t.Info().VocabSize}, tree: tv}, nil
-}
-
-func (s perturbedTreeSession) ForwardTree(ctx context.Context, toks []ports.Token, parents []int, o ports.ForwardOptions) (ports.ForwardResult, error) {
-	n := s.Len()
-	fr, err := s.tree.ForwardTree(ctx, toks, parents, o)
-	if err != nil {
-		return fr, err
-	}
-	depth := make([]int, len(parents))
-	for i, p := range parents {
-		if p >= 0 {
-			depth[i] = depth[p] + 1
-		}
-		if n+depth[i] == s.pos && i < len(fr.Greedy) {
-			fr.Greedy[i] = (fr.Greedy[i] + 1) % ports.Token(s.vocab)
-		}
-	}
-	return fr, nil
-}
-
-func (s perturbedTreeSession) KeepPath(ctx context.Context, path []int) (ports.Taps, error) {
-	return s.tree.KeepPath(ctx, path)
-}
-
 // TestCertifyReportsTreeDisagreement: with a target whose trees (and verify blocks) perturb the row at
 // position 10, the tree runs disagree where the chains do — prompt 0 at generated token 10, prompt 1 at 7 —
 // and each tree disagreement is listed with shape "tree", its budget and the target's top-2 margin, in
@@ -263,7 +186,7 @@ func TestCertifyReportsTreeDisagreement(t *testing.T) {
 	m := load(t, testmodel.Synth(t, synth.TargetSpec{Family: "qwen3", Seed: 41}),
 		testmodel.SynthDrafter(t, synth.DrafterSpec{Seed: 42, Taps: []int{1}, Mask: 60, BlockSize: 4}))
 	bad := *m
-	bad.Target = perturbedTreeTarget{Target: m.Target, pos: 10}
+	bad.Target = portfake.Perturbed(m.Target, 10, true)
 	c, err := Certify(t.Context(), &bad, CertifyOptions{Prompts: testPrompts, MaxTokens: 12, NoEOS: true, Batch: 3,
 		BlockSizes: []int{1, 4}, TreeBudgets: []int{4, 8}})
 	require.ErrorIs(t, err, ErrCheckFailed)

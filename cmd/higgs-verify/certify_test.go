@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,7 +14,7 @@ import (
 
 	"github.com/higgs-go/higgs/app/models"
 	"github.com/higgs-go/higgs/internal/testmodel"
-	"github.com/higgs-go/higgs/ports"
+	"github.com/higgs-go/higgs/ports/portfake"
 )
 
 type certOut struct {
@@ -180,35 +179,6 @@ func TestCertifyCommand(t *testing.T) {
 	assert.NotContains(t, r.stdout, `"file"`)
 }
 
-// perturbedTarget reports a different greedy token for the row at absolute position pos of every
-// multi-token forward after the prefill (a verify block): speculative decoding diverges there, plain decoding
-// does not.
-type perturbedTarget struct {
-	ports.Target
-	pos int
-}
-
-type perturbedSession struct {
-	ports.Session
-	pos, vocab int
-}
-
-func (t perturbedTarget) NewSession(ctx context.Context, taps []int) (ports.Session, error) {
-	s, err := t.Target.NewSession(ctx, taps)
-	return perturbedSession{Session: s, pos: t.pos, vocab: t.Info().VocabSize}, err
-}
-
-func (s perturbedSession) Forward(ctx context.Context, toks []ports.Token, o ports.ForwardOptions) (ports.ForwardResult, error) {
-	fr, err := s.Session.Forward(ctx, toks, o)
-	if err != nil || len(toks) < 2 || s.Len() == len(toks) {
-		return fr, err
-	}
-	if i := s.pos - (s.Len() - len(fr.Greedy)); i >= 0 && i < len(fr.Greedy) {
-		fr.Greedy[i] = (fr.Greedy[i] + 1) % ports.Token(s.vocab)
-	}
-	return fr, err
-}
-
 // TestCertifyCommandReportsDisagreement: a target whose verify blocks perturb one row fails certification
 // with exit 1; each disagreement names its position and the target's top-2 margin, and the failed
 // certificate is still written.
@@ -216,7 +186,7 @@ func TestCertifyCommandReportsDisagreement(t *testing.T) {
 	broken := func(ctx context.Context, cfg models.ModelConfig, log zerolog.Logger) (*models.Models, func(), error) {
 		m, cleanup, err := initModels(ctx, cfg, log)
 		if err == nil {
-			m.Target = perturbedTarget{Target: m.Target, pos: 6}
+			m.Target = portfake.Perturbed(m.Target, 6, false)
 		}
 		return m, cleanup, err
 	}
@@ -254,60 +224,13 @@ func TestCertifyCommandReportsDisagreement(t *testing.T) {
 	assert.Contains(t, stdout.String(), "certified: false")
 }
 
-// perturbedTreeTarget is perturbedTarget with tree verification: every tree node at absolute position pos
-// also reports a different greedy token.
-type perturbedTreeTarget struct {
-	ports.Target
-	pos int
-}
-
-type perturbedTreeSession struct {
-	perturbedSession
-	tree ports.TreeVerifier
-}
-
-func (t perturbedTreeTarget) NewSession(ctx context.Context, taps []int) (ports.Session, error) {
-	s, err := t.Target.NewSession(ctx, taps)
-	if err != nil {
-		return nil, err
-	}
-	tv, ok := s.(ports.TreeVerifier)
-	if !ok {
-		s.Close()
-		return nil, fmt.Errorf("session %T verifies no trees", s)
-	}
-	return perturbedTreeSession{perturbedSession: perturbedSession{Session: s, pos: t.pos, vocab: t.Info().VocabSize}, tree: tv}, nil
-}
-
-func (s perturbedTreeSession) ForwardTree(ctx context.Context, toks []ports.Token, parents []int, o ports.ForwardOptions) (ports.ForwardResult, error) {
-	n := s.Len()
-	fr, err := s.tree.ForwardTree(ctx, toks, parents, o)
-	if err != nil {
-		return fr, err
-	}
-	depth := make([]int, len(parents))
-	for i, p := range parents {
-		if p >= 0 {
-			depth[i] = depth[p] + 1
-		}
-		if n+depth[i] == s.pos && i < len(fr.Greedy) {
-			fr.Greedy[i] = (fr.Greedy[i] + 1) % ports.Token(s.vocab)
-		}
-	}
-	return fr, nil
-}
-
-func (s perturbedTreeSession) KeepPath(ctx context.Context, path []int) (ports.Taps, error) {
-	return s.tree.KeepPath(ctx, path)
-}
-
 // TestCertifyCommandReportsTreeDisagreement: a target whose trees perturb one row fails certification with
 // exit 1, and the text and JSON list each tree run's disagreement with its budget and the target's margin.
 func TestCertifyCommandReportsTreeDisagreement(t *testing.T) {
 	broken := func(ctx context.Context, cfg models.ModelConfig, log zerolog.Logger) (*models.Models, func(), error) {
 		m, cleanup, err := initModels(ctx, cfg, log)
 		if err == nil {
-			m.Target = perturbedTreeTarget{Target: m.Target, pos: 6}
+			m.Target = portfake.Perturbed(m.Target, 6, true)
 		}
 		return m, cleanup, err
 	}
