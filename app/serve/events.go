@@ -96,8 +96,12 @@ func (lv *live) observe(rs speculative.RoundStats) {
 	now := lv.s.clock.Now().UnixMilli()
 	// A new decision is announced when its code changes, or its block size for codes other than "length"
 	// (which shortens the block by one each of the last rounds: one announcement says it).
-	if rs.Policy != lv.policy || rs.BlockSize != lv.policyBS && rs.Policy != "length" {
-		lv.policy, lv.policyBS = rs.Policy, rs.BlockSize
+	size := rs.BlockSize // the drafted block: a tree's node count varies from round to round
+	if rs.Tree != nil {
+		size = rs.Tree.Slots
+	}
+	if rs.Policy != lv.policy || size != lv.policyBS && rs.Policy != "length" {
+		lv.policy, lv.policyBS = rs.Policy, size
 		lv.s.events.publish(lv.tenant, ports.Event{Type: "policy", ID: lv.id, TimeMS: now,
 			Policy: &ports.PolicyUsage{Mode: rs.Decision.Mode(), Reason: rs.Decision.Reason()}})
 	}
@@ -115,7 +119,7 @@ func (lv *live) observe(rs speculative.RoundStats) {
 	rejected := rs.Accepted // the chain's first rejected draft
 	if t := rs.Tree; t != nil {
 		// A tree: its accepted path first, then its other candidates (none of which is "the" rejected one).
-		ev.BlockSize, ev.Tree = t.Slots, rs.BlockSize
+		ev.BlockSize, ev.Tree = size, rs.BlockSize
 		drafts = make([]ports.Token, 0, len(rs.Block)-1)
 		onPath := make(map[int]bool, len(t.Path))
 		for _, v := range t.Path {
