@@ -22,8 +22,9 @@ import (
 // a 1-row decode, verifies of 8 and 16 rows (taps and tape recorded, as the decoder asks) at a 128-token
 // context, and a drafter pass of block 16 (proposals for 15 positions). It reports each part's median time and
 // the medians of each part over the same iteration's decode, in decode steps; each part runs under a pprof
-// label (part=decode, verify8, verify16, draft16). HIGGS_BENCH_THREADS sets the
-// worker count (2 by default); with 1 the times are the thread's CPU time (threadCPU), which other processes
+// label (part=decode, verify8, verify16, draft16). HIGGS_BENCH_CONTEXT sets the context length (128 by
+// default; a generation's rounds run at its prompt's length and more, where attention weighs more), and
+// HIGGS_BENCH_THREADS the worker count (2 by default); with 1 the times are the thread's CPU time (threadCPU), which other processes
 // on a shared machine inflate far less than wall time. Beside -cpuprofile it gives the split by part
 // (docs/performance.md):
 //
@@ -55,7 +56,10 @@ func BenchmarkGocoder(b *testing.B) {
 	ps, err := target.NewSession(ctx, d.TapLayers())
 	require.NoError(b, err)
 	defer ps.Close()
-	const ctxLen = 128
+	ctxLen := 128
+	if n, err := strconv.Atoi(os.Getenv("HIGGS_BENCH_CONTEXT")); err == nil && n > 0 {
+		ctxLen = n
+	}
 	toks := make([]ports.Token, ctxLen+16)
 	for i := range toks {
 		toks[i] = ports.Token(100 + i*37%3000)

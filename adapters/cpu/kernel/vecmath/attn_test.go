@@ -1,6 +1,7 @@
 package vecmath
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -15,7 +16,7 @@ import (
 func TestAttnKernelsMatchGo(t *testing.T) {
 	r := rand.New(rand.NewPCG(61, 62))
 	for d := 16; d <= 256; d += 16 {
-		for _, nq := range []int{1, 2, 4, 8} {
+		for _, nq := range []int{1, 2, 3, 4, 5, 6, 7, 8, 9} {
 			for _, n := range []int{1, 7, 33} {
 				stride := 2*d + 16
 				q, k, v := randVec(r, nq*d, 1), randVec(r, n*stride, 1), randVec(r, n*stride, 1)
@@ -65,26 +66,42 @@ func TestSoftmaxFast(t *testing.T) {
 	require.False(t, math.IsNaN(float64(b[0])))
 }
 
-// SoftmaxFast's vector exp (AVX2) gives the bits of fastExpNeg element by element.
+// SoftmaxFast's vector exp (AVX2, and AVX-512 fused with the subtraction) gives the bits of fastExpNeg
+// element by element, on every path the CPU has, whatever the row's length and its range (past the clamps).
 func TestSoftmaxFastMatchesScalar(t *testing.T) {
+	s5 := useAVX512
+	defer func() { useAVX512 = s5 }()
+	for _, avx512 := range []bool{false, true} {
+		if avx512 && !s5 {
+			t.Log("no AVX-512 on this CPU: its softmax path was not run")
+			continue
+		}
+		useAVX512 = avx512
+		t.Run(fmt.Sprint("avx512=", avx512), testSoftmaxFastMatchesScalar)
+	}
+}
+
+func testSoftmaxFastMatchesScalar(t *testing.T) {
 	r := rand.New(rand.NewPCG(65, 66))
-	for _, n := range []int{1, 7, 8, 9, 64, 301} {
-		x := randVec(r, n, 30)
-		got := append([]float32(nil), x...)
-		SoftmaxFast(got)
-		m := x[0]
-		for _, v := range x {
-			m = max(m, v)
+	for _, n := range []int{1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 48, 64, 301, 466} {
+		for _, scale := range []float32{30, 300} {
+			x := randVec(r, n, scale)
+			got := append([]float32(nil), x...)
+			SoftmaxFast(got)
+			m := x[0]
+			for _, v := range x {
+				m = max(m, v)
+			}
+			want := make([]float32, n)
+			for j, v := range x {
+				want[j] = fastExpNeg(m - v)
+			}
+			inv := 1 / vek32.Sum(want)
+			for j := range want {
+				want[j] *= inv
+			}
+			assertBits(t, want, got, "n %d scale %v", n, scale)
 		}
-		want := make([]float32, n)
-		for j, v := range x {
-			want[j] = fastExpNeg(m - v)
-		}
-		inv := 1 / vek32.Sum(want)
-		for j := range want {
-			want[j] *= inv
-		}
-		assertBits(t, want, got, "n %d", n)
 	}
 	// A row of −Inf is NaN, as in Softmax, whatever vek32's max starts from.
 	for _, n := range []int{3, 8, 20} {

@@ -111,12 +111,16 @@ def scores():
 def values():
     # func attnValuesAVX512(o *float32, s *float32, lds int, nq int, v *float32, vstride int, n int, d int)
     # o_i[t] += s[i·lds + p]·v_p[t] for p in order (product rounded, then the add), d ≤ 256.
+    # Heads go in groups of G (4 while c = d/16 ≤ 4, 2 while c ≤ 8): each key's value chunks are loaded once
+    # for the group, and the group's G·c accumulators are independent chains, so the adds are not held up by
+    # one chain's latency. Every o_i[t] still receives its products in key order: the bits of one head at a time.
     e("// func attnValuesAVX512(o *float32, s *float32, lds int, nq int, v *float32, vstride int, n int, d int)")
     e("TEXT ·attnValuesAVX512(SB), NOSPLIT, $0-64")
     e("\tMOVQ o+0(FP), DI")
     e("\tMOVQ s+8(FP), DX")
     e("\tMOVQ lds+16(FP), R8")
     e("\tSHLQ $2, R8")
+    e("\tLEAQ (R8)(R8*2), R13")  # 3·lds bytes: the group's fourth head
     e("\tMOVQ nq+24(FP), CX")
     e("\tMOVQ vstride+40(FP), R9")
     e("\tSHLQ $2, R9")
@@ -129,9 +133,45 @@ def values():
         e(f"\tCMPQ R11, ${c}")
         e(f"\tJE values_c{c}")
     e("\tJMP values_done")
+    srow = ["(R12)", "(R12)(R8*1)", "(R12)(R8*2)", "(R12)(R13*1)"]
     for c in range(1, 17):
+        G = 4 if c <= 4 else (2 if c <= 8 else 1)
         e(f"values_c{c}:")
+        if G > 1:
+            e(f"values_c{c}_g:")
+            e(f"\tCMPQ CX, ${G}")
+            e(f"\tJLT values_c{c}_q")
+            for g in range(G):
+                for i in range(c):
+                    e(f"\tVMOVUPS {64 * (g * c + i)}(DI), Z{g * c + i}")
+            e("\tMOVQ v+32(FP), SI")
+            e("\tMOVQ DX, R12")
+            e("\tMOVQ n+48(FP), R10")
+            e(f"values_c{c}_gp:")
+            for i in range(c):
+                e(f"\tVMOVUPS {64 * i}(SI), Z{16 + i}")
+            for g in range(G):
+                e(f"\tVBROADCASTSS {srow[g]}, Z{24 + g}")
+            k = 0
+            for g in range(G):
+                for i in range(c):
+                    e(f"\tVMULPS Z{16 + i}, Z{24 + g}, Z{28 + k % 4}")
+                    e(f"\tVADDPS Z{28 + k % 4}, Z{g * c + i}, Z{g * c + i}")
+                    k += 1
+            e("\tADDQ $4, R12")
+            e("\tADDQ R9, SI")
+            e("\tDECQ R10")
+            e(f"\tJNZ values_c{c}_gp")
+            for g in range(G):
+                for i in range(c):
+                    e(f"\tVMOVUPS Z{g * c + i}, {64 * (g * c + i)}(DI)")
+            e(f"\tADDQ ${64 * c * G}, DI")
+            e(f"\tLEAQ (DX)(R8*{G}), DX")
+            e(f"\tSUBQ ${G}, CX")
+            e(f"\tJMP values_c{c}_g")
         e(f"values_c{c}_q:")
+        e("\tTESTQ CX, CX")
+        e("\tJE values_done")
         for i in range(c):
             e(f"\tVMOVUPS {64 * i}(DI), Z{i}")
         e("\tMOVQ v+32(FP), SI")
@@ -151,8 +191,7 @@ def values():
         e(f"\tADDQ ${64 * c}, DI")
         e("\tADDQ R8, DX")
         e("\tDECQ CX")
-        e(f"\tJNZ values_c{c}_q")
-        e("\tJMP values_done")
+        e(f"\tJMP values_c{c}_q")
     e("values_done:")
     e("\tVZEROUPPER")
     e("\tRET")

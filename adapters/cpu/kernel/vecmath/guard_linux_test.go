@@ -101,3 +101,22 @@ func TestAttnKernelsStayInBounds(t *testing.T) {
 		}
 	}
 }
+
+// SoftmaxFast's AVX-512 pass (subtraction and exp fused) on rows placed against inaccessible pages gives the
+// bits it gives in ordinary memory.
+func TestSoftmaxFastStaysInBounds(t *testing.T) {
+	if !useAVX512 {
+		t.Skip("no AVX-512 on this CPU: the fused softmax pass does not run here")
+	}
+	r := rand.New(rand.NewPCG(75, 76))
+	for _, tail := range []bool{true, false} {
+		for _, n := range []int{16, 17, 32, 33, 466} {
+			x := randVec(r, n, 30)
+			want := append([]float32(nil), x...)
+			SoftmaxFast(want)
+			got := guardedF32(t, x, tail)
+			SoftmaxFast(got)
+			assertBits(t, want, got, "n %d tail %v", n, tail)
+		}
+	}
+}

@@ -36,6 +36,9 @@ func sigmoidFastAVX2(dst, x *float32, n int)
 func expFastAVX2(dst, x *float32, n int)
 
 //go:noescape
+func expSubFastAVX512(dst, x *float32, n int, m float32)
+
+//go:noescape
 func swigluFastAVX2(dst, gate, up *float32, n int)
 
 // gdnStepAVX512 and gdnStepAVX2 are GDNStepFast for n a positive multiple of 32; out gets o and d.

@@ -15,10 +15,11 @@ func attnScoresAVX512(s *float32, lds int, q *float32, nq int, k *float32, kstri
 }
 func attnValuesAVX512(o, s *float32, lds, nq int, v *float32, vstride, n, d int) { noAVX2() }
 
-func siluFastAVX2(dst, x *float32, n int)          { noAVX2() }
-func sigmoidFastAVX2(dst, x *float32, n int)       { noAVX2() }
-func expFastAVX2(dst, x *float32, n int)           { noAVX2() }
-func swigluFastAVX2(dst, gate, up *float32, n int) { noAVX2() }
+func siluFastAVX2(dst, x *float32, n int)                { noAVX2() }
+func sigmoidFastAVX2(dst, x *float32, n int)             { noAVX2() }
+func expFastAVX2(dst, x *float32, n int)                 { noAVX2() }
+func expSubFastAVX512(dst, x *float32, n int, m float32) { noAVX2() }
+func swigluFastAVX2(dst, gate, up *float32, n int)       { noAVX2() }
 
 func gdnStepAVX2(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32)   { noAVX2() }
 func gdnStepAVX512(S, src, k, q *float32, n int, alpha, beta, v float32, out *[2]float32) { noAVX2() }
