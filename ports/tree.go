@@ -9,13 +9,31 @@ type Candidate struct {
 }
 
 // TopDrafter is an optional DraftSession ability behind tree verification: DraftTop is Draft (the same
-// context append, the same block of exactly bs slots, the same Proposal.Tokens) that also fills Proposal.Top:
-// for each slot 1..bs−1, Tokens' token first, then the slot's other most probable tokens under the
-// drafter's logits (softmax at temperature 1, ties to the lower id), k in all (k ≥ 1; fewer when the
+// context append, the same block of exactly bs slots, the same Proposal.Tokens, top.Slots of them) that also
+// fills Proposal.Top: for each proposed slot, Tokens' token first, then the slot's other most probable tokens
+// under the drafter's logits (softmax at temperature 1, ties to the lower id), top.K in all (fewer when the
 // vocabulary is smaller). Prob is that softmax probability. For a DFlash drafter Tokens' token is the
 // logits' argmax, so Top is the plain top-k; DFlash2's selector may pick another candidate first.
 type TopDrafter interface {
-	DraftTop(ctx context.Context, anchor Token, newCtx Taps, bs, k int) (Proposal, error)
+	DraftTop(ctx context.Context, anchor Token, newCtx Taps, bs int, top TopRequest) (Proposal, error)
+}
+
+// TopRequest is what DraftTop proposes: K candidates (K ≥ 1) for each of the first Slots slots (1..bs−1;
+// 0 means all bs−1). The block is still drafted with all bs slots, the drafter's regime, so each proposed
+// slot's token and candidates are those of a full draft (bit for bit on the CPU backend); Proposal.Tokens and
+// Proposal.Top hold Slots entries. A tree of n nodes reaches at most n−1 slots deep, and a drafter that reads
+// no more than that saves the rest of its last layer, its LM head and the candidates' ranking.
+type TopRequest struct {
+	K     int
+	Slots int
+}
+
+// SlotsOf returns how many slots top asks of a block of bs slots (Slots, or bs−1 when it is 0 or more).
+func (top TopRequest) SlotsOf(bs int) int {
+	if top.Slots <= 0 || top.Slots > bs-1 {
+		return max(bs-1, 0)
+	}
+	return top.Slots
 }
 
 // TreeVerifier is an optional Session ability: verify a tree of candidate continuations in one forward

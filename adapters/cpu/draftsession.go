@@ -90,15 +90,17 @@ func (s *DraftSession) DraftSampled(ctx context.Context, anchor ports.Token, new
 
 var _ ports.TopDrafter = (*DraftSession)(nil)
 
-// DraftTop is Draft that also fills Proposal.Top (ports.TopDrafter): each slot's drafted token, then the
-// slot's other most probable tokens under the drafter's logits (compute_logits' transforms applied), k in
-// all, with their softmax probabilities (model.TopCandidates).
-func (s *DraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, k int) (ports.Proposal, error) {
-	if k < 1 {
+// DraftTop is Draft that also fills Proposal.Top (ports.TopDrafter): each proposed slot's drafted token, then
+// the slot's other most probable tokens under the drafter's logits (compute_logits' transforms applied),
+// top.K in all, with their softmax probabilities (model.TopCandidates). Only the first top.Slots slots are
+// proposed: the block's last layer runs its queries, attention output and MLP on those rows alone and the LM
+// head reads only them (model.Block), so a small tree pays for the slots it can reach, not for the block.
+func (s *DraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, top ports.TopRequest) (ports.Proposal, error) {
+	if top.K < 1 {
 		// Refused before anything is appended, like Draft's own refusals.
-		return ports.Proposal{}, fmt.Errorf("cpu drafter: top-k %d must be ≥ 1", k)
+		return ports.Proposal{}, fmt.Errorf("cpu drafter: top-k %d must be ≥ 1", top.K)
 	}
-	p, err := s.draft(ctx, anchor, newCtx, bs, 0, nil)
+	p, err := s.draftRows(ctx, anchor, newCtx, bs, top.SlotsOf(bs), 0, nil)
 	if err != nil {
 		return p, err
 	}
@@ -110,15 +112,20 @@ func (s *DraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx 
 		s.probs = make([]float32, len(s.logits))
 	}
 	s.probs = s.probs[:len(s.logits)]
-	top, err := model.TopCandidatesWith(s.logits, s.d.t.m.Arch.Vocab, p.Tokens, k, s.rowProbs)
+	cands, err := model.TopCandidatesWith(s.logits, s.d.t.m.Arch.Vocab, p.Tokens, top.K, s.rowProbs)
 	if err != nil {
 		return ports.Proposal{}, fmt.Errorf("cpu drafter: top candidates: %w", err)
 	}
-	p.Top = top
+	p.Top = cands
 	return p, nil
 }
 
 func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand) (ports.Proposal, error) {
+	return s.draftRows(ctx, anchor, newCtx, bs, bs-1, temperature, rnd)
+}
+
+// draftRows is draft proposing only the first rows slots (1..bs−1) of the bs-slot block.
+func (s *DraftSession) draftRows(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, slots int, temperature float64, rnd ports.Rand) (ports.Proposal, error) {
 	data, rows, err := s.admit(anchor, newCtx, bs, temperature, rnd)
 	if err != nil {
 		return ports.Proposal{}, err
@@ -147,9 +154,9 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 	var p ports.Proposal
 	var logits act
 	if rnd != nil {
-		logits, p.Tokens, p.Dists = model.ProposeSampled(d.m, be, st, block, s.n, bs-1, temperature, rnd)
+		logits, p.Tokens, p.Dists = model.ProposeSampled(d.m, be, st, block, s.n, slots, temperature, rnd)
 	} else {
-		logits, p.Tokens = model.Propose(d.m, be, st, block, s.n, bs-1)
+		logits, p.Tokens = model.Propose(d.m, be, st, block, s.n, slots)
 	}
 	s.logits = append(s.logits[:0], logits.v...) // a reused buffer: logits.v may live in the arena
 	return p, nil

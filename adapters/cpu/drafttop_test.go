@@ -17,7 +17,8 @@ import (
 // DraftTop is Draft (the same tokens, the same context bookkeeping) plus Top: the drafted token first, k
 // candidates, probabilities that sum to at most 1 and never rise after the first; for DFlash the drafted
 // token is the logits' argmax (Top is the plain top-k), for DFlash2 it is the selector's pick. Block sizes
-// below, at and above the configured 8.
+// below, at and above the configured 8. Asked for fewer slots (TopRequest.Slots), a session proposes exactly
+// the full draft's first slots, tokens, candidates and probabilities bit for bit.
 func TestDraftTop(t *testing.T) {
 	const k = 4
 	for name, a := range map[string]hfmodel.DrafterArch{"dflash": tinyDraftArch(), "dflash2": tinyDraft2Arch()} {
@@ -32,7 +33,7 @@ func TestDraftTop(t *testing.T) {
 				t.Cleanup(func() { _ = s.Close() })
 				return s.(*DraftSession)
 			}
-			plain, top := open(), open()
+			plain, top, part := open(), open(), open()
 			differs := 0
 			for round, bs := range []int{5, 2, 8, 12} {
 				rows := 3 + round
@@ -40,9 +41,15 @@ func TestDraftTop(t *testing.T) {
 				anchor := ports.Token(7 + round)
 				want, err := plain.Draft(t.Context(), anchor, ctx, bs)
 				require.NoError(t, err)
-				got, err := top.DraftTop(t.Context(), anchor, ctx, bs, k)
+				got, err := top.DraftTop(t.Context(), anchor, ctx, bs, ports.TopRequest{K: k})
 				require.NoError(t, err)
 				msg := fmt.Sprintf("round %d, bs %d", round, bs)
+				slots := max(1, (bs-1)/2)
+				few, err := part.DraftTop(t.Context(), anchor, ctx, bs, ports.TopRequest{K: k, Slots: slots})
+				require.NoError(t, err)
+				require.Equal(t, got.Tokens[:slots], few.Tokens, msg)
+				require.Equal(t, got.Top[:slots], few.Top, msg)
+				require.Equal(t, top.Len(), part.Len(), msg)
 				require.Equal(t, want.Tokens, got.Tokens, msg)
 				require.Equal(t, plain.Len(), top.Len(), msg)
 				require.Len(t, got.Top, bs-1, msg)
@@ -81,14 +88,14 @@ func TestDraftTop(t *testing.T) {
 			}
 			// bs 1 only appends context: no slots, an empty Top.
 			ctx := &draftTaps{data: testmodel.NormalVec(rng, width, 1), rows: 1, width: width}
-			p, err := top.DraftTop(t.Context(), 3, ctx, 1, k)
+			p, err := top.DraftTop(t.Context(), 3, ctx, 1, ports.TopRequest{K: k})
 			require.NoError(t, err)
 			assert.Empty(t, p.Tokens)
 			assert.NotNil(t, p.Top)
 			assert.Empty(t, p.Top)
 			// k < 1 is refused before anything is appended.
 			n := top.Len()
-			_, err = top.DraftTop(t.Context(), 3, ctx, 4, 0)
+			_, err = top.DraftTop(t.Context(), 3, ctx, 4, ports.TopRequest{})
 			require.Error(t, err)
 			assert.Equal(t, n, top.Len())
 		})

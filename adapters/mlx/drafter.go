@@ -168,13 +168,14 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 	return s.draft(ctx, anchor, newCtx, bs, 0, nil, 0)
 }
 
-// DraftTop is Draft that also fills Proposal.Top with each slot's k candidates (see ports.TopDrafter): the
-// drafted slots' logits are read back and ranked on the host (model.TopCandidates).
-func (s *DraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, k int) (ports.Proposal, error) {
-	if k < 1 {
-		return ports.Proposal{}, fmt.Errorf("mlx drafter: top-k %d must be ≥ 1", k)
+// DraftTop is Draft that also fills Proposal.Top with each proposed slot's top.K candidates (see
+// ports.TopDrafter): only the first top.Slots slots run through the last layer's queries and the LM head, and
+// their logits are read back and ranked on the host (model.TopCandidates).
+func (s *DraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, top ports.TopRequest) (ports.Proposal, error) {
+	if top.K < 1 {
+		return ports.Proposal{}, fmt.Errorf("mlx drafter: top-k %d must be ≥ 1", top.K)
 	}
-	return s.draft(ctx, anchor, newCtx, bs, 0, nil, k)
+	return s.draftRows(ctx, anchor, newCtx, bs, top.SlotsOf(bs), 0, nil, top.K)
 }
 
 // DraftSampled is Draft at temperature > 0 (ports.SamplingDrafter): a DFlash2 drafter's selector draws each
@@ -189,6 +190,11 @@ func (s *DraftSession) DraftSampled(ctx context.Context, anchor ports.Token, new
 
 // draft is Draft (DraftSampled with rnd, DraftTop with topK > 0, which reads the slots' logits back).
 func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand, topK int) (ports.Proposal, error) {
+	return s.draftRows(ctx, anchor, newCtx, bs, bs-1, temperature, rnd, topK)
+}
+
+// draftRows is draft proposing only the first slots slots (1..bs−1) of the bs-slot block.
+func (s *DraftSession) draftRows(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, slots int, temperature float64, rnd ports.Rand, topK int) (ports.Proposal, error) {
 	in, err := s.admit(anchor, newCtx, bs, temperature, rnd)
 	if err != nil {
 		return ports.Proposal{}, err
@@ -202,7 +208,7 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 	ctxRows := in.rows
 	var toks []int32
 	var dists []ports.Distribution
-	var logits []float32 // the slots' logits [bs−1, V], read for DraftTop
+	var logits []float32 // the proposed slots' logits [slots, V], read for DraftTop
 	err = d.t.rt.Do(func() error {
 		if d.closed || d.t.closed {
 			return errors.New("mlx drafter: drafter or target is closed")
@@ -226,10 +232,10 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 		if bs > 1 {
 			block := model.NoiseBlock(anchor, a.MaskToken, bs)
 			if rnd != nil {
-				_, toks, dists = model.ProposeSampled(d.m, be, st, block, s.n+ctxRows, bs-1, temperature, rnd)
+				_, toks, dists = model.ProposeSampled(d.m, be, st, block, s.n+ctxRows, slots, temperature, rnd)
 			} else {
 				var lg ops.Act
-				lg, toks = model.Propose(d.m, be, st, block, s.n+ctxRows, bs-1)
+				lg, toks = model.Propose(d.m, be, st, block, s.n+ctxRows, slots)
 				if topK > 0 {
 					logits = be.Host(lg)
 				}
@@ -261,8 +267,8 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 		}
 		return p, nil
 	}
-	if len(toks) != bs-1 {
-		return ports.Proposal{}, fmt.Errorf("mlx drafter: drafted %d tokens for a block of %d", len(toks), bs)
+	if len(toks) != slots {
+		return ports.Proposal{}, fmt.Errorf("mlx drafter: drafted %d tokens for %d slots of a block of %d", len(toks), slots, bs)
 	}
 	out := make([]ports.Token, len(toks))
 	copy(out, toks)

@@ -35,7 +35,7 @@ func TestDraftTop(t *testing.T) {
 			}
 			plain, top := open(), open()
 			anchor := fr.Greedy[len(ctxTokens)-1]
-			_, err = top.(ports.TopDrafter).DraftTop(t.Context(), anchor, fr.Taps, 4, 0)
+			_, err = top.(ports.TopDrafter).DraftTop(t.Context(), anchor, fr.Taps, 4, ports.TopRequest{})
 			assert.ErrorContains(t, err, "top-k 0")
 			assert.Equal(t, 0, top.Len(), "a refused call appends nothing")
 			for _, bs := range []int{6, 12} {
@@ -43,10 +43,23 @@ func TestDraftTop(t *testing.T) {
 				require.NoError(t, err)
 				for _, k := range []int{1, 3, V + 5} {
 					d := open()
-					got, err := d.(ports.TopDrafter).DraftTop(t.Context(), anchor, fr.Taps, bs, k)
+					got, err := d.(ports.TopDrafter).DraftTop(t.Context(), anchor, fr.Taps, bs, ports.TopRequest{K: k})
 					require.NoError(t, err)
 					assert.Equal(t, want.Tokens, got.Tokens, "bs %d k %d", bs, k)
 					assert.Equal(t, plain.Len(), d.Len())
+					// Fewer slots: the same first slots (the last layer's other rows and their LM head rows skipped).
+					slots := (bs - 1) / 2
+					few, err := open().(ports.TopDrafter).DraftTop(t.Context(), anchor, fr.Taps, bs, ports.TopRequest{K: k, Slots: slots})
+					require.NoError(t, err)
+					assert.Equal(t, got.Tokens[:slots], few.Tokens, "bs %d k %d slots %d", bs, k, slots)
+					require.Len(t, few.Top, slots)
+					for i, cands := range few.Top {
+						require.Len(t, cands, len(got.Top[i]))
+						for j, c := range cands {
+							assert.Equal(t, got.Top[i][j].Token, c.Token, "slot %d rank %d", i, j)
+							assert.InDelta(t, got.Top[i][j].Prob, c.Prob, 1e-5, "slot %d rank %d", i, j)
+						}
+					}
 					require.Len(t, got.Top, bs-1)
 					for i, cands := range got.Top {
 						require.Len(t, cands, min(k, V))
@@ -70,7 +83,7 @@ func TestDraftTop(t *testing.T) {
 				}
 				require.NoError(t, plain.Crop(0))
 			}
-			got, err := open().(ports.TopDrafter).DraftTop(t.Context(), anchor, fr.Taps, 1, 2)
+			got, err := open().(ports.TopDrafter).DraftTop(t.Context(), anchor, fr.Taps, 1, ports.TopRequest{K: 2})
 			require.NoError(t, err)
 			assert.Empty(t, got.Tokens)
 			assert.NotNil(t, got.Top)
@@ -98,7 +111,7 @@ func TestDraftTopMatchesCPU(t *testing.T) {
 				ds, err := p.drafter.NewSession(t.Context())
 				require.NoError(t, err)
 				defer ds.Close()
-				got[i], err = ds.(ports.TopDrafter).DraftTop(t.Context(), fr.Greedy[len(ctxTokens)-1], fr.Taps, 8, 4)
+				got[i], err = ds.(ports.TopDrafter).DraftTop(t.Context(), fr.Greedy[len(ctxTokens)-1], fr.Taps, 8, ports.TopRequest{K: 4})
 				require.NoError(t, err)
 			}
 			want, have := got[0], got[1]

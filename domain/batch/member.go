@@ -70,13 +70,14 @@ func (m *Member) ForwardTree(ctx context.Context, sess ports.Session, tokens []p
 	return c.fres.Result, c.fres.Err
 }
 
-// DraftTop runs the DraftTop of it.Session (a ports.TopDrafter) with top candidates per slot in the next draft
-// round, on its own.
-func (m *Member) DraftTop(ctx context.Context, it ports.DraftItem, top int) (ports.Proposal, error) {
+// DraftTop runs the DraftTop of it.Session (a ports.TopDrafter) with top's candidates per slot in the next
+// draft round, on its own.
+func (m *Member) DraftTop(ctx context.Context, it ports.DraftItem, top ports.TopRequest) (ports.Proposal, error) {
 	if m.left {
 		return ports.Proposal{}, fmt.Errorf("batch: draft after Leave")
 	}
-	c := &call{m: m, ctx: ctx, drf: it, isDraft: true, top: max(top, 1)}
+	top.K = max(top.K, 1)
+	c := &call{m: m, ctx: ctx, drf: it, isDraft: true, top: top}
 	m.s.submit(c)
 	if c.panicked != nil {
 		panic(c.panicked)

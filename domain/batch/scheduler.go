@@ -120,10 +120,10 @@ type call struct {
 	// isDraft says which of fwd and drf this is.
 	isDraft bool
 	// tree, for a forward, holds a verification tree's parents (ports.TreeVerifier); top, for a draft, the
-	// candidates per slot asked for (ports.TopDrafter). Such a call runs on its own in its round: the batched
+	// candidates asked for (ports.TopDrafter; K > 0). Such a call runs on its own in its round: the batched
 	// ports take chains and plain drafts only.
 	tree []int
-	top  int
+	top  ports.TopRequest
 	// running is set (under the scheduler's lock) when a round takes the call.
 	running bool
 	fres    ports.BatchResult
@@ -385,7 +385,7 @@ func (s *Scheduler) alone(calls []*call, run func(*call)) ([]*call, time.Duratio
 }
 
 // solo reports whether c runs on its own in its round: a tree's forward or a draft with candidates.
-func (c *call) solo() bool { return c.tree != nil || c.top > 0 }
+func (c *call) solo() bool { return c.tree != nil || c.top.K > 0 }
 
 // draftOne is a draft item's solo call.
 func draftOne(ctx context.Context, it ports.DraftItem) ports.DraftResult {

@@ -414,7 +414,7 @@ func TestSoloCallsStayOutOfTheRoundCosts(t *testing.T) {
 	require.NoError(t, err)
 	outDA := make(chan error, 1)
 	go func() {
-		_, err := a.DraftTop(t.Context(), ports.DraftItem{Session: da, Anchor: 3, BlockSize: 4}, 2)
+		_, err := a.DraftTop(t.Context(), ports.DraftItem{Session: da, Anchor: 3, BlockSize: 4}, ports.TopRequest{K: 2})
 		outDA <- err
 	}()
 	_, err = b.Draft(t.Context(), ports.DraftItem{Session: db, Anchor: 3, BlockSize: 4})

@@ -93,8 +93,8 @@ type topDrafter struct {
 	ds ports.DraftSession
 }
 
-func (t topDrafter) DraftTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, k int) (ports.Proposal, error) {
-	return t.m.DraftTop(ctx, ports.DraftItem{Session: t.ds, Anchor: anchor, NewCtx: newCtx, BlockSize: bs}, k)
+func (t topDrafter) DraftTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, top ports.TopRequest) (ports.Proposal, error) {
+	return t.m.DraftTop(ctx, ports.DraftItem{Session: t.ds, Anchor: anchor, NewCtx: newCtx, BlockSize: bs}, top)
 }
 
 type topDraftSession struct {

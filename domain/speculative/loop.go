@@ -291,7 +291,7 @@ func (g *generation) syncDraft(ctx context.Context) error {
 	for len(g.pending) > 0 {
 		p := g.pending[0]
 		at := g.dlen + p.taps.Rows()
-		if _, err := g.draftCall(ctx, g.seq[at], p.taps, 1, 0); err != nil {
+		if _, err := g.draftCall(ctx, g.seq[at], p.taps, 1, ports.TopRequest{}); err != nil {
 			return fmt.Errorf("sync drafter: %w", err)
 		}
 		g.pending[0] = pendingTaps{}
@@ -363,7 +363,7 @@ func (g *generation) round(ctx context.Context) (bool, error) {
 		t0 := clock.Now()
 		var err error
 		var lastCall time.Duration
-		prop, lastCall, err = g.draftBlock(ctx, anchor, bs, 0)
+		prop, lastCall, err = g.draftBlock(ctx, anchor, bs, ports.TopRequest{})
 		if err != nil {
 			return false, err
 		}
@@ -483,8 +483,8 @@ func (g *generation) commit(ctx context.Context, rs RoundStats, cand, chunk []po
 // draftBlock feeds the pending taps to the drafter and drafts bs-1 tokens after anchor. Pending taps of
 // earlier rounds (plain-decoding rounds of the adaptive policy) are fed first by context-only Draft calls
 // with bs = 1. It returns the proposal and the duration of the final Draft call.
-// For top > 0 it also asks for each slot's top candidates (Proposal.Top, ports.TopDrafter).
-func (g *generation) draftBlock(ctx context.Context, anchor ports.Token, bs, top int) (ports.Proposal, time.Duration, error) {
+// For top.K > 0 it also asks for the top candidates of top.Slots slots (Proposal.Top, ports.TopDrafter).
+func (g *generation) draftBlock(ctx context.Context, anchor ports.Token, bs int, top ports.TopRequest) (ports.Proposal, time.Duration, error) {
 	if g.draft.Len() != g.dlen {
 		if err := g.cropDraft(); err != nil {
 			return ports.Proposal{}, 0, err
@@ -504,15 +504,19 @@ func (g *generation) draftBlock(ctx context.Context, anchor ports.Token, bs, top
 	}
 	g.pending = g.pending[:0]
 	dt := g.d.clock.Now().Sub(t0)
-	if len(prop.Tokens) != bs-1 {
-		return ports.Proposal{}, 0, fmt.Errorf("drafter proposed %d tokens for a block of %d, want %d", len(prop.Tokens), bs, bs-1)
+	want := top.SlotsOf(bs)
+	if top.K <= 0 {
+		want = bs - 1
 	}
-	if prop.Dists != nil && len(prop.Dists) != bs-1 {
-		return ports.Proposal{}, 0, fmt.Errorf("drafter returned %d distributions for %d tokens", len(prop.Dists), bs-1)
+	if len(prop.Tokens) != want {
+		return ports.Proposal{}, 0, fmt.Errorf("drafter proposed %d tokens for a block of %d, want %d", len(prop.Tokens), bs, want)
 	}
-	if top > 0 {
-		if len(prop.Top) != bs-1 {
-			return ports.Proposal{}, 0, fmt.Errorf("drafter returned %d candidate lists for %d slots", len(prop.Top), bs-1)
+	if prop.Dists != nil && len(prop.Dists) != want {
+		return ports.Proposal{}, 0, fmt.Errorf("drafter returned %d distributions for %d tokens", len(prop.Dists), want)
+	}
+	if top.K > 0 {
+		if len(prop.Top) != want {
+			return ports.Proposal{}, 0, fmt.Errorf("drafter returned %d candidate lists for %d slots", len(prop.Top), want)
 		}
 		for i, c := range prop.Top {
 			if len(c) == 0 || c[0].Token != prop.Tokens[i] {
@@ -538,7 +542,7 @@ func (g *generation) feedOldest(ctx context.Context, k int) error {
 	for range k {
 		p := g.pending[0]
 		at := g.dlen + p.taps.Rows()
-		if _, err := g.draftCall(ctx, g.seq[at], p.taps, 1, 0); err != nil {
+		if _, err := g.draftCall(ctx, g.seq[at], p.taps, 1, ports.TopRequest{}); err != nil {
 			return err
 		}
 		g.pending[0] = pendingTaps{} // release the taps now, not when the slice is next reallocated
@@ -547,16 +551,16 @@ func (g *generation) feedOldest(ctx context.Context, k int) error {
 	return nil
 }
 
-// draftCall runs one Draft (for top > 0 DraftTop, each slot's top candidates as well) and restores the
+// draftCall runs one Draft (for top.K > 0 DraftTop, the slots' top candidates as well) and restores the
 // drafter invariant Len() == anchor position.
-func (g *generation) draftCall(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, top int) (ports.Proposal, error) {
+func (g *generation) draftCall(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, top ports.TopRequest) (ports.Proposal, error) {
 	want := g.dlen + rowsOf(newCtx)
 	var prop ports.Proposal
 	var err error
 	// Under sample-and-match a draft counts only if it equals the target's own draw, which is independent of
 	// the drafter's: the greedy walk's token is then at least as likely to be accepted as a sampled one
 	// (p(x_greedy) against Σ p·q), and its proposal distribution is never used.
-	if top > 0 && bs > 1 {
+	if top.K > 0 && bs > 1 {
 		prop, err = g.tree.draft.DraftTop(ctx, anchor, newCtx, bs, top)
 	} else if sd, ok := g.draft.(ports.SamplingDrafter); ok && bs > 1 && !g.cfg.Sampling.Greedy() && g.d.noise == nil {
 		prop, err = sd.DraftSampled(ctx, anchor, newCtx, bs, g.cfg.Sampling.Temperature, g.d.rnd)

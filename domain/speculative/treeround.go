@@ -45,7 +45,9 @@ func (g *generation) treeRound(ctx context.Context, dec Decision, rs RoundStats,
 	anchor := g.seq[len(g.seq)-1]
 
 	t0 := clock.Now()
-	prop, lastCall, err := g.draftBlock(ctx, anchor, bs, g.tree.width)
+	// A tree of dec.Tree nodes (the anchor one of them) reaches at most dec.Tree−1 slots deep: the drafter
+	// proposes no more (the block is still drafted whole, its regime).
+	prop, lastCall, err := g.draftBlock(ctx, anchor, bs, ports.TopRequest{K: g.tree.width, Slots: dec.Tree - 1})
 	if err != nil {
 		return false, err
 	}

@@ -196,15 +196,24 @@ func (s *Session) checkNoTree() error {
 	return nil
 }
 
-// DraftTop is Draft that also fills Proposal.Top (ports.TopDrafter): the Proposer's own Top, cut to k per
-// slot, or, when it gives none, each drafted token alone with probability 1.
-func (s *DraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, k int) (ports.Proposal, error) {
-	if k < 1 {
-		return ports.Proposal{}, fmt.Errorf("portfake draft top: k %d must be ≥ 1", k)
+// DraftTop is Draft that also fills Proposal.Top (ports.TopDrafter): the Proposer's own Top, cut to top.K per
+// slot, or, when it gives none, each drafted token alone with probability 1; Tokens and Top cut to the first
+// top.Slots slots.
+func (s *DraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, top ports.TopRequest) (ports.Proposal, error) {
+	if top.K < 1 {
+		return ports.Proposal{}, fmt.Errorf("portfake draft top: k %d must be ≥ 1", top.K)
 	}
 	prop, err := s.Draft(ctx, anchor, newCtx, bs)
 	if err != nil || bs == 1 {
 		return prop, err
+	}
+	if prop.Top != nil && len(prop.Top) != len(prop.Tokens) {
+		return ports.Proposal{}, fmt.Errorf("portfake draft top: %d candidate lists for %d tokens", len(prop.Top), len(prop.Tokens))
+	}
+	n := min(len(prop.Tokens), top.SlotsOf(bs))
+	prop.Tokens = prop.Tokens[:n]
+	if len(prop.Dists) > n {
+		prop.Dists = prop.Dists[:n]
 	}
 	if prop.Top == nil {
 		prop.Top = make([][]ports.Candidate, len(prop.Tokens))
@@ -213,17 +222,15 @@ func (s *DraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx 
 		}
 		return prop, nil
 	}
-	if len(prop.Top) != len(prop.Tokens) {
-		return ports.Proposal{}, fmt.Errorf("portfake draft top: %d candidate lists for %d tokens", len(prop.Top), len(prop.Tokens))
-	}
-	top := make([][]ports.Candidate, len(prop.Top))
-	for i, c := range prop.Top {
+	cands := make([][]ports.Candidate, len(prop.Tokens))
+	for i := range cands {
+		c := prop.Top[i]
 		if len(c) == 0 || c[0].Token != prop.Tokens[i] {
 			return ports.Proposal{}, fmt.Errorf("portfake draft top: slot %d's candidates do not start with its token %d", i+1, prop.Tokens[i])
 		}
-		top[i] = slices.Clone(c[:min(k, len(c))])
+		cands[i] = slices.Clone(c[:min(top.K, len(c))])
 	}
-	prop.Top = top
+	prop.Top = cands
 	return prop, nil
 }
 
