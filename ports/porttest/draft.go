@@ -1,6 +1,7 @@
 package porttest
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -42,6 +43,76 @@ func (s DraftSuite) Run(t *testing.T) {
 	t.Run("CropAndRefeed", s.testCrop)
 	t.Run("AnyBlockSize", s.testAnyBlockSize)
 	t.Run("BadInput", s.testBadInput)
+	t.Run("TopCandidates", s.testTop) // drafters with the ports.TopDrafter ability
+}
+
+// testTop checks ports.TopDrafter: DraftTop proposes Draft's tokens (the first top.Slots of them, all bs−1 for
+// 0 or past the block), each slot's candidates start with its token, are distinct, in the vocabulary, at most
+// K of them, with probabilities in (0, 1] that never rise after the second; fewer slots give the full call's
+// first slots (a deterministic drafter's); Len() ends where Draft's does; K < 1 is refused before anything is
+// appended.
+func (s DraftSuite) testTop(t *testing.T) {
+	if _, ok := s.draft(t).(ports.TopDrafter); !ok {
+		t.Skip("this draft session has no ports.TopDrafter ability")
+	}
+	ctx := s.taps(t, s.prompt())[0]
+	for _, bs := range []int{2, s.BlockSize, s.BlockSize + 1} {
+		plain := s.draft(t)
+		want, err := plain.Draft(t.Context(), 3, ctx, bs)
+		require.NoError(t, err)
+		for _, k := range []int{1, 3} {
+			var full ports.Proposal
+			asks := []int{0, bs - 1, 1, bs + 5}
+			if half := (bs - 1) / 2; half > 1 {
+				asks = append(asks, half)
+			}
+			for _, slots := range asks {
+				msg := fmt.Sprintf("bs %d k %d slots %d", bs, k, slots)
+				d := s.draft(t)
+				p, err := d.(ports.TopDrafter).DraftTop(t.Context(), 3, ctx, bs, ports.TopRequest{K: k, Slots: slots})
+				require.NoError(t, err, msg)
+				n := ports.TopRequest{K: k, Slots: slots}.SlotsOf(bs)
+				assert.Equal(t, plain.Len(), d.Len(), msg)
+				if want.Dists == nil {
+					require.Equal(t, want.Tokens[:n], p.Tokens, msg)
+				}
+				require.Len(t, p.Top, n, msg)
+				for i, cands := range p.Top {
+					require.NotEmpty(t, cands, msg)
+					require.LessOrEqual(t, len(cands), k, msg)
+					assert.Equal(t, p.Tokens[i], cands[0].Token, "%s: slot %d starts with its token", msg, i+1)
+					seen := map[ports.Token]bool{}
+					for j, c := range cands {
+						assert.True(t, c.Token >= 0 && int(c.Token) < s.Vocab, "%s: slot %d candidate %d outside the vocabulary", msg, i+1, c.Token)
+						assert.False(t, seen[c.Token], "%s: slot %d candidate %d twice", msg, i+1, c.Token)
+						seen[c.Token] = true
+						assert.True(t, c.Prob > 0 && c.Prob <= 1, "%s: slot %d probability %v", msg, i+1, c.Prob)
+						if j > 1 {
+							assert.LessOrEqual(t, c.Prob, cands[j-1].Prob, "%s: slot %d", msg, i+1)
+						}
+					}
+				}
+				if slots == 0 {
+					full = p
+					continue
+				}
+				if want.Dists != nil {
+					continue // a sampling drafter's draws differ from call to call
+				}
+				for i, cands := range p.Top {
+					require.Len(t, cands, len(full.Top[i]), msg)
+					for j, c := range cands {
+						assert.Equal(t, full.Top[i][j].Token, c.Token, "%s: slot %d rank %d as in the full call", msg, i+1, j)
+						assert.InDelta(t, full.Top[i][j].Prob, c.Prob, 1e-5, "%s: slot %d rank %d", msg, i+1, j)
+					}
+				}
+			}
+		}
+	}
+	d := s.draft(t)
+	_, err := d.(ports.TopDrafter).DraftTop(t.Context(), 3, ctx, s.BlockSize, ports.TopRequest{})
+	require.Error(t, err, "K 0 is refused")
+	assert.Zero(t, d.Len(), "a refused call appends nothing")
 }
 
 // pastAnyContext is a block size no context has room for (every backend states a context length below it).
