@@ -193,7 +193,7 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 	return s.draftRows(ctx, anchor, newCtx, bs, bs-1, temperature, rnd, topK)
 }
 
-// draftRows is draft proposing only the first slots slots (1..bs−1) of the bs-slot block.
+// draftRows is draft proposing only the first slots of the bs-slot block (1 ≤ slots ≤ bs−1).
 func (s *DraftSession) draftRows(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, slots int, temperature float64, rnd ports.Rand, topK int) (ports.Proposal, error) {
 	in, err := s.admit(anchor, newCtx, bs, temperature, rnd)
 	if err != nil {
