@@ -182,6 +182,15 @@ func (g *Graph) Max(a arr, axis int, keep bool) arr {
 	return g.Done("max", mlxc.MaxAxis(&r, a, int32(axis), keep, g.Stream), r)
 }
 
+// LogSumExp is log Σ exp(a) along axis (MLX subtracts the largest value first).
+func (g *Graph) LogSumExp(a arr, axis int, keep bool) arr {
+	if g.Err != nil {
+		return 0
+	}
+	var r arr
+	return g.Done("logsumexp", mlxc.LogsumexpAxis(&r, a, int32(axis), keep, g.Stream), r)
+}
+
 func (g *Graph) Expand(a arr, axis int) arr {
 	if g.Err != nil {
 		return 0

@@ -17,20 +17,29 @@ import (
 // keeps no order among equals. Only a run longer than the margin makes Top read that row whole.
 const TieMargin = 16
 
+// run is the width of the blocks Top cuts a row into: each block's logsumexp and largest logit are one short
+// reduction. Short runs keep float32 rounding small (a reduction adds along the axis one term after another
+// on MLX's CPU backend: over 150k terms the sum drifts by a relative 1e-4), and the m blocks with the largest
+// maxima hold the row's m largest logits, so only m·run logits go through the selection.
+const run = 256
+
 // Top builds Proposal.Top (ports.TopDrafter) for the logit rows of x ([rows, V]) on the device: per row,
 // first[r] and then the row's other most probable tokens, k in all, exactly as model.TopCandidates ranks
 // them (higher logit first, equal logits to the lower id), each with its softmax probability at temperature
-// 1. It reads back per row only the m = k+TieMargin largest logits and their ids (one selection pass,
-// argpartition), the drafted token's logit (DFlash2's selector may pick outside the top k), the row's
-// largest logit and Σ exp(logit − largest): m·8 + 12 bytes against a row's 4·V. The probabilities are
-// exp(logit − largest) / Σ in float64 from those; the device's float32 sum puts them within a relative
-// 1e-5 or so of the float64 reference's on a vocabulary of 150k.
+// 1. Per row it reads back only the m = k+TieMargin largest logits with their ids, the drafted token's logit
+// (DFlash2's selector may pick outside the top k) and the row's logsumexp: 8·m + 8 bytes against a row's
+// 4·V. The probabilities are exp(logit − logsumexp) in float64, within a relative 1e-5 of the float64
+// reference's on a vocabulary of 150k (the logsumexp is float32, taken over blocks of run logits and then
+// over the blocks).
 //
-// Rows the summary cannot settle are read whole and ranked by model.TopCandidates: a row whose largest
-// logit or sum is not finite (a NaN logit, every logit −Inf, a +Inf one: the NaN of inf−inf or of the
-// NaN itself reaches the sum) is refused there with model.RowMax's error, and a row whose k-th place ties
-// the m-th largest logit (so that the device may have dropped an equal logit of a lower id) is ranked there
-// exactly. When m reaches V the rows are no larger than the candidates and every row goes that way.
+// The m largest are selected in two steps when the row has more than m blocks: the m blocks with the
+// largest maxima (a logit outside them is no larger than any of those m maxima, hence than the m-th largest
+// logit inside them), then the m largest of those blocks and the row's tail (argpartition: a
+// selection pass, no sort). Rows the summary cannot settle
+// are read whole and ranked by model.TopCandidates: a row whose logsumexp is not finite (a NaN logit, every
+// logit −Inf, a +Inf one) is refused there with model.RowMax's error, and a row whose k-th place ties the
+// m-th largest logit (the device may have left out an equal logit of a lower id) is ranked there exactly.
+// When m reaches V the rows are no larger than the candidates and every row goes that way.
 //
 // Refusals (k < 1, a token outside the vocabulary, a row without a distribution) are returned as errors;
 // a device failure is the graph's error, returned too.
@@ -66,23 +75,29 @@ func (o Backend) Top(x Act, first []ports.Token, k int) ([][]ports.Candidate, er
 	if mlxc.ArrayDtype(f) != mlxc.Float32 {
 		f = g.Astype(f, mlxc.Float32) // exact: the logits the host path reads
 	}
-	// Sorted place vocab−m and everything after it: the m largest, the m-th largest first.
-	part := g.Slice(g.Argpartition(f, vocab-m, -1), []int{0, vocab - m}, []int{rows, vocab})
-	vals := g.TakeAlong(f, part, -1)
-	mx := g.Max(vals, -1, true)
-	sum := g.Sum(g.Exp(g.Sub(f, mx)), -1, true)
-	ids := g.Astype(part, mlxc.Int32)
+	sel := o.largest(f, rows, vocab, m)
+	vals := g.TakeAlong(sel.from, sel.idx, -1)
+	lse := o.logSumExp(f, rows, vocab)
 	tokl := g.TakeAlong(f, graph.UploadI32(g, first, rows, 1), -1)
-	g.Eval(ids, vals, mx, sum, tokl)
-	hid, hval, hmx, hsum, htok := g.ReadI32(ids), g.ReadF32(vals), g.ReadF32(mx), g.ReadF32(sum), g.ReadF32(tokl)
+	idx := g.Astype(sel.idx, mlxc.Int32)
+	var blocks arr
+	if sel.blocks != 0 {
+		blocks = g.Astype(sel.blocks, mlxc.Int32)
+	}
+	g.Eval(idx, blocks, vals, lse, tokl)
+	hidx, hval, hlse, htok := g.ReadI32(idx), g.ReadF32(vals), g.ReadF32(lse), g.ReadF32(tokl)
+	var hblk []int32
+	if blocks != 0 {
+		hblk = g.ReadI32(blocks)
+	}
 	if g.Err != nil {
 		return nil, g.Err
 	}
 	out := make([][]ports.Candidate, rows)
 	others := make([]cand, 0, m)
 	for r, tok := range first {
-		mr, sr := float64(hmx[r]), float64(hsum[r])
-		if !finite(mr) || !finite(sr) {
+		z := float64(hlse[r])
+		if !finite(z) {
 			c, err := o.rowTop(f, r, vocab, tok, k)
 			if err != nil {
 				return nil, err
@@ -93,9 +108,10 @@ func (o Backend) Top(x Act, first []ports.Token, k int) ([][]ports.Candidate, er
 		others = others[:0]
 		floor := hval[r*m]
 		for j := r * m; j < (r+1)*m; j++ {
+			id := sel.id(hidx[j], hblk, r)
 			floor = min(floor, hval[j])
-			if hid[j] != tok {
-				others = append(others, cand{hid[j], hval[j]})
+			if id != tok {
+				others = append(others, cand{id, hval[j]})
 			}
 		}
 		slices.SortFunc(others, func(a, b cand) int {
@@ -113,7 +129,7 @@ func (o Backend) Top(x Act, first []ports.Token, k int) ([][]ports.Candidate, er
 			out[r] = c
 			continue
 		}
-		prob := func(l float32) float64 { return math.Exp(float64(l)-mr) / sr }
+		prob := func(l float32) float64 { return math.Exp(float64(l) - z) }
 		c := make([]ports.Candidate, 0, k)
 		c = append(c, ports.Candidate{Token: tok, Prob: prob(htok[r])})
 		for _, e := range others {
@@ -122,6 +138,71 @@ func (o Backend) Top(x Act, first []ports.Token, k int) ([][]ports.Candidate, er
 		out[r] = c
 	}
 	return out, nil
+}
+
+// selection is where Top's m largest logits of each row are: idx [rows, m] indexes the rows of from, which
+// is the logits themselves, or (blocks ≠ 0) the m blocks blocks [rows, m] names, run logits each, followed
+// by the row's tail past the last whole block at body.
+type selection struct {
+	from, idx, blocks arr
+	m, body           int
+}
+
+// id maps a read-back index of row r to its token id (blocks: that row's read-back block ids).
+func (s selection) id(j int32, blocks []int32, r int) ports.Token {
+	if s.blocks == 0 {
+		return j
+	}
+	if span := int32(s.m * run); j >= span {
+		return int32(s.body) + j - span
+	}
+	return blocks[r*s.m+int(j)/run]*run + j%run
+}
+
+// largest selects the m largest logits of each row of f ([rows, vocab] float32), ties at the m-th in no
+// particular order: through the m blocks with the largest maxima when the row has more than m blocks.
+func (o Backend) largest(f arr, rows, vocab, m int) selection {
+	g := o.G
+	q := vocab / run
+	if q <= m {
+		part := g.Argpartition(f, vocab-m, -1)
+		return selection{from: f, idx: g.Slice(part, []int{0, vocab - m}, []int{rows, vocab}), m: m}
+	}
+	body := q * run
+	b := g.Reshape(o.bodyOf(f, rows, vocab), rows, q, run)
+	// Sorted place q−m and everything after it: the m blocks with the largest maxima.
+	blocks := g.Slice(g.Argpartition(g.Max(b, -1, false), q-m, -1), []int{0, q - m}, []int{rows, q})
+	from := g.Reshape(g.TakeAlong(b, g.Reshape(blocks, rows, m, 1), 1), rows, m*run)
+	n := m * run
+	if body < vocab {
+		from = g.Concat(1, from, g.Slice(f, []int{0, body}, []int{rows, vocab}))
+		n += vocab - body
+	}
+	idx := g.Slice(g.Argpartition(from, n-m, -1), []int{0, n - m}, []int{rows, n})
+	return selection{from: from, idx: idx, blocks: blocks, m: m, body: body}
+}
+
+// bodyOf is f's whole blocks of run logits ([rows, vocab/run·run]).
+func (o Backend) bodyOf(f arr, rows, vocab int) arr {
+	if body := vocab / run * run; body < vocab {
+		return o.G.Slice(f, []int{0, 0}, []int{rows, body})
+	}
+	return f
+}
+
+// logSumExp is log Σ exp over each row of f ([rows, vocab] float32) into [rows, 1]: per block of run logits,
+// then over the blocks and the tail.
+func (o Backend) logSumExp(f arr, rows, vocab int) arr {
+	g := o.G
+	q := vocab / run
+	if q < 2 {
+		return g.LogSumExp(f, -1, true)
+	}
+	parts := g.LogSumExp(g.Reshape(o.bodyOf(f, rows, vocab), rows, q, run), -1, false)
+	if body := q * run; body < vocab {
+		parts = g.Concat(1, parts, g.LogSumExp(g.Slice(f, []int{0, body}, []int{rows, vocab}), -1, true))
+	}
+	return g.LogSumExp(parts, -1, true)
 }
 
 // cand is a read-back candidate: its id and logit.
