@@ -25,21 +25,21 @@ const run = 256
 
 // Top builds Proposal.Top (ports.TopDrafter) for the logit rows of x ([rows, V]) on the device: per row,
 // first[r] and then the row's other most probable tokens, k in all, exactly as model.TopCandidates ranks
-// them (higher logit first, equal logits to the lower id), each with its softmax probability at temperature
-// 1. Per row it reads back only the m = k+TieMargin largest logits with their ids, the drafted token's logit
-// (DFlash2's selector may pick outside the top k) and the row's logsumexp: 8·m + 8 bytes against a row's
-// 4·V. The probabilities are exp(logit − logsumexp) in float64, within a relative 1e-5 of the float64
-// reference's on a vocabulary of 150k (the logsumexp is float32, taken over blocks of run logits and then
-// over the blocks).
+// them (higher logit first, equal logits to the lower id), each with its softmax probability at
+// temperature 1. Per row it reads back only the m = k+TieMargin largest logits with their ids, the drafted
+// token's logit (DFlash2's selector may pick outside the top k) and the row's logsumexp, plus the m block
+// ids below: at most 12·m + 8 bytes against a row's 4·V. The probabilities are exp(logit − logsumexp) in
+// float64, within a relative 1e-5 of the float64 reference's on a vocabulary of 150k (the logsumexp is
+// float32, taken over blocks of run logits and then over the blocks).
 //
 // The m largest are selected in two steps when the row has more than m blocks: the m blocks with the
-// largest maxima (a logit outside them is no larger than any of those m maxima, hence than the m-th largest
-// logit inside them), then the m largest of those blocks and the row's tail (argpartition: a
-// selection pass, no sort). Rows the summary cannot settle
-// are read whole and ranked by model.TopCandidates: a row whose logsumexp is not finite (a NaN logit, every
-// logit −Inf, a +Inf one) is refused there with model.RowMax's error, and a row whose k-th place ties the
-// m-th largest logit (the device may have left out an equal logit of a lower id) is ranked there exactly.
-// When m reaches V the rows are no larger than the candidates and every row goes that way.
+// largest maxima (a logit outside them is no larger than any of those m maxima, hence than the m-th
+// largest logit inside them), then the m largest of those blocks and the row's tail (argpartition: a
+// selection pass, no sort). Rows the summary cannot settle are read whole and ranked by
+// model.TopCandidates: a row whose logsumexp is not finite (a NaN logit, every logit −Inf, a +Inf one) is
+// refused there with model.RowMax's error, and a row whose k-th place ties the m-th largest logit (the
+// device may have left out an equal logit of a lower id) is ranked there exactly. When m reaches V the
+// rows are no larger than the candidates and every row goes that way.
 //
 // Refusals (k < 1, a token outside the vocabulary, a row without a distribution) are returned as errors;
 // a device failure is the graph's error, returned too.
