@@ -238,7 +238,11 @@ func (s *DraftSession) draftRows(ctx context.Context, anchor ports.Token, newCtx
 			} else {
 				var lg ops.Act
 				lg, toks = model.Propose(d.m, be, st, block, s.n+ctxRows, slots)
-				if topK > 0 && toks != nil {
+				switch {
+				case topK == 0 || toks == nil:
+				case lg.C != d.t.info.VocabSize:
+					topErr = fmt.Errorf("%d logits per slot for a vocabulary of %d", lg.C, d.t.info.VocabSize)
+				default:
 					top, topErr = be.Top(lg, toks, topK)
 				}
 			}
