@@ -170,7 +170,8 @@ func (s *DraftSession) Draft(ctx context.Context, anchor ports.Token, newCtx por
 
 // DraftTop is Draft that also fills Proposal.Top with each proposed slot's top.K candidates (see
 // ports.TopDrafter): only the first top.Slots slots run through the last layer's queries and the LM head, and
-// their logits are read back and ranked on the host (model.TopCandidates).
+// their candidates are selected and normalised on the device (ops.Backend.Top), which reads back a few
+// candidates' ids and logits per slot instead of the slots' whole logit rows.
 func (s *DraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, top ports.TopRequest) (ports.Proposal, error) {
 	if top.K < 1 {
 		return ports.Proposal{}, fmt.Errorf("mlx drafter: top-k %d must be ≥ 1", top.K)
@@ -208,7 +209,8 @@ func (s *DraftSession) draftRows(ctx context.Context, anchor ports.Token, newCtx
 	ctxRows := in.rows
 	var toks []int32
 	var dists []ports.Distribution
-	var logits []float32 // the proposed slots' logits [slots, V], read for DraftTop
+	var top [][]ports.Candidate // the proposed slots' candidates, for DraftTop
+	var topErr error            // a slot without a distribution: refused once the context is appended
 	err = d.t.rt.Do(func() error {
 		if d.closed || d.t.closed {
 			return errors.New("mlx drafter: drafter or target is closed")
@@ -236,8 +238,12 @@ func (s *DraftSession) draftRows(ctx context.Context, anchor ports.Token, newCtx
 			} else {
 				var lg ops.Act
 				lg, toks = model.Propose(d.m, be, st, block, s.n+ctxRows, slots)
-				if topK > 0 {
-					logits = be.Host(lg)
+				switch {
+				case topK == 0 || toks == nil:
+				case lg.C != d.t.info.VocabSize:
+					topErr = fmt.Errorf("%d logits per slot for a vocabulary of %d", lg.C, d.t.info.VocabSize)
+				default:
+					top, topErr = be.Top(lg, toks, topK)
 				}
 			}
 		}
@@ -274,9 +280,10 @@ func (s *DraftSession) draftRows(ctx context.Context, anchor ports.Token, newCtx
 	copy(out, toks)
 	p := ports.Proposal{Tokens: out, Dists: dists}
 	if topK > 0 {
-		if p.Top, err = model.TopCandidates(logits, s.d.t.info.VocabSize, out, topK); err != nil {
-			return ports.Proposal{}, fmt.Errorf("mlx drafter: %w", err)
+		if topErr != nil {
+			return ports.Proposal{}, fmt.Errorf("mlx drafter: %w", topErr)
 		}
+		p.Top = top
 	}
 	return p, nil
 }

@@ -162,6 +162,35 @@ func (g *Graph) Argsort(a arr, axis int) arr {
 	return g.Done("argsort", mlxc.ArgsortAxis(&r, a, int32(axis), g.Stream), r)
 }
 
+// Argpartition returns indices that put a's element of sorted position kth along axis in its place, the
+// smaller ones before it and the others after, each side in no particular order (one selection pass, no
+// sort).
+func (g *Graph) Argpartition(a arr, kth, axis int) arr {
+	if g.Err != nil {
+		return 0
+	}
+	var r arr
+	return g.Done("argpartition", mlxc.ArgpartitionAxis(&r, a, int32(kth), int32(axis), g.Stream), r)
+}
+
+// Max is the largest value along axis.
+func (g *Graph) Max(a arr, axis int, keep bool) arr {
+	if g.Err != nil {
+		return 0
+	}
+	var r arr
+	return g.Done("max", mlxc.MaxAxis(&r, a, int32(axis), keep, g.Stream), r)
+}
+
+// LogSumExp is log Σ exp(a) along axis (MLX subtracts the largest value first).
+func (g *Graph) LogSumExp(a arr, axis int, keep bool) arr {
+	if g.Err != nil {
+		return 0
+	}
+	var r arr
+	return g.Done("logsumexp", mlxc.LogsumexpAxis(&r, a, int32(axis), keep, g.Stream), r)
+}
+
 func (g *Graph) Expand(a arr, axis int) arr {
 	if g.Err != nil {
 		return 0

@@ -153,6 +153,12 @@ var (
 	ArgsortAxis func(res *Array, a Array, axis int32, s Stream) int32
 	// BroadcastTo is mlx_broadcast_to.
 	BroadcastTo func(res *Array, a Array, shape *int32, shape_num uintptr, s Stream) int32
+	// ArgpartitionAxis is mlx_argpartition_axis.
+	ArgpartitionAxis func(res *Array, a Array, kth int32, axis int32, s Stream) int32
+	// MaxAxis is mlx_max_axis.
+	MaxAxis func(res *Array, a Array, axis int32, keepdims bool, s Stream) int32
+	// LogsumexpAxis is mlx_logsumexp_axis.
+	LogsumexpAxis func(res *Array, a Array, axis int32, keepdims bool, s Stream) int32
 	// Contiguous is mlx_contiguous.
 	Contiguous func(res *Array, a Array, allow_col_major bool, s Stream) int32
 	// Copy is mlx_copy.
@@ -265,6 +271,9 @@ var table = []symbol{
 	{"mlx_squeeze_axis", &SqueezeAxis},
 	{"mlx_argsort_axis", &ArgsortAxis},
 	{"mlx_broadcast_to", &BroadcastTo},
+	{"mlx_argpartition_axis", &ArgpartitionAxis},
+	{"mlx_max_axis", &MaxAxis},
+	{"mlx_logsumexp_axis", &LogsumexpAxis},
 	{"mlx_contiguous", &Contiguous},
 	{"mlx_copy", &Copy},
 	{"mlx_zeros", &Zeros},

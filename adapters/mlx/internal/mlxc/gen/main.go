@@ -43,6 +43,7 @@ var wanted = []string{
 	"mlx_concatenate_axis", "mlx_slice", "mlx_slice_update", "mlx_argmax_axis", "mlx_sigmoid", "mlx_tanh", "mlx_exp",
 	"mlx_log1p", "mlx_abs", "mlx_softmax_axis", "mlx_sum_axis", "mlx_square", "mlx_sqrt", "mlx_rsqrt",
 	"mlx_maximum", "mlx_negative", "mlx_expand_dims", "mlx_squeeze_axis", "mlx_argsort_axis", "mlx_broadcast_to",
+	"mlx_argpartition_axis", "mlx_max_axis", "mlx_logsumexp_axis",
 	"mlx_contiguous", "mlx_copy", "mlx_zeros", "mlx_dequantize",
 	// fast ops
 	"mlx_fast_rms_norm", "mlx_fast_rope", "mlx_fast_scaled_dot_product_attention",
