@@ -1,11 +1,13 @@
 package mlx
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/higgs-go/higgs/adapters/mlx/internal/mlxc"
 	"github.com/higgs-go/higgs/adapters/synth"
 	"github.com/higgs-go/higgs/ports"
 )
@@ -13,9 +15,24 @@ import (
 // DraftTop drafts what Draft drafts (the same tokens, the same context append) and ranks each slot's
 // candidates: the drafted token first, then the others by probability; with k past the vocabulary every
 // token is listed and the probabilities sum to 1. DFlash's drafted token is its argmax, so its lists are
-// sorted whole. k < 1 is refused before anything is appended; bs 1 has no slots.
+// sorted whole. k < 1 is refused before anything is appended; bs 1 has no slots. Both rankings run: on the
+// device (the GPU's) and on the host (MLX's CPU device's).
 func TestDraftTop(t *testing.T) {
 	requireMLX(t)
+	bothRankings(t, testDraftTop)
+}
+
+// bothRankings runs test with DraftTop's candidates ranked on the device, then on the host.
+func bothRankings(t *testing.T, test func(t *testing.T)) {
+	saved := rankOnDevice
+	defer func() { rankOnDevice = saved }()
+	for _, device := range []bool{true, false} {
+		rankOnDevice = func(*mlxc.Runtime) bool { return device }
+		t.Run(fmt.Sprint("device=", device), test)
+	}
+}
+
+func testDraftTop(t *testing.T) {
 	for name, v2 := range map[string]bool{"dflash": false, "dflash2": true} {
 		t.Run(name, func(t *testing.T) {
 			_, mp := loadPairs(t, synth.TargetSpec{Family: "qwen3_next", Seed: 3},
@@ -93,9 +110,13 @@ func TestDraftTop(t *testing.T) {
 }
 
 // MLX's candidates are the CPU backend's: the same tokens in the same order, probabilities within the
-// parity tolerance, for DFlash and DFlash2 drafters.
+// parity tolerance, for DFlash and DFlash2 drafters, ranked on the device or on the host.
 func TestDraftTopMatchesCPU(t *testing.T) {
 	requireMLX(t)
+	bothRankings(t, testDraftTopMatchesCPU)
+}
+
+func testDraftTopMatchesCPU(t *testing.T) {
 	for name, v2 := range map[string]bool{"dflash": false, "dflash2": true} {
 		t.Run(name, func(t *testing.T) {
 			cp, mp := loadPairs(t, synth.TargetSpec{Family: "qwen3_next", Seed: 3},
