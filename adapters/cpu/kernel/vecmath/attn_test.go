@@ -115,3 +115,38 @@ func testSoftmaxFastMatchesScalar(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAttnUnit times the fast attention's three kernels on one work unit as a gocoder-sized model runs it
+// at a real context: the four query heads of one KV group (head dimension 64) over 466 cached keys, rows 128
+// floats apart (two KV heads): the scores, their softmax per head, the weighted sum of the values.
+//
+//	go test -run '^$' -bench AttnUnit ./adapters/cpu/kernel/vecmath
+func BenchmarkAttnUnit(b *testing.B) {
+	if !useAVX512 {
+		b.Skip("no AVX-512 on this CPU: the fast attention kernels do not run here")
+	}
+	const n, d, nh, stride = 466, 64, 4, 128
+	r := rand.New(rand.NewPCG(81, 82))
+	k, v, q := randVec(r, n*stride, 1), randVec(r, n*stride, 1), randVec(r, nh*d, 1)
+	sc, o := make([]float32, nh*n), make([]float32, nh*d)
+	b.Run("scores", func(b *testing.B) {
+		for b.Loop() {
+			AttnScores(sc, n, q, nh, k, stride, n, d, 0.125)
+		}
+	})
+	b.Run("softmax", func(b *testing.B) {
+		AttnScores(sc, n, q, nh, k, stride, n, d, 0.125)
+		x := make([]float32, len(sc))
+		for b.Loop() {
+			copy(x, sc)
+			for h := range nh {
+				SoftmaxFast(x[h*n : (h+1)*n])
+			}
+		}
+	})
+	b.Run("values", func(b *testing.B) {
+		for b.Loop() {
+			AttnValues(o, sc, n, nh, v, stride, n, d)
+		}
+	})
+}
