@@ -649,18 +649,10 @@ func (j *gdnJob) headTree(h int, tmp []float32) {
 	}
 }
 
-// decay sets S = α·S0 (one rounding per element). S may alias S0. Shared by the forward pass and tape replay so
-// both run the same float operations.
+// decay sets S = α·S0 (one rounding per element). S may alias S0. The exact mode's step runs it before its
+// rank-1 update; tape replay runs the same two roundings per element in one pass (vecmath.DecayRank1).
 func decay(S, S0 []float32, alpha float32) {
 	vecmath.ScaleInto(S, S0, alpha)
-}
-
-// rank1 adds δ ⊗ k̂ to S [dv, dk]: each product is rounded before the add (never a fused multiply-add).
-func rank1(S, delta, khat, tmp []float32) {
-	dk := len(khat)
-	for i, di := range delta {
-		vecmath.AddScaled(S[i*dk:(i+1)*dk], khat, tmp, di)
-	}
 }
 
 // replayGDN rebuilds a GDN layer's state after the first n steps of a taped block
@@ -676,7 +668,6 @@ func replayGDN(pool *kernel.Pool, w *model.DeltaNet[*weight], st *gdnState, tp *
 		copy(dst, src)
 	} else {
 		pool.For(Hv, 1, func(lo, hi int) {
-			tmp := make([]float32, dk)
 			for h := lo; h < hi; h++ {
 				kh := h / rho
 				S := dst[h*dv*dk : (h+1)*dv*dk]
@@ -686,12 +677,12 @@ func replayGDN(pool *kernel.Pool, w *model.DeltaNet[*weight], st *gdnState, tp *
 					if path != nil {
 						t = path[step]
 					}
+					from := S
 					if step == 0 {
-						decay(S, S0, tp.alpha[t*Hv+h])
-					} else {
-						decay(S, S, tp.alpha[t*Hv+h])
+						from = S0
 					}
-					rank1(S, tp.delta[(t*Hv+h)*dv:(t*Hv+h+1)*dv], tp.y[t*C+Dk+kh*dk:t*C+Dk+(kh+1)*dk], tmp)
+					// decay then rank1, in one pass (vecmath.DecayRank1: the same bits).
+					vecmath.DecayRank1(S, from, tp.alpha[t*Hv+h], tp.y[t*C+Dk+kh*dk:t*C+Dk+(kh+1)*dk], tp.delta[(t*Hv+h)*dv:(t*Hv+h+1)*dv])
 				}
 			}
 		})

@@ -47,3 +47,41 @@ axpy8:
 axpydone:
 	VZEROUPPER
 	RET
+
+// func decayRank1AVX2(S, S0, khat, delta *float32, alpha float32, rows, dk int)
+// S[i·dk+j] = float32(alpha·S0[i·dk+j]) + float32(delta[i]·khat[j]) for rows rows of dk floats (dk a multiple of
+// 8): ScaleInto's product, then AddScaled's product and add, element by element, in one pass over the rows.
+// S may be S0.
+TEXT ·decayRank1AVX2(SB), NOSPLIT, $0-56
+	MOVQ         S+0(FP), DI
+	MOVQ         S0+8(FP), SI
+	MOVQ         delta+24(FP), R8
+	VBROADCASTSS alpha+32(FP), Y15
+	MOVQ         rows+40(FP), CX
+	MOVQ         dk+48(FP), R11
+	SHLQ         $2, R11
+
+dr1row:
+	TESTQ        CX, CX
+	JE           dr1done
+	VBROADCASTSS (R8), Y14
+	MOVQ         khat+16(FP), DX
+	XORQ         BX, BX
+
+dr1col:
+	VMULPS  (SI)(BX*1), Y15, Y0
+	VMULPS  (DX)(BX*1), Y14, Y1
+	VADDPS  Y1, Y0, Y0
+	VMOVUPS Y0, (DI)(BX*1)
+	ADDQ    $32, BX
+	CMPQ    BX, R11
+	JLT     dr1col
+	ADDQ    R11, DI
+	ADDQ    R11, SI
+	ADDQ    $4, R8
+	DECQ    CX
+	JMP     dr1row
+
+dr1done:
+	VZEROUPPER
+	RET

@@ -28,3 +28,37 @@ func TestAddScaledBits(t *testing.T) {
 		}
 	}
 }
+
+// DecayRank1 gives, element by element, the bits of ScaleInto then AddScaled row by row (the tape replay's two
+// passes it replaces), in place and into another state, on the assembly loop and the portable path, for head
+// sizes the loop takes (multiples of 8) and others.
+func TestDecayRank1Bits(t *testing.T) {
+	r := rand.New(rand.NewPCG(53, 54))
+	saved := useAVX2
+	defer func() { useAVX2 = saved }()
+	for _, avx := range []bool{saved, false} {
+		useAVX2 = avx
+		for _, dk := range []int{8, 24, 64, 128, 7, 33} {
+			for _, rows := range []int{1, 3, 64} {
+				for _, inPlace := range []bool{false, true} {
+					S0, khat, delta := randVec(r, rows*dk, 2), randVec(r, dk, 1), randVec(r, rows, 1)
+					alpha := r.Float32()
+					want := make([]float32, rows*dk)
+					ScaleInto(want, S0, alpha)
+					tmp := make([]float32, dk)
+					for i, d := range delta {
+						AddScaled(want[i*dk:(i+1)*dk], khat, tmp, d)
+					}
+					got := make([]float32, rows*dk)
+					if inPlace {
+						got = append([]float32(nil), S0...)
+						DecayRank1(got, got, alpha, khat, delta)
+					} else {
+						DecayRank1(got, S0, alpha, khat, delta)
+					}
+					assertBits(t, want, got, "avx %v dk %d rows %d in place %v", avx, dk, rows, inPlace)
+				}
+			}
+		}
+	}
+}

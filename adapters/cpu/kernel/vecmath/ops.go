@@ -193,6 +193,27 @@ func AddScaled(dst, x, tmp []float32, a float32) {
 	vek32.Add_Inplace(dst[j:], tmp)
 }
 
+// DecayRank1 sets S = α·S0 + δ ⊗ k̂ for a state of len(delta) rows of len(khat) values: each element
+// float32(α·s0) + float32(δ_i·k̂_j), the bits of ScaleInto(S, S0, α) followed by AddScaled(S_i, k̂, tmp, δ_i) on
+// every row, in one pass and one call (a Gated DeltaNet's tape replay runs it per head and step). S may be S0.
+func DecayRank1(S, S0 []float32, alpha float32, khat, delta []float32) {
+	dk, rows := len(khat), len(delta)
+	if rows == 0 || dk == 0 {
+		return
+	}
+	_, _ = S[rows*dk-1], S0[rows*dk-1]
+	if useAVX2 && dk%8 == 0 {
+		decayRank1AVX2(&S[0], &S0[0], &khat[0], &delta[0], alpha, rows, dk)
+		return
+	}
+	for i, d := range delta {
+		s, s0 := S[i*dk:(i+1)*dk], S0[i*dk:(i+1)*dk]
+		for j, k := range khat {
+			s[j] = float32(alpha*s0[j]) + float32(d*k)
+		}
+	}
+}
+
 // Rope holds the inverse frequencies of NeoX rotate-half RoPE over the first Dims dims of a head.
 type Rope struct {
 	Dims    int

@@ -16,6 +16,11 @@ var useAVX512 = useAVX2 && cpu.X86.HasAVX512F && cpu.X86.HasAVX512VL && cpu.X86.
 //go:noescape
 func addScaledAVX2(dst, x *float32, a float32, n int)
 
+// decayRank1AVX2 is DecayRank1 over rows rows of dk floats (dk a multiple of 8).
+//
+//go:noescape
+func decayRank1AVX2(S, S0, khat, delta *float32, alpha float32, rows, dk int)
+
 // The fast mode's attention kernels (gen_attn.py; attn.go).
 
 //go:noescape
