@@ -54,7 +54,7 @@ func BenchmarkFastRows(b *testing.B) {
 //	go test -run '^$' -bench GocoderShapes -benchtime 3000x ./adapters/cpu/kernel
 func BenchmarkGocoderShapes(b *testing.B) {
 	r := rand.New(rand.NewPCG(9, 9))
-	for _, sh := range []struct{ out, in, bits int }{{1536, 640, 4}, {640, 1280, 4}, {4096, 640, 8}} {
+	for _, sh := range []struct{ out, in, bits int }{{1536, 640, 4}, {640, 1280, 4}, {640, 2560, 4}, {4096, 640, 8}} {
 		q, _ := quantFixture(r, sh.out, sh.in, sh.bits, 64)
 		l, _ := NewQuant(sh.out, sh.in, q)
 		l.Pool = NewPoolMode(1, ModeFast)
