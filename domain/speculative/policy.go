@@ -29,6 +29,9 @@ const (
 	costClip = 2
 	// slowWeight is the pseudo-count pulling a slot's recent-window estimate towards its long-run one.
 	slowWeight = 0.5
+	// treeNear is how near the best tree's estimated rate must be to the choice's (a fraction of it) for tree
+	// probes to take every other probe rather than every third.
+	treeNear = 0.9
 	// sizeHalving is how many block sizes apart a slot's statistics count half (sizeWeight).
 	sizeHalving = 2.0
 )
@@ -120,7 +123,12 @@ type depthPolicy struct {
 	// unset).
 	trees    []treeArm
 	treesOff bool
+	// choice is the latest round's choice, probes aside (its block size, and its tree budget or 0).
+	choice pick
 }
+
+// pick is a choice of the policy: a block size, and a tree budget (0: a chain).
+type pick struct{ bs, tree int }
 
 func newDepthPolicy(maxBS int, cfg PolicyConfig) *depthPolicy {
 	p := &depthPolicy{maxBS: maxBS, probeEvery: cfg.ProbeEvery, budget: cfg.ProbeBudget, decay: cfg.Decay,
@@ -198,12 +206,12 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 	}
 	// Trees: each budget is explored once (as the largest block is, outside the probe budget), then the best
 	// measured tree competes with the best chain; probes take the other arms in turn.
-	if b := p.unexploredTree(); b > 0 && limit >= p.maxBS {
+	chain, chainRate := p.best(1)
+	if b := p.unexploredTree(chainRate); b > 0 && limit >= p.maxBS {
 		p.lastProbe = p.rounds
 		return p.maxBS, b, reasonExplore
 	}
 	p.probeRate = 0
-	chain, chainRate := p.best(1)
 	tree, treeRate := p.bestTree(0)
 	probeDue := p.rounds-p.lastProbe >= p.probeInterval()
 	try := func(loss, rate float64) bool {
@@ -216,13 +224,22 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 		return true
 	}
 	if tree == 0 || treeRate <= chainRate*(1+1e-9) {
-		// A chain (or plain decoding) is the choice: every third probe re-measures the most promising tree.
-		if probeDue && tree > 0 && p.probes%3 == 2 && limit >= p.maxBS && try(p.treeProbeLoss(tree, chainRate), chainRate) {
+		p.choice = pick{chain, 0}
+		// A chain (or plain decoding) is the choice: every third probe re-measures the most promising tree,
+		// every other one while that tree's estimate is near the choice's rate (its yield varies from round
+		// to round, and it may pay by a margin its estimate has not yet settled on).
+		tree, treeRate = p.promisingTree(0)
+		turn := p.probes%3 == 2
+		if treeRate >= treeNear*chainRate {
+			turn = p.probes%2 == 1
+		}
+		if probeDue && tree > 0 && turn && limit >= p.maxBS && try(p.treeProbeLoss(tree, chainRate), chainRate) {
 			return p.maxBS, tree, reasonProbe
 		}
 		bs, why := p.planChain(limit, &choice{chain, chainRate})
 		return bs, 0, why
 	}
+	p.choice = pick{p.maxBS, tree}
 	// A tree is the choice. Probes alternate between the best chain (the best speculative one when plain
 	// decoding is), plain decoding, and the runner-up tree.
 	if probeDue {
@@ -239,7 +256,7 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 				return 1, 0, reasonProbe
 			}
 		default:
-			if other, _ := p.bestTree(tree); other > 0 && try(p.treeProbeLoss(other, treeRate), treeRate) {
+			if other, _ := p.promisingTree(tree); other > 0 && try(p.treeProbeLoss(other, treeRate), treeRate) {
 				return p.maxBS, other, reasonProbe
 			}
 			p.probes++ // nothing to probe in this turn: the next one is due at once
@@ -278,6 +295,7 @@ func (p *depthPolicy) planChain(limit int, known *choice) (int, string) {
 	if known == nil {
 		b, r := p.best(1)
 		known = &choice{b, r}
+		p.choice = pick{b, 0}
 	}
 	best, rate := known.bs, known.rate
 	if p.rounds-p.lastProbe >= p.probeInterval() {
