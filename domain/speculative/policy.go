@@ -29,6 +29,9 @@ const (
 	costClip = 2
 	// slowWeight is the pseudo-count pulling a slot's recent-window estimate towards its long-run one.
 	slowWeight = 0.5
+	// probeFloor is the least share of the probe budget in force while probes keep confirming the choice
+	// (settle).
+	probeFloor = 0.5
 	// treeNear is how near the best tree's estimated rate must be to the choice's (a fraction of it) for tree
 	// probes to take every other probe rather than every third.
 	treeNear = 0.9
@@ -125,6 +128,27 @@ type depthPolicy struct {
 	treesOff bool
 	// choice is the latest round's choice, probes aside (its block size, and its tree budget or 0).
 	choice pick
+	// share is the probe budget's share now in force (budget at most, budget×probeFloor at least; settle),
+	// allowance the nanoseconds the probes may have lost so far: share × each observed round's time.
+	share, allowance float64
+	// judging is set while the latest probe's measurement has yet to be weighed by a choice (settle).
+	judging bool
+}
+
+// settle records the round's choice c and adapts the probe budget's share to what the probes find: halved
+// (down to budget×probeFloor) when a probe's measurement leaves the choice as it was, the whole budget again
+// when the choice changes (a probe found a better one, or the choice's own rounds showed a new regime). So
+// where the choice is settled — plain decoding where nothing pays, a tree or a chain where one does — the
+// probes' long-run tax falls to about a quarter of the budget, while a policy whose choice moves probes at
+// the full budget.
+func (p *depthPolicy) settle(c pick) {
+	switch {
+	case c != p.choice || c.bs > 1:
+		p.share = p.budget
+	case p.judging:
+		p.share = max(p.budget*probeFloor, p.share/2)
+	}
+	p.choice, p.judging = c, false
 }
 
 // pick is a choice of the policy: a block size, and a tree budget (0: a chain).
@@ -142,6 +166,7 @@ func newDepthPolicy(maxBS int, cfg PolicyConfig) *depthPolicy {
 	if p.decay == 0 {
 		p.decay = defaultDecay
 	}
+	p.share = p.budget
 	p.sizes = make([][]slotStat, maxBS)
 	p.near = make([]float64, max(maxBS, 1))
 	for d := range p.near {
@@ -215,16 +240,17 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 	tree, treeRate := p.bestTree(0)
 	probeDue := p.rounds-p.lastProbe >= p.probeInterval()
 	try := func(loss, rate float64) bool {
-		if p.spent+loss > p.budget*p.elapsed {
+		if p.spent+loss > p.allowance {
 			return false
 		}
 		p.probes++
+		p.judging = true
 		p.lastProbe = p.rounds
 		p.probeRate, p.probeWeight = rate, 1
 		return true
 	}
 	if tree == 0 || treeRate <= chainRate*(1+1e-9) {
-		p.choice = pick{chain, 0}
+		p.settle(pick{chain, 0})
 		// A chain (or plain decoding) is the choice: every third probe re-measures the most promising tree,
 		// every other one while that tree's estimate is near the choice's rate (its yield varies from round
 		// to round, and it may pay by a margin its estimate has not yet settled on).
@@ -239,7 +265,7 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 		bs, why := p.planChain(limit, &choice{chain, chainRate})
 		return bs, 0, why
 	}
-	p.choice = pick{p.maxBS, tree}
+	p.settle(pick{p.maxBS, tree})
 	// A tree is the choice. Probes alternate between the best chain (the best speculative one when plain
 	// decoding is), plain decoding, and the runner-up tree.
 	if probeDue {
@@ -295,7 +321,7 @@ func (p *depthPolicy) planChain(limit int, known *choice) (int, string) {
 	if known == nil {
 		b, r := p.best(1)
 		known = &choice{b, r}
-		p.choice = pick{b, 0}
+		p.settle(pick{b, 0})
 	}
 	best, rate := known.bs, known.rate
 	if p.rounds-p.lastProbe >= p.probeInterval() {
@@ -332,8 +358,9 @@ func (p *depthPolicy) planChain(limit int, known *choice) (int, string) {
 			if probe > best {
 				weight = p.probeDelays()
 			}
-			if p.spent+loss*weight <= p.budget*p.elapsed {
+			if p.spent+loss*weight <= p.allowance {
 				p.probes++
+				p.judging = true
 				p.lastProbe = p.rounds
 				p.probeRate, p.probeWeight = rate, weight
 				return probe, reasonProbe
@@ -599,6 +626,7 @@ func (p *depthPolicy) observe(bs, accepted int, draft, catchUp, verify, rollback
 func (p *depthPolicy) account(total float64, accepted int) {
 	p.rounds++
 	p.elapsed += total
+	p.allowance += p.share * total
 	if p.probeRate > 0 {
 		p.spent += max(1, p.probeWeight) * max(0, total-float64(accepted+1)/p.probeRate)
 		p.probeRate = 0

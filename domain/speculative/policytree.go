@@ -23,6 +23,9 @@ type treeArm struct {
 // probes being rare.
 const treeExploreRounds = 3
 
+// treeDoubt is how many standard errors up a tree's yield may be for the policy to explore or probe it.
+const treeDoubt = 2
+
 // treeExploreMax is how many rounds at most an arm whose estimate cannot yet tell whether it pays is explored
 // for (unexploredTree).
 const treeExploreMax = 16
@@ -111,7 +114,7 @@ func (p *depthPolicy) unexploredTree(rate float64) int {
 	fewest = treeExploreMax
 	for i := range p.trees {
 		a := &p.trees[i]
-		if c := a.cost(); a.accepted.n < fewest && c > 0 && (a.expected()+a.accepted.spread())/c >= rate {
+		if c := a.cost(); a.accepted.n < fewest && c > 0 && (a.expected()+treeDoubt*a.accepted.spread())/c >= rate {
 			next, fewest = a.budget, a.accepted.n
 		}
 	}
@@ -137,7 +140,10 @@ func (p *depthPolicy) treeBy(but int, optimistic bool) (int, float64) {
 		a := &p.trees[i]
 		if c := a.cost(); c > 0 && a.budget != but {
 			e := a.expected()
-			if optimistic || p.choice.tree == a.budget {
+			switch {
+			case optimistic:
+				e += treeDoubt * a.accepted.spread()
+			case p.choice.tree == a.budget:
 				e += a.accepted.spread()
 			}
 			if r := e / c; r > rate*(1+1e-9) {
