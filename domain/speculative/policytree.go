@@ -17,50 +17,73 @@ type treeArm struct {
 	verify   ema  // the tree's forward and keeping its path, nanoseconds
 }
 
-// treeExploreRounds is how many rounds the policy explores each tree arm for (interleaved, outside the probe
-// budget) before weighing it: a tree's accepted length varies from round to round (on gocoder one round may
-// accept 1 of a tree whose mean is 2.15), and an arm judged on one unlucky round was ruled out for good, its
-// probes being rare.
-const treeExploreRounds = 3
-
-// treeDoubt is how many standard errors up a tree's yield may be for the policy to explore or probe it.
-const treeDoubt = 2
-
-// treeExploreMax is how many rounds at most an arm whose estimate cannot yet tell whether it pays is explored
-// for (unexploredTree).
-const treeExploreMax = 16
-
-// treeDecayShare is the share of the policy's decay a tree arm's yield decays by per round it runs: one round
-// gives one sample of the accepted length (a chain's slots give one test each), whose spread on a drafter
-// like gocoder's is as large as the margin by which a tree pays, so its average must span more rounds to
-// tell a tree that pays by 10% from one that does not.
-const treeDecayShare = 0.25
+// The tree arms' statistics. A tree's accepted length varies widely from round to round (on gocoder one round
+// may accept 1 drafted token of a tree whose mean is 2.15), by as much as the margin by which a tree pays
+// over plain decoding (5–12% there), so the policy keeps each arm's yield as an average over many rounds with
+// its standard error, and lets that error decide how far it explores and how firmly it keeps a tree.
+const (
+	// treeDecayShare is the share of the policy's decay by which an arm's yield average decays per round
+	// (a window of about 160 rounds, averaged evenly until then): one round is one sample, where a chain
+	// round tests each of its slots.
+	treeDecayShare = 1.0 / 16
+	// treeDoubt is how many standard errors up an arm's yield may be for the policy to explore or probe it.
+	treeDoubt = 2
+	// treeHold is how many standard errors up the yield of the tree that is the choice is taken when
+	// weighing it against the others: the choice is left for a better estimate, not for its own noise.
+	treeHold = 1.5
+	// treeExploreMax is how many rounds at most an arm is explored for (unexploredTree); past it, probes
+	// measure it.
+	treeExploreMax = 16
+	// treeSpreadPrior is how many samples the prior spread of an arm's yield counts for (mean.spread).
+	treeSpreadPrior = 2
+	// treeShift is how many standard errors of the short average it may part from the long one before
+	// the long one starts again from it (mean.add).
+	treeShift = 4
+)
 
 // mean is a moving average whose first samples are averaged evenly: the k-th of the first 1/decay samples
 // weighs 1/k, later ones decay (an exponential moving average without the bias of its first sample, which an
-// ema takes outright).
+// ema takes outright, so that one unlucky first round judged an arm). Beside it runs a short average
+// (recent) over the policy's usual window; when the two part by more than treeShift standard errors of the
+// short one, the regime has changed (a tree that paid on code meets chat), and the long average starts again
+// from the short one instead of taking its long window to follow.
 type mean struct {
-	v   float64
-	sq  float64 // the samples' mean squared deviation from v, averaged alike
-	n   int     // samples so far
-	eff float64 // effective sample count: n, then (2−decay)/decay once the average decays
+	v      float64
+	sq     float64 // the samples' mean squared deviation from v, averaged alike
+	n      int     // samples so far (since the last restart)
+	eff    float64 // effective sample count: n, then (2−decay)/decay once the average decays
+	recent float64 // the short average
 }
 
-func (m *mean) add(x, decay float64) {
+// add takes sample x: decay is the long average's, short the short one's.
+func (m *mean) add(x, decay, short float64) {
+	if m.n == 0 {
+		m.recent = x
+	}
+	m.recent += short * (x - m.recent)
 	m.n++
 	w := max(1/float64(m.n), decay)
 	d := x - m.v
 	m.v += w * d
 	m.sq = (1 - w) * (m.sq + w*d*d)
 	m.eff = min(float64(m.n), (2-decay)/decay)
+	restart := int(math.Ceil(1 / short))
+	if m.n > 2*restart && math.Abs(m.recent-m.v) > treeShift*math.Sqrt(m.sq*short/(2-short)) {
+		m.v, m.n, m.eff = m.recent, restart, float64(restart)
+	}
 }
 
-// spread is the average's standard error (0 before two samples).
+// spread is the average's standard error (0 before any sample). The samples' own spread is blended with a
+// prior one of treeSpreadPrior pseudo-samples, (1+v)², about what a tree's accepted length varies by from
+// round to round: two unlucky rounds that both accepted nothing have no spread of their own, and taken alone
+// would rule the tree out for good.
 func (m *mean) spread() float64 {
-	if m.n < 2 {
+	if m.n == 0 {
 		return 0
 	}
-	return math.Sqrt(m.sq * float64(m.n) / float64(m.n-1) / m.eff)
+	prior := (1 + m.v) * (1 + m.v)
+	v := (m.sq*float64(m.n) + prior*treeSpreadPrior) / (float64(m.n) + treeSpreadPrior)
+	return math.Sqrt(v / m.eff)
 }
 
 // enableTrees gives the policy tree arms of these budgets (ascending), keeping the measurements of a
@@ -95,38 +118,38 @@ func (a *treeArm) cost() float64 {
 // expected returns a round of arm's expected committed tokens.
 func (a *treeArm) expected() float64 { return 1 + a.accepted.v }
 
-// unexploredTree returns the tree budget to explore next (0: none): the arm measured least, the smaller budget
-// first, among those with fewer than treeExploreRounds rounds, then among those with fewer than
-// treeExploreMax whose yield one standard error up would beat rate (the best chain's). The arms are thus
-// explored in turn, each round of one beside a round of the others, after the chains' first measurements,
-// and for as long as their few rounds cannot tell whether they pay: a tree clearly below the chains leaves
-// exploring after a few rounds, one near them gets the rounds that tell.
-func (p *depthPolicy) unexploredTree(rate float64) int {
-	next, fewest := 0, treeExploreRounds
+// unexploredTree returns the tree budget to explore next (0: none), and whether it was never measured: an arm
+// never measured, the smaller budget first; then, among the arms with fewer than treeExploreMax rounds whose
+// yield treeDoubt standard errors up would beat rate (the choice's), the one measured least, the smaller
+// budget first (the cheaper round). The choice itself may be among them: a tree that is the choice on a few
+// rounds' evidence is run as an exploring round, weighed like a probe, until it has the rounds that tell. A tree clearly below the choice thus leaves
+// exploring after a round or two, while one near it gets the rounds that tell.
+func (p *depthPolicy) unexploredTree(rate float64) (int, bool) {
 	for i := range p.trees {
-		if n := p.trees[i].accepted.n; n < fewest {
-			next, fewest = p.trees[i].budget, n
+		if p.trees[i].accepted.n == 0 {
+			return p.trees[i].budget, true
 		}
 	}
-	if next > 0 {
-		return next
-	}
-	fewest = treeExploreMax
+	next, fewest := 0, treeExploreMax
 	for i := range p.trees {
 		a := &p.trees[i]
-		if c := a.cost(); a.accepted.n < fewest && c > 0 && (a.expected()+treeDoubt*a.accepted.spread())/c >= rate {
+		c := a.cost()
+		if a.accepted.n >= fewest || c <= 0 {
+			continue
+		}
+		if (a.expected()+treeDoubt*a.accepted.spread())/c >= rate {
 			next, fewest = a.budget, a.accepted.n
 		}
 	}
-	return next
+	return next, false
 }
 
 // bestTree returns the measured tree budget with the highest expected rate other than but (0: none) and
 // that rate in tokens per nanosecond. The tree that is the policy's current choice is given the benefit of
-// its estimate's doubt (its yield one standard error up): a tree's yield varies so much from round to round
-// that a short run of poor rounds pulls its estimate below plain decoding's now and then even where the tree
-// pays by 10%, and a tree left then waits for rare probes to be chosen again. Run while it is the choice, its
-// estimate settles on its true yield, so a tree that does not pay is still left within a few rounds.
+// its estimate's doubt (its yield treeHold standard errors up): a tree's yield varies so much from round to
+// round that a short run of poor rounds pulls its estimate below plain decoding's now and then even where
+// the tree pays by 10%, and a tree left then waits for rare probes to be chosen again. Run while it is the
+// choice, its estimate settles on its true yield, so a tree that does not pay is still left.
 func (p *depthPolicy) bestTree(but int) (int, float64) { return p.treeBy(but, false) }
 
 // promisingTree is bestTree with every tree given the benefit of its estimate's doubt: the tree to probe,
@@ -144,7 +167,7 @@ func (p *depthPolicy) treeBy(but int, optimistic bool) (int, float64) {
 			case optimistic:
 				e += treeDoubt * a.accepted.spread()
 			case p.choice.tree == a.budget:
-				e += a.accepted.spread()
+				e += treeHold * a.accepted.spread()
 			}
 			if r := e / c; r > rate*(1+1e-9) {
 				best, rate = a.budget, r
@@ -189,7 +212,7 @@ func (p *depthPolicy) observeTree(b, bs, accepted int, draft, catchUp, verify ti
 	if bs >= p.maxBS {
 		a.draft.addTime(float64(draft), p.decay, costClip)
 		a.verify.addTime(float64(verify), p.decay, costClip)
-		a.accepted.add(float64(accepted), p.decay*treeDecayShare)
+		a.accepted.add(float64(accepted), p.decay*treeDecayShare, p.decay)
 	}
 	p.forget()
 }
