@@ -36,41 +36,53 @@ const (
 	treeExploreMax = 16
 	// treeSpreadPrior is how many samples the prior spread of an arm's yield counts for (mean.spread).
 	treeSpreadPrior = 2
-	// treeShift is how many standard errors of the short average it may part from the long one before
-	// the long one starts again from it (mean.add).
-	treeShift = 4
+	// treeSlack and treeShift are the cumulative-sum test's slack and threshold (mean.add), in standard
+	// deviations of one round's yield: a shift of one and a half deviations (a tree accepting 2.1 drafts a
+	// round on code, 0.3 on chat) is found within about six rounds, while a stationary yield's noise passes
+	// the threshold about once in thousands of rounds.
+	treeSlack = 0.75
+	treeShift = 5
+	// treeRestart is how many samples an average restarted by the shift test starts from (its last ones).
+	treeRestart = 5
 )
 
 // mean is a moving average whose first samples are averaged evenly: the k-th of the first 1/decay samples
 // weighs 1/k, later ones decay (an exponential moving average without the bias of its first sample, which an
-// ema takes outright, so that one unlucky first round judged an arm). Beside it runs a short average
-// (recent) over the policy's usual window; when the two part by more than treeShift standard errors of the
-// short one, the regime has changed (a tree that paid on code meets chat), and the long average starts again
-// from the short one instead of taking its long window to follow.
+// ema takes outright, so that one unlucky first round judged an arm). A long window tells a tree that pays by
+// a few percent from one that does not, but would take a hundred rounds to follow a new regime (a tree that
+// paid on code meets chat): a two-sided cumulative-sum test watches the samples' deviations from the average
+// (beyond treeSlack standard deviations each), and when either sum passes treeShift standard deviations the
+// yield has shifted, and the average starts again from its last treeRestart samples.
 type mean struct {
-	v      float64
-	sq     float64 // the samples' mean squared deviation from v, averaged alike
-	n      int     // samples so far (since the last restart)
-	eff    float64 // effective sample count: n, then (2−decay)/decay once the average decays
-	recent float64 // the short average
+	v        float64
+	sq       float64 // the samples' mean squared deviation from v, averaged alike
+	n        int     // samples so far (since the last restart)
+	eff      float64 // effective sample count: n, then (2−decay)/decay once the average decays
+	last     [treeRestart]float64
+	up, down float64 // the cumulative sums of deviations above and below v
 }
 
-// add takes sample x: decay is the long average's, short the short one's.
-func (m *mean) add(x, decay, short float64) {
-	if m.n == 0 {
-		m.recent = x
+// add takes sample x; decay is the long average's.
+func (m *mean) add(x, decay float64) {
+	copy(m.last[1:], m.last[:])
+	m.last[0] = x
+	if sd := math.Sqrt(m.sq); m.n >= 2*treeRestart && sd > 0 {
+		m.up = max(0, m.up+x-m.v-treeSlack*sd)
+		m.down = max(0, m.down+m.v-x-treeSlack*sd)
+		if max(m.up, m.down) > treeShift*sd {
+			m.v, m.n, m.eff, m.up, m.down = 0, treeRestart, treeRestart, 0, 0
+			for _, y := range m.last {
+				m.v += y / treeRestart
+			}
+			return
+		}
 	}
-	m.recent += short * (x - m.recent)
 	m.n++
 	w := max(1/float64(m.n), decay)
 	d := x - m.v
 	m.v += w * d
 	m.sq = (1 - w) * (m.sq + w*d*d)
 	m.eff = min(float64(m.n), (2-decay)/decay)
-	restart := int(math.Ceil(1 / short))
-	if m.n > 2*restart && math.Abs(m.recent-m.v) > treeShift*math.Sqrt(m.sq*short/(2-short)) {
-		m.v, m.n, m.eff = m.recent, restart, float64(restart)
-	}
 }
 
 // spread is the average's standard error (0 before any sample). The samples' own spread is blended with a
@@ -212,7 +224,7 @@ func (p *depthPolicy) observeTree(b, bs, accepted int, draft, catchUp, verify ti
 	if bs >= p.maxBS {
 		a.draft.addTime(float64(draft), p.decay, costClip)
 		a.verify.addTime(float64(verify), p.decay, costClip)
-		a.accepted.add(float64(accepted), p.decay*treeDecayShare, p.decay)
+		a.accepted.add(float64(accepted), p.decay*treeDecayShare)
 	}
 	p.forget()
 }

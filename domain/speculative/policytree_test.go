@@ -206,3 +206,130 @@ func TestPolicyServerTax(t *testing.T) {
 		})
 	}
 }
+
+// TestTreeYieldMean: a tree arm's yield average takes its first samples evenly (one unlucky first round does
+// not set it), has a spread before its samples show one, and starts again when the yield shifts for good —
+// but not on a stationary yield's noise.
+func TestTreeYieldMean(t *testing.T) {
+	const decay = defaultDecay * treeDecayShare
+	var m mean
+	for _, x := range []float64{0, 3, 3, 3} {
+		m.add(x, decay)
+	}
+	assert.InDelta(t, 2.25, m.v, 1e-12, "the first samples averaged evenly")
+	var zeros mean
+	zeros.add(0, decay)
+	zeros.add(0, decay)
+	assert.Positive(t, zeros.spread(), "two rounds that accepted nothing still leave doubt")
+
+	// A yield of 0–4 accepted drafts (mean 2.1), then a regime where trees accept little (mean 0.3).
+	rnd := rand.New(rand.NewPCG(3, 4))
+	draw := func(weights []float64) float64 {
+		u := rnd.Float64()
+		for i, w := range weights {
+			if u < w {
+				return float64(i)
+			}
+			u -= w
+		}
+		return float64(len(weights))
+	}
+	good, poor := []float64{0.15, 0.2, 0.2, 0.2}, []float64{0.75, 0.2}
+	var y mean
+	restarts := 0
+	for range 5000 {
+		n := y.n
+		y.add(draw(good), decay)
+		if y.n < n {
+			restarts++
+		}
+	}
+	assert.Zero(t, restarts, "a stationary yield never starts the average again")
+	assert.InDelta(t, 2.1, y.v, 0.25)
+	followed := 0
+	for y.v > 1 {
+		y.add(draw(poor), decay)
+		followed++
+		require.Less(t, followed, 100, "the average never followed the new regime: %v", y)
+	}
+	assert.LessOrEqual(t, followed, 15, "rounds until the average falls below 1 accepted draft")
+	t.Logf("followed the new regime in %d rounds", followed)
+}
+
+// simulateTrees drives a policy weighing trees of budgets 4, 8 and 16 over a 16-slot block: a tree round of
+// budget b accepts tree(round, b) drafts (drawn by the caller) and costs a draft of 0.5 ms and a forward of
+// b rows; a chain round of bs accepts each slot with probability chain(round) and costs a forward of bs rows,
+// and a draft of 0.5 ms unless plain. A forward of n rows costs 1 + 0.1·n ms.
+func simulateTrees(p *depthPolicy, rounds int, tree func(round, budget int) int, chain func(round int) float64, seed uint64) []simRound {
+	rng := rand.New(rand.NewPCG(seed, 5))
+	p.enableTrees(TreeConfig{Budget: 16}.budgets())
+	forward := func(rows int) time.Duration { return time.Millisecond + time.Duration(rows)*100*time.Microsecond }
+	const draft = 500 * time.Microsecond
+	out := make([]simRound, 0, rounds)
+	for i := range rounds {
+		d := p.choose(p.maxBS)
+		r := simRound{bs: d.BlockSize, reason: d.Code}
+		switch {
+		case d.Tree > 0:
+			r.bs = -d.Tree // a tree round, by its budget
+			r.a = tree(i, d.Tree)
+			p.observeTree(d.Tree, d.BlockSize, r.a, draft, 0, forward(d.Tree))
+		case d.BlockSize == 1:
+			p.observe(1, 0, 0, 0, forward(1), 0)
+		default:
+			for r.a < d.BlockSize-1 && rng.Float64() < chain(i) {
+				r.a++
+			}
+			p.observe(d.BlockSize, r.a, draft, 0, forward(d.BlockSize), 0)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestPolicyLeavesATreeThatStopsPaying: trees accept 1–4 drafts a round (2.25–3.5 on average by budget: 1.5–1.7×
+// plain decoding's rate, where chains lose), then the regime changes and they accept 0.3 (0.5–0.7×). The
+// policy settles on trees, and after the change leaves them within a few dozen rounds (each tree's long
+// yield average starts again once its shift is plain, and every tree is tried until its own average has
+// followed; without the shift test the policy kept to trees for 180–280 rounds), not after the hundreds its
+// window spans; it then decodes plainly.
+func TestPolicyLeavesATreeThatStopsPaying(t *testing.T) {
+	const change = 600
+	for seed := range uint64(5) {
+		t.Run(fmt.Sprint("seed=", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 6))
+			yield := func(round, budget int) int {
+				if round >= change {
+					return b2i(rng.Float64() < 0.3)
+				}
+				// 1–4 accepted drafts, more in larger trees.
+				return min(1+rng.IntN(4)+budget/16, budget-1)
+			}
+			p := newDepthPolicy(16, PolicyConfig{})
+			rs := simulateTrees(p, 1000, yield, func(int) float64 { return 0.3 }, seed)
+			trees := 0
+			for _, r := range rs[200:change] {
+				if r.bs < 0 {
+					trees++
+				}
+			}
+			assert.Greater(t, trees, (change-200)*9/10, "trees while they pay: %v", hist(rs[200:change]))
+			last := change
+			for i, r := range rs[change:] {
+				if r.bs < 0 && r.reason == reasonBest {
+					last = change + i
+				}
+			}
+			t.Logf("trees chosen until %d rounds after the change", last-change)
+			assert.LessOrEqual(t, last-change, 40, "trees chosen until %d rounds after the change", last-change)
+			assert.Greater(t, countReasons(rs[change+100:])[reasonFallbackAR], 250, "then plain decoding: %v", countReasons(rs[change+100:]))
+		})
+	}
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
