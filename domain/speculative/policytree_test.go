@@ -333,3 +333,28 @@ func b2i(b bool) int {
 	}
 	return 0
 }
+
+// TestPolicyProbeShareFallsWhileProbesConfirm: with a drafter that is never right the probes keep confirming
+// plain decoding, and the share of the probe budget in force falls to its floor, and with it what the probes
+// lose over a long run; once the drafter is right the policy speculates again and probes at the whole budget.
+func TestPolicyProbeShareFallsWhileProbesConfirm(t *testing.T) {
+	p := newDepthPolicy(16, PolicyConfig{})
+	cost := func(bs int) time.Duration {
+		if bs == 1 {
+			return time.Millisecond
+		}
+		return 2*time.Millisecond + time.Duration(bs)*100*time.Microsecond
+	}
+	simulate(p, 1000, cost, func(int, int) float64 { return 0 })
+	assert.InDelta(t, p.budget*probeFloor, p.share, 1e-12, "the share at its floor")
+	spent, elapsed := p.spent, p.elapsed
+	rs := simulate(p, 5000, cost, func(int, int) float64 { return 0 })
+	assert.Positive(t, countReasons(rs)[reasonProbe], "still probes")
+	lost := (p.spent - spent) / (p.elapsed - elapsed)
+	t.Logf("probes lost %.2f%% of decoding time over 5000 rounds at the floor", 100*lost)
+	assert.Less(t, lost, p.budget/2, "the probes' lasting tax, under half the budget (the whole budget before it fell)")
+
+	rs = simulate(p, 300, cost, func(int, int) float64 { return 0.95 })
+	assert.Greater(t, countReasons(rs[100:])[reasonBest], 150, "speculating again: %v", countReasons(rs))
+	assert.InDelta(t, p.budget, p.share, 1e-12, "the whole budget while speculating")
+}
