@@ -38,7 +38,7 @@ const (
 	treeSpreadPrior = 2
 	// treeSlack and treeShift are the cumulative-sum test's slack and threshold (mean.add), in standard
 	// deviations of one round's yield: a shift of one and a half deviations (a tree accepting 2.1 drafts a
-	// round on code, 0.3 on chat) is found within about six rounds, while a stationary yield's noise passes
+	// round on code, 0.3 on chat) is found within about seven rounds, while a stationary yield's noise passes
 	// the threshold about once in thousands of rounds.
 	treeSlack = 0.75
 	treeShift = 5
@@ -133,9 +133,10 @@ func (a *treeArm) expected() float64 { return 1 + a.accepted.v }
 // unexploredTree returns the tree budget to explore next (0: none), and whether it was never measured: an arm
 // never measured, the smaller budget first; then, among the arms with fewer than treeExploreMax rounds whose
 // yield treeDoubt standard errors up would beat rate (the choice's), the one measured least, the smaller
-// budget first (the cheaper round). The choice itself may be among them: a tree that is the choice on a few
-// rounds' evidence is run as an exploring round, weighed like a probe, until it has the rounds that tell. A tree clearly below the choice thus leaves
-// exploring after a round or two, while one near it gets the rounds that tell.
+// budget first (the cheaper round). A tree clearly below the choice thus leaves exploring after a round or
+// two, while one near it gets the rounds that tell; the choice itself may be among them, a tree chosen on a
+// few rounds' evidence then running as exploring rounds, weighed like probes, until it has them. An average
+// the shift test started again (mean.add) holds few rounds, so its tree is explored again.
 func (p *depthPolicy) unexploredTree(rate float64) (int, bool) {
 	for i := range p.trees {
 		if p.trees[i].accepted.n == 0 {
