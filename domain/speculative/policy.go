@@ -11,7 +11,7 @@ import (
 const (
 	reasonFixed      = "fixed"       // Adaptive off: Config.BlockSize (or 1 without a drafter)
 	reasonLength     = "length"      // shortened so the round cannot pass the token budget
-	reasonExplore    = "explore"     // first measurements: plain decoding, the largest (the configured) block, each tree budget
+	reasonExplore    = "explore"     // first measurements: plain decoding, then the largest (the configured) block
 	reasonBest       = "best"        // the block size with the highest expected committed tokens per second
 	reasonProbe      = "probe"       // periodic measurement of a block size not currently chosen
 	reasonFallbackAR = "fallback-ar" // speculation is not expected to pay: plain decoding
@@ -29,13 +29,6 @@ const (
 	costClip = 2
 	// slowWeight is the pseudo-count pulling a slot's recent-window estimate towards its long-run one.
 	slowWeight = 0.5
-	// probeFloor is the least share of the probe budget in force while probes keep confirming plain
-	// decoding (settle): 0.8% of decoding time with the default budget. Lower, a regime change where
-	// speculation starts to pay is found later (the policy recovers at the pace of its probes).
-	probeFloor = 0.4
-	// treeNear is how near the best tree's estimated rate must be to the choice's (a fraction of it) for tree
-	// probes to take every other probe rather than every third.
-	treeNear = 0.9
 	// sizeHalving is how many block sizes apart a slot's statistics count half (sizeWeight).
 	sizeHalving = 2.0
 )
@@ -71,27 +64,12 @@ const (
 // baseline; also whenever the runner-up does not fit the budget). A probe runs at least probeEvery rounds
 // after the previous one and only when the probes' cumulative loss — each probe's round time (its drafter
 // catch-up included) minus the time the displaced choice would have taken for the tokens the probe committed
-// — plus this probe's expected loss stays within the allowance: the probe budget's share in force times each
-// round's decode time, summed. The share is the whole budget while the policy speculates or its choice moves,
-// and halves with each probe that leaves plain decoding the choice, down to probeFloor of the budget: where
-// nothing pays, probes that keep confirming it are the policy's lasting tax, and it falls; a probe that finds
-// a size (or a tree) that pays, or a choice that changes on its own rounds, brings the whole budget back. So
-// the adaptive policy loses at most about the budget to the best fixed choice it knows (plain decoding when
-// speculation cannot pay), while still recovering from regime changes. The exploring round of the largest
-// block is outside the budget: it is one round per policy (two when the first was cut short; PolicyMemory
-// keeps them across generations), and charged it would hold every probe back until the budget had covered a
-// block that may cost many plain steps.
-//
-// Trees (enableTrees: verification trees of several node budgets, weighed against chains while the
-// generation runs alone) are arms of their own (treeArm): each budget's price and accepted length are
-// measured over whole tree rounds, its yield kept as a long average with its standard error, since one round
-// says little (a tree that pays by 10% may accept 1 in one round and 4 in the next). Each tree is explored
-// once outside the budget, then, charged to it, for as long as its yield two standard errors up would beat
-// the choice (up to treeExploreMax rounds): a tree clearly below the choice is left after a round or two, one
-// near it gets the rounds that tell. The tree that is the choice is weighed with its yield treeHold standard
-// errors up, so that its own noise does not throw it out for the rare probes to bring back; tree probes take
-// every third probe while a chain is the choice (every other one while a tree's optimistic rate is near it),
-// and measure the tree whose yield two standard errors up promises most.
+// — plus this probe's expected loss stays within budget × the decode time observed so far. So the adaptive
+// policy loses at most about that fraction to the best fixed choice it knows (plain decoding when speculation
+// cannot pay), while still recovering from regime changes. The exploring round of the largest block is
+// outside the budget: it is one round per policy (two when the first was cut short; PolicyMemory keeps them
+// across generations), and charged it would hold every probe back until the budget had covered a block that
+// may cost many plain steps.
 //
 // r_j blends two estimators: recent-window counts (passes and tests of slot j, both multiplied by
 // 1−decay/2 every round, tested or not) shrunk towards a long-run moving average updated only when the slot
@@ -142,34 +120,7 @@ type depthPolicy struct {
 	// unset).
 	trees    []treeArm
 	treesOff bool
-	// choice is the latest round's choice, probes aside (its block size, and its tree budget or 0).
-	choice pick
-	// share is the probe budget's share now in force (budget at most, budget×probeFloor at least; settle),
-	// allowance the nanoseconds the probes may have lost so far: share × each observed round's time.
-	share, allowance float64
-	// judging is set while the latest probe's measurement has yet to be weighed by a choice (settle).
-	judging bool
 }
-
-// settle records the round's choice c and adapts the probe budget's share to what the probes find: while
-// plain decoding is the choice, halved (down to budget×probeFloor) by each probe (or charged exploring round)
-// whose measurement leaves it the choice; the whole budget while the policy speculates or when the choice
-// changes (a probe found a better one, or the choice's own rounds showed a new regime). So where nothing pays
-// the probes' lasting tax falls to probeFloor of the budget. It stays whole while speculating: there the
-// probes of neighbouring sizes cost little and find the optimum among sizes whose rates differ by a few
-// percent, and the plain-decoding probes keep the baseline fresh.
-func (p *depthPolicy) settle(c pick) {
-	switch {
-	case c != p.choice || c.bs > 1:
-		p.share = p.budget
-	case p.judging:
-		p.share = max(p.budget*probeFloor, p.share/2)
-	}
-	p.choice, p.judging = c, false
-}
-
-// pick is a choice of the policy: a block size, and a tree budget (0: a chain).
-type pick struct{ bs, tree int }
 
 func newDepthPolicy(maxBS int, cfg PolicyConfig) *depthPolicy {
 	p := &depthPolicy{maxBS: maxBS, probeEvery: cfg.ProbeEvery, budget: cfg.ProbeBudget, decay: cfg.Decay,
@@ -183,7 +134,6 @@ func newDepthPolicy(maxBS int, cfg PolicyConfig) *depthPolicy {
 	if p.decay == 0 {
 		p.decay = defaultDecay
 	}
-	p.share = p.budget
 	p.sizes = make([][]slotStat, maxBS)
 	p.near = make([]float64, max(maxBS, 1))
 	for d := range p.near {
@@ -246,56 +196,33 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 		bs, why := p.planChain(limit, nil)
 		return bs, 0, why
 	}
-	// Trees: each budget is explored once outside the probe budget (as the largest block is), then for as long
-	// as its few rounds cannot tell whether it pays (unexploredTree); the best measured tree competes with the
-	// best chain, and probes take the other arms in turn.
-	chain, chainRate := p.best(1)
-	p.probeRate = 0
-	tree, treeRate := p.bestTree(0)
-	rate := max(chainRate, treeRate)
-	if b, first := p.unexploredTree(rate); b > 0 && limit >= p.maxBS {
-		if first {
-			// An arm's first round is outside the probe budget, as the largest chain block's is.
-			p.lastProbe = p.rounds
-			return p.maxBS, b, reasonExplore
-		}
-		// Its further exploring rounds are charged to the probe budget, and weighed like probes (settle),
-		// though not held to the probe interval: where no tree pays they are the policy's tax, and where one
-		// does they cost nothing. Like a plain-decoding probe, an exploring round is not held back by its
-		// expected loss, which may be the unlucky estimate it is there to correct.
-		if p.spent <= p.allowance {
-			p.probeRate, p.probeWeight, p.judging = rate, 1, true
-			return p.maxBS, b, reasonExplore
-		}
+	// Trees: each budget is explored once (as the largest block is, outside the probe budget), then the best
+	// measured tree competes with the best chain; probes take the other arms in turn.
+	if b := p.unexploredTree(); b > 0 && limit >= p.maxBS {
+		p.lastProbe = p.rounds
+		return p.maxBS, b, reasonExplore
 	}
+	p.probeRate = 0
+	chain, chainRate := p.best(1)
+	tree, treeRate := p.bestTree(0)
 	probeDue := p.rounds-p.lastProbe >= p.probeInterval()
 	try := func(loss, rate float64) bool {
-		if p.spent+loss > p.allowance {
+		if p.spent+loss > p.budget*p.elapsed {
 			return false
 		}
 		p.probes++
-		p.judging = true
 		p.lastProbe = p.rounds
 		p.probeRate, p.probeWeight = rate, 1
 		return true
 	}
 	if tree == 0 || treeRate <= chainRate*(1+1e-9) {
-		p.settle(pick{chain, 0})
-		// A chain (or plain decoding) is the choice: every third probe re-measures the most promising tree,
-		// every other one while that tree's estimate is near the choice's rate (its yield varies from round
-		// to round, and it may pay by a margin its estimate has not yet settled on).
-		tree, treeRate = p.promisingTree(0)
-		turn := p.probes%3 == 2
-		if treeRate >= treeNear*chainRate {
-			turn = p.probes%2 == 1
-		}
-		if probeDue && tree > 0 && turn && limit >= p.maxBS && try(p.treeProbeLoss(tree, chainRate), chainRate) {
+		// A chain (or plain decoding) is the choice: every third probe re-measures the most promising tree.
+		if probeDue && tree > 0 && p.probes%3 == 2 && limit >= p.maxBS && try(p.treeProbeLoss(tree, chainRate), chainRate) {
 			return p.maxBS, tree, reasonProbe
 		}
 		bs, why := p.planChain(limit, &choice{chain, chainRate})
 		return bs, 0, why
 	}
-	p.settle(pick{p.maxBS, tree})
 	// A tree is the choice. Probes alternate between the best chain (the best speculative one when plain
 	// decoding is), plain decoding, and the runner-up tree.
 	if probeDue {
@@ -312,7 +239,7 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 				return 1, 0, reasonProbe
 			}
 		default:
-			if other, _ := p.promisingTree(tree); other > 0 && try(p.treeProbeLoss(other, treeRate), treeRate) {
+			if other, _ := p.bestTree(tree); other > 0 && try(p.treeProbeLoss(other, treeRate), treeRate) {
 				return p.maxBS, other, reasonProbe
 			}
 			p.probes++ // nothing to probe in this turn: the next one is due at once
@@ -351,7 +278,6 @@ func (p *depthPolicy) planChain(limit int, known *choice) (int, string) {
 	if known == nil {
 		b, r := p.best(1)
 		known = &choice{b, r}
-		p.settle(pick{b, 0})
 	}
 	best, rate := known.bs, known.rate
 	if p.rounds-p.lastProbe >= p.probeInterval() {
@@ -388,9 +314,8 @@ func (p *depthPolicy) planChain(limit int, known *choice) (int, string) {
 			if probe > best {
 				weight = p.probeDelays()
 			}
-			if p.spent+loss*weight <= p.allowance {
+			if p.spent+loss*weight <= p.budget*p.elapsed {
 				p.probes++
-				p.judging = true
 				p.lastProbe = p.rounds
 				p.probeRate, p.probeWeight = rate, weight
 				return probe, reasonProbe
@@ -656,7 +581,6 @@ func (p *depthPolicy) observe(bs, accepted int, draft, catchUp, verify, rollback
 func (p *depthPolicy) account(total float64, accepted int) {
 	p.rounds++
 	p.elapsed += total
-	p.allowance += p.share * total
 	if p.probeRate > 0 {
 		p.spent += max(1, p.probeWeight) * max(0, total-float64(accepted+1)/p.probeRate)
 		p.probeRate = 0
