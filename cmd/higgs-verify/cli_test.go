@@ -28,6 +28,7 @@ var fixtures struct {
 }
 
 func TestMain(m *testing.M) {
+	runHogIfAsked() // the hog test's children are this test binary
 	dir, err := os.MkdirTemp("", "higgs-verify-test")
 	if err != nil {
 		panic(err)

@@ -404,12 +404,16 @@ func (c *cli) benchCmd() *cobra.Command {
 	var constrain string
 	var clients string
 	var cl verify.ClientsOptions
+	var hogs int
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure autoregressive vs DFlash decoding of the same prompts, interleaved, after a warm-up (medians)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			var err error
+			if hogs < 0 {
+				return fmt.Errorf("%w: --hog %d must be ≥ 0", verify.ErrBadInput, hogs)
+			}
 			if o.Sweep, err = parseInts("block-sizes", sweep); err != nil {
 				return err
 			}
@@ -453,20 +457,35 @@ func (c *cli) benchCmd() *cobra.Command {
 			if multiTurn {
 				o.MultiTurn = &mt
 			}
+			if hogs > 0 {
+				stop, err := startHogs(hogs)
+				if err != nil {
+					return err
+				}
+				defer func() {
+					if cpu, err := stop(); err == nil {
+						c.log.Debug().Dur("hog_cpu", cpu).Int("hogs", hogs).Msg("hogs stopped")
+					}
+				}()
+			}
 			bench, err := verify.Bench(ctx, m, o)
 			if err != nil {
 				return err
 			}
 			res := struct {
 				verify.BenchResult
+				Hog   int                `json:"hog,omitempty"`
 				Ranks []models.RankStats `json:"ranks,omitempty"`
-			}{BenchResult: bench}
+			}{BenchResult: bench, Hog: hogs}
 			if res.Ranks, err = models.StopPipeline(m); err != nil {
 				return err
 			}
 			return c.emit(f.json, res, func(w io.Writer) {
 				fmt.Fprintf(w, "model %s (%s), %d prompts × %d tokens, %d repeats after %d warm-up\n",
 					res.Model, res.Backend, res.Prompts, res.MaxTokens, res.Repeats, res.Warmup)
+				if res.Hog > 0 {
+					fmt.Fprintf(w, "beside %d busy-loop processes (--hog), each spinning a core for the whole run\n", res.Hog)
+				}
 				if res.Verify != "" {
 					fmt.Fprintf(w, "sampling T=%g from seed %d, verification %s\n", res.Temperature, res.Seed, res.Verify)
 				}
@@ -538,6 +557,7 @@ func (c *cli) benchCmd() *cobra.Command {
 	fs.IntVar(&o.MaxTokens, "max-tokens", 128, "tokens generated per run")
 	fs.IntVar(&o.Repeats, "repeats", 3, "measured passes over the prompts")
 	fs.IntVar(&o.Warmup, "warmup", 1, "discarded warm-up passes")
+	fs.IntVar(&hogs, "hog", 0, "run this many busy-loop processes beside the whole bench (each spins one core, as another program sharing the machine would): the adaptive policy's figures under contention")
 	fs.IntVar(&o.BlockSize, "block-size", 0, "DFlash block size of the main figure (default: the drafter's block_size)")
 	fs.BoolVar(&o.Adaptive, "adaptive", false, "run the main figure under the adaptive depth policy")
 	fs.StringVar(&sweep, "block-sizes", "", "also measure these fixed block sizes (and the adaptive policy), e.g. 2,4,8,16")

@@ -11,6 +11,7 @@ import (
 )
 
 func main() {
+	runHogIfAsked() // a `bench --hog` child spins here until its bench ends
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, initModels)
 	stop()
