@@ -463,9 +463,12 @@ func (c *cli) benchCmd() *cobra.Command {
 					return err
 				}
 				defer func() {
-					if cpu, err := stop(); err == nil {
-						c.log.Debug().Dur("hog_cpu", cpu).Int("hogs", hogs).Msg("hogs stopped")
+					cpu, err := stop()
+					if err != nil {
+						c.log.Warn().Err(err).Int("hogs", hogs).Msg("hogs stopped with an error")
+						return
 					}
+					c.log.Debug().Dur("hog_cpu", cpu).Int("hogs", hogs).Msg("hogs stopped")
 				}()
 			}
 			bench, err := verify.Bench(ctx, m, o)
