@@ -253,11 +253,7 @@ func (s *DraftSession) draftRows(ctx context.Context, anchor ports.Token, newCtx
 				default:
 					// MLX's CPU device: reading the rows back and ranking them on the host is the faster path there
 					// (docs/mlx.md#tree-verification).
-					first := make([]ports.Token, len(toks))
-					for i, t := range toks {
-						first[i] = ports.Token(t)
-					}
-					top, topErr = model.TopCandidates(be.Host(lg), d.t.info.VocabSize, first, topK)
+					top, topErr = model.TopCandidates(be.Host(lg), d.t.info.VocabSize, toks, topK)
 				}
 			}
 		}

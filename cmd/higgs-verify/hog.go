@@ -23,16 +23,9 @@ func runHogIfAsked() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		os.Exit(0)
 	}()
-	for n := uint64(0); ; n++ {
-		// Busy work the compiler keeps: a load on the core like a shell's `while :; do :; done`.
-		if n == 0 {
-			hogSink++
-		}
+	for { // a load on the core like a shell's `while :; do :; done`
 	}
 }
-
-// hogSink keeps the spin loop's body observable.
-var hogSink int
 
 // startHogs starts n hog processes (this executable under hogEnv), each spinning one core as another
 // program sharing the machine would: separate processes, so the operating system's scheduler, not Go's,

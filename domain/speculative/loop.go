@@ -504,10 +504,7 @@ func (g *generation) draftBlock(ctx context.Context, anchor ports.Token, bs int,
 	}
 	g.pending = g.pending[:0]
 	dt := g.d.clock.Now().Sub(t0)
-	want := top.SlotsOf(bs)
-	if top.K <= 0 {
-		want = bs - 1
-	}
+	want := top.SlotsOf(bs) // bs−1 for a plain draft (Slots 0)
 	if len(prop.Tokens) != want {
 		return ports.Proposal{}, 0, fmt.Errorf("drafter proposed %d tokens for a block of %d, want %d", len(prop.Tokens), bs, want)
 	}

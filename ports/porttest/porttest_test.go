@@ -28,22 +28,31 @@ func readFakeTaps(t ports.Taps) ([][]float32, error) {
 	return out, nil
 }
 
-func TestPortfakeSessions(t *testing.T) {
-	variants := map[string]portfake.Config{
-		"hybrid-tape":     {Tape: true, ContextLength: 64},
-		"hybrid-snapshot": {ContextLength: 64},
-		"attention-only":  {Layers: []ports.LayerKind{ports.LayerAttention}, ContextLength: 64},
-		"recurrent-only":  {Layers: []ports.LayerKind{ports.LayerRecurrent}, Tape: true, ContextLength: 64},
+// fakeLayerMixes are portfake's layer mixes the session and tree suites run on, at a context length.
+func fakeLayerMixes(contextLength int) map[string]portfake.Config {
+	return map[string]portfake.Config{
+		"hybrid-tape":     {Tape: true, ContextLength: contextLength},
+		"hybrid-snapshot": {ContextLength: contextLength},
+		"attention-only":  {Layers: []ports.LayerKind{ports.LayerAttention}, ContextLength: contextLength},
+		"recurrent-only":  {Layers: []ports.LayerKind{ports.LayerRecurrent}, Tape: true, ContextLength: contextLength},
 	}
-	for name, cfg := range variants {
+}
+
+// fakeOpen is a suite's Open over m's sessions.
+func fakeOpen(m *portfake.Model) func(*testing.T, []int) ports.Session {
+	return func(t *testing.T, taps []int) ports.Session {
+		s, err := m.NewSession(t.Context(), taps)
+		require.NoError(t, err)
+		return s
+	}
+}
+
+func TestPortfakeSessions(t *testing.T) {
+	for name, cfg := range fakeLayerMixes(64) {
 		t.Run(name, func(t *testing.T) {
 			m := portfake.MustNew(cfg)
 			porttest.SessionSuite{
-				Open: func(t *testing.T, taps []int) ports.Session {
-					s, err := m.NewSession(t.Context(), taps)
-					require.NoError(t, err)
-					return s
-				},
+				Open:          fakeOpen(m),
 				Vocab:         m.Info().VocabSize,
 				TapLayers:     []int{0},
 				ReadTaps:      readFakeTaps,
@@ -164,21 +173,11 @@ func TestPortfakeEmbed(t *testing.T) {
 }
 
 func TestPortfakeTree(t *testing.T) {
-	variants := map[string]portfake.Config{
-		"hybrid-tape":    {Tape: true, ContextLength: 40},
-		"hybrid":         {ContextLength: 40},
-		"attention-only": {Layers: []ports.LayerKind{ports.LayerAttention}, ContextLength: 40},
-		"recurrent-only": {Layers: []ports.LayerKind{ports.LayerRecurrent}, Tape: true, ContextLength: 40},
-	}
-	for name, cfg := range variants {
+	for name, cfg := range fakeLayerMixes(40) {
 		t.Run(name, func(t *testing.T) {
 			m := portfake.MustNew(cfg)
 			porttest.TreeSuite{
-				Open: func(t *testing.T, taps []int) ports.Session {
-					s, err := m.NewSession(t.Context(), taps)
-					require.NoError(t, err)
-					return s
-				},
+				Open:          fakeOpen(m),
 				Vocab:         m.Info().VocabSize,
 				TapLayers:     []int{0},
 				ReadTaps:      readFakeTaps,

@@ -81,25 +81,22 @@ func SoftmaxFast(x []float32) {
 			m = max(m, v)
 		}
 	}
+	j := 0
 	if useAVX512 && len(x) >= 16 {
 		// The subtraction and the exp in one pass, 16 lanes at a time: each element's operations are the ones
 		// below (the same bits), a quarter of the time on a row of a few hundred scores.
-		j := len(x) &^ 15
+		j = len(x) &^ 15
 		expSubFastAVX512(&x[0], &x[0], j, m)
-		for ; j < len(x); j++ {
-			x[j] = fastExpNeg(-(x[j] - m))
+	} else {
+		vek32.SubNumber_Inplace(x, m)
+		m = 0 // subtracted already: x − 0 is x, bit for bit, in the tail below
+		if useAVX2 && len(x) >= 8 {
+			j = len(x) &^ 7
+			expFastAVX2(&x[0], &x[0], j)
 		}
-		vek32.MulNumber_Inplace(x, 1/vek32.Sum(x))
-		return
-	}
-	vek32.SubNumber_Inplace(x, m)
-	j := 0
-	if useAVX2 && len(x) >= 8 {
-		j = len(x) &^ 7
-		expFastAVX2(&x[0], &x[0], j)
 	}
 	for ; j < len(x); j++ {
-		x[j] = fastExpNeg(-x[j])
+		x[j] = fastExpNeg(-(x[j] - m))
 	}
 	vek32.MulNumber_Inplace(x, 1/vek32.Sum(x))
 }
