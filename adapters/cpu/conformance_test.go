@@ -24,13 +24,7 @@ func TestPortConformance(t *testing.T) {
 			f.Context = 40
 			tg := loadFixture(t, f, 2)
 			porttest.SessionSuite{
-				Open: func(t *testing.T, taps []int) ports.Session {
-					s, err := tg.NewSession(t.Context(), taps)
-					if err != nil {
-						t.Fatal(err)
-					}
-					return s
-				},
+				Open:      porttest.Sessions(tg),
 				Vocab:     testmodel.Vocab,
 				TapLayers: []int{f.Layers - 1, 0},
 				ReadTaps: func(tp ports.Taps) ([][]float32, error) {

@@ -51,11 +51,7 @@ func TestTreeConformance(t *testing.T) {
 					require.NoError(t, err)
 					t.Cleanup(func() { _ = tg.Close() })
 					porttest.TreeSuite{
-						Open: func(t *testing.T, taps []int) ports.Session {
-							s, err := tg.NewSession(t.Context(), taps)
-							require.NoError(t, err)
-							return s
-						},
+						Open:          porttest.Sessions(tg),
 						Vocab:         testmodel.Vocab,
 						TapLayers:     []int{f.Layers - 1, 0},
 						ReadTaps:      readCPUTaps,

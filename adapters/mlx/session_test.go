@@ -51,11 +51,7 @@ func TestPortConformance(t *testing.T) {
 			f.spec.Context = 40
 			tg := loadFixture(t, f)
 			porttest.SessionSuite{
-				Open: func(t *testing.T, taps []int) ports.Session {
-					s, err := tg.NewSession(t.Context(), taps)
-					require.NoError(t, err)
-					return s
-				},
+				Open:          porttest.Sessions(tg),
 				Vocab:         f.spec.Vocab,
 				TapLayers:     []int{f.spec.Layers - 1, 0},
 				ReadTaps:      readTaps,

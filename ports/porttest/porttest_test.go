@@ -38,21 +38,12 @@ func fakeLayerMixes(contextLength int) map[string]portfake.Config {
 	}
 }
 
-// fakeOpen is a suite's Open over m's sessions.
-func fakeOpen(m *portfake.Model) func(*testing.T, []int) ports.Session {
-	return func(t *testing.T, taps []int) ports.Session {
-		s, err := m.NewSession(t.Context(), taps)
-		require.NoError(t, err)
-		return s
-	}
-}
-
 func TestPortfakeSessions(t *testing.T) {
 	for name, cfg := range fakeLayerMixes(64) {
 		t.Run(name, func(t *testing.T) {
 			m := portfake.MustNew(cfg)
 			porttest.SessionSuite{
-				Open:          fakeOpen(m),
+				Open:          porttest.Sessions(m),
 				Vocab:         m.Info().VocabSize,
 				TapLayers:     []int{0},
 				ReadTaps:      readFakeTaps,
@@ -177,7 +168,7 @@ func TestPortfakeTree(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			m := portfake.MustNew(cfg)
 			porttest.TreeSuite{
-				Open:          fakeOpen(m),
+				Open:          porttest.Sessions(m),
 				Vocab:         m.Info().VocabSize,
 				TapLayers:     []int{0},
 				ReadTaps:      readFakeTaps,

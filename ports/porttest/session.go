@@ -381,3 +381,14 @@ func (s SessionSuite) testBadInput(t *testing.T) {
 		assert.ErrorIs(t, err, ports.ErrContextFull)
 	}
 }
+
+// Sessions is the Open of a suite over target's sessions: each a new empty session tapping the layers asked
+// for, the test failed on an error.
+func Sessions(target ports.Target) func(t *testing.T, tapLayers []int) ports.Session {
+	return func(t *testing.T, tapLayers []int) ports.Session {
+		t.Helper()
+		s, err := target.NewSession(t.Context(), tapLayers)
+		require.NoError(t, err)
+		return s
+	}
+}
