@@ -113,3 +113,57 @@ func BenchmarkGocoder(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGocoderPrefill times a prefill of HIGGS_BENCH_CONTEXT tokens (480 by default) on the bundled gocoder
+// with the fast kernels on 2 workers; on a CPU with AMX, with its tile kernels and without them alternately in
+// every iteration (the same bits either way), reporting each one's median in tokens per second.
+//
+//	go test -run '^$' -bench GocoderPrefill -benchtime 10x ./adapters/cpu
+func BenchmarkGocoderPrefill(b *testing.B) {
+	root := filepath.Join("..", "..", "models", "gocoder")
+	if _, err := os.Stat(filepath.Join(root, "target", "model.safetensors")); err != nil {
+		b.Skipf("the bundled gocoder model is not here: %v", err)
+	}
+	ctx := b.Context()
+	target, err := Load(ctx, filepath.Join(root, "target"), LoadOptions{Threads: 2, Kernels: kernel.ModeFast})
+	require.NoError(b, err)
+	defer target.Close()
+	n := 480
+	if v, err := strconv.Atoi(os.Getenv("HIGGS_BENCH_CONTEXT")); err == nil && v > 0 {
+		n = v
+	}
+	toks := make([]ports.Token, n)
+	for i := range toks {
+		toks[i] = ports.Token(100 + i*37%3000)
+	}
+	paths := []bool{false}
+	if kernel.AMX() {
+		paths = []bool{true, false}
+		defer kernel.SetAMX(true)
+	}
+	rates := make([][]float64, len(paths))
+	for b.Loop() {
+		for i, amx := range paths {
+			kernel.SetAMX(amx)
+			ps, err := target.NewSession(ctx, nil)
+			require.NoError(b, err)
+			t0 := time.Now()
+			_, err = ps.Forward(ctx, toks, ports.ForwardOptions{Rows: 1})
+			d := time.Since(t0)
+			require.NoError(b, err)
+			require.NoError(b, ps.Close())
+			rates[i] = append(rates[i], float64(n)/d.Seconds())
+		}
+	}
+	for i, amx := range paths {
+		slices.Sort(rates[i])
+		name := "tok/s"
+		switch {
+		case amx:
+			name = "amx-tok/s"
+		case len(paths) > 1:
+			name = "noamx-tok/s"
+		}
+		b.ReportMetric(rates[i][len(rates[i])/2], name)
+	}
+}

@@ -39,12 +39,15 @@ func (m Mode) String() string {
 	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
-// FastForm names the arithmetic ModeFast runs on this CPU: "avx512vnni" (the panel form where a layer fits it,
+// FastForm names the arithmetic ModeFast runs on this CPU: "avx512vnni+amx" (as "avx512vnni", with the
+// panel form's prefill-sized products on AMX tiles: amx.go, the same bits), "avx512vnni" (the panel form where a layer fits it,
 // the lane form's VNNI kernels elsewhere), "avx2" (the lane form's AVX2 kernels) or "portable" (the lane
 // form in Go, several times slower than the exact mode's assembly). "avx2" and "portable" give the same bits;
 // "avx512vnni" can differ from them by rounding (see ModeFast).
 func FastForm() string {
 	switch {
+	case useVNNI && useAMX:
+		return "avx512vnni+amx"
 	case useVNNI:
 		return "avx512vnni"
 	case useFastAVX2:
@@ -312,7 +315,7 @@ func (l *Linear) quantizeFast(x []float32, rows int, blocks []quantRowBlock) (*[
 	l.Pool.For(len(blocks), 1, func(lo, hi int) {
 		for _, b := range blocks[lo:hi] {
 			for i := range b.n {
-				l.quantizeFastRow(*bp, *xsp, x, b, i)
+				l.quantizeFastRow(*bp, *xsp, x, b, i, false)
 			}
 		}
 	})
@@ -327,8 +330,9 @@ func (l *Linear) fastInputs(rows int) (*[]byte, *[]float32) {
 }
 
 // quantizeFastRow packs input row b.r+i, row i of block b, into xp and its group sums into xs (quantizeFast's
-// layout).
-func (l *Linear) quantizeFastRow(xp []byte, xs, x []float32, b quantRowBlock, i int) {
+// layout); with pair, one step per 64 inputs (quantizeFastBlocksGo: the panel form's inputs where the group
+// is a multiple of 64).
+func (l *Linear) quantizeFastRow(xp []byte, xs, x []float32, b quantRowBlock, i int, pair bool) {
 	in, gs := l.In, l.q.Group
 	ng := in / gs
 	nibble := l.q.Bits == 4
@@ -345,6 +349,14 @@ func (l *Linear) quantizeFastRow(xp []byte, xs, x []float32, b quantRowBlock, i 
 	xsr := xs[r*ngp : (r+1)*ngp]
 	clear(xsr[ng:])
 	switch {
+	case useVNNI && pair:
+		k := quantizeFastPairQ8AVX512
+		if nibble {
+			k = quantizeFastPairQ4AVX512
+		}
+		k(&row[0], stride, &xsr[0], &x[r*in], ng, gs)
+	case pair:
+		quantizeFastBlocksGo(row, stride, xsr, x[r*in:(r+1)*in], gs, nibble, true)
 	case useVNNI:
 		k := quantizeFastQ8AVX512
 		if nibble {

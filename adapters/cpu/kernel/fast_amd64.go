@@ -68,6 +68,15 @@ func quantizeFastQ4AVX512(dst *byte, stride int, xs, x *float32, groups, gs int)
 //go:noescape
 func quantizeFastQ8AVX512(dst *byte, stride int, xs, x *float32, groups, gs int)
 
+// quantizeFastPairQ4AVX512 and quantizeFastPairQ8AVX512 are quantizeFastBlocksGo with pair (one step per 64
+// inputs); gs a multiple of 64.
+
+//go:noescape
+func quantizeFastPairQ4AVX512(dst *byte, stride int, xs, x *float32, groups, gs int)
+
+//go:noescape
+func quantizeFastPairQ8AVX512(dst *byte, stride int, xs, x *float32, groups, gs int)
+
 // fastKernels holds the kernels by form (nibble, byte), R (1, 2, 4, 8) and W - 1.
 var fastKernels = [2][4][2]func(a *fastArgs){
 	{

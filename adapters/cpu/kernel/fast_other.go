@@ -10,6 +10,12 @@ var fastKernels [2][4][2]func(a *fastArgs)
 
 func quantizeFastQ4AVX512(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
 func quantizeFastQ8AVX512(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
+func quantizeFastPairQ4AVX512(dst *byte, stride int, xs, x *float32, groups, gs int) {
+	noAVX2()
+}
+func quantizeFastPairQ8AVX512(dst *byte, stride int, xs, x *float32, groups, gs int) {
+	noAVX2()
+}
 
 // useFastAVX2 is always false here.
 var useFastAVX2 = false
@@ -25,4 +31,7 @@ func quantizeFastQ4AVX2(dst *byte, stride int, xs, x *float32, groups, gs int) {
 func quantizeFastQ8AVX2(dst *byte, stride int, xs, x *float32, groups, gs int) { noAVX2() }
 
 // panelKernels is never called without VNNI (usePanelAsm is false).
-var panelKernels [2][5]func(a *panelArgs)
+var (
+	panelKernels     [2][5]func(a *panelArgs)
+	panelPairKernels [2][4]func(a *panelArgs)
+)

@@ -307,14 +307,17 @@ func TestQuantizeFastMatchesGo(t *testing.T) {
 	for _, path := range paths {
 		for _, nibble := range []bool{true, false} {
 			for _, gs := range []int{32, 64, 128} {
-				quantizeFastCase(t, x, in, path, nibble, gs)
+				quantizeFastCase(t, x, in, path, nibble, gs, false)
+				if path == fastVNNI && gs >= 64 {
+					quantizeFastCase(t, x, in, path, nibble, gs, true) // the panel form's 64-input steps
+				}
 			}
 		}
 	}
 }
 
 // quantizeFastCase is one case of TestQuantizeFastMatchesGo: the middle row of three interleaved records.
-func quantizeFastCase(t *testing.T, x []float32, in int, path string, nibble bool, gs int) {
+func quantizeFastCase(t *testing.T, x []float32, in int, path string, nibble bool, gs int, pair bool) {
 	n := in / gs * gs
 	ng := n / gs
 	nch := (n + fastChunk - 1) / fastChunk
@@ -335,9 +338,15 @@ func quantizeFastCase(t *testing.T, x []float32, in int, path string, nibble boo
 	case path == fastAVX2:
 		k = quantizeFastQ8AVX2
 	}
+	if pair {
+		k = quantizeFastPairQ8AVX512
+		if nibble {
+			k = quantizeFastPairQ4AVX512
+		}
+	}
 	k(&b1[off], stride, &s1[0], &x[0], ng, gs)
-	quantizeFastGo(b2[off:], stride, s2, x[:n], gs, nibble)
-	require.Equal(t, b2, b1, "%s nibble %v g%d records", path, nibble, gs)
+	quantizeFastBlocksGo(b2[off:], stride, s2, x[:n], gs, nibble, pair)
+	require.Equal(t, b2, b1, "%s nibble %v g%d pair %v records", path, nibble, gs, pair)
 	for g := range ng {
 		assert.Equal(t, math.Float32bits(s2[g]), math.Float32bits(s1[g]), "%s nibble %v g%d group %d sum", path, nibble, gs, g)
 	}
@@ -377,6 +386,16 @@ func TestQuantizeFastLayout(t *testing.T) {
 		assert.Equal(t, float32(0), step(rec, 8+i), "byte lane %d: block 1", 8+i)
 	}
 	assert.Equal(t, []int8{-2, -1, 2, -4}, []int8{int8(rec[0]), int8(rec[1]), int8(rec[2]), int8(rec[3])})
+	// The panel form's pairs: one step over all 64 inputs, held by both blocks; block 1's second half 254 makes
+	// the step 2, so block 0's codes halve (ties to even).
+	x[40] = 254
+	rec = make([]byte, fastRec(false))
+	quantizeFastBlocksGo(rec, len(rec), xs, x, 64, false, true)
+	for i := range 16 {
+		assert.Equal(t, float32(2), step(rec, i), "pair lane %d: the pair's step", i)
+	}
+	assert.Equal(t, []int8{-1, 0, 1, -2}, []int8{int8(rec[0]), int8(rec[1]), int8(rec[2]), int8(rec[3])})
+	assert.Equal(t, int8(127), int8(rec[40]))
 }
 
 // The kernels read fastArgs by offset (gen_fast.py's table A): every field is 8 bytes, in declaration order.

@@ -20,8 +20,13 @@ func BenchmarkFastRows(b *testing.B) {
 			q, _ := quantFixture(r, out, in, bits, 64)
 			l, _ := NewQuant(out, in, q)
 			// "fast" is the fast mode as this CPU runs it; "lanes" the fast mode with the panel form off (on a
-			// CPU without AVX512-VNNI the two are the same kernels).
-			for _, variant := range []string{"exact", "fast", "lanes"} {
+			// CPU without AVX512-VNNI the two are the same kernels); "vnni" the panel form without AMX tiles, on a
+			// CPU with them.
+			variants := []string{"exact", "fast", "lanes"}
+			if hasAMX {
+				variants = append(variants, "vnni")
+			}
+			for _, variant := range variants {
 				mode := ModeFast
 				if variant == "exact" {
 					mode = ModeExact
@@ -31,9 +36,9 @@ func BenchmarkFastRows(b *testing.B) {
 					x := randVec(r, rows*in, 1)
 					dst := make([]float32, rows*out)
 					b.Run(fmt.Sprintf("q%d/%s/%dx%d/rows=%d", bits, variant, out, in, rows), func(b *testing.B) {
-						p := usePanels
-						usePanels = p && variant != "lanes"
-						defer func() { usePanels = p }()
+						p, u := usePanels, useAMX
+						usePanels, useAMX = p && variant != "lanes", u && variant != "vnni"
+						defer func() { usePanels, useAMX = p, u }()
 						for b.Loop() {
 							l.Forward(dst, x, rows)
 						}
@@ -61,18 +66,23 @@ func BenchmarkGocoderShapes(b *testing.B) {
 		for _, rows := range []int{1, 2, 4, 8, 16} {
 			x := randVec(r, rows*sh.in, 1)
 			dst := make([]float32, rows*sh.out)
-			b.Run(fmt.Sprintf("q%d/%dx%d/rows=%d", sh.bits, sh.out, sh.in, rows), func(b *testing.B) {
-				// One worker runs on this goroutine: pinned, the thread's CPU clock times the products alone.
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				c0 := threadCPU()
-				for b.Loop() {
-					l.Forward(dst, x, rows)
-				}
-				macs := float64(sh.out*sh.in*rows) * float64(b.N)
-				b.ReportMetric(macs/b.Elapsed().Seconds()/1e9, "GMAC/s")
-				b.ReportMetric(macs/(threadCPU()-c0).Seconds()/1e9, "cpu-GMAC/s")
-			})
+			for _, path := range asmPanelPaths() {
+				b.Run(fmt.Sprintf("q%d/%dx%d/rows=%d/%v", sh.bits, sh.out, sh.in, rows, path), func(b *testing.B) {
+					u, n := useAMX, amxTileRows
+					useAMX, amxTileRows = path == panelAMX, amxMinRows // the tiles on every block of 16
+					defer func() { useAMX, amxTileRows = u, n }()
+					// One worker runs on this goroutine: pinned, the thread's CPU clock times the products alone.
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					c0 := threadCPU()
+					for b.Loop() {
+						l.Forward(dst, x, rows)
+					}
+					macs := float64(sh.out*sh.in*rows) * float64(b.N)
+					b.ReportMetric(macs/b.Elapsed().Seconds()/1e9, "GMAC/s")
+					b.ReportMetric(macs/(threadCPU()-c0).Seconds()/1e9, "cpu-GMAC/s")
+				})
+			}
 		}
 	}
 }

@@ -27,6 +27,13 @@ const tinyQ8 = 0x0d800000
 // at rec[c·stride:], and the group sums at xs[:len(x)/gs]. Only the inputs' own bytes are written (a partial
 // last chunk's unused bytes are left as they are).
 func quantizeFastGo(rec []byte, stride int, xs, x []float32, gs int, nibble bool) {
+	quantizeFastBlocksGo(rec, stride, xs, x, gs, nibble, false)
+}
+
+// quantizeFastBlocksGo is quantizeFastGo, with pair: each pair of blocks (64 inputs, gs a multiple of 64) takes
+// one step from the pair's max|x|, which both blocks' codes use and both hold (the panel form's 64-input
+// blocks, panel.go).
+func quantizeFastBlocksGo(rec []byte, stride int, xs, x []float32, gs int, nibble, pair bool) {
 	const magic = 1 << 23 * 1.5 // adding and subtracting it rounds |v| < 2²² to an integer, ties to even
 	for g := range len(x) / gs {
 		xg := x[g*gs : (g+1)*gs]
@@ -47,8 +54,12 @@ func quantizeFastGo(rec []byte, stride int, xs, x []float32, gs int, nibble bool
 		xb := x[32*b : 32*b+32]
 		r := rec[(b/4)*stride:]
 		bb := b % 4
+		xm := xb // the inputs the step is taken over
+		if pair {
+			xm = x[64*(b/2) : 64*(b/2)+64]
+		}
 		var amax uint32 // max |x| as bits: for non-negative floats the bit order is the value order
-		for _, v := range xb {
+		for _, v := range xm {
 			amax = max(amax, math.Float32bits(v)&0x7fffffff)
 		}
 		var dg, inv float32

@@ -236,11 +236,12 @@ def kernel(name, nibble, R, W):
     e()
 
 
-def quantizer(name, nibble):
+def quantizer(name, nibble, pair=False):
     # quantizeFastGo's operations for one row: the group sums (16 lanes from +0 in order, halved to 4, then
     # (q0+q1)+(q2+q3)), then per block of 32 inputs amax (as bits), d = amax/127, inv = 1/d, xq = RNE(x·inv)
     # (VCVTPS2DQ under the default rounding) placed per the form, and d once per lane. Blocks with
-    # amax < 2^-100 get zero codes and d = 0; with amax ≥ +Inf, zero codes and d = NaN.
+    # amax < 2^-100 get zero codes and d = 0; with amax ≥ +Inf, zero codes and d = NaN. With pair, amax and d
+    # are per pair of blocks (64 inputs; gs a multiple of 64), each block's codes and steps placed as before.
     RB = rec_bytes(nibble)
     e(f"// func {name}(dst *byte, stride int, xs, x *float32, groups, gs int)")
     e(f"TEXT ·{name}(SB), NOSPLIT, $0-48")
@@ -294,6 +295,13 @@ def quantizer(name, nibble):
     e("\tVPANDD Z31, Z21, Z16")
     e("\tVPANDD Z31, Z22, Z19")
     e("\tVPMAXUD Z19, Z16, Z16")
+    if pair:
+        e("\tVMOVUPS 128(SI)(CX*4), Z24")
+        e("\tVMOVUPS 192(SI)(CX*4), Z25")
+        e("\tVPANDD Z31, Z24, Z19")
+        e("\tVPMAXUD Z19, Z16, Z16")
+        e("\tVPANDD Z31, Z25, Z19")
+        e("\tVPMAXUD Z19, Z16, Z16")
     e("\tVEXTRACTI64X4 $1, Z16, Y18")
     e("\tVPMAXUD Y18, Y16, Y16")
     e("\tVEXTRACTI32X4 $1, Y16, X18")
@@ -309,33 +317,35 @@ def quantizer(name, nibble):
     e(f"\tJAE {name}_nan")
     e("\tVDIVSS X30, X16, X1")  # d = amax / 127
     e("\tVBROADCASTSS X1, Z3")
-    if nibble:
-        e("\tVMOVUPS X3, (R8)(DI*1)")
-    else:
-        e("\tVMOVUPS Y3, (R8)(DI*1)")
     e("\tVDIVSS X1, X29, X2")  # inv = 1 / d
     e("\tVBROADCASTSS X2, Z20")
-    e("\tVMULPS Z21, Z20, Z21")
-    e("\tVMULPS Z22, Z20, Z22")
-    e("\tVCVTPS2DQ Z21, Z21")
-    e("\tVCVTPS2DQ Z22, Z22")
-    if nibble:
-        e("\tVMOVDQA32 Z21, Z23")
-        e("\tVPERMT2D Z22, Z28, Z23")  # even lanes of Z21:Z22
-        e("\tVPERMT2D Z22, Z27, Z21")  # odd lanes
-        e("\tVPMOVDB Z23, (R8)(BX*1)")
-        e("\tVPMOVDB Z21, 64(R8)(BX*1)")
-    else:
-        e("\tVPMOVDB Z21, (R8)(BX*1)")
-        e("\tVPMOVDB Z22, 16(R8)(BX*1)")
+    for h, (lo, hi) in enumerate([(21, 22), (24, 25)] if pair else [(21, 22)]):
+        cb = db = 16 * h if nibble else 32 * h  # the block's codes' and steps' offsets from the pair's
+        if nibble:
+            e(f"\tVMOVUPS X3, {db}(R8)(DI*1)")
+        else:
+            e(f"\tVMOVUPS Y3, {db}(R8)(DI*1)")
+        e(f"\tVMULPS Z{lo}, Z20, Z{lo}")
+        e(f"\tVMULPS Z{hi}, Z20, Z{hi}")
+        e(f"\tVCVTPS2DQ Z{lo}, Z{lo}")
+        e(f"\tVCVTPS2DQ Z{hi}, Z{hi}")
+        if nibble:
+            e(f"\tVMOVDQA32 Z{lo}, Z23")
+            e(f"\tVPERMT2D Z{hi}, Z28, Z23")  # even lanes of lo:hi
+            e(f"\tVPERMT2D Z{hi}, Z27, Z{lo}")  # odd lanes
+            e(f"\tVPMOVDB Z23, {cb}(R8)(BX*1)")
+            e(f"\tVPMOVDB Z{lo}, {64 + 16 * h}(R8)(BX*1)")
+        else:
+            e(f"\tVPMOVDB Z{lo}, {cb}(R8)(BX*1)")
+            e(f"\tVPMOVDB Z{hi}, {32 * h + 16}(R8)(BX*1)")
     e(f"{name}_nextblock:")
-    e("\tINCQ DX")
+    e(f"\tADDQ ${2 if pair else 1}, DX")
     e("\tCMPQ DX, $4")
     e(f"\tJLT {name}_samechunk")
     e("\tXORQ DX, DX")
     e("\tADDQ R13, R8")
     e(f"{name}_samechunk:")
-    e("\tADDQ $32, CX")
+    e(f"\tADDQ ${64 if pair else 32}, CX")
     e("\tCMPQ CX, R11")
     e(f"\tJLT {name}_block")
     e("\tLEAQ (SI)(R11*4), SI")
@@ -351,14 +361,15 @@ def quantizer(name, nibble):
     e("\tVMOVD AX, X3")
     e("\tVPBROADCASTD X3, Y3")
     e("\tVPXOR X4, X4, X4")
-    if nibble:
-        e("\tVMOVUPS X3, (R8)(DI*1)")
-        e("\tVMOVDQU X4, (R8)(BX*1)")
-        e("\tVMOVDQU X4, 64(R8)(BX*1)")
-    else:
-        e("\tVMOVUPS Y3, (R8)(DI*1)")
-        e("\tVMOVDQU X4, (R8)(BX*1)")
-        e("\tVMOVDQU X4, 16(R8)(BX*1)")
+    for h in range(2 if pair else 1):
+        if nibble:
+            e(f"\tVMOVUPS X3, {16 * h}(R8)(DI*1)")
+            e(f"\tVMOVDQU X4, {16 * h}(R8)(BX*1)")
+            e(f"\tVMOVDQU X4, {64 + 16 * h}(R8)(BX*1)")
+        else:
+            e(f"\tVMOVUPS Y3, {32 * h}(R8)(DI*1)")
+            e(f"\tVMOVDQU X4, {32 * h}(R8)(BX*1)")
+            e(f"\tVMOVDQU X4, {32 * h + 16}(R8)(BX*1)")
     e(f"\tJMP {name}_nextblock")
     e(f"{name}_done:")
     e("\tVZEROUPPER")
@@ -387,4 +398,6 @@ for nibble in (True, False):
             kernel(f"fast{form}R{R}W{W}AVX512", nibble, R, W)
 quantizer("quantizeFastQ4AVX512", True)
 quantizer("quantizeFastQ8AVX512", False)
+quantizer("quantizeFastPairQ4AVX512", True, True)
+quantizer("quantizeFastPairQ8AVX512", False, True)
 open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "fast_amd64.s"), "w").write("\n".join(out) + "\n")

@@ -22,13 +22,16 @@ import (
 // (embedding lookups) and for the exact mode. So the fast mode on such a CPU holds its 4- and 8-bit weights
 // twice: once as heap memory, once in the (file-backed, reclaimable) mmap of the checkpoint.
 //
-// Arithmetic (panelRunGo, operation for operation): the inputs are quantized exactly as in the lane form
-// (fast.go: per block of 32 inputs a step d and int8 codes, per group the sum xs). An element
-// y = Σ_j w_j·x_j with w_j = s_g·q_j + b_g is one float accumulator from +0: per group g in order,
-// acc += b_g·xs_g (product rounded, then the add), then per block k of the group in order, with isum the exact
-// integer dot product of its 32 codes and input codes, acc += (float(isum)·d_k)·s_g (each product rounded, then
-// the add). A row's result does not depend on the rows beside it or on the worker count, so verify and decode
-// agree; it differs from the lane form's by rounding.
+// Arithmetic (panelRunGo, operation for operation): the inputs are quantized as in the lane form (fast.go: per
+// block of 32 inputs a step d and int8 codes, per group the sum xs), except that where the group is a multiple
+// of 64 the step is taken per 64 inputs (a pair of blocks: quantizeFastBlocksGo with pair) and the pair is
+// one block of the arithmetic below: a 64-input block needs half the conversions per weight, and it is the
+// depth of one AMX tile product (amx.go). An element y = Σ_j w_j·x_j with w_j = s_g·q_j + b_g is one float
+// accumulator from +0: per group g in order, acc += b_g·xs_g (product rounded, then the add), then per block k
+// of the group in order, with isum the exact integer dot product of its 32 or 64 codes and input codes,
+// acc += (float(isum)·d_k)·s_g (each product rounded, then the add). A row's result does not depend on the rows
+// beside it, on the worker count or on the kernels (VNNI or AMX), so verify and decode agree; it differs from
+// the lane form's by rounding (and, with 64-input steps, by the inputs' quantization).
 
 // panelRows is the number of weight rows in one panel.
 const panelRows = 16
@@ -106,10 +109,21 @@ type panelArgs struct {
 	bpg     int            // blocks of 32 inputs per group
 	dst     unsafe.Pointer // the first panel's output for input row 0
 	ldd     int            // bytes from one input row's outputs to the next
+	// The tile kernels' (amx.go):
+	cfg      unsafe.Pointer // tile configuration
+	xa       unsafe.Pointer // the block's first row's input codes as tile rows (amxInputs)
+	xastride int            // bytes from one row's to the next (64: amxInputs)
+	wbuf     unsafe.Pointer // 4-bit: a ring of 8 KiB for unpacked codes
 }
 
-// panelBlocks splits rows into the panel kernels' blocks: 16 at a time, then 8, 4, 2 and 1.
-func panelBlocks(rows int) []quantRowBlock { return pow2Blocks(rows, 16) }
+// panelBlocks splits rows into the panel kernels' blocks: 16 at a time (8 with small, for the VNNI kernels of
+// 64-input blocks, which hold two blocks' codes in registers), then 8, 4, 2 and 1.
+func panelBlocks(rows int, small bool) []quantRowBlock {
+	if small {
+		return pow2Blocks(rows, 8)
+	}
+	return pow2Blocks(rows, 16)
+}
 
 // panelChunkBytes bounds the codes of the panels one worker runs every block of input rows over before moving
 // on (they stay in L2 while the blocks pass).
@@ -168,7 +182,12 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 	rec := fastRec(nibble)
 	nch := (in + fastChunk - 1) / fastChunk
 	ngp := (ng + 15) &^ 15
-	blocks := panelBlocks(rows)
+	pair := gs%64 == 0 // 64-input blocks
+	// The tile kernels run blocks of amxMinRows rows in products of amxTileRows or more: they take their input
+	// codes as tile rows (xa),
+	// and 4-bit ones unpack the panels' codes into a worker's ring of amxRing bytes.
+	tiles := useAMX && usePanelAsm && amxGroup(gs) >= 0 && rows >= amxTileRows
+	blocks := panelBlocks(rows, pair && !tiles)
 	bp, xsp := l.fastInputs(rows)
 	defer bytesPool.Put(bp)
 	defer scratchPool.Put(xsp)
@@ -177,13 +196,22 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 	xtp := getScratch(rows * ng)
 	defer scratchPool.Put(xtp)
 	xst := *xtp
+	var xa []byte
+	if tiles {
+		xap := getBytes(rows * in)
+		defer bytesPool.Put(xap)
+		xa = *xap
+	}
 	// quantize packs input rows [lo, hi) and writes their group sums into xst: the first loop of the product's
 	// one pool call, so the rows are quantized on every worker and no serial step sits between the calls.
 	quantize := func(lo, hi int) {
 		for _, b := range blocks {
 			for r := max(lo, b.r); r < min(hi, b.r+b.n); r++ {
 				i := r - b.r
-				l.quantizeFastRow(xp, xs, x, b, i)
+				l.quantizeFastRow(xp, xs, x, b, i, pair)
+				if tiles && b.n >= amxMinRows {
+					amxInputs(xa[b.r*in:(b.r+b.n)*in], xp[b.r*nch*rec+i*rec:], b.n*rec, in/32, nibble, b.n, i)
+				}
 				t := xst[b.r*ng : (b.r+b.n)*ng]
 				for g, v := range xs[r*ngp : r*ngp+ng] {
 					t[g*b.n+i] = v
@@ -212,6 +240,10 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 		step = total // one pass: nothing to keep in cache
 	}
 	grain := max(1, 2048/(in*rows))
+	if tiles {
+		// A tile kernel's call fills and drains its pipeline and loads its configuration: few, long calls.
+		grain = max(grain, (total+3)/4)
+	}
 	// A row's quantization is a few hundred nanoseconds: give a worker at least two rows' worth of inputs.
 	qgrain := max(1, 2048/in)
 	if total == 1 {
@@ -220,6 +252,11 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 	}
 	l.Pool.ForThen(rows, qgrain, quantize, total, grain, func(lo, hi int) {
 		var a panelArgs // one per worker: the call through the kernel table moves it to the heap
+		var wb *[]byte
+		if tiles && nibble {
+			wb = getBytes(amxRing)
+			defer bytesPool.Put(wb)
+		}
 		base := 0
 		for k, pn := range pns {
 			// This weight's panels [base, base+pn.n) of the call's; run those in [lo, hi).
@@ -236,10 +273,23 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 						ngroups: ng, bpg: gs / 32, dst: unsafe.Pointer(&dst[b.r*ldd+p0*panelRows]), ldd: 4 * ldd,
 					}
 					if usePanelAsm {
-						panelKernels[form][bits.TrailingZeros(uint(b.n))](&a) // blocks of 1, 2, 4, 8, 16 rows
+						k := bits.TrailingZeros(uint(b.n)) // blocks of 1, 2, 4, 8, 16 rows
+						if tiles && b.n >= amxMinRows {
+							a.cfg, a.xa, a.xastride = unsafe.Pointer(amxConfig), unsafe.Pointer(&xa[b.r*in]), 64
+							if nibble {
+								a.wbuf = unsafe.Pointer(&(*wb)[0])
+							}
+							amxKernels[form][amxGroup(gs)](&a)
+							continue
+						}
+						if pair {
+							panelPairKernels[form][k](&a)
+							continue
+						}
+						panelKernels[form][k](&a)
 						continue
 					}
-					panelRunGo(pn, p0, p1, xp[b.r*nch*rec:], b.n, xst[b.r*ng:(b.r+b.n)*ng], in, gs, nibble, dst[b.r*ldd:], ldd)
+					panelRunGo(pn, p0, p1, xp[b.r*nch*rec:], b.n, xst[b.r*ng:(b.r+b.n)*ng], in, gs, nibble, pair, dst[b.r*ldd:], ldd)
 				}
 			}
 		}
@@ -247,9 +297,14 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 }
 
 // panelRunGo is the panel kernels in Go: panels [p0, p1) against the n input rows of one block (records as
-// the quantizer writes them for a block of n rows, group sums xst group-major), into dst[i·out + o].
-func panelRunGo(pn *panels, p0, p1 int, rec []byte, n int, xst []float32, in, gs int, nibble bool, dst []float32, out int) {
+// the quantizer writes them for a block of n rows, group sums xst group-major), into dst[i·out + o]; with
+// pair, 64-input blocks.
+func panelRunGo(pn *panels, p0, p1 int, rec []byte, n int, xst []float32, in, gs int, nibble, pair bool, dst []float32, out int) {
 	ng := in / gs
+	ab := 1 // 32-input blocks per conversion
+	if pair {
+		ab = 2
+	}
 	rb := fastRec(nibble)
 	wpb := 4 // code words per block of 32 inputs
 	if !nibble {
@@ -264,21 +319,25 @@ func panelRunGo(pn *panels, p0, p1 int, rec []byte, n int, xst []float32, in, gs
 				for g := range ng {
 					acc += float32(pn.biases[(p*ng+g)*panelRows+j] * xst[g*n+i])
 					s := pn.scales[(p*ng+g)*panelRows+j]
-					for k := g * gs / 32; k < (g+1)*gs/32; k++ {
-						r := rec[(k/4)*n*rb+i*rb:]
-						bb := k % 4
+					for k0 := g * gs / 32; k0 < (g+1)*gs/32; k0 += ab {
 						var isum int32
-						for v := range wpb {
-							w := codes[(k*wpb+v)*panelRows+j]
-							for t := range 4 {
-								if nibble {
-									lo, hi := int32(w>>(8*t))&15, int32(w>>(8*t+4))&15
-									isum += lo*int32(int8(r[16*bb+4*v+t])) + hi*int32(int8(r[64+16*bb+4*v+t]))
-								} else {
-									isum += int32(byte(w>>(8*t))) * int32(int8(r[32*bb+4*v+t]))
+						for k := k0; k < k0+ab; k++ {
+							r := rec[(k/4)*n*rb+i*rb:]
+							bb := k % 4
+							for v := range wpb {
+								w := codes[(k*wpb+v)*panelRows+j]
+								for t := range 4 {
+									if nibble {
+										lo, hi := int32(w>>(8*t))&15, int32(w>>(8*t+4))&15
+										isum += lo*int32(int8(r[16*bb+4*v+t])) + hi*int32(int8(r[64+16*bb+4*v+t]))
+									} else {
+										isum += int32(byte(w>>(8*t))) * int32(int8(r[32*bb+4*v+t]))
+									}
 								}
 							}
 						}
+						r := rec[(k0/4)*n*rb+i*rb:]
+						bb := k0 % 4
 						doff := 128 + 16*bb
 						if !nibble {
 							doff = 128 + 32*bb

@@ -18,7 +18,7 @@ func guardedPanels(t *testing.T, p *panels, tail bool) *panels {
 	return &panels{codes: codes, scales: guardedF32(t, p.scales, tail), biases: guardedF32(t, p.biases, tail), n: p.n}
 }
 
-// The panel kernels (both widths, every group size, 1 to 33 rows) on panels and outputs placed against
+// The panel kernels, VNNI and tiles (both widths, every group size, 1 to 33 rows) on panels and outputs placed against
 // inaccessible pages give panelRunGo's bits: the prefetching one- and two-row kernels and the last panel's
 // reads stay inside the weights.
 func TestPanelKernelsStayInBounds(t *testing.T) {
@@ -40,10 +40,12 @@ func TestPanelKernelsStayInBounds(t *testing.T) {
 					for _, rows := range []int{1, 2, 5, 8, 13, 16, 17, 33} {
 						x := guardedF32(t, randVec(r, rows*in, 1), tail)
 						b := make([]float32, rows*out)
-						withPanels(false, func() { l.Forward(b, x, rows) })
-						a := guardedF32(t, make([]float32, rows*out), tail)
-						withPanels(true, func() { l.Forward(a, x, rows) })
-						assertBits(t, b, a, "tail %v q%d g%d out %d in %d rows %d", tail, bits, g, out, in, rows)
+						withPanels(panelGo, func() { l.Forward(b, x, rows) })
+						for _, path := range asmPanelPaths() {
+							a := guardedF32(t, make([]float32, rows*out), tail)
+							withPanels(path, func() { l.Forward(a, x, rows) })
+							assertBits(t, b, a, "%v tail %v q%d g%d out %d in %d rows %d", path, tail, bits, g, out, in, rows)
+						}
 					}
 				}
 			}

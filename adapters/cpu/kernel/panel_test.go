@@ -10,24 +10,46 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// hasPanelAsm is whether this CPU runs the panel kernels, before any test flips it.
-var hasPanelAsm = usePanelAsm
+// hasPanelAsm is whether this CPU runs the panel kernels, and hasAMX whether it runs them on tiles, before any
+// test flips them.
+var hasPanelAsm, hasAMX = usePanelAsm, useAMX
 
-// withPanels runs f with the panel form on, in assembly or in Go (restoring the CPU's choice after).
-func withPanels(asm bool, f func()) {
-	p, a := usePanels, usePanelAsm
-	usePanels, usePanelAsm = true, asm
-	defer func() { usePanels, usePanelAsm = p, a }()
+// panelPath is one of the panel form's paths: Go, the VNNI kernels, or the tile kernels (every block of 16 rows).
+type panelPath int
+
+const (
+	panelGo panelPath = iota
+	panelVNNI
+	panelAMX
+)
+
+func (p panelPath) String() string { return [...]string{"go", "vnni", "amx"}[p] }
+
+// withPanels runs f with the panel form on, on path p (restoring the CPU's choice after).
+func withPanels(p panelPath, f func()) {
+	u, a, x, n := usePanels, usePanelAsm, useAMX, amxTileRows
+	usePanels, usePanelAsm, useAMX = true, p != panelGo, p == panelAMX
+	if p == panelAMX {
+		amxTileRows = amxMinRows // every block of 16 on tiles
+	}
+	defer func() { usePanels, usePanelAsm, useAMX, amxTileRows = u, a, x, n }()
 	f()
 }
 
-// panelPaths are the panel form's paths this CPU has: Go always, assembly with AVX512-VNNI.
-func panelPaths() []bool {
+// panelPaths are the panel form's paths this CPU has: Go always, VNNI with AVX512-VNNI, tiles with AMX.
+func panelPaths() []panelPath {
+	p := []panelPath{panelGo}
 	if hasPanelAsm {
-		return []bool{false, true}
+		p = append(p, panelVNNI)
 	}
-	return []bool{false}
+	if hasAMX {
+		p = append(p, panelAMX)
+	}
+	return p
 }
+
+// asmPanelPaths are panelPaths without Go.
+func asmPanelPaths() []panelPath { return panelPaths()[1:] }
 
 // The layout: word w of panel row j is the weight row's word w; scales and biases side by side per group.
 func TestPanelLayout(t *testing.T) {
@@ -73,14 +95,16 @@ func TestPanelKernelsMatchGo(t *testing.T) {
 					const maxRows = 34
 					x := fastInputs(r, maxRows, in)
 					ref := make([]float32, maxRows*out)
-					withPanels(false, func() { l.Forward(ref, x, maxRows) })
-					withPanels(true, func() {
-						for rows := 1; rows <= maxRows; rows++ {
-							got := make([]float32, rows*out)
-							l.Forward(got, x, rows)
-							assertBits(t, ref[:rows*out], got, "q%d g%d in %d out %d rows %d", bits, gs, in, out, rows)
-						}
-					})
+					withPanels(panelGo, func() { l.Forward(ref, x, maxRows) })
+					for _, path := range asmPanelPaths() {
+						withPanels(path, func() {
+							for rows := 1; rows <= maxRows; rows++ {
+								got := make([]float32, rows*out)
+								l.Forward(got, x, rows)
+								assertBits(t, ref[:rows*out], got, "%v q%d g%d in %d out %d rows %d", path, bits, gs, in, out, rows)
+							}
+						})
+					}
 				}
 			}
 		}
@@ -225,7 +249,7 @@ func TestForwardPairMatchesForward(t *testing.T) {
 		l.Pool = pool
 		return l
 	}
-	withPanels(hasPanelAsm, func() {
+	withPanels(panelPaths()[len(panelPaths())-1], func() { // the CPU's own path
 		for name, pair := range map[string][2]*Linear{
 			"bits":                      {mk(32, 256, 4, 64, fast), mk(32, 256, 8, 64, fast)},
 			"group":                     {mk(32, 256, 4, 64, fast), mk(32, 256, 4, 32, fast)},

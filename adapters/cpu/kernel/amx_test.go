@@ -1,0 +1,48 @@
+package kernel
+
+import (
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// TestAMXAvailability says which tile path this machine runs, so a run on a CPU without AMX says so.
+func TestAMXAvailability(t *testing.T) {
+	if !hasAMX {
+		t.Skip("no AMX-INT8 tiles on this CPU (or the kernel refused the tile data): the tile kernels are not run here")
+	}
+	assert.Equal(t, "avx512vnni+amx", FastForm())
+	assert.True(t, AMX())
+	assert.False(t, SetAMX(false))
+	assert.Equal(t, "avx512vnni", FastForm())
+	assert.True(t, SetAMX(true))
+}
+
+// The kernels read panelArgs by offset (gen_panel.py's and gen_amx.py's table A): every field is 8 bytes, in
+// declaration order.
+func TestPanelArgsLayout(t *testing.T) {
+	var a panelArgs
+	offs := []uintptr{unsafe.Offsetof(a.codes), unsafe.Offsetof(a.scales), unsafe.Offsetof(a.biases),
+		unsafe.Offsetof(a.npanels), unsafe.Offsetof(a.xp), unsafe.Offsetof(a.chadj), unsafe.Offsetof(a.xst),
+		unsafe.Offsetof(a.ngroups), unsafe.Offsetof(a.bpg), unsafe.Offsetof(a.dst), unsafe.Offsetof(a.ldd),
+		unsafe.Offsetof(a.cfg), unsafe.Offsetof(a.xa), unsafe.Offsetof(a.xastride), unsafe.Offsetof(a.wbuf)}
+	for i, o := range offs {
+		assert.Equal(t, uintptr(8*i), o, "field %d", i)
+	}
+}
+
+// LDTILECFG's operand: palette 1, per tile its bytes per row (2 bytes from offset 16) and rows (offset 48).
+func TestTileConfig(t *testing.T) {
+	c := amxConfig
+	assert.Equal(t, byte(1), c[0])
+	for s := range 2 {
+		assert.Equal(t, []byte{64, 0}, c[16+6*s:18+6*s], "set %d sums", s)
+		assert.Equal(t, byte(16), c[48+3*s], "set %d sums' rows", s)
+		assert.Equal(t, []byte{64, 0}, c[18+6*s:20+6*s], "set %d inputs", s)
+		assert.Equal(t, byte(16), c[49+3*s], "set %d inputs' rows", s)
+		assert.Equal(t, []byte{64, 0}, c[20+6*s:22+6*s], "set %d weights", s)
+		assert.Equal(t, byte(16), c[50+3*s], "set %d weights' rows", s)
+	}
+	assert.Zero(t, c[48+6], "tiles 6 and 7 unused")
+}
