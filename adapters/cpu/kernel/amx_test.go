@@ -19,14 +19,15 @@ func TestAMXAvailability(t *testing.T) {
 	assert.True(t, SetAMX(true))
 }
 
-// The kernels read panelArgs by offset (gen_panel.py's and gen_amx.py's table A): every field is 8 bytes, in
-// declaration order.
+// The kernels read panelArgs by offset (gen_panel.py's, gen_amx.py's and gen_scales.py's tables): every field
+// is 8 bytes, in declaration order.
 func TestPanelArgsLayout(t *testing.T) {
 	var a panelArgs
 	offs := []uintptr{unsafe.Offsetof(a.codes), unsafe.Offsetof(a.scales), unsafe.Offsetof(a.biases),
 		unsafe.Offsetof(a.npanels), unsafe.Offsetof(a.xp), unsafe.Offsetof(a.chadj), unsafe.Offsetof(a.xst),
 		unsafe.Offsetof(a.ngroups), unsafe.Offsetof(a.bpg), unsafe.Offsetof(a.dst), unsafe.Offsetof(a.ldd),
-		unsafe.Offsetof(a.cfg), unsafe.Offsetof(a.xa), unsafe.Offsetof(a.xastride), unsafe.Offsetof(a.wbuf)}
+		unsafe.Offsetof(a.cfg), unsafe.Offsetof(a.xa), unsafe.Offsetof(a.xastride), unsafe.Offsetof(a.wbuf),
+		unsafe.Offsetof(a.sform), unsafe.Offsetof(a.bmul), unsafe.Offsetof(a.sstep)}
 	for i, o := range offs {
 		assert.Equal(t, uintptr(8*i), o, "field %d", i)
 	}

@@ -18,6 +18,8 @@
 # encodings of the same instructions).
 import os
 
+from gen_scales import next_group, scales_biases
+
 out = []
 
 
@@ -27,7 +29,7 @@ def e(s=""):
 
 # panelArgs field offsets (panel.go).
 A = dict(codes=0, scales=8, biases=16, npanels=24, xp=32, chadj=40, xst=48, ngroups=56, bpg=64, dst=72, ldd=80,
-         cfg=88, xa=96, xastride=104, wbuf=112)
+         cfg=88, xa=96, xastride=104, wbuf=112)  # then gen_scales.py's
 PF = 2048  # prefetch distance in the codes (gen_panel.py's)
 
 # General-purpose register numbers for the encodings.
@@ -227,16 +229,14 @@ def convert(nibble, R, st, lbl):
 def group(nibble, R, bpg, st0, lbl):
     # One group of bpg pairs of blocks, the first on tile set st0: the group's bias term first
     # (acc_r += b·xs_r, product rounded, then the add), its scales, then its pairs.
-    e("\tVMOVUPS (R8), Z27")
+    scales_biases(e, f"{lbl}_sb")
     for r in range(R):
         t = 16 + r % 8
         e(f"\tVMULPS.BCST {4 * r}(R11), Z27, Z{t}")
         e(f"\tVADDPS Z{t}, Z{r}, Z{r}")
-    e("\tVMOVUPS (R9), Z24")
     for k in range(bpg):
         convert(nibble, R, (st0 + k) % 2, f"{lbl}{k}")
-    e("\tADDQ $64, R8")
-    e("\tADDQ $64, R9")
+    next_group(e)
     e(f"\tADDQ ${4 * R}, R11")
 
 

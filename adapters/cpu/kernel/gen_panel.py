@@ -10,6 +10,8 @@
 # accumulators, Z16-Z23 the decoded codes.
 import os
 
+from gen_scales import next_group, scales_biases
+
 out = []
 
 
@@ -54,12 +56,11 @@ def kernel(name, nibble, R, pair=False):
         e(f"\tVPXORD Z{r}, Z{r}, Z{r}")
     e(f"\tMOVQ {A['ngroups']}(AX), R12")
     e(f"{name}_group:")
+    scales_biases(e, f"{name}_sb")
     # The group's bias term first: acc_r += b·xs_r (product rounded, then the add).
-    e("\tVMOVUPS (R8), Z27")
     for r in range(R):
         e(f"\tVMULPS.BCST {4 * r}(R11), Z27, Z26")
         e(f"\tVADDPS Z26, Z{r}, Z{r}")
-    e("\tVMOVUPS (R9), Z24")
     e(f"\tMOVQ {A['bpg']}(AX), R13")
     if pair:
         e("\tSHRQ $1, R13")
@@ -115,8 +116,7 @@ def kernel(name, nibble, R, pair=False):
     e(f"{name}_samechunk:")
     e("\tDECQ R13")
     e(f"\tJNZ {name}_block")
-    e("\tADDQ $64, R8")
-    e("\tADDQ $64, R9")
+    next_group(e)
     e(f"\tADDQ ${4 * R}, R11")
     e("\tDECQ R12")
     e(f"\tJNZ {name}_group")

@@ -15,7 +15,20 @@ func guardedPanels(t *testing.T, p *panels, tail bool) *panels {
 	cb := guarded(t, 4*len(p.codes), tail)
 	codes := unsafe.Slice((*uint32)(unsafe.Pointer(&cb[0])), len(p.codes))
 	copy(codes, p.codes)
-	return &panels{codes: codes, scales: guardedF32(t, p.scales, tail), biases: guardedF32(t, p.biases, tail), n: p.n}
+	g := *p
+	g.codes = codes
+	g.scales = guardedBytes(t, p.scales, tail)
+	if len(p.biases) > 0 {
+		g.biases = guardedBytes(t, p.biases, tail)
+	}
+	return &g
+}
+
+// guardedBytes is a copy of src against an inaccessible page.
+func guardedBytes(t *testing.T, src []byte, tail bool) []byte {
+	b := guarded(t, len(src), tail)
+	copy(b, src)
+	return b
 }
 
 // The panel kernels, VNNI and tiles (both widths, every group size, 1 to 33 rows) on panels and outputs placed against
@@ -29,9 +42,10 @@ func TestPanelKernelsStayInBounds(t *testing.T) {
 	for _, tail := range []bool{true, false} {
 		for _, bits := range []int{4, 8} {
 			for _, g := range []int{32, 64, 128} {
-				for _, shape := range [][2]int{{16, g}, {32, 3 * g}, {16, 128 + g}} {
+				for k, shape := range [][2]int{{16, g}, {32, 3 * g}, {16, 128 + g}} {
 					out, in := shape[0], shape[1]
 					q, _ := quantFixture(r, out, in, bits, g)
+					q = withScaleForm(r, q, scaleForms[(k+g/32)%len(scaleForms)]) // their formats' reads too
 					l, err := NewQuant(out, in, q)
 					require.NoError(t, err)
 					l.Pool = NewPoolMode(2, ModeFast)

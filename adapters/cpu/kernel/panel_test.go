@@ -51,6 +51,61 @@ func panelPaths() []panelPath {
 // asmPanelPaths are panelPaths without Go.
 func asmPanelPaths() []panelPath { return panelPaths()[1:] }
 
+// scaleForms are the formats a panel form stores its scales and biases in, and withScaleForm makes a fixture's
+// values fit one: "f32" leaves them as they are (random float32), "f16" makes them halves, "bf16" bfloat16s
+// below the half's range, "sym" halves with every bias −2^(bits−1) times its scale (no biases stored).
+var scaleForms = []string{"f32", "f16", "bf16", "sym"}
+
+func withScaleForm(r *rand.Rand, q Quant, form string) Quant {
+	q.Scales, q.Biases = append([]float32(nil), q.Scales...), append([]float32(nil), q.Biases...)
+	for i := range q.Scales {
+		switch form {
+		case "f16", "sym":
+			q.Scales[i] = float32(r.IntN(1000)+100) / 65536
+			q.Biases[i] = -float32(r.IntN(1000)) / 2048
+			if form == "sym" {
+				q.Biases[i] = q.Scales[i] * -float32(int(1)<<(q.Bits-1))
+			}
+		case "bf16":
+			q.Scales[i] = float32(r.IntN(200)+20) / (1 << 30)
+			q.Biases[i] = -float32(r.IntN(200)) / (1 << 20)
+		}
+	}
+	return q
+}
+
+// Each fixture form takes its format, and the values read back are the fixture's.
+func TestPanelScaleForms(t *testing.T) {
+	r := rand.New(rand.NewPCG(57, 58))
+	want := map[string]int{"f32": scaleF32, "f16": scaleF16, "bf16": scaleBF16, "sym": scaleF16}
+	for _, bits := range []int{4, 8} {
+		for _, form := range scaleForms {
+			q0, _ := quantFixture(r, 32, 128, bits, 64)
+			q := withScaleForm(r, q0, form)
+			p := buildPanels(&q, 32, 128)
+			assert.Equal(t, want[form], p.sform, "q%d %s", bits, form)
+			assert.Equal(t, form == "sym", p.bmul != 0, "q%d %s: biases derived", bits, form)
+			for o := range 32 {
+				for g := range 2 {
+					i := ((o/panelRows)*2+g)*panelRows + o%panelRows
+					require.Equal(t, math.Float32bits(q.Scales[o*2+g]), math.Float32bits(p.scale(i)))
+					require.Equal(t, math.Float32bits(q.Biases[o*2+g]), math.Float32bits(p.bias(i)))
+				}
+			}
+		}
+	}
+	h, ok := f16Exact(65504)
+	assert.True(t, ok)
+	assert.Equal(t, uint16(0x7bff), h)
+	h, ok = f16Exact(float32(math.Ldexp(1, -24))) // the smallest subnormal half
+	assert.True(t, ok)
+	assert.Equal(t, uint16(1), h)
+	for _, v := range []float32{65520, float32(math.Ldexp(1, -25)), 1 + 1.0/4096} {
+		_, ok := f16Exact(v)
+		assert.False(t, ok, "%g is no half", v)
+	}
+}
+
 // The layout: word w of panel row j is the weight row's word w; scales and biases side by side per group.
 func TestPanelLayout(t *testing.T) {
 	r := rand.New(rand.NewPCG(51, 52))
@@ -66,8 +121,8 @@ func TestPanelLayout(t *testing.T) {
 				require.Equal(t, q.Codes[o*wpr+w], p.codes[pi*panelRows*wpr+w*panelRows+j], "q%d row %d word %d", bits, o, w)
 			}
 			for g := range ng {
-				require.Equal(t, q.Scales[o*ng+g], p.scales[(pi*ng+g)*panelRows+j])
-				require.Equal(t, q.Biases[o*ng+g], p.biases[(pi*ng+g)*panelRows+j])
+				require.Equal(t, q.Scales[o*ng+g], p.scale((pi*ng+g)*panelRows+j))
+				require.Equal(t, q.Biases[o*ng+g], p.bias((pi*ng+g)*panelRows+j))
 			}
 		}
 	}
@@ -87,8 +142,10 @@ func TestPanelKernelsMatchGo(t *testing.T) {
 	for _, bits := range []int{4, 8} {
 		for _, gs := range []int{32, 64, 128} {
 			for _, in := range fastShapes(gs) {
-				for _, out := range []int{16, 48} {
+				for k, out := range []int{16, 48, 16, 48} {
 					q, _ := quantFixture(r, out, in, bits, gs)
+					form := scaleForms[(k+in/gs)%len(scaleForms)] // every format, across the shapes
+					q = withScaleForm(r, q, form)
 					l, err := NewQuant(out, in, q)
 					require.NoError(t, err)
 					l.Pool = NewPoolMode(2, ModeFast)
@@ -101,7 +158,7 @@ func TestPanelKernelsMatchGo(t *testing.T) {
 							for rows := 1; rows <= maxRows; rows++ {
 								got := make([]float32, rows*out)
 								l.Forward(got, x, rows)
-								assertBits(t, ref[:rows*out], got, "%v q%d g%d in %d out %d rows %d", path, bits, gs, in, out, rows)
+								assertBits(t, ref[:rows*out], got, "%v q%d g%d in %d out %d %s rows %d", path, bits, gs, in, out, form, rows)
 							}
 						})
 					}
