@@ -26,6 +26,11 @@ func tileF16x6x2AVX2(x *float32, ldx int, w *uint16, ldw int, n int, dst *float3
 //go:noescape
 func tileF16x4x4AVX512(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte)
 
+// tileF16x1x4AVX512 is tileF16x4x4AVX512 for one input row (a decode step).
+//
+//go:noescape
+func tileF16x1x4AVX512(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte)
+
 // widenF16AVX2 converts n half-precision values at src to float32 at dst (exact).
 //
 //go:noescape

@@ -13,6 +13,9 @@ func tileF16x4x2AVX2(x *float32, ldx int, w *uint16, ldw int, n int, dst *float3
 func tileF16x6x2AVX2(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32) {
 	noAVX2()
 }
+func tileF16x1x4AVX512(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte) {
+	noAVX2()
+}
 func tileF16x4x4AVX512(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte) {
 	noAVX2()
 }

@@ -706,6 +706,10 @@ tile("tileF32x6x2AVX2", 6, 2, "f32", False)
 tile("tileBF16x6x2AVX2", 6, 2, "bf16", False)
 tilez("tileF32x4x4AVX512", 4, 4, "f32")
 tilez("tileBF16x4x4AVX512", 4, 4, "bf16")
+# One input row (a decode step) against 4 weight rows: four weight streams at once, and the next tile's rows
+# prefetched, where one-row calls would stream one weight row per call.
+tilez("tileF32x1x4AVX512", 1, 4, "f32")
+tilez("tileBF16x1x4AVX512", 1, 4, "bf16")
 quantrows("dotQ4Rows8AVX512", 4, 8)
 quantrows("dotQ4Rows4AVX512", 4, 4)
 quantrows("dotQ8Rows8AVX512", 8, 8)
@@ -748,4 +752,5 @@ for cb in (2, 3, 5, 6):
 tile("tileF16x4x2AVX2", 4, 2, "f16", False)
 tile("tileF16x6x2AVX2", 6, 2, "f16", False)
 tilez("tileF16x4x4AVX512", 4, 4, "f16")
+tilez("tileF16x1x4AVX512", 1, 4, "f16")
 open(__import__("os").path.join(__import__("os").path.dirname(__file__), "tile_amd64.s"), "w").write("\n".join(out) + "\n")

@@ -351,6 +351,8 @@ func TestTilesMatchAVX2(t *testing.T) {
 	}
 	lf, _ := NewF32(out, in, randVec(r, out*in, 1))
 	lb, _ := NewBF16(out, in, bf)
+	hf, _ := f16Fixture(r, out, in)
+	lh, _ := NewF16(out, in, hf)
 	var ls []*Linear
 	for _, bits := range []int{3, 4, 8} {
 		q, _ := quantFixture(r, out, in, bits, 32)
@@ -362,8 +364,8 @@ func TestTilesMatchAVX2(t *testing.T) {
 	defer func() { quantPairs = true }()
 	for _, pairs := range []bool{true, false} {
 		quantPairs = pairs
-		for _, l := range append([]*Linear{lf, lb}, ls...) {
-			for _, rows := range []int{1, 4, 5, 8, 11, 16} {
+		for _, l := range append([]*Linear{lf, lb, lh}, ls...) {
+			for _, rows := range []int{1, 2, 3, 4, 5, 8, 11, 16} {
 				useAVX512 = true
 				a := make([]float32, rows*out)
 				l.Forward(a, x, rows)

@@ -253,6 +253,7 @@ func (l *Linear) forwardDenseAVX2(dst, x []float32, rows, grain int) {
 	if rows < 4 || in%32 != 0 {
 		tileO = 0
 	}
+	one := rows < 4 && useAVX512 && in%32 == 0 && (l.f16 == nil || useF16C) // the 1 × 4 tiles
 	l.Pool.For(out, grain, func(lo, hi int) {
 		var pair [2]float32
 		var scratch [2 * 4 * 4 * 8]float32
@@ -324,6 +325,22 @@ func (l *Linear) forwardDenseAVX2(dst, x []float32, rows, grain int) {
 				if r < rows {
 					for oo := o; oo < o+tileO; oo++ {
 						rest(oo, r)
+					}
+				}
+			}
+		}
+		if one {
+			// Fewer than 4 rows (a decode step): each row against 4 weight rows at a time.
+			for ; o+4 <= hi; o += 4 {
+				for r := range rows {
+					xp, dp, pf := &x[r*in], &dst[r*out+o], l.tilePrefetch(o, hi, r)
+					switch {
+					case l.f32 != nil:
+						tileF32x1x4AVX512(xp, in, &l.f32[o*in], in, in, dp, out, &scratch[0], pf)
+					case l.f16 != nil:
+						tileF16x1x4AVX512(xp, in, &l.f16[o*in], in, in, dp, out, &scratch[0], pf)
+					default:
+						tileBF16x1x4AVX512(xp, in, &l.bf16[o*in], in, in, dp, out, &scratch[0], pf)
 					}
 				}
 			}

@@ -88,6 +88,15 @@ func tileF32x4x4AVX512(x *float32, ldx int, w *float32, ldw int, n int, dst *flo
 //go:noescape
 func tileBF16x4x4AVX512(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte)
 
+// tileF32x1x4AVX512 and tileBF16x1x4AVX512 are the 4 × 4 tiles for one input row (a decode step): 4 weight
+// rows streamed at once, each element with dotF32AVX2's (dotBF16AVX2's) operations.
+
+//go:noescape
+func tileF32x1x4AVX512(x *float32, ldx int, w *float32, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte)
+
+//go:noescape
+func tileBF16x1x4AVX512(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte)
+
 // The quantized row kernels run dotQ4RowAVX2/dotQ8RowAVX2 for 8, 4 or 1 input rows sharing one decode of each
 // 16 code bytes, with x packed per 16-byte step (packQuantRows) and 16-lane vectors holding two of the one-row
 // kernel's chains. They also compute each row's bias term Σ_g b_g·xs_rg (xsT: group sums as [group][row]) in

@@ -41,6 +41,12 @@ func tileF32x4x4AVX512(x *float32, ldx int, w *float32, ldw int, n int, dst *flo
 func tileBF16x4x4AVX512(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte) {
 	noAVX2()
 }
+func tileF32x1x4AVX512(x *float32, ldx int, w *float32, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte) {
+	noAVX2()
+}
+func tileBF16x1x4AVX512(x *float32, ldx int, w *uint16, ldw int, n int, dst *float32, ldd int, scratch *float32, pf *byte) {
+	noAVX2()
+}
 
 func dotQ4Rows8AVX512(codes *byte, xp, scales, biases, xsT *float32, groups, gb int, out *float32) {
 	noAVX2()
