@@ -26,7 +26,7 @@ func TestPanelArgsLayout(t *testing.T) {
 	offs := []uintptr{unsafe.Offsetof(a.codes), unsafe.Offsetof(a.scales), unsafe.Offsetof(a.biases),
 		unsafe.Offsetof(a.npanels), unsafe.Offsetof(a.xp), unsafe.Offsetof(a.chadj), unsafe.Offsetof(a.xst),
 		unsafe.Offsetof(a.ngroups), unsafe.Offsetof(a.bpg), unsafe.Offsetof(a.dst), unsafe.Offsetof(a.ldd),
-		unsafe.Offsetof(a.cfg), unsafe.Offsetof(a.xa), unsafe.Offsetof(a.xastride), unsafe.Offsetof(a.wbuf),
+		unsafe.Offsetof(a.cfg), unsafe.Offsetof(a.xa), unsafe.Offsetof(a.wbuf),
 		unsafe.Offsetof(a.sform), unsafe.Offsetof(a.bmul), unsafe.Offsetof(a.sstep)}
 	for i, o := range offs {
 		assert.Equal(t, uintptr(8*i), o, "field %d", i)

@@ -46,7 +46,7 @@ func (m Mode) String() string {
 // "avx512vnni" can differ from them by rounding (see ModeFast).
 func FastForm() string {
 	switch {
-	case useVNNI && useAMX:
+	case useVNNI && AMX():
 		return "avx512vnni+amx"
 	case useVNNI:
 		return "avx512vnni"

@@ -29,7 +29,7 @@ def e(s=""):
 
 # panelArgs field offsets (panel.go).
 A = dict(codes=0, scales=8, biases=16, npanels=24, xp=32, chadj=40, xst=48, ngroups=56, bpg=64, dst=72, ldd=80,
-         cfg=88, xa=96, xastride=104, wbuf=112)  # then gen_scales.py's
+         cfg=88, xa=96, wbuf=104)  # then gen_scales.py's
 PF = 2048  # prefetch distance in the codes (gen_panel.py's)
 
 # General-purpose register numbers for the encodings.
@@ -325,7 +325,7 @@ def kernel(name, nibble, R, bpg):
         e(f"\tMOVQ {A['wbuf']}(AX), CX")
         e(f"\tADDQ ${WRING}, CX")
         e(f"\tMOVQ CX, {WBEND}(SP)")
-        # Pairs 0-4 unpacked ahead into the ring's first slots.
+        # Pairs 0-4 (as many as there are) unpacked ahead into the ring's first slots.
         e(f"\tMOVQ DI, SI")
         e(f"\tMOVQ {A['wbuf']}(AX), DI")
         e("\tMOVQ $5, CX")

@@ -4,14 +4,15 @@
 # panelRunGo reads. R14 is clobbered.
 
 # panelArgs field offsets (panel.go) of the format, the bias multiplier and the bytes of one group's values.
-SFORM, BMUL, SSTEP = 120, 128, 136
+SFORM, BMUL, SSTEP = 112, 120, 128
 
 
 def scales_biases(e, lbl):
     e(f"\tMOVQ {SFORM}(AX), R14")
-    e("\tCMPQ R14, $1")
+    e("\tCMPQ R14, $1")  # scaleF16
     e(f"\tJEQ {lbl}_h")
-    e(f"\tJA {lbl}_b")
+    e("\tCMPQ R14, $2")  # scaleBF16
+    e(f"\tJEQ {lbl}_b")
     for form in ("f", "h", "b"):
         if form != "f":
             e(f"{lbl}_{form}:")

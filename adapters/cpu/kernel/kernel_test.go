@@ -337,7 +337,8 @@ func TestLinearTiledRows(t *testing.T) {
 }
 
 // The AVX-512 tiles and the AVX2 kernels run the same operations, so on a CPU with both they agree bit for bit,
-// for every row count and for outputs that do not fill a tile.
+// for every row count and for outputs that do not fill a tile; below 4 rows the AVX-512 1 × 4 tiles give the
+// one-row kernels' bits.
 func TestTilesMatchAVX2(t *testing.T) {
 	if !useAVX512 {
 		t.Skip("no AVX-512 on this CPU")
@@ -373,6 +374,11 @@ func TestTilesMatchAVX2(t *testing.T) {
 				b := make([]float32, rows*out)
 				l.Forward(b, x, rows)
 				assertBits(t, b, a, "%v rows %d pairs %v", l.Format(), rows, pairs)
+				useAVX512, oneByFour = true, false // the one-row kernels, which the 1 × 4 tiles must match
+				c := make([]float32, rows*out)
+				l.Forward(c, x, rows)
+				oneByFour = true
+				assertBits(t, c, a, "%v rows %d pairs %v: one-row kernels", l.Format(), rows, pairs)
 			}
 		}
 	}

@@ -253,7 +253,9 @@ func (l *Linear) forwardDenseAVX2(dst, x []float32, rows, grain int) {
 	if rows < 4 || in%32 != 0 {
 		tileO = 0
 	}
-	one := rows < 4 && useAVX512 && in%32 == 0 && (l.f16 == nil || useF16C) // the 1 × 4 tiles
+	// The 1 × 4 tiles for fewer than 4 rows (AVX-512 only: on AVX2 they measured no faster than the one-row
+	// kernels, 40 against 39–41 GB/s streaming f16 weights).
+	one := rows < 4 && in%32 == 0 && useAVX512 && oneByFour
 	l.Pool.For(out, grain, func(lo, hi int) {
 		var pair [2]float32
 		var scratch [2 * 4 * 4 * 8]float32
@@ -350,6 +352,10 @@ func (l *Linear) forwardDenseAVX2(dst, x []float32, rows, grain int) {
 		}
 	})
 }
+
+// oneByFour enables the 1 × 4 tiles for fewer than 4 rows (benchmarks turn it off to compare them with the
+// one-row kernels).
+var oneByFour = true
 
 // denseTile6 enables the 6 × 2 AVX2 tiles (benchmarks turn it off to compare them with the 4 × 2 ones).
 var denseTile6 = true

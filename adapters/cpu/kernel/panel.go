@@ -227,10 +227,9 @@ type panelArgs struct {
 	dst     unsafe.Pointer // the first panel's output for input row 0
 	ldd     int            // bytes from one input row's outputs to the next
 	// The tile kernels' (amx.go):
-	cfg      unsafe.Pointer // tile configuration
-	xa       unsafe.Pointer // the block's first row's input codes as tile rows (amxInputs)
-	xastride int            // bytes from one row's to the next (64: amxInputs)
-	wbuf     unsafe.Pointer // 4-bit: a ring of 8 KiB for unpacked codes
+	cfg  unsafe.Pointer // tile configuration
+	xa   unsafe.Pointer // the block's first row's input codes as tile rows (amxInputs: 64 bytes a row)
+	wbuf unsafe.Pointer // 4-bit: a ring of 8 KiB for unpacked codes
 	// The scales' and biases' format (panels.sform), bmul's float32 bits (0: biases stored) and the bytes of
 	// one group's 16 values.
 	sform, bmul, sstep int
@@ -403,7 +402,7 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 					if usePanelAsm {
 						k := bits.TrailingZeros(uint(b.n)) // blocks of 1, 2, 4, 8, 16 rows
 						if tiles && b.n >= amxMinRows {
-							a.cfg, a.xa, a.xastride = unsafe.Pointer(amxConfig), unsafe.Pointer(&xa[b.r*in]), 64
+							a.cfg, a.xa = unsafe.Pointer(amxConfig), unsafe.Pointer(&xa[b.r*in])
 							if nibble {
 								a.wbuf = unsafe.Pointer(&(*wb)[0])
 							}
