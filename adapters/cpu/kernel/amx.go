@@ -87,17 +87,18 @@ func amxInputs(xa, rec []byte, stride, blocks int, nibble bool, n, i int) {
 	}
 }
 
-// useAMX selects the tile kernels for blocks of amxMinRows rows in products of amxTileRows rows or more (tests
-// flip it).
-var useAMX = amxReady
+// useAMX allows the tile kernels for blocks of amxMinRows rows in products of amxTileRows rows or more, where
+// amxReady (tests flip it).
+var useAMX = true
 
-// AMX reports whether the fast mode's multi-row panel products run on AMX tiles in this process.
-func AMX() bool { return useAMX && usePanelAsm }
+// AMX reports whether the fast mode's prefill-sized panel products run on AMX tiles in this process (asking the
+// OS for the tile state if nobody has yet).
+func AMX() bool { return useAMX && usePanelAsm && amxReady() }
 
-// SetAMX turns the tile kernels on or off (on only where the CPU and OS allow them: amxReady) and reports
-// whether they are now on. Both paths give the same bits; it exists to compare them (benchmarks, bench runs) and
+// SetAMX allows the tile kernels or not (they run only where the CPU and OS allow them: amxReady) and reports
+// whether they now run. Both paths give the same bits; it exists to compare them (benchmarks, bench runs) and
 // to rule the tiles out when diagnosing. Call it before products run, not beside them.
 func SetAMX(on bool) bool {
-	useAMX = on && amxReady
-	return useAMX
+	useAMX = on
+	return AMX()
 }

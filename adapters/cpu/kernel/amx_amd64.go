@@ -2,11 +2,26 @@
 
 package kernel
 
-import "golang.org/x/sys/cpu"
+import (
+	"sync"
 
-// amxReady is whether this process may run the tile kernels: the CPU has AMX tiles and their int8 products, the
-// VNNI panel kernels they pair with, and the OS granted the tile data (amxPermit).
-var amxReady = useVNNI && cpu.X86.HasAMXTile && cpu.X86.HasAMXInt8 && amxPermit()
+	"golang.org/x/sys/cpu"
+)
+
+var (
+	amxOnce sync.Once
+	amxOK   bool
+)
+
+// amxReady reports whether this process may run the tile kernels: the CPU has AMX tiles and their int8
+// products, the VNNI panel kernels they pair with, and the OS granted the tile data (amxPermit). It asks the
+// OS on its first call, not at start-up: the permission is the process's, and once granted Linux refuses
+// signal stacks too small for the tile state (cgo code that sets up glibc-sized ones), so a program that
+// imports this package but never runs a prefill-sized fast product does not ask.
+func amxReady() bool {
+	amxOnce.Do(func() { amxOK = useVNNI && cpu.X86.HasAMXTile && cpu.X86.HasAMXInt8 && amxPermit() })
+	return amxOK
+}
 
 // The tile kernels (gen_amx.py): 16 packed input rows against a.npanels panels, like the panel kernels; a.cfg
 // is amxConfig.

@@ -12,7 +12,7 @@ import (
 
 // hasPanelAsm is whether this CPU runs the panel kernels, and hasAMX whether it runs them on tiles, before any
 // test flips them.
-var hasPanelAsm, hasAMX = usePanelAsm, useAMX
+var hasPanelAsm, hasAMX = usePanelAsm, AMX()
 
 // panelPath is one of the panel form's paths: Go, the VNNI kernels, or the tile kernels (every block of 16 rows).
 type panelPath int
