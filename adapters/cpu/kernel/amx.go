@@ -12,7 +12,7 @@ import "encoding/binary"
 // amxMinRows is the block of rows that runs on tiles, and amxMinProduct the fewest rows of a product that
 // takes them. Measured on a 2-core AMX Xeon (docs/performance.md): a tile kernel's block costs ~25 cycles of
 // tile work however few its rows, which VNNI beats below 16 rows; at 16 rows alone (a verify block, the
-// drafter's block) a product is 1.3–1.8× faster in isolation but no faster inside a verify, where two workers
+// drafter's block) a product is 1.1–1.5× faster in isolation but no faster inside a verify, where two workers
 // split it into short calls that each fill and drain the tile pipeline; prefill-sized products (several
 // blocks of 16 over the same panels) gain.
 const (
