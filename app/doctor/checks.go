@@ -131,11 +131,23 @@ func backendCheck(cfg app.Config) Check {
 	if b.Reason != "" {
 		c.Detail += "; auto picked cpu: " + b.Reason
 	}
+	c.Detail += amxNote(models.DetectCPUFeatures(), b.Kernels, b.FastForm)
 	if b.Kernels == models.KernelsFast && b.FastForm == "portable" {
 		c.Status = Warn
 		c.Fix = "this CPU has no AVX2: the fast kernels run in portable Go, slower than --kernels exact"
 	}
 	return c
+}
+
+// amxNote says why the fast kernels run no AMX tiles on a CPU that has them (their form is then the plain
+// "avx512vnni"): the process was not granted the tile state, which higgs asks Linux for (arch_prctl) and no
+// other OS. It is empty where the tiles run, the CPU lacks them, or the exact kernels serve.
+func amxNote(f models.CPUFeatures, kernels, form string) string {
+	if kernels != models.KernelsFast || !f.AMXTile || !f.AMXInt8 || form != "avx512vnni" {
+		return ""
+	}
+	return "; AMX is present but unused: this process was not granted the tile state (higgs asks Linux for it, " +
+		"no other OS), so prefill-sized products run on VNNI"
 }
 
 func modelCheck(in models.Inspection) Check {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/higgs-go/higgs/app/models"
 )
 
 var (
@@ -216,4 +218,26 @@ func TestDoctorSeveralModels(t *testing.T) {
 		}
 	}
 	assert.True(t, Failed(checks))
+}
+
+// The backend check explains a CPU with AMX whose fast kernels run no tiles, and says nothing otherwise.
+func TestAMXNote(t *testing.T) {
+	amx := models.CPUFeatures{AVX512VNNI: true, AMXTile: true, AMXInt8: true}
+	for _, c := range []struct {
+		name, kernels, form string
+		f                   models.CPUFeatures
+		note                bool
+	}{
+		{"tiles in use", models.KernelsFast, "avx512vnni+amx", amx, false},
+		{"tile state refused", models.KernelsFast, "avx512vnni", amx, true},
+		{"no AMX", models.KernelsFast, "avx512vnni", models.CPUFeatures{AVX512VNNI: true}, false},
+		{"exact kernels", models.KernelsExact, "avx512vnni", amx, false},
+	} {
+		got := amxNote(c.f, c.kernels, c.form)
+		if c.note {
+			assert.Contains(t, got, "AMX is present but unused", c.name)
+		} else {
+			assert.Empty(t, got, c.name)
+		}
+	}
 }
