@@ -19,10 +19,11 @@ import (
 
 // BenchmarkGocoder times what a speculative round on the bundled gocoder target and drafter is made of, with
 // the fast kernels, interleaved in every iteration so that a shared machine's load falls on all of them alike:
-// a 1-row decode, verifies of 8 and 16 rows (taps and tape recorded, as the decoder asks) at a 128-token
+// a 1-row decode, verifies of 4, 8 and 16 rows (taps and tape recorded, as the decoder asks; 4 is a tree of
+// 4 nodes, the cheapest round that drafts) at a 128-token
 // context, and a drafter pass of block 16 (proposals for 15 positions). It reports each part's median time and
 // the medians of each part over the same iteration's decode, in decode steps; each part runs under a pprof
-// label (part=decode, verify8, verify16, draft16). HIGGS_BENCH_CONTEXT sets the context length (128 by
+// label (part=decode, verify4, verify8, verify16, draft16). HIGGS_BENCH_CONTEXT sets the context length (128 by
 // default; a generation's rounds run at its prompt's length and more, where attention weighs more), and
 // HIGGS_BENCH_THREADS the worker count (2 by default); with 1 the times are the thread's CPU time (threadCPU), which other processes
 // on a shared machine inflate far less than wall time. Beside -cpuprofile it gives the split by part
@@ -91,12 +92,12 @@ func BenchmarkGocoder(b *testing.B) {
 		require.NoError(b, ds.Crop(drafted))
 		return t
 	}
-	names := []string{"decode", "verify8", "verify16", "draft16"}
+	names := []string{"decode", "verify4", "verify8", "verify16", "draft16"}
 	ms, steps := make([][]float64, len(names)), make([][]float64, len(names))
 	for b.Loop() {
 		var ts []time.Duration
-		for i, part := range []func() time.Duration{func() time.Duration { return forward(1) }, func() time.Duration { return forward(8) },
-			func() time.Duration { return forward(16) }, draft} {
+		for i, part := range []func() time.Duration{func() time.Duration { return forward(1) }, func() time.Duration { return forward(4) },
+			func() time.Duration { return forward(8) }, func() time.Duration { return forward(16) }, draft} {
 			// The label lets a profile be cut by part: go tool pprof -tagfocus part=verify16.
 			pprof.Do(ctx, pprof.Labels("part", names[i]), func(context.Context) { ts = append(ts, part()) })
 		}
