@@ -32,14 +32,7 @@ import (
 //	go test -run '^$' -bench Gocoder -benchtime 200x ./adapters/cpu
 //	HIGGS_BENCH_THREADS=1 go test -run '^$' -bench Gocoder -benchtime 200x -cpuprofile /tmp/cpu.out ./adapters/cpu
 func BenchmarkGocoder(b *testing.B) {
-	root := filepath.Join("..", "..", "models", "gocoder")
-	if _, err := os.Stat(filepath.Join(root, "target", "model.safetensors")); err != nil {
-		b.Skipf("the bundled gocoder model is not here: %v", err)
-	}
-	threads := 2
-	if n, err := strconv.Atoi(os.Getenv("HIGGS_BENCH_THREADS")); err == nil && n > 0 {
-		threads = n
-	}
+	threads := benchEnv("HIGGS_BENCH_THREADS", 2)
 	clock := func() time.Duration { return time.Duration(time.Now().UnixNano()) }
 	if threads == 1 {
 		// The pool runs every loop on the calling goroutine: pin it so the thread's clock is its own.
@@ -48,23 +41,15 @@ func BenchmarkGocoder(b *testing.B) {
 		clock = threadCPU
 	}
 	ctx := b.Context()
-	target, err := Load(ctx, filepath.Join(root, "target"), LoadOptions{Threads: threads, Kernels: kernel.ModeFast})
-	require.NoError(b, err)
-	defer target.Close()
-	d, err := LoadDrafter(ctx, filepath.Join(root, "drafter"), target, DrafterOptions{})
+	target := loadGocoder(b, threads)
+	d, err := LoadDrafter(ctx, filepath.Join(gocoderRoot, "drafter"), target, DrafterOptions{})
 	require.NoError(b, err)
 	defer d.Close()
 	ps, err := target.NewSession(ctx, d.TapLayers())
 	require.NoError(b, err)
 	defer ps.Close()
-	ctxLen := 128
-	if n, err := strconv.Atoi(os.Getenv("HIGGS_BENCH_CONTEXT")); err == nil && n > 0 {
-		ctxLen = n
-	}
-	toks := make([]ports.Token, ctxLen+16)
-	for i := range toks {
-		toks[i] = ports.Token(100 + i*37%3000)
-	}
+	ctxLen := benchEnv("HIGGS_BENCH_CONTEXT", 128)
+	toks := benchTokens(ctxLen + 16)
 	fr, err := ps.Forward(ctx, toks[:ctxLen], ports.ForwardOptions{Taps: true, Rows: 1})
 	require.NoError(b, err)
 	snap, err := ps.Snapshot()
@@ -121,22 +106,10 @@ func BenchmarkGocoder(b *testing.B) {
 //
 //	go test -run '^$' -bench GocoderPrefill -benchtime 10x ./adapters/cpu
 func BenchmarkGocoderPrefill(b *testing.B) {
-	root := filepath.Join("..", "..", "models", "gocoder")
-	if _, err := os.Stat(filepath.Join(root, "target", "model.safetensors")); err != nil {
-		b.Skipf("the bundled gocoder model is not here: %v", err)
-	}
 	ctx := b.Context()
-	target, err := Load(ctx, filepath.Join(root, "target"), LoadOptions{Threads: 2, Kernels: kernel.ModeFast})
-	require.NoError(b, err)
-	defer target.Close()
-	n := 480
-	if v, err := strconv.Atoi(os.Getenv("HIGGS_BENCH_CONTEXT")); err == nil && v > 0 {
-		n = v
-	}
-	toks := make([]ports.Token, n)
-	for i := range toks {
-		toks[i] = ports.Token(100 + i*37%3000)
-	}
+	target := loadGocoder(b, 2)
+	n := benchEnv("HIGGS_BENCH_CONTEXT", 480)
+	toks := benchTokens(n)
 	paths := []bool{false}
 	if kernel.AMX() {
 		paths = []bool{true, false}
@@ -167,4 +140,36 @@ func BenchmarkGocoderPrefill(b *testing.B) {
 		}
 		b.ReportMetric(rates[i][len(rates[i])/2], name)
 	}
+}
+
+// gocoderRoot is the bundled gocoder model's directory.
+var gocoderRoot = filepath.Join("..", "..", "models", "gocoder")
+
+// loadGocoder loads the bundled gocoder target with the fast kernels on threads workers (closed when b ends),
+// or skips b where the model is not here.
+func loadGocoder(b *testing.B, threads int) *Target {
+	if _, err := os.Stat(filepath.Join(gocoderRoot, "target", "model.safetensors")); err != nil {
+		b.Skipf("the bundled gocoder model is not here: %v", err)
+	}
+	target, err := Load(b.Context(), filepath.Join(gocoderRoot, "target"), LoadOptions{Threads: threads, Kernels: kernel.ModeFast})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = target.Close() })
+	return target
+}
+
+// benchEnv is the positive integer in the environment variable name, or def.
+func benchEnv(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
+}
+
+// benchTokens is n made-up token ids (a fixed pattern below the vocabulary).
+func benchTokens(n int) []ports.Token {
+	toks := make([]ports.Token, n)
+	for i := range toks {
+		toks[i] = ports.Token(100 + i*37%3000)
+	}
+	return toks
 }

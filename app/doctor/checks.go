@@ -126,12 +126,13 @@ func backendCheck(cfg app.Config) Check {
 	if threads == 0 {
 		threads = runtime.GOMAXPROCS(0)
 	}
+	features := models.DetectCPUFeatures()
 	c.Detail = fmt.Sprintf("cpu, kernels %s (fast kernels' form here: %s), %d threads; CPU features: %s",
-		b.Kernels, b.FastForm, threads, models.DetectCPUFeatures())
+		b.Kernels, b.FastForm, threads, features)
 	if b.Reason != "" {
 		c.Detail += "; auto picked cpu: " + b.Reason
 	}
-	c.Detail += amxNote(models.DetectCPUFeatures(), b.Kernels, b.FastForm)
+	c.Detail += amxNote(features, b.Kernels, b.FastForm)
 	if b.Kernels == models.KernelsFast && b.FastForm == "portable" {
 		c.Status = Warn
 		c.Fix = "this CPU has no AVX2: the fast kernels run in portable Go, slower than --kernels exact"

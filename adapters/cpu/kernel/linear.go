@@ -353,8 +353,8 @@ func (l *Linear) forwardDenseAVX2(dst, x []float32, rows, grain int) {
 	})
 }
 
-// oneByFour enables the 1 × 4 tiles for fewer than 4 rows (benchmarks turn it off to compare them with the
-// one-row kernels).
+// oneByFour enables the 1 × 4 tiles for fewer than 4 rows (TestTilesMatchAVX2 turns it off to compare them
+// with the one-row kernels).
 var oneByFour = true
 
 // denseTile6 enables the 6 × 2 AVX2 tiles (benchmarks turn it off to compare them with the 4 × 2 ones).

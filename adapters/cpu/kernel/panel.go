@@ -303,8 +303,7 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 	ngp := (ng + 15) &^ 15
 	pair := gs%64 == 0 // 64-input blocks
 	// The tile kernels run blocks of amxMinRows rows in products of amxTileRows or more: they take their input
-	// codes as tile rows (xa),
-	// and 4-bit ones unpack the panels' codes into a worker's ring of amxRing bytes.
+	// codes as tile rows (xa), and 4-bit ones unpack the panels' codes into a worker's ring of amxRing bytes.
 	tiles := useAMX && usePanelAsm && amxGroup(gs) >= 0 && rows >= amxTileRows && amxReady()
 	blocks := panelBlocks(rows, pair && !tiles)
 	bp, xsp := l.fastInputs(rows)
