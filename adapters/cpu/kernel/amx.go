@@ -10,19 +10,38 @@ import "encoding/binary"
 // (one row, always VNNI) agree, and greedy speculative output stays the plain output.
 
 // amxMinRows is the block of rows that runs on tiles, and amxMinProduct the fewest rows of a product that
-// takes them. Measured on a 2-core AMX Xeon (docs/performance.md): a tile kernel's block costs ~25 cycles of
-// tile work however few its rows, which VNNI beats below 16 rows; at 16 rows alone (a verify block, the
-// drafter's block) a product is 1.1–1.5× faster in isolation but no faster inside a verify, where two workers
-// split it into short calls that each fill and drain the tile pipeline; prefill-sized products (several
-// blocks of 16 over the same panels) gain.
+// takes them whatever its size. Measured on a 2-core AMX Xeon (docs/performance.md): a tile kernel's block
+// costs ~25 cycles of tile work however few its rows, which VNNI beats below 16 rows; at 16 rows alone (a
+// verify block, the drafter's block) a product is 1.1–1.5× faster in isolation, but inside a verify of the
+// bundled gocoder (products of at most 2.6M weights) no faster, as two workers split each product into short
+// calls that each fill and drain the tile pipeline; prefill-sized products (several blocks of 16 over the
+// same panels) gain, and so do 16-row products of amxWorkerWeights weights or more per worker (a verify of
+// 16 rows on hybrid synths of hidden 768–1536: 8–12% faster).
 const (
-	amxMinRows    = 16
-	amxMinProduct = 32
+	amxMinRows       = 16
+	amxMinProduct    = 32
+	amxWorkerWeights = 1 << 20
 )
 
-// amxTileRows is the product size the tiles start at (tests lower it to amxMinRows to run them on every
-// block of 16).
+// amxTileRows is the product size the tiles start at whatever its weights (tests lower it to amxMinRows to
+// run them on every block of 16).
 var amxTileRows = amxMinProduct
+
+// amxTiles reports whether a product of rows input rows over the weights of ls, split across threads
+// workers, runs its blocks of amxMinRows rows on tiles (where the CPU and OS allow them).
+func amxTiles(rows int, ls []*Linear, threads int) bool {
+	if rows >= amxTileRows {
+		return true
+	}
+	if rows < amxMinRows {
+		return false
+	}
+	weights := 0
+	for _, m := range ls {
+		weights += m.Out * m.In
+	}
+	return weights >= amxWorkerWeights*max(threads, 1)
+}
 
 // amxRing is the 4-bit tile kernels' ring of unpacked codes (8 pairs of blocks of one panel, 1 KiB each).
 const amxRing = 8 << 10
@@ -87,11 +106,11 @@ func amxInputs(xa, rec []byte, stride, blocks int, nibble bool, n, i int) {
 	}
 }
 
-// useAMX allows the tile kernels for blocks of amxMinRows rows in products of amxTileRows rows or more, where
+// useAMX allows the tile kernels for the blocks of amxMinRows rows of the products amxTiles picks, where
 // amxReady (tests flip it).
 var useAMX = true
 
-// AMX reports whether the fast mode's prefill-sized panel products run on AMX tiles in this process (asking the
+// AMX reports whether the fast mode's prefill-sized (and large 16-row) panel products run on AMX tiles in this process (asking the
 // OS for the tile state if nobody has yet).
 func AMX() bool { return useAMX && usePanelAsm && amxReady() }
 

@@ -47,3 +47,27 @@ func TestTileConfig(t *testing.T) {
 	}
 	assert.Zero(t, c[48+6], "tiles 6 and 7 unused")
 }
+
+// amxTiles gives every product of amxTileRows rows to the tiles, and one of amxMinRows or more only where its
+// weights fill each worker's calls.
+func TestAMXTilesPick(t *testing.T) {
+	small := &Linear{Out: 1280, In: 640} // the bundled gocoder's MLP: 0.8M weights
+	big := &Linear{Out: 3072, In: 1024}  // 3.1M
+	for _, c := range []struct {
+		rows, threads int
+		ls            []*Linear
+		want          bool
+	}{
+		{15, 1, []*Linear{big}, false},
+		{16, 2, []*Linear{small}, false},
+		{16, 2, []*Linear{small, small}, false}, // a pair: 1.6M over 2 workers
+		{16, 1, []*Linear{small, small}, true},
+		{16, 2, []*Linear{big}, true},
+		{16, 4, []*Linear{big}, false},
+		{31, 2, []*Linear{small}, false},
+		{amxTileRows, 8, []*Linear{small}, true},
+		{128, 2, []*Linear{small}, true},
+	} {
+		assert.Equal(t, c.want, amxTiles(c.rows, c.ls, c.threads), "rows %d, threads %d, %d products", c.rows, c.threads, len(c.ls))
+	}
+}

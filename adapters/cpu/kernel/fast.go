@@ -40,7 +40,7 @@ func (m Mode) String() string {
 }
 
 // FastForm names the arithmetic ModeFast runs on this CPU: "avx512vnni+amx" (as "avx512vnni", with the
-// panel form's prefill-sized products on AMX tiles: amx.go, the same bits), "avx512vnni" (the panel form
+// panel form's prefill-sized products and large 16-row ones on AMX tiles: amx.go, the same bits), "avx512vnni" (the panel form
 // where a layer fits it, the lane form's VNNI kernels elsewhere), "avx2" (the lane form's AVX2 kernels) or
 // "portable" (the lane form in Go, several times slower than the exact mode's assembly). "avx2" and "portable" give the same bits;
 // "avx512vnni" can differ from them by rounding (see ModeFast).

@@ -302,9 +302,11 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 	nch := (in + fastChunk - 1) / fastChunk
 	ngp := (ng + 15) &^ 15
 	pair := gs%64 == 0 // 64-input blocks
-	// The tile kernels run blocks of amxMinRows rows in products of amxTileRows or more: they take their input
-	// codes as tile rows (xa), and 4-bit ones unpack the panels' codes into a worker's ring of amxRing bytes.
-	tiles := useAMX && usePanelAsm && amxGroup(gs) >= 0 && rows >= amxTileRows && amxReady()
+	// The tile kernels run blocks of amxMinRows rows in products of amxTileRows rows or more, and in products
+	// of amxMinRows rows or more whose weights keep every worker on tiles long enough (amxTiles): they take
+	// their input codes as tile rows (xa), and 4-bit ones unpack the panels' codes into a worker's ring of
+	// amxRing bytes.
+	tiles := useAMX && usePanelAsm && amxGroup(gs) >= 0 && amxTiles(rows, ls, l.Pool.Threads()) && amxReady()
 	blocks := panelBlocks(rows, pair && !tiles)
 	bp, xsp := l.fastInputs(rows)
 	defer bytesPool.Put(bp)
