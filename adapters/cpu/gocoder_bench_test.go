@@ -21,9 +21,10 @@ import (
 // the fast kernels, interleaved in every iteration so that a shared machine's load falls on all of them alike:
 // a 1-row decode, verifies of 4, 8 and 16 rows (taps and tape recorded, as the decoder asks; 4 is a tree of
 // 4 nodes, the cheapest round that drafts) at a 128-token
-// context, and a drafter pass of block 16 (proposals for 15 positions). It reports each part's median time and
+// context, a drafter pass of block 16 (proposals for 15 positions), and a tree of 4 nodes' draft (block 16,
+// 3 rows of new context first, 4 candidates for each of 3 slots). It reports each part's median time and
 // the medians of each part over the same iteration's decode, in decode steps; each part runs under a pprof
-// label (part=decode, verify4, verify8, verify16, draft16). HIGGS_BENCH_CONTEXT sets the context length (128 by
+// label (part=decode, verify4, verify8, verify16, draft16, draft4). HIGGS_BENCH_CONTEXT sets the context length (128 by
 // default; a generation's rounds run at its prompt's length and more, where attention weighs more), and
 // HIGGS_BENCH_THREADS the worker count (2 by default); with 1 the times are the thread's CPU time (threadCPU), which other processes
 // on a shared machine inflate far less than wall time. Beside -cpuprofile it gives the split by part
@@ -60,6 +61,12 @@ func BenchmarkGocoder(b *testing.B) {
 	_, err = ds.Draft(ctx, fr.Greedy[0], fr.Taps, 1)
 	require.NoError(b, err)
 	drafted := ds.Len()
+	// A tree round's draft: the context of the tokens the round before committed (3 rows here) goes in first.
+	fr3, err := ps.Forward(ctx, toks[ctxLen:ctxLen+3], ports.ForwardOptions{Taps: true, Rows: 3})
+	require.NoError(b, err)
+	taps3 := fr3.Taps.Detach()
+	require.NoError(b, ps.TrimKV(ctxLen))
+	require.NoError(b, ps.Restore(snap))
 	forward := func(k int) time.Duration {
 		t0 := clock()
 		_, err := ps.Forward(ctx, toks[ctxLen:ctxLen+k], ports.ForwardOptions{Taps: true, RecordTape: k > 1, Rows: k})
@@ -77,12 +84,22 @@ func BenchmarkGocoder(b *testing.B) {
 		require.NoError(b, ds.Crop(drafted))
 		return t
 	}
-	names := []string{"decode", "verify4", "verify8", "verify16", "draft16"}
+	top, ok := any(ds).(ports.TopDrafter)
+	require.True(b, ok)
+	draftTree := func() time.Duration {
+		t0 := clock()
+		_, err := top.DraftTop(ctx, fr.Greedy[0], taps3, 16, ports.TopRequest{K: 4, Slots: 3})
+		t := clock() - t0
+		require.NoError(b, err)
+		require.NoError(b, ds.Crop(drafted))
+		return t
+	}
+	names := []string{"decode", "verify4", "verify8", "verify16", "draft16", "draft4"}
 	ms, steps := make([][]float64, len(names)), make([][]float64, len(names))
 	for b.Loop() {
 		var ts []time.Duration
 		for i, part := range []func() time.Duration{func() time.Duration { return forward(1) }, func() time.Duration { return forward(4) },
-			func() time.Duration { return forward(8) }, func() time.Duration { return forward(16) }, draft} {
+			func() time.Duration { return forward(8) }, func() time.Duration { return forward(16) }, draft, draftTree} {
 			// The label lets a profile be cut by part: go tool pprof -tagfocus part=verify16.
 			pprof.Do(ctx, pprof.Labels("part", names[i]), func(context.Context) { ts = append(ts, part()) })
 		}

@@ -52,12 +52,19 @@ func rotate(mem *arena, x act, rope *vecmath.Rope, d, pos int, tree *model.Tree)
 	copy(out, x.v)
 	heads := x.width() / d
 	half := rope.Dims / 2
-	cos, sin := make([]float32, half), make([]float32, half)
+	var cbuf, sbuf []float32
 	for t := range x.t {
+		at := pos + t
 		if tree != nil {
-			rope.Table(cos, sin, pos+tree.Depth[t])
-		} else {
-			rope.Table(cos, sin, pos+t)
+			at = pos + tree.Depth[t]
+		}
+		cos, sin, ok := rope.Angles(at)
+		if !ok {
+			if cbuf == nil {
+				cbuf, sbuf = make([]float32, half), make([]float32, half)
+			}
+			cos, sin = cbuf, sbuf
+			rope.Table(cos, sin, at)
 		}
 		for h := range heads {
 			off := (t*heads + h) * d

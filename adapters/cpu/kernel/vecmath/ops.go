@@ -2,6 +2,8 @@ package vecmath
 
 import (
 	"math"
+	"sync"
+	"sync/atomic"
 
 	"github.com/viterin/vek/vek32"
 )
@@ -214,18 +216,33 @@ func DecayRank1(S, S0 []float32, alpha float32, khat, delta []float32) {
 	}
 }
 
-// Rope holds the inverse frequencies of NeoX rotate-half RoPE over the first Dims dims of a head.
+// Rope holds the inverse frequencies of NeoX rotate-half RoPE over the first Dims dims of a head, and the
+// cos/sin tables of the positions asked so far.
 type Rope struct {
 	Dims    int
 	invFreq []float64
 	// scale multiplies cos and sin (YaRN's attention factor); 0 means 1.
 	scale float64
+	// tables caches Table's values: a table per position is 32–128 float64 cos and sin calls, which measured
+	// ~8% of a gocoder draft (its 16-row block rotates queries and keys in each layer every round).
+	tables *ropeTables
 }
+
+// ropeTables holds Table's values for positions [0, n): row pos is cos then sin, Dims/2 each. A table is
+// never written once published; asking past its end publishes a larger copy (amortised doubling) up to
+// ropeTableBytes, beyond which Table computes.
+type ropeTables struct {
+	mu  sync.Mutex
+	cur atomic.Pointer[[]float32]
+}
+
+// ropeTableBytes bounds a Rope's cached table (16K positions of a 128-dim head, 32K of a 64-dim one).
+const ropeTableBytes = 8 << 20
 
 // NewRopeFreqs returns RoPE with the given inverse frequencies (Dims = 2·len(invFreq)) whose cos and sin are
 // multiplied by scale, as transformers applies a scaled RoPE's attention factor.
 func NewRopeFreqs(invFreq []float64, scale float64) *Rope {
-	return &Rope{Dims: 2 * len(invFreq), invFreq: append([]float64(nil), invFreq...), scale: scale}
+	return &Rope{Dims: 2 * len(invFreq), invFreq: append([]float64(nil), invFreq...), scale: scale, tables: &ropeTables{}}
 }
 
 // NewRope returns RoPE over r rotary dims (even) with the given base: θ_i = base^(−2i/r).
@@ -234,11 +251,66 @@ func NewRope(r int, base float64) *Rope {
 	for i := range f {
 		f[i] = 1 / math.Pow(base, float64(2*i)/float64(r))
 	}
-	return &Rope{Dims: r, invFreq: f}
+	return &Rope{Dims: r, invFreq: f, tables: &ropeTables{}}
 }
 
 // Table fills cos/sin (each Dims/2) for absolute position pos; angles in float64, rounded once.
 func (r *Rope) Table(cos, sin []float32, pos int) {
+	if c, s, ok := r.Angles(pos); ok {
+		copy(cos, c)
+		copy(sin, s)
+		return
+	}
+	r.compute(cos, sin, pos)
+}
+
+// Angles returns Table's cos and sin for pos as views of the cached table (read-only), or ok false past what
+// the cache holds (a negative position, or a table beyond ropeTableBytes): then call Table.
+func (r *Rope) Angles(pos int) (cos, sin []float32, ok bool) {
+	h := len(r.invFreq)
+	w := 2 * h
+	if pos < 0 || h == 0 || r.tables == nil || (pos+1)*w*4 > ropeTableBytes {
+		return nil, nil, false
+	}
+	t := r.tables.cur.Load()
+	if t == nil || (pos+1)*w > len(*t) {
+		t = r.grow(pos + 1)
+	}
+	row := (*t)[pos*w : (pos+1)*w]
+	return row[:h:h], row[h:], true
+}
+
+// grow publishes a table of at least n positions (twice the current one, at least 256, at most
+// ropeTableBytes) and returns it.
+func (r *Rope) grow(n int) *[]float32 {
+	c := r.tables
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := len(r.invFreq)
+	w := 2 * h
+	old := c.cur.Load()
+	have := 0
+	if old != nil {
+		have = len(*old) / w
+		if have >= n {
+			return old
+		}
+	}
+	m := min(max(n, 2*have, 256), ropeTableBytes/(4*w))
+	t := make([]float32, m*w)
+	if old != nil {
+		copy(t, *old)
+	}
+	for pos := have; pos < m; pos++ {
+		row := t[pos*w : (pos+1)*w]
+		r.compute(row[:h], row[h:], pos)
+	}
+	c.cur.Store(&t)
+	return &t
+}
+
+// compute is Table without the cache.
+func (r *Rope) compute(cos, sin []float32, pos int) {
 	if r.scale != 0 && r.scale != 1 {
 		for i, f := range r.invFreq {
 			a := float64(pos) * f

@@ -2,6 +2,7 @@ package vecmath
 
 import (
 	"math"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -25,4 +26,44 @@ func TestRopeFreqsScaled(t *testing.T) {
 	one.Table(c1, s1, 11)
 	assert.Equal(t, c0, c1)
 	assert.Equal(t, s0, s1)
+}
+
+// The cached tables give compute's bits at every position, across growths, from concurrent readers, and
+// past the cache's bound (where Table computes).
+func TestRopeTablesCached(t *testing.T) {
+	for _, rp := range []*Rope{NewRope(64, 10000), NewRopeFreqs(NewRope(32, 1e6).invFreq, 1.3)} {
+		h := rp.Dims / 2
+		want := func(pos int) ([]float32, []float32) {
+			c, s := make([]float32, h), make([]float32, h)
+			rp.compute(c, s, pos)
+			return c, s
+		}
+		limit := ropeTableBytes / (4 * rp.Dims)
+		positions := []int{0, 1, 255, 256, 257, 1000, 513, limit - 1}
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for _, pos := range positions {
+					c, s, ok := rp.Angles(pos)
+					if assert.True(t, ok, "position %d", pos) {
+						wc, ws := want(pos)
+						assert.Equal(t, wc, c, "cos at %d", pos)
+						assert.Equal(t, ws, s, "sin at %d", pos)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		for _, pos := range []int{limit, limit + 7, -1} {
+			_, _, ok := rp.Angles(pos)
+			assert.False(t, ok, "position %d is past the cache", pos)
+		}
+		c, s := make([]float32, h), make([]float32, h)
+		rp.Table(c, s, limit+7)
+		wc, ws := want(limit + 7)
+		assert.Equal(t, wc, c)
+		assert.Equal(t, ws, s)
+	}
 }
