@@ -329,6 +329,21 @@ func (l *Linear) fastInputs(rows int) (*[]byte, *[]float32) {
 	return getBytes(rows * nch * fastRec(l.q.Bits == 4)), getScratch(rows * ((ng + 15) &^ 15))
 }
 
+// padFastRow writes row i of block b as a pad row: zero codes and group sums (quantizeFastRow's layout), so
+// the kernels run it like any row and its outputs, which nobody reads, are finite.
+func (l *Linear) padFastRow(xp []byte, xs []float32, b quantRowBlock, i int) {
+	in := l.In
+	rec := fastRec(l.q.Bits == 4)
+	nch := (in + fastChunk - 1) / fastChunk
+	ngp := (in/l.q.Group + 15) &^ 15
+	row := xp[b.r*nch*rec+i*rec:]
+	for c := range nch {
+		clear(row[c*b.n*rec : c*b.n*rec+rec])
+	}
+	r := b.r + i
+	clear(xs[r*ngp : (r+1)*ngp])
+}
+
 // quantizeFastRow packs input row b.r+i, row i of block b, into xp and its group sums into xs (quantizeFast's
 // layout); with pair, one step per 64 inputs (quantizeFastBlocksGo: the panel form's inputs where the group
 // is a multiple of 64).

@@ -236,12 +236,26 @@ type panelArgs struct {
 }
 
 // panelBlocks splits rows into the panel kernels' blocks: 16 at a time (8 with small, for the VNNI kernels of
-// 64-input blocks, which hold two blocks' codes in registers), then 8, 4, 2 and 1.
+// 64-input blocks, which hold two blocks' codes in registers), then 8, 4, 2 and 1 — of padRows(rows) rows, so
+// the last block may reach past rows.
 func panelBlocks(rows int, small bool) []quantRowBlock {
 	if small {
-		return pow2Blocks(rows, 8)
+		return pow2Blocks(padRows(rows), 8)
 	}
-	return pow2Blocks(rows, 16)
+	return pow2Blocks(padRows(rows), 16)
+}
+
+// padRows is the rows a product of rows input rows runs: one more where rows is 3 mod 4, so its tail runs as
+// one block of 4 (a pad row of zero codes, its outputs dropped) rather than blocks of 2 and 1, each of which
+// passes over every panel. Measured on gocoder's shapes, 1 worker (BenchmarkGocoderShapes): 3 rows cost
+// 25.0 µs on a 4-bit 1536×640 and 124 µs on the 8-bit 4096×640 LM head where 4 rows cost 21.8 and 92; 7 rows
+// 46.7 and 162 µs where 8 rows cost 40.7 and 102. (Tails of 5 or 6 rows gain on the 8-bit head but lose on
+// 4-bit weights, so they stay as they are.)
+func padRows(rows int) int {
+	if rows%4 == 3 {
+		return rows + 1
+	}
+	return rows
 }
 
 // panelChunkBytes bounds the codes of the panels one worker runs every block of input rows over before moving
@@ -308,19 +322,32 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 	// amxRing bytes.
 	tiles := useAMX && usePanelAsm && amxGroup(gs) >= 0 && amxTiles(rows, ls, l.Pool.Threads()) && amxReady()
 	blocks := panelBlocks(rows, pair && !tiles)
-	bp, xsp := l.fastInputs(rows)
+	prows := padRows(rows) // rows [rows, prows) are pad rows: zero codes, outputs into pad
+	bp, xsp := l.fastInputs(prows)
 	defer bytesPool.Put(bp)
 	defer scratchPool.Put(xsp)
 	xp, xs := *bp, *xsp
 	// The group sums of each block of rows, group-major, for the kernels' broadcasts.
-	xtp := getScratch(rows * ng)
+	xtp := getScratch(prows * ng)
 	defer scratchPool.Put(xtp)
 	xst := *xtp
 	var xa []byte
 	if tiles {
-		xap := getBytes(rows * in)
+		xap := getBytes(prows * in)
 		defer bytesPool.Put(xap)
 		xa = *xap
+	}
+	// pad holds the outputs of the last block, which reaches past rows when padded, for each of ls (its rows
+	// below rows are copied to dsts as each panel call ends).
+	last := blocks[len(blocks)-1]
+	var pad [][]float32
+	if prows > rows {
+		pad = make([][]float32, len(ls))
+		for k := range ls {
+			pp := getScratch(last.n * lds[k])
+			defer scratchPool.Put(pp)
+			pad[k] = *pp
+		}
 	}
 	// quantize packs input rows [lo, hi) and writes their group sums into xst: the first loop of the product's
 	// one pool call, so the rows are quantized on every worker and no serial step sits between the calls.
@@ -328,7 +355,11 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 		for _, b := range blocks {
 			for r := max(lo, b.r); r < min(hi, b.r+b.n); r++ {
 				i := r - b.r
-				l.quantizeFastRow(xp, xs, x, b, i, pair)
+				if r >= rows {
+					l.padFastRow(xp, xs, b, i)
+				} else {
+					l.quantizeFastRow(xp, xs, x, b, i, pair)
+				}
 				if tiles && b.n >= amxMinRows {
 					amxInputs(xa[b.r*in:(b.r+b.n)*in], xp[b.r*nch*rec+i*rec:], b.n*rec, in/32, nibble, b.n, i)
 				}
@@ -359,7 +390,7 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 	if len(blocks) == 1 {
 		step = total // one pass: nothing to keep in cache
 	}
-	grain := max(1, 2048/(in*rows))
+	grain := max(1, 2048/(in*prows))
 	if tiles {
 		// A tile kernel's call fills and drains its pipeline and loads its configuration: few, long calls.
 		grain = max(grain, (total+3)/4)
@@ -368,9 +399,9 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 	qgrain := max(1, 2048/in)
 	if total == 1 {
 		// One panel (a gate's few outputs) is one worker's: the call stays on the caller, with its quantization.
-		qgrain = rows
+		qgrain = prows
 	}
-	l.Pool.ForThen(rows, qgrain, quantize, total, grain, func(lo, hi int) {
+	l.Pool.ForThen(prows, qgrain, quantize, total, grain, func(lo, hi int) {
 		var a panelArgs // one per worker: the call through the kernel table moves it to the heap
 		var wb *[]byte
 		if tiles && nibble {
@@ -382,7 +413,7 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 			// This weight's panels [base, base+pn.n) of the call's; run those in [lo, hi).
 			klo, khi := max(lo, base)-base, min(hi, base+pn.n)-base
 			base += pn.n
-			dst, ldd := dsts[k], lds[k]
+			ldd := lds[k]
 			vb := pn.valueBytes()
 			biasp := func(off int) unsafe.Pointer {
 				if len(pn.biases) == 0 {
@@ -393,31 +424,38 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 			for p0 := klo; p0 < khi; p0 += step {
 				p1 := min(p0+step, khi)
 				for _, b := range blocks {
+					dst, dr := dsts[k], b.r // where the block's outputs go: row dr of dst
+					if b.r+b.n > rows {
+						dst, dr = pad[k], 0
+					}
 					a = panelArgs{
 						codes: unsafe.Pointer(&pn.codes[p0*pw]), scales: unsafe.Pointer(&pn.scales[p0*panelRows*ng*vb]),
 						biases: biasp(p0 * panelRows * ng * vb), npanels: p1 - p0,
 						xp: unsafe.Pointer(&xp[b.r*nch*rec]), chadj: b.n*rec - xstep, xst: unsafe.Pointer(&xst[b.r*ng]),
-						ngroups: ng, bpg: gs / 32, dst: unsafe.Pointer(&dst[b.r*ldd+p0*panelRows]), ldd: 4 * ldd,
+						ngroups: ng, bpg: gs / 32, dst: unsafe.Pointer(&dst[dr*ldd+p0*panelRows]), ldd: 4 * ldd,
 						sform: pn.sform, bmul: int(math.Float32bits(pn.bmul)), sstep: panelRows * vb,
 					}
-					if usePanelAsm {
-						k := bits.TrailingZeros(uint(b.n)) // blocks of 1, 2, 4, 8, 16 rows
-						if tiles && b.n >= amxMinRows {
-							a.cfg, a.xa = unsafe.Pointer(amxConfig), unsafe.Pointer(&xa[b.r*in])
-							if nibble {
-								a.wbuf = unsafe.Pointer(&(*wb)[0])
-							}
-							amxKernels[form][amxGroup(gs)](&a)
-							continue
+					switch k := bits.TrailingZeros(uint(b.n)); { // blocks of 1, 2, 4, 8, 16 rows
+					case !usePanelAsm:
+						panelRunGo(pn, p0, p1, xp[b.r*nch*rec:], b.n, xst[b.r*ng:(b.r+b.n)*ng], in, gs, nibble, pair, dst[dr*ldd:], ldd)
+					case tiles && b.n >= amxMinRows:
+						a.cfg, a.xa = unsafe.Pointer(amxConfig), unsafe.Pointer(&xa[b.r*in])
+						if nibble {
+							a.wbuf = unsafe.Pointer(&(*wb)[0])
 						}
-						if pair {
-							panelPairKernels[form][k](&a)
-							continue
-						}
+						amxKernels[form][amxGroup(gs)](&a)
+					case pair:
+						panelPairKernels[form][k](&a)
+					default:
 						panelKernels[form][k](&a)
-						continue
 					}
-					panelRunGo(pn, p0, p1, xp[b.r*nch*rec:], b.n, xst[b.r*ng:(b.r+b.n)*ng], in, gs, nibble, pair, dst[b.r*ldd:], ldd)
+					if b.r+b.n > rows {
+						// The padded block's real rows, for the panels just run.
+						for i := range rows - b.r {
+							o0, o1 := i*ldd+p0*panelRows, i*ldd+p1*panelRows
+							copy(dsts[k][(b.r+i)*ldd+p0*panelRows:], pad[k][o0:o1])
+						}
+					}
 				}
 			}
 		}
