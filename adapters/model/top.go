@@ -101,18 +101,21 @@ func softmax64(row []float32) (func(ports.Token) float64, error) {
 // RowMax returns a logit row's largest value, or an error when the row has no distribution: a NaN logit,
 // every logit −Inf, or a +Inf one.
 func RowMax(row []float32) (float64, error) {
-	m := math.Inf(-1)
+	// Two float32 comparisons a logit (a tree round ranks every drafted slot's row: the float64 max with its
+	// NaN check took ~10% of a gocoder tree draft).
+	m := float32(math.Inf(-1))
 	for id, l := range row {
-		if math.IsNaN(float64(l)) {
+		if l > m {
+			m = l
+		} else if l != l {
 			return 0, fmt.Errorf("logit of token %d is NaN", id)
 		}
-		m = max(m, float64(l))
 	}
-	if math.IsInf(m, -1) {
+	if math.IsInf(float64(m), -1) {
 		return 0, fmt.Errorf("every logit is -Inf: no distribution")
 	}
-	if math.IsInf(m, 1) {
+	if math.IsInf(float64(m), 1) {
 		return 0, fmt.Errorf("a logit is +Inf: no distribution")
 	}
-	return m, nil
+	return float64(m), nil
 }

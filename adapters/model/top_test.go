@@ -125,3 +125,33 @@ func FuzzTopCandidates(f *testing.F) {
 		require.LessOrEqual(t, sum, 1+1e-12)
 	})
 }
+
+func TestRowMax(t *testing.T) {
+	inf := float32(math.Inf(1))
+	nan := float32(math.NaN())
+	for _, c := range []struct {
+		name string
+		row  []float32
+		want float64
+		err  string
+	}{
+		{"plain", []float32{-3, 2.5, 1, 2.5, -inf}, 2.5, ""},
+		{"negative", []float32{-7, -2, -9}, -2, ""},
+		{"one", []float32{0.25}, 0.25, ""},
+		{"nan first", []float32{nan, 1, 2}, 0, "token 0 is NaN"},
+		{"nan after the max", []float32{5, 1, nan}, 0, "token 2 is NaN"},
+		{"nan after +inf", []float32{inf, nan}, 0, "token 1 is NaN"},
+		{"all -inf", []float32{-inf, -inf}, 0, "every logit is -Inf"},
+		{"+inf", []float32{1, inf, 2}, 0, "+Inf"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m, err := RowMax(c.row)
+			if c.err != "" {
+				require.ErrorContains(t, err, c.err)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, c.want, m)
+		})
+	}
+}
