@@ -4,6 +4,24 @@
 
 #include "textflag.h"
 
+DATA attnScorePerm<>+0(SB)/4, $0
+DATA attnScorePerm<>+4(SB)/4, $4
+DATA attnScorePerm<>+8(SB)/4, $8
+DATA attnScorePerm<>+12(SB)/4, $12
+DATA attnScorePerm<>+16(SB)/4, $2
+DATA attnScorePerm<>+20(SB)/4, $6
+DATA attnScorePerm<>+24(SB)/4, $10
+DATA attnScorePerm<>+28(SB)/4, $14
+DATA attnScorePerm<>+32(SB)/4, $0
+DATA attnScorePerm<>+36(SB)/4, $0
+DATA attnScorePerm<>+40(SB)/4, $0
+DATA attnScorePerm<>+44(SB)/4, $0
+DATA attnScorePerm<>+48(SB)/4, $0
+DATA attnScorePerm<>+52(SB)/4, $0
+DATA attnScorePerm<>+56(SB)/4, $0
+DATA attnScorePerm<>+60(SB)/4, $0
+GLOBL attnScorePerm<>(SB), RODATA|NOPTR, $64
+
 // func attnScoresAVX512(s *float32, lds int, q *float32, nq int, k *float32, kstride int, n int, d int, scale float32)
 TEXT ·attnScoresAVX512(SB), NOSPLIT, $0-68
 	MOVQ s+0(FP), DI
@@ -16,6 +34,7 @@ TEXT ·attnScoresAVX512(SB), NOSPLIT, $0-68
 	MOVQ d+56(FP), R11
 	SHRQ $4, R11
 	VBROADCASTSS scale+64(FP), Z20
+	VMOVUPS attnScorePerm<>(SB), Z24
 scores_pair:
 	CMPQ R10, $2
 	JLT scores_single
@@ -23,6 +42,89 @@ scores_pair:
 	MOVQ q+16(FP), DX
 	MOVQ nq+24(FP), CX
 	MOVQ DI, R12
+	MOVQ R11, BX
+	SHLQ $6, BX
+	LEAQ (BX)(BX*2), R11
+scores_p4:
+	CMPQ CX, $4
+	JLT scores_p4_done
+	VPXORD Z0, Z0, Z0
+	VPXORD Z1, Z1, Z1
+	VPXORD Z2, Z2, Z2
+	VPXORD Z3, Z3, Z3
+	VPXORD Z4, Z4, Z4
+	VPXORD Z5, Z5, Z5
+	VPXORD Z6, Z6, Z6
+	VPXORD Z7, Z7, Z7
+	MOVQ DX, R13
+	MOVQ BX, AX
+	SHRQ $6, AX
+scores_p4_chunk:
+	VMOVUPS (SI), Z8
+	VMOVUPS (R14), Z9
+	VMULPS (R13), Z8, Z10
+	VMULPS (R13), Z9, Z11
+	VADDPS Z10, Z0, Z0
+	VADDPS Z11, Z1, Z1
+	VMULPS (R13)(BX*1), Z8, Z12
+	VMULPS (R13)(BX*1), Z9, Z13
+	VADDPS Z12, Z2, Z2
+	VADDPS Z13, Z3, Z3
+	VMULPS (R13)(BX*2), Z8, Z14
+	VMULPS (R13)(BX*2), Z9, Z15
+	VADDPS Z14, Z4, Z4
+	VADDPS Z15, Z5, Z5
+	VMULPS (R13)(R11*1), Z8, Z16
+	VMULPS (R13)(R11*1), Z9, Z17
+	VADDPS Z16, Z6, Z6
+	VADDPS Z17, Z7, Z7
+	ADDQ $64, SI
+	ADDQ $64, R14
+	ADDQ $64, R13
+	DECQ AX
+	JNZ scores_p4_chunk
+	SUBQ BX, SI
+	SUBQ BX, R14
+	VSHUFF32X4 $0x44, Z1, Z0, Z8
+	VSHUFF32X4 $0xee, Z1, Z0, Z9
+	VADDPS Z9, Z8, Z0
+	VSHUFF32X4 $0x44, Z3, Z2, Z8
+	VSHUFF32X4 $0xee, Z3, Z2, Z9
+	VADDPS Z9, Z8, Z2
+	VSHUFF32X4 $0x44, Z5, Z4, Z8
+	VSHUFF32X4 $0xee, Z5, Z4, Z9
+	VADDPS Z9, Z8, Z4
+	VSHUFF32X4 $0x44, Z7, Z6, Z8
+	VSHUFF32X4 $0xee, Z7, Z6, Z9
+	VADDPS Z9, Z8, Z6
+	VSHUFF32X4 $0x88, Z2, Z0, Z8
+	VSHUFF32X4 $0xdd, Z2, Z0, Z9
+	VADDPS Z9, Z8, Z0
+	VSHUFF32X4 $0x88, Z6, Z4, Z8
+	VSHUFF32X4 $0xdd, Z6, Z4, Z9
+	VADDPS Z9, Z8, Z4
+	VSHUFPS $0x44, Z4, Z0, Z8
+	VSHUFPS $0xee, Z4, Z0, Z9
+	VADDPS Z9, Z8, Z8
+	VMOVSHDUP Z8, Z9
+	VADDPS Z9, Z8, Z8
+	VMULPS Z20, Z8, Z8
+	VPERMPS Z8, Z24, Z9
+	VEXTRACTF32X4 $1, Z9, X10
+	VMOVLPS X9, (R12)
+	VMOVHPS X9, (R12)(R8*1)
+	LEAQ (R12)(R8*2), R12
+	VMOVLPS X10, (R12)
+	VMOVHPS X10, (R12)(R8*1)
+	LEAQ (R12)(R8*2), R12
+	LEAQ (DX)(BX*4), DX
+	SUBQ $4, CX
+	JMP scores_p4
+scores_p4_done:
+	MOVQ BX, R11
+	SHRQ $6, R11
+	TESTQ CX, CX
+	JE scores_pnext
 scores_pq:
 	VPXORD Z16, Z16, Z16
 	VPXORD Z21, Z21, Z21
@@ -56,6 +158,7 @@ scores_pchunk:
 	ADDQ BX, DX
 	DECQ CX
 	JNZ scores_pq
+scores_pnext:
 	ADDQ $8, DI
 	LEAQ (R14)(R9*1), SI
 	SUBQ $2, R10

@@ -12,9 +12,13 @@ def e(s=""):
 def scores():
     # func attnScoresAVX512(s *float32, lds int, q *float32, nq int, k *float32, kstride int, n int, d int, scale float32)
     # s[i·lds + p] = tree16(Σ_c q_i[16c:16c+16]·k_p[16c:16c+16]) · scale, products rounded before the adds.
-    # Keys go in pairs: the two accumulators' halvings (i, i+8) run apart, then one vector holds both and the
-    # halvings (i, i+4), (i, i+2), (0, 1) run for the two at once (the same pairs as tree16); an odd last key
-    # runs alone.
+    # Keys go in pairs. Query heads go four at a time where there are four left: each chunk of the two keys
+    # is loaded once for the four heads (the heads' chunks read from memory), and the eight accumulators'
+    # halvings run together: (i, i+8) on pairs of accumulators shuffled into one vector, (i, i+4) on pairs of
+    # those, (i, i+2) and (0, 1) on one vector of all eight (the same pairs as tree16), then a permutation puts
+    # each head's two scores side by side for one 8-byte store. Fewer heads go one at a time: the two
+    # accumulators' halvings (i, i+8) apart, then one vector holds both for the rest. An odd last key runs
+    # alone.
     e("// func attnScoresAVX512(s *float32, lds int, q *float32, nq int, k *float32, kstride int, n int, d int, scale float32)")
     e("TEXT ·attnScoresAVX512(SB), NOSPLIT, $0-68")
     e("\tMOVQ s+0(FP), DI")
@@ -27,6 +31,7 @@ def scores():
     e("\tMOVQ d+56(FP), R11")
     e("\tSHRQ $4, R11")  # 16-float chunks
     e("\tVBROADCASTSS scale+64(FP), Z20")
+    e("\tVMOVUPS attnScorePerm<>(SB), Z24")
     e("scores_pair:")
     e("\tCMPQ R10, $2")
     e("\tJLT scores_single")
@@ -34,6 +39,71 @@ def scores():
     e("\tMOVQ q+16(FP), DX")
     e("\tMOVQ nq+24(FP), CX")
     e("\tMOVQ DI, R12")
+    # Four heads: BX = a head's bytes (d·4), R11 = three heads' bytes, R13 the heads' chunk pointer, AX the
+    # chunks left; SI and R14 walk the keys' chunks and are put back after.
+    e("\tMOVQ R11, BX")
+    e("\tSHLQ $6, BX")
+    e("\tLEAQ (BX)(BX*2), R11")
+    e("scores_p4:")
+    e("\tCMPQ CX, $4")
+    e("\tJLT scores_p4_done")
+    for a in range(8):
+        e(f"\tVPXORD Z{a}, Z{a}, Z{a}")
+    e("\tMOVQ DX, R13")
+    e("\tMOVQ BX, AX")
+    e("\tSHRQ $6, AX")
+    e("scores_p4_chunk:")
+    e("\tVMOVUPS (SI), Z8")
+    e("\tVMOVUPS (R14), Z9")
+    heads = ["(R13)", "(R13)(BX*1)", "(R13)(BX*2)", "(R13)(R11*1)"]
+    for h in range(4):
+        # Accumulator 2h+k: head h, key k.
+        e(f"\tVMULPS {heads[h]}, Z8, Z{10 + 2 * h}")
+        e(f"\tVMULPS {heads[h]}, Z9, Z{11 + 2 * h}")
+        e(f"\tVADDPS Z{10 + 2 * h}, Z{2 * h}, Z{2 * h}")
+        e(f"\tVADDPS Z{11 + 2 * h}, Z{2 * h + 1}, Z{2 * h + 1}")
+    e("\tADDQ $64, SI")
+    e("\tADDQ $64, R14")
+    e("\tADDQ $64, R13")
+    e("\tDECQ AX")
+    e("\tJNZ scores_p4_chunk")
+    e("\tSUBQ BX, SI")
+    e("\tSUBQ BX, R14")
+    # (i, i+8): head h's two keys in one vector, [key 0's 8 sums | key 1's 8 sums], into Z(2h).
+    for h in range(4):
+        e(f"\tVSHUFF32X4 $0x44, Z{2 * h + 1}, Z{2 * h}, Z8")
+        e(f"\tVSHUFF32X4 $0xee, Z{2 * h + 1}, Z{2 * h}, Z9")
+        e(f"\tVADDPS Z9, Z8, Z{2 * h}")
+    # (i, i+4): heads h and h+1 in one vector, 128-bit lanes [h k0, h k1, h+1 k0, h+1 k1] of 4 sums each.
+    for h in (0, 2):
+        e(f"\tVSHUFF32X4 $0x88, Z{2 * h + 2}, Z{2 * h}, Z8")
+        e(f"\tVSHUFF32X4 $0xdd, Z{2 * h + 2}, Z{2 * h}, Z9")
+        e(f"\tVADDPS Z9, Z8, Z{2 * h}")
+    # (i, i+2): in each 128-bit lane, heads 0/1's two sums then heads 2/3's.
+    e("\tVSHUFPS $0x44, Z4, Z0, Z8")
+    e("\tVSHUFPS $0xee, Z4, Z0, Z9")
+    e("\tVADDPS Z9, Z8, Z8")
+    # (0, 1): the even lanes hold the eight totals.
+    e("\tVMOVSHDUP Z8, Z9")
+    e("\tVADDPS Z9, Z8, Z8")
+    e("\tVMULPS Z20, Z8, Z8")
+    # Lanes 0-7: head 0 keys 0 and 1, head 1's, head 2's, head 3's.
+    e("\tVPERMPS Z8, Z24, Z9")
+    e("\tVEXTRACTF32X4 $1, Z9, X10")
+    e("\tVMOVLPS X9, (R12)")
+    e("\tVMOVHPS X9, (R12)(R8*1)")
+    e("\tLEAQ (R12)(R8*2), R12")
+    e("\tVMOVLPS X10, (R12)")
+    e("\tVMOVHPS X10, (R12)(R8*1)")
+    e("\tLEAQ (R12)(R8*2), R12")
+    e("\tLEAQ (DX)(BX*4), DX")
+    e("\tSUBQ $4, CX")
+    e("\tJMP scores_p4")
+    e("scores_p4_done:")
+    e("\tMOVQ BX, R11")
+    e("\tSHRQ $6, R11")
+    e("\tTESTQ CX, CX")
+    e("\tJE scores_pnext")
     e("scores_pq:")
     e("\tVPXORD Z16, Z16, Z16")
     e("\tVPXORD Z21, Z21, Z21")
@@ -67,6 +137,7 @@ def scores():
     e("\tADDQ BX, DX")  # the next query head (d floats on)
     e("\tDECQ CX")
     e("\tJNZ scores_pq")
+    e("scores_pnext:")
     e("\tADDQ $8, DI")
     e("\tLEAQ (R14)(R9*1), SI")
     e("\tSUBQ $2, R10")
@@ -203,6 +274,14 @@ e()
 e("//go:build amd64 && !purego")
 e()
 e('#include "textflag.h"')
+e()
+# attnScoreKernel's permutation of the four-head path: the even lanes of its last vector, which hold (head,
+# key) totals in the order h0k0, h2k0, h0k1, h2k1, h1k0, h3k0, h1k1, h3k1, into lanes 0-7 as h0k0, h0k1, h1k0,
+# h1k1, h2k0, h2k1, h3k0, h3k1.
+perm = [0, 4, 8, 12, 2, 6, 10, 14] + [0] * 8
+for i, v in enumerate(perm):
+    e(f"DATA attnScorePerm<>+{4 * i}(SB)/4, ${v}")
+e("GLOBL attnScorePerm<>(SB), RODATA|NOPTR, $64")
 e()
 scores()
 values()
