@@ -73,8 +73,37 @@ func (o ops) Linear(w *weight, x act) act {
 		return o.Concat(a, b)
 	}
 	out := o.out(x.t * w.lin.Out)
+	if f := repeatedTail(x); f < x.t-1 {
+		// Rows f.. have the same bits: their outputs are row f's (each row's outputs depend on that row
+		// alone, whatever rows share its product).
+		wo := w.lin.Out
+		w.lin.Forward(out, x.v[:(f+1)*x.width()], f+1)
+		for r := f + 1; r < x.t; r++ {
+			copy(out[r*wo:(r+1)*wo], out[f*wo:(f+1)*wo])
+		}
+		return act{out, x.t}
+	}
 	w.lin.Forward(out, x.v, x.t)
 	return act{out, x.t}
+}
+
+// repeatedTail returns where x's last rows start to repeat bit for bit: the first row of the longest run of
+// identical rows that ends x (x.t−1 when the last two differ). A drafter's block is its anchor and then mask
+// rows, identical through the first layer's norm, so that layer's query, key and value products compute the
+// anchor and one mask row (a tree's draft: 2 of 16 rows); rows that differ cost one comparison, which stops at
+// the first differing byte.
+func repeatedTail(x act) int {
+	n := x.t
+	if n < 3 {
+		return n - 1
+	}
+	w := x.width()
+	last := x.v[(n-1)*w : n*w]
+	f := n - 1
+	for f > 0 && vecmath.SameBits(x.v[(f-1)*w:f*w], last) {
+		f--
+	}
+	return f
 }
 
 // LinearPair runs a fused pair (loader.Fuse) as one product, each half into its own value; other weights

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/higgs-go/higgs/ports"
 )
@@ -110,6 +111,9 @@ func RowMax(row []float32) (float64, error) {
 		} else if l != l {
 			return 0, fmt.Errorf("logit of token %d is NaN", id)
 		}
+	}
+	if m == 0 && math.Signbit(float64(m)) && slices.ContainsFunc(row, func(l float32) bool { return l == 0 && !math.Signbit(float64(l)) }) {
+		m = 0 // +0 above −0, as a float64 max has it
 	}
 	if math.IsInf(float64(m), -1) {
 		return 0, fmt.Errorf("every logit is -Inf: no distribution")

@@ -128,6 +128,7 @@ func FuzzTopCandidates(f *testing.F) {
 
 func TestRowMax(t *testing.T) {
 	inf := float32(math.Inf(1))
+	negZero := float32(math.Copysign(0, -1))
 	nan := float32(math.NaN())
 	for _, c := range []struct {
 		name string
@@ -138,6 +139,8 @@ func TestRowMax(t *testing.T) {
 		{"plain", []float32{-3, 2.5, 1, 2.5, -inf}, 2.5, ""},
 		{"negative", []float32{-7, -2, -9}, -2, ""},
 		{"one", []float32{0.25}, 0.25, ""},
+		{"signed zeros", []float32{negZero, 0, negZero}, 0, ""},
+		{"negative zero", []float32{-1, negZero}, math.Copysign(0, -1), ""},
 		{"nan first", []float32{nan, 1, 2}, 0, "token 0 is NaN"},
 		{"nan after the max", []float32{5, 1, nan}, 0, "token 2 is NaN"},
 		{"nan after +inf", []float32{inf, nan}, 0, "token 1 is NaN"},
@@ -152,6 +155,7 @@ func TestRowMax(t *testing.T) {
 			}
 			require.NoError(t, err)
 			assert.Equal(t, c.want, m)
+			assert.Equal(t, math.Signbit(c.want), math.Signbit(m), "the sign of a zero")
 		})
 	}
 }

@@ -1,10 +1,13 @@
 package kernel
 
 import (
+	"math"
+	"math/rand/v2"
 	"testing"
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestAMXAvailability says which tile path this machine runs, so a run on a CPU without AMX says so.
@@ -69,5 +72,34 @@ func TestAMXTilesPick(t *testing.T) {
 		{128, 2, []*Linear{small}, true},
 	} {
 		assert.Equal(t, c.want, amxTiles(c.rows, c.ls, c.threads), "rows %d, threads %d, %d products", c.rows, c.threads, len(c.ls))
+	}
+}
+
+// With the default amxTileRows, a product of 16–31 rows over weights of 1M per worker runs its block of 16 on
+// tiles (amxTiles) and gives the Go panel form's bits, padded tail included.
+func TestAMXLargeSixteenRows(t *testing.T) {
+	if !hasAMX {
+		t.Skip("no AMX-INT8 tiles on this CPU (or the kernel refused the tile data): the tile kernels are not run here")
+	}
+	r := rand.New(rand.NewPCG(31, 32))
+	const out, in = 2048, 1024 // 2M weights: 1M for each of 2 workers
+	for _, bits := range []int{4, 8} {
+		q, _ := quantFixture(r, out, in, bits, 64)
+		l, err := NewQuant(out, in, q)
+		require.NoError(t, err)
+		l.Pool = NewPoolMode(2, ModeFast)
+		require.True(t, amxTiles(16, []*Linear{l}, 2))
+		for _, rows := range []int{16, 19, 31} {
+			x := randVec(r, rows*in, 1)
+			want, got := make([]float32, rows*out), make([]float32, rows*out)
+			withPanels(panelGo, func() { l.Forward(want, x, rows) })
+			u, a, p := usePanels, usePanelAsm, useAMX
+			usePanels, usePanelAsm, useAMX = true, true, true // amxTileRows as it is
+			l.Forward(got, x, rows)
+			usePanels, usePanelAsm, useAMX = u, a, p
+			for i := range want {
+				require.Equal(t, math.Float32bits(want[i]), math.Float32bits(got[i]), "%d bits, %d rows, element %d", bits, rows, i)
+			}
+		}
 	}
 }

@@ -51,7 +51,7 @@ func TestPanelKernelsStayInBounds(t *testing.T) {
 					l.Pool = NewPoolMode(2, ModeFast)
 					gp := guardedPanels(t, buildPanels(&q, out, in), tail)
 					l.pan.once.Do(func() { l.pan.p = gp })
-					for _, rows := range []int{1, 2, 5, 8, 13, 16, 17, 33} {
+					for _, rows := range []int{1, 2, 3, 5, 7, 8, 13, 15, 16, 17, 31, 33} {
 						x := guardedF32(t, randVec(r, rows*in, 1), tail)
 						b := make([]float32, rows*out)
 						withPanels(panelGo, func() { l.Forward(b, x, rows) })

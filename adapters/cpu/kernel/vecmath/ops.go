@@ -269,7 +269,7 @@ func (r *Rope) Table(cos, sin []float32, pos int) {
 func (r *Rope) Angles(pos int) (cos, sin []float32, ok bool) {
 	h := len(r.invFreq)
 	w := 2 * h
-	if pos < 0 || h == 0 || r.tables == nil || (pos+1)*w*4 > ropeTableBytes {
+	if pos < 0 || h == 0 || r.tables == nil || pos >= ropeTableBytes/(4*w) {
 		return nil, nil, false
 	}
 	t := r.tables.cur.Load()
@@ -277,7 +277,7 @@ func (r *Rope) Angles(pos int) (cos, sin []float32, ok bool) {
 		t = r.grow(pos + 1)
 	}
 	row := (*t)[pos*w : (pos+1)*w]
-	return row[:h:h], row[h:], true
+	return row[:h:h], row[h:w:w], true
 }
 
 // grow publishes a table of at least n positions (twice the current one, at least 256, at most

@@ -56,6 +56,9 @@ func TestRopeTablesCached(t *testing.T) {
 			}()
 		}
 		wg.Wait()
+		c0, s0, _ := rp.Angles(3)
+		assert.Equal(t, h, cap(c0), "cos is capped at its half")
+		assert.Equal(t, h, cap(s0), "sin is capped at its half")
 		for _, pos := range []int{limit, limit + 7, -1} {
 			_, _, ok := rp.Angles(pos)
 			assert.False(t, ok, "position %d is past the cache", pos)
@@ -66,4 +69,15 @@ func TestRopeTablesCached(t *testing.T) {
 		assert.Equal(t, wc, c)
 		assert.Equal(t, ws, s)
 	}
+}
+
+// A Rope built without its constructor has no cache: Angles says so and Table computes.
+func TestRopeWithoutTables(t *testing.T) {
+	rp := &Rope{Dims: 4, invFreq: []float64{1, 0.5}}
+	_, _, ok := rp.Angles(3)
+	assert.False(t, ok)
+	c, s := make([]float32, 2), make([]float32, 2)
+	rp.Table(c, s, 3)
+	assert.Equal(t, []float32{float32(math.Cos(3)), float32(math.Cos(1.5))}, c)
+	assert.Equal(t, []float32{float32(math.Sin(3)), float32(math.Sin(1.5))}, s)
 }
