@@ -43,9 +43,11 @@ type Config struct {
 	// candidates per slot.
 	TreeBudget int
 	TreeWidth  int
-	Backend    string
-	Threads    int
-	Kernels    string
+	// TreeFullDraft drafts a tree's block in full (speculative.TreeConfig.FullDraft).
+	TreeFullDraft bool
+	Backend       string
+	Threads       int
+	Kernels       string
 	// KVBits is the attention KV cache's format (models.ModelConfig.KVBits): 0 full precision, 8 int8.
 	KVBits int
 	Host   string
@@ -158,6 +160,7 @@ func (c *Config) flagSet(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Adaptive, "adaptive", c.Adaptive, "let the adaptive depth policy choose each round's block size")
 	fs.IntVar(&c.TreeBudget, "tree-budget", c.TreeBudget, "let speculative rounds verify a tree of the drafter's top candidates of at most this many nodes, anchor included (with --adaptive the policy chooses tree or chain and the budget, from measured cost and acceptance; without it every speculative round verifies a tree); -1: the adaptive policy weighs trees up to the block size and a fixed block keeps chains; 0: chains only. Used where the backend verifies trees and the request allows it (greedy or seeded sampling; no constraint or logprobs)")
 	fs.IntVar(&c.TreeWidth, "tree-width", c.TreeWidth, "with --tree-budget: the most candidates a draft slot contributes to the tree (0: 4)")
+	fs.BoolVar(&c.TreeFullDraft, "tree-full-draft", c.TreeFullDraft, "draft a tree round's block through every drafter layer on every slot (the drafter's exact proposals); by default the layers after the first run on the slots the tree can reach alone, a fraction of the drafter's work, at the same output")
 	fs.StringVar(&c.Backend, "backend", c.Backend, "compute backend: cpu, mlx or auto")
 	fs.IntVar(&c.Threads, "threads", c.Threads, "CPU worker threads (0: GOMAXPROCS)")
 	fs.StringVar(&c.Kernels, "kernels", c.Kernels, "CPU kernels: auto (fast where the CPU has AVX2 or better, else exact), exact (the bit-exact reference) or fast (quantized products with int8 inputs; not bit-identical)")
@@ -592,7 +595,7 @@ func (c Config) ServeConfig() serve.ServeConfig {
 		bs = 1
 	}
 	return serve.ServeConfig{ServedModelName: c.ServedModelName, BlockSize: bs, Adaptive: c.Adaptive,
-		TreeBudget: c.TreeBudget, TreeWidth: c.TreeWidth,
+		TreeBudget: c.TreeBudget, TreeWidth: c.TreeWidth, TreeFullDraft: c.TreeFullDraft,
 		MaxConcurrency: c.MaxConcurrency, BatchWait: c.BatchWait, PrefillChunk: c.PrefillChunk, MemoryBudget: c.MemoryBudget,
 		QueueSize: c.QueueSize, SpecialTokensInContent: c.SpecialTokensInContent,
 		PrefixCacheBytes: c.PrefixCacheBytes, PrefixCacheEvery: c.PrefixCacheEvery, PrefixCacheShared: c.PrefixCacheShared,

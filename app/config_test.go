@@ -230,4 +230,11 @@ func TestTreeBudgetSettings(t *testing.T) {
 	}
 	_, err := LoadConfig([]string{"--tree-width", "-1"}, func(string) string { return "" }, io.Discard)
 	assert.ErrorContains(t, err, "--tree-width")
+	// A tree's draft is narrow unless --tree-full-draft.
+	c, err := LoadConfig(nil, func(string) string { return "" }, io.Discard)
+	require.NoError(t, err)
+	assert.False(t, c.ServeConfig().TreeFullDraft)
+	c, err = LoadConfig([]string{"--tree-full-draft"}, func(string) string { return "" }, io.Discard)
+	require.NoError(t, err)
+	assert.True(t, c.ServeConfig().TreeFullDraft)
 }

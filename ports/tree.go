@@ -23,9 +23,17 @@ type TopDrafter interface {
 // slot's token and candidates are those of a full draft (bit for bit on the CPU backend); Proposal.Tokens and
 // Proposal.Top hold Slots entries. A tree of n nodes reaches at most n−1 slots deep, and a drafter that reads
 // no more than that saves the rest of its last layer, its LM head and the candidates' ranking.
+//
+// Narrow lets the drafter go further: every slot of the block still feeds the first layer's attention (its
+// keys and values), but the layers after it run on the anchor and the proposed slots alone, so that the
+// first layer's output projection and MLP, and every later layer, skip the slots no proposal reads. The
+// proposals are then no longer a full draft's (the later layers' attention sees fewer slots), only the
+// drafter's own cheaper approximation of them; what a generation commits never depends on them. A drafter
+// without the shortcut (DFlash2's convolutions mix the slots; a batch of sequences) drafts in full.
 type TopRequest struct {
-	K     int
-	Slots int
+	K      int
+	Slots  int
+	Narrow bool
 }
 
 // SlotsOf returns how many slots top asks of a block of bs slots (Slots, or bs−1 when it is 0 or more).

@@ -100,7 +100,7 @@ func (s *DraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx 
 		// Refused before anything is appended, like Draft's own refusals.
 		return ports.Proposal{}, fmt.Errorf("cpu drafter: top-k %d must be ≥ 1", top.K)
 	}
-	p, err := s.draftRows(ctx, anchor, newCtx, bs, top.SlotsOf(bs), 0, nil)
+	p, err := s.draftRows(ctx, anchor, newCtx, bs, top.SlotsOf(bs), 0, nil, top.Narrow)
 	if err != nil {
 		return p, err
 	}
@@ -121,11 +121,12 @@ func (s *DraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx 
 }
 
 func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand) (ports.Proposal, error) {
-	return s.draftRows(ctx, anchor, newCtx, bs, bs-1, temperature, rnd)
+	return s.draftRows(ctx, anchor, newCtx, bs, bs-1, temperature, rnd, false)
 }
 
-// draftRows is draft proposing only the first slots of the bs-slot block (1 ≤ slots ≤ bs−1).
-func (s *DraftSession) draftRows(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, slots int, temperature float64, rnd ports.Rand) (ports.Proposal, error) {
+// draftRows is draft proposing only the first slots of the bs-slot block (1 ≤ slots ≤ bs−1), narrow as
+// ports.TopRequest.Narrow.
+func (s *DraftSession) draftRows(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, slots int, temperature float64, rnd ports.Rand, narrow bool) (ports.Proposal, error) {
 	data, rows, err := s.admit(anchor, newCtx, bs, temperature, rnd)
 	if err != nil {
 		return ports.Proposal{}, err
@@ -156,7 +157,7 @@ func (s *DraftSession) draftRows(ctx context.Context, anchor ports.Token, newCtx
 	if rnd != nil {
 		logits, p.Tokens, p.Dists = model.ProposeSampled(d.m, be, st, block, s.n, slots, temperature, rnd)
 	} else {
-		logits, p.Tokens = model.Propose(d.m, be, st, block, s.n, slots)
+		logits, p.Tokens = model.Propose(d.m, be, st, block, s.n, slots, narrow)
 	}
 	s.logits = append(s.logits[:0], logits.v...) // a reused buffer: logits.v may live in the arena
 	return p, nil

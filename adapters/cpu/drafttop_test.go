@@ -18,7 +18,10 @@ import (
 // candidates, probabilities that sum to at most 1 and never rise after the first; for DFlash the drafted
 // token is the logits' argmax (Top is the plain top-k), for DFlash2 it is the selector's pick. Block sizes
 // below, at and above the configured 8. Asked for fewer slots (TopRequest.Slots), a session proposes exactly
-// the full draft's first slots, tokens, candidates and probabilities bit for bit.
+// the full draft's first slots, tokens, candidates and probabilities bit for bit; asked for a narrow draft
+// (TopRequest.Narrow), a DFlash drafter's later layer runs on fewer rows (other logits where it proposes
+// fewer slots than the block has, the full draft's where it proposes them all) and DFlash2's, whose
+// convolutions mix the slots, drafts in full.
 func TestDraftTop(t *testing.T) {
 	const k = 4
 	for name, a := range map[string]hfmodel.DrafterArch{"dflash": tinyDraftArch(), "dflash2": tinyDraft2Arch()} {
@@ -33,7 +36,7 @@ func TestDraftTop(t *testing.T) {
 				t.Cleanup(func() { _ = s.Close() })
 				return s.(*DraftSession)
 			}
-			plain, top, part := open(), open(), open()
+			plain, top, part, narrow := open(), open(), open(), open()
 			differs := 0
 			for round, bs := range []int{5, 2, 8, 12} {
 				rows := 3 + round
@@ -50,6 +53,18 @@ func TestDraftTop(t *testing.T) {
 				require.Equal(t, got.Tokens[:slots], few.Tokens, msg)
 				require.Equal(t, got.Top[:slots], few.Top, msg)
 				require.Equal(t, top.Len(), part.Len(), msg)
+				nar, err := narrow.DraftTop(t.Context(), anchor, ctx, bs, ports.TopRequest{K: k, Slots: slots, Narrow: true})
+				require.NoError(t, err)
+				require.Equal(t, top.Len(), narrow.Len(), msg)
+				require.Len(t, nar.Top, slots, msg)
+				switch {
+				case a.Generation >= 2 || slots == bs-1:
+					require.Equal(t, few.Tokens, nar.Tokens, msg)
+					require.Equal(t, few.Top, nar.Top, msg)
+					require.Equal(t, part.logits, narrow.logits, msg)
+				default:
+					require.NotEqual(t, part.logits, narrow.logits, "%s: the narrow draft's later layer saw fewer slots", msg)
+				}
 				require.Equal(t, want.Tokens, got.Tokens, msg)
 				require.Equal(t, plain.Len(), top.Len(), msg)
 				require.Len(t, got.Top, bs-1, msg)

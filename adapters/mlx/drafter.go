@@ -176,7 +176,7 @@ func (s *DraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx 
 	if top.K < 1 {
 		return ports.Proposal{}, fmt.Errorf("mlx drafter: top-k %d must be ≥ 1", top.K)
 	}
-	return s.draftRows(ctx, anchor, newCtx, bs, top.SlotsOf(bs), 0, nil, top.K)
+	return s.draftRows(ctx, anchor, newCtx, bs, top.SlotsOf(bs), 0, nil, top.K, top.Narrow)
 }
 
 // DraftSampled is Draft at temperature > 0 (ports.SamplingDrafter): a DFlash2 drafter's selector draws each
@@ -191,7 +191,7 @@ func (s *DraftSession) DraftSampled(ctx context.Context, anchor ports.Token, new
 
 // draft is Draft (DraftSampled with rnd, DraftTop with topK > 0, which reads the slots' logits back).
 func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs int, temperature float64, rnd ports.Rand, topK int) (ports.Proposal, error) {
-	return s.draftRows(ctx, anchor, newCtx, bs, bs-1, temperature, rnd, topK)
+	return s.draftRows(ctx, anchor, newCtx, bs, bs-1, temperature, rnd, topK, false)
 }
 
 // rankOnDevice says whether DraftTop ranks the candidates on the device (ops.Backend.Top: a few values per slot
@@ -200,8 +200,9 @@ func (s *DraftSession) draft(ctx context.Context, anchor ports.Token, newCtx por
 // of a 151,936-token vocabulary), its exps no dearer than MLX's and nothing to copy. Tests flip it to run both.
 var rankOnDevice = func(rt *mlxc.Runtime) bool { return rt.GPU() }
 
-// draftRows is draft proposing only the first slots of the bs-slot block (1 ≤ slots ≤ bs−1).
-func (s *DraftSession) draftRows(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, slots int, temperature float64, rnd ports.Rand, topK int) (ports.Proposal, error) {
+// draftRows is draft proposing only the first slots of the bs-slot block (1 ≤ slots ≤ bs−1), narrow as
+// ports.TopRequest.Narrow.
+func (s *DraftSession) draftRows(ctx context.Context, anchor ports.Token, newCtx ports.Taps, bs, slots int, temperature float64, rnd ports.Rand, topK int, narrow bool) (ports.Proposal, error) {
 	in, err := s.admit(anchor, newCtx, bs, temperature, rnd)
 	if err != nil {
 		return ports.Proposal{}, err
@@ -243,7 +244,7 @@ func (s *DraftSession) draftRows(ctx context.Context, anchor ports.Token, newCtx
 				_, toks, dists = model.ProposeSampled(d.m, be, st, block, s.n+ctxRows, slots, temperature, rnd)
 			} else {
 				var lg ops.Act
-				lg, toks = model.Propose(d.m, be, st, block, s.n+ctxRows, slots)
+				lg, toks = model.Propose(d.m, be, st, block, s.n+ctxRows, slots, narrow)
 				switch {
 				case topK == 0 || toks == nil:
 				case lg.C != d.t.info.VocabSize:

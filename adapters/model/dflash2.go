@@ -158,9 +158,9 @@ func greedyPick(_ int, scores []float32) int {
 
 // Propose runs the noise block (Block) and picks the drafted tokens of slots 1..rows: the greedy argmax of
 // each row's logits (DFlash), or the candidate selector's greedy path from the anchor (DFlash2). It returns
-// the logits (compute_logits' transforms applied) with the tokens.
-func Propose[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], st State[X, W], block []ports.Token, pos, rows int) (X, []ports.Token) {
-	logits, toks, _ := ProposeBatch(d, be, []DraftSeq[X, W]{{State: st, Pos: pos, Block: block, Rows: rows}})
+// the logits (compute_logits' transforms applied) with the tokens. narrow is DraftSeq.Narrow.
+func Propose[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], st State[X, W], block []ports.Token, pos, rows int, narrow bool) (X, []ports.Token) {
+	logits, toks, _ := ProposeBatch(d, be, []DraftSeq[X, W]{{State: st, Pos: pos, Block: block, Rows: rows, Narrow: narrow}})
 	return logits[0], toks[0]
 }
 

@@ -166,8 +166,9 @@ func Block[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], st State[X
 }
 
 // DraftSeq is one sequence of a (batched) draft: its state, the position of its block's anchor, the noise
-// block [anchor, mask…], how many slots after the anchor to propose (1..len(Block)−1), and, for DFlash2's
-// walk at temperature > 0, the temperature and the uniforms' source (Rand nil: greedy).
+// block [anchor, mask…], how many slots after the anchor to propose (1..len(Block)−1), for DFlash2's walk at
+// temperature > 0 the temperature and the uniforms' source (Rand nil: greedy), and whether the layers after
+// the first may run on the proposed rows alone (ports.TopRequest.Narrow; a lone DFlash sequence only).
 type DraftSeq[X any, W comparable] struct {
 	State       State[X, W]
 	Pos         int
@@ -175,13 +176,17 @@ type DraftSeq[X any, W comparable] struct {
 	Rows        int
 	Temperature float64
 	Rand        ports.Rand
+	Narrow      bool
 }
 
 // blocks is Block over several sequences' noise blocks in one pass, returning the logits and the
 // final-normed hidden states of every sequence's slots 1..Rows, stacked in order. DFlash2 layers wrap
 // attention and the MLP in their convolutions: prepare on the normed input, finish on the sublayer's output
 // with the post kernels predicted from that same input; the convolutions run per sequence (they are causal
-// over a block's slots). A batch of one runs exactly the solo pass's ops.
+// over a block's slots). A batch of one runs exactly the solo pass's ops. A lone narrow sequence
+// (DraftSeq.Narrow, a drafter without convolutions) takes its anchor and proposed rows at the first layer's
+// queries instead of the last's: the first layer's keys and values still cover the whole block, every later
+// layer sees only those rows.
 func blocks[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], seqs []DraftSeq[X, W]) (X, X) {
 	a := &d.Arch
 	eps := float32(a.RMSNormEps)
@@ -212,6 +217,11 @@ func blocks[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], seqs []Dr
 		x = be.Scale(x, float32(a.EmbedScale))
 	}
 	qsizes := sizes
+	// The layer whose queries take the proposed rows alone: the last, or for a narrow draft the first.
+	pickAt := len(d.Layers) - 1
+	if n == 1 && seqs[0].Narrow && !d.convolved() {
+		pickAt = 0
+	}
 	for i := range d.Layers {
 		ly := &d.Layers[i]
 		w := ly.Attn
@@ -221,7 +231,7 @@ func blocks[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], seqs []Dr
 			h, post = convPrepare(be, ly.AttnConv, h, sizes)
 		}
 		hq := h
-		if i == len(d.Layers)-1 && short {
+		if i == pickAt && short {
 			hq, x = pick(be, h, sizes, zeros, queries), pick(be, x, sizes, zeros, queries)
 			if ly.AttnConv != nil {
 				post = pick(be, post, sizes, zeros, queries)
@@ -251,6 +261,17 @@ func blocks[X any, W comparable](d *Drafter[W], be DraftBackend[X, W], seqs []Dr
 	}
 	hidden := be.Norm(pick(be, x, qsizes, ones, rows), d.Norm, eps)
 	return DraftLogits(be, d.Arch, be.Linear(d.Head, hidden)), hidden
+}
+
+// convolved reports whether any layer wraps its sublayers in DFlash2's convolutions (which mix a block's
+// slots, so every slot runs every layer).
+func (d *Drafter[W]) convolved() bool {
+	for i := range d.Layers {
+		if d.Layers[i].AttnConv != nil || d.Layers[i].MLPConv != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // DraftLogits applies compute_logits' transforms to a drafter's raw logits: × output_multiplier, then the soft

@@ -37,6 +37,9 @@ type ServeConfig struct {
 	// the default). Where the backend cannot verify trees, or a request's decoding cannot (a constraint,
 	// log-probabilities, unseeded sampling), rounds verify chains.
 	TreeBudget, TreeWidth int
+	// TreeFullDraft drafts a tree round's block in full (speculative.TreeConfig.FullDraft); by default a
+	// tree's draft is narrow.
+	TreeFullDraft bool
 	// MaxConcurrency is the batch size: the number of generations decoded together, each round's drafts
 	// and verifies of all of them run as one batched drafter call and one batched target forward
 	// (domain/batch). More requests wait in the queue.
@@ -267,7 +270,7 @@ func (s *Serve) SetEngine(e Engine) error {
 	}
 	l := &loaded{Engine: e, name: e.Name, info: e.Target.Info(), eos: map[ports.Token]bool{},
 		gen: &generation.Engine{Target: e.Target, Drafter: e.Drafter, EOS: e.EOS, BlockSize: s.cfg.BlockSize, Policies: &generation.Policies{},
-			Tree: speculative.TreeConfig{Budget: s.cfg.TreeBudget, Width: s.cfg.TreeWidth}}}
+			Tree: speculative.TreeConfig{Budget: s.cfg.TreeBudget, Width: s.cfg.TreeWidth, FullDraft: s.cfg.TreeFullDraft}}}
 	if s.cfg.ServedModelName != "" {
 		l.name = s.cfg.ServedModelName
 	}

@@ -31,9 +31,11 @@ type BenchOptions struct {
 	// and keeps a fixed main figure on chains; 0 measures chains only. Trees lists fixed tree budgets
 	// measured beside them at the main figure's block size.
 	TreeBudget, TreeWidth int
-	Trees                 []int
-	StopIDs               []ports.Token
-	NoEOS                 bool
+	// TreeFullDraft drafts every tree round's block in full (speculative.TreeConfig.FullDraft).
+	TreeFullDraft bool
+	Trees         []int
+	StopIDs       []ports.Token
+	NoEOS         bool
 	// Sampling, when not greedy, makes every run sample (autoregressive runs too); Seed seeds run k of a pass
 	// (prompt k) with Seed + pass·prompts + k, the same for every variant, and Verify is how the speculative
 	// variants verify their drafts. Under VerifyMatch every variant then generates the same tokens.
@@ -190,7 +192,7 @@ func Bench(ctx context.Context, m *models.Models, o BenchOptions) (BenchResult, 
 	}
 	// generation.TreeAuto resolves per request as higgsd's default does: trees up to the block size under the
 	// adaptive policy, chains for a fixed block.
-	mainTree := speculative.TreeConfig{Budget: o.TreeBudget, Width: o.TreeWidth}
+	mainTree := speculative.TreeConfig{Budget: o.TreeBudget, Width: o.TreeWidth, FullDraft: o.TreeFullDraft}
 	variants := []*variant{{bs: 1}, {bs: bs, adaptive: o.Adaptive, mem: speculative.NewPolicyMemory(), tree: mainTree}}
 	if len(o.Sweep) > 0 {
 		if !o.Adaptive {
@@ -212,7 +214,7 @@ func Bench(ctx context.Context, m *models.Models, o BenchOptions) (BenchResult, 
 		if b < 2 {
 			return res, fmt.Errorf("%w: tree budget %d must be ≥ 2", ErrBadInput, b)
 		}
-		variants = append(variants, &variant{bs: bs, tree: speculative.TreeConfig{Budget: b, Width: o.TreeWidth}})
+		variants = append(variants, &variant{bs: bs, tree: speculative.TreeConfig{Budget: b, Width: o.TreeWidth, FullDraft: o.TreeFullDraft}})
 	}
 	for pass := range o.Warmup + o.Repeats {
 		for pi, p := range o.Prompts {

@@ -566,6 +566,7 @@ func (c *cli) benchCmd() *cobra.Command {
 	fs.StringVar(&sweep, "block-sizes", "", "also measure these fixed block sizes (and the adaptive policy), e.g. 2,4,8,16")
 	fs.IntVar(&o.TreeBudget, "tree-budget", -1, "give the main figure (and the adaptive policy's) tree verification of at most this many nodes (with --adaptive the policy chooses tree or chain); -1, higgsd's default: the adaptive rows weigh trees up to the block size, a fixed main figure verifies chains; 0: chains only")
 	fs.IntVar(&o.TreeWidth, "tree-width", 0, "candidates per draft slot in a tree (0: 4)")
+	fs.BoolVar(&o.TreeFullDraft, "tree-full-draft", false, "draft every tree round's block through every drafter layer on every slot (higgsd --tree-full-draft); by default the layers after the first run on the slots the tree can reach alone")
 	fs.StringVar(&trees, "trees", "", "also measure fixed trees of these node budgets at --block-size, e.g. 8,16")
 	fs.StringVar(&stopIDs, "stop-ids", "", "extra stop token ids")
 	fs.Float64Var(&o.Sampling.Temperature, "temperature", 0, "sampling temperature of every run (0: greedy)")

@@ -30,6 +30,12 @@ type TreeConfig struct {
 	Budget int
 	// Width is the most candidates a slot contributes (default 4).
 	Width int
+	// FullDraft drafts a tree's block through every layer on every slot, the drafter's exact proposals. By
+	// default a tree's draft is narrow (ports.TopRequest.Narrow): the layers after the first run on the
+	// anchor and the slots the tree can reach alone, a fraction of the drafter's work for a small tree, at
+	// proposals that are the drafter's approximation (measured on gocoder: the same acceptance). The output
+	// is the target's either way.
+	FullDraft bool
 }
 
 // width returns Width or its default.

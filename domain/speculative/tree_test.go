@@ -195,6 +195,35 @@ func TestTreeAcceptsWhereTheChainCannot(t *testing.T) {
 	assert.Less(t, len(tree.Stats.Rounds), len(chain.Stats.Rounds))
 }
 
+// A tree round asks for a narrow draft (ports.TopRequest.Narrow) unless TreeConfig.FullDraft, and the output
+// does not depend on it.
+func TestTreeDraftNarrowUnlessFull(t *testing.T) {
+	prompt := testPrompt(5, 32)
+	run := func(tree TreeConfig) (Result, []portfake.DraftCall) {
+		mcfg := portfake.Config{Tape: true}
+		m := portfake.MustNew(mcfg)
+		r := newRig(t, mcfg, portfake.Ranked(m, 2, 0), portfake.DrafterConfig{BlockSize: 8})
+		res, err := r.generate(t, t.Context(), Config{BlockSize: 8, MaxTokens: 32, Tree: tree}, nil, prompt)
+		require.NoError(t, err)
+		return res, r.draft.Calls()
+	}
+	for _, full := range []bool{false, true} {
+		res, calls := run(TreeConfig{Budget: 4, Width: 2, FullDraft: full})
+		plain, _ := run(TreeConfig{})
+		assert.Equal(t, plain.Tokens, res.Tokens)
+		tops := 0
+		for _, c := range calls {
+			if c.Top.K == 0 {
+				continue
+			}
+			tops++
+			assert.Equal(t, !full, c.Top.Narrow, "full draft %v", full)
+			assert.Equal(t, 3, c.Top.Slots, "a tree of 4 nodes reaches 3 slots deep")
+		}
+		assert.Positive(t, tops, "tree rounds drafted with DraftTop")
+	}
+}
+
 // hidden hides a session's optional abilities (a decorator's view of it).
 type hidden struct{ ports.Session }
 

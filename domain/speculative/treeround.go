@@ -47,7 +47,7 @@ func (g *generation) treeRound(ctx context.Context, dec Decision, rs RoundStats,
 	t0 := clock.Now()
 	// A tree of dec.Tree nodes (the anchor one of them) reaches at most dec.Tree−1 slots deep: the drafter
 	// proposes no more (the block is still drafted whole, its regime).
-	prop, lastCall, err := g.draftBlock(ctx, anchor, bs, ports.TopRequest{K: g.tree.width, Slots: dec.Tree - 1})
+	prop, lastCall, err := g.draftBlock(ctx, anchor, bs, ports.TopRequest{K: g.tree.width, Slots: dec.Tree - 1, Narrow: !g.cfg.Tree.FullDraft})
 	if err != nil {
 		return false, err
 	}

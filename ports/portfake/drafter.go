@@ -109,6 +109,8 @@ type DraftCall struct {
 	Err       error
 	// Batch is the number of items of the DraftBatch the call ran in (0: a Draft of its own).
 	Batch int
+	// Top is a DraftTop call's request (K 0: a Draft).
+	Top ports.TopRequest
 }
 
 // DraftSession keeps the context rows it was fed (its "KV cache") and checks that they arrive in position

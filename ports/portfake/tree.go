@@ -204,6 +204,9 @@ func (s *DraftSession) DraftTop(ctx context.Context, anchor ports.Token, newCtx 
 		return ports.Proposal{}, fmt.Errorf("portfake draft top: k %d must be ≥ 1", top.K)
 	}
 	prop, err := s.Draft(ctx, anchor, newCtx, bs)
+	if len(s.calls) > 0 {
+		s.calls[len(s.calls)-1].Top = top
+	}
 	if err != nil || bs == 1 {
 		return prop, err
 	}

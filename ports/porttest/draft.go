@@ -46,11 +46,35 @@ func (s DraftSuite) Run(t *testing.T) {
 	t.Run("TopCandidates", s.testTop) // drafters with the ports.TopDrafter ability
 }
 
+// checkTop checks a DraftTop proposal of n slots: Top holds n lists, each starting with its slot's token,
+// at most k distinct candidates in the vocabulary, with probabilities in (0, 1] that never rise after the
+// second.
+func (s DraftSuite) checkTop(t *testing.T, msg string, p ports.Proposal, n, k int) {
+	t.Helper()
+	require.Len(t, p.Tokens, n, msg)
+	require.Len(t, p.Top, n, msg)
+	for i, cands := range p.Top {
+		require.NotEmpty(t, cands, msg)
+		require.LessOrEqual(t, len(cands), k, msg)
+		assert.Equal(t, p.Tokens[i], cands[0].Token, "%s: slot %d starts with its token", msg, i+1)
+		seen := map[ports.Token]bool{}
+		for j, c := range cands {
+			assert.True(t, c.Token >= 0 && int(c.Token) < s.Vocab, "%s: slot %d candidate %d outside the vocabulary", msg, i+1, c.Token)
+			assert.False(t, seen[c.Token], "%s: slot %d candidate %d twice", msg, i+1, c.Token)
+			seen[c.Token] = true
+			assert.True(t, c.Prob > 0 && c.Prob <= 1, "%s: slot %d probability %v", msg, i+1, c.Prob)
+			if j > 1 {
+				assert.LessOrEqual(t, c.Prob, cands[j-1].Prob, "%s: slot %d", msg, i+1)
+			}
+		}
+	}
+}
+
 // testTop checks ports.TopDrafter: DraftTop proposes Draft's tokens (the first top.Slots of them, all bs−1 for
 // 0 or past the block), each slot's candidates start with its token, are distinct, in the vocabulary, at most
 // K of them, with probabilities in (0, 1] that never rise after the second; fewer slots give the full call's
-// first slots (a deterministic drafter's); Len() ends where Draft's does; K < 1 is refused before anything is
-// appended.
+// first slots (a deterministic drafter's); Len() ends where Draft's does; a narrow request is well formed and
+// repeatable; K < 1 is refused before anything is appended.
 func (s DraftSuite) testTop(t *testing.T) {
 	if _, ok := s.draft(t).(ports.TopDrafter); !ok {
 		t.Skip("this draft session has no ports.TopDrafter ability")
@@ -76,22 +100,7 @@ func (s DraftSuite) testTop(t *testing.T) {
 				if want.Dists == nil {
 					require.Equal(t, want.Tokens[:n], p.Tokens, msg)
 				}
-				require.Len(t, p.Top, n, msg)
-				for i, cands := range p.Top {
-					require.NotEmpty(t, cands, msg)
-					require.LessOrEqual(t, len(cands), k, msg)
-					assert.Equal(t, p.Tokens[i], cands[0].Token, "%s: slot %d starts with its token", msg, i+1)
-					seen := map[ports.Token]bool{}
-					for j, c := range cands {
-						assert.True(t, c.Token >= 0 && int(c.Token) < s.Vocab, "%s: slot %d candidate %d outside the vocabulary", msg, i+1, c.Token)
-						assert.False(t, seen[c.Token], "%s: slot %d candidate %d twice", msg, i+1, c.Token)
-						seen[c.Token] = true
-						assert.True(t, c.Prob > 0 && c.Prob <= 1, "%s: slot %d probability %v", msg, i+1, c.Prob)
-						if j > 1 {
-							assert.LessOrEqual(t, c.Prob, cands[j-1].Prob, "%s: slot %d", msg, i+1)
-						}
-					}
-				}
+				s.checkTop(t, msg, p, n, k)
 				if slots == 0 {
 					full = p
 					continue
@@ -109,8 +118,44 @@ func (s DraftSuite) testTop(t *testing.T) {
 			}
 		}
 	}
+	// A narrow draft (ports.TopRequest.Narrow) is the drafter's own approximation: well formed, the same
+	// from call to call for a deterministic drafter, appending what Draft appends, and a full draft's where it
+	// proposes every slot (nothing to narrow).
+	bs := s.BlockSize
+	plain := s.draft(t)
+	want, err := plain.Draft(t.Context(), 3, ctx, bs)
+	require.NoError(t, err)
+	for _, slots := range []int{1, max(1, (bs-1)/2), bs - 1} {
+		req := ports.TopRequest{K: 3, Slots: slots, Narrow: true}
+		msg := fmt.Sprintf("narrow bs %d slots %d", bs, slots)
+		var first ports.Proposal
+		for call := range 2 {
+			d := s.draft(t)
+			p, err := d.(ports.TopDrafter).DraftTop(t.Context(), 3, ctx, bs, req)
+			require.NoError(t, err, msg)
+			assert.Equal(t, plain.Len(), d.Len(), msg)
+			n := req.SlotsOf(bs)
+			s.checkTop(t, msg, p, n, req.K)
+			if want.Dists != nil {
+				continue
+			}
+			if slots == bs-1 {
+				require.Equal(t, want.Tokens, p.Tokens, "%s: every slot proposed is the full draft", msg)
+			}
+			if call == 0 {
+				first = p
+				continue
+			}
+			require.Equal(t, first.Tokens, p.Tokens, "%s: the same proposals again", msg)
+			for i := range p.Top {
+				for j, c := range p.Top[i] {
+					assert.Equal(t, first.Top[i][j].Token, c.Token, "%s: slot %d rank %d again", msg, i+1, j)
+				}
+			}
+		}
+	}
 	d := s.draft(t)
-	_, err := d.(ports.TopDrafter).DraftTop(t.Context(), 3, ctx, s.BlockSize, ports.TopRequest{})
+	_, err = d.(ports.TopDrafter).DraftTop(t.Context(), 3, ctx, s.BlockSize, ports.TopRequest{})
 	require.Error(t, err, "K 0 is refused")
 	assert.Zero(t, d.Len(), "a refused call appends nothing")
 }
