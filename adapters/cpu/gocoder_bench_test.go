@@ -22,9 +22,10 @@ import (
 // a 1-row decode, verifies of 4, 8 and 16 rows (taps and tape recorded, as the decoder asks; 4 is a tree of
 // 4 nodes, the cheapest round that drafts) at a 128-token
 // context, a drafter pass of block 16 (proposals for 15 positions), and a tree of 4 nodes' draft (block 16,
-// 3 rows of new context first, 4 candidates for each of 3 slots). It reports each part's median time and
+// 3 rows of new context first, 4 candidates for each of 3 slots), full and narrow (ports.TopRequest.Narrow,
+// what tree rounds run). It reports each part's median time and
 // the medians of each part over the same iteration's decode, in decode steps; each part runs under a pprof
-// label (part=decode, verify4, verify8, verify16, draft16, draft4). HIGGS_BENCH_CONTEXT sets the context length (128 by
+// label (part=decode, verify4, verify8, verify16, draft16, draft4, draft4n). HIGGS_BENCH_CONTEXT sets the context length (128 by
 // default; a generation's rounds run at its prompt's length and more, where attention weighs more), and
 // HIGGS_BENCH_THREADS the worker count (2 by default); with 1 the times are the thread's CPU time (threadCPU), which other processes
 // on a shared machine inflate far less than wall time. Beside -cpuprofile it gives the split by part
@@ -86,20 +87,22 @@ func BenchmarkGocoder(b *testing.B) {
 	}
 	top, ok := any(ds).(ports.TopDrafter)
 	require.True(b, ok)
-	draftTree := func() time.Duration {
-		t0 := clock()
-		_, err := top.DraftTop(ctx, fr.Greedy[0], taps3, 16, ports.TopRequest{K: 4, Slots: 3})
-		t := clock() - t0
-		require.NoError(b, err)
-		require.NoError(b, ds.Crop(drafted))
-		return t
+	draftTree := func(narrow bool) func() time.Duration {
+		return func() time.Duration {
+			t0 := clock()
+			_, err := top.DraftTop(ctx, fr.Greedy[0], taps3, 16, ports.TopRequest{K: 4, Slots: 3, Narrow: narrow})
+			t := clock() - t0
+			require.NoError(b, err)
+			require.NoError(b, ds.Crop(drafted))
+			return t
+		}
 	}
-	names := []string{"decode", "verify4", "verify8", "verify16", "draft16", "draft4"}
+	names := []string{"decode", "verify4", "verify8", "verify16", "draft16", "draft4", "draft4n"}
 	ms, steps := make([][]float64, len(names)), make([][]float64, len(names))
 	for b.Loop() {
 		var ts []time.Duration
 		for i, part := range []func() time.Duration{func() time.Duration { return forward(1) }, func() time.Duration { return forward(4) },
-			func() time.Duration { return forward(8) }, func() time.Duration { return forward(16) }, draft, draftTree} {
+			func() time.Duration { return forward(8) }, func() time.Duration { return forward(16) }, draft, draftTree(false), draftTree(true)} {
 			// The label lets a profile be cut by part: go tool pprof -tagfocus part=verify16.
 			pprof.Do(ctx, pprof.Labels("part", names[i]), func(context.Context) { ts = append(ts, part()) })
 		}
