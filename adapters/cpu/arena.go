@@ -11,7 +11,7 @@ import (
 // pass's k-th request of a class gets the class's k-th buffer: steady decoding, verify rounds and batched
 // rounds of a stable composition allocate (and leave the garbage collector) nothing, and passes of different
 // shapes (decode, verify, a prefill chunk; MoE routing that moves rows between experts) each find their own
-// classes instead of evicting each other's buffers. Classes over keepClass values that no pass of the last
+// classes instead of evicting each other's buffers. Classes (over keep values) that no pass of the last
 // trimEvery passes used as many times as they hold are trimmed, so a long prompt's prefill buffers do not stay
 // for good; buffers over
 // maxArena values are allocated afresh, and the arena never holds more than arenaBudget values in all: a pass
@@ -24,6 +24,9 @@ type arena struct {
 	touched []*sizeClass // the classes this pass asked for
 	held    int          // Σ cap over every class's buffers
 	passes  int
+	// keep is the largest size class trims leave alone (0: none): a target session's arena keeps its verify
+	// buffers (keepClass), which its price counts (SessionBytes: a verify block of every size up to Block).
+	keep int
 }
 
 // sizeClass holds the buffers of one rounded size; used counts this pass's requests (0: not asked for yet,
@@ -37,11 +40,13 @@ const (
 	maxArena    = 1 << 18 // values (1 MiB: a 16-row verify block's fused projections fit, and its logits up to a vocabulary of 16,384)
 	arenaBudget = 1 << 23 // values (32 MiB)
 	trimEvery   = 32      // passes between trims
-	// keepClass is the largest size class trims leave alone: a verify's buffers (a 16-row block's logits up to
-	// a vocabulary of 4,096 and its projections), which the arena would otherwise trim after 32 plain decode
-	// steps and allocate afresh (page faults and all) in the next speculative round: on gocoder a 4-row
-	// verify after 64 plain steps took 3.0–3.3 ms with the trims and 2.2 without, as in a run of verifies.
-	// Larger classes (prefill chunks) are trimmed as before; the budget bounds both (evictIdle).
+	// keepClass is the largest size class a target session's trims leave alone (arena.keep): a verify's
+	// buffers (a 16-row block's logits up to a vocabulary of 4,096 and its projections), which the arena would
+	// otherwise trim after 32 plain decode steps and allocate afresh (page faults and all) in the next
+	// speculative round: on gocoder a 4-row verify after 64 plain steps took 3.0–3.3 ms with the trims and 2.2
+	// without, as in a run of verifies. Larger classes (prefill chunks) are trimmed as before; the budget
+	// bounds both (evictIdle). Drafters' and batched passes' arenas trim every class: their prices count one
+	// block shape, and a drafter's shapes vary from round to round.
 	keepClass = 1 << 16
 )
 
@@ -69,7 +74,7 @@ func (a *arena) reset() {
 		return
 	}
 	for size, c := range a.classes {
-		if size <= keepClass {
+		if size <= a.keep {
 			continue
 		}
 		for len(c.bufs) > c.peak {

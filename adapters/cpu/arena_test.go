@@ -30,24 +30,28 @@ func TestArenaRecyclesAndStaysBounded(t *testing.T) {
 		}
 		require.LessOrEqual(t, a.held, arenaBudget)
 	}
-	// A class over keepClass no pass used since the trim before the last is dropped; smaller ones (a verify's)
-	// stay for the next speculative round.
+	// A class no pass used since the trim before the last is dropped; with keep (a target session's arena),
+	// only those over it, so smaller ones (a verify's) stay for the next speculative round.
+	kept := arena{keep: keepClass}
+	for pass := range 2 * trimEvery {
+		kept.reset()
+		if pass == 0 {
+			kept.get(keepClass)
+			kept.get(keepClass + 1)
+		}
+		kept.get(5)
+	}
+	assert.Contains(t, kept.classes, classSize(keepClass))
+	assert.NotContains(t, kept.classes, classSize(keepClass+1))
 	for range 2 * trimEvery {
 		a.reset()
 		a.get(5)
 	}
-	small := 0
-	for size, c := range a.classes {
-		assert.LessOrEqual(t, size, keepClass, "class %d outlived its trims", size)
-		for _, b := range c.bufs {
-			small += cap(b)
-		}
-	}
-	assert.Contains(t, a.classes, classSize(5))
-	assert.Equal(t, small, a.held)
+	assert.Len(t, a.classes, 1, "only the class still in use remains")
+	assert.Equal(t, classSize(5), a.held)
 	big := a.get(maxArena + 1)
 	assert.Len(t, big, maxArena+1, "an over-size request is served, not kept")
-	assert.Equal(t, small, a.held)
+	assert.Equal(t, classSize(5), a.held)
 	// Within a pass no two buffers overlap, whatever the mix of sizes.
 	a.reset()
 	var live [][]float32

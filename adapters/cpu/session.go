@@ -42,7 +42,7 @@ func newSession(t *Target, tapLayers []int) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{t: t, taps: taps}
+	s := &Session{t: t, taps: taps, mem: arena{keep: keepClass}}
 	s.kv = make([]*kvCache, a.Layers)
 	s.gdn = make([]*gdnState, a.Layers)
 	for i, k := range a.Kinds {
