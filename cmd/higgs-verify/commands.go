@@ -153,6 +153,7 @@ func (c *cli) generateCmd() *cobra.Command {
 	fs.BoolVar(&d.adaptive, "adaptive", false, "let the adaptive depth policy choose each round's block size (≤ --block-size)")
 	fs.IntVar(&d.tree.Budget, "tree-budget", 0, "verify trees of the drafter's top candidates of at most this many nodes (0: chains only; with --adaptive the policy chooses)")
 	fs.IntVar(&d.tree.Width, "tree-width", 0, "candidates per draft slot in a tree (0: 4)")
+	fs.BoolVar(&d.tree.FullDraft, "tree-full-draft", false, "draft every tree round's block through every drafter layer on every slot (higgsd --tree-full-draft); by default the layers after the first run on the slots the tree can reach alone")
 	fs.Float64Var(&d.temperature, "temperature", 0, "sampling temperature (0: greedy)")
 	fs.IntVar(&d.topK, "top-k", 0, "top-k (0: off)")
 	fs.Float64Var(&d.topP, "top-p", 1, "top-p (1: off)")
