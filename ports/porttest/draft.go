@@ -140,7 +140,19 @@ func (s DraftSuite) testTop(t *testing.T) {
 				continue
 			}
 			if slots == bs-1 {
+				// Nothing to narrow: the full draft's tokens and candidates, probabilities included.
 				require.Equal(t, want.Tokens, p.Tokens, "%s: every slot proposed is the full draft", msg)
+				d := s.draft(t)
+				full, err := d.(ports.TopDrafter).DraftTop(t.Context(), 3, ctx, bs, ports.TopRequest{K: req.K, Slots: slots})
+				require.NoError(t, err, msg)
+				require.Len(t, full.Top, len(p.Top), msg)
+				for i := range p.Top {
+					require.Len(t, p.Top[i], len(full.Top[i]), msg)
+					for j, c := range p.Top[i] {
+						assert.Equal(t, full.Top[i][j].Token, c.Token, "%s: slot %d rank %d", msg, i+1, j)
+						assert.InDelta(t, full.Top[i][j].Prob, c.Prob, 1e-6, "%s: slot %d rank %d", msg, i+1, j)
+					}
+				}
 			}
 			if call == 0 {
 				first = p
