@@ -13,10 +13,9 @@ import (
 // shapes (decode, verify, a prefill chunk; MoE routing that moves rows between experts) each find their own
 // classes instead of evicting each other's buffers. Classes (over keep values) that no pass of the last
 // trimEvery passes used as many times as they hold are trimmed, so a long prompt's prefill buffers do not stay
-// for good; buffers over
-// maxArena values are allocated afresh, and the arena never holds more than arenaBudget values in all: a pass
-// that needs room takes it from the classes it has not asked for (evictIdle), so the rounds after a long
-// prefill recycle their buffers from the second pass on. A nil
+// for good; buffers over maxArena values are allocated afresh, and the arena never holds more than arenaBudget
+// values in all: a pass that needs room takes it from the classes it has not asked for (evictIdle), so the
+// rounds after a long prefill recycle their buffers from the second pass on. A nil
 // arena allocates every buffer. Values from a pass stay valid until the next reset: nothing a Forward returns
 // to its caller may live in it.
 type arena struct {
