@@ -148,7 +148,7 @@ func amxNote(f models.CPUFeatures, kernels, form string) string {
 		return ""
 	}
 	return "; AMX is present but unused: this process was not granted the tile state (higgs asks Linux for it, " +
-		"no other OS), so prefill-sized products run on VNNI"
+		"no other OS), so the products it would run there (prefill-sized ones, large 16-row ones) run on VNNI"
 }
 
 func modelCheck(in models.Inspection) Check {

@@ -322,7 +322,8 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 	// amxRing bytes.
 	tiles := useAMX && usePanelAsm && amxGroup(gs) >= 0 && amxTiles(rows, ls, l.Pool.Threads()) && amxReady()
 	blocks := panelBlocks(rows, pair && !tiles)
-	prows := padRows(rows) // rows [rows, prows) are pad rows: zero codes, outputs into pad
+	last := blocks[len(blocks)-1]
+	prows := last.r + last.n // padRows(rows): rows [rows, prows) are pad rows, zero codes, outputs into pad
 	bp, xsp := l.fastInputs(prows)
 	defer bytesPool.Put(bp)
 	defer scratchPool.Put(xsp)
@@ -339,7 +340,6 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 	}
 	// pad holds the outputs of the last block, which reaches past rows when padded, for each of ls (its rows
 	// below rows are copied to dsts as each panel call ends).
-	last := blocks[len(blocks)-1]
 	var pad [][]float32
 	if prows > rows {
 		pad = make([][]float32, len(ls))
@@ -435,7 +435,7 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 						ngroups: ng, bpg: gs / 32, dst: unsafe.Pointer(&dst[dr*ldd+p0*panelRows]), ldd: 4 * ldd,
 						sform: pn.sform, bmul: int(math.Float32bits(pn.bmul)), sstep: panelRows * vb,
 					}
-					switch k := bits.TrailingZeros(uint(b.n)); { // blocks of 1, 2, 4, 8, 16 rows
+					switch kb := bits.TrailingZeros(uint(b.n)); { // blocks of 1, 2, 4, 8, 16 rows
 					case !usePanelAsm:
 						panelRunGo(pn, p0, p1, xp[b.r*nch*rec:], b.n, xst[b.r*ng:(b.r+b.n)*ng], in, gs, nibble, pair, dst[dr*ldd:], ldd)
 					case tiles && b.n >= amxMinRows:
@@ -445,9 +445,9 @@ func (l *Linear) forwardPanelsOf(ls []*Linear, dsts [][]float32, lds []int, x []
 						}
 						amxKernels[form][amxGroup(gs)](&a)
 					case pair:
-						panelPairKernels[form][k](&a)
+						panelPairKernels[form][kb](&a)
 					default:
-						panelKernels[form][k](&a)
+						panelKernels[form][kb](&a)
 					}
 					if b.r+b.n > rows {
 						// The padded block's real rows, for the panels just run.
