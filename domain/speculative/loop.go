@@ -490,6 +490,13 @@ func (g *generation) draftBlock(ctx context.Context, anchor ports.Token, bs int,
 			return ports.Proposal{}, 0, err
 		}
 	}
+	if g.policy != nil {
+		fed := 0
+		for _, p := range g.pending {
+			fed += p.taps.Rows()
+		}
+		g.policy.caughtUp(fed)
+	}
 	if err := g.feedOldest(ctx, len(g.pending)-1); err != nil {
 		return ports.Proposal{}, 0, err
 	}

@@ -21,12 +21,15 @@ const (
 	defaultProbeEvery  = 16
 	defaultProbeBudget = 0.02
 	defaultDecay       = 0.2
+	// costClip bounds how far one slow round may pull a cost average up (ema.addTime).
+	costClip = 2
+	// staleProbes is how many probe intervals after its last measurement plain decoding is probed whatever
+	// the probes have spent (plainStale).
+	staleProbes = 4
 	// defaultMaxPendingRounds is PolicyConfig.MaxPendingRounds's default.
 	defaultMaxPendingRounds = 1024
 	// priorAcceptance is the per-slot conditional acceptance assumed before any observation.
 	priorAcceptance = 0.5
-	// costClip bounds how far one slow round may pull a cost average up (ema.addTime).
-	costClip = 2
 	// slowWeight is the pseudo-count pulling a slot's recent-window estimate towards its long-run one.
 	slowWeight = 0.5
 	// sizeHalving is how many block sizes apart a slot's statistics count half (sizeWeight).
@@ -64,7 +67,11 @@ const (
 // baseline; also whenever the runner-up does not fit the budget). A probe runs at least probeEvery rounds
 // after the previous one and only when the probes' cumulative loss — each probe's round time (its drafter
 // catch-up included) minus the time the displaced choice would have taken for the tokens the probe committed
-// — plus this probe's expected loss stays within budget × the decode time observed so far. So the adaptive
+// — plus this probe's expected loss stays within budget × the decode time observed so far; a plain-decoding
+// probe also runs, whatever the probes have spent, once plain decoding went unmeasured staleProbes probe
+// intervals (plainStale: a baseline left as a burst of contention made it would make speculation look cheap
+// for the rest of a generation). Falling back, the speculative probe measures the best tree where it promises
+// more than the chain it would measure (treeLeads). So the adaptive
 // policy loses at most about that fraction to the best fixed choice it knows (plain decoding when speculation
 // cannot pay), while still recovering from regime changes. The exploring round of the largest block is
 // outside the budget: it is one round per policy (two when the first was cut short; PolicyMemory keeps them
@@ -96,6 +103,8 @@ type depthPolicy struct {
 	near   []float64
 	draft  []ema // draft[bs-1]: final draft call in nanoseconds at block size bs ≥ 2
 	verify []ema // verify[bs-1]: verify + rollback in nanoseconds at block size bs
+	// fed is the context rows the drafter took in the round about to be observed (caughtUp).
+	fed int
 	// genRounds counts the rounds observed in the current generation (a remembered policy starts again at 0).
 	// A generation's first round, when plain, pays one-off warm-up after prefill (measured 2.3× a steady step
 	// on a 300M model) and is not taken as a cost sample.
@@ -103,6 +112,7 @@ type depthPolicy struct {
 	rounds    int
 	probes    int
 	lastProbe int     // round count at the last probe
+	lastPlain int     // round count at the last plain round observed
 	probeRate float64 // when the pending round is a probe: the displaced choice's expected tokens per ns
 	// probeWeight is how many sequences the pending probe delays (itself and, in a batched round, the others
 	// sharing the round: each waits for its draft and rows); its loss counts that many times.
@@ -206,8 +216,8 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 	chain, chainRate := p.best(1)
 	tree, treeRate := p.bestTree(0)
 	probeDue := p.rounds-p.lastProbe >= p.probeInterval()
-	try := func(loss, rate float64) bool {
-		if p.spent+loss > p.budget*p.elapsed {
+	try := func(bs int, loss, rate float64) bool {
+		if !(bs == 1 && p.plainStale()) && p.spent+loss > p.budget*p.elapsed {
 			return false
 		}
 		p.probes++
@@ -216,8 +226,11 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 		return true
 	}
 	if tree == 0 || treeRate <= chainRate*(1+1e-9) {
-		// A chain (or plain decoding) is the choice: every third probe re-measures the most promising tree.
-		if probeDue && tree > 0 && p.probes%3 == 2 && limit >= p.maxBS && try(p.treeProbeLoss(tree, chainRate), chainRate) {
+		// A chain (or plain decoding) is the choice. A probe that would measure a speculative chain measures
+		// the best tree instead where it promises more (the arm whose measurement may change the choice), and
+		// every third probe re-measures it whatever it promises.
+		if probeDue && tree > 0 && limit >= p.maxBS && (p.probes%3 == 2 || p.treeLeads(chain, treeRate)) &&
+			try(p.maxBS, p.treeProbeLoss(tree, chainRate), chainRate) {
 			return p.maxBS, tree, reasonProbe
 		}
 		bs, why := p.planChain(limit, &choice{chain, chainRate})
@@ -231,21 +244,49 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 			if chain < 2 {
 				chain, _ = p.best(2)
 			}
-			if chain > 1 && try(p.probeLoss(chain, treeRate), treeRate) {
+			if chain > 1 && try(chain, p.probeLoss(chain, treeRate), treeRate) {
 				return chain, 0, reasonProbe
 			}
 		case 1:
-			if try(0, treeRate) {
+			if try(1, 0, treeRate) {
 				return 1, 0, reasonProbe
 			}
 		default:
-			if other, _ := p.bestTree(tree); other > 0 && try(p.treeProbeLoss(other, treeRate), treeRate) {
+			if other, _ := p.bestTree(tree); other > 0 && try(p.maxBS, p.treeProbeLoss(other, treeRate), treeRate) {
 				return p.maxBS, other, reasonProbe
 			}
 			p.probes++ // nothing to probe in this turn: the next one is due at once
 		}
 	}
 	return p.maxBS, tree, reasonBest
+}
+
+// plainStale reports whether plain decoding was last measured staleProbes probe intervals ago or longer: its
+// probe then runs whatever the probes have spent. The baseline every choice is weighed against must not stay
+// what a burst of contention made it (a plain step measured under a burst makes every speculative size look
+// cheap beside it, and the speculation it then picks may lose what the budget was there to bound), yet
+// refreshing it costs a plain step in the rounds where speculation pays most, so not every probe interval.
+func (p *depthPolicy) plainStale() bool {
+	return p.rounds-p.lastPlain >= staleProbes*p.probeInterval()
+}
+
+// treeLeads reports whether the chains' next probe would measure a speculative block (falling back, or the
+// runner-up's turn while a chain is the choice) and a tree of rate treeRate promises more than that block.
+func (p *depthPolicy) treeLeads(chain int, treeRate float64) bool {
+	var probe int
+	switch {
+	case chain == 1:
+		probe, _ = p.best(2)
+	case p.probes%2 == 1:
+		return false // plain decoding's turn
+	default:
+		probe, _ = p.bestBut(2, chain)
+	}
+	if probe < 2 {
+		return true
+	}
+	c := p.costOf(probe)
+	return c <= 0 || treeRate > p.expected(probe)/c
 }
 
 // choice is a block size and its expected rate in tokens per nanosecond (best's answer).
@@ -314,7 +355,7 @@ func (p *depthPolicy) planChain(limit int, known *choice) (int, string) {
 			if probe > best {
 				weight = p.probeDelays()
 			}
-			if p.spent+loss*weight <= p.budget*p.elapsed {
+			if probe == 1 && p.plainStale() || p.spent+loss*weight <= p.budget*p.elapsed {
 				p.probes++
 				p.lastProbe = p.rounds
 				p.probeRate, p.probeWeight = rate, weight
@@ -536,6 +577,7 @@ func (p *depthPolicy) measured(bs, dir int, c []ema) int {
 // observe records one finished round: its block size, accepted drafts and measured phase durations (draft is
 // the final Draft call, catchUp the context-only calls before it that fed positions of plain rounds).
 func (p *depthPolicy) observe(bs, accepted int, draft, catchUp, verify, rollback time.Duration) {
+	cold := p.takeCatchUp()
 	if bs < 1 || bs > p.maxBS {
 		return
 	}
@@ -544,7 +586,7 @@ func (p *depthPolicy) observe(bs, accepted int, draft, catchUp, verify, rollback
 	// slice late, and a plain step that slow, averaged in as is, made speculation look cheap beside it for many
 	// rounds (TestPolicyHoldsUpUnderContention).
 	if bs > 1 {
-		p.draft[bs-1].addTime(float64(draft), p.decay, costClip)
+		p.addDraft(&p.draft[bs-1], float64(draft), cold)
 	}
 	p.genRounds++
 	if bs > 1 || p.genRounds > 1 {
@@ -552,6 +594,7 @@ func (p *depthPolicy) observe(bs, accepted int, draft, catchUp, verify, rollback
 	}
 	p.forget()
 	if bs < 2 {
+		p.lastPlain = p.rounds
 		return
 	}
 	if p.sizes[bs-1] == nil {
@@ -574,6 +617,32 @@ func (p *depthPolicy) observe(bs, accepted int, draft, catchUp, verify, rollback
 		s.tests++
 		s.pass += x
 	}
+}
+
+// caughtUp tells the policy how many context rows the drafter took in the round about to be observed (the
+// positions committed since it last drafted: a round's worth in a run of speculative rounds, a whole plain
+// stretch, or a prompt, after plain decoding). observe and observeTree take it.
+func (p *depthPolicy) caughtUp(rows int) { p.fed = rows }
+
+// takeCatchUp reports whether the round being observed caught the drafter up on more than a block's worth of
+// context rows, and forgets the count. The drafter projects the context rows it is given into its caches in
+// its next drafting call, so that call's time then carries a catch-up (measured on gocoder: 4–10 ms after a
+// plain stretch or a prompt, against 0.5 in a run of tree rounds) that a size run round after round does not
+// pay: taken as the size's price, it priced the size a probe measured after plain decoding out of the choice.
+func (p *depthPolicy) takeCatchUp() bool {
+	rows := p.fed
+	p.fed = 0
+	return rows > p.maxBS
+}
+
+// addDraft adds a draft-time sample x to e (ema.addTime), unless the draft caught up (takeCatchUp) and x is no
+// cheaper than e's estimate: such a time overstates the size's price, so it may lower an estimate (the first
+// one of a size measured only after plain rounds) but never raise it.
+func (p *depthPolicy) addDraft(e *ema, x float64, caughtUp bool) {
+	if caughtUp && e.ok && x >= e.v {
+		return
+	}
+	e.addTime(x, p.decay, costClip)
 }
 
 // account keeps the books of every observed round, chain or tree: the round count, the decode time, and what a

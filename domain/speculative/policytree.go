@@ -98,6 +98,7 @@ func (p *depthPolicy) treeProbeLoss(b int, rate float64) float64 {
 // arm's price (a much cheaper time replaces the average outright, ema.addTime) and yield it would misstate
 // both for the rounds to come.
 func (p *depthPolicy) observeTree(b, bs, accepted int, draft, catchUp, verify time.Duration) {
+	cold := p.takeCatchUp()
 	a := p.tree(b)
 	if a == nil {
 		return
@@ -105,7 +106,7 @@ func (p *depthPolicy) observeTree(b, bs, accepted int, draft, catchUp, verify ti
 	p.account(float64(draft+catchUp+verify), accepted)
 	p.genRounds++
 	if bs >= p.maxBS {
-		a.draft.addTime(float64(draft), p.decay, costClip)
+		p.addDraft(&a.draft, float64(draft), cold)
 		a.verify.addTime(float64(verify), p.decay, costClip)
 		a.accepted.addWeighted(float64(accepted), p.decay)
 	}

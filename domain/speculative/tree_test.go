@@ -371,3 +371,72 @@ func TestTreeArmMeasuresFullBlocksOnly(t *testing.T) {
 	p.observeTree(8, 8, 1, time.Millisecond, 0, 10*time.Millisecond)
 	assert.NotEqual(t, full.accepted, p.tree(8).accepted, "a full-block round is")
 }
+
+// TestCatchUpDoesNotPriceTheDraft: a draft call that also took in more than a block's worth of context (the
+// positions of a plain stretch, or a prompt) may lower a size's draft price, or set its first, but never
+// raise it; the count is the round's own.
+func TestCatchUpDoesNotPriceTheDraft(t *testing.T) {
+	p := newDepthPolicy(8, PolicyConfig{})
+	p.enableTrees([]int{4})
+	p.caughtUp(300)
+	p.observeTree(4, 8, 2, 6*time.Millisecond, 0, 2*time.Millisecond)
+	assert.Equal(t, float64(6*time.Millisecond), p.tree(4).draft.v, "the first price is taken whatever it carried")
+	p.caughtUp(3)
+	p.observeTree(4, 8, 2, 500*time.Microsecond, 0, 2*time.Millisecond)
+	warm := p.tree(4).draft.v
+	require.Equal(t, float64(500*time.Microsecond), warm, "a round's worth of context prices it")
+	p.caughtUp(120)
+	p.observeTree(4, 8, 2, 5*time.Millisecond, 0, 2*time.Millisecond)
+	assert.Equal(t, warm, p.tree(4).draft.v, "a catch-up does not raise it")
+	p.caughtUp(120)
+	p.observe(3, 1, 4*time.Millisecond, 0, 2*time.Millisecond, 0)
+	p.caughtUp(120)
+	p.observe(3, 1, 5*time.Millisecond, 0, 2*time.Millisecond, 0)
+	assert.Equal(t, float64(4*time.Millisecond), p.draft[2].v, "nor a chain's")
+	p.caughtUp(120)
+	p.observe(3, 1, 300*time.Microsecond, 0, 2*time.Millisecond, 0)
+	assert.Less(t, p.draft[2].v, float64(4*time.Millisecond), "a cheaper one lowers it")
+	p.observe(3, 1, 6*time.Millisecond, 0, 2*time.Millisecond, 0)
+	assert.Greater(t, p.draft[2].v, float64(300*time.Microsecond), "the count is forgotten after the round")
+}
+
+// TestTreeLeadsTheProbes: falling back to plain decoding, the policy's probes measure the tree that promises
+// more than any speculative chain, not only every third probe: on gocoder a tree of 4 nodes paid 1.1× where
+// chains never did, and probes of chains left it unmeasured for hundreds of rounds.
+func TestTreeLeadsTheProbes(t *testing.T) {
+	p := newDepthPolicy(16, PolicyConfig{})
+	p.enableTrees([]int{4})
+	ms := float64(time.Millisecond)
+	for range 400 {
+		d := p.choose(p.maxBS)
+		switch {
+		case d.Tree > 0:
+			p.observeTree(d.Tree, d.BlockSize, 1, time.Duration(0.5*ms), 0, time.Duration(2*ms))
+		case d.BlockSize > 1:
+			p.observe(d.BlockSize, 0, time.Duration(0.5*ms), 0, time.Duration(ms)*time.Duration(d.BlockSize)/2, 0)
+		default:
+			p.observe(1, 0, 0, 0, time.Millisecond, 0)
+		}
+	}
+	require.Equal(t, 1, p.choose(p.maxBS).BlockSize, "plain decoding is the choice (the tree commits 2 tokens in 2.5 ms)")
+	probes, trees := 0, 0
+	for range 400 {
+		d := p.choose(p.maxBS)
+		if d.Code == reasonProbe {
+			probes++
+			if d.Tree > 0 {
+				trees++
+			}
+		}
+		switch {
+		case d.Tree > 0:
+			p.observeTree(d.Tree, d.BlockSize, 1, time.Duration(0.5*ms), 0, time.Duration(2*ms))
+		case d.BlockSize > 1:
+			p.observe(d.BlockSize, 0, time.Duration(0.5*ms), 0, time.Duration(ms)*time.Duration(d.BlockSize)/2, 0)
+		default:
+			p.observe(1, 0, 0, 0, time.Millisecond, 0)
+		}
+	}
+	require.Positive(t, probes)
+	assert.Equal(t, probes, trees, "every probe measures the tree")
+}
