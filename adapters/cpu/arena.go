@@ -26,6 +26,20 @@ type arena struct {
 	// keep is the largest size class trims leave alone (0: none): a target session's arena keeps its verify
 	// buffers (keepClass), which its price counts (SessionBytes: a verify block of every size up to Block).
 	keep int
+	// big holds the buffers over maxArena values this pass took from largeFree, given back at the next reset
+	// (or release).
+	big [][]float32
+	// mark is where the current layer began (beginLayer), when the pass scopes its buffers by layer.
+	mark layerMark
+}
+
+// layerMark is an arena's state when a layer began: how many classes the pass had touched and each one's
+// requests, and how many large buffers it held.
+type layerMark struct {
+	on      bool
+	touched int
+	used    []int // used[i]: touched[i].used at the mark
+	big     int
 }
 
 // sizeClass holds the buffers of one rounded size; used counts this pass's requests (0: not asked for yet,
@@ -63,6 +77,7 @@ func (a *arena) reset() {
 	if a == nil {
 		return
 	}
+	a.giveBig()
 	for _, c := range a.touched {
 		c.peak = max(c.peak, c.used)
 		c.used = 0
@@ -100,8 +115,13 @@ func (a *arena) get(n int) []float32 {
 // one of them before it reads any (an op's output). Under poisonScratch (tests) they are NaN, so a value an
 // op fails to write shows in its results.
 func (a *arena) scratch(n int) []float32 {
-	if a == nil || n > maxArena {
+	if a == nil {
 		return make([]float32, n)
+	}
+	if n > maxArena {
+		b := largeFree.take(n)
+		a.big = append(a.big, b)
+		return a.poison(b)
 	}
 	m := classSize(n)
 	c := a.classes[m]
@@ -118,13 +138,7 @@ func (a *arena) scratch(n int) []float32 {
 	k := c.used
 	c.used++
 	if k < len(c.bufs) {
-		b := c.bufs[k][:n]
-		if poisonScratch {
-			for i := range b {
-				b[i] = float32(math.NaN())
-			}
-		}
-		return b
+		return a.poison(c.bufs[k][:n])
 	}
 	if k == len(c.bufs) && a.held+m > arenaBudget {
 		a.evictIdle(m)
@@ -136,6 +150,152 @@ func (a *arena) scratch(n int) []float32 {
 	c.bufs = append(c.bufs, b)
 	a.held += m
 	return b[:n]
+}
+
+// beginLayer marks where a layer's requests start: endLayer gives every buffer requested after it back to the
+// pass but the layer's output. A pass's k-th request of a class gets the class's k-th buffer, so without it a
+// prefill chunk held every op's output of every layer at once (a 480-token gocoder prefill allocated 673 MB
+// afresh, most of its buffers over maxArena); with it the layers reuse one layer's buffers.
+func (a *arena) beginLayer() {
+	if a == nil {
+		return
+	}
+	m := &a.mark
+	m.on, m.touched, m.big = true, len(a.touched), len(a.big)
+	m.used = m.used[:0]
+	for _, c := range a.touched {
+		m.used = append(m.used, c.used)
+	}
+}
+
+// endLayer ends the layer beginLayer began: the buffers its requests got may be handed out again, except
+// keep, which must be the whole of one of them (an op's result, as the layer's output is) or none of them.
+// Nothing else the layer's ops returned may be read after it.
+func (a *arena) endLayer(keep []float32) {
+	if a == nil || !a.mark.on {
+		return
+	}
+	m := &a.mark
+	m.on = false
+	kept := false
+	for i, c := range a.touched {
+		from := 0
+		if i < m.touched {
+			from = m.used[i]
+		}
+		c.peak = max(c.peak, c.used)
+		to := from
+		for k := from; !kept && k < min(c.used, len(c.bufs)); k++ {
+			if same(c.bufs[k], keep) {
+				c.bufs[from], c.bufs[k] = c.bufs[k], c.bufs[from]
+				kept, to = true, from+1
+			}
+		}
+		c.used = to
+	}
+	// Classes the layer touched first and no longer uses leave the pass's list (scratch adds them again).
+	n := m.touched
+	for _, c := range a.touched[m.touched:] {
+		if c.used > 0 {
+			a.touched[n] = c
+			n++
+		}
+	}
+	clear(a.touched[n:])
+	a.touched = a.touched[:n]
+	n = m.big
+	for _, b := range a.big[m.big:] {
+		if !kept && same(b, keep) {
+			a.big[n] = b
+			n++
+			kept = true
+			continue
+		}
+		largeFree.give(b)
+	}
+	clear(a.big[n:])
+	a.big = a.big[:n]
+}
+
+// same reports whether keep starts where buf does (keep is then buf, or its first values).
+func same(buf, keep []float32) bool {
+	return len(keep) > 0 && len(buf) > 0 && &buf[0] == &keep[0]
+}
+
+// poison fills a recycled buffer with NaN under poisonScratch (tests), so a value an op fails to write shows.
+func (a *arena) poison(b []float32) []float32 {
+	if poisonScratch {
+		for i := range b {
+			b[i] = float32(math.NaN())
+		}
+	}
+	return b
+}
+
+// giveBig returns the buffers over maxArena values the last pass took to largeFree.
+func (a *arena) giveBig() {
+	for i, b := range a.big {
+		largeFree.give(b)
+		a.big[i] = nil
+	}
+	a.big = a.big[:0]
+}
+
+// release gives back every buffer the arena holds beyond its own classes (the large ones) when its owner is
+// done with it (a session's Close): nothing a pass returned may live in them.
+func (a *arena) release() {
+	if a != nil {
+		a.giveBig()
+	}
+}
+
+// largeBuffers is the process's free list of buffers over maxArena values (prefill chunks' activations: a
+// 480-token chunk of gocoder's MLP is 740K values), shared by every session's arena: a pass takes them
+// and gives them back at its session's next pass (or its Close). Allocated afresh in every prefill, as they
+// were before, Go zeroed them and the OS faulted their pages in: 9% of a gocoder prefill's CPU time in
+// memclr alone. Unlike a sync.Pool it survives garbage collections; it holds at most largeBudget values,
+// buffers given back beyond that go to the garbage collector. Buffers are kept by size class (classSize).
+type largeBuffers struct {
+	mu   sync.Mutex
+	free map[int][][]float32
+	held int
+}
+
+// largeBudget bounds the values largeFree keeps between passes (64 MiB).
+const largeBudget = 1 << 24
+
+var largeFree largeBuffers
+
+// take returns n values of a kept buffer of n's size class, or of a new one; their contents are whatever
+// the buffer last held.
+func (l *largeBuffers) take(n int) []float32 {
+	m := classSize(n)
+	l.mu.Lock()
+	if bufs := l.free[m]; len(bufs) > 0 {
+		b := bufs[len(bufs)-1]
+		bufs[len(bufs)-1] = nil
+		l.free[m] = bufs[:len(bufs)-1]
+		l.held -= m
+		l.mu.Unlock()
+		return b[:n]
+	}
+	l.mu.Unlock()
+	return make([]float32, m)[:n]
+}
+
+// give keeps b for a later take, within largeBudget.
+func (l *largeBuffers) give(b []float32) {
+	m := cap(b)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held+m > largeBudget {
+		return
+	}
+	if l.free == nil {
+		l.free = make(map[int][][]float32)
+	}
+	l.free[m] = append(l.free[m], b[:m])
+	l.held += m
 }
 
 // evictIdle drops the buffers of classes this pass has not asked for, until m more values fit the budget.
@@ -159,6 +319,10 @@ func (a *arena) evictIdle(m int) {
 
 // poisonScratch makes scratch fill recycled buffers with NaN (set by tests only).
 var poisonScratch = false
+
+// scopeLayers lets passes that record no tape give each decoder layer's buffers back at its end (ops.layers);
+// tests turn it off to compare.
+var scopeLayers = true
 
 // arenas is a free list of arenas for passes that own no session (batched rounds). Unlike a sync.Pool it
 // is not emptied by a garbage collection, which a round's own garbage (its logits) triggers every few

@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -237,6 +238,115 @@ func TestScratchBuffersAreFullyWrittenByDrafters(t *testing.T) {
 			poisonScratch = true
 			defer func() { poisonScratch = false }()
 			assert.Equal(t, clean, run())
+		})
+	}
+}
+
+// A layer's buffers go back to the pass at its end, but its output: the next layer's requests get them
+// again (large ones through largeFree), the output and what came before the layer keep theirs.
+func TestLayerScopeKeepsOnlyTheOutput(t *testing.T) {
+	var a arena
+	a.reset()
+	before := a.get(640)
+	for layer := range 3 {
+		a.beginLayer()
+		h := a.scratch(640)
+		big := a.scratch(maxArena + 1)
+		tmp := a.scratch(1000)
+		out := a.scratch(640)
+		out[0] = float32(layer)
+		if layer > 0 {
+			// The previous layer's h and tmp are handed out again; its output is not.
+			assert.NotSame(t, &out[0], &h[0])
+		}
+		a.endLayer(out)
+		again := a.scratch(640)
+		assert.NotSame(t, &out[0], &again[0], "layer %d: the output keeps its buffer", layer)
+		assert.Same(t, &h[0], &again[0], "layer %d: the first request after the layer gets its first buffer", layer)
+		assert.NotSame(t, &before[0], &again[0], "layer %d: a buffer from before the layer stays taken", layer)
+		_ = big
+		_ = tmp
+		// Give the extra request back too: it stands for the next layer's first op.
+		a.beginLayer()
+		a.endLayer(nil)
+	}
+	assert.Empty(t, a.big, "large buffers go back at the layer's end")
+	a.reset()
+}
+
+// Layer scoping changes no bits: a prefill with taps, then decode steps, a taped verify (which does not
+// scope) and a batched round with another sequence's prefill give the same logits and taps with it as
+// without it, with recycled buffers poisoned with NaN, on
+// dense, hybrid and MoE targets. Not parallel: it sets poisonScratch and scopeLayers.
+func TestLayerScopeChangesNoBits(t *testing.T) {
+	q4 := &quant.Spec{Bits: 4, GroupSize: 32}
+	for name, c := range map[string]struct {
+		f    testmodel.TargetSpec
+		mode kernel.Mode
+	}{
+		"qwen3 f32":              {f: testmodel.TargetSpec{Family: "qwen3", Seed: 81, Layers: 3}},
+		"qwen3_next hybrid fast": {f: testmodel.TargetSpec{Family: "qwen3_next", Seed: 83, Layers: 4}, mode: kernel.ModeFast},
+		"qwen3_next moe q4 fast": {f: testmodel.TargetSpec{Family: "qwen3_next", Seed: 85, Layers: 4, MoE: true, ExpertLayout: testmodel.ExpertsSwitch, MLXLayout: true, Quant: q4}, mode: kernel.ModeFast},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c.f.Context = 256
+			tg, err := Load(t.Context(), testmodel.Target(t, c.f), LoadOptions{Threads: 2, Kernels: c.mode})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = tg.Close() })
+			prompt := make([]ports.Token, 150)
+			for i := range prompt {
+				prompt[i] = ports.Token(1 + (i*7)%50)
+			}
+			run := func() [][]float32 {
+				var out [][]float32
+				s, err := tg.NewSession(t.Context(), []int{0, 2})
+				require.NoError(t, err)
+				defer s.Close()
+				for _, step := range []struct {
+					toks []ports.Token
+					opts ports.ForwardOptions
+				}{
+					{prompt, ports.ForwardOptions{Rows: 3, Logits: true, Taps: true}},
+					{[]ports.Token{8}, ports.ForwardOptions{Rows: 1, Logits: true, Taps: true}},
+					{[]ports.Token{10, 11, 12, 13}, ports.ForwardOptions{Rows: 4, Logits: true, Taps: true, RecordTape: true}},
+					{[]ports.Token{14, 15}, ports.ForwardOptions{Rows: 2, Logits: true, Taps: true}},
+				} {
+					res, err := s.Forward(t.Context(), step.toks, step.opts)
+					require.NoError(t, err)
+					taps, _, _, err := res.Taps.(ports.HostTaps).Host()
+					require.NoError(t, err)
+					out = append(out, res.Logits, slices.Clone(taps))
+				}
+				// A batched round: a second sequence's prefill beside the first one's decode step.
+				s2, err := tg.NewSession(t.Context(), []int{0, 2})
+				require.NoError(t, err)
+				defer s2.Close()
+				rs, err := tg.ForwardBatch(t.Context(), []ports.BatchItem{
+					{Session: s, Tokens: []ports.Token{16}, Opts: ports.ForwardOptions{Rows: 1, Logits: true, Taps: true}},
+					{Session: s2, Tokens: prompt[:120], Opts: ports.ForwardOptions{Rows: 1, Logits: true, Taps: true}},
+				})
+				require.NoError(t, err)
+				for _, r := range rs {
+					require.NoError(t, r.Err)
+					taps, _, _, err := r.Result.Taps.(ports.HostTaps).Host()
+					require.NoError(t, err)
+					out = append(out, r.Result.Logits, slices.Clone(taps))
+				}
+				return out
+			}
+			scopeLayers = false
+			plain := run()
+			scopeLayers, poisonScratch = true, true
+			defer func() { poisonScratch = false }()
+			scoped := run()
+			require.Len(t, scoped, len(plain))
+			for i := range plain {
+				require.Len(t, scoped[i], len(plain[i]))
+				for j, v := range scoped[i] {
+					require.False(t, math.IsNaN(float64(v)), "output %d value %d is NaN: a value read after its layer gave it back", i, j)
+					require.Equal(t, math.Float32bits(plain[i][j]), math.Float32bits(v), "output %d value %d", i, j)
+				}
+			}
 		})
 	}
 }

@@ -63,7 +63,9 @@ func (t *Target) ForwardBatch(ctx context.Context, items []ports.BatchItem) ([]p
 	// The rows every item shares live in an arena of the target's (each session's own steps use its own).
 	mem := t.batchArena()
 	defer t.batch.put(mem)
-	be := ops{pool: t.pool, mem: mem}
+	// Each layer's buffers in the shared arena go back at its end: the sequences' own state (caches, tapes)
+	// lives in their sessions' arenas and copies what it keeps.
+	be := ops{pool: t.pool, mem: mem, layers: scopeLayers}
 	var tap func(int, act)
 	if taps {
 		tap = func(layer int, x act) {

@@ -66,6 +66,7 @@ func (s *DraftSession) Crop(n int) error {
 func (s *DraftSession) Close() error {
 	s.closed = true
 	s.kv, s.queued = nil, nil
+	s.mem.release()
 	s.mem = arena{}
 	return nil
 }

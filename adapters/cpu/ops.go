@@ -45,9 +45,29 @@ type weight struct {
 type ops struct {
 	pool *kernel.Pool
 	mem  *arena // nil: every value is freshly allocated
+	// layers scopes the arena's buffers by decoder layer (model.LayerScope): set where nothing a layer's ops
+	// return outlives the layer but its output (no tape recorded, which keeps the recurrence's buffers).
+	layers bool
 }
 
-var _ model.Backend[act, *weight] = ops{}
+var (
+	_ model.Backend[act, *weight] = ops{}
+	_ model.LayerScope[act]       = ops{}
+)
+
+// BeginLayer starts a decoder layer's buffers (model.LayerScope).
+func (o ops) BeginLayer() {
+	if o.layers {
+		o.mem.beginLayer()
+	}
+}
+
+// EndLayer gives the buffers of the layer BeginLayer began back to the pass, but its output out.
+func (o ops) EndLayer(out act) {
+	if o.layers {
+		o.mem.endLayer(out.v)
+	}
+}
 
 // buf returns n zeroed values for an op's result.
 func (o ops) buf(n int) []float32 { return o.mem.get(n) }

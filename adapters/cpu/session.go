@@ -82,8 +82,9 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	m := s.t.m
 	T := len(tokens)
 	s.mem.reset()
-	be := ops{pool: s.t.pool, mem: &s.mem}
 	st := s.begin(T, opts)
+	// A tape keeps the recurrence's buffers past their layer; without one, a layer's buffers go back at its end.
+	be := ops{pool: s.t.pool, mem: &s.mem, layers: scopeLayers && st.tape == nil}
 	tapped, tap := s.tapper(opts)
 	x, err := model.Forward(ctx, m, be, st, be.Embed(m.Embed, tokens), s.pos.N, tap)
 	if err != nil {
@@ -298,6 +299,7 @@ func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
 func (s *Session) Close() error {
 	s.closed = true
 	s.kv, s.gdn, s.lastTap, s.tree = nil, nil, nil, nil
+	s.mem.release()
 	s.mem = arena{} // nothing a Forward returned lives in it
 	return nil
 }

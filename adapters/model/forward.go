@@ -20,10 +20,14 @@ func Forward[X any, W comparable](ctx context.Context, m *Target[W], be Backend[
 // stages one after the other, passing the stream between them.
 func ForwardStage[X any, W comparable](ctx context.Context, m *Target[W], be Backend[X, W], st State[X, W], x X, pos int, stage Stage, tap func(layer int, x X)) (X, error) {
 	eps := m.Arch.Eps
+	scope, _ := be.(LayerScope[X])
 	for i := stage.Lo; i < stage.Hi; i++ {
 		if err := ctx.Err(); err != nil {
 			var zero X
 			return zero, fmt.Errorf("layer %d: %w", i, err)
+		}
+		if scope != nil {
+			scope.BeginLayer()
 		}
 		ly := &m.Layers[i]
 		h := be.Norm(x, ly.InNorm, eps)
@@ -44,8 +48,21 @@ func ForwardStage[X any, W comparable](ctx context.Context, m *Target[W], be Bac
 		if tap != nil {
 			tap(i, x)
 		}
+		if scope != nil {
+			scope.EndLayer(x)
+		}
 	}
 	return x, nil
+}
+
+// LayerScope is a backend whose buffers can be taken back layer by layer: ForwardStage calls BeginLayer
+// before each decoder layer and EndLayer with its output after it (and after the tap has seen it), and
+// nothing else the layer's ops returned is read after that. A backend that allocates each op's result afresh
+// needs none; one that recycles buffers from pass to pass holds a long prefill chunk's every intermediate
+// value at once without it.
+type LayerScope[X any] interface {
+	BeginLayer()
+	EndLayer(out X)
 }
 
 // Logits applies the final norm and the LM head to x's rows lo..hi−1.
