@@ -324,6 +324,14 @@ var poisonScratch = false
 // tests turn it off to compare.
 var scopeLayers = true
 
+// scopeRows is the fewest rows of a pass whose layers give their buffers back: below it a pass's buffers are
+// small, and the marks' bookkeeping (a loop over the pass's size classes per layer) would be a decode step's
+// overhead for nothing.
+const scopeRows = 32
+
+// scoped reports whether a pass of rows rows scopes its buffers by layer.
+func scoped(rows int) bool { return scopeLayers && rows >= scopeRows }
+
 // arenas is a free list of arenas for passes that own no session (batched rounds). Unlike a sync.Pool it
 // is not emptied by a garbage collection, which a round's own garbage (its logits) triggers every few
 // rounds: a dropped arena would make the next round allocate and zero every buffer afresh. It keeps at most

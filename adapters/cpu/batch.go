@@ -49,7 +49,7 @@ func (t *Target) ForwardBatch(ctx context.Context, items []ports.BatchItem) ([]p
 	seqs := make([]model.Seq[act, *weight], len(jobs))
 	blocks := make([][]ports.Token, len(jobs))
 	sizes, rows := make([]int, len(jobs)), make([]int, len(jobs))
-	taps := false
+	taps, total := false, 0
 	for j := range jobs {
 		jb := &jobs[j]
 		it := &items[jb.i]
@@ -59,13 +59,14 @@ func (t *Target) ForwardBatch(ctx context.Context, items []ports.BatchItem) ([]p
 		taps = taps || jb.tap != nil
 		seqs[j] = model.Seq[act, *weight]{State: jb.st, Pos: jb.s.pos.N}
 		blocks[j], sizes[j], rows[j] = it.Tokens, len(it.Tokens), jb.rows
+		total += len(it.Tokens)
 	}
 	// The rows every item shares live in an arena of the target's (each session's own steps use its own).
 	mem := t.batchArena()
 	defer t.batch.put(mem)
 	// Each layer's buffers in the shared arena go back at its end: the sequences' own state (caches, tapes)
 	// lives in their sessions' arenas and copies what it keeps.
-	be := ops{pool: t.pool, mem: mem, layers: scopeLayers}
+	be := ops{pool: t.pool, mem: mem, layers: scoped(total)}
 	var tap func(int, act)
 	if taps {
 		tap = func(layer int, x act) {

@@ -83,8 +83,9 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	T := len(tokens)
 	s.mem.reset()
 	st := s.begin(T, opts)
-	// A tape keeps the recurrence's buffers past their layer; without one, a layer's buffers go back at its end.
-	be := ops{pool: s.t.pool, mem: &s.mem, layers: scopeLayers && st.tape == nil}
+	// A tape keeps the recurrence's buffers past their layer; without one, a long pass's layers give their
+	// buffers back at their end (scoped).
+	be := ops{pool: s.t.pool, mem: &s.mem, layers: scoped(T) && st.tape == nil}
 	tapped, tap := s.tapper(opts)
 	x, err := model.Forward(ctx, m, be, st, be.Embed(m.Embed, tokens), s.pos.N, tap)
 	if err != nil {
