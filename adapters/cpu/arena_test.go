@@ -275,8 +275,8 @@ func TestLayerScopeKeepsOnlyTheOutput(t *testing.T) {
 }
 
 // Layer scoping changes no bits: a prefill with taps, then decode steps, a taped verify (which does not
-// scope) and a batched round with another sequence's prefill give the same logits and taps with it as
-// without it, with recycled buffers poisoned with NaN, on
+// scope), a batched round with another sequence's prefill and an embedding's last hidden state give the same
+// values with it as without it, with recycled buffers poisoned with NaN, on
 // dense, hybrid and MoE targets. Not parallel: it sets poisonScratch and scopeLayers.
 func TestLayerScopeChangesNoBits(t *testing.T) {
 	q4 := &quant.Spec{Bits: 4, GroupSize: 32}
@@ -317,6 +317,9 @@ func TestLayerScopeChangesNoBits(t *testing.T) {
 					require.NoError(t, err)
 					out = append(out, res.Logits, slices.Clone(taps))
 				}
+				h, err := tg.LastHidden(t.Context(), prompt)
+				require.NoError(t, err)
+				out = append(out, h)
 				// A batched round: a second sequence's prefill beside the first one's decode step.
 				s2, err := tg.NewSession(t.Context(), []int{0, 2})
 				require.NoError(t, err)

@@ -22,7 +22,7 @@ func (t *Target) LastHidden(ctx context.Context, tokens []ports.Token) ([]float3
 	if _, err := s.admit(tokens, ports.ForwardOptions{Rows: 1}); err != nil {
 		return nil, fmt.Errorf("cpu last hidden: %w", err)
 	}
-	be := ops{pool: t.pool, mem: &s.mem}
+	be := ops{pool: t.pool, mem: &s.mem, layers: scoped(len(tokens))} // no tape: a long input's layers give their buffers back
 	st := s.begin(len(tokens), ports.ForwardOptions{})
 	x, err := model.LastHidden(ctx, t.m, be, st, tokens)
 	if err != nil {
