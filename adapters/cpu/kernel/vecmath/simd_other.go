@@ -30,3 +30,6 @@ func gdnStep4AVX512(S, src, k, q *float32, n, stride int, alpha, beta float32, v
 func gdnStep2AVX2(S, src, k, q *float32, n, stride int, alpha, beta float32, v *float32, out *[4]float32) {
 	noAVX2()
 }
+func gdnRun4x64AVX512(S, src, k, q, v, alpha, beta, o, d *float32, T, kvStride, abStride, oStride, dStride int) {
+	noAVX2()
+}
