@@ -572,9 +572,9 @@ func (j *gdnJob) head(h int, tmp []float32) {
 	S0 := src[h*dv*dk : (h+1)*dv*dk]
 	// Rows go in groups of headRowGroup, each group's rows one step after another: consecutive steps are then
 	// independent (a row's next step waits on its dot products' reductions), so they overlap in the core,
-	// while the group stays in L1 for the whole block. 64-value rows go four at a time through the whole
-	// block in registers first (run64).
-	for i0 := j.run64(S, S0, h); i0 < dv; i0 += headRowGroup {
+	// while the group stays in L1 for the whole block. Rows of 64 or 128 values go a few at a time through
+	// the whole block in registers first (run).
+	for i0 := j.run(S, S0, h); i0 < dv; i0 += headRowGroup {
 		for t := range j.T {
 			from := S // the rows' state before step t
 			if t == 0 {
@@ -585,26 +585,25 @@ func (j *gdnJob) head(h int, tmp []float32) {
 	}
 }
 
-// run64 runs value head h's state rows four at a time through the whole block where they hold 64 values each
-// and the CPU has AVX-512 (vecmath.GDNRun4Fast64: each four rows stay in registers from the first step to the
-// last, with GDNStep4Fast's bits), and returns how many rows it ran: dv rounded down to four, or 0. S and S0
-// are the head's state after and before the block (they may be the same).
-func (j *gdnJob) run64(S, S0 []float32, h int) int {
-	if !j.fast || j.dk != 64 {
+// run runs value head h's state rows through the whole block a few at a time where a kernel holds them in
+// registers from the first step to the last (vecmath.GDNRunFast: four rows of 64 values, two of 128, on
+// AVX-512, with GDNStep4Fast's bits), and returns how many rows it ran (0 where none can). S and S0 are the
+// head's state after and before the block (they may be the same).
+func (j *gdnJob) run(S, S0 []float32, h int) int {
+	rows := vecmath.GDNRunRows(j.dk)
+	if !j.fast || rows == 0 {
 		return 0
 	}
-	Y, C, Hv, dv, Dk := j.Y, j.C, j.Hv, j.dv, j.Dk
+	Y, C, Hv, dk, dv, Dk := j.Y, j.C, j.Hv, j.dk, j.dv, j.Dk
 	kh := h / j.rho
-	k, q := Y[Dk+kh*64:], Y[kh*64:]
-	n := dv &^ 3
-	for i := 0; i < n; i += 4 {
+	k, q := Y[Dk+kh*dk:], Y[kh*dk:]
+	n := dv - dv%rows
+	for i := 0; i < n; i += rows {
 		var d []float32
 		if j.delta != nil {
 			d = j.delta[h*dv+i:]
 		}
-		if !vecmath.GDNRun4Fast64(S[i*64:], S0[i*64:], k, q, Y[2*Dk+h*dv+i:], C, j.alpha[h:], j.beta[h:], Hv, j.o[h*dv+i:], Hv*dv, d, Hv*dv, j.T) {
-			return 0 // no AVX-512 (it fails on the first call or never)
-		}
+		vecmath.GDNRunFast(S[i*dk:], S0[i*dk:], k, q, Y[2*Dk+h*dv+i:], C, j.alpha[h:], j.beta[h:], Hv, j.o[h*dv+i:], Hv*dv, d, Hv*dv, dk, j.T)
 	}
 	return n
 }

@@ -56,28 +56,45 @@ func GDNStep4Fast(S, src, k, q []float32, n, stride int, alpha, beta float32, v 
 	return out
 }
 
-// GDNRun4Fast64 runs T steps of GDNStep4Fast on four state rows of 64 values, 64 apart (rows r < 4 at
-// S[64r:] and src[64r:]; S may be src), with the same bits, where the CPU has AVX-512: the rows stay in
-// registers from the first step to the last instead of being loaded and stored twice a step, and one call
-// replaces T. Step t reads k[t·kv:][:64], q[t·kv:][:64], v[t·kv:][:4], alpha[t·ab] and beta[t·ab], and writes
-// the rows' read-outs to o[t·os:][:4] and, where d is not nil, their innovations to d[t·ds:][:4]. It reports
-// false, having done nothing, where the CPU lacks AVX-512 or T < 1: the caller then steps with GDNStep4Fast.
-func GDNRun4Fast64(S, src, k, q, v []float32, kv int, alpha, beta []float32, ab int, o []float32, os int, d []float32, ds, T int) bool {
-	if !useAVX512 || T < 1 {
-		return false
+// GDNRunRows is how many state rows of n values one GDNRunFast call runs: 4 of 64 values, 2 of 128, where the
+// CPU has AVX-512; 0 elsewhere (the caller then steps with GDNStep4Fast).
+func GDNRunRows(n int) int {
+	switch {
+	case !useAVX512:
+		return 0
+	case n == 64:
+		return 4
+	case n == 128:
+		return 2
+	}
+	return 0
+}
+
+// GDNRunFast runs T ≥ 1 steps of GDNStepFast on GDNRunRows(n) state rows of n values, n apart (row r at
+// S[r·n:] and src[r·n:]; S may be src), with the same bits: the rows stay in registers from the first step to
+// the last instead of being loaded and stored twice a step, and one call replaces T of GDNStep4Fast's. Step t
+// reads k[t·kv:][:n], q[t·kv:][:n], the rows' values v[t·kv:], alpha[t·ab] and beta[t·ab], and writes the rows'
+// read-outs to o[t·os:] and, where d is not nil, their innovations to d[t·ds:]. n must have GDNRunRows(n) > 0.
+func GDNRunFast(S, src, k, q, v []float32, kv int, alpha, beta []float32, ab int, o []float32, os int, d []float32, ds, n, T int) {
+	rows := GDNRunRows(n)
+	if rows == 0 || T < 1 {
+		panic("vecmath: GDNRunFast without a kernel for these rows, or no step")
 	}
 	last := T - 1
-	_, _ = S[4*64-1], src[4*64-1]
-	_, _, _ = k[last*kv+63], q[last*kv+63], v[last*kv+3]
-	_, _, _ = alpha[last*ab], beta[last*ab], o[last*os+3]
+	_, _ = S[rows*n-1], src[rows*n-1]
+	_, _, _ = k[last*kv+n-1], q[last*kv+n-1], v[last*kv+rows-1]
+	_, _, _ = alpha[last*ab], beta[last*ab], o[last*os+rows-1]
 	var scratch [4]float32
 	dp, dstride := &scratch[0], 0
 	if d != nil {
-		_ = d[last*ds+3]
+		_ = d[last*ds+rows-1]
 		dp, dstride = &d[0], ds
 	}
-	gdnRun4x64AVX512(&S[0], &src[0], &k[0], &q[0], &v[0], &alpha[0], &beta[0], &o[0], dp, T, kv, ab, os, dstride)
-	return true
+	if n == 64 {
+		gdnRun4x64AVX512(&S[0], &src[0], &k[0], &q[0], &v[0], &alpha[0], &beta[0], &o[0], dp, T, kv, ab, os, dstride)
+		return
+	}
+	gdnRun2x128AVX512(&S[0], &src[0], &k[0], &q[0], &v[0], &alpha[0], &beta[0], &o[0], dp, T, kv, ab, os, dstride)
 }
 
 // reduce32 sums fastDot's 32 lanes: (l, l+8) and (l+16, l+24), then those two, then by halving (i, i+4),

@@ -1,6 +1,7 @@
 package vecmath
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -96,61 +97,67 @@ func TestGDNStep4Fast(t *testing.T) {
 	}
 }
 
-// GDNRun4Fast64 gives, over a block of T steps, the bits of GDNStep4Fast run step after step: the rows' final
-// state, every step's read-outs and innovations; in place and not, with and without innovations recorded, on
-// strided inputs, T from 1 to 19. Where the CPU lacks AVX-512 it reports false and leaves everything alone.
-func TestGDNRun4Fast64(t *testing.T) {
+// GDNRunFast gives, over a block of T steps, the bits of GDNStep4Fast run step after step: the rows' final
+// state, every step's read-outs and innovations; on rows of 64 and 128 values, in place and not, with and
+// without innovations recorded, on strided inputs, T from 1 to 19. Without AVX-512 GDNRunRows is 0.
+func TestGDNRunFast(t *testing.T) {
 	r := rand.New(rand.NewPCG(65, 66))
-	const n = 64
-	for _, T := range []int{1, 2, 3, 7, 16, 19} {
-		for _, inPlace := range []bool{false, true} {
-			for _, record := range []bool{false, true} {
-				kv, ab, os := 3*n+9, 5, 12
-				Y := randVec(r, (T-1)*kv+2*n+4, 0.1)
-				k, q, v := Y[:], Y[n:], Y[2*n:]
-				for t0 := range T {
-					for i := range 4 {
-						v[t0*kv+i] *= 5 // values of the size of v, not of k̂
+	for _, n := range []int{64, 128} {
+		rows := GDNRunRows(n)
+		if !useAVX512 {
+			require.Zero(t, rows, "no AVX-512: the caller steps")
+			continue
+		}
+		require.Positive(t, rows)
+		for _, T := range []int{1, 2, 3, 7, 16, 19} {
+			for _, inPlace := range []bool{false, true} {
+				for _, record := range []bool{false, true} {
+					kv, ab, os := 3*n+9, 5, 12
+					Y := randVec(r, (T-1)*kv+2*n+4, 0.1)
+					k, q, v := Y[:], Y[n:], Y[2*n:]
+					for t0 := range T {
+						for i := range 4 {
+							v[t0*kv+i] *= 5 // values of the size of v, not of k̂
+						}
 					}
-				}
-				alpha, beta := randVec(r, (T-1)*ab+1, 0.05), randVec(r, (T-1)*ab+1, 0.3)
-				for i := range alpha {
-					alpha[i] += 0.9
-					beta[i] = float32(math.Abs(float64(beta[i])))
-				}
-				src := randVec(r, 4*n, 1)
-				// The reference: one GDNStep4Fast a step, the first from src, the rest in place.
-				want := make([]float32, 4*n)
-				wantO, wantD := make([]float32, (T-1)*os+4), make([]float32, (T-1)*os+4)
-				from := src
-				for t0 := range T {
-					out := GDNStep4Fast(want, from, k[t0*kv:], q[t0*kv:], n, n, alpha[t0*ab], beta[t0*ab], v[t0*kv:])
-					copy(wantO[t0*os:], out[:4])
-					copy(wantD[t0*os:], out[4:])
-					from = want
-				}
-				S := make([]float32, 4*n)
-				in := src
-				if inPlace {
-					copy(S, src)
-					in = S
-				}
-				o := make([]float32, len(wantO))
-				var d []float32
-				if record {
-					d = make([]float32, len(wantD))
-				}
-				ran := GDNRun4Fast64(S, in, k, q, v, kv, alpha, beta, ab, o, os, d, os, T)
-				if !useAVX512 {
-					require.False(t, ran, "no AVX-512: the caller steps")
-					continue
-				}
-				require.True(t, ran)
-				name := func(what string) string { return what }
-				assertBits(t, want, S, "T %d in place %v record %v: %s", T, inPlace, record, name("state"))
-				assertBits(t, wantO, o, "T %d in place %v record %v: read-outs", T, inPlace, record)
-				if record {
-					assertBits(t, wantD, d, "T %d in place %v record %v: innovations", T, inPlace, record)
+					alpha, beta := randVec(r, (T-1)*ab+1, 0.05), randVec(r, (T-1)*ab+1, 0.3)
+					for i := range alpha {
+						alpha[i] += 0.9
+						beta[i] = float32(math.Abs(float64(beta[i])))
+					}
+					src := randVec(r, 4*n, 1)
+					// The reference: one GDNStep4Fast a step (four rows; the kernel runs the first rows), the
+					// first from src, the rest in place.
+					want := make([]float32, 4*n)
+					wantO, wantD := make([]float32, (T-1)*os+4), make([]float32, (T-1)*os+4)
+					from := src
+					for t0 := range T {
+						out := GDNStep4Fast(want, from, k[t0*kv:], q[t0*kv:], n, n, alpha[t0*ab], beta[t0*ab], v[t0*kv:])
+						copy(wantO[t0*os:t0*os+rows], out[:rows])
+						copy(wantD[t0*os:t0*os+rows], out[4:4+rows])
+						from = want
+					}
+					S := make([]float32, 4*n)
+					in := src
+					if inPlace {
+						copy(S, src)
+						in = S
+					}
+					o := make([]float32, len(wantO))
+					var d []float32
+					if record {
+						d = make([]float32, len(wantD))
+					}
+					GDNRunFast(S, in, k, q, v, kv, alpha, beta, ab, o, os, d, os, n, T)
+					what := fmt.Sprintf("n %d T %d in place %v record %v", n, T, inPlace, record)
+					assertBits(t, want[:rows*n], S[:rows*n], "%s: state", what)
+					if !inPlace {
+						assertBits(t, make([]float32, (4-rows)*n), S[rows*n:], "%s: rows past the kernel's untouched", what)
+					}
+					assertBits(t, wantO, o, "%s: read-outs", what)
+					if record {
+						assertBits(t, wantD, d, "%s: innovations", what)
+					}
 				}
 			}
 		}

@@ -190,87 +190,95 @@ for r in range(2):
 e("\tVZEROUPPER")
 e("\tRET")
 
-# gdnRun4x64AVX512: gdnStep4AVX512 over T steps of four 64-value state rows, the rows held in registers from the
-# first step to the last. A block's steps used to be one call per four rows and step, each loading and storing
-# the rows it updates twice; on 64-value rows (gocoder's heads) that and the call cost as much as the arithmetic.
-# Per row and step the operations and their order are gdnStep4AVX512's (so the bits are): the decay
-# S = α·src, m = Σ S·k in the two 16-lane accumulators (lanes j mod 32 < 16, then the rest; j = 0 then 32),
-# δ = β·(v − m), S = S + δ·k, o = Σ S·q likewise. Registers: Z16-Z31 the rows' state (row r, 16-value chunk c:
-# Z(16+4r+c)), Z0-Z7 the accumulators (row r: Z2r lanes < 16, Z2r+1 the rest), Z9-Z12 the rows' δ, Z13-Z14
-# scratch, Z15 α. Per step the pointers advance: k, q, v by kvStride bytes, α and β by abStride, o and δ by
-# oStride and dStride (0 with no δ to record: the wrapper points d at scratch).
-def state(r, c):
-    return 16 + 4 * r + c
+# gdnRun{R}x{N}AVX512: gdnStep4AVX512 over T steps of R state rows of N values (4 × 64, 2 × 128: sixteen 16-lane
+# chunks in all), the rows held in registers from the first step to the last. A block's steps used to be one
+# call per four rows and step, each loading and storing the rows it updates twice; on 64-value rows (gocoder's
+# heads) that and the call cost as much as the arithmetic. Per row and step the operations and their order are
+# gdnStep4AVX512's (so the bits are): the decay S = α·src, m = Σ S·k in the two 16-lane accumulators (lanes
+# j mod 32 < 16, then the rest, in order of j), δ = β·(v − m), S = S + δ·k, o = Σ S·q likewise. Registers:
+# Z16-Z31 the rows' state (row r, 16-value chunk c: Z(16 + r·N/16 + c)), Z0-Z(2R−1) the accumulators (row r:
+# Z2r lanes < 16, Z2r+1 the rest), Z9-Z(8+R) the rows' δ, Z13-Z14 scratch, Z15 α. Per step the pointers
+# advance: k, q, v by kvStride floats, α and β by abStride, o and δ by oStride and dStride (0 with no δ to
+# record: the wrapper points d at scratch).
+def run(R, N):
+    chunks = N // 16
+    name = f"gdnRun{R}x{N}AVX512"
+
+    def state(r, c):
+        return 16 + chunks * r + c
+
+    e()
+    e(f"// func {name}(S, src, k, q, v, alpha, beta, o, d *float32, T, kvStride, abStride, oStride, dStride int)")
+    e(f"// {R} state rows of {N} values, {N} apart, at src then S: T steps of gdnStep4AVX512's per-row operations, step t")
+    e("// reading k, q, v at t·kvStride floats, α and β at t·abStride, writing o and δ at t·oStride and t·dStride.")
+    e(f"TEXT ·{name}(SB), NOSPLIT, $0-112")
+    e("\tMOVQ src+8(FP), SI")
+    for r in range(R):
+        for c in range(chunks):
+            e(f"\tVMOVUPS {4 * N * r + 64 * c}(SI), Z{state(r, c)}")
+    e("\tMOVQ k+16(FP), R8")
+    e("\tMOVQ q+24(FP), R9")
+    e("\tMOVQ v+32(FP), R10")
+    e("\tMOVQ alpha+40(FP), R11")
+    e("\tMOVQ beta+48(FP), R12")
+    e("\tMOVQ o+56(FP), R13")
+    e("\tMOVQ d+64(FP), R14")
+    e("\tMOVQ T+72(FP), CX")
+    for reg, arg in (("AX", "kvStride+80"), ("BX", "abStride+88"), ("DX", "oStride+96"), ("SI", "dStride+104")):
+        e(f"\tMOVQ {arg}(FP), {reg}")
+        e(f"\tSHLQ $2, {reg}")
+    e("\tTESTQ CX, CX")
+    e(f"\tJLE gdnrun{R}_store")
+    e(f"gdnrun{R}_step:")
+    e("\tVBROADCASTSS (R11), Z15")
+    for a in range(2 * R):
+        e(f"\tVPXORD Z{a}, Z{a}, Z{a}")
+    for c in range(chunks):
+        for r in range(R):
+            z = state(r, c)
+            e(f"\tVMULPS Z15, Z{z}, Z{z}")
+            e(f"\tVMULPS {64 * c}(R8), Z{z}, Z13")
+            e(f"\tVADDPS Z13, Z{2 * r + c % 2}, Z{2 * r + c % 2}")
+    for r in range(R):
+        reduce(2 * r, 2 * r + 1, 13, 14)
+    for r in range(R):
+        t = 9 + r
+        e(f"\tVMOVSS {4 * r}(R10), X{t}")
+        e(f"\tVSUBSS X{2 * r}, X{t}, X{t}")
+        e(f"\tVMULSS (R12), X{t}, X{t}")
+        e(f"\tVMOVSS X{t}, {4 * r}(R14)")
+        e(f"\tVBROADCASTSS X{t}, Z{t}")
+    for a in range(2 * R):
+        e(f"\tVPXORD Z{a}, Z{a}, Z{a}")
+    for c in range(chunks):
+        for r in range(R):
+            z = state(r, c)
+            e(f"\tVMULPS {64 * c}(R8), Z{9 + r}, Z13")
+            e(f"\tVADDPS Z13, Z{z}, Z{z}")
+            e(f"\tVMULPS {64 * c}(R9), Z{z}, Z14")
+            e(f"\tVADDPS Z14, Z{2 * r + c % 2}, Z{2 * r + c % 2}")
+    for r in range(R):
+        reduce(2 * r, 2 * r + 1, 13, 14)
+        e(f"\tVMOVSS X{2 * r}, {4 * r}(R13)")
+    e("\tADDQ AX, R8")
+    e("\tADDQ AX, R9")
+    e("\tADDQ AX, R10")
+    e("\tADDQ BX, R11")
+    e("\tADDQ BX, R12")
+    e("\tADDQ DX, R13")
+    e("\tADDQ SI, R14")
+    e("\tDECQ CX")
+    e(f"\tJNZ gdnrun{R}_step")
+    e(f"gdnrun{R}_store:")
+    e("\tMOVQ S+0(FP), DI")
+    for r in range(R):
+        for c in range(chunks):
+            e(f"\tVMOVUPS Z{state(r, c)}, {4 * N * r + 64 * c}(DI)")
+    e("\tVZEROUPPER")
+    e("\tRET")
 
 
-e()
-e("// func gdnRun4x64AVX512(S, src, k, q, v, alpha, beta, o, d *float32, T, kvStride, abStride, oStride, dStride int)")
-e("// Four state rows of 64 values, 64 apart, at src then S: T steps of gdnStep4AVX512, step t reading k, q, v at")
-e("// t·kvStride floats, α and β at t·abStride, writing o and δ at t·oStride and t·dStride.")
-e("TEXT ·gdnRun4x64AVX512(SB), NOSPLIT, $0-112")
-e("\tMOVQ src+8(FP), SI")
-for r in range(4):
-    for c in range(4):
-        e(f"\tVMOVUPS {256 * r + 64 * c}(SI), Z{state(r, c)}")
-e("\tMOVQ k+16(FP), R8")
-e("\tMOVQ q+24(FP), R9")
-e("\tMOVQ v+32(FP), R10")
-e("\tMOVQ alpha+40(FP), R11")
-e("\tMOVQ beta+48(FP), R12")
-e("\tMOVQ o+56(FP), R13")
-e("\tMOVQ d+64(FP), R14")
-e("\tMOVQ T+72(FP), CX")
-for reg, name in (("AX", "kvStride+80"), ("BX", "abStride+88"), ("DX", "oStride+96"), ("SI", "dStride+104")):
-    e(f"\tMOVQ {name}(FP), {reg}")
-    e(f"\tSHLQ $2, {reg}")
-e("\tTESTQ CX, CX")
-e("\tJLE gdnrun_store")
-e("gdnrun_step:")
-e("\tVBROADCASTSS (R11), Z15")
-for a in range(8):
-    e(f"\tVPXORD Z{a}, Z{a}, Z{a}")
-for c in range(4):
-    for r in range(4):
-        z = state(r, c)
-        e(f"\tVMULPS Z15, Z{z}, Z{z}")
-        e(f"\tVMULPS {64 * c}(R8), Z{z}, Z13")
-        e(f"\tVADDPS Z13, Z{2 * r + c % 2}, Z{2 * r + c % 2}")
-for r in range(4):
-    reduce(2 * r, 2 * r + 1, 13, 14)
-for r in range(4):
-    t = 9 + r
-    e(f"\tVMOVSS {4 * r}(R10), X{t}")
-    e(f"\tVSUBSS X{2 * r}, X{t}, X{t}")
-    e(f"\tVMULSS (R12), X{t}, X{t}")
-    e(f"\tVMOVSS X{t}, {4 * r}(R14)")
-    e(f"\tVBROADCASTSS X{t}, Z{t}")
-for a in range(8):
-    e(f"\tVPXORD Z{a}, Z{a}, Z{a}")
-for c in range(4):
-    for r in range(4):
-        z = state(r, c)
-        e(f"\tVMULPS {64 * c}(R8), Z{9 + r}, Z13")
-        e(f"\tVADDPS Z13, Z{z}, Z{z}")
-        e(f"\tVMULPS {64 * c}(R9), Z{z}, Z14")
-        e(f"\tVADDPS Z14, Z{2 * r + c % 2}, Z{2 * r + c % 2}")
-for r in range(4):
-    reduce(2 * r, 2 * r + 1, 13, 14)
-    e(f"\tVMOVSS X{2 * r}, {4 * r}(R13)")
-e("\tADDQ AX, R8")
-e("\tADDQ AX, R9")
-e("\tADDQ AX, R10")
-e("\tADDQ BX, R11")
-e("\tADDQ BX, R12")
-e("\tADDQ DX, R13")
-e("\tADDQ SI, R14")
-e("\tDECQ CX")
-e("\tJNZ gdnrun_step")
-e("gdnrun_store:")
-e("\tMOVQ S+0(FP), DI")
-for r in range(4):
-    for c in range(4):
-        e(f"\tVMOVUPS Z{state(r, c)}, {256 * r + 64 * c}(DI)")
-e("\tVZEROUPPER")
-e("\tRET")
+run(4, 64)
+run(2, 128)
 
 open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "gdn_amd64.s"), "w").write("\n".join(out) + "\n")

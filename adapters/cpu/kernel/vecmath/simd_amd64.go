@@ -62,10 +62,14 @@ func gdnStep4AVX512(S, src, k, q *float32, n, stride int, alpha, beta float32, v
 
 // gdnRun4x64AVX512 is gdnStep4AVX512 over T steps of four 64-value rows held in registers (gen_gdn.py): the rows
 // at src + 64r are read once and written to S + 64r after the last step; step t reads k, q and v at t·kvStride
-// floats, α and β at t·abStride, and writes o at t·oStride and δ at d + t·dStride.
+// floats, α and β at t·abStride, and writes o at t·oStride and δ at d + t·dStride. gdnRun2x128AVX512 is the
+// same on two 128-value rows.
 //
 //go:noescape
 func gdnRun4x64AVX512(S, src, k, q, v, alpha, beta, o, d *float32, T, kvStride, abStride, oStride, dStride int)
+
+//go:noescape
+func gdnRun2x128AVX512(S, src, k, q, v, alpha, beta, o, d *float32, T, kvStride, abStride, oStride, dStride int)
 
 // gdnStep2AVX2 is gdnStepAVX2 on two rows side by side (gen_gdn.py): rows r < 2 at S + r·stride and
 // src + r·stride, v[r]; out[r] gets row r's o, out[2+r] its δ.

@@ -33,3 +33,6 @@ func gdnStep2AVX2(S, src, k, q *float32, n, stride int, alpha, beta float32, v *
 func gdnRun4x64AVX512(S, src, k, q, v, alpha, beta, o, d *float32, T, kvStride, abStride, oStride, dStride int) {
 	noAVX2()
 }
+func gdnRun2x128AVX512(S, src, k, q, v, alpha, beta, o, d *float32, T, kvStride, abStride, oStride, dStride int) {
+	noAVX2()
+}
