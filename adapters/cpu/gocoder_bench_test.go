@@ -21,11 +21,11 @@ import (
 // the fast kernels, interleaved in every iteration so that a shared machine's load falls on all of them alike:
 // a 1-row decode, verifies of 4, 8 and 16 rows (taps and tape recorded, as the decoder asks; 4 is a tree of
 // 4 nodes, the cheapest round that drafts) at a 128-token
-// context, a drafter pass of block 16 (proposals for 15 positions), and a tree of 4 nodes' draft (block 16,
+// context, a drafter pass of block 16 (proposals for 15 positions), a tree of 4 nodes' draft (block 16,
 // 3 rows of new context first, 4 candidates for each of 3 slots), full and narrow (ports.TopRequest.Narrow,
-// what tree rounds run). It reports each part's median time and
+// what tree rounds run), and a tree of 4 nodes' verify with keeping its accepted path (tree4). It reports each part's median time and
 // the medians of each part over the same iteration's decode, in decode steps; each part runs under a pprof
-// label (part=decode, verify4, verify8, verify16, draft16, draft4, draft4n). HIGGS_BENCH_CONTEXT sets the context length (128 by
+// label (part=decode, verify4, verify8, verify16, draft16, draft4, draft4n, tree4). HIGGS_BENCH_CONTEXT sets the context length (128 by
 // default; a generation's rounds run at its prompt's length and more, where attention weighs more), and
 // HIGGS_BENCH_THREADS the worker count (2 by default); with 1 the times are the thread's CPU time (threadCPU), which other processes
 // on a shared machine inflate far less than wall time. Beside -cpuprofile it gives the split by part
@@ -97,12 +97,27 @@ func BenchmarkGocoder(b *testing.B) {
 			return t
 		}
 	}
-	names := []string{"decode", "verify4", "verify8", "verify16", "draft16", "draft4", "draft4n"}
+	tv, ok := any(ps).(ports.TreeVerifier)
+	require.True(b, ok)
+	// A tree round's verify: 4 nodes (the anchor, two candidates for the first slot, one below the first of
+	// them), then the kept path of the anchor and the two drafts accepted, as a tree round runs them.
+	tree := func() time.Duration {
+		t0 := clock()
+		_, err := tv.ForwardTree(ctx, toks[ctxLen:ctxLen+4], []int{-1, 0, 1, 0}, ports.ForwardOptions{Taps: true})
+		require.NoError(b, err)
+		_, err = tv.KeepPath(ctx, []int{0, 1, 2})
+		t := clock() - t0
+		require.NoError(b, err)
+		require.NoError(b, ps.TrimKV(ctxLen))
+		require.NoError(b, ps.Restore(snap))
+		return t
+	}
+	names := []string{"decode", "verify4", "verify8", "verify16", "draft16", "draft4", "draft4n", "tree4"}
 	ms, steps := make([][]float64, len(names)), make([][]float64, len(names))
 	for b.Loop() {
 		var ts []time.Duration
 		for i, part := range []func() time.Duration{func() time.Duration { return forward(1) }, func() time.Duration { return forward(4) },
-			func() time.Duration { return forward(8) }, func() time.Duration { return forward(16) }, draft, draftTree(false), draftTree(true)} {
+			func() time.Duration { return forward(8) }, func() time.Duration { return forward(16) }, draft, draftTree(false), draftTree(true), tree} {
 			// The label lets a profile be cut by part: go tool pprof -tagfocus part=verify16.
 			pprof.Do(ctx, pprof.Labels("part", names[i]), func(context.Context) { ts = append(ts, part()) })
 		}
