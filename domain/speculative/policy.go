@@ -237,8 +237,11 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 		return bs, 0, why
 	}
 	// A tree is the choice. Probes alternate between the best chain (the best speculative one when plain
-	// decoding is), plain decoding, and the runner-up tree.
+	// decoding is), plain decoding, and the runner-up tree; plain decoding first whenever it went stale.
 	if probeDue {
+		if p.plainStale() && try(1, 0, treeRate) {
+			return 1, 0, reasonProbe
+		}
 		switch p.probes % 3 {
 		case 0:
 			if chain < 2 {
@@ -247,6 +250,7 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 			if chain > 1 && try(chain, p.probeLoss(chain, treeRate), treeRate) {
 				return chain, 0, reasonProbe
 			}
+			p.probes++ // the turn passes on, so that a chain the budget holds back cannot hold plain decoding back too
 		case 1:
 			if try(1, 0, treeRate) {
 				return 1, 0, reasonProbe
@@ -594,7 +598,9 @@ func (p *depthPolicy) observe(bs, accepted int, draft, catchUp, verify, rollback
 	}
 	p.forget()
 	if bs < 2 {
-		p.lastPlain = p.rounds
+		if p.genRounds > 1 {
+			p.lastPlain = p.rounds // a generation's first round measures nothing (a warm-up)
+		}
 		return
 	}
 	if p.sizes[bs-1] == nil {
@@ -637,7 +643,9 @@ func (p *depthPolicy) takeCatchUp() bool {
 
 // addDraft adds a draft-time sample x to e (ema.addTime), unless the draft caught up (takeCatchUp) and x is no
 // cheaper than e's estimate: such a time overstates the size's price, so it may lower an estimate (the first
-// one of a size measured only after plain rounds) but never raise it.
+// one of a size measured only after plain rounds) but never raise it. While the policy falls back, nearly
+// every speculative round catches up, so the estimate can only fall then; but a catch-up only ever adds time,
+// so it falls towards the warm price, not below it (bar noise), and the rounds after a switch correct it.
 func (p *depthPolicy) addDraft(e *ema, x float64, caughtUp bool) {
 	if caughtUp && e.ok && x >= e.v {
 		return

@@ -69,3 +69,40 @@ func TestPolicyRefreshesItsBaselineAfterABurst(t *testing.T) {
 	}
 	assert.Less(t, speculative, 60, "back to plain decoding after the burst: %d of 400 rounds speculative", speculative)
 }
+
+// TestPolicyRefreshesItsBaselineUnderATree: the same guard where a tree is the choice. Its probes take turns
+// (a chain, plain decoding, another tree); a chain the spent budget holds back must not hold the plain probe
+// back with it, and a stale plain step is probed first.
+func TestPolicyRefreshesItsBaselineUnderATree(t *testing.T) {
+	p := newDepthPolicy(16, PolicyConfig{})
+	p.enableTrees([]int{4, 8})
+	ms := float64(time.Millisecond)
+	observe := func(d Decision) {
+		switch {
+		case d.Tree > 0:
+			p.observeTree(d.Tree, d.BlockSize, 3, time.Duration(0.5*ms), 0, time.Duration(2*ms))
+		case d.BlockSize > 1:
+			p.observe(d.BlockSize, 0, time.Duration(0.5*ms), 0, time.Duration(ms)*time.Duration(d.BlockSize)/2, 0)
+		default:
+			p.observe(1, 0, 0, 0, time.Millisecond, 0)
+		}
+	}
+	for range 300 {
+		observe(p.choose(p.maxBS))
+	}
+	require.Equal(t, 4, p.choose(p.maxBS).Tree, "the tree of 4 nodes is the choice (4 tokens in 2.5 ms)")
+	p.spent = 10 * p.budget * p.elapsed
+	for _, turn := range []int{0, 1, 2} {
+		p.probes = turn
+		plainAt := -1
+		for i := range (staleProbes + 3) * p.probeEvery {
+			d := p.choose(p.maxBS)
+			observe(d)
+			if d.BlockSize == 1 {
+				plainAt = i
+				break
+			}
+		}
+		assert.NotEqual(t, -1, plainAt, "probe turn %d: plain decoding measured again within %d probe intervals", turn, staleProbes+3)
+	}
+}
