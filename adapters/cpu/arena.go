@@ -31,6 +31,16 @@ type arena struct {
 	big [][]float32
 	// mark is where the current layer began (beginLayer), when the pass scopes its buffers by layer.
 	mark layerMark
+	// kept is where the last layer's output sits (endLayer), so that the next layer can give it back.
+	kept keptBuffer
+}
+
+// keptBuffer locates the buffer a layer kept: slot of class c, or (c nil) index big of the pass's large ones.
+type keptBuffer struct {
+	ok   bool
+	c    *sizeClass
+	slot int
+	big  int
 }
 
 // layerMark is an arena's state when a layer began: how many classes the pass had touched and each one's
@@ -78,6 +88,7 @@ func (a *arena) reset() {
 		return
 	}
 	a.giveBig()
+	a.mark.on, a.kept = false, keptBuffer{}
 	for _, c := range a.touched {
 		c.peak = max(c.peak, c.used)
 		c.used = 0
@@ -170,13 +181,18 @@ func (a *arena) beginLayer() {
 
 // endLayer ends the layer beginLayer began: the buffers its requests got may be handed out again, except
 // keep, which must be the whole of one of them (an op's result, as the layer's output is) or none of them.
-// Nothing else the layer's ops returned may be read after it.
-func (a *arena) endLayer(keep []float32) {
+// Nothing else the layer's ops returned may be read after it. With dropIn the layer's input, when it is the
+// output the layer before kept, is given back too (nothing reads it any more: no tap kept it).
+func (a *arena) endLayer(keep []float32, dropIn bool) {
 	if a == nil || !a.mark.on {
 		return
 	}
 	m := &a.mark
 	m.on = false
+	if dropIn && a.kept.ok {
+		a.dropKept()
+	}
+	a.kept = keptBuffer{}
 	kept := false
 	for i, c := range a.touched {
 		from := 0
@@ -189,6 +205,7 @@ func (a *arena) endLayer(keep []float32) {
 			if same(c.bufs[k], keep) {
 				c.bufs[from], c.bufs[k] = c.bufs[k], c.bufs[from]
 				kept, to = true, from+1
+				a.kept = keptBuffer{ok: true, c: c, slot: from}
 			}
 		}
 		c.used = to
@@ -207,6 +224,7 @@ func (a *arena) endLayer(keep []float32) {
 	for _, b := range a.big[m.big:] {
 		if !kept && same(b, keep) {
 			a.big[n] = b
+			a.kept = keptBuffer{ok: true, big: n}
 			n++
 			kept = true
 			continue
@@ -215,6 +233,25 @@ func (a *arena) endLayer(keep []float32) {
 	}
 	clear(a.big[n:])
 	a.big = a.big[:n]
+}
+
+// dropKept moves the mark of the layer being ended back over the output the layer before kept (a.kept), so
+// that endLayer gives it back with the layer's own buffers. It sits in the last slot its class used before
+// the mark, or is the last large buffer before it (the two marks are adjacent calls); otherwise it stays.
+func (a *arena) dropKept() {
+	m, k := &a.mark, a.kept
+	if k.c == nil {
+		if k.big == m.big-1 {
+			m.big--
+		}
+		return
+	}
+	for i, c := range a.touched[:m.touched] {
+		if c == k.c && m.used[i]-1 == k.slot {
+			m.used[i]--
+			return
+		}
+	}
 }
 
 // same reports whether keep starts where buf does (keep is then buf, or its first values).

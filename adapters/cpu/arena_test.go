@@ -242,36 +242,52 @@ func TestScratchBuffersAreFullyWrittenByDrafters(t *testing.T) {
 	}
 }
 
-// A layer's buffers go back to the pass at its end, but its output: the next layer's requests get them
-// again (large ones through largeFree), the output and what came before the layer keep theirs.
+// A layer's buffers go back to the pass at its end, but its output; with dropIn its input too, when it is the
+// output the layer before kept. Large ones go back to largeFree.
 func TestLayerScopeKeepsOnlyTheOutput(t *testing.T) {
 	var a arena
 	a.reset()
-	before := a.get(640)
-	for layer := range 3 {
-		a.beginLayer()
-		h := a.scratch(640)
-		big := a.scratch(maxArena + 1)
-		tmp := a.scratch(1000)
-		out := a.scratch(640)
-		out[0] = float32(layer)
-		if layer > 0 {
-			// The previous layer's h and tmp are handed out again; its output is not.
-			assert.NotSame(t, &out[0], &h[0])
-		}
-		a.endLayer(out)
-		again := a.scratch(640)
-		assert.NotSame(t, &out[0], &again[0], "layer %d: the output keeps its buffer", layer)
-		assert.Same(t, &h[0], &again[0], "layer %d: the first request after the layer gets its first buffer", layer)
-		assert.NotSame(t, &before[0], &again[0], "layer %d: a buffer from before the layer stays taken", layer)
-		_ = big
-		_ = tmp
-		// Give the extra request back too: it stands for the next layer's first op.
-		a.beginLayer()
-		a.endLayer(nil)
-	}
+	before := a.get(640) // the embedding: before any layer
+	a.beginLayer()
+	h := a.scratch(640)
+	a.scratch(maxArena + 1)
+	a.scratch(1000)
+	out0 := a.scratch(640)
+	a.endLayer(out0, false)
 	assert.Empty(t, a.big, "large buffers go back at the layer's end")
+
+	a.beginLayer()
+	h1 := a.scratch(640)
+	assert.Same(t, &h[0], &h1[0], "the next layer's first request gets the first layer's first buffer")
+	out1 := a.scratch(640)
+	a.endLayer(out1, true) // no tap kept out0: it goes back too
+	a.beginLayer()
+	x := a.scratch(640)
+	y := a.scratch(640)
+	got := map[*float32]bool{&x[0]: true, &y[0]: true}
+	assert.True(t, got[&h[0]] && got[&out0[0]], "layer 2 reuses layer 1's scratch and layer 0's output")
+	for _, b := range [][]float32{x, y} {
+		assert.NotSame(t, &out1[0], &b[0], "layer 1's output stays taken")
+		assert.NotSame(t, &before[0], &b[0], "a buffer from before the layers stays taken")
+	}
+	a.endLayer(y, false) // kept: layer 2's output, x goes back
+
+	// Outputs over maxArena values: kept among the pass's large buffers, and given back to largeFree the same way.
+	a.beginLayer()
+	big0 := a.scratch(maxArena + 1)
+	a.endLayer(big0, false)
+	require.Len(t, a.big, 1)
+	a.beginLayer()
+	big1 := a.scratch(maxArena + 1)
+	a.endLayer(big1, true)
+	require.Len(t, a.big, 1, "the input went back")
+	assert.Same(t, &big1[0], &a.big[0][0], "the output stays")
+	a.beginLayer()
+	big2 := a.scratch(maxArena + 1)
+	a.endLayer(big2, false)
+	assert.Len(t, a.big, 2, "a tapped input stays")
 	a.reset()
+	assert.Empty(t, a.big)
 }
 
 // Layer scoping changes no bits: a prefill with taps, then decode steps, a taped verify (which does not

@@ -67,6 +67,17 @@ func (t *Target) ForwardBatch(ctx context.Context, items []ports.BatchItem) ([]p
 	// Each layer's buffers in the shared arena go back at its end: the sequences' own state (caches, tapes)
 	// lives in their sessions' arenas and copies what it keeps.
 	be := ops{pool: t.pool, mem: mem, layers: scoped(total)}
+	if taps {
+		// A layer's output goes back once the next layer has read it unless some sequence's tap keeps it.
+		be.tapped = make([]bool, t.m.Arch.Layers)
+		for _, jb := range jobs {
+			if jb.tap != nil {
+				for l, on := range tappedLayers(jb.s.taps, t.m.Arch.Layers) {
+					be.tapped[l] = be.tapped[l] || on
+				}
+			}
+		}
+	}
 	var tap func(int, act)
 	if taps {
 		tap = func(layer int, x act) {

@@ -48,6 +48,9 @@ type ops struct {
 	// layers scopes the arena's buffers by decoder layer (model.LayerScope): set where nothing a layer's ops
 	// return outlives the layer but its output (no tape recorded, which keeps the recurrence's buffers).
 	layers bool
+	// tapped[l] says a tap keeps layer l's output for the caller (nil: none does); the others are given back
+	// once the next layer has read them.
+	tapped []bool
 }
 
 var (
@@ -55,18 +58,31 @@ var (
 	_ model.LayerScope[act]       = ops{}
 )
 
-// BeginLayer starts a decoder layer's buffers (model.LayerScope).
-func (o ops) BeginLayer() {
+// BeginLayer starts decoder layer's buffers (model.LayerScope).
+func (o ops) BeginLayer(layer int) {
 	if o.layers {
 		o.mem.beginLayer()
 	}
 }
 
-// EndLayer gives the buffers of the layer BeginLayer began back to the pass, but its output out.
-func (o ops) EndLayer(out act) {
+// EndLayer gives the buffers of the layer BeginLayer began back to the pass, but its output out, and its
+// input where no tap keeps the layer before's output.
+func (o ops) EndLayer(layer int, out act) {
 	if o.layers {
-		o.mem.endLayer(out.v)
+		o.mem.endLayer(out.v, layer > 0 && !(layer-1 < len(o.tapped) && o.tapped[layer-1]))
 	}
+}
+
+// tappedLayers returns which of n layers' outputs the tap slots keep (nil when there are none).
+func tappedLayers(slots model.TapSlots, n int) []bool {
+	if slots.Len() == 0 {
+		return nil
+	}
+	t := make([]bool, n)
+	for _, l := range slots.Layers() {
+		t[l] = true
+	}
+	return t
 }
 
 // buf returns n zeroed values for an op's result.

@@ -86,6 +86,9 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	// A tape keeps the recurrence's buffers past their layer; without one, a long pass's layers give their
 	// buffers back at their end (scoped).
 	be := ops{pool: s.t.pool, mem: &s.mem, layers: scoped(T) && st.tape == nil}
+	if opts.Taps {
+		be.tapped = tappedLayers(s.taps, m.Arch.Layers)
+	}
 	tapped, tap := s.tapper(opts)
 	x, err := model.Forward(ctx, m, be, st, be.Embed(m.Embed, tokens), s.pos.N, tap)
 	if err != nil {

@@ -27,7 +27,7 @@ func ForwardStage[X any, W comparable](ctx context.Context, m *Target[W], be Bac
 			return zero, fmt.Errorf("layer %d: %w", i, err)
 		}
 		if scope != nil {
-			scope.BeginLayer()
+			scope.BeginLayer(i)
 		}
 		ly := &m.Layers[i]
 		h := be.Norm(x, ly.InNorm, eps)
@@ -49,7 +49,7 @@ func ForwardStage[X any, W comparable](ctx context.Context, m *Target[W], be Bac
 			tap(i, x)
 		}
 		if scope != nil {
-			scope.EndLayer(x)
+			scope.EndLayer(i, x)
 		}
 	}
 	return x, nil
@@ -57,12 +57,13 @@ func ForwardStage[X any, W comparable](ctx context.Context, m *Target[W], be Bac
 
 // LayerScope is a backend whose buffers can be taken back layer by layer: ForwardStage calls BeginLayer
 // before each decoder layer and EndLayer with its output after it (and after the tap has seen it), and
-// nothing else the layer's ops returned is read after that. A backend that allocates each op's result afresh
-// needs none; one that recycles buffers from pass to pass holds a long prefill chunk's every intermediate
-// value at once without it.
+// nothing else the layer's ops returned is read after that, nor the layer's input unless the tap kept it (the
+// backend knows which layers its taps keep). A backend that allocates each op's result afresh needs none;
+// one that recycles buffers from pass to pass holds a long prefill chunk's every intermediate value at once
+// without it.
 type LayerScope[X any] interface {
-	BeginLayer()
-	EndLayer(out X)
+	BeginLayer(layer int)
+	EndLayer(layer int, out X)
 }
 
 // Logits applies the final norm and the LM head to x's rows lo..hi−1.
