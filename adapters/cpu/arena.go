@@ -247,7 +247,9 @@ func (a *arena) dropKept() {
 		return
 	}
 	for i, c := range a.touched[:m.touched] {
-		if c == k.c && m.used[i]-1 == k.slot {
+		// Never down to no request: a class in the pass's list with none would be listed twice (scratch lists
+		// it again). The embedding holds a slot of the residual's class before the first layer anyway.
+		if c == k.c && m.used[i]-1 == k.slot && m.used[i] > 1 {
 			m.used[i]--
 			return
 		}

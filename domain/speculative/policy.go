@@ -239,8 +239,12 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 	// A tree is the choice. Probes alternate between the best chain (the best speculative one when plain
 	// decoding is), plain decoding, and the runner-up tree; plain decoding first whenever it went stale.
 	if probeDue {
-		if p.plainStale() && try(1, 0, treeRate) {
-			return 1, 0, reasonProbe
+		if p.plainStale() {
+			// Take plain decoding's turn, so that the turns go on from it (the runner-up tree next).
+			p.probes += (1 - p.probes%3 + 3) % 3
+			if try(1, 0, treeRate) {
+				return 1, 0, reasonProbe
+			}
 		}
 		switch p.probes % 3 {
 		case 0:
@@ -271,7 +275,9 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 // cheap beside it, and the speculation it then picks may lose what the budget was there to bound), yet
 // refreshing it costs a plain step in the rounds where speculation pays most, so not every probe interval.
 func (p *depthPolicy) plainStale() bool {
-	return p.rounds-p.lastPlain >= staleProbes*p.probeInterval()
+	// Not in a generation's first round: it is a warm-up, not a measurement (observe), and a forced probe there
+	// would leave plain decoding as stale as before.
+	return p.genRounds > 0 && p.rounds-p.lastPlain >= staleProbes*p.probeInterval()
 }
 
 // treeLeads reports whether the chains' next probe would measure a speculative block (falling back, or the
