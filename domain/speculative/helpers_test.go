@@ -84,3 +84,18 @@ func testPrompt(n int, vocab int) []ports.Token {
 	}
 	return p
 }
+
+// observeArms feeds p the round d decided under fixed costs: a plain step 1 ms; a chain of bs slots drafts in
+// 0.5 ms, verifies in bs/2 ms and accepts nothing; a tree drafts in 0.5 ms, verifies in 2 ms and accepts
+// treeAccepted drafts.
+func observeArms(p *depthPolicy, d Decision, treeAccepted int) {
+	ms := float64(time.Millisecond)
+	switch {
+	case d.Tree > 0:
+		p.observeTree(d.Tree, d.BlockSize, treeAccepted, time.Duration(0.5*ms), 0, time.Duration(2*ms))
+	case d.BlockSize > 1:
+		p.observe(d.BlockSize, 0, time.Duration(0.5*ms), 0, time.Duration(ms)*time.Duration(d.BlockSize)/2, 0)
+	default:
+		p.observe(1, 0, 0, 0, time.Millisecond, 0)
+	}
+}

@@ -76,17 +76,7 @@ func TestPolicyRefreshesItsBaselineAfterABurst(t *testing.T) {
 func TestPolicyRefreshesItsBaselineUnderATree(t *testing.T) {
 	p := newDepthPolicy(16, PolicyConfig{})
 	p.enableTrees([]int{4, 8})
-	ms := float64(time.Millisecond)
-	observe := func(d Decision) {
-		switch {
-		case d.Tree > 0:
-			p.observeTree(d.Tree, d.BlockSize, 3, time.Duration(0.5*ms), 0, time.Duration(2*ms))
-		case d.BlockSize > 1:
-			p.observe(d.BlockSize, 0, time.Duration(0.5*ms), 0, time.Duration(ms)*time.Duration(d.BlockSize)/2, 0)
-		default:
-			p.observe(1, 0, 0, 0, time.Millisecond, 0)
-		}
-	}
+	observe := func(d Decision) { observeArms(p, d, 3) }
 	for range 300 {
 		observe(p.choose(p.maxBS))
 	}

@@ -406,17 +406,8 @@ func TestCatchUpDoesNotPriceTheDraft(t *testing.T) {
 func TestTreeLeadsTheProbes(t *testing.T) {
 	p := newDepthPolicy(16, PolicyConfig{})
 	p.enableTrees([]int{4})
-	ms := float64(time.Millisecond)
 	for range 400 {
-		d := p.choose(p.maxBS)
-		switch {
-		case d.Tree > 0:
-			p.observeTree(d.Tree, d.BlockSize, 1, time.Duration(0.5*ms), 0, time.Duration(2*ms))
-		case d.BlockSize > 1:
-			p.observe(d.BlockSize, 0, time.Duration(0.5*ms), 0, time.Duration(ms)*time.Duration(d.BlockSize)/2, 0)
-		default:
-			p.observe(1, 0, 0, 0, time.Millisecond, 0)
-		}
+		observeArms(p, p.choose(p.maxBS), 1)
 	}
 	require.Equal(t, 1, p.choose(p.maxBS).BlockSize, "plain decoding is the choice (the tree commits 2 tokens in 2.5 ms)")
 	probes, trees := 0, 0
@@ -428,14 +419,7 @@ func TestTreeLeadsTheProbes(t *testing.T) {
 				trees++
 			}
 		}
-		switch {
-		case d.Tree > 0:
-			p.observeTree(d.Tree, d.BlockSize, 1, time.Duration(0.5*ms), 0, time.Duration(2*ms))
-		case d.BlockSize > 1:
-			p.observe(d.BlockSize, 0, time.Duration(0.5*ms), 0, time.Duration(ms)*time.Duration(d.BlockSize)/2, 0)
-		default:
-			p.observe(1, 0, 0, 0, time.Millisecond, 0)
-		}
+		observeArms(p, d, 1)
 	}
 	require.Positive(t, probes)
 	assert.Equal(t, probes, trees, "every probe measures the tree")
