@@ -55,9 +55,9 @@ func scratchBytes(all, largest int64) int64 {
 // (float32, or int8 codes and a float32 scale per position and KV head with LoadOptions.KVBits 8) for every
 // position grown by append (growth); per recurrent layer the conv buffer once and the
 // SSM state twice (the ping-pong buffers), plus one snapshot of both when it speculates; the arena over the
-// pass shapes a sequence runs (scratchBytes: the largest prefill forward and a shorter last chunk, a verify
-// block of every size up to Block, a plain step; each recurrent layer's conv window adds Kc−1 rows a pass
-// and its tape lives in the arena) and one attention layer's scores over every position in the workers;
+// pass shapes a sequence runs (scratchBytes: the largest prefill forward and a shorter last chunk, one layer's
+// worth where their layers give their buffers back, a verify block of every size up to Block, a plain step;
+// each recurrent layer's conv window adds Kc−1 rows a pass and its tape lives in the arena) and one attention layer's scores over every position in the workers;
 // and what a Forward returns: the logits and a distribution of each of a verify block's rows, and when it
 // speculates the taps of its largest forward.
 func (t *Target) SessionBytes(d ports.MemoryDemand) int64 { return t.price(d).total() }
@@ -90,8 +90,18 @@ func (t *Target) price(d ports.MemoryDemand) price {
 	if t.kvBits == 8 {
 		q8Row = attn * kvd
 	}
-	for _, r := range passShapes(R, B) {
-		n := r*(v.Row+q8Row) + v.Conv
+	var taps int64 // the layers whose outputs a prefill keeps for the drafter
+	if d.Speculative {
+		taps = int64(d.TapLayers)
+	}
+	for i, r := range passShapes(R, B) {
+		row := v.Row + q8Row
+		if i < 2 && scoped(int(r)) {
+			// A prefill chunk's layers give their buffers back at their end (arena.endLayer): it holds one
+			// layer's activations, the embedding, a layer's input and output, and the outputs its taps keep.
+			row = v.LayerRow + q8Row + (3+taps)*v.Hidden
+		}
+		n := r*row + v.Conv
 		all += n
 		largest = max(largest, n)
 	}

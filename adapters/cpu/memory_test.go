@@ -140,6 +140,13 @@ func TestSessionBytesCoverWhatSessionsHold(t *testing.T) {
 			assert.GreaterOrEqual(t, int64(fresh.(*Session).mem.held), want, "a verify pass's arena")
 			assert.LessOrEqual(t, int64(fresh.(*Session).mem.held), want+want/8, "a verify pass's arena")
 
+			// A prefill chunk of 32 rows or more scopes its buffers by layer, and is priced so: far below its
+			// every layer's activations at once.
+			scopeLayers = false
+			unscoped := tg.price(dem).scratch
+			scopeLayers = true
+			assert.Less(t, pr.scratch, unscoped, "a scoped prefill chunk's arena is priced below an unscoped one")
+
 			// A sequence that does not speculate has no draft session and prices no snapshot.
 			plain := dem
 			plain.Speculative, plain.Block, plain.TapLayers = false, 1, 0
