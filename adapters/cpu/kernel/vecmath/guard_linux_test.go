@@ -71,6 +71,48 @@ func TestGDNStepsStayInBounds(t *testing.T) {
 	}
 }
 
+// The block kernels (GDNRunFast: rows in registers through T steps) read and write only the rows, each step's
+// k, q, v, α and β, and each step's read-outs and innovations: everything placed exactly against inaccessible
+// pages (the last step's inputs and outputs at the very end), the bits as GDNStep4Fast's step after step.
+func TestGDNRunStaysInBounds(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, n := range []int{64, 128} {
+		rows := GDNRunRows(n)
+		if rows == 0 {
+			t.Skipf("no AVX-512 on this CPU: no block kernel for %d-value rows", n)
+		}
+		for _, tail := range []bool{true, false} {
+			const T, kv, ab, os = 5, 3, 2, 6 // strides in floats: the steps' inputs interleaved as in a block
+			Y := randVec(r, (T-1)*kv*n+n, 0.1)
+			src0 := randVec(r, rows*n, 1)
+			vals := randVec(r, (T-1)*kv*n+rows, 0.5) // step t's values at t·kv·n, the stride k and q have
+			alpha0, beta0 := randVec(r, (T-1)*ab+1, 0.05), randVec(r, (T-1)*ab+1, 0.3)
+			for i := range alpha0 {
+				alpha0[i] += 0.9
+			}
+			want := make([]float32, 4*n)
+			copy(want, src0)
+			wantO, wantD := make([]float32, (T-1)*os+rows), make([]float32, (T-1)*os+rows)
+			vv := make([]float32, 4)
+			for t0 := range T {
+				copy(vv, vals[t0*kv*n:t0*kv*n+rows])
+				out := GDNStep4Fast(want, want, Y[t0*kv*n:], Y[t0*kv*n:], n, n, alpha0[t0*ab], beta0[t0*ab], vv)
+				copy(wantO[t0*os:], out[:rows])
+				copy(wantD[t0*os:], out[4:4+rows])
+			}
+			k := guardedF32(t, Y, tail)
+			src, v := guardedF32(t, src0, tail), guardedF32(t, vals, tail)
+			alpha, beta := guardedF32(t, alpha0, tail), guardedF32(t, beta0, tail)
+			S := guardedF32(t, make([]float32, rows*n), tail)
+			o, d := guardedF32(t, make([]float32, len(wantO)), tail), guardedF32(t, make([]float32, len(wantD)), tail)
+			GDNRunFast(S, src, k, k, v, kv*n, alpha, beta, ab, o, os, d, os, n, T)
+			assertBits(t, want[:rows*n], S, "n %d tail %v: state", n, tail)
+			assertBits(t, wantO, o, "n %d tail %v: read-outs", n, tail)
+			assertBits(t, wantD, d, "n %d tail %v: innovations", n, tail)
+		}
+	}
+}
+
 // The attention kernels on keys, values, queries, scores and outputs placed against inaccessible pages give
 // their Go form's bits.
 func TestAttnKernelsStayInBounds(t *testing.T) {
