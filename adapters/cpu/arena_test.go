@@ -3,6 +3,7 @@ package cpu
 import (
 	"math"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -367,5 +368,47 @@ func TestLayerScopeChangesNoBits(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Sessions prefilling at once, on other goroutines, share the process's free list of large buffers (largeFree):
+// each gets the logits it gets alone, bit for bit, run after run.
+func TestLargeBuffersSharedBySessions(t *testing.T) {
+	tdir := testmodel.Synth(t, synth.TargetSpec{Family: "qwen3_next", Seed: 61, Wide: 8})
+	tg, err := Load(t.Context(), tdir, LoadOptions{Threads: 2})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tg.Close() })
+	prompt := func(seed int) []ports.Token {
+		p := make([]ports.Token, 200) // 200 rows of the 1,536-wide MLP: buffers over maxArena
+		for i := range p {
+			p[i] = ports.Token(1 + (i*seed)%60)
+		}
+		return p
+	}
+	run := func(seed int) []float32 {
+		s, err := tg.NewSession(t.Context(), nil)
+		require.NoError(t, err)
+		defer s.Close()
+		res, err := s.Forward(t.Context(), prompt(seed), ports.ForwardOptions{Rows: 1, Logits: true})
+		require.NoError(t, err)
+		return res.Logits
+	}
+	want := map[int][]float32{}
+	for seed := 1; seed <= 4; seed++ {
+		want[seed] = run(seed)
+	}
+	for range 2 {
+		got := make([][]float32, 5)
+		var wg sync.WaitGroup
+		for seed := 1; seed <= 4; seed++ {
+			wg.Go(func() { got[seed] = run(seed) })
+		}
+		wg.Wait()
+		for seed := 1; seed <= 4; seed++ {
+			require.Len(t, got[seed], len(want[seed]))
+			for j, v := range got[seed] {
+				require.Equal(t, math.Float32bits(want[seed][j]), math.Float32bits(v), "prompt %d logit %d", seed, j)
+			}
+		}
 	}
 }
