@@ -67,12 +67,12 @@ func (t *Target) ForwardBatch(ctx context.Context, items []ports.BatchItem) ([]p
 	// Each layer's buffers in the shared arena go back at its end: the sequences' own state (caches, tapes)
 	// lives in their sessions' arenas and copies what it keeps.
 	be := ops{pool: t.pool, mem: mem, layers: scoped(total)}
-	if taps {
+	if be.layers && taps {
 		// A layer's output goes back once the next layer has read it unless some sequence's tap keeps it.
 		be.tapped = make([]bool, t.m.Arch.Layers)
 		for _, jb := range jobs {
 			if jb.tap != nil {
-				for l, on := range tappedLayers(jb.s.taps, t.m.Arch.Layers) {
+				for l, on := range jb.s.tapped {
 					be.tapped[l] = be.tapped[l] || on
 				}
 			}

@@ -24,6 +24,7 @@ var errClosed = errors.New("cpu: session is closed")
 type Session struct {
 	t       *Target
 	taps    model.TapSlots
+	tapped  []bool // tappedLayers(taps): the layers whose outputs a Forward with taps keeps (ops.tapped)
 	pos     model.Position
 	kv      []*kvCache
 	gdn     []*gdnState
@@ -42,7 +43,7 @@ func newSession(t *Target, tapLayers []int) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Session{t: t, taps: taps, mem: arena{keep: keepClass}}
+	s := &Session{t: t, taps: taps, tapped: tappedLayers(taps, a.Layers), mem: arena{keep: keepClass}}
 	s.kv = make([]*kvCache, a.Layers)
 	s.gdn = make([]*gdnState, a.Layers)
 	for i, k := range a.Kinds {
@@ -87,7 +88,7 @@ func (s *Session) forward(ctx context.Context, tokens []ports.Token, opts ports.
 	// buffers back at their end (scoped).
 	be := ops{pool: s.t.pool, mem: &s.mem, layers: scoped(T) && st.tape == nil}
 	if opts.Taps {
-		be.tapped = tappedLayers(s.taps, m.Arch.Layers)
+		be.tapped = s.tapped
 	}
 	tapped, tap := s.tapper(opts)
 	x, err := model.Forward(ctx, m, be, st, be.Embed(m.Embed, tokens), s.pos.N, tap)
