@@ -216,21 +216,12 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 	chain, chainRate := p.best(1)
 	tree, treeRate := p.bestTree(0)
 	probeDue := p.rounds-p.lastProbe >= p.probeInterval()
-	try := func(bs int, loss, rate float64) bool {
-		if !(bs == 1 && p.plainStale()) && p.spent+loss > p.budget*p.elapsed {
-			return false
-		}
-		p.probes++
-		p.lastProbe = p.rounds
-		p.probeRate, p.probeWeight = rate, 1
-		return true
-	}
 	if tree == 0 || treeRate <= chainRate*(1+1e-9) {
 		// A chain (or plain decoding) is the choice. A probe that would measure a speculative chain measures
 		// the best tree instead where it promises more (the arm whose measurement may change the choice), and
 		// every third probe re-measures it whatever it promises.
 		if probeDue && tree > 0 && limit >= p.maxBS && (p.probes%3 == 2 || p.treeLeads(chain, treeRate)) &&
-			try(p.maxBS, p.treeProbeLoss(tree, chainRate), chainRate) {
+			p.tryProbe(p.maxBS, p.treeProbeLoss(tree, chainRate), chainRate, 1) {
 			return p.maxBS, tree, reasonProbe
 		}
 		bs, why := p.planChain(limit, &choice{chain, chainRate})
@@ -242,7 +233,7 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 		if p.plainStale() {
 			// Take plain decoding's turn, so that the turns go on from it (the runner-up tree next).
 			p.probes += (1 - p.probes%3 + 3) % 3
-			if try(1, 0, treeRate) {
+			if p.tryProbe(1, 0, treeRate, 1) {
 				return 1, 0, reasonProbe
 			}
 		}
@@ -251,22 +242,35 @@ func (p *depthPolicy) plan(limit int) (int, int, string) {
 			if chain < 2 {
 				chain, _ = p.best(2)
 			}
-			if chain > 1 && try(chain, p.probeLoss(chain, treeRate), treeRate) {
+			if chain > 1 && p.tryProbe(chain, p.probeLoss(chain, treeRate), treeRate, 1) {
 				return chain, 0, reasonProbe
 			}
 			p.probes++ // the turn passes on, so that a chain the budget holds back cannot hold plain decoding back too
 		case 1:
-			if try(1, 0, treeRate) {
+			if p.tryProbe(1, 0, treeRate, 1) {
 				return 1, 0, reasonProbe
 			}
 		default:
-			if other, _ := p.bestTree(tree); other > 0 && try(p.maxBS, p.treeProbeLoss(other, treeRate), treeRate) {
+			if other, _ := p.bestTree(tree); other > 0 && p.tryProbe(p.maxBS, p.treeProbeLoss(other, treeRate), treeRate, 1) {
 				return p.maxBS, other, reasonProbe
 			}
 			p.probes++ // nothing to probe in this turn: the next one is due at once
 		}
 	}
 	return p.maxBS, tree, reasonBest
+}
+
+// tryProbe starts a probe of block size bs (1: plain decoding) and reports true when its expected loss (already
+// weighed by the sequences it delays) still fits the budget, or when it probes a stale plain step (plainStale);
+// rate is the displaced choice's expected tokens per ns and weight how many sequences the probe delays.
+func (p *depthPolicy) tryProbe(bs int, loss, rate, weight float64) bool {
+	if !(bs == 1 && p.plainStale()) && p.spent+loss > p.budget*p.elapsed {
+		return false
+	}
+	p.probes++
+	p.lastProbe = p.rounds
+	p.probeRate, p.probeWeight = rate, weight
+	return true
 }
 
 // plainStale reports whether plain decoding was last measured staleProbes probe intervals ago or longer: its
@@ -365,10 +369,7 @@ func (p *depthPolicy) planChain(limit int, known *choice) (int, string) {
 			if probe > best {
 				weight = p.probeDelays()
 			}
-			if probe == 1 && p.plainStale() || p.spent+loss*weight <= p.budget*p.elapsed {
-				p.probes++
-				p.lastProbe = p.rounds
-				p.probeRate, p.probeWeight = rate, weight
+			if p.tryProbe(probe, loss*weight, rate, weight) {
 				return probe, reasonProbe
 			}
 		}
