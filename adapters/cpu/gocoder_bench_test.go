@@ -135,6 +135,72 @@ func BenchmarkGocoder(b *testing.B) {
 	}
 }
 
+// BenchmarkGocoderCatchUp times the drafter's catch-up as a generation pays it after the adaptive policy
+// decoded a stretch plainly: HIGGS_BENCH_STRETCH (64 by default) decode steps with taps after a context of
+// HIGGS_BENCH_CONTEXT positions (480), then the context-only calls that hand the drafter every position but the
+// newest (calls-ms), then the drafting call that projects them all and drafts a block of 2 (draft-ms), against
+// the same draft with nothing to catch up (warm-ms). catchup-us-per-pos is (calls + draft − warm) / stretch: what
+// every position decoded plainly costs the next probe.
+//
+//	go test -run '^$' -bench GocoderCatchUp -benchtime 100x ./adapters/cpu
+func BenchmarkGocoderCatchUp(b *testing.B) {
+	ctx := b.Context()
+	target := loadGocoder(b, 2)
+	d, err := LoadDrafter(ctx, filepath.Join(gocoderRoot, "drafter"), target, DrafterOptions{})
+	require.NoError(b, err)
+	defer d.Close()
+	stretch := benchEnv("HIGGS_BENCH_STRETCH", 64)
+	ctxLen := benchEnv("HIGGS_BENCH_CONTEXT", 480)
+	toks := benchTokens(ctxLen + stretch + 1)
+	ps, err := target.NewSession(ctx, d.TapLayers())
+	require.NoError(b, err)
+	defer ps.Close()
+	fr, err := ps.Forward(ctx, toks[:ctxLen], ports.ForwardOptions{Taps: true, Rows: 1})
+	require.NoError(b, err)
+	snap, err := ps.Snapshot()
+	require.NoError(b, err)
+	ds, err := d.NewSession(ctx)
+	require.NoError(b, err)
+	defer ds.Close()
+	_, err = ds.Draft(ctx, toks[ctxLen], fr.Taps, 2)
+	require.NoError(b, err)
+	var calls, draft, warm, per []float64
+	for b.Loop() {
+		require.NoError(b, ps.TrimKV(ctxLen))
+		require.NoError(b, ps.Restore(snap))
+		require.NoError(b, ds.Crop(ctxLen))
+		pending := make([]ports.Taps, stretch)
+		for i := range pending {
+			fr, err := ps.Forward(ctx, toks[ctxLen+i:ctxLen+i+1], ports.ForwardOptions{Taps: true, Rows: 1})
+			require.NoError(b, err)
+			pending[i] = fr.Taps.Detach()
+		}
+		end := ctxLen + stretch
+		t0 := time.Now()
+		for i, p := range pending[:stretch-1] {
+			_, err := ds.Draft(ctx, toks[ctxLen+i+1], p, 1)
+			require.NoError(b, err)
+		}
+		t1 := time.Now()
+		_, err = ds.Draft(ctx, toks[end], pending[stretch-1], 2)
+		t2 := time.Now()
+		require.NoError(b, err)
+		require.NoError(b, ds.Crop(end))
+		_, err = ds.Draft(ctx, toks[end], nil, 2)
+		t3 := time.Now()
+		require.NoError(b, err)
+		calls = append(calls, float64(t1.Sub(t0))/1e6)
+		draft = append(draft, float64(t2.Sub(t1))/1e6)
+		warm = append(warm, float64(t3.Sub(t2))/1e6)
+		per = append(per, float64(t2.Sub(t0)-t3.Sub(t2))/1e3/float64(stretch))
+	}
+	med := func(v []float64) float64 { slices.Sort(v); return v[len(v)/2] }
+	b.ReportMetric(med(calls), "calls-ms")
+	b.ReportMetric(med(draft), "draft-ms")
+	b.ReportMetric(med(warm), "warm-ms")
+	b.ReportMetric(med(per), "catchup-us-per-pos")
+}
+
 // BenchmarkGocoderPrefill times a prefill of HIGGS_BENCH_CONTEXT tokens (480 by default) on the bundled gocoder
 // with the fast kernels on 2 workers; on a CPU with AMX, with its tile kernels and without them alternately in
 // every iteration (the same bits either way), reporting each one's median in tokens per second.
