@@ -43,24 +43,10 @@ func BenchmarkGocoder(b *testing.B) {
 		clock = threadCPU
 	}
 	ctx := b.Context()
-	target := loadGocoder(b, threads)
-	d, err := LoadDrafter(ctx, filepath.Join(gocoderRoot, "drafter"), target, DrafterOptions{})
-	require.NoError(b, err)
-	defer d.Close()
-	ps, err := target.NewSession(ctx, d.TapLayers())
-	require.NoError(b, err)
-	defer ps.Close()
 	ctxLen := benchEnv("HIGGS_BENCH_CONTEXT", 128)
 	toks := benchTokens(ctxLen + 16)
-	fr, err := ps.Forward(ctx, toks[:ctxLen], ports.ForwardOptions{Taps: true, Rows: 1})
-	require.NoError(b, err)
-	snap, err := ps.Snapshot()
-	require.NoError(b, err)
-	ds, err := d.NewSession(ctx)
-	require.NoError(b, err)
-	defer ds.Close()
-	_, err = ds.Draft(ctx, fr.Greedy[0], fr.Taps, 1)
-	require.NoError(b, err)
+	r := newGocoderRig(b, threads, toks, ctxLen)
+	ps, ds, fr, snap := r.ps, r.ds, r.fr, r.snap
 	drafted := ds.Len()
 	// A tree round's draft: the context of the tokens the round before committed (3 rows here) goes in first.
 	fr3, err := ps.Forward(ctx, toks[ctxLen:ctxLen+3], ports.ForwardOptions{Taps: true, Rows: 3})
@@ -145,25 +131,11 @@ func BenchmarkGocoder(b *testing.B) {
 //	go test -run '^$' -bench GocoderCatchUp -benchtime 100x ./adapters/cpu
 func BenchmarkGocoderCatchUp(b *testing.B) {
 	ctx := b.Context()
-	target := loadGocoder(b, 2)
-	d, err := LoadDrafter(ctx, filepath.Join(gocoderRoot, "drafter"), target, DrafterOptions{})
-	require.NoError(b, err)
-	defer d.Close()
 	stretch := benchEnv("HIGGS_BENCH_STRETCH", 64)
 	ctxLen := benchEnv("HIGGS_BENCH_CONTEXT", 480)
 	toks := benchTokens(ctxLen + stretch + 1)
-	ps, err := target.NewSession(ctx, d.TapLayers())
-	require.NoError(b, err)
-	defer ps.Close()
-	fr, err := ps.Forward(ctx, toks[:ctxLen], ports.ForwardOptions{Taps: true, Rows: 1})
-	require.NoError(b, err)
-	snap, err := ps.Snapshot()
-	require.NoError(b, err)
-	ds, err := d.NewSession(ctx)
-	require.NoError(b, err)
-	defer ds.Close()
-	_, err = ds.Draft(ctx, toks[ctxLen], fr.Taps, 2)
-	require.NoError(b, err)
+	r := newGocoderRig(b, 2, toks, ctxLen)
+	ps, ds, snap := r.ps, r.ds, r.snap
 	var calls, draft, warm, per []float64
 	for b.Loop() {
 		require.NoError(b, ps.TrimKV(ctxLen))
@@ -182,7 +154,7 @@ func BenchmarkGocoderCatchUp(b *testing.B) {
 			require.NoError(b, err)
 		}
 		t1 := time.Now()
-		_, err = ds.Draft(ctx, toks[end], pending[stretch-1], 2)
+		_, err := ds.Draft(ctx, toks[end], pending[stretch-1], 2)
 		t2 := time.Now()
 		require.NoError(b, err)
 		require.NoError(b, ds.Crop(end))
@@ -241,6 +213,41 @@ func BenchmarkGocoderPrefill(b *testing.B) {
 		}
 		b.ReportMetric(rates[i][len(rates[i])/2], name)
 	}
+}
+
+// gocoderRig is what the gocoder benchmarks start from: a target session that prefilled a context with taps
+// (fr; the recurrent state after it in snap) and a draft session that took that context, on the bundled gocoder
+// and its drafter.
+type gocoderRig struct {
+	ps   ports.Session
+	ds   ports.DraftSession
+	fr   ports.ForwardResult
+	snap ports.RecurrentSnapshot
+}
+
+// newGocoderRig loads gocoder with the fast kernels on threads workers and its drafter, prefills toks[:ctxLen]
+// and drafts once after it, so that the drafter has projected the context before anything is timed (all closed
+// when b ends; skipped where the model is not here).
+func newGocoderRig(b *testing.B, threads int, toks []ports.Token, ctxLen int) *gocoderRig {
+	ctx := b.Context()
+	target := loadGocoder(b, threads)
+	d, err := LoadDrafter(ctx, filepath.Join(gocoderRoot, "drafter"), target, DrafterOptions{})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = d.Close() })
+	r := &gocoderRig{}
+	r.ps, err = target.NewSession(ctx, d.TapLayers())
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = r.ps.Close() })
+	r.fr, err = r.ps.Forward(ctx, toks[:ctxLen], ports.ForwardOptions{Taps: true, Rows: 1})
+	require.NoError(b, err)
+	r.snap, err = r.ps.Snapshot()
+	require.NoError(b, err)
+	r.ds, err = d.NewSession(ctx)
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = r.ds.Close() })
+	_, err = r.ds.Draft(ctx, toks[ctxLen], r.fr.Taps, 2)
+	require.NoError(b, err)
+	return r
 }
 
 // gocoderRoot is the bundled gocoder model's directory.
