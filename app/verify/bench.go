@@ -1,8 +1,10 @@
 package verify
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/higgs-go/higgs/app/generation"
@@ -85,6 +87,29 @@ type BenchSpec struct {
 	// PredictedSpeedup is what the measured costs predict: τ committed tokens per round of
 	// draft + verify + rollback milliseconds, against the autoregressive milliseconds per token.
 	PredictedSpeedup float64 `json:"predicted_speedup"`
+	// Arms is what the figure's rounds ran, arm by arm (plain steps, chains of each block size, trees of each
+	// node budget), over every measured run: where the adaptive policy spent its time and what each arm
+	// cost and committed there.
+	Arms []BenchArm `json:"arms,omitempty"`
+}
+
+// BenchArm is one arm of a speculative figure (BenchSpec.Arms): plain steps, chains of one block size, or
+// trees of one node budget.
+type BenchArm struct {
+	// Arm is "plain", "chain N" (N rows) or "tree N" (at most N nodes).
+	Arm string `json:"arm"`
+	// Rounds is how many rounds ran the arm; Probes how many of them the adaptive policy ran to measure it
+	// (its probes and its exploring rounds) rather than as its choice.
+	Rounds int `json:"rounds"`
+	Probes int `json:"probes"`
+	// Tau is the tokens a round committed (the accepted drafts and the bonus token).
+	Tau float64 `json:"tau"`
+	// MsPerRound is a round's draft, verify and rollback time, the mean over the arm's rounds, and MsPerToken
+	// that time over the tokens committed (the autoregressive figure's ms_per_token is plain decoding's).
+	MsPerRound float64 `json:"ms_per_round"`
+	MsPerToken float64 `json:"ms_per_token"`
+	// TimeShare is the arm's part of all the figure's round time.
+	TimeShare float64 `json:"time_share"`
 }
 
 // BenchResult is the JSON object `higgs-verify bench --json` prints. Throughput is decode throughput (the
@@ -126,6 +151,70 @@ type benchAcc struct {
 	draft, verify, rollback       []float64
 	rounds, committed, tokens, in int
 	rows, treeRounds              int
+	arms                          map[armKey]*armAcc
+}
+
+// armKey names an arm of rounds: plain steps (kind 0), chains of n rows (kind 1), trees of at most n nodes
+// (kind 2); the order of BenchSpec.Arms.
+type armKey struct{ kind, n int }
+
+type armAcc struct {
+	rounds, probes, committed int
+	ms                        float64
+}
+
+// addRound counts rs in its arm.
+func (a *benchAcc) addRound(rs speculative.RoundStats) {
+	k := armKey{0, 1}
+	switch {
+	case rs.Tree != nil:
+		k = armKey{2, rs.Decision.Tree}
+		if k.n == 0 {
+			k.n = len(rs.Tree.Parents)
+		}
+	case rs.BlockSize > 1:
+		k = armKey{1, rs.BlockSize}
+	}
+	if a.arms == nil {
+		a.arms = map[armKey]*armAcc{}
+	}
+	arm := a.arms[k]
+	if arm == nil {
+		arm = &armAcc{}
+		a.arms[k] = arm
+	}
+	arm.rounds++
+	arm.committed += rs.Accepted + 1
+	arm.ms += ms(rs.DraftTime) + ms(rs.VerifyTime) + ms(rs.RollbackTime)
+	if rs.Policy == "probe" || rs.Policy == "explore" {
+		arm.probes++
+	}
+}
+
+// armsOf returns the arms a counted, plain steps first, then chains and trees, smallest first.
+func (a *benchAcc) armsOf() []BenchArm {
+	keys := slices.SortedFunc(maps.Keys(a.arms), func(x, y armKey) int {
+		return cmp.Or(cmp.Compare(x.kind, y.kind), cmp.Compare(x.n, y.n))
+	})
+	total := 0.0
+	for _, k := range keys {
+		total += a.arms[k].ms
+	}
+	out := make([]BenchArm, 0, len(keys))
+	for _, k := range keys {
+		arm := a.arms[k]
+		b := BenchArm{Arm: [...]string{"plain", "chain", "tree"}[k.kind], Rounds: arm.rounds, Probes: arm.probes,
+			Tau: float64(arm.committed) / float64(arm.rounds), MsPerRound: arm.ms / float64(arm.rounds),
+			MsPerToken: arm.ms / float64(arm.committed)}
+		if k.kind > 0 {
+			b.Arm += fmt.Sprintf(" %d", k.n)
+		}
+		if total > 0 {
+			b.TimeShare = arm.ms / total
+		}
+		out = append(out, b)
+	}
+	return out
 }
 
 func (a *benchAcc) spec(bs int, adaptive bool) BenchSpec {
@@ -137,6 +226,7 @@ func (a *benchAcc) spec(bs int, adaptive bool) BenchSpec {
 		s.RowsPerRound = float64(a.rows) / float64(a.rounds)
 	}
 	s.TreeRounds = a.treeRounds
+	s.Arms = a.armsOf()
 	if s.TokensPerS > 0 {
 		s.MsPerToken = 1000 / s.TokensPerS
 	}
@@ -253,6 +343,7 @@ func Bench(ctx context.Context, m *models.Models, o BenchOptions) (BenchResult, 
 						if rs.Tree != nil {
 							a.treeRounds++
 						}
+						a.addRound(rs)
 					}
 					a.rounds += k
 					a.draft = append(a.draft, dr/float64(k))

@@ -201,6 +201,16 @@ func TestBenchCommand(t *testing.T) {
 	for _, v := range append([]any{spec, out["adaptive"]}, out["sweep"].([]any)...) {
 		s := v.(map[string]any)
 		assert.InDelta(t, s["tokens_per_s"].(float64)/ar["tokens_per_s"].(float64), s["speedup"].(float64), 1e-9)
+		// The arms account for every round and all the round time.
+		rounds, share := 0.0, 0.0
+		for _, a := range s["arms"].([]any) {
+			arm := a.(map[string]any)
+			rounds += arm["rounds"].(float64)
+			share += arm["time_share"].(float64)
+			assert.GreaterOrEqual(t, arm["tau"].(float64), 1.0, "arm %v", arm["arm"])
+		}
+		assert.Equal(t, s["rounds"], rounds)
+		assert.InDelta(t, 1, share, 1e-9)
 	}
 }
 

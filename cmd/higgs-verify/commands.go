@@ -502,6 +502,13 @@ func (c *cli) benchCmd() *cobra.Command {
 					}
 					fmt.Fprintf(w, "%-34s %10.2f %8.2f %8.2f %10.2f %10.2f %8.2f %10.2f\n", name, s.TokensPerS, s.Tau, s.RowsPerRound,
 						s.DraftMsPerRound, s.VerifyMsPerRound, s.Speedup, s.PredictedSpeedup)
+					if s.Adaptive {
+						// Where the policy spent its rounds: each arm's cost a token beside plain decoding's.
+						for _, a := range s.Arms {
+							fmt.Fprintf(w, "    %-10s %7d rounds (%d probing) tau %5.2f %7.3f ms/round %7.3f ms/token %5.1f%% of the time\n",
+								a.Arm, a.Rounds, a.Probes, a.Tau, a.MsPerRound, a.MsPerToken, 100*a.TimeShare)
+						}
+					}
 				}
 				name := fmt.Sprintf("dflash bs=%d", res.Spec.BlockSize)
 				if res.Spec.Adaptive {
