@@ -31,8 +31,8 @@ import (
 // on a shared machine inflate far less than wall time. Beside -cpuprofile it gives the split by part
 // (docs/performance.md):
 //
-//	go test -run '^$' -bench Gocoder -benchtime 200x ./adapters/cpu
-//	HIGGS_BENCH_THREADS=1 go test -run '^$' -bench Gocoder -benchtime 200x -cpuprofile /tmp/cpu.out ./adapters/cpu
+//	go test -run '^$' -bench 'Gocoder$' -benchtime 200x ./adapters/cpu
+//	HIGGS_BENCH_THREADS=1 go test -run '^$' -bench 'Gocoder$' -benchtime 200x -cpuprofile /tmp/cpu.out ./adapters/cpu
 func BenchmarkGocoder(b *testing.B) {
 	threads := benchEnv("HIGGS_BENCH_THREADS", 2)
 	clock := func() time.Duration { return time.Duration(time.Now().UnixNano()) }
@@ -121,8 +121,8 @@ func BenchmarkGocoder(b *testing.B) {
 	}
 }
 
-// BenchmarkGocoderCatchUp times the drafter's catch-up as a generation pays it after the adaptive policy
-// decoded a stretch plainly: HIGGS_BENCH_STRETCH (64 by default) decode steps with taps after a context of
+// BenchmarkGocoderCatchUp times, on 2 workers, the drafter's catch-up as a generation pays it after the adaptive
+// policy decoded a stretch plainly: HIGGS_BENCH_STRETCH (64 by default) decode steps with taps after a context of
 // HIGGS_BENCH_CONTEXT positions (480), then the context-only calls that hand the drafter every position but the
 // newest (calls-ms), then the drafting call that projects them all and drafts a block of 2 (draft-ms), against
 // the same draft with nothing to catch up (warm-ms). catchup-us-per-pos is (calls + draft − warm) / stretch: what

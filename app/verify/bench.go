@@ -58,8 +58,11 @@ type BenchOptions struct {
 type BenchAR struct {
 	TokensPerS float64 `json:"tokens_per_s"`
 	MsPerToken float64 `json:"ms_per_token"`
-	Runs       int     `json:"runs"`
-	Tokens     int     `json:"tokens"`
+	// StepMs is a plain step's forward, the mean over the runs' steps, timed as BenchArm times its rounds
+	// (without what the loop does around it, which MsPerToken includes).
+	StepMs float64 `json:"step_ms"`
+	Runs   int     `json:"runs"`
+	Tokens int     `json:"tokens"`
 }
 
 // BenchSpec is a speculative figure.
@@ -102,10 +105,12 @@ type BenchArm struct {
 	// (its probes and its exploring rounds) rather than as its choice.
 	Rounds int `json:"rounds"`
 	Probes int `json:"probes"`
-	// Tau is the tokens a round committed (the accepted drafts and the bonus token).
+	// Tau is the tokens a round committed (the accepted drafts and the bonus token; a round the stop or the
+	// token budget cut, what it kept).
 	Tau float64 `json:"tau"`
 	// MsPerRound is a round's draft, verify and rollback time, the mean over the arm's rounds, and MsPerToken
-	// that time over the tokens committed (the autoregressive figure's ms_per_token is plain decoding's).
+	// that time over the tokens committed. Neither counts what a round does between those phases (the
+	// policy's choice, accepting, emitting): compare them with BenchAR.StepMs, a plain step timed the same way.
 	MsPerRound float64 `json:"ms_per_round"`
 	MsPerToken float64 `json:"ms_per_token"`
 	// TimeShare is the arm's part of all the figure's round time.
@@ -168,10 +173,7 @@ func (a *benchAcc) addRound(rs speculative.RoundStats) {
 	k := armKey{0, 1}
 	switch {
 	case rs.Tree != nil:
-		k = armKey{2, rs.Decision.Tree}
-		if k.n == 0 {
-			k.n = len(rs.Tree.Parents)
-		}
+		k = armKey{2, rs.Decision.Tree} // a tree round always has its budget (its decision's)
 	case rs.BlockSize > 1:
 		k = armKey{1, rs.BlockSize}
 	}
@@ -184,9 +186,9 @@ func (a *benchAcc) addRound(rs speculative.RoundStats) {
 		a.arms[k] = arm
 	}
 	arm.rounds++
-	arm.committed += rs.Accepted + 1
+	arm.committed += rs.Committed
 	arm.ms += ms(rs.DraftTime) + ms(rs.VerifyTime) + ms(rs.RollbackTime)
-	if rs.Policy == "probe" || rs.Policy == "explore" {
+	if rs.Measuring() {
 		arm.probes++
 	}
 }
@@ -204,8 +206,10 @@ func (a *benchAcc) armsOf() []BenchArm {
 	for _, k := range keys {
 		arm := a.arms[k]
 		b := BenchArm{Arm: [...]string{"plain", "chain", "tree"}[k.kind], Rounds: arm.rounds, Probes: arm.probes,
-			Tau: float64(arm.committed) / float64(arm.rounds), MsPerRound: arm.ms / float64(arm.rounds),
-			MsPerToken: arm.ms / float64(arm.committed)}
+			Tau: float64(arm.committed) / float64(arm.rounds), MsPerRound: arm.ms / float64(arm.rounds)}
+		if arm.committed > 0 {
+			b.MsPerToken = arm.ms / float64(arm.committed)
+		}
 		if k.kind > 0 {
 			b.Arm += fmt.Sprintf(" %d", k.n)
 		}
@@ -332,6 +336,11 @@ func Bench(ctx context.Context, m *models.Models, o BenchOptions) (BenchResult, 
 				tps[vi] = float64(n) / st.DecodeTime.Seconds()
 				a.tps = append(a.tps, tps[vi])
 				a.tokens += len(r.Tokens)
+				if v.bs == 1 {
+					for _, rs := range st.Rounds {
+						a.addRound(rs)
+					}
+				}
 				if k := st.NumRounds(); k > 0 && v.bs > 1 {
 					var dr, vr, rb float64
 					for _, rs := range st.Rounds {
@@ -362,6 +371,9 @@ func Bench(ctx context.Context, m *models.Models, o BenchOptions) (BenchResult, 
 	}
 	ar := variants[0].acc
 	res.AR = BenchAR{TokensPerS: median(ar.tps), Runs: len(ar.tps), Tokens: ar.tokens}
+	if arms := ar.armsOf(); len(arms) == 1 {
+		res.AR.StepMs = arms[0].MsPerRound
+	}
 	if res.AR.TokensPerS > 0 {
 		res.AR.MsPerToken = 1000 / res.AR.TokensPerS
 	}

@@ -202,16 +202,27 @@ func TestBenchCommand(t *testing.T) {
 		s := v.(map[string]any)
 		assert.InDelta(t, s["tokens_per_s"].(float64)/ar["tokens_per_s"].(float64), s["speedup"].(float64), 1e-9)
 		// The arms account for every round and all the round time.
+		arms, ok := s["arms"].([]any)
+		require.True(t, ok, "arms in %v", s)
 		rounds, share := 0.0, 0.0
-		for _, a := range s["arms"].([]any) {
+		for _, a := range arms {
 			arm := a.(map[string]any)
 			rounds += arm["rounds"].(float64)
 			share += arm["time_share"].(float64)
-			assert.GreaterOrEqual(t, arm["tau"].(float64), 1.0, "arm %v", arm["arm"])
+			assert.LessOrEqual(t, arm["probes"].(float64), arm["rounds"].(float64), "arm %v", arm["arm"])
+			assert.Regexp(t, `^(plain|chain \d+|tree \d+)$`, arm["arm"])
 		}
 		assert.Equal(t, s["rounds"], rounds)
 		assert.InDelta(t, 1, share, 1e-9)
 	}
+	assert.Greater(t, ar["step_ms"].(float64), 0.0)
+
+	// The text lists the adaptive row's arms under it.
+	r = runCLI(t, "bench", "--model", fixtures.dense, "--draft", fixtures.drafter, "--tokens", "1,2,3", "--max-tokens", "8",
+		"--repeats", "1", "--warmup", "0", "--adaptive")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Regexp(t, `(?m)^    arms \(ms of draft, verify and rollback; an autoregressive step: [0-9.]+ ms\)$`, r.stdout)
+	assert.Regexp(t, `(?m)^    plain +\d+ rounds \(\d+ probing\) tau +1\.00 `, r.stdout)
 }
 
 func TestExitCodes(t *testing.T) {

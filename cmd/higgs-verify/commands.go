@@ -502,8 +502,10 @@ func (c *cli) benchCmd() *cobra.Command {
 					}
 					fmt.Fprintf(w, "%-34s %10.2f %8.2f %8.2f %10.2f %10.2f %8.2f %10.2f\n", name, s.TokensPerS, s.Tau, s.RowsPerRound,
 						s.DraftMsPerRound, s.VerifyMsPerRound, s.Speedup, s.PredictedSpeedup)
-					if s.Adaptive {
-						// Where the policy spent its rounds: each arm's cost a token beside plain decoding's.
+					if s.Adaptive && len(s.Arms) > 0 {
+						// Where the policy spent its rounds: each arm's cost a token beside plain decoding's, both
+						// timed without what the loop does around a round's phases.
+						fmt.Fprintf(w, "    arms (ms of draft, verify and rollback; an autoregressive step: %.3f ms)\n", res.AR.StepMs)
 						for _, a := range s.Arms {
 							fmt.Fprintf(w, "    %-10s %7d rounds (%d probing) tau %5.2f %7.3f ms/round %7.3f ms/token %5.1f%% of the time\n",
 								a.Arm, a.Rounds, a.Probes, a.Tau, a.MsPerRound, a.MsPerToken, 100*a.TimeShare)

@@ -13,7 +13,7 @@ import (
 // 2 threads, a context of ~500 positions): a plain step 1.15 ms, a verify of bs rows 1.15 + 0.2·(bs−1) ms, a
 // draft of bs slots 0.35 + 0.03·bs ms, and the drafter's catch-up, about 0.02 ms for every position decoded
 // plainly since it last drafted (the context rows it projects in its next draft; BenchmarkGocoderCatchUp).
-// Every time is drawn within ±5% of its price.
+// Every time but the catch-up is drawn within ±5% of its price.
 type cpuRound struct {
 	rng     *rand.Rand
 	catchUp float64 // ms per position decoded plainly since the last draft
@@ -82,8 +82,9 @@ func regimes(rounds int, seed uint64) func(int) float64 {
 // 0.978–0.979×, 1.40–1.42×, 1.25–1.31×. What it turned down: a probe budget that shrank to a quarter while the
 // probes kept confirming the choice (0.984–0.994× where nothing pays, but 1.03–1.08× where acceptance comes and
 // goes). And what it shows of the drafter's catch-up: the probes pay it from the same budget, so at 0.03 ms a
-// position instead of 0.02 (1.5% of a plain step beside 2%) they come too seldom where acceptance comes and
-// goes (1.22×, 1.29×, 1.04×).
+// position instead of 0.02 (2.6% of a plain step instead of 1.7%, beside a budget of 2%) they come too seldom
+// where acceptance comes and goes (1.22×, 1.29×, 1.04×). It runs one long generation, so it leaves out what short
+// ones pay besides: each generation's first drafting round projects the whole prompt into the drafter.
 func TestPolicyFollowsRegimes(t *testing.T) {
 	const rounds = 12000
 	cases := []struct {
@@ -91,9 +92,9 @@ func TestPolicyFollowsRegimes(t *testing.T) {
 		accept func(seed uint64) func(int) float64
 		floor  float64
 	}{
-		{"nothing pays", func(uint64) func(int) float64 { return func(int) float64 { return 0.3 } }, 0.97},
+		{"nothing pays", func(uint64) func(int) float64 { return func(int) float64 { return 0.3 } }, 0.965},
 		{"speculation pays", func(uint64) func(int) float64 { return func(int) float64 { return 0.75 } }, 1.35},
-		{"acceptance comes and goes", func(s uint64) func(int) float64 { return regimes(rounds, s) }, 1.24},
+		{"acceptance comes and goes", func(s uint64) func(int) float64 { return regimes(rounds, s) }, 1.2},
 	}
 	for _, c := range cases {
 		for seed := uint64(1); seed <= 3; seed++ {

@@ -102,6 +102,10 @@ type TreeRound struct {
 // Drafting reports whether the round drafted (a draft–verify round rather than a plain step).
 func (r RoundStats) Drafting() bool { return r.BlockSize > 1 }
 
+// Measuring reports whether the adaptive policy ran the round to measure its block size or tree (a probe, or
+// an exploring round) rather than as its choice.
+func (r RoundStats) Measuring() bool { return r.Policy == reasonProbe || r.Policy == reasonExplore }
+
 // NumRounds returns the number of decoding steps, draft–verify rounds and plain steps together.
 func (s Stats) NumRounds() int { return len(s.Rounds) }
 
