@@ -23,7 +23,8 @@ import (
 // 4 nodes, the cheapest round that drafts) at a 128-token
 // context, a drafter pass of block 16 (proposals for 15 positions), a tree of 4 nodes' draft (block 16,
 // 3 rows of new context first, 4 candidates for each of 3 slots), full and narrow (ports.TopRequest.Narrow,
-// what tree rounds run), and a tree of 4 nodes' verify with keeping its accepted path (tree4). It reports each part's median time and
+// what tree rounds run), and a tree of 4 nodes' verify with keeping its accepted path (tree4; keep4 is its
+// KeepPath alone). It reports each part's median time and
 // the medians of each part over the same iteration's decode, in decode steps; each part runs under a pprof
 // label (part=decode, verify4, verify8, verify16, draft16, draft4, draft4n, tree4). HIGGS_BENCH_CONTEXT sets the context length (128 by
 // default; a generation's rounds run at its prompt's length and more, where attention weighs more), and
@@ -87,12 +88,15 @@ func BenchmarkGocoder(b *testing.B) {
 	require.True(b, ok)
 	// A tree round's verify: 4 nodes (the anchor, two candidates for the first slot, one below the first of
 	// them), then the kept path of the anchor and the two drafts accepted, as a tree round runs them.
+	var keeps []float64 // the tree part's KeepPath alone, ms
 	tree := func() time.Duration {
 		t0 := clock()
 		_, err := tv.ForwardTree(ctx, toks[ctxLen:ctxLen+4], []int{-1, 0, 1, 0}, ports.ForwardOptions{Taps: true})
 		require.NoError(b, err)
+		t1 := clock()
 		_, err = tv.KeepPath(ctx, []int{0, 1, 2})
 		t := clock() - t0
+		keeps = append(keeps, float64(clock()-t1)/1e6)
 		require.NoError(b, err)
 		require.NoError(b, ps.TrimKV(ctxLen))
 		require.NoError(b, ps.Restore(snap))
@@ -119,6 +123,7 @@ func BenchmarkGocoder(b *testing.B) {
 			b.ReportMetric(med(steps[i]), name+"-steps")
 		}
 	}
+	b.ReportMetric(med(keeps), "keep4-ms")
 }
 
 // BenchmarkGocoderCatchUp times, on 2 workers, the drafter's catch-up as a generation pays it after the adaptive

@@ -290,11 +290,7 @@ func (s *Session) ReplayTape(ctx context.Context, t ports.Tape, n int) error {
 		s.pos.Rec = tp.Start + n
 		return nil
 	}
-	for i, g := range s.gdn {
-		if g != nil {
-			replayGDN(s.t.pool, s.t.m.Layers[i].GDN, g, tp.layers[i], n, nil)
-		}
-	}
+	s.replayGDNs(tp, n, nil)
 	s.pos.Rec = tp.Start + n
 	s.replay = true
 	return nil

@@ -691,39 +691,81 @@ func decay(S, S0 []float32, alpha float32) {
 	vecmath.ScaleInto(S, S0, alpha)
 }
 
-// replayGDN rebuilds a GDN layer's state after the first n steps of a taped block
-// (docs/model-math.md#the-innovation-tape), with the forward's float operations in the forward's order.
-// path, when not nil, names the block rows of the steps (a tree's kept path, n = len(path)); nil means rows
-// 0..n−1.
-func replayGDN(pool *kernel.Pool, w *model.DeltaNet[*weight], st *gdnState, tp *gdnTape, n int, path []int) {
-	Hk, Hv, dk, dv := w.KeyHeads, w.ValueHeads, w.KeyDim, w.ValueDim
-	C, Dk := w.Channels(), Hk*dk
-	rho := Hv / Hk
-	src, dst := st.s[tp.s0], st.s[1-tp.s0]
-	if n == 0 {
-		copy(dst, src)
-	} else {
-		pool.For(Hv, 1, func(lo, hi int) {
-			for h := lo; h < hi; h++ {
-				kh := h / rho
-				S := dst[h*dv*dk : (h+1)*dv*dk]
-				S0 := src[h*dv*dk : (h+1)*dv*dk]
-				for step := range n {
-					t := step
-					if path != nil {
-						t = path[step]
-					}
-					from := S
-					if step == 0 {
-						from = S0
-					}
-					// decay then rank1, in one pass (vecmath.DecayRank1: the same bits).
-					vecmath.DecayRank1(S, from, tp.alpha[t*Hv+h], tp.y[t*C+Dk+kh*dk:t*C+Dk+(kh+1)*dk], tp.delta[(t*Hv+h)*dv:(t*Hv+h+1)*dv])
+// replayRows is how many state rows tape replay takes through all its steps at once (replayHead): 32 rows of
+// 64 or 128 values are 8 or 16 KiB, which stay in L1 from step to step.
+const replayRows = 32
+
+// replayGDNs rebuilds the state of every recurrent layer of s after the first n steps of the taped block tp
+// (docs/model-math.md#the-innovation-tape), with the forward's float operations in the forward's order. path,
+// when not nil, names the block rows of the steps (a tree's kept path, n = len(path)); nil means rows 0..n−1.
+// Every layer's heads go to the workers in one pool call: a call per layer cost a hand-off each, which on a
+// small model weighed as much as the replay's arithmetic.
+func (s *Session) replayGDNs(tp *Tape, n int, path []int) {
+	type unit struct {
+		w  *model.DeltaNet[*weight]
+		st *gdnState
+		tp *gdnTape
+	}
+	var layers []unit
+	heads := 0
+	for i, g := range s.gdn {
+		if g != nil {
+			layers = append(layers, unit{s.t.m.Layers[i].GDN, g, tp.layers[i]})
+			heads = max(heads, s.t.m.Layers[i].GDN.ValueHeads)
+		}
+	}
+	if n > 0 && len(layers) > 0 {
+		s.t.pool.For(len(layers)*heads, 1, func(lo, hi int) {
+			for u := lo; u < hi; u++ {
+				l := layers[u/heads]
+				if h := u % heads; h < l.w.ValueHeads {
+					replayHead(l.w, l.st, l.tp, h, n, path)
 				}
 			}
 		})
 	}
+	for _, l := range layers {
+		finishReplay(l.w, l.st, l.tp, n, path)
+	}
+}
+
+// replayHead replays value head h of a GDN layer's state through the first n steps of its tape (replayGDNs):
+// from the state before the block into the other buffer of st.
+func replayHead(w *model.DeltaNet[*weight], st *gdnState, tp *gdnTape, h, n int, path []int) {
+	Hk, Hv, dk, dv := w.KeyHeads, w.ValueHeads, w.KeyDim, w.ValueDim
+	C, Dk := w.Channels(), Hk*dk
+	kh := h / (Hv / Hk)
+	S := st.s[1-tp.s0][h*dv*dk : (h+1)*dv*dk]
+	S0 := st.s[tp.s0][h*dv*dk : (h+1)*dv*dk]
+	// A block of rows goes through every step while it stays in L1, rather than every step passing over the
+	// whole head: each element still takes the same operations in the same order.
+	for r0 := 0; r0 < dv; r0 += replayRows {
+		r1 := min(dv, r0+replayRows)
+		for step := range n {
+			t := step
+			if path != nil {
+				t = path[step]
+			}
+			from := S
+			if step == 0 {
+				from = S0
+			}
+			// decay then rank1, in one pass (vecmath.DecayRank1: the same bits).
+			d := tp.delta[(t*Hv+h)*dv:]
+			vecmath.DecayRank1(S[r0*dk:r1*dk], from[r0*dk:r1*dk], tp.alpha[t*Hv+h], tp.y[t*C+Dk+kh*dk:t*C+Dk+(kh+1)*dk], d[r0:r1])
+		}
+	}
+}
+
+// finishReplay completes a GDN layer's replay of n steps once its heads are done: the replayed buffer becomes
+// the state (after zero steps, the state before the block, copied), and the conv buffer takes the last
+// inputs the steps leave.
+func finishReplay(w *model.DeltaNet[*weight], st *gdnState, tp *gdnTape, n int, path []int) {
+	if n == 0 {
+		copy(st.s[1-tp.s0], st.s[tp.s0])
+	}
 	st.cur = 1 - tp.s0
+	C := w.Channels()
 	if path == nil {
 		// Conv state = rows n..n+Kc−2 of [cs₀; P].
 		copy(st.conv, tp.x[n*C:])

@@ -121,10 +121,8 @@ func (s *Session) KeepPath(ctx context.Context, path []int) (ports.Taps, error) 
 			c.keepPath(p.n0, path, kvw)
 		}
 	}
-	for i, g := range s.gdn {
-		if g != nil {
-			replayGDN(s.t.pool, s.t.m.Layers[i].GDN, g, p.tape.layers[i], len(path), path)
-		}
+	if p.tape != nil {
+		s.replayGDNs(p.tape, len(path), path)
 	}
 	s.tree = nil
 	s.pos.N = p.n0 + len(path)

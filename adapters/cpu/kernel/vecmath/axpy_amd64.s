@@ -85,3 +85,40 @@ dr1col:
 dr1done:
 	VZEROUPPER
 	RET
+
+// func decayRank1AVX512(S, S0, khat, delta *float32, alpha float32, rows, dk int)
+// decayRank1AVX2 on 16 lanes (dk a multiple of 16): the same two products and add for every element, so the same
+// bits, with half the instructions. S may be S0 (each vector is read before it is written).
+TEXT ·decayRank1AVX512(SB), NOSPLIT, $0-56
+	MOVQ         S+0(FP), DI
+	MOVQ         S0+8(FP), SI
+	MOVQ         delta+24(FP), R8
+	VBROADCASTSS alpha+32(FP), Z15
+	MOVQ         rows+40(FP), CX
+	MOVQ         dk+48(FP), R11
+	SHLQ         $2, R11
+
+dr5row:
+	TESTQ        CX, CX
+	JE           dr5done
+	VBROADCASTSS (R8), Z14
+	MOVQ         khat+16(FP), DX
+	XORQ         BX, BX
+
+dr5col:
+	VMULPS  (SI)(BX*1), Z15, Z0
+	VMULPS  (DX)(BX*1), Z14, Z1
+	VADDPS  Z1, Z0, Z0
+	VMOVUPS Z0, (DI)(BX*1)
+	ADDQ    $64, BX
+	CMPQ    BX, R11
+	JLT     dr5col
+	ADDQ    R11, DI
+	ADDQ    R11, SI
+	ADDQ    $4, R8
+	DECQ    CX
+	JMP     dr5row
+
+dr5done:
+	VZEROUPPER
+	RET

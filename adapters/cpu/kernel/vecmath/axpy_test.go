@@ -30,15 +30,16 @@ func TestAddScaledBits(t *testing.T) {
 }
 
 // DecayRank1 gives, element by element, the bits of ScaleInto then AddScaled row by row (the tape replay's two
-// passes it replaces), in place and into another state, on the assembly loop and the portable path, for head
-// sizes the loop takes (multiples of 8) and others.
+// passes it replaces), in place and into another state, on the AVX-512 and AVX2 loops and the portable path,
+// for head sizes the loops take (multiples of 16 and 8) and others.
 func TestDecayRank1Bits(t *testing.T) {
 	r := rand.New(rand.NewPCG(53, 54))
-	saved := useAVX2
-	defer func() { useAVX2 = saved }()
-	for _, avx := range []bool{saved, false} {
-		useAVX2 = avx
-		for _, dk := range []int{8, 24, 64, 128, 7, 33} {
+	saved, saved512 := useAVX2, useAVX512
+	defer func() { useAVX2, useAVX512 = saved, saved512 }()
+	// The AVX-512 loop where the CPU has it, the AVX2 loop, the portable path.
+	for _, avx := range []struct{ avx2, avx512 bool }{{saved, saved512}, {saved, false}, {false, false}} {
+		useAVX2, useAVX512 = avx.avx2, avx.avx512
+		for _, dk := range []int{8, 16, 24, 48, 64, 128, 7, 33} {
 			for _, rows := range []int{1, 3, 64} {
 				for _, inPlace := range []bool{false, true} {
 					S0, khat, delta := randVec(r, rows*dk, 2), randVec(r, dk, 1), randVec(r, rows, 1)

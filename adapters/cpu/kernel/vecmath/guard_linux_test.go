@@ -170,15 +170,20 @@ func TestDecayRank1StaysInBounds(t *testing.T) {
 		t.Skip("no AVX2 on this CPU: DecayRank1 runs in Go")
 	}
 	r := rand.New(rand.NewPCG(77, 78))
-	for _, tail := range []bool{true, false} {
-		for _, dk := range []int{8, 64} {
-			rows := 5
-			S0, khat, delta := randVec(r, rows*dk, 2), randVec(r, dk, 1), randVec(r, rows, 1)
-			want := make([]float32, rows*dk)
-			DecayRank1(want, S0, 0.7, khat, delta)
-			S := guardedF32(t, make([]float32, rows*dk), tail)
-			DecayRank1(S, guardedF32(t, S0, tail), 0.7, guardedF32(t, khat, tail), guardedF32(t, delta, tail))
-			assertBits(t, want, S, "dk %d tail %v", dk, tail)
+	saved512 := useAVX512
+	defer func() { useAVX512 = saved512 }()
+	for _, avx512 := range []bool{saved512, false} {
+		useAVX512 = avx512
+		for _, tail := range []bool{true, false} {
+			for _, dk := range []int{8, 16, 48, 64} {
+				rows := 5
+				S0, khat, delta := randVec(r, rows*dk, 2), randVec(r, dk, 1), randVec(r, rows, 1)
+				want := make([]float32, rows*dk)
+				DecayRank1(want, S0, 0.7, khat, delta)
+				S := guardedF32(t, make([]float32, rows*dk), tail)
+				DecayRank1(S, guardedF32(t, S0, tail), 0.7, guardedF32(t, khat, tail), guardedF32(t, delta, tail))
+				assertBits(t, want, S, "avx512 %v dk %d tail %v", avx512, dk, tail)
+			}
 		}
 	}
 }

@@ -204,7 +204,11 @@ func DecayRank1(S, S0 []float32, alpha float32, khat, delta []float32) {
 		return
 	}
 	_, _ = S[rows*dk-1], S0[rows*dk-1]
-	if useAVX2 && dk%8 == 0 {
+	switch {
+	case useAVX512 && dk%16 == 0:
+		decayRank1AVX512(&S[0], &S0[0], &khat[0], &delta[0], alpha, rows, dk)
+		return
+	case useAVX2 && dk%8 == 0:
 		decayRank1AVX2(&S[0], &S0[0], &khat[0], &delta[0], alpha, rows, dk)
 		return
 	}

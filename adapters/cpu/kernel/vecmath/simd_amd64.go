@@ -21,6 +21,11 @@ func addScaledAVX2(dst, x *float32, a float32, n int)
 //go:noescape
 func decayRank1AVX2(S, S0, khat, delta *float32, alpha float32, rows, dk int)
 
+// decayRank1AVX512 is decayRank1AVX2 on 16 lanes (dk a multiple of 16).
+//
+//go:noescape
+func decayRank1AVX512(S, S0, khat, delta *float32, alpha float32, rows, dk int)
+
 // The fast mode's attention kernels (gen_attn.py; attn.go).
 
 //go:noescape

@@ -8,8 +8,9 @@ var useAVX2, useAVX512 = false, false
 
 func noAVX2() { panic("vecmath: no AVX2 kernels on this platform") }
 
-func addScaledAVX2(dst, x *float32, a float32, n int)                         { noAVX2() }
-func decayRank1AVX2(S, S0, khat, delta *float32, alpha float32, rows, dk int) { noAVX2() }
+func addScaledAVX2(dst, x *float32, a float32, n int)                           { noAVX2() }
+func decayRank1AVX2(S, S0, khat, delta *float32, alpha float32, rows, dk int)   { noAVX2() }
+func decayRank1AVX512(S, S0, khat, delta *float32, alpha float32, rows, dk int) { noAVX2() }
 
 func attnScoresAVX512(s *float32, lds int, q *float32, nq int, k *float32, kstride, n, d int, scale float32) {
 	noAVX2()
