@@ -152,16 +152,23 @@ type BenchResult struct {
 type benchAcc struct {
 	tps []float64
 	// ratio holds tps / the autoregressive tps of the same prompt and pass.
-	ratio                         []float64
-	draft, verify, rollback       []float64
-	rounds, committed, tokens, in int
-	rows, treeRounds              int
-	arms                          map[armKey]*armAcc
+	ratio                     []float64
+	draft, verify, rollback   []float64
+	rounds, committed, tokens int
+	rows                      int
+	arms                      map[armKey]*armAcc
 }
 
-// armKey names an arm of rounds: plain steps (kind 0), chains of n rows (kind 1), trees of at most n nodes
-// (kind 2); the order of BenchSpec.Arms.
+// armKey names an arm of rounds: plain steps (plainArm), chains of n rows (chainArm), trees of at most n nodes
+// (treeArm); kind then n is the order of BenchSpec.Arms.
 type armKey struct{ kind, n int }
+
+// The kinds of armKey.
+const (
+	plainArm = iota
+	chainArm
+	treeArm
+)
 
 type armAcc struct {
 	rounds, probes, committed int
@@ -170,12 +177,12 @@ type armAcc struct {
 
 // addRound counts rs in its arm.
 func (a *benchAcc) addRound(rs speculative.RoundStats) {
-	k := armKey{0, 1}
+	k := armKey{plainArm, 1}
 	switch {
 	case rs.Tree != nil:
-		k = armKey{2, rs.Decision.Tree} // a tree round always has its budget (its decision's)
+		k = armKey{treeArm, rs.Decision.Tree} // a tree round always has its budget (its decision's)
 	case rs.BlockSize > 1:
-		k = armKey{1, rs.BlockSize}
+		k = armKey{chainArm, rs.BlockSize}
 	}
 	if a.arms == nil {
 		a.arms = map[armKey]*armAcc{}
@@ -210,7 +217,7 @@ func (a *benchAcc) armsOf() []BenchArm {
 		if arm.committed > 0 {
 			b.MsPerToken = arm.ms / float64(arm.committed)
 		}
-		if k.kind > 0 {
+		if k.kind != plainArm {
 			b.Arm += fmt.Sprintf(" %d", k.n)
 		}
 		if total > 0 {
@@ -229,7 +236,11 @@ func (a *benchAcc) spec(bs int, adaptive bool) BenchSpec {
 		s.Tau = float64(a.committed) / float64(a.rounds)
 		s.RowsPerRound = float64(a.rows) / float64(a.rounds)
 	}
-	s.TreeRounds = a.treeRounds
+	for k, arm := range a.arms {
+		if k.kind == treeArm {
+			s.TreeRounds += arm.rounds
+		}
+	}
 	s.Arms = a.armsOf()
 	if s.TokensPerS > 0 {
 		s.MsPerToken = 1000 / s.TokensPerS
@@ -336,10 +347,8 @@ func Bench(ctx context.Context, m *models.Models, o BenchOptions) (BenchResult, 
 				tps[vi] = float64(n) / st.DecodeTime.Seconds()
 				a.tps = append(a.tps, tps[vi])
 				a.tokens += len(r.Tokens)
-				if v.bs == 1 {
-					for _, rs := range st.Rounds {
-						a.addRound(rs)
-					}
+				for _, rs := range st.Rounds {
+					a.addRound(rs) // every variant's, the autoregressive one's too (BenchAR.StepMs)
 				}
 				if k := st.NumRounds(); k > 0 && v.bs > 1 {
 					var dr, vr, rb float64
@@ -349,10 +358,6 @@ func Bench(ctx context.Context, m *models.Models, o BenchOptions) (BenchResult, 
 						rb += ms(rs.RollbackTime)
 						a.committed += rs.Accepted + 1
 						a.rows += rs.BlockSize
-						if rs.Tree != nil {
-							a.treeRounds++
-						}
-						a.addRound(rs)
 					}
 					a.rounds += k
 					a.draft = append(a.draft, dr/float64(k))
